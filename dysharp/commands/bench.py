@@ -1,0 +1,21 @@
+"""``dysharp bench TARGET``: RTL benchmarks. Each target is a module with ``add_arguments``/``run``,
+registered here with one line; results are printed and written as JSON under ``build/bench/``."""
+
+import importlib
+
+BENCHES = {
+    "switch": ("verif.bench_switch", "NVSwitch throughput/latency under uniform traffic, VOQ vs FIFO"),
+}
+
+
+def add_arguments(p) -> None:
+    sub = p.add_subparsers(dest="target", metavar="TARGET")
+    sub.required = True
+    for name, (module, help_text) in BENCHES.items():
+        q = sub.add_parser(name, help=help_text, description=help_text)
+        importlib.import_module(module).add_arguments(q)
+        q.set_defaults(_bench=module)
+
+
+def run(args) -> int:
+    return importlib.import_module(args._bench).run(args)

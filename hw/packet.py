@@ -1,0 +1,453 @@
+"""The one definition of dysharp's packet and flit formats.
+
+Both the RTL (``hw.*``) and every Python model (``sim_models``, ``verif``) import this module, so the wire
+format has a single source of truth: the Amaranth layouts below. The Python encoder and decoder read their
+bit offsets from those layouts; they are not a second copy of the format.
+
+Wire format
+-----------
+A link carries one *flit* per cycle: ``data`` (``flit_width`` bits, default 128 = 16 B, one NVLink4 port at
+~1.56 GHz), ``last`` (end of packet, the link's framing) and ``poison`` (set by a cut-through switch on the
+final flit of a packet it found malformed after forwarding had begun; receivers discard such a packet).
+
+A packet is one *head flit* whose low 128 bits hold a :class:`Header`, followed by
+``payload_flits(opcode, length)`` payload flits. ``length`` always counts payload flits of the transaction:
+for opcodes that carry data (writes, stores, responses) those flits follow the header; for requests
+(reads, ``ld_reduce``) ``length`` is the size of the data asked for and nothing follows.
+
+Header (128 bits, LSB first)::
+
+    opcode 4 | src 6 | tag 8 | length 5 | etype 3 | redop 2 | route 100
+    route = uni: dst 6 | code 8 | addr 48          (unicast, responses, errors)
+          | mm:  group 8 | addr 48                  (static multimem.*: group handle + offset)
+          | dyn: group 8 | mask 64 | index 18 | offset 10   (dymultimem.*)
+
+``mask`` has one bit per switch port (up to 64). ``index`` is the algebraic index: the token's row in the
+logical dispatch/combine tensor, identical on every GPU. ``offset`` is the flit offset of this packet's
+payload inside that row, so rows longer than one packet (a 7168-B FP8 token is 28 packets of 256 B) are
+addressed without physical addresses.
+"""
+
+
+import dataclasses
+import enum as py_enum
+import functools
+import math
+from typing import Iterable
+
+from amaranth.hdl import Cat, Const, Mux, Value
+from amaranth.lib import data, enum
+
+__all__ = [
+    "HEADER_BITS", "MAX_PORTS", "MAX_LENGTH", "FLIT_WIDTHS", "DEFAULT_FLIT_WIDTH",
+    "Opcode", "EType", "RedOp", "ErrorCode", "OPCODES", "OpInfo",
+    "UnicastRoute", "StaticRoute", "DynamicRoute", "Route", "HeaderLayout", "flit_layout",
+    "Header", "Packet", "Flit", "header_fields",
+    "payload_flits", "carries_payload", "check_header", "rtl_payload_flits", "rtl_header_error",
+    "payload_efficiency", "wire_flits", "pack_flit", "unpack_flit",
+]
+
+HEADER_BITS = 128
+MAX_PORTS = 64
+FLIT_WIDTHS = (128, 256, 512)
+DEFAULT_FLIT_WIDTH = 128
+
+
+class Opcode(enum.Enum, shape=4):
+    """Packet types. Values 10-14 are unassigned; a switch answers them with ``UNKNOWN_OPCODE``."""
+    WRITE = 0          #: unicast write: ``dst``, ``addr``; ``length`` payload flits follow
+    READ = 1           #: unicast read: ``dst``, ``addr``; ``length`` flits requested
+    READ_RESP = 2      #: read data back to ``dst`` (the requester), same ``tag``
+    MM_ST = 3          #: static ``multimem.st``: ``group`` handle (switch table) + ``addr`` offset
+    MM_LD_REDUCE = 4   #: static ``multimem.ld_reduce`` over a configured group
+    DYN_ST = 5         #: ``dymultimem.st``: per-request ``mask``, algebraic ``index``, ``offset``
+    DYN_LD_REDUCE = 6  #: ``dymultimem.ld_reduce``: read-and-reduce over ``mask`` at ``index``
+    RED_READ = 7       #: switch -> GPU: read one contribution of a reduction (``tag`` = buffer entry)
+    RED_READ_RESP = 8  #: GPU -> switch: the contribution (``tag`` = buffer entry)
+    RED_RESP = 9       #: switch -> requester: the reduced payload (requester's ``tag``)
+    ERROR = 15         #: error response to ``dst`` with ``code``; the requester's ``tag``
+
+
+class EType(enum.Enum, shape=3):
+    """Element type of a reduction (``ld_reduce``) payload."""
+    BF16 = 0
+    FP16 = 1
+    FP32 = 2
+    S32 = 3   #: int32, signed min/max
+    U32 = 4   #: int32, unsigned min/max
+
+
+class RedOp(enum.Enum, shape=2):
+    ADD = 0
+    MIN = 1
+    MAX = 2
+
+
+class ErrorCode(enum.Enum, shape=8):
+    """Codes carried by :attr:`Opcode.ERROR` responses and counted by status counters."""
+    NONE = 0
+    UNKNOWN_OPCODE = 1    #: opcode value not in :class:`Opcode`
+    BAD_LENGTH = 2        #: ``length`` above the receiver's maximum payload
+    LENGTH_MISMATCH = 3   #: ``last`` framing disagrees with ``length``
+    BAD_MASK = 4          #: zero mask, or bits for ports that do not exist
+    BAD_GROUP = 5         #: unconfigured (or out-of-range) group handle
+    BAD_DST = 6           #: unicast ``dst`` is not a port
+    BAD_TYPE = 7          #: undefined ``etype``/``redop`` on a reduction
+    CREDIT_OVERFLOW = 8   #: a flit arrived with no credit (sender broke the credit protocol)
+    ISOLATION = 9         #: source or a destination is not a member of the group (AL-TLB)
+    OUT_OF_BOUNDS = 10    #: algebraic index past the group's tensor bounds (AL-TLB)
+    BUFFER_FULL = 11      #: a receive/layout buffer has no room (memory manager)
+    TIMEOUT = 12          #: a reduction contribution never arrived
+    TYPE_MISMATCH = 13    #: a contribution's type/length disagrees with its reduction
+    UNKNOWN_ENTRY = 14    #: a response for a reduction entry that is not in flight
+    TLB_FAULT = 15        #: the backing translation table has no valid entry
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Layouts (the source of truth)
+
+class UnicastRoute(data.Struct):
+    dst: 6
+    code: ErrorCode
+    addr: 48
+
+
+class StaticRoute(data.Struct):
+    group: 8
+    addr: 48
+
+
+class DynamicRoute(data.Struct):
+    group: 8
+    mask: MAX_PORTS
+    index: 18
+    offset: 10
+
+
+class Route(data.Union):
+    uni: UnicastRoute
+    mm: StaticRoute
+    dyn: DynamicRoute
+
+
+class HeaderLayout(data.Struct):
+    opcode: Opcode
+    src: 6
+    tag: 8
+    length: 5
+    etype: EType
+    redop: RedOp
+    route: Route
+
+
+assert data.Layout.cast(HeaderLayout).size == HEADER_BITS, data.Layout.cast(HeaderLayout)
+MAX_LENGTH = (1 << 5) - 1   # the length field's range
+
+
+def flit_layout(flit_width: int = DEFAULT_FLIT_WIDTH) -> data.StructLayout:
+    """Layout of one flit on a link: ``data`` (``flit_width`` bits), ``last``, ``poison``."""
+    if flit_width not in FLIT_WIDTHS:
+        raise ValueError(f"flit_width must be one of {FLIT_WIDTHS} (the header needs 128 bits), "
+                         f"got {flit_width!r}")
+    return data.StructLayout({"data": flit_width, "last": 1, "poison": 1})
+
+
+@functools.lru_cache(maxsize=None)
+def _flit_offsets(flit_width: int) -> tuple[int, int, int]:
+    layout = flit_layout(flit_width)
+    return layout["data"].offset, layout["last"].offset, layout["poison"].offset
+
+
+def pack_flit(flit: "Flit", flit_width: int = DEFAULT_FLIT_WIDTH) -> int:
+    """Bits of a :class:`Flit` as laid out by :func:`flit_layout` (for driving a simulation)."""
+    d, l, p = _flit_offsets(flit_width)
+    return (int(flit.data) << d) | (int(flit.last) << l) | (int(flit.poison) << p)
+
+
+def unpack_flit(bits: int, flit_width: int = DEFAULT_FLIT_WIDTH) -> "Flit":
+    d, l, p = _flit_offsets(flit_width)
+    bits = int(bits)
+    return Flit((bits >> d) & ((1 << flit_width) - 1), bool((bits >> l) & 1), bool((bits >> p) & 1))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Per-opcode rules: which route variant, whether data follows, how the destinations are named.
+
+@dataclasses.dataclass(frozen=True)
+class OpInfo:
+    variant: str        # "uni", "mm" or "dyn"
+    has_payload: bool   # payload flits follow the header
+    routing: str        # "dst" (route.uni.dst), "group" (switch group table) or "mask" (route.dyn.mask)
+    typed: bool         # etype/redop are meaningful and validated
+
+
+OPCODES: dict[Opcode, OpInfo] = {
+    Opcode.WRITE:         OpInfo("uni", True,  "dst",   False),
+    Opcode.READ:          OpInfo("uni", False, "dst",   False),
+    Opcode.READ_RESP:     OpInfo("uni", True,  "dst",   False),
+    Opcode.MM_ST:         OpInfo("mm",  True,  "group", False),
+    Opcode.MM_LD_REDUCE:  OpInfo("mm",  False, "group", True),
+    Opcode.DYN_ST:        OpInfo("dyn", True,  "mask",  False),
+    Opcode.DYN_LD_REDUCE: OpInfo("dyn", False, "mask",  True),
+    Opcode.RED_READ:      OpInfo("uni", False, "dst",   False),
+    Opcode.RED_READ_RESP: OpInfo("uni", True,  "dst",   True),
+    Opcode.RED_RESP:      OpInfo("uni", True,  "dst",   True),
+    Opcode.ERROR:         OpInfo("uni", False, "dst",   False),
+}
+
+
+def _flatten(layout, offset=0, prefix=()):
+    """Yield (path, offset, width, shape) for every leaf field of a layout, union variants included."""
+    layout = data.Layout.cast(layout)
+    for name, field in layout:
+        shape = field.shape
+        if isinstance(shape, type) and issubclass(shape, (data.Struct, data.Union)) or \
+                isinstance(shape, data.Layout):
+            yield from _flatten(shape, offset + field.offset, prefix + (name,))
+        else:
+            yield prefix + (name,), offset + field.offset, field.width, shape
+
+
+_COMMON = {}      # name -> (offset, width)
+_VARIANT = {}     # variant -> {name -> (offset, width)}
+for _path, _off, _w, _shape in _flatten(HeaderLayout):
+    if _path[0] == "route":
+        _VARIANT.setdefault(_path[1], {})[_path[2]] = (_off, _w)
+    else:
+        _COMMON[_path[0]] = (_off, _w)
+del _path, _off, _w, _shape
+
+
+def header_fields(opcode) -> tuple[str, ...]:
+    """Names of the header fields that ``opcode`` carries (common fields plus its route variant)."""
+    variant = OPCODES[Opcode(opcode)].variant if _is_known(opcode) else "uni"
+    return tuple(_COMMON) + tuple(_VARIANT[variant])
+
+
+def _iv(v) -> int:
+    """An int from an int or an enum member."""
+    return v.value if isinstance(v, py_enum.Enum) else int(v)
+
+
+def _is_known(opcode) -> bool:
+    try:
+        Opcode(_iv(opcode))
+        return True
+    except ValueError:
+        return False
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Python side: encode/decode
+
+_ROUTE_FIELDS = sorted({n for v in _VARIANT.values() for n in v})
+
+
+@dataclasses.dataclass
+class Header:
+    """A packet header as Python values. Fields a given opcode does not carry must stay 0.
+
+    ``opcode`` may be a raw int (to build malformed packets in tests); unknown opcodes encode with the
+    unicast route variant.
+    """
+    opcode: int = 0
+    src: int = 0
+    tag: int = 0
+    length: int = 0
+    etype: int = 0
+    redop: int = 0
+    dst: int = 0
+    code: int = 0
+    addr: int = 0
+    group: int = 0
+    mask: int = 0
+    index: int = 0
+    offset: int = 0
+
+    def __setattr__(self, name, value):
+        # Store plain ints, whether given an int or an enum member (Opcode.WRITE, EType.BF16, ...).
+        object.__setattr__(self, name, _iv(value))
+
+    @property
+    def variant(self) -> str:
+        return OPCODES[Opcode(self.opcode)].variant if _is_known(self.opcode) else "uni"
+
+    def encode(self) -> int:
+        fields = dict(_COMMON)
+        fields.update(_VARIANT[self.variant])
+        value = 0
+        for name in _COMMON.keys() | set(_ROUTE_FIELDS):
+            v = getattr(self, name)
+            if name not in fields:
+                if v:
+                    raise ValueError(f"header field {name!r} is not carried by opcode "
+                                     f"{_opname(self.opcode)} (variant {self.variant!r})")
+                continue
+            off, width = fields[name]
+            if not 0 <= v < (1 << width):
+                raise ValueError(f"header field {name!r}={v} does not fit in {width} bits")
+            value |= v << off
+        return value
+
+    @classmethod
+    def decode(cls, bits: int) -> "Header":
+        bits = int(bits) & ((1 << HEADER_BITS) - 1)
+        values = {n: (bits >> o) & ((1 << w) - 1) for n, (o, w) in _COMMON.items()}
+        variant = OPCODES[Opcode(values["opcode"])].variant if _is_known(values["opcode"]) else "uni"
+        values.update({n: (bits >> o) & ((1 << w) - 1) for n, (o, w) in _VARIANT[variant].items()})
+        return cls(**values)
+
+    def __repr__(self):
+        shown = ", ".join(f"{n}={getattr(self, n):#x}" if n in ("addr", "mask") else f"{n}={getattr(self, n)}"
+                          for n in header_fields(self.opcode) if getattr(self, n) or n == "opcode")
+        return f"Header({_opname(self.opcode)}: {shown})"
+
+
+def _opname(opcode) -> str:
+    return Opcode(_iv(opcode)).name if _is_known(opcode) else f"<unknown {_iv(opcode)}>"
+
+
+def carries_payload(opcode) -> bool:
+    return _is_known(opcode) and OPCODES[Opcode(_iv(opcode))].has_payload
+
+
+def payload_flits(opcode, length: int) -> int:
+    """Number of payload flits that follow a header with this opcode and length field."""
+    return _iv(length) if carries_payload(opcode) else 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Flit:
+    data: int
+    last: bool = False
+    poison: bool = False
+
+
+@dataclasses.dataclass
+class Packet:
+    """A header plus its payload flits (ints of ``flit_width`` bits)."""
+    header: Header
+    payload: list[int] = dataclasses.field(default_factory=list)
+
+    def flits(self, flit_width: int = DEFAULT_FLIT_WIDTH) -> list[Flit]:
+        words = [self.header.encode()] + [int(p) for p in self.payload]
+        limit = 1 << flit_width
+        for w in words:
+            if not 0 <= w < limit:
+                raise ValueError(f"flit value {w:#x} does not fit in {flit_width} bits")
+        return [Flit(w, last=(i == len(words) - 1)) for i, w in enumerate(words)]
+
+    @classmethod
+    def from_flits(cls, flits: Iterable[Flit]) -> "Packet":
+        flits = list(flits)
+        return cls(Header.decode(flits[0].data), [f.data for f in flits[1:]])
+
+
+def check_header(h: Header, *, n_ports: int, max_payload: int, groups: dict[int, int] | None = None
+                 ) -> ErrorCode:
+    """Python twin of :func:`rtl_header_error`: the error a switch ingress reports for this header.
+
+    ``groups`` maps configured group handles to member masks (static ``multimem`` only).
+    """
+    if not _is_known(h.opcode):
+        return ErrorCode.UNKNOWN_OPCODE
+    info = OPCODES[Opcode(int(h.opcode))]
+    if h.length > max_payload:
+        return ErrorCode.BAD_LENGTH
+    if info.routing == "dst" and h.dst >= n_ports:
+        return ErrorCode.BAD_DST
+    if info.routing == "mask" and (h.mask == 0 or h.mask >> n_ports):
+        return ErrorCode.BAD_MASK
+    if info.routing == "group" and not (groups or {}).get(h.group, 0):
+        return ErrorCode.BAD_GROUP
+    if info.typed and (h.etype not in {e.value for e in EType} or h.redop not in {r.value for r in RedOp}):
+        return ErrorCode.BAD_TYPE
+    return ErrorCode.NONE
+
+
+# ---------------------------------------------------------------------------------------------------------
+# RTL side: the same rules as combinational logic over a header view
+
+def rtl_payload_flits(header) -> Value:
+    """Payload flits that follow ``header`` (a :class:`HeaderLayout` view), as a 5-bit value."""
+    has = Const(0, 1)
+    for op, info in OPCODES.items():
+        if info.has_payload:
+            has = has | (header.opcode == op)
+    return Mux(has, header.length, 0)
+
+
+def rtl_header_error(header, *, n_ports: int, max_payload: int, group_mask: Value | None = None) -> Value:
+    """Combinational error code for a received header (same rules as :func:`check_header`).
+
+    ``group_mask`` is the member mask the switch's group table returns for ``header.route.mm.group``
+    (zero when the handle is unconfigured); pass ``None`` where static groups are not routed.
+    """
+    known = Const(0, 1)
+    routing = {"dst": Const(0, 1), "mask": Const(0, 1), "group": Const(0, 1)}
+    typed = Const(0, 1)
+    for op, info in OPCODES.items():
+        hit = header.opcode == op
+        known = known | hit
+        routing[info.routing] = routing[info.routing] | hit
+        if info.typed:
+            typed = typed | hit
+    mask = Value.cast(header.route.dyn.mask)
+    port_limit = Const((1 << n_ports) - 1, MAX_PORTS)
+    bad_mask = (mask == 0) | ((mask & ~port_limit) != 0)
+    bad_type = (Value.cast(header.etype).as_unsigned() > max(e.value for e in EType)) | \
+               (Value.cast(header.redop).as_unsigned() > max(r.value for r in RedOp))
+    no_group = Const(1, 1) if group_mask is None else (group_mask == 0)
+    code = Const(ErrorCode.NONE.value, 8)
+    # Lowest priority first; later Mux wins, so the order matches check_header's.
+    code = Mux(typed & bad_type, ErrorCode.BAD_TYPE.value, code)
+    code = Mux(routing["group"] & no_group, ErrorCode.BAD_GROUP.value, code)
+    code = Mux(routing["mask"] & bad_mask, ErrorCode.BAD_MASK.value, code)
+    code = Mux(routing["dst"] & (header.route.uni.dst >= n_ports), ErrorCode.BAD_DST.value, code)
+    code = Mux(header.length > max_payload, ErrorCode.BAD_LENGTH.value, code)
+    code = Mux(~known, ErrorCode.UNKNOWN_OPCODE.value, code)
+    return code
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Payload efficiency
+
+def wire_flits(payload_bytes: int, *, scheme: str = "dynamic", destinations: int = 1,
+               flit_bytes: int = 16, max_payload_bytes: int = 256, address_bytes: int = 8) -> int:
+    """Flits on the source's uplink to send ``payload_bytes`` to ``destinations`` GPUs.
+
+    Schemes:
+
+    * ``dynamic``  -- dysharp ``dymultimem.st``: one copy; each packet is a header flit plus payload.
+    * ``explicit`` -- one copy, but each packet also carries one ``address_bytes`` physical address per
+      destination (computed by SMs), packed into extra header flits.
+    * ``unicast``  -- one packet stream per destination (DeepEP-like all-to-all).
+    """
+    if payload_bytes <= 0:
+        raise ValueError(f"payload_bytes must be positive, got {payload_bytes}")
+    if destinations < 1:
+        raise ValueError(f"destinations must be >= 1, got {destinations}")
+    if max_payload_bytes % flit_bytes:
+        raise ValueError("max_payload_bytes must be a multiple of flit_bytes")
+    packets = math.ceil(payload_bytes / max_payload_bytes)
+    data_flits = math.ceil(payload_bytes / flit_bytes)
+    if scheme == "dynamic":
+        return packets + data_flits
+    if scheme == "explicit":
+        return packets * (1 + math.ceil(destinations * address_bytes / flit_bytes)) + data_flits
+    if scheme == "unicast":
+        return destinations * (packets + data_flits)
+    raise ValueError(f"unknown scheme {scheme!r}; valid: dynamic, explicit, unicast")
+
+
+def payload_efficiency(payload_bytes: int, *, scheme: str = "dynamic", destinations: int = 1,
+                       flit_bytes: int = 16, max_payload_bytes: int = 256, address_bytes: int = 8) -> float:
+    """Payload bytes / wire bytes for one packet stream under ``scheme`` (see :func:`wire_flits`).
+
+    For ``unicast`` this is the per-copy efficiency (each copy is a plain packet); the redundancy of
+    sending ``destinations`` copies shows in :func:`wire_flits`, not here.
+    """
+    copies = destinations if scheme == "unicast" else 1
+    flits = wire_flits(payload_bytes, scheme=scheme, destinations=destinations, flit_bytes=flit_bytes,
+                       max_payload_bytes=max_payload_bytes, address_bytes=address_bytes)
+    return payload_bytes * copies / (flits * flit_bytes)

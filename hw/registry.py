@@ -1,0 +1,193 @@
+"""Registry of the synthesizable hardware modules.
+
+Registering a module is one line at the bottom of this file::
+
+    register("switch", "hw.switch.nvswitch:NVSwitch", points=[{"ports": n} for n in (4, 8, 16, 32, 64)])
+
+Everything else is derived: the parameter names and defaults come from the component's ``__init__``
+signature, the component itself validates values (raising ``ValueError`` with a message), and ``points``
+lists the standard parameter points that ``dysharp verilog --points``, ``dysharp lint`` and the area flow
+generate. ``area_grid`` (optional) lists the points the area study sweeps; it defaults to ``points``.
+"""
+
+import dataclasses
+import hashlib
+import importlib
+import inspect
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ModuleSpec", "register", "MODULES", "get", "parse_assignments", "hw_source_hash",
+           "generate_verilog", "point_slug"]
+
+
+@dataclasses.dataclass
+class ModuleSpec:
+    name: str
+    factory: str                      # "package.module:Class"
+    points: list = dataclasses.field(default_factory=list)
+    area_grid: list | None = None
+    doc: str = ""
+    defaults: dict = dataclasses.field(default_factory=dict)   # overrides of the __init__ defaults
+
+    def component_class(self):
+        mod, _, cls = self.factory.partition(":")
+        return getattr(importlib.import_module(mod), cls)
+
+    def params(self) -> dict[str, Any]:
+        """Parameter name -> default, from the component's ``__init__`` signature."""
+        sig = inspect.signature(self.component_class().__init__)
+        params = {n: (None if p.default is inspect.Parameter.empty else p.default)
+                  for n, p in sig.parameters.items() if n != "self" and p.kind == p.KEYWORD_ONLY}
+        params.update(self.defaults)
+        return params
+
+    def resolve(self, overrides: dict | None = None) -> dict[str, Any]:
+        """Full parameter dict: defaults updated with ``overrides`` (unknown names rejected)."""
+        params = self.params()
+        for k in (overrides or {}):
+            if k not in params:
+                raise ValueError(f"module {self.name!r} has no parameter {k!r}; "
+                                 f"valid parameters: {', '.join(sorted(params))}")
+        params.update(overrides or {})
+        return params
+
+    def build(self, **overrides):
+        """Instantiate the component (its ``__init__`` validates the values)."""
+        return self.component_class()(**self.resolve(overrides))
+
+    def description(self) -> str:
+        doc = self.doc or (inspect.getdoc(self.component_class()) or "").split("\n")[0]
+        return doc
+
+
+MODULES: dict[str, ModuleSpec] = {}
+
+
+def register(name: str, factory: str, *, points=None, area_grid=None, doc: str = "",
+             defaults: dict | None = None) -> ModuleSpec:
+    if name in MODULES:
+        raise ValueError(f"module {name!r} is registered twice")
+    spec = ModuleSpec(name, factory, list(points or [{}]), area_grid, doc, dict(defaults or {}))
+    MODULES[name] = spec
+    return spec
+
+
+def get(name: str) -> ModuleSpec:
+    try:
+        return MODULES[name]
+    except KeyError:
+        raise ValueError(f"unknown module {name!r}; registered modules: {', '.join(sorted(MODULES))}")
+
+
+def _parse_value(text: str, default: Any) -> Any:
+    if isinstance(default, bool):
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"expected a boolean, got {text!r}")
+    if isinstance(default, int) or default is None:
+        try:
+            return int(text, 0)
+        except ValueError:
+            if default is not None:
+                raise ValueError(f"expected an integer, got {text!r}")
+            return text
+    if isinstance(default, float):
+        return float(text)
+    return text
+
+
+def parse_assignments(items: list[str], modules: list[str]) -> dict[str, dict[str, Any]]:
+    """Parse ``--set`` items (``param=value`` or ``module.param=value``) into per-module overrides.
+
+    A bare ``param`` applies to every selected module that has it; it is an error if none does.
+    """
+    out: dict[str, dict[str, Any]] = {m: {} for m in modules}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--set expects name=value, got {item!r}")
+        key, value = item.split("=", 1)
+        if "." in key:
+            mod, param = key.split(".", 1)
+            spec = get(mod)
+            if mod not in out:
+                raise ValueError(f"module {mod!r} is not selected (selected: {', '.join(modules)})")
+            targets = [spec]
+        else:
+            param = key
+            targets = [get(m) for m in modules if param in get(m).params()]
+            if not targets:
+                valid = sorted({f"{m}.{p}" for m in modules for p in get(m).params()})
+                raise ValueError(f"no selected module has a parameter {param!r}; valid: {', '.join(valid)}")
+        for spec in targets:
+            params = spec.params()
+            if param not in params:
+                raise ValueError(f"module {spec.name!r} has no parameter {param!r}; "
+                                 f"valid parameters: {', '.join(sorted(params))}")
+            try:
+                out[spec.name][param] = _parse_value(value, params[param])
+            except ValueError as e:
+                raise ValueError(f"{spec.name}.{param}: {e}") from None
+    return out
+
+
+def hw_source_hash() -> str:
+    """Hash of every Python file under ``hw/``: generated Verilog is cached against it."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def point_slug(params: dict[str, Any], defaults: dict[str, Any]) -> str:
+    """Short file-name-safe description of the non-default parameters of a point."""
+    parts = [f"{k}{v}" for k, v in sorted(params.items()) if defaults.get(k) != v]
+    return "_".join(parts) if parts else "default"
+
+
+def generate_verilog(name: str, overrides: dict | None = None, out_dir: str | os.PathLike = "build/verilog",
+                     *, cache: bool = True) -> Path:
+    """Elaborate module ``name`` with ``overrides`` and write ``<out_dir>/<name>__<point>.v``.
+
+    The top-level Verilog module is named ``name``. A JSON sidecar records the full parameters and the
+    ``hw/`` source hash; with ``cache`` an up-to-date file is reused.
+    """
+    from amaranth.back import verilog
+
+    spec = get(name)
+    params = spec.resolve(overrides)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}__{point_slug(params, spec.params())}.v"
+    meta_path = path.with_suffix(".json")
+    meta = {"module": name, "params": params, "hw_hash": hw_source_hash()}
+    if cache and path.exists() and meta_path.exists():
+        try:
+            if json.loads(meta_path.read_text()) == meta:
+                return path
+        except (OSError, ValueError):
+            pass
+    component = spec.build(**params)
+    text = verilog.convert(component, name=name, emit_src=False)
+    tmp = path.with_suffix(f".v.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    meta_path.write_text(json.dumps(meta, indent=1, sort_keys=True))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The registered modules: one line each.
+
+register("switch", "hw.switch.nvswitch:NVSwitch",
+         points=[{"ports": n} for n in (4, 8, 16, 32, 64)],
+         area_grid=[{"ports": n} for n in (8, 16, 32, 64)])
+register("switch_fifo", "hw.switch.nvswitch:NVSwitch", defaults={"queueing": "fifo"},
+         points=[{"ports": 8}],
+         doc="NVSwitch datapath with one FIFO per input (head-of-line-blocking baseline)")

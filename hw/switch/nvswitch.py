@@ -1,0 +1,146 @@
+"""The NVSwitch datapath: N credit-link ports, per-input VOQ buffers, an iSLIP crossbar allocator, and
+multicast by destination mask.
+
+Contract
+--------
+* Ports: ``rx[i]``/``tx[i]`` credit links (one flit per cycle each way), ``cfg`` (group-table writes),
+  ``err_count`` (one 32-bit counter per :class:`~hw.packet.ErrorCode`), ``cfg_errors``.
+* Routing: unicast opcodes go to ``dst``; static ``multimem`` to the group table's mask for ``group``;
+  ``dymultimem`` to the header ``mask``. A packet whose destination is its own source port is delivered
+  like any other. Every packet is forwarded unchanged (header rewriting belongs to the DySHARP blocks).
+* Packet-atomic: an output carries one packet at a time, start to ``last``.
+* Flow control: ``rx`` returns one credit per freed cell (``credits`` cells per input); ``tx`` sends only
+  with credits from downstream (``out_credits`` initial). Nothing is dropped by backpressure.
+* Bad input (unknown opcode, length above ``max_payload``, zero/out-of-range mask, unconfigured group,
+  bad ``dst``, bad reduction type): the packet is dropped whole, an ``ERROR`` response goes back out of
+  the arrival port, and ``err_count[code]`` increments. A length that disagrees with ``last`` is found at
+  the packet's end, after cut-through forwarding began: the packet is ended with ``poison`` (receivers
+  drop it), the error response and counter are as above.
+* Latency: header in at cycle t, header out at t+4 with no contention. Throughput: one flit per cycle
+  per port; ``queueing="fifo"`` builds the head-of-line-blocking baseline (one FIFO per input).
+"""
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out, connect
+
+from ..arbiter import or_reduce
+from ..credit import CreditSender, credit_link_signature
+from ..packet import DEFAULT_FLIT_WIDTH, MAX_LENGTH, MAX_PORTS, ErrorCode, flit_layout
+from .allocator import ISlipAllocator
+from .group_table import GroupTable, GroupWrite
+from .input_unit import InputUnit
+
+__all__ = ["NVSwitch", "N_ERROR_CODES"]
+
+N_ERROR_CODES = 16
+
+
+class NVSwitch(wiring.Component):
+    """Parameters: ``ports`` (4..64), ``credits`` (input cells per port, 4..1024), ``out_credits``
+    (downstream buffer per port; default ``credits``), ``flit_width`` (128/256/512), ``max_payload``
+    (payload flits per packet, 1..31), ``groups`` (static group-table entries), ``queueing``
+    (``"voq"`` or ``"fifo"``), ``egress_depth`` (egress FIFO flits, >= 2), ``iterations`` (iSLIP
+    iterations per cycle, 1..4)."""
+
+    def __init__(self, *, ports: int = 8, credits: int = 32, out_credits: int | None = None,
+                 flit_width: int = DEFAULT_FLIT_WIDTH, max_payload: int = 16, groups: int = 16,
+                 queueing: str = "voq", egress_depth: int = 4, iterations: int = 1):
+        if not isinstance(ports, int) or not 4 <= ports <= MAX_PORTS:
+            raise ValueError(f"ports must be an integer in 4..{MAX_PORTS}, got {ports!r}")
+        if not isinstance(credits, int) or not 4 <= credits <= 1024:
+            raise ValueError(f"credits must be an integer in 4..1024, got {credits!r}")
+        if out_credits is None:
+            out_credits = credits
+        if not isinstance(out_credits, int) or not 1 <= out_credits <= 1024:
+            raise ValueError(f"out_credits must be an integer in 1..1024, got {out_credits!r}")
+        if not isinstance(max_payload, int) or not 1 <= max_payload <= MAX_LENGTH:
+            raise ValueError(f"max_payload must be an integer in 1..{MAX_LENGTH}, got {max_payload!r}")
+        if queueing not in ("voq", "fifo"):
+            raise ValueError(f"queueing must be 'voq' or 'fifo', got {queueing!r}")
+        if not isinstance(egress_depth, int) or not 2 <= egress_depth <= 64:
+            raise ValueError(f"egress_depth must be an integer in 2..64, got {egress_depth!r}")
+        flit_layout(flit_width)   # validates flit_width
+        self.ports = ports
+        self.credits = credits
+        self.out_credits = out_credits
+        self.flit_width = flit_width
+        self.max_payload = max_payload
+        self.groups = groups
+        self.queueing = queueing
+        self.egress_depth = egress_depth
+        if not isinstance(iterations, int) or not 1 <= iterations <= 4:
+            raise ValueError(f"iterations must be an integer in 1..4, got {iterations!r}")
+        self.iterations = iterations
+        link = credit_link_signature(flit_width)
+        super().__init__({
+            "rx": In(link).array(ports),
+            "tx": Out(link).array(ports),
+            "cfg": In(stream.Signature(GroupWrite)),
+            "err_count": Out(data.ArrayLayout(32, N_ERROR_CODES)),
+            "cfg_errors": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        N = self.ports
+        flit_w = flit_layout(self.flit_width).size
+
+        m.submodules.groups = groups = GroupTable(n_ports=N, entries=self.groups, n_lookups=N)
+        connect(m, wiring.flipped(self.cfg), groups.cfg)
+        m.d.comb += self.cfg_errors.eq(groups.cfg_errors)
+
+        m.submodules.alloc = alloc = ISlipAllocator(N, self.iterations)
+        inputs = []
+        for i in range(N):
+            iu = InputUnit(port=i, n_ports=N, credits=self.credits, flit_width=self.flit_width,
+                           max_payload=self.max_payload, queueing=self.queueing)
+            m.submodules[f"in{i}"] = iu
+            inputs.append(iu)
+            connect(m, wiring.flipped(self.rx[i]), iu.rx)
+            m.d.comb += [
+                groups.lookup_handle[i].eq(iu.group_handle),
+                iu.group_mask.eq(groups.lookup_mask[i]),
+                alloc.req[i].eq(iu.req),
+                alloc.req_class[i].eq(iu.req_class),
+                iu.grant.eq(alloc.accept[i]),
+            ]
+
+        # Output ownership: an output is busy from its grant until its packet's last flit is read.
+        out_busy = Signal(N)
+        release = Signal(N)
+        m.d.comb += release.eq(or_reduce([Mux(iu.releasing, iu.dests, 0) for iu in inputs]))
+        m.d.comb += alloc.out_free.eq(~out_busy | release)
+        newly = or_reduce([alloc.accept[i] for i in range(N)])
+        m.d.sync += out_busy.eq((out_busy & ~release) | newly)
+
+        # Crossbar (AND-OR one-hot multiplexer; an output listens to at most one input at a time) and
+        # egress FIFO + credit sender per output.
+        space = Signal(N)
+        for j in range(N):
+            hit = [iu.out_valid & iu.out_dests[j] for iu in inputs]
+            w_en = Signal(name=f"xbar_valid{j}")
+            m.d.comb += w_en.eq(Cat(*hit).any())
+            w_data = or_reduce([Mux(h, iu.out_flit.as_value(), 0) for h, iu in zip(hit, inputs)])
+            q = fifo.SyncFIFO(width=flit_w, depth=self.egress_depth)
+            m.submodules[f"egress{j}"] = q
+            tx = CreditSender(credits=self.out_credits, flit_width=self.flit_width)
+            m.submodules[f"tx{j}"] = tx
+            m.d.comb += [
+                q.w_en.eq(w_en),
+                q.w_data.eq(w_data),
+                space[j].eq((q.level + w_en) < self.egress_depth),
+                tx.i.valid.eq(q.r_rdy),
+                tx.i.payload.eq(q.r_data),
+                q.r_en.eq(tx.i.ready),
+            ]
+            connect(m, tx.link, wiring.flipped(self.tx[j]))
+        for iu in inputs:
+            m.d.comb += iu.space.eq(space)
+
+        # Status: one counter per error code, summed over ports.
+        for c in range(N_ERROR_CODES):
+            inc = Signal(range(N + 1), name=f"err_inc{c}")
+            m.d.comb += inc.eq(sum((iu.err_valid & (iu.err_code == c)) for iu in inputs))
+            m.d.sync += self.err_count[c].eq(self.err_count[c] + inc)
+        return m

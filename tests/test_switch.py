@@ -1,0 +1,49 @@
+"""NVSwitch datapath: cocotb suites against the reference model (see verif/tb_switch.py)."""
+
+import pytest
+
+from verif.runner import run_cocotb
+
+TB = "verif.tb_switch"
+
+
+@pytest.mark.parametrize("ports", [4, 8, 16])
+def test_traffic(ports, seed, sim):
+    packets = {4: 40, 8: 25, 16: 12}[ports]
+    run_cocotb("switch", {"ports": ports}, test_module=TB, testcase="test_traffic", seed=seed, sim=sim,
+               env={"packets": packets})
+
+
+def test_traffic_fifo_variant(seed, sim):
+    run_cocotb("switch_fifo", {"ports": 8}, test_module=TB, testcase="test_traffic", seed=seed, sim=sim,
+               env={"packets": 20})
+
+
+def test_traffic_no_stalls_all_multicast(seed, sim):
+    run_cocotb("switch", {"ports": 8}, test_module=TB, testcase="test_traffic", seed=seed, sim=sim,
+               env={"packets": 20, "mc_frac": 1.0, "gap": 0.0, "stall": 0.0})
+
+
+def test_traffic_small_credits(seed, sim):
+    run_cocotb("switch", {"ports": 4, "credits": 4, "out_credits": 2}, test_module=TB,
+               testcase="test_traffic", seed=seed, sim=sim, env={"packets": 30})
+
+
+@pytest.mark.parametrize("ports", [4, 8])
+def test_bad_input(ports, seed, sim):
+    run_cocotb("switch", {"ports": ports}, test_module=TB, testcase="test_bad_input", seed=seed, sim=sim)
+
+
+@pytest.mark.parametrize("ports", [4, 16])
+def test_zero_load_latency(ports, seed, sim):
+    run_cocotb("switch", {"ports": ports}, test_module=TB, testcase="test_zero_load_latency", seed=seed,
+               sim=sim)
+
+
+def test_credit_overflow(seed, sim):
+    run_cocotb("switch", {"ports": 4, "out_credits": 2}, test_module=TB, testcase="test_credit_overflow",
+               seed=seed, sim=sim)
+
+
+def test_group_config(seed, sim):
+    run_cocotb("switch", {"ports": 8}, test_module=TB, testcase="test_group_config", seed=seed, sim=sim)

