@@ -11,6 +11,7 @@ COMMANDS = {
     "verilog": ("dysharp.commands.verilog", "write Verilog for the registered hardware modules"),
     "lint": ("dysharp.commands.lint", "run verilator --lint-only over the generated Verilog"),
     "bench": ("dysharp.commands.bench", "run an RTL benchmark and write its figures under build/"),
+    "efficiency": ("dysharp.commands.efficiency", "payload efficiency: dynamic vs explicit addressing"),
     "study": ("dysharp.commands.study", "run the main study end to end and write its report"),
 }
 

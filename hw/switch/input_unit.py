@@ -41,7 +41,7 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arbiter import first_set, onehot_to_index, or_reduce
-from ..credit import credit_link_signature
+from ..credit import CREDIT_RETURN_MAX, credit_link_signature
 from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, MAX_PORTS, ErrorCode, HeaderLayout, Opcode, OPCODES,
                       flit_layout, rtl_header_error, rtl_payload_flits)
 
@@ -68,8 +68,9 @@ class InputUnit(wiring.Component):
     (combinational). ``req``/``req_class``: request vector to the allocator (zero while busy).
     ``grant``: accepted outputs, from the allocator, this cycle; a non-zero grant starts a transfer next
     cycle. ``dests``/``releasing``: outputs held by the transfer in progress and whether its last flit is
-    read this cycle. ``space``: per output, the egress can take one more flit. ``out_valid``/``out_flit``/
-    ``out_dests``: crossbar input, one cycle after the read. ``err_valid``/``err_code``: one error event
+    read this cycle. ``space``: per output, the egress can take ``lanes`` more flits. ``out_valid[k]``/
+    ``out_flit[k]``/``out_dests``: crossbar input, ``lanes`` flits per cycle (lane 0 first), one cycle
+    after the read. ``err_valid``/``err_code``: one error event
     per cycle for the status counters.
 
     Timing: header arrives in cycle t; it can be granted in t+1, read in t+2 and be at the crossbar output
@@ -77,9 +78,12 @@ class InputUnit(wiring.Component):
     """
 
     def __init__(self, *, port: int, n_ports: int, credits: int, flit_width: int = DEFAULT_FLIT_WIDTH,
-                 max_payload: int = 16, queueing: str = "voq"):
+                 max_payload: int = 16, queueing: str = "voq", lanes: int = 1):
         if queueing not in ("voq", "fifo"):
             raise ValueError(f"queueing must be 'voq' or 'fifo', got {queueing!r}")
+        if lanes not in (1, 2):
+            raise ValueError(f"lanes (internal speedup) must be 1 or 2, got {lanes!r}")
+        self.lanes = lanes
         self.port = port
         self.n_ports = n_ports
         self.credits = credits
@@ -98,8 +102,8 @@ class InputUnit(wiring.Component):
             "dests": Out(n_ports),
             "releasing": Out(1),
             "space": In(n_ports),
-            "out_valid": Out(1),
-            "out_flit": Out(flit),
+            "out_valid": Out(lanes),
+            "out_flit": Out(flit).array(lanes),
             "out_dests": Out(n_ports),
             "err_valid": Out(1),
             "err_code": Out(8),
@@ -165,6 +169,8 @@ class InputUnit(wiring.Component):
         dropping = Signal()     # discarding flits until `last`
         cur_left = Signal(range(32))          # payload flits still expected
         cur_hdr = Signal(cell_shape)          # header cell of the packet being received
+        cur_q = Signal(range(n_uc + 1))       # its queue
+        cur_written = Signal(range(C + 1))    # its flits written so far
 
         new_cell = Signal(cell_shape)        # the next-write cell: this cycle's flit goes here
         new_ok = Signal(init=1)
@@ -244,12 +250,12 @@ class InputUnit(wiring.Component):
                         m.d.sync += dropping.eq(~rx.flit.last)
                     with m.Else():
                         m.d.sync += [in_pkt.eq(~rx.flit.last), cur_left.eq(exp)]
-                    m.d.sync += cur_hdr.eq(new_cell)
+                    m.d.sync += [cur_hdr.eq(new_cell), cur_q.eq(target_q), cur_written.eq(1)]
             with m.Else():   # payload flit of a stored packet
                 final = cur_left == 1
                 mismatch = rx.flit.last != final
                 m.d.comb += [write.eq(1), w_last.eq(rx.flit.last | final), w_poison.eq(mismatch)]
-                m.d.sync += cur_left.eq(cur_left - 1)
+                m.d.sync += [cur_left.eq(cur_left - 1), cur_written.eq(cur_written + 1)]
                 with m.If(rx.flit.last | final):
                     m.d.sync += in_pkt.eq(0)
                 with m.If(mismatch):
@@ -303,42 +309,66 @@ class InputUnit(wiring.Component):
             m.d.comb += errq_w.data.tag.eq(cur_tag)
 
         # ---------------------------------------------------------------- reader
+        # The reader follows the packet's cell chain, ``lanes`` cells per cycle (internal speedup): lane k
+        # reads cell c_k, where c_0 = rd_cell and c_{k+1} = cnext[c_k], as long as each cell is written,
+        # the lanes before it did not hit the packet's last cell, and every destination has room.
+        L = self.lanes
         rd_active = Signal()
         rd_err = Signal()          # the transfer is an error response
         rd_cell = Signal(cell_shape)
         rd_free = Signal()         # free cells as they are read (last pass of the packet)
         rd_dests = Signal(N)
-        issue = Signal()
         release = Signal()
 
         space_ok = (self.space & rd_dests) == rd_dests
-        with m.If(rd_active):
-            with m.If(rd_err):
-                m.d.comb += [issue.eq(space_ok), release.eq(space_ok)]
-            with m.Else():
-                m.d.comb += issue.eq(space_ok & written.bit_select(rd_cell, 1))
-                m.d.comb += release.eq(issue & clast.bit_select(rd_cell, 1))
+        lane_cell = [rd_cell] + [Signal(cell_shape, name=f"lane{k}_cell") for k in range(1, L)]
+        lane_next = [Signal(cell_shape, name=f"lane{k}_next") for k in range(L)]
+        lane_issue = [Signal(name=f"lane{k}_issue") for k in range(L)]
+        lane_last = [Signal(name=f"lane{k}_last") for k in range(L)]
+        for k in range(L):
+            rp = cnext_r if k == 0 else cnext.read_port(domain="comb")
+            m.d.comb += [rp.addr.eq(lane_cell[k]), lane_next[k].eq(rp.data),
+                         lane_last[k].eq(clast.bit_select(lane_cell[k], 1))]
+            if k + 1 < L:
+                m.d.comb += lane_cell[k + 1].eq(lane_next[k])
+            ok = written.bit_select(lane_cell[k], 1)
+            if k == 0:
+                m.d.comb += lane_issue[0].eq(rd_active & ~rd_err & space_ok & ok)
+            else:
+                m.d.comb += lane_issue[k].eq(lane_issue[k - 1] & ~lane_last[k - 1] & ok)
+        err_issue = Signal()
+        m.d.comb += err_issue.eq(rd_active & rd_err & space_ok)
+        data_release = or_reduce([lane_issue[k] & lane_last[k] for k in range(L)])
         m.d.comb += [
+            release.eq(err_issue | data_release),
             self.dests.eq(rd_dests),
             self.releasing.eq(release),
-            cnext_r.addr.eq(rd_cell),
-            cells_r.addr.eq(rd_cell),
-            cells_r.en.eq(issue & ~rd_err),
-            eq_pop.eq(issue & rd_err),
+            eq_pop.eq(err_issue),
         ]
-        cell_freed = Signal()
-        m.d.comb += cell_freed.eq(issue & ~rd_err & rd_free)
-        with m.If(issue & ~rd_err):
-            m.d.sync += rd_cell.eq(cnext_r.data)
+        lane_data = []
+        for k in range(L):
+            rp = cells_r if k == 0 else cells.read_port()
+            m.d.comb += [rp.addr.eq(lane_cell[k]), rp.en.eq(lane_issue[k])]
+            lane_data.append(rp.data)
+        # The next cell to read: one past the last lane that issued.
+        nxt = rd_cell
+        for k in range(L):
+            nxt = Mux(lane_issue[k], lane_next[k], nxt)
+        m.d.sync += rd_cell.eq(nxt)
+        freed = [Signal(name=f"lane{k}_freed") for k in range(L)]
+        for k in range(L):
+            m.d.comb += freed[k].eq(lane_issue[k] & rd_free)
+        n_freed = Signal(range(L + 1))
+        m.d.comb += n_freed.eq(sum(freed))
 
         # Crossbar-side pipeline register (aligned with the synchronous cell read).
-        o_valid = Signal()
+        o_valid = Signal(L)
         o_err = Signal()
         o_dests = Signal(N)
         err_flit = Signal(self.flit_width)
         err_hdr = HeaderLayout(err_flit[:HEADER_BITS])
-        m.d.sync += [o_valid.eq(issue), o_err.eq(rd_err), o_dests.eq(rd_dests)]
-        with m.If(issue & rd_err):
+        m.d.sync += [o_valid.eq(Cat(lane_issue) | err_issue), o_err.eq(err_issue), o_dests.eq(rd_dests)]
+        with m.If(err_issue):
             m.d.sync += [
                 err_flit.eq(0),
                 err_hdr.opcode.eq(Opcode.ERROR),
@@ -351,16 +381,26 @@ class InputUnit(wiring.Component):
             self.out_valid.eq(o_valid),
             self.out_dests.eq(o_dests),
         ]
-        with m.If(o_err):
-            m.d.comb += [self.out_flit.data.eq(err_flit), self.out_flit.last.eq(1)]
-        with m.Else():
-            m.d.comb += self.out_flit.eq(cells_r.data)
+        for k in range(L):
+            if k == 0:
+                with m.If(o_err):
+                    m.d.comb += [self.out_flit[0].data.eq(err_flit), self.out_flit[0].last.eq(1)]
+                with m.Else():
+                    m.d.comb += self.out_flit[0].eq(lane_data[0])
+            else:
+                m.d.comb += self.out_flit[k].eq(lane_data[k])
 
         # ---------------------------------------------------------------- allocator requests
         mq_has = q_count[MQ] != 0
         age = [Signal(S, name=f"q{q}_age") for q in range(n_q)]
         for q in range(n_q):
             m.d.comb += age[q].eq(aseq - q_hseq[q])
+        # Virtual cut-through: a packet still arriving may start only if its sender holds the credits to
+        # send the rest back to back, or if nothing else is in the buffer (a packet longer than the buffer
+        # must stream through it). Otherwise, with the buffer full, it would trickle in at one flit per
+        # credit round trip while holding its outputs idle.
+        cut_ok = Signal()
+        m.d.comb += cut_ok.eq((self.credits - held >= cur_left) | (used == cur_written))
         uc_vec = Signal(N)
         mc_block = Signal(N)
         for j in range(n_uc):
@@ -368,14 +408,17 @@ class InputUnit(wiring.Component):
             # the same output (conservative: the holder may be younger than the VOQ head). A mask-queue
             # head waits, per output, for an older VOQ head to that output.
             has = q_count[j] != 0
+            arriving = in_pkt & (cur_q == j) & (q_count[j] == 1)   # the head is the packet arriving
             m.d.comb += [
-                uc_vec[j].eq(has & ~(mq_has & (mc_pend[j] != 0) & (age[MQ] > age[j]))),
+                uc_vec[j].eq(has & ~(arriving & ~cut_ok) &
+                             ~(mq_has & (mc_pend[j] != 0) & (age[MQ] > age[j]))),
                 mc_block[j].eq(has & (age[j] > age[MQ])),
             ]
         mc_arriving = Signal()   # the mask-queue head is the packet still being received
         m.d.comb += mc_arriving.eq(in_pkt & (cur_hdr == q_head[MQ]))
         mc_vec = Signal(N)
-        m.d.comb += mc_vec.eq(Mux(mq_has & ~(mc_arriving & (mc_res & mc_block).any()), mc_res & ~mc_block, 0))
+        m.d.comb += mc_vec.eq(Mux(mq_has & ~(mc_arriving & ((mc_res & mc_block).any() | ~cut_ok)),
+                                  mc_res & ~mc_block, 0))
         prefer_mask = Signal()
         avail = ~rd_active | release
         cls = Signal(2)
@@ -466,18 +509,22 @@ class InputUnit(wiring.Component):
             m.d.sync += [new_cell.eq(alloc), new_ok.eq(can_alloc)]
         alloc_bit = Mux(refill & can_alloc, Const(1, C) << alloc, 0)
         write_bit = Mux(write, Const(1, C) << new_cell, 0)
-        free_bit = Mux(cell_freed, Const(1, C) << rd_cell, 0)
+        free_bits = or_reduce([Mux(freed[k], Const(1, C) << lane_cell[k], 0) for k in range(L)])
         m.d.sync += [
-            free.eq((free & ~alloc_bit) | free_bit),
-            used.eq(used + write - cell_freed),
+            free.eq((free & ~alloc_bit) | free_bits),
+            used.eq(used + write - n_freed),
             clast.eq((clast & ~write_bit) | Mux(w_last, write_bit, 0)),
             written.eq((written & ~alloc_bit) | write_bit),
         ]
 
         # ---------------------------------------------------------------- credit return
-        gain = Signal(range(3))
-        m.d.comb += gain.eq(cell_freed + discard + eq_pop)
-        send_credit = pending > 0
+        gain = Signal(range(L + 3))
+        m.d.comb += gain.eq(n_freed + discard + eq_pop)
+        send_credit = Signal(range(CREDIT_RETURN_MAX + 1))
+        with m.If(pending >= CREDIT_RETURN_MAX):
+            m.d.comb += send_credit.eq(CREDIT_RETURN_MAX)
+        with m.Elif(pending > 0):
+            m.d.comb += send_credit.eq(pending)
         m.d.comb += rx.credit.eq(send_credit)
         m.d.sync += pending.eq(pending + gain - err_push - terminate - send_credit)
         return m

@@ -17,17 +17,21 @@ Contract
   the packet's end, after cut-through forwarding began: the packet is ended with ``poison`` (receivers
   drop it), the error response and counter are as above.
 * Latency: header in at cycle t, header out at t+4 with no contention. Throughput: one flit per cycle
-  per port; ``queueing="fifo"`` builds the head-of-line-blocking baseline (one FIFO per input).
+  per port on every link. Inside, each input reads ``speedup`` cells per cycle into a crossbar lane per
+  cell and each output queues what it cannot send yet (combined input/output queueing): packet-mode
+  matching then loses little when inputs and outputs free up at different times. ``queueing="fifo"``
+  builds the head-of-line-blocking baseline (one FIFO per input).
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out, connect
 
 from ..arbiter import or_reduce
 from ..credit import CreditSender, credit_link_signature
 from ..packet import DEFAULT_FLIT_WIDTH, MAX_LENGTH, MAX_PORTS, ErrorCode, flit_layout
 from .allocator import ISlipAllocator
+from .egress_queue import EgressQueue
 from .group_table import GroupTable, GroupWrite
 from .input_unit import InputUnit
 
@@ -40,12 +44,14 @@ class NVSwitch(wiring.Component):
     """Parameters: ``ports`` (4..64), ``credits`` (input cells per port, 4..1024), ``out_credits``
     (downstream buffer per port; default ``credits``), ``flit_width`` (128/256/512), ``max_payload``
     (payload flits per packet, 1..31), ``groups`` (static group-table entries), ``queueing``
-    (``"voq"`` or ``"fifo"``), ``egress_depth`` (egress FIFO flits, >= 2), ``iterations`` (iSLIP
-    iterations per cycle, 1..4)."""
+    (``"voq"`` or ``"fifo"``), ``speedup`` (1 or 2: flits per cycle an input reads and the crossbar moves
+    per port), ``egress_depth`` (output queue flits; default 4 at speedup 1, two maximal packets at
+    speedup 2), ``iterations`` (iSLIP iterations per cycle, 1..4)."""
 
     def __init__(self, *, ports: int = 8, credits: int = 32, out_credits: int | None = None,
                  flit_width: int = DEFAULT_FLIT_WIDTH, max_payload: int = 16, groups: int = 16,
-                 queueing: str = "voq", egress_depth: int = 4, iterations: int = 1):
+                 queueing: str = "voq", egress_depth: int | None = None, iterations: int = 1,
+                 speedup: int = 2):
         if not isinstance(ports, int) or not 4 <= ports <= MAX_PORTS:
             raise ValueError(f"ports must be an integer in 4..{MAX_PORTS}, got {ports!r}")
         if not isinstance(credits, int) or not 4 <= credits <= 1024:
@@ -58,8 +64,14 @@ class NVSwitch(wiring.Component):
             raise ValueError(f"max_payload must be an integer in 1..{MAX_LENGTH}, got {max_payload!r}")
         if queueing not in ("voq", "fifo"):
             raise ValueError(f"queueing must be 'voq' or 'fifo', got {queueing!r}")
-        if not isinstance(egress_depth, int) or not 2 <= egress_depth <= 64:
-            raise ValueError(f"egress_depth must be an integer in 2..64, got {egress_depth!r}")
+        if speedup not in (1, 2):
+            raise ValueError(f"speedup must be 1 or 2, got {speedup!r}")
+        if egress_depth is None:
+            # Speedup 2 needs room for a whole packet arriving at twice the drain rate.
+            egress_depth = 4 if speedup == 1 else 2 * (max_payload + 1)
+        if not isinstance(egress_depth, int) or not 2 * speedup <= egress_depth <= 256:
+            raise ValueError(f"egress_depth must be an integer in {2 * speedup}..256, got {egress_depth!r}")
+        self.speedup = speedup
         flit_layout(flit_width)   # validates flit_width
         self.ports = ports
         self.credits = credits
@@ -94,7 +106,7 @@ class NVSwitch(wiring.Component):
         inputs = []
         for i in range(N):
             iu = InputUnit(port=i, n_ports=N, credits=self.credits, flit_width=self.flit_width,
-                           max_payload=self.max_payload, queueing=self.queueing)
+                           max_payload=self.max_payload, queueing=self.queueing, lanes=self.speedup)
             m.submodules[f"in{i}"] = iu
             inputs.append(iu)
             connect(m, wiring.flipped(self.rx[i]), iu.rx)
@@ -110,29 +122,41 @@ class NVSwitch(wiring.Component):
         out_busy = Signal(N)
         release = Signal(N)
         m.d.comb += release.eq(or_reduce([Mux(iu.releasing, iu.dests, 0) for iu in inputs]))
-        m.d.comb += alloc.out_free.eq(~out_busy | release)
+        admit = Signal(N)   # the output queue can take a whole new packet (speedup 2), see below
+        m.d.comb += alloc.out_free.eq((~out_busy | release) & admit)
         newly = or_reduce([alloc.accept[i] for i in range(N)])
         m.d.sync += out_busy.eq((out_busy & ~release) | newly)
 
-        # Crossbar (AND-OR one-hot multiplexer; an output listens to at most one input at a time) and
-        # egress FIFO + credit sender per output.
+        # Crossbar (AND-OR one-hot multiplexer per lane; an output listens to at most one input at a
+        # time) and an output queue + credit sender per output.
+        S = self.speedup
         space = Signal(N)
         for j in range(N):
-            hit = [iu.out_valid & iu.out_dests[j] for iu in inputs]
-            w_en = Signal(name=f"xbar_valid{j}")
-            m.d.comb += w_en.eq(Cat(*hit).any())
-            w_data = or_reduce([Mux(h, iu.out_flit.as_value(), 0) for h, iu in zip(hit, inputs)])
-            q = fifo.SyncFIFO(width=flit_w, depth=self.egress_depth)
+            q = EgressQueue(width=flit_w, depth=self.egress_depth, lanes=S)
             m.submodules[f"egress{j}"] = q
+            n_in = []
+            for k in range(S):
+                hit = [iu.out_valid[k] & iu.out_dests[j] for iu in inputs]
+                w_en = Signal(name=f"xbar{j}_lane{k}_valid")
+                m.d.comb += w_en.eq(Cat(*hit).any())
+                w_data = or_reduce([Mux(h, iu.out_flit[k].as_value(), 0) for h, iu in zip(hit, inputs)])
+                m.d.comb += [q.w_valid[k].eq(w_en), q.w_data[k].eq(w_data)]
+                n_in.append(w_en)
+            # Room for S more flits after this cycle's writes (a read issued now lands next cycle).
+            m.d.comb += space[j].eq(q.level + sum(n_in) + S <= self.egress_depth)
+            # A new packet is only matched to an output whose queue can take all of it at full speed:
+            # otherwise its input would stall at the drain rate, busy but unable to serve other outputs.
+            # The queue holds enough backlog meanwhile to keep the link busy until the next match.
+            if S > 1:
+                m.d.comb += admit[j].eq(q.level + sum(n_in) + S + self.max_payload + 1 <= self.egress_depth)
+            else:
+                m.d.comb += admit[j].eq(1)
             tx = CreditSender(credits=self.out_credits, flit_width=self.flit_width)
             m.submodules[f"tx{j}"] = tx
             m.d.comb += [
-                q.w_en.eq(w_en),
-                q.w_data.eq(w_data),
-                space[j].eq((q.level + w_en) < self.egress_depth),
-                tx.i.valid.eq(q.r_rdy),
-                tx.i.payload.eq(q.r_data),
-                q.r_en.eq(tx.i.ready),
+                tx.i.valid.eq(q.r.valid),
+                tx.i.payload.eq(q.r.payload),
+                q.r.ready.eq(tx.i.ready),
             ]
             connect(m, tx.link, wiring.flipped(self.tx[j]))
         for iu in inputs:
