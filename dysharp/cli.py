@@ -12,6 +12,7 @@ COMMANDS = {
     "lint": ("dysharp.commands.lint", "run verilator --lint-only over the generated Verilog"),
     "bench": ("dysharp.commands.bench", "run an RTL benchmark and write its figures under build/"),
     "study": ("dysharp.commands.study", "run the main study end to end and write its report"),
+    "estimate": ("dysharp.commands.estimate", "MoE layer-time estimate: DySHARP against the baselines"),
 }
 
 
