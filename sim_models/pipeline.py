@@ -161,6 +161,7 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
                float(np.max((x.disp_dn_cum[:, -1] + comb_dn) / x.dn_rate)))
     comp = float(np.max(w1.sum(axis=1) + w2.sum(axis=1)))
     dt = max(comm, comp, 1e-12) / x.slots
+    eps = dt * 1e-6            # time comparisons tolerate rounding (a jump lands exactly on a completion)
 
     # The home's reduction engines absorb partial bytes; a result moves down only as fast as its partials
     # can be reduced: result-byte rate = reduce_rate * (result bytes / partial bytes) for that home.
@@ -271,7 +272,7 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
             frac = max(float(np.max(a_up / cap_up)), float(np.max(a_dn / cap_dn)))
             last_activity = max(last_activity, t + dt * min(frac, 1.0))
         # Tiles whose GEMM-2 ended by the slot end release their combine.
-        new_rel = np.minimum((f2 <= t_end).sum(axis=1), ntiles)
+        new_rel = np.minimum((f2 <= t_end + eps).sum(axis=1), ntiles)
         if np.any(new_rel > released):
             dn_q += req_dn_cum[rows, new_rel] - req_dn_cum[rows, released]
             last_activity = max(last_activity, float(np.max(np.where(
