@@ -78,13 +78,15 @@ class Calibration:
 def load_calibration(bench_dir="build/bench") -> "Calibration":
     """Figures from ``<bench_dir>/<name>.json`` where present, documented defaults elsewhere.
 
+    ``bench_dir`` may be a list of folders, searched in order (the first file found for a benchmark wins).
     A file that exists but is not valid JSON, or a figure that is not a finite non-negative number, is an
     error (``ValueError`` naming the file and field), so a broken benchmark never silently falls back."""
     values, sources = {}, {}
     loaded = {}
-    if bench_dir is not None:
-        for stem in sorted({f for f, _, _ in FIGURES.values()}):
-            path = Path(bench_dir) / f"{stem}.json"
+    dirs = [] if bench_dir is None else ([bench_dir] if isinstance(bench_dir, (str, Path)) else list(bench_dir))
+    for stem in sorted({f for f, _, _ in FIGURES.values()}):
+        for folder in dirs:
+            path = Path(folder) / f"{stem}.json"
             if not path.exists():
                 continue
             try:
@@ -97,6 +99,7 @@ def load_calibration(bench_dir="build/bench") -> "Calibration":
             if not isinstance(cal, dict):
                 raise ValueError(f"{path}: 'calibration' must be an object")
             loaded[stem] = (path, cal)
+            break
     for name, (stem, default, why) in FIGURES.items():
         if stem in loaded and name in loaded[stem][1]:
             path, cal = loaded[stem]

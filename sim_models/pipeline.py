@@ -218,6 +218,7 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
             # Combine gets at least half a link while dispatch is active, and whatever dispatch leaves.
             a_up = np.minimum(qu, np.maximum(cap_up / 2, cap_up - use_up))
             a_dn = np.minimum(np.minimum(qd, np.maximum(cap_dn / 2, cap_dn - use_dn)), red_cap)
+            a_up_first, a_dn_first = a_up, a_dn
             p_new = min(T, float(np.min(inv_up(base_up + cap_up - a_up))),
                         float(np.min(inv_dn(base_dn + cap_dn - a_dn))))
             p_new = max(p_new, p)
@@ -228,14 +229,23 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
             up_busy += use_up / x.up_rate
             dn_busy += use_dn / x.dn_rate
             if p_new > p:
+                span = dt                 # time the progress p -> p_new takes within this slot
+                if p_new >= T - 1e-9:
+                    # Dispatch ends inside the slot: at the busiest link's share of its allotment.
+                    need_up = x.disp_up_cum[:, -1] - base_up
+                    need_dn = x.disp_dn_cum[:, -1] - base_dn
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        f_up = np.where(need_up > 0, need_up / np.maximum(cap_up - a_up_first, 1e-30), 0.0)
+                        f_dn = np.where(need_dn > 0, need_dn / np.maximum(cap_dn - a_dn_first, 1e-30), 0.0)
+                    span = dt * min(1.0, max(float(np.max(f_up)), float(np.max(f_dn)), 0.0))
+                    dispatch_end = t + span
+                    last_activity = max(last_activity, dispatch_end)
                 newly = (x.tile_ready_p > p) & (x.tile_ready_p <= p_new + 1e-9)
                 if newly.any():
                     frac = np.clip((x.tile_ready_p[newly] - p) / (p_new - p), 0, 1)
-                    ready[newly] = t + dt * frac + x.latency_dispatch
+                    ready[newly] = t + span * frac + x.latency_dispatch
                     dirty = True
                 if p_new >= T - 1e-9:
-                    dispatch_end = t + dt * (T - p) / (p_new - p)
-                    last_activity = max(last_activity, dispatch_end)
                     p_new = T
                     dirty = True
             p = p_new

@@ -284,9 +284,10 @@ def place_redundant(experts: int, gpus: int, load: np.ndarray, per_gpu: int, kin
                     rng: np.random.Generator | None = None) -> ExpertPlacement:
     """Base placement (``kind``) plus ``per_gpu`` replica slots on every GPU for the hottest experts.
 
-    Like DeepSeek's redundant-experts deployment (EPLB): the ``per_gpu * gpus`` experts with the highest
-    observed ``load`` (tokens routed to each, e.g. ``np.bincount(routing.ravel())``) each get one extra
-    replica, placed greedily on the GPU with the least load so far that does not already hold that expert.
+    Like DeepSeek's redundant-experts deployment (EPLB): the experts with the highest observed ``load``
+    (tokens routed to each, e.g. ``np.bincount(routing.ravel())``) each get one extra replica, hottest first,
+    placed greedily on the GPU with the least load so far that has a free slot and does not already hold
+    that expert, until all ``per_gpu * gpus`` slots are used.
     """
     base = place_experts(experts, gpus, kind, rng, uneven=True)
     load = np.asarray(load, dtype=np.float64)
@@ -297,12 +298,14 @@ def place_redundant(experts: int, gpus: int, load: np.ndarray, per_gpu: int, kin
     gpu_load = np.bincount(base, weights=load, minlength=gpus)
     free = np.full(gpus, per_gpu)
     extra: dict[int, list[int]] = {}
-    for e in np.argsort(-load, kind="stable")[:per_gpu * gpus]:
+    for e in np.argsort(-load, kind="stable"):
+        if not free.any():
+            break
         e = int(e)
         share = load[e] / 2                       # two instances split the expert's tokens
         order = np.argsort(gpu_load, kind="stable")
         g = next((int(x) for x in order if free[x] > 0 and x != base[e]), None)
-        if g is None:
+        if g is None:                             # only its own GPU has room left: try the next expert
             continue
         extra.setdefault(e, []).append(g)
         free[g] -= 1
