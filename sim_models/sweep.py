@@ -71,7 +71,8 @@ SENSITIVITY = {
     "zipf": [0.0, 0.3, 0.6, 1.0],
     "tile": [64, 128, 256],
 }
-QUICK_SENSITIVITY = {"gpus": [8, 32], "tokens_per_gpu": [512, 4096], "zipf": [0.0, 0.6], "tile": [64, 128]}
+# --quick: fewer points around a 1024-tokens/GPU base
+QUICK_SENSITIVITY = {"gpus": [8, 16], "tokens_per_gpu": [256, 2048], "zipf": [0.0, 0.6], "tile": [64, 128]}
 
 
 def sensitivity(model: str, system: str, params: Params = Params(), cal: Calibration | None = None,
@@ -211,7 +212,8 @@ def markdown_table(rows: list[dict], baselines=BASELINES) -> str:
 
 
 def run_sweep(out_dir="build/estimate", model="deepseek-v3", params: Params = Params(), cal=None,
-              quick: bool = False, jobs: int | None = None, models=None, systems=SWEEP_SYSTEMS) -> dict:
+              quick: bool = False, jobs: int | None = None, models=None, systems=SWEEP_SYSTEMS,
+              grid: dict | None = None) -> dict:
     """The full ``dysharp estimate --sweep``: main grid + sensitivity, CSVs and PNGs. Returns the paths,
     the rows and the wall times."""
     out = Path(out_dir)
@@ -225,7 +227,10 @@ def run_sweep(out_dir="build/estimate", model="deepseek-v3", params: Params = Pa
     t_main = time.time() - t0
     sens_system = "gh200-nvl32" if "gh200-nvl32" in systems else systems[0]
     t1 = time.time()
-    srows = sensitivity(model, sens_system, params, cal, QUICK_SENSITIVITY if quick else SENSITIVITY, jobs)
+    if grid is None:
+        grid = QUICK_SENSITIVITY if quick else SENSITIVITY
+    sparams = dataclasses.replace(params, tokens_per_gpu=min(params.tokens, 1024)) if quick else params
+    srows = sensitivity(model, sens_system, sparams, cal, grid, jobs)
     t_sens = time.time() - t1
     paths = {
         "csv": write_csv(rows, out / "sweep.csv"),

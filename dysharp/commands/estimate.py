@@ -93,6 +93,12 @@ def format_estimate(e: Estimate) -> str:
     for name, r in e.results.items():
         lines.append(f"| {SCHEMES[name].label} | {r.total * 1e6:.1f} | {r.dispatch * 1e6:.1f} | {r.gemm * 1e6:.1f} | "
                      f"{r.combine * 1e6:.1f} | {r.exposed * 1e6:.1f} | {r.comm_sms} | {e.speedup(name):.2f}x |")
+    if "unicast" in e.traffic and "dynamic" in e.traffic:
+        ratio = e.traffic["dynamic"].dispatch.up_wire.sum() / max(e.traffic["unicast"].dispatch.up_wire.sum(), 1e-30)
+        meas = e.calibration.get("reqgen_uplink_flit_ratio")
+        lines += ["", f"Dispatch uplink flits, dymultimem / unicast, for this routing: {ratio:.3f}"
+                  + (f" (request generator RTL measured {meas:.3f} on its own dispatch)" if meas is not None else "")
+                  + "."]
     base = [b for b in BASELINES if b in e.results]
     lines += ["", "DySHARP (full) speedup: " + ", ".join(f"{b} {e.speedup(b):.2f}x" for b in base) + "."]
     lines += ["", "dispatch/combine: that phase alone (busiest link direction + latency); GEMM: busy time on the "
