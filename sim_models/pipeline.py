@@ -3,8 +3,9 @@ link contention between dispatch and combine. This is the timing core of DySHARP
 fusion); the same engine, with other traffic and a phase barrier, times CCFuser-, COMET- and
 DySHARP-COMET-like schemes.
 
-:func:`run_pipeline` is the one function a reference scheduler (``sim_models/scheduler.py``) can replace:
-it takes a :class:`PipelineInputs` and returns a :class:`PipelineResult`.
+:func:`run_pipeline` (a :class:`PipelineInputs` in, a :class:`PipelineResult` out) is the DySHARP-full
+timing core; inside it, :class:`TileScheduler` decides when each tile's GEMM-1 and GEMM-2 run -- the part a
+reference token-centric scheduler (``sim_models/scheduler.py``) can take over.
 
 Model (a fluid simulation in fixed time slots of ``dt``):
 
@@ -85,6 +86,39 @@ def maxplus_scan(ready: np.ndarray, work: np.ndarray) -> np.ndarray:
     w = np.cumsum(work, axis=1)
     with np.errstate(invalid="ignore"):
         return w + np.maximum.accumulate(ready - (w - work), axis=1)
+
+
+class TileScheduler:
+    """When each tile's GEMM-1 and GEMM-2 end, given when the tiles became ready: the token-centric
+    scheduler's decision, and the one piece of this model a reference scheduler (``sim_models/scheduler.py``)
+    can take over. Tiles run in ready order through two stages on split SM pools (``w1``/``w2``: per-tile
+    seconds on each pool); once a GPU has no GEMM-1 left, its GEMM-1 SMs join GEMM-2 (``w2_tail``).
+    ``barrier_at`` (per GPU) holds every GEMM-2 back until then (COMET-like phases)."""
+
+    def __init__(self, w1: np.ndarray, w2: np.ndarray, w2_tail: np.ndarray):
+        self.w1, self.w2, self.w2_tail = w1, w2, w2_tail
+        # maxplus_scan with the running sums of the fixed work precomputed
+        self.c1 = np.cumsum(w1, axis=1)
+        self.c1_prev = self.c1 - w1
+        self.c2 = np.cumsum(w2, axis=1)
+        self.c2_prev = self.c2 - w2
+
+    def gemm1(self, ready: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore"):
+            return self.c1 + np.maximum.accumulate(ready - self.c1_prev, axis=1)
+
+    def __call__(self, ready: np.ndarray, barrier_at: np.ndarray | None = None, all_ready: bool = False):
+        """(GEMM-1 end, GEMM-2 end) per tile, ``(G, NT)``; ``inf`` where not yet known."""
+        f1 = self.gemm1(ready)
+        with np.errstate(invalid="ignore"):
+            if barrier_at is not None:
+                return f1, self.c2 + np.maximum.accumulate(np.maximum(f1, barrier_at[:, None]) - self.c2_prev, axis=1)
+            f2 = self.c2 + np.maximum.accumulate(f1 - self.c2_prev, axis=1)
+        if all_ready:
+            f1_last = np.max(np.where(np.isfinite(f1), f1, 0.0), axis=1, initial=0.0)
+            tail = (f2 - self.w2) >= f1_last[:, None]
+            f2 = maxplus_scan(f1, np.where(tail, self.w2_tail, self.w2))
+        return f1, f2
 
 
 def _interp_rows(cum: np.ndarray, knots: np.ndarray, p: float) -> np.ndarray:
@@ -174,10 +208,7 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
             red_cap = np.where(part_home > 0, x.reduce_rate * dt * res_home / np.maximum(part_home, 1e-30), np.inf)
         red_cap = red_cap + req_dn_cum[:, -1] / x.slots      # read requests do not use the engines
 
-    cw1 = np.cumsum(w1, axis=1)
-    cw1_prev = cw1 - w1
-    cw2 = np.cumsum(w2, axis=1)
-    cw2_prev = cw2 - w2
+    sched = TileScheduler(w1, w2, x.tile_w2_tail)
     pad = np.arange(NT)[None, :] >= ntiles[:, None]
     ready = np.full((G, NT), np.inf)
     f1 = np.full((G, NT), np.inf)
@@ -253,22 +284,12 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
             a_up = np.minimum(qu, cap_up)
             a_dn = np.minimum(np.minimum(qd, cap_dn), red_cap)
         if dirty:
-            # maxplus_scan with the running sums of the (fixed) work precomputed.
-            with np.errstate(invalid="ignore"):
-                f1 = cw1 + np.maximum.accumulate(ready - cw1_prev, axis=1)
-                if x.barrier:
-                    done1 = np.isfinite(f1).sum(axis=1) >= ntiles
-                    if dispatch_end is not None:
-                        tail = np.max(np.where(np.isfinite(f1), f1, 0.0), axis=1, initial=0.0)
-                        barrier_at = np.where(done1, np.maximum(tail, dispatch_end + x.latency_dispatch), np.inf)
-                    f2 = cw2 + np.maximum.accumulate(np.maximum(f1, barrier_at[:, None]) - cw2_prev, axis=1)
-                else:
-                    f2 = cw2 + np.maximum.accumulate(f1 - cw2_prev, axis=1)
-                    if dispatch_end is not None:
-                        # Every tile is known: once a GPU's last GEMM-1 ends, its stage-1 SMs join stage 2.
-                        f1_last = np.max(np.where(np.isfinite(f1), f1, 0.0), axis=1, initial=0.0)
-                        tail = (f2 - w2) >= f1_last[:, None]
-                        f2 = maxplus_scan(f1, np.where(tail, x.tile_w2_tail, w2))
+            if x.barrier and dispatch_end is not None:
+                f1 = sched.gemm1(ready)
+                done1 = np.isfinite(f1).sum(axis=1) >= ntiles
+                tail = np.max(np.where(np.isfinite(f1), f1, 0.0), axis=1, initial=0.0)
+                barrier_at = np.where(done1, np.maximum(tail, dispatch_end + x.latency_dispatch), np.inf)
+            f1, f2 = sched(ready, barrier_at if x.barrier else None, all_ready=dispatch_end is not None)
             f2[pad] = np.inf
             dirty = bool(x.barrier and not np.all(np.isfinite(barrier_at)))
         # Serve combine with this slot's allocations (from the backlog at the slot start).
