@@ -42,7 +42,7 @@ from .pipeline import PipelineInputs, run_pipeline
 from .routing import expected_distinct_gpus
 from .schedule import list_schedule
 from .system_config import SystemConfig
-from .traffic import DTYPES, SchemeTraffic, account, payload_bytes, wire_costs
+from .traffic import DTYPES, SchemeTraffic, account, payload_bytes
 from .workload import Workload, build_workload
 
 __all__ = ["MODES", "SCHEMES", "BASELINES", "ABLATIONS", "FULL", "Params", "SchemeResult", "Estimate",

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from sim_models.calibration import load_calibration
-from sim_models.estimator import BASELINES, DEFAULT_TOKENS, FULL, MODES, SCHEMES, Estimate, Params, estimate
+from sim_models.estimator import BASELINES, DEFAULT_TOKENS, MODES, SCHEMES, Estimate, Params, estimate
 from sim_models.moe_config import load_model, model_names
 from sim_models.routing import TRACE_FORMAT
 from sim_models.system_config import load_system, system_names
