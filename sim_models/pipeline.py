@@ -222,6 +222,7 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
     dn_busy = np.zeros(G)
     cnt = np.asarray(x.token_pairs, dtype=np.int64).copy()
     done_tok = np.zeros(len(cnt), dtype=bool)
+    mark = np.zeros(len(cnt), dtype=np.int64)
     barrier_at = np.full(G, np.inf)
     p, t = 0.0, 0.0
     dispatch_end = 0.0 if T == 0 else None
@@ -319,8 +320,11 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
             if x.reduced:
                 tok = x.pair_token[idx]
                 np.subtract.at(cnt, tok, 1)
-                fin = np.unique(tok[cnt[tok] == 0])
+                fin = tok[cnt[tok] == 0]
                 fin = fin[~done_tok[fin]]
+                # de-duplicate without sorting: the last write of each token's position wins
+                mark[fin] = np.arange(len(fin))
+                fin = fin[mark[fin] == np.arange(len(fin))]
                 done_tok[fin] = True
                 home = x.token_home[fin]
                 dn_q += np.bincount(home, weights=x.token_result[fin], minlength=G)
