@@ -154,3 +154,41 @@ def test_sweep_writes_csv_and_plots(tmp_path):
     for k in ("speedup_png", "breakdown_png", "sensitivity_png"):
         assert res["paths"][k].read_bytes()[:4] == b"\x89PNG"
     assert all(b in res["rows"][0] or True for b in BASELINES)
+
+
+def test_trace_replay_through_the_cli(tmp_path, capsys):
+    from sim_models.routing import sample_topk, save_trace
+    ids = sample_topk(8 * 100 + 5, np.ones(128), 8, np.random.default_rng(0))     # 5 tokens left over
+    save_trace(tmp_path / "t.npy", ids)
+    assert main(["estimate", "--model", "qwen3-30b-a3b", "--system", "hgx-h200",
+                 "--routing", f"trace:{tmp_path / 't.npy'}", "--out", str(tmp_path)]) == 0
+    assert "100 tokens/GPU" in capsys.readouterr().out
+    assert main(["estimate", "--model", "mixtral-8x7b", "--system", "hgx-h200",
+                 "--routing", f"trace:{tmp_path / 't.npy'}", "--out", str(tmp_path)]) == 2
+    assert "routing trace" in capsys.readouterr().err
+
+
+def test_bench_estimate_small(tmp_path, capsys):
+    out = tmp_path / "e.json"
+    assert main(["bench", "estimate", "--no-sweep", "--model", "mixtral-8x7b", "--system", "hgx-h200",
+                 "--gpus", "2", "--token-counts", "64", "--out", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    assert [g["vary"] for g in rep["growth"]] == ["gpus", "tokens_per_gpu"] and rep["growth"][1]["tokens_per_gpu"] == 64
+    from sim_models.bench_estimate import markdown
+    assert "| tokens_per_gpu | 8 | 64 |" in markdown(rep)
+    for argv, msg in ((["--gpus", "x"], "comma-separated integers"), (["--tokens", "0"], "--tokens"),
+                      (["--gpus", "1"], ">= 2")):
+        assert main(["bench", "estimate", "--no-sweep"] + argv + ["--out", str(out)]) == 2
+        assert msg in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_study_step_and_cli_sweep(tmp_path, capsys):
+    """The study's estimator section (quick) and `dysharp estimate --sweep --quick` end to end."""
+    import argparse
+    from sim_models.study_step import estimate_step
+    md = estimate_step(argparse.Namespace(quick=True), tmp_path)
+    assert "![speedups](estimate/speedup.png)" in md and (tmp_path / "estimate" / "speedup.png").exists()
+    assert "| deepseek-v3 | gh200-nvl32 |" in md
+    assert main(["estimate", "--sweep", "--quick", "--out", str(tmp_path / "cli")]) == 0
+    assert "main sweep" in capsys.readouterr().out
