@@ -183,8 +183,10 @@ def test_bench_estimate_small(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_study_step_and_cli_sweep(tmp_path, capsys):
-    """The study's estimator section (quick) and `dysharp estimate --sweep --quick` end to end."""
+def test_study_step_and_cli_sweep(tmp_path, capsys, request):
+    """The study's estimator section (quick) and `dysharp estimate --sweep --quick` end to end (~1-2 min)."""
+    if "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("slow: run with -m slow")    # the project marks slow tests but nothing deselects them
     import argparse
     from sim_models.study_step import estimate_step
     md = estimate_step(argparse.Namespace(quick=True), tmp_path)
