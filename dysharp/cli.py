@@ -13,6 +13,7 @@ COMMANDS = {
     "bench": ("dysharp.commands.bench", "run an RTL benchmark and write its figures under build/"),
     "efficiency": ("dysharp.commands.efficiency", "payload efficiency: dynamic vs explicit addressing"),
     "study": ("dysharp.commands.study", "run the main study end to end and write its report"),
+    "estimate": ("dysharp.commands.estimate", "MoE layer-time estimate: DySHARP against the baselines"),
 }
 
 

@@ -1,0 +1,153 @@
+"""``dysharp estimate``: MoE layer time of DySHARP against DeepEP, NVLS, Tutel, FasterMoE, COMET, CCFuser and
+DualPipe (and the DySHARP ablations), from hardware and model parameters and the RTL's measured figures.
+
+One point prints a table of the layer-time breakdown and the speedups; ``--sweep`` writes CSV and PNG plots
+under ``--out`` (default ``build/estimate/``). The model is described in ``docs/estimator.md``.
+"""
+
+import dataclasses
+import json
+from pathlib import Path
+
+from sim_models.calibration import load_calibration
+from sim_models.estimator import BASELINES, DEFAULT_TOKENS, MODES, SCHEMES, Estimate, Params, estimate
+from sim_models.moe_config import load_model, model_names
+from sim_models.routing import TRACE_FORMAT
+from sim_models.system_config import load_system, system_names
+from sim_models.traffic import DTYPES
+from sim_models.workload import parse_placement
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--model", default="deepseek-v3", help=f"model (default deepseek-v3); valid: {', '.join(model_names())}")
+    p.add_argument("--system", default="gh200-nvl32",
+                   help=f"system (default gh200-nvl32); valid: {', '.join(system_names())}")
+    p.add_argument("--mode", default="prefill", help=f"prefill | decode | training (default prefill)")
+    p.add_argument("--tokens", type=int, default=None,
+                   help="tokens per GPU (default: " + ", ".join(f"{m} {t}" for m, t in DEFAULT_TOKENS.items()) + ")")
+    p.add_argument("--routing", default="auto",
+                   help="uniform | zipf:S | group | group-zipf:S | auto (group-limited when the model has a "
+                        "routing limit) | trace:PATH.npy (default auto). " + TRACE_FORMAT.split('\n')[0])
+    p.add_argument("--placement", default="contiguous", help="contiguous | random | redundant:N (default contiguous)")
+    p.add_argument("--dtype", default="fp8", help="dispatch/GEMM dtype: bf16 | fp8 (default fp8; combine is bf16)")
+    p.add_argument("--tile", type=int, default=128, help="tokens per GEMM tile (default 128)")
+    p.add_argument("--gpus", type=int, default=None, help="override the system's GPU count")
+    p.add_argument("--seed", type=int, default=0, help="routing seed (default 0)")
+    p.add_argument("--schemes", default=None, help=f"comma-separated subset; valid: {', '.join(SCHEMES)}")
+    p.add_argument("--gemm-efficiency", type=float, default=Params.gemm_efficiency)
+    p.add_argument("--comm-sms", type=int, default=Params.comm_sms,
+                   help="SMs a DeepEP-like kernel needs to keep the links busy (default 24)")
+    p.add_argument("--per-tile-weights", action="store_true",
+                   help="tile-level schemes re-read expert weights for every tile")
+    p.add_argument("--bench-dir", default="build/bench", help="RTL benchmark JSON folder (calibration)")
+    p.add_argument("--sweep", action="store_true", help="run the model x system sweep and sensitivity plots")
+    p.add_argument("--quick", action="store_true", help="with --sweep: fewer models and sensitivity points")
+    p.add_argument("--jobs", type=int, default=None, help="worker processes for --sweep (default: min(2, CPUs))")
+    p.add_argument("--out", default="build/estimate", help="output folder (default build/estimate)")
+
+
+def params_from_args(args) -> Params:
+    if args.mode not in MODES:
+        raise ValueError(f"unknown mode {args.mode!r}; valid: {', '.join(MODES)}")
+    if args.dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {args.dtype!r}; valid: {', '.join(DTYPES)}")
+    if args.tokens is not None and args.tokens < 1:
+        raise ValueError(f"--tokens must be >= 1 token per GPU, got {args.tokens}")
+    if not 1 <= args.tile <= 4096:
+        raise ValueError(f"--tile must be in 1..4096 tokens, got {args.tile}")
+    if args.gpus is not None and args.gpus < 2:
+        raise ValueError(f"--gpus must be >= 2, got {args.gpus}")
+    if not 0 < args.gemm_efficiency <= 1:
+        raise ValueError(f"--gemm-efficiency must be in (0, 1], got {args.gemm_efficiency}")
+    if args.comm_sms < 0:
+        raise ValueError(f"--comm-sms must be >= 0, got {args.comm_sms}")
+    parse_placement(args.placement)
+    return Params(mode=args.mode, tokens_per_gpu=args.tokens, routing=args.routing, placement=args.placement,
+                  dtype=args.dtype, tile=args.tile, gemm_efficiency=args.gemm_efficiency, comm_sms=args.comm_sms,
+                  per_tile_weights=args.per_tile_weights, gpus=args.gpus, seed=args.seed)
+
+
+def _schemes(text):
+    if not text:
+        return None
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    for n in names:
+        if n not in SCHEMES:
+            raise ValueError(f"unknown scheme {n!r}; valid: {', '.join(SCHEMES)}")
+    return names
+
+
+def format_estimate(e: Estimate) -> str:
+    """The layer-time breakdown and speedups as Markdown (readable in a terminal)."""
+    p = e.params
+    lines = [f"### {e.model.name} on {e.system.name}: {p.mode}, {e.tokens_per_gpu} tokens/GPU",
+             "",
+             f"{e.gpus} GPUs in the expert-parallel group ({e.system.description}); routing `{e.routing}` "
+             f"(seed {p.seed}), placement `{p.placement}`, dispatch {p.dtype} / combine bf16, tile {p.tile}.",
+             f"Distinct destination GPUs per token: measured {e.measured_d:.2f}"
+             + (f" (closed form for uniform routing: {e.closed_form_d:.2f})" if e.closed_form_d == e.closed_form_d else "")
+             + f"; all GEMMs with no communication: {e.compute_only * 1e6:.1f} us.",
+             "",
+             "| scheme | layer us | dispatch us | GEMM us | combine us | exposed us | comm SMs | DySHARP speedup |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, r in e.results.items():
+        lines.append(f"| {SCHEMES[name].label} | {r.total * 1e6:.1f} | {r.dispatch * 1e6:.1f} | {r.gemm * 1e6:.1f} | "
+                     f"{r.combine * 1e6:.1f} | {r.exposed * 1e6:.1f} | {r.comm_sms} | {e.speedup(name):.2f}x |")
+    if "unicast" in e.traffic and "dynamic" in e.traffic:
+        ratio = e.traffic["dynamic"].dispatch.up_wire.sum() / max(e.traffic["unicast"].dispatch.up_wire.sum(), 1e-30)
+        meas = e.calibration.get("reqgen_uplink_flit_ratio")
+        lines += ["", f"Dispatch uplink flits, dymultimem / unicast, for this routing: {ratio:.3f}"
+                  + (f" (request generator RTL measured {meas:.3f} on its own dispatch)" if meas is not None else "")
+                  + "."]
+    base = [b for b in BASELINES if b in e.results]
+    lines += ["", "DySHARP (full) speedup: " + ", ".join(f"{b} {e.speedup(b):.2f}x" for b in base) + "."]
+    lines += ["", "dispatch/combine: that phase alone (busiest link direction + latency); GEMM: busy time on the "
+                  "SMs the scheme leaves to GEMMs; exposed: layer - GEMM."]
+    return "\n".join(lines)
+
+
+def format_calibration(cal) -> str:
+    lines = ["| RTL figure | value | source |", "|---|---|---|"]
+    for name, v, src in cal.status():
+        lines.append(f"| {name} | {'-' if v is None else f'{v:g}'} | {src} |")
+    n_un = len(cal.uncalibrated())
+    lines.append("")
+    lines.append(f"{len(cal.values) - n_un} of {len(cal.values)} figures calibrated from the RTL benchmarks; "
+                 + ("uncalibrated: " + ", ".join(cal.uncalibrated()) if n_un else "all calibrated") + ".")
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    params = params_from_args(args)
+    model = load_model(args.model)
+    system = load_system(args.system)
+    schemes = _schemes(args.schemes)
+    if args.jobs is not None and args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+    cal = load_calibration(args.bench_dir)
+    if args.sweep:
+        from sim_models.sweep import markdown_table, run_sweep
+        res = run_sweep(args.out, model=model.name, params=params, cal=cal, quick=args.quick, jobs=args.jobs)
+        print(markdown_table(res["rows"]))
+        print()
+        print(f"main sweep {res['main_s']:.1f} s, sensitivity {res['sensitivity_s']:.1f} s ({res['jobs']} processes)")
+        for k, path in res["paths"].items():
+            print(f"wrote {path}")
+        print()
+        print(format_calibration(cal))
+        return 0
+    e = estimate(model, system, params, cal, schemes)
+    print(format_estimate(e))
+    print()
+    print(format_calibration(cal))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{model.name}_{e.system.name}_{params.mode}.json"
+    path.write_text(json.dumps({
+        "params": dataclasses.asdict(params), "model": model.name, "system": e.system.name, "gpus": e.gpus,
+        "tokens_per_gpu": e.tokens_per_gpu, "routing": e.routing, "measured_d": e.measured_d,
+        "results": {n: {k: v for k, v in dataclasses.asdict(r).items()} for n, r in e.results.items()},
+        "speedup": {n: e.speedup(n) for n in e.results},
+        "calibration": {n: {"value": v, "source": s} for n, v, s in cal.status()}}, indent=1))
+    print(f"\nwrote {path}")
+    return 0

@@ -1,0 +1,499 @@
+"""End-to-end MoE layer-time estimator: DySHARP against DeepEP, NVLS, Tutel, FasterMoE, COMET, CCFuser and
+DualPipe, plus the DySHARP ablations.
+
+``estimate(model, system, Params(...))`` draws a routing (seeded), builds the layer's tile structure
+(:mod:`workload`), accounts the traffic of each scheme (:mod:`traffic`) and times each scheme with its
+engine:
+
+===================  ==========  ==================================================================
+scheme               traffic     engine (overlap policy)
+===================  ==========  ==================================================================
+deepep               unicast     sequential: dispatch, then all GEMMs, then combine (3 kernels)
+nvls                 nvls        sequential AllGather + GEMMs + ReduceScatter over static groups
+tutel                unicast     token chunks pipelined (comm of one chunk under GEMMs of another);
+                                 the best degree of ``tutel_degrees`` (Tutel's adaptive pipelining)
+fastermoe            unicast     FasterMoE's pairwise exchange: local tokens first, then the remote peers
+                                 in offset order batched into 1, 2, 4 or 8 chunks (the best)
+comet                unicast     tile-level: dispatch || GEMM-1, then GEMM-2 || combine (2 kernels)
+ccfuser              unicast     tile-level fused dispatch-GEMM-combine (one kernel), SM-driven comm
+dualpipe             unicast     two micro-batches, comm of one under the GEMMs of the other
+                                 (training: a forward and a backward chunk overlapped)
+dysharp-basic        dynamic     sequential, dynamic multimem (no fusion)
+dysharp-comet        dynamic     COMET-style tile-level overlap with dynamic multimem
+dysharp-explicit     explicit    DySHARP-full with explicit per-destination addresses
+dysharp              dynamic     token-centric fused pipeline (:func:`pipeline.run_pipeline`)
+===================  ==========  ==================================================================
+
+Every figure comes from the model and system configs, the calibration figures and the ``Params``;
+``docs/estimator.md`` lists each assumption with its source. Nothing is fitted to a published speedup.
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+
+from hw.packet import payload_efficiency, wire_flits
+
+from .calibration import Calibration, load_calibration
+from .gemm import GemmModel
+from .moe_config import ModelConfig
+from .pipeline import PipelineInputs, run_pipeline
+from .routing import expected_distinct_gpus
+from .schedule import list_schedule
+from .system_config import SystemConfig
+from .traffic import DTYPES, SchemeTraffic, account, payload_bytes
+from .workload import Workload, build_workload
+
+__all__ = ["MODES", "SCHEMES", "BASELINES", "ABLATIONS", "FULL", "Params", "SchemeResult", "Estimate",
+           "estimate", "DEFAULT_TOKENS"]
+
+MODES = ("prefill", "decode", "training")
+DEFAULT_TOKENS = {"prefill": 4096, "training": 4096, "decode": 64}
+MAX_PAYLOAD = 256          # bytes of payload per packet (hw.packet's default max_payload_bytes)
+
+
+@dataclasses.dataclass(frozen=True)
+class SchemeSpec:
+    name: str
+    label: str
+    traffic: str
+    engine: str
+
+
+SCHEMES = {s.name: s for s in [
+    SchemeSpec("deepep", "DeepEP (sequential)", "unicast", "sequential"),
+    SchemeSpec("nvls", "NVLS static (AG+RS)", "nvls", "sequential"),
+    SchemeSpec("tutel", "Tutel (chunked)", "unicast", "tutel"),
+    SchemeSpec("fastermoe", "FasterMoE (per-peer)", "unicast", "fastermoe"),
+    SchemeSpec("comet", "COMET (tile overlap)", "unicast", "comet"),
+    SchemeSpec("ccfuser", "CCFuser (fused)", "unicast", "fused"),
+    SchemeSpec("dualpipe", "DualPipe (2 micro-batches)", "unicast", "dualpipe"),
+    SchemeSpec("dysharp-basic", "DySHARP-Basic", "dynamic", "sequential"),
+    SchemeSpec("dysharp-comet", "DySHARP-COMET", "dynamic", "comet"),
+    SchemeSpec("dysharp-explicit", "DySHARP explicit addr.", "explicit", "fused"),
+    SchemeSpec("dysharp", "DySHARP (full)", "dynamic", "fused"),
+]}
+BASELINES = ("deepep", "nvls", "tutel", "fastermoe", "comet", "ccfuser", "dualpipe")
+ABLATIONS = ("dysharp-basic", "dysharp-comet", "dysharp-explicit")
+FULL = "dysharp"
+
+
+@dataclasses.dataclass(frozen=True)
+class Params:
+    mode: str = "prefill"
+    tokens_per_gpu: int | None = None        # None: DEFAULT_TOKENS[mode]
+    routing: str = "auto"
+    placement: str = "contiguous"
+    dtype: str = "fp8"                       # dispatch and GEMM dtype (combine is always BF16)
+    tile: int = 128
+    gemm_efficiency: float = 0.6
+    mem_efficiency: float = 0.75
+    comm_sms: int = 24                       # SMs a DeepEP-like kernel needs to keep the links busy
+    dualpipe_sms: int = 20                   # DeepSeek-V3's communication SMs under DualPipe
+    explicit_sm_fraction: float = 0.15       # SMs lost to address computation with explicit addressing
+    per_tile_weights: bool = False           # tile-level schemes re-read expert weights per tile
+    bandwidth_scale: float = 1.0             # scales links, switch datapath and reduction engines
+    latency_scale: float = 1.0               # scales every latency and kernel overhead
+    gpus: int | None = None                  # override the system's GPU count
+    seed: int = 0
+    slots: int = 300                         # time resolution of the tile-level engine
+    tutel_degrees: tuple = (1, 2, 4, 8)
+
+    def validate(self):
+        def bad(field, what):
+            raise ValueError(f"{field}={getattr(self, field)!r}: {what}")
+        if self.mode not in MODES:
+            bad("mode", f"valid: {', '.join(MODES)}")
+        if self.dtype not in DTYPES:
+            bad("dtype", f"valid: {', '.join(DTYPES)}")
+        if self.tokens_per_gpu is not None and not (isinstance(self.tokens_per_gpu, int) and self.tokens_per_gpu >= 1):
+            bad("tokens_per_gpu", "must be an integer >= 1")
+        if not (isinstance(self.tile, int) and 1 <= self.tile <= 4096):
+            bad("tile", "must be an integer in 1..4096")
+        for f in ("gemm_efficiency", "mem_efficiency"):
+            if not 0 < getattr(self, f) <= 1:
+                bad(f, "must be in (0, 1]")
+        if not 0 <= self.explicit_sm_fraction < 1:
+            bad("explicit_sm_fraction", "must be in [0, 1)")
+        if self.bandwidth_scale <= 0:
+            bad("bandwidth_scale", "must be > 0")
+        if self.latency_scale < 0:
+            bad("latency_scale", "must be >= 0")
+        if self.gpus is not None and not (isinstance(self.gpus, int) and self.gpus >= 2):
+            bad("gpus", "must be an integer >= 2")
+        if self.slots < 20:
+            bad("slots", "must be >= 20")
+        if not self.tutel_degrees or any(d < 1 for d in self.tutel_degrees):
+            bad("tutel_degrees", "must be positive integers")
+
+    @property
+    def tokens(self) -> int:
+        return self.tokens_per_gpu if self.tokens_per_gpu is not None else DEFAULT_TOKENS[self.mode]
+
+
+@dataclasses.dataclass
+class SchemeResult:
+    name: str
+    total: float           # layer time, seconds (training: forward + backward)
+    dispatch: float        # this scheme's dispatch alone (bulk, busiest link) + its latency
+    gemm: float            # GEMM busy time on the SMs the scheme leaves to GEMMs (busiest GPU)
+    combine: float         # combine alone
+    exposed: float         # total - gemm: time not covered by GEMMs
+    comm_sms: int          # SMs reserved for communication while GEMMs run (0: not overlapped)
+    detail: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Estimate:
+    model: ModelConfig
+    system: SystemConfig
+    params: Params
+    gpus: int
+    tokens_per_gpu: int
+    routing: str
+    measured_d: float
+    closed_form_d: float
+    results: dict
+    traffic: dict          # traffic kind -> forward SchemeTraffic
+    calibration: Calibration
+    compute_only: float    # all GEMMs on all SMs, no communication (the zero-communication limit)
+
+    def speedup(self, baseline: str, over: str = FULL) -> float:
+        return self.results[baseline].total / self.results[over].total
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+class _Context:
+    """Rates, latencies and GEMM models for one (model, system, params, calibration)."""
+
+    def __init__(self, model, system, params: Params, cal: Calibration, wl: Workload):
+        self.m, self.s, self.p, self.cal, self.wl = model, system, params, cal, wl
+        s, p = system, params
+        self.G = wl.gpus
+        self.flit = s.port_bytes_per_cycle
+        self.clock = s.switch_clock_ghz * 1e9
+        pe_ref = payload_efficiency(MAX_PAYLOAD, scheme="unicast", flit_bytes=self.flit,
+                                    max_payload_bytes=MAX_PAYLOAD)
+        sat = min(1.0, cal.get("switch_saturation_throughput"))
+        # Wire bytes/s per GPU per direction: bulk unicast with full packets reaches link_efficiency of raw.
+        self.rate = s.gpu_link_bytes_per_s * s.link_efficiency / pe_ref * sat * p.bandwidth_scale
+        self.reduce_rate = (cal.get("reduce_flits_per_cycle") * s.port_bytes_per_s * s.links_per_gpu
+                            * p.bandwidth_scale)
+        self.packet_flits = wire_flits(MAX_PAYLOAD, scheme="dynamic", flit_bytes=self.flit,
+                                       max_payload_bytes=MAX_PAYLOAD)
+        self.tlb_tpc = cal.get("tlb_translations_per_cycle")
+        tracker_rate = cal.get("tracker_updates_per_cycle") * self.clock * s.links_per_gpu   # updates/s
+        packet_rate = self.rate / (self.packet_flits * self.flit)                              # packets/s
+        self.tracker_mult = max(1.0, packet_rate / tracker_rate) if tracker_rate > 0 else math.inf
+        ls = p.latency_scale
+        sw_cycles = cal.get("switch_zero_load_latency_cycles", s.switch_latency_ns * 1e-9 * self.clock)
+        self.l_trav = (2 * s.link_latency_ns * 1e-9 + sw_cycles / self.clock) * ls
+        hr = cal.get("tlb_hit_rate")
+        self.l_tlb = (cal.get("tlb_hit_latency_cycles") + (1 - hr) * cal.get("tlb_miss_penalty_cycles")) \
+            / self.clock * ls
+        self.l_red = cal.get("reduce_last_to_result_cycles") / self.clock * ls
+        self.l_trk = cal.get("tracker_ready_latency_cycles") / self.clock * ls
+        self.ko = s.kernel_overhead_us * 1e-6 * ls
+        self.gemm = GemmModel.for_model(model, s, p.dtype, gemm_efficiency=p.gemm_efficiency,
+                                        mem_efficiency=p.mem_efficiency, tile=p.tile)
+        # Per-GPU GEMM time on all SMs (forward), and the totals of each stage.
+        t1, t2 = self.gemm.times(wl.inst_rows)
+        self.inst_t1, self.inst_t2 = t1, t2
+        self.gpu_gemm = np.bincount(wl.inst_gpu, weights=t1 + t2, minlength=self.G)
+        self.w1_total, self.w2_total = float(t1.sum()), float(t2.sum())
+
+    def latencies(self, kind: str, tiled: bool) -> tuple[float, float]:
+        """(dispatch, combine) latency of one traversal pattern for a traffic kind."""
+        if kind == "unicast":
+            return self.l_trav, self.l_trav
+        if kind == "nvls":
+            return self.l_trav, 2 * self.l_trav + self.l_red
+        tlb = self.l_tlb if kind == "dynamic" else 0.0
+        return (self.l_trav + tlb + (self.l_trk if tiled else 0.0),
+                2 * self.l_trav + tlb + self.l_red)
+
+    def tlb_mult(self, kind: str, d: np.ndarray) -> np.ndarray:
+        """Uplink slow-down of a dynamic packet that needs ``d`` AL-TLB translations at the ingress port."""
+        if kind != "dynamic":
+            return np.ones(np.shape(d))
+        return np.maximum(1.0, np.asarray(d) / (self.tlb_tpc * self.packet_flits))
+
+
+@dataclasses.dataclass
+class _Pass:
+    name: str
+    s_d: int
+    s_c: int
+    gemm_factor: float
+
+
+def _standalone(ctx: _Context, tr: SchemeTraffic, kind: str) -> tuple[float, float]:
+    """Bulk dispatch and combine times of a traffic pattern: the busiest link direction (and, for in-switch
+    reduction, the busiest home's reduction engines) plus the latency of one traversal."""
+    ld, lc = ctx.latencies(kind, tiled=False)
+    wl = ctx.wl
+    up_d = tr.dispatch.up_wire
+    if kind == "dynamic":
+        mult = ctx.tlb_mult(kind, wl.dest.d_remote)
+        per_tok = tr.costs.disp_up(wl.dest.d_remote) * mult
+        up_d = np.bincount(wl.dest.src, weights=per_tok, minlength=ctx.G)
+    disp = max(float(np.max(up_d)), float(np.max(tr.dispatch.down_wire))) / ctx.rate + ld
+    comb = max(float(np.max(tr.combine.up_wire)) / ctx.rate, float(np.max(tr.combine.down_wire)) / ctx.rate,
+               float(np.max(tr.combine.reduce_in)) / ctx.reduce_rate if ctx.reduce_rate > 0 else 0.0) + lc
+    return disp, comb
+
+
+def _comm_sms(ctx: _Context, tr: SchemeTraffic, kind: str, base: int) -> int:
+    """SMs an overlapped scheme reserves for communication while GEMMs run.
+
+    ``base`` SMs (DeepEP's 20-24) keep a GPU's links busy when the SMs issue every byte at line rate. A
+    scheme needs that pool only for the share of the overlapped window during which its SMs must issue:
+    ``phi = (time to issue its SM-issued bytes at line rate) / max(busiest link direction's time, GEMM
+    time)``, so ``ceil(base * phi)`` SMs (COMET-style adaptive sizing, applied to every scheme alike).
+    Unicast SMs issue every uplink byte; with dymultimem the SMs issue one store per token and the ld_reduce
+    requests (the switch replicates, reads and reduces). Explicit addressing adds the SMs that compute
+    addresses, a fixed ``explicit_sm_fraction`` of the GPU (the 10-20% MISSION.md quotes)."""
+    up = tr.dispatch.up_wire + tr.combine.up_wire
+    down = tr.dispatch.down_wire + tr.combine.down_wire
+    if kind == "unicast":
+        issued = up
+    else:
+        d = ctx.wl.dest.d_remote
+        req = np.bincount(ctx.wl.dest.src, weights=tr.costs.comb_request_up(d).astype(float), minlength=ctx.G)
+        issued = tr.dispatch.up_wire + req
+    issue_time = float(np.max(issued)) / ctx.rate
+    window = max(float(np.max(np.maximum(up, down))) / ctx.rate, float(np.max(ctx.gpu_gemm)))
+    if issue_time <= 0 or window <= 0:
+        return 0
+    phi = min(1.0, issue_time / window)
+    sms = math.ceil(base * phi - 1e-9)
+    if kind == "explicit":     # the 10-20% of SMs explicit addressing costs (MISSION.md), not duty-scaled
+        sms += math.ceil(ctx.p.explicit_sm_fraction * ctx.s.sms - 1e-9)
+    return min(sms, ctx.s.sms - 1)
+
+
+def _bounds(T: int, n: int) -> np.ndarray:
+    """Start token index of each of ``n`` chunks of ``T`` tokens (token j is in chunk j * n // T)."""
+    return np.searchsorted(np.arange(T) * n // T, np.arange(n), side="left")
+
+
+def _token_chunks(ctx: _Context, tr: SchemeTraffic, n: int, sm_fraction: float, factor: float):
+    """Per-chunk (dispatch, GEMM, combine) times when every GPU splits its tokens into ``n`` index ranges
+    (unicast traffic; each chunk's GEMMs are their own grouped GEMM, so weights are read per chunk)."""
+    wl, c = ctx.wl, tr.costs
+    b = _bounds(wl.tokens_per_gpu, n)
+    copies = np.add.reduceat(wl.d_remote_by_j, b, axis=1).astype(float)      # (G, n) copies sent by home g
+    hosted = np.add.reduceat(wl.remote_pairs_by_j, b, axis=1).astype(float)  # (G, n) copies landing on h
+    ld, lc = ctx.latencies("unicast", tiled=False)
+    disp = np.maximum(copies * c.disp_copy, hosted * c.disp_copy).max(axis=0) / ctx.rate + ld
+    comb = np.maximum(hosted * c.comb_copy, copies * c.comb_copy).max(axis=0) / ctx.rate + lc
+    rows = np.add.reduceat(wl.inst_rows_by_j, b, axis=1)
+    return disp, _chunk_gemm(ctx, rows, sm_fraction, factor), comb
+
+
+def _peer_chunks(ctx: _Context, tr: SchemeTraffic, groups: int, sm_fraction: float, factor: float):
+    """FasterMoE-like pairwise schedule: the peer ``o`` places away ((h - g) mod G) is exchanged in step
+    ``o``; chunk 0 is the local tokens (no communication, its GEMMs start at once) and the G-1 remote steps
+    are batched into ``groups`` chunks of consecutive offsets."""
+    wl, c, G = ctx.wl, tr.costs, ctx.G
+    m = wl.pair_matrix.astype(float)                          # home g -> serving h
+    g = np.arange(G)
+    sent = np.stack([m[g, (g + o) % G] for o in range(G)], axis=1)       # (G, G): by home, offset
+    recv = np.stack([m[(g - o) % G, g] for o in range(G)], axis=1)       # by serving GPU, offset
+    chunk_of = np.concatenate([[0], 1 + (np.arange(G - 1) * groups) // max(G - 1, 1)])
+    n = groups + 1
+    sent_c = np.zeros((G, n))
+    recv_c = np.zeros((G, n))
+    np.add.at(sent_c.T, chunk_of, sent.T)
+    np.add.at(recv_c.T, chunk_of, recv.T)
+    rows = np.zeros((len(wl.inst_gpu), n))
+    np.add.at(rows.T, chunk_of, wl.inst_rows_by_offset.T)
+    ld, lc = ctx.latencies("unicast", tiled=False)
+    busiest = np.maximum(sent_c, recv_c).max(axis=0)
+    disp = busiest * c.disp_copy / ctx.rate + ld
+    comb = busiest * c.comb_copy / ctx.rate + lc
+    disp[0] = comb[0] = 0.0                                   # the local chunk moves nothing
+    return disp, _chunk_gemm(ctx, rows, sm_fraction, factor), comb
+
+
+def _chunk_gemm(ctx: _Context, rows: np.ndarray, sm_fraction: float, factor: float) -> np.ndarray:
+    """Per-chunk GEMM time of the busiest GPU, from rows per (instance, chunk)."""
+    t1, t2 = ctx.gemm.times(rows, sm_fraction)
+    per_gpu = np.zeros((ctx.G, rows.shape[1]))
+    np.add.at(per_gpu, ctx.wl.inst_gpu, (t1 + t2) * factor)
+    return per_gpu.max(axis=0)
+
+
+def _chains(disp, gemm, comb, ko):
+    return [[("net", float(disp[i]) + ko), ("comp", float(gemm[i]) + ko), ("net", float(comb[i]) + ko)]
+            for i in range(len(disp))]
+
+
+def _pipeline_inputs(ctx: _Context, tr: SchemeTraffic, kind: str, ps: _Pass, f1: float, f2: float,
+                     barrier: bool) -> PipelineInputs:
+    wl, G, c = ctx.wl, ctx.G, tr.costs
+    T = wl.tokens_per_gpu
+    q = max(1, math.ceil(T / 256))
+    knots = np.minimum(np.arange(0, T + q, q), T).astype(np.float64)
+    knots = np.unique(knots)
+    K = len(knots) - 1
+    d = wl.dest.d_remote
+    b = knots[:-1].astype(np.int64)                  # knot k covers token indices [knots[k], knots[k+1])
+    up_tok = (c.disp_up(d).astype(float) * ctx.tlb_mult(kind, d)).reshape(G, T)
+    up_cum = np.zeros((G, K + 1))
+    up_cum[:, 1:] = np.cumsum(np.add.reduceat(up_tok, b, axis=1), axis=1)
+    dn_mult = ctx.tracker_mult if kind != "unicast" else 1.0
+    dn_cum = np.zeros((G, K + 1))
+    dn_cum[:, 1:] = np.cumsum(np.add.reduceat(wl.remote_pairs_by_j, b, axis=1) * (float(c.disp_copy) * dn_mult),
+                              axis=1)
+    rem = wl.pair_remote
+    # Tiles: per-tile GEMM times on the SMs each stage has.
+    inst = wl.tile_inst
+    valid = inst >= 0
+    n_rows = np.where(valid, wl.inst_rows[np.maximum(inst, 0)], 0)
+    c1, m1, c2, m2 = ctx.gemm.tile_parts(n_rows, per_tile_weights=ctx.p.per_tile_weights)
+    # Compute scales with the stage's SMs; concurrent stages split HBM in the same proportion as the SMs.
+    both = f1 + f2 if not barrier else f1
+    h1, h2 = (f1 / both, f2 / both) if not barrier else (1.0, 1.0)
+    fx = ps.gemm_factor
+    w1 = np.where(valid, np.maximum(c1 / f1, m1 / h1) * fx, 0.0)
+    w2 = np.where(valid, np.maximum(c2 / f2, m2 / h2) * fx, 0.0)
+    w2_tail = np.where(valid, np.maximum(c2 / both, m2) * fx, 0.0) if not barrier else w2
+    reduced = kind != "unicast"
+    pr = rem.astype(float)
+    ld, lc = ctx.latencies(kind, tiled=True)
+    home = wl.dest.src
+    return PipelineInputs(
+        tokens_per_gpu=T, knots=knots, disp_up_cum=up_cum, disp_dn_cum=dn_cum,
+        tile_ready_p=wl.tile_ready_p, tile_w1=w1, tile_w2=w2, tile_w2_tail=w2_tail, pair_start=wl.pair_start,
+        pair_token=wl.pair_token, pair_home=wl.pair_home, pair_up=pr * c.comb_copy,
+        pair_req_dn=pr * (c.comb_request if reduced else 0), pair_down=pr * (0 if reduced else c.comb_copy),
+        token_pairs=wl.dest.d_all, token_home=home,
+        token_result=np.where((d > 0) & reduced, float(c.comb_copy), 0.0),
+        token_req_up=c.comb_request_up(d).astype(float) if reduced else np.zeros(len(d)),
+        up_rate=np.full(G, ctx.rate), dn_rate=np.full(G, ctx.rate), reduce_rate=np.full(G, ctx.reduce_rate),
+        reduced=reduced, barrier=barrier, latency_dispatch=ld, latency_combine=lc,
+        start_overhead=ctx.ko * (2 if barrier else 1), slots=ctx.p.slots)
+
+
+def _run_pass(ctx: _Context, spec: SchemeSpec, ps: _Pass, tr: SchemeTraffic, sms: int) -> SchemeResult:
+    kind, engine = spec.traffic, spec.engine
+    disp, comb = _standalone(ctx, tr, kind)
+    S = ctx.s.sms
+    full_gemm = float(np.max(ctx.gpu_gemm)) * ps.gemm_factor
+    if engine == "sequential":
+        total = disp + full_gemm + comb + 3 * ctx.ko
+        return SchemeResult(spec.name, total, disp, full_gemm, comb, total - full_gemm, 0)
+    frac = (S - sms) / S
+    if engine in ("tutel", "dualpipe"):
+        degrees = ctx.p.tutel_degrees if engine == "tutel" else (2,)
+        best = None
+        for n in degrees:
+            n = min(n, ctx.wl.tokens_per_gpu)
+            f = frac if n > 1 else 1.0          # one chunk overlaps nothing: GEMMs keep every SM
+            dch, gch, cch = _token_chunks(ctx, tr, n, f, ps.gemm_factor)
+            total, busy = list_schedule(_chains(dch, gch, cch, ctx.ko))
+            if best is None or total < best[0]:
+                best = (total, float(gch.sum()), n)
+        total, gemm, n = best
+        return SchemeResult(spec.name, total, disp, gemm, comb, max(0.0, total - gemm), sms, {"chunks": n})
+    if engine == "fastermoe":
+        best = None
+        for groups in sorted({min(d, ctx.G - 1) for d in ctx.p.tutel_degrees}):
+            dch, gch, cch = _peer_chunks(ctx, tr, groups, frac, ps.gemm_factor)
+            total, _ = list_schedule(_chains(dch, gch, cch, ctx.ko))
+            if best is None or total < best[0]:
+                best = (total, float(gch.sum()), groups + 1)
+        total, gemm, n = best
+        return SchemeResult(spec.name, total, disp, gemm, comb, max(0.0, total - gemm), sms, {"chunks": n})
+    # Tile-level engines.
+    if engine == "comet":
+        f1 = f2 = frac
+        barrier = True
+    else:
+        share = ctx.w1_total / max(ctx.w1_total + ctx.w2_total, 1e-30)
+        f1, f2 = frac * share, frac * (1 - share)
+        barrier = False
+    res = run_pipeline(_pipeline_inputs(ctx, tr, kind, ps, f1, f2, barrier))
+    gemm = float(np.max(np.bincount(ctx.wl.inst_gpu, weights=np.add(*ctx.gemm.times(ctx.wl.inst_rows, frac)),
+                                    minlength=ctx.G))) * ps.gemm_factor
+    return SchemeResult(spec.name, res.total, disp, gemm, comb, max(0.0, res.total - gemm), sms,
+                        {"dispatch_end": res.dispatch_end})
+
+
+def _sum(results: list[SchemeResult]) -> SchemeResult:
+    r0 = results[0]
+    out = SchemeResult(r0.name, 0, 0, 0, 0, 0, r0.comm_sms, dict(r0.detail))
+    for r in results:
+        out.total += r.total
+        out.dispatch += r.dispatch
+        out.gemm += r.gemm
+        out.combine += r.combine
+        out.exposed += r.exposed
+    return out
+
+
+def estimate(model: ModelConfig, system: SystemConfig, params: Params = Params(),
+             calibration: Calibration | None = None, schemes=None, workload: Workload | None = None) -> Estimate:
+    """Layer time of every scheme (see the module docstring) for one model on one system."""
+    params.validate()
+    schemes = list(SCHEMES) if schemes is None else list(schemes)
+    for s in schemes:
+        if s not in SCHEMES:
+            raise ValueError(f"unknown scheme {s!r}; valid: {', '.join(SCHEMES)}")
+    if FULL not in schemes:
+        schemes.append(FULL)
+    cal = calibration if calibration is not None else load_calibration()
+    gpus = params.gpus or system.gpus
+    ep = min(gpus, model.routed_experts)     # fewer experts than GPUs: EP over E GPUs, DP across groups
+    sysx = system if ep == system.gpus else system.replace(gpus=ep)
+    routing = params.routing
+    if routing == "auto":
+        routing = "group" if model.n_group else "uniform"
+    wl = workload or build_workload(model.routed_experts, model.top_k, ep, params.tokens, routing=routing,
+                                    placement=params.placement, seed=params.seed, tile=params.tile,
+                                    n_group=model.n_group, topk_group=model.topk_group)
+    ctx = _Context(model, sysx, params, cal, wl)
+    passes = [_Pass("forward", payload_bytes(model.hidden, params.dtype), payload_bytes(model.hidden, "bf16"), 1.0)]
+    if params.mode == "training":
+        # Backward: the output gradient goes out like a dispatch (multicast to the same GPUs), the input
+        # gradient comes back like a combine (summed); both BF16. dgrad + wgrad = 2x the forward FLOPs.
+        bf = payload_bytes(model.hidden, "bf16")
+        passes.append(_Pass("backward", bf, bf, 2.0))
+    kinds = {SCHEMES[s].traffic for s in schemes}
+    flit = sysx.port_bytes_per_cycle
+    traffic = {ps.name: {k: account(wl.dest, k, ps.s_d, ps.s_c, flit, MAX_PAYLOAD) for k in kinds} for ps in passes}
+    results = {}
+    for name in schemes:
+        spec = SCHEMES[name]
+        base = params.dualpipe_sms if spec.engine == "dualpipe" else params.comm_sms
+        fwd_tr = traffic["forward"][spec.traffic]
+        sms = 0 if spec.engine == "sequential" else _comm_sms(ctx, fwd_tr, spec.traffic, base)
+        if spec.engine == "dualpipe" and params.mode == "training":
+            results[name] = _dualpipe_training(ctx, spec, passes, traffic, sms)
+            continue
+        results[name] = _sum([_run_pass(ctx, spec, ps, traffic[ps.name][spec.traffic], sms) for ps in passes])
+    compute_only = sum(float(np.max(ctx.gpu_gemm)) * ps.gemm_factor for ps in passes)
+    k = model.top_k
+    closed = expected_distinct_gpus(model.routed_experts, ep, k) if model.routed_experts % ep == 0 else float("nan")
+    return Estimate(model, sysx, params, ep, wl.tokens_per_gpu, routing, wl.mean_distinct_gpus(), closed,
+                    results, traffic["forward"], cal, compute_only)
+
+
+def _dualpipe_training(ctx, spec, passes, traffic, sms) -> SchemeResult:
+    """DualPipe-like: the forward chunk of one micro-batch overlaps the backward chunk of another; each
+    chain is dispatch -> GEMMs -> combine, and the two share the network and the SMs."""
+    frac = (ctx.s.sms - sms) / ctx.s.sms
+    chains, gemm, disp_sum, comb_sum = [], 0.0, 0.0, 0.0
+    for ps in passes:
+        tr = traffic[ps.name][spec.traffic]
+        d, c = _standalone(ctx, tr, spec.traffic)
+        g = float(np.max(ctx.gpu_gemm)) * ps.gemm_factor / frac
+        chains.append([("net", d + ctx.ko), ("comp", g + ctx.ko), ("net", c + ctx.ko)])
+        gemm += g
+        disp_sum += d
+        comb_sum += c
+    total, _ = list_schedule(chains)
+    return SchemeResult(spec.name, total, disp_sum, gemm, comb_sum, max(0.0, total - gemm), sms, {"chunks": 2})

@@ -1,0 +1,345 @@
+"""The tile-level pipeline model: dispatch, GEMM-1, GEMM-2 and combine of one MoE layer on G GPUs, with
+link contention between dispatch and combine. This is the timing core of DySHARP-full (token-centric
+fusion); the same engine, with other traffic and a phase barrier, times CCFuser-, COMET- and
+DySHARP-COMET-like schemes.
+
+:func:`run_pipeline` (a :class:`PipelineInputs` in, a :class:`PipelineResult` out) is the DySHARP-full
+timing core; inside it, :class:`TileScheduler` decides when each tile's GEMM-1 and GEMM-2 run -- the part a
+reference token-centric scheduler (``sim_models/scheduler.py``) can take over.
+
+Model (a fluid simulation in fixed time slots of ``dt``):
+
+* **Links.** Each GPU has an uplink and a downlink with a rate in wire bytes/s. Dispatch and combine
+  share them; when both have backlog, each gets at least half of a link and takes what the other leaves
+  (max-min fair sharing, work conserving). The switch is a non-blocking single-level fabric (VOQ), so only
+  the GPU links constrain.
+* **Dispatch** is lock-step: every source sends its tokens in index order and all sources progress
+  together through token index ``p`` (an all-to-all with random destinations is paced by its busiest link).
+  The cumulative wire bytes each link carries up to progress ``p`` are piecewise linear between knots.
+* **Tiles.** On each GPU, the rows for one expert fill tiles of ``tile`` tokens in arrival order; a tile
+  is ready (the token tracker's event) when its last row has arrived, plus the dispatch latency. Tiles run
+  in ready order through GEMM-1 then GEMM-2 (a two-stage pipeline: ``w1``/``w2`` are per-tile times on the
+  SMs each stage has). Once a GPU's last GEMM-1 has ended, the remaining GEMM-2 tiles run at
+  ``w2_tail`` (the stage-1 SMs join stage 2). With ``barrier`` (COMET-like phases), no GEMM-2 starts on a
+  GPU before its whole dispatch and all its GEMM-1 tiles are done.
+* **Combine.** When a tile's GEMM-2 ends, its partials (one per (token, GPU) pair whose last row is in
+  that tile) join the GPU's uplink queue; a pair's partial has left when the queue has drained past it.
+  Unicast: each partial then loads the home GPU's downlink. In-switch reduction (``reduced``): a token's
+  single result loads the home downlink when all its partials have left, limited also by the home ports'
+  reduction engines (``reduce_rate``), and its ld_reduce request loads the home's uplink.
+"""
+
+import dataclasses
+
+import numpy as np
+
+__all__ = ["PipelineInputs", "PipelineResult", "run_pipeline", "maxplus_scan"]
+
+
+@dataclasses.dataclass
+class PipelineInputs:
+    tokens_per_gpu: int
+    knots: np.ndarray            # (K+1,) token progress at the knots, 0 .. T
+    disp_up_cum: np.ndarray      # (G, K+1) cumulative dispatch wire bytes on each uplink at the knots
+    disp_dn_cum: np.ndarray      # (G, K+1) ... on each downlink
+    tile_ready_p: np.ndarray     # (G, NT) progress at which each tile's last row has arrived, ascending; inf pad
+    tile_w1: np.ndarray          # (G, NT) GEMM-1 seconds per tile on the SMs stage 1 has; 0 pad
+    tile_w2: np.ndarray          # (G, NT) GEMM-2 seconds per tile on the SMs stage 2 has; 0 pad
+    tile_w2_tail: np.ndarray     # (G, NT) GEMM-2 seconds per tile once GEMM-1 is done on that GPU and its
+                                 # SMs join stage 2 (work conserving); = tile_w2 when stages do not split
+    pair_start: np.ndarray       # (G, NT+1) offsets of each tile's pairs in the pair arrays
+    pair_token: np.ndarray       # (P,) token of each (token, GPU) pair; pairs sorted by (GPU, tile position)
+    pair_home: np.ndarray        # (P,) the token's home GPU
+    pair_up: np.ndarray          # (P,) partial wire bytes on the member's uplink (0 for a local pair)
+    pair_req_dn: np.ndarray      # (P,) read-request bytes on the member's downlink (ld_reduce schemes)
+    pair_down: np.ndarray        # (P,) home-downlink bytes once the partial has left (unicast; else 0)
+    token_pairs: np.ndarray      # (N,) pairs per token (a reduced result waits for all of them)
+    token_home: np.ndarray       # (N,)
+    token_result: np.ndarray     # (N,) home-downlink bytes of the reduced result (0 for unicast)
+    token_req_up: np.ndarray     # (N,) home-uplink request bytes (0 for unicast)
+    up_rate: np.ndarray          # (G,) wire bytes/s
+    dn_rate: np.ndarray          # (G,)
+    reduce_rate: np.ndarray      # (G,) partial bytes/s the home GPU's reduction engines absorb
+    reduced: bool
+    barrier: bool = False
+    latency_dispatch: float = 0.0
+    latency_combine: float = 0.0
+    start_overhead: float = 0.0
+    slots: int = 300
+
+
+@dataclasses.dataclass
+class PipelineResult:
+    total: float                 # layer time, seconds
+    dispatch_end: float          # when the last dispatch byte left (all GPUs)
+    ready: np.ndarray            # (G, NT) tile ready times (inf pad)
+    gemm1_end: np.ndarray        # (G, NT)
+    gemm2_end: np.ndarray        # (G, NT)
+    up_busy: np.ndarray          # (G,) seconds each uplink carried data
+    dn_busy: np.ndarray          # (G,)
+    slots_run: int
+
+
+def maxplus_scan(ready: np.ndarray, work: np.ndarray) -> np.ndarray:
+    """Finish times of jobs run in order on one server per row: ``f[i] = max(ready[i], f[i-1]) + work[i]``,
+    vectorised as ``W[i] + max_{j<=i}(ready[j] - W[j-1])`` with ``W`` the running sum of ``work``."""
+    w = np.cumsum(work, axis=1)
+    with np.errstate(invalid="ignore"):
+        return w + np.maximum.accumulate(ready - (w - work), axis=1)
+
+
+class TileScheduler:
+    """When each tile's GEMM-1 and GEMM-2 end, given when the tiles became ready: the token-centric
+    scheduler's decision, and the one piece of this model a reference scheduler (``sim_models/scheduler.py``)
+    can take over. Tiles run in ready order through two stages on split SM pools (``w1``/``w2``: per-tile
+    seconds on each pool); once a GPU has no GEMM-1 left, its GEMM-1 SMs join GEMM-2 (``w2_tail``).
+    ``barrier_at`` (per GPU) holds every GEMM-2 back until then (COMET-like phases)."""
+
+    def __init__(self, w1: np.ndarray, w2: np.ndarray, w2_tail: np.ndarray):
+        self.w1, self.w2, self.w2_tail = w1, w2, w2_tail
+        # maxplus_scan with the running sums of the fixed work precomputed
+        self.c1 = np.cumsum(w1, axis=1)
+        self.c1_prev = self.c1 - w1
+        self.c2 = np.cumsum(w2, axis=1)
+        self.c2_prev = self.c2 - w2
+
+    def gemm1(self, ready: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore"):
+            return self.c1 + np.maximum.accumulate(ready - self.c1_prev, axis=1)
+
+    def __call__(self, ready: np.ndarray, barrier_at: np.ndarray | None = None, all_ready: bool = False):
+        """(GEMM-1 end, GEMM-2 end) per tile, ``(G, NT)``; ``inf`` where not yet known."""
+        f1 = self.gemm1(ready)
+        with np.errstate(invalid="ignore"):
+            if barrier_at is not None:
+                return f1, self.c2 + np.maximum.accumulate(np.maximum(f1, barrier_at[:, None]) - self.c2_prev, axis=1)
+            f2 = self.c2 + np.maximum.accumulate(f1 - self.c2_prev, axis=1)
+        if all_ready:
+            f1_last = np.max(np.where(np.isfinite(f1), f1, 0.0), axis=1, initial=0.0)
+            tail = (f2 - self.w2) >= f1_last[:, None]
+            f2 = maxplus_scan(f1, np.where(tail, self.w2_tail, self.w2))
+        return f1, f2
+
+
+def _interp_rows(cum: np.ndarray, knots: np.ndarray, p: float) -> np.ndarray:
+    """Each row's cumulative bytes at progress ``p`` (piecewise linear between knots)."""
+    k = min(max(int(np.searchsorted(knots, p, side="right")) - 1, 0), len(knots) - 2)
+    f = (p - knots[k]) / (knots[k + 1] - knots[k])
+    return cum[:, k] + f * (cum[:, k + 1] - cum[:, k])
+
+
+class _Inverse:
+    """Largest progress per row whose cumulative bytes do not exceed a target (rows non-decreasing)."""
+
+    def __init__(self, cum: np.ndarray, knots: np.ndarray):
+        self.cum, self.knots = cum, knots
+        big = float(cum.max(initial=0.0)) * 2 + 1.0
+        self.off = np.arange(cum.shape[0]) * big
+        self.flat = (cum + self.off[:, None]).ravel()
+        self.k1 = len(knots)
+
+    def __call__(self, target: np.ndarray) -> np.ndarray:
+        cum, knots, k1 = self.cum, self.knots, self.k1
+        idx = np.searchsorted(self.flat, target + self.off, side="right") - 1 - np.arange(cum.shape[0]) * k1
+        idx = np.clip(idx, 0, k1 - 1)
+        out = knots[idx].astype(np.float64)
+        r = np.nonzero(idx < k1 - 1)[0]
+        lo = cum[r, idx[r]]
+        span = cum[r, idx[r] + 1] - lo
+        frac = np.where(span > 0, (target[r] - lo) / np.where(span > 0, span, 1.0), 1.0)
+        out[r] = knots[idx[r]] + np.clip(frac, 0, 1) * (knots[idx[r] + 1] - knots[idx[r]])
+        return out
+
+
+def _ranges(start: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Concatenated index ranges ``start[g, lo[g]] .. start[g, hi[g]]`` over rows g with hi > lo."""
+    g = np.nonzero(hi > lo)[0]
+    if not len(g):
+        return np.zeros(0, dtype=np.int64)
+    a = start[g, lo[g]]
+    n = start[g, hi[g]] - a
+    total = int(n.sum())
+    if not total:
+        return np.zeros(0, dtype=np.int64)
+    return np.repeat(a - (np.cumsum(n) - n), n) + np.arange(total)
+
+
+def _per_tile_cum(start: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """(G, NT+1) cumulative sums of per-pair ``values`` by tile position, from the pair offsets."""
+    c = np.concatenate([[0.0], np.cumsum(values, dtype=np.float64)])
+    return c[start] - c[start[:, :1]]
+
+
+def run_pipeline(x: PipelineInputs) -> PipelineResult:
+    """Time one layer through the pipeline model described in the module docstring."""
+    G, NT = x.tile_ready_p.shape
+    rows = np.arange(G)
+    T = float(x.tokens_per_gpu)
+    knots = np.asarray(x.knots, dtype=np.float64)
+    ntiles = np.isfinite(x.tile_ready_p).sum(axis=1)
+    w1 = np.asarray(x.tile_w1, dtype=np.float64)
+    w2 = np.asarray(x.tile_w2, dtype=np.float64)
+    up_cum = _per_tile_cum(x.pair_start, x.pair_up)
+    req_dn_cum = _per_tile_cum(x.pair_start, x.pair_req_dn)
+    big = float(up_cum.max(initial=0.0)) * 2 + 1.0
+    up_off = rows * big
+    up_flat = (up_cum + up_off[:, None]).ravel()
+    inv_up = _Inverse(x.disp_up_cum, knots)
+    inv_dn = _Inverse(x.disp_dn_cum, knots)
+
+    # Slot length: the layer's own scale (the busiest direction's bytes or the busiest GPU's GEMM work).
+    comb_up = up_cum[:, -1] + np.bincount(x.token_home, weights=x.token_req_up, minlength=G)
+    comb_dn = (np.bincount(x.pair_home, weights=x.pair_down, minlength=G) + req_dn_cum[:, -1]
+               + np.bincount(x.token_home, weights=x.token_result, minlength=G))
+    comm = max(float(np.max((x.disp_up_cum[:, -1] + comb_up) / x.up_rate)),
+               float(np.max((x.disp_dn_cum[:, -1] + comb_dn) / x.dn_rate)))
+    comp = float(np.max(w1.sum(axis=1) + w2.sum(axis=1)))
+    dt = max(comm, comp, 1e-12) / x.slots
+    eps = dt * 1e-6            # time comparisons tolerate rounding (a jump lands exactly on a completion)
+
+    # The home's reduction engines absorb partial bytes; a result moves down only as fast as its partials
+    # can be reduced: result-byte rate = reduce_rate * (result bytes / partial bytes) for that home.
+    red_cap = np.full(G, np.inf)
+    if x.reduced:
+        member = np.repeat(rows, np.diff(x.pair_start[:, [0, -1]], axis=1)[:, 0])
+        part_home = np.bincount(x.pair_home, weights=np.where(member != x.pair_home, x.pair_up, 0.0), minlength=G)
+        res_home = np.bincount(x.token_home, weights=x.token_result, minlength=G)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            red_cap = np.where(part_home > 0, x.reduce_rate * dt * res_home / np.maximum(part_home, 1e-30), np.inf)
+        red_cap = red_cap + req_dn_cum[:, -1] / x.slots      # read requests do not use the engines
+
+    sched = TileScheduler(w1, w2, x.tile_w2_tail)
+    pad = np.arange(NT)[None, :] >= ntiles[:, None]
+    ready = np.full((G, NT), np.inf)
+    f1 = np.full((G, NT), np.inf)
+    f2 = np.full((G, NT), np.inf)
+    released = np.zeros(G, dtype=np.int64)
+    upc = np.zeros(G, dtype=np.int64)
+    up_served = np.zeros(G)
+    req_q = np.zeros(G)
+    dn_q = np.zeros(G)
+    up_busy = np.zeros(G)
+    dn_busy = np.zeros(G)
+    cnt = np.asarray(x.token_pairs, dtype=np.int64).copy()
+    done_tok = np.zeros(len(cnt), dtype=bool)
+    mark = np.zeros(len(cnt), dtype=np.int64)
+    barrier_at = np.full(G, np.inf)
+    p, t = 0.0, 0.0
+    dispatch_end = 0.0 if T == 0 else None
+    last_activity = 0.0
+    dirty = False
+    slots_run = 0
+    max_slots = 50 * x.slots + 1000
+    cap_up = x.up_rate * dt
+    cap_dn = x.dn_rate * dt
+    while True:
+        slots_run += 1
+        if slots_run > max_slots:
+            raise RuntimeError(f"pipeline model did not finish (internal error): progress {p}/{T}, "
+                               f"tiles released {released.sum()}/{ntiles.sum()}")
+        t_end = t + dt
+        part_q = up_cum[rows, released] - up_served
+        qu = part_q + req_q
+        qd = dn_q.copy()
+        if p < T:
+            base_up = _interp_rows(x.disp_up_cum, knots, p)
+            base_dn = _interp_rows(x.disp_dn_cum, knots, p)
+            p_full = min(T, float(np.min(inv_up(base_up + cap_up))), float(np.min(inv_dn(base_dn + cap_dn))))
+            use_up = _interp_rows(x.disp_up_cum, knots, p_full) - base_up
+            use_dn = _interp_rows(x.disp_dn_cum, knots, p_full) - base_dn
+            # Combine gets at least half a link while dispatch is active, and whatever dispatch leaves.
+            a_up = np.minimum(qu, np.maximum(cap_up / 2, cap_up - use_up))
+            a_dn = np.minimum(np.minimum(qd, np.maximum(cap_dn / 2, cap_dn - use_dn)), red_cap)
+            a_up_first, a_dn_first = a_up, a_dn
+            p_new = min(T, float(np.min(inv_up(base_up + cap_up - a_up))),
+                        float(np.min(inv_dn(base_dn + cap_dn - a_dn))))
+            p_new = max(p_new, p)
+            use_up = _interp_rows(x.disp_up_cum, knots, p_new) - base_up
+            use_dn = _interp_rows(x.disp_dn_cum, knots, p_new) - base_dn
+            a_up = np.minimum(qu, np.maximum(a_up, cap_up - use_up))
+            a_dn = np.minimum(np.minimum(qd, np.maximum(a_dn, cap_dn - use_dn)), red_cap)
+            up_busy += use_up / x.up_rate
+            dn_busy += use_dn / x.dn_rate
+            if p_new > p:
+                span = dt                 # time the progress p -> p_new takes within this slot
+                if p_new >= T - 1e-9:
+                    # Dispatch ends inside the slot: at the busiest link's share of its allotment.
+                    need_up = x.disp_up_cum[:, -1] - base_up
+                    need_dn = x.disp_dn_cum[:, -1] - base_dn
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        f_up = np.where(need_up > 0, need_up / np.maximum(cap_up - a_up_first, 1e-30), 0.0)
+                        f_dn = np.where(need_dn > 0, need_dn / np.maximum(cap_dn - a_dn_first, 1e-30), 0.0)
+                    span = dt * min(1.0, max(float(np.max(f_up)), float(np.max(f_dn)), 0.0))
+                    dispatch_end = t + span
+                    last_activity = max(last_activity, dispatch_end)
+                newly = (x.tile_ready_p > p) & (x.tile_ready_p <= p_new + 1e-9)
+                if newly.any():
+                    frac = np.clip((x.tile_ready_p[newly] - p) / (p_new - p), 0, 1)
+                    ready[newly] = t + span * frac + x.latency_dispatch
+                    dirty = True
+                if p_new >= T - 1e-9:
+                    p_new = T
+                    dirty = True
+            p = p_new
+        else:
+            a_up = np.minimum(qu, cap_up)
+            a_dn = np.minimum(np.minimum(qd, cap_dn), red_cap)
+        if dirty:
+            if x.barrier and dispatch_end is not None:
+                f1 = sched.gemm1(ready)
+                done1 = np.isfinite(f1).sum(axis=1) >= ntiles
+                tail = np.max(np.where(np.isfinite(f1), f1, 0.0), axis=1, initial=0.0)
+                barrier_at = np.where(done1, np.maximum(tail, dispatch_end + x.latency_dispatch), np.inf)
+            f1, f2 = sched(ready, barrier_at if x.barrier else None, all_ready=dispatch_end is not None)
+            f2[pad] = np.inf
+            dirty = bool(x.barrier and not np.all(np.isfinite(barrier_at)))
+        # Serve combine with this slot's allocations (from the backlog at the slot start).
+        served_part = np.minimum(a_up, part_q)
+        up_served += served_part
+        req_q -= np.minimum(a_up - served_part, req_q)
+        dn_q -= a_dn
+        up_busy += a_up / x.up_rate
+        dn_busy += a_dn / x.dn_rate
+        if np.any(a_up > 0) or np.any(a_dn > 0):
+            frac = max(float(np.max(a_up / cap_up)), float(np.max(a_dn / cap_dn)))
+            last_activity = max(last_activity, t + dt * min(frac, 1.0))
+        # Tiles whose GEMM-2 ended by the slot end release their combine.
+        new_rel = np.minimum((f2 <= t_end + eps).sum(axis=1), ntiles)
+        if np.any(new_rel > released):
+            dn_q += req_dn_cum[rows, new_rel] - req_dn_cum[rows, released]
+            last_activity = max(last_activity, float(np.max(np.where(
+                np.arange(NT)[None, :] < new_rel[:, None], f2, 0.0))))
+            released = new_rel
+        # Tiles whose partials have all left the uplink.
+        # (tile i has left when its cumulative bytes up_cum[g, i+1] <= served; a searchsorted per row.)
+        done_tiles = np.searchsorted(up_flat, up_served + 1e-6 + up_off, side="right") - rows * (NT + 1) - 1
+        new_upc = np.maximum(upc, np.minimum(done_tiles, released))
+        idx = _ranges(x.pair_start, upc, new_upc)
+        upc = new_upc
+        if len(idx):
+            if x.reduced:
+                tok = x.pair_token[idx]
+                np.subtract.at(cnt, tok, 1)
+                fin = tok[cnt[tok] == 0]
+                fin = fin[~done_tok[fin]]
+                # de-duplicate without sorting: the last write of each token's position wins
+                mark[fin] = np.arange(len(fin))
+                fin = fin[mark[fin] == np.arange(len(fin))]
+                done_tok[fin] = True
+                home = x.token_home[fin]
+                dn_q += np.bincount(home, weights=x.token_result[fin], minlength=G)
+                req_q += np.bincount(home, weights=x.token_req_up[fin], minlength=G)
+            else:
+                dn_q += np.bincount(x.pair_home[idx], weights=x.pair_down[idx], minlength=G)
+        t = t_end
+        idle = (np.all(dn_q <= 1e-6) and np.all(req_q <= 1e-6)
+                and np.all(up_cum[rows, released] - up_served <= 1e-6))
+        if p >= T and idle and np.all(released == ntiles) and np.all(upc == ntiles):
+            break
+        if p >= T and idle and not dirty:
+            # Nothing on the links: jump to the next GEMM-2 completion.
+            nxt = f2[rows, np.minimum(released, NT - 1)][released < ntiles]
+            if len(nxt) and np.isfinite(nxt.min()) and nxt.min() > t_end:
+                t = float(nxt.min()) - dt
+    total = x.start_overhead + last_activity + x.latency_combine
+    return PipelineResult(total, dispatch_end or 0.0, ready, f1, f2, up_busy, dn_busy, slots_run)

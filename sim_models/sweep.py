@@ -1,0 +1,245 @@
+"""Sweeps of the estimator: the main grid (models x systems x schemes) and the sensitivity studies, written
+as CSV and plotted with matplotlib (Agg backend) under ``build/estimate/``.
+
+``main_sweep`` runs one :func:`estimator.estimate` per (model, system) -- every scheme shares that
+layer's routing -- in ``jobs`` worker processes. ``sensitivity`` varies one input at a time around a base
+point (GPU count, tokens per GPU, Zipf skew, tile size).
+"""
+
+import csv
+import dataclasses
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from .calibration import Calibration, load_calibration
+from .estimator import BASELINES, FULL, SCHEMES, Estimate, Params, estimate
+from .moe_config import load_model, model_names
+from .system_config import load_system
+
+__all__ = ["SWEEP_SYSTEMS", "COLUMNS", "rows_of", "main_sweep", "sensitivity", "write_csv", "plot_speedups",
+           "plot_breakdown", "plot_sensitivity", "markdown_table", "run_sweep"]
+
+SWEEP_SYSTEMS = ("hgx-h200", "gh200-nvl32", "nvl72")
+COLUMNS = ["model", "system", "gpus", "mode", "tokens_per_gpu", "routing", "placement", "dtype", "tile",
+           "measured_d", "scheme", "total_us", "dispatch_us", "gemm_us", "combine_us", "exposed_us", "comm_sms",
+           "dysharp_speedup"]
+
+
+def rows_of(e: Estimate, **extra) -> list[dict]:
+    """CSV rows of one estimate (one per scheme); ``dysharp_speedup`` = scheme time / DySHARP-full time."""
+    out = []
+    for name, r in e.results.items():
+        row = {"model": e.model.name, "system": e.system.name, "gpus": e.gpus, "mode": e.params.mode,
+               "tokens_per_gpu": e.tokens_per_gpu, "routing": e.routing, "placement": e.params.placement,
+               "dtype": e.params.dtype, "tile": e.params.tile, "measured_d": round(e.measured_d, 4),
+               "scheme": name, "total_us": r.total * 1e6, "dispatch_us": r.dispatch * 1e6,
+               "gemm_us": r.gemm * 1e6, "combine_us": r.combine * 1e6, "exposed_us": r.exposed * 1e6,
+               "comm_sms": r.comm_sms, "dysharp_speedup": e.speedup(name)}
+        row.update(extra)
+        out.append(row)
+    return out
+
+
+def _one(job):
+    model, system, params, cal, extra = job
+    e = estimate(load_model(model), load_system(system), params, cal)
+    return rows_of(e, **extra)
+
+
+def _map(jobs, workers):
+    if workers <= 1 or len(jobs) <= 1:
+        return [_one(j) for j in jobs]
+    with ProcessPoolExecutor(max_workers=workers) as ex:
+        return list(ex.map(_one, jobs))
+
+
+def main_sweep(models=None, systems=SWEEP_SYSTEMS, params: Params = Params(), cal: Calibration | None = None,
+               jobs: int = 1) -> list[dict]:
+    models = models or model_names()
+    cal = cal if cal is not None else load_calibration()
+    work = [(m, s, params, cal, {}) for m in models for s in systems]
+    # Biggest first, so the worker pool ends together.
+    work.sort(key=lambda j: -load_system(j[1]).gpus)
+    return [r for rows in _map(work, jobs) for r in rows]
+
+
+SENSITIVITY = {
+    "gpus": [8, 16, 32, 64],
+    "tokens_per_gpu": [256, 1024, 4096, 16384],
+    "zipf": [0.0, 0.3, 0.6, 1.0],
+    "tile": [64, 128, 256],
+}
+# --quick: fewer points around a 1024-tokens/GPU base
+QUICK_SENSITIVITY = {"gpus": [8, 16], "tokens_per_gpu": [256, 2048], "zipf": [0.0, 0.6], "tile": [64, 128]}
+
+
+def sensitivity(model: str, system: str, params: Params = Params(), cal: Calibration | None = None,
+                grid: dict | None = None, jobs: int = 1) -> list[dict]:
+    """One-at-a-time variation around (model, system, params). Rows carry ``param`` and ``value``."""
+    grid = grid or SENSITIVITY
+    cal = cal if cal is not None else load_calibration()
+    m = load_model(model)
+    work = []
+    for g in grid.get("gpus", []):
+        work.append((model, system, dataclasses.replace(params, gpus=g), cal, {"param": "gpus", "value": g}))
+    for t in grid.get("tokens_per_gpu", []):
+        work.append((model, system, dataclasses.replace(params, tokens_per_gpu=t), cal,
+                     {"param": "tokens_per_gpu", "value": t}))
+    for z in grid.get("zipf", []):
+        spec = (f"group-zipf:{z}" if m.n_group else f"zipf:{z}")
+        work.append((model, system, dataclasses.replace(params, routing=spec), cal, {"param": "zipf", "value": z}))
+    for tile in grid.get("tile", []):
+        work.append((model, system, dataclasses.replace(params, tile=tile), cal, {"param": "tile", "value": tile}))
+    return [r for rows in _map(work, jobs) for r in rows]
+
+
+def write_csv(rows: list[dict], path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cols = COLUMNS + [c for c in (rows[0] if rows else {}) if c not in COLUMNS]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in r.items()})
+    return path
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def plot_speedups(rows: list[dict], path: Path, baselines=BASELINES) -> Path:
+    """One panel per system: DySHARP's speedup over each baseline, per model."""
+    plt = _plt()
+    systems = list(dict.fromkeys(r["system"] for r in rows))
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    fig, axes = plt.subplots(len(systems), 1, figsize=(13, 3.6 * len(systems)), squeeze=False)
+    width = 0.8 / len(baselines)
+    for ax, s in zip(axes[:, 0], systems):
+        for i, b in enumerate(baselines):
+            ys = [next((r["dysharp_speedup"] for r in rows if r["system"] == s and r["model"] == m
+                        and r["scheme"] == b), 0) for m in models]
+            ax.bar([x + (i - len(baselines) / 2 + 0.5) * width for x in range(len(models))], ys, width,
+                   label=SCHEMES[b].label)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_yscale("log", base=2)        # NVLS's all-to-all-everywhere dwarfs the rest on a linear axis
+        ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xticks(range(len(models)))
+        ax.set_xticklabels(models, rotation=20, ha="right", fontsize=8)
+        g = max(r["gpus"] for r in rows if r["system"] == s)
+        ax.set_ylabel("DySHARP speedup (x)")
+        ax.set_title(f"{s}: layer time of baseline / DySHARP (EP up to {g} GPUs)", fontsize=10)
+    axes[0, 0].legend(ncol=4, fontsize=7, loc="upper left")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_breakdown(rows: list[dict], model: str, path: Path) -> Path:
+    """Stacked layer-time breakdown (GEMM busy + exposed dispatch/combine) of every scheme, per system."""
+    plt = _plt()
+    sel = [r for r in rows if r["model"] == model]
+    systems = list(dict.fromkeys(r["system"] for r in sel))
+    fig, axes = plt.subplots(1, len(systems), figsize=(5.2 * len(systems), 4.2), squeeze=False)
+    for ax, s in zip(axes[0], systems):
+        rs = [r for r in sel if r["system"] == s]
+        names = [r["scheme"] for r in rs]
+        gemm = [r["gemm_us"] for r in rs]
+        # Split the exposed time between dispatch and combine in proportion to their stand-alone times.
+        exp_d = [r["exposed_us"] * r["dispatch_us"] / max(r["dispatch_us"] + r["combine_us"], 1e-12) for r in rs]
+        exp_c = [r["exposed_us"] - d for r, d in zip(rs, exp_d)]
+        x = range(len(rs))
+        ax.bar(x, gemm, label="GEMM (busy)")
+        ax.bar(x, exp_d, bottom=gemm, label="exposed: dispatch share")
+        ax.bar(x, exp_c, bottom=[a + b for a, b in zip(gemm, exp_d)], label="exposed: combine share")
+        ax.set_xticks(list(x))
+        ax.set_xticklabels(names, rotation=45, ha="right", fontsize=7)
+        ax.set_ylabel("layer time (us)")
+        ax.set_title(f"{model} on {s}", fontsize=10)
+    axes[0, 0].legend(fontsize=7)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_sensitivity(rows: list[dict], path: Path, baselines=("deepep", "comet", "ccfuser", "dualpipe")) -> Path:
+    plt = _plt()
+    params = list(dict.fromkeys(r["param"] for r in rows))
+    fig, axes = plt.subplots(1, len(params), figsize=(4.2 * len(params), 3.6), squeeze=False)
+    labels = {"gpus": "GPUs (EP)", "tokens_per_gpu": "tokens per GPU", "zipf": "Zipf exponent",
+              "tile": "tile (tokens)"}
+    for ax, p in zip(axes[0], params):
+        for b in baselines:
+            pts = sorted((r["value"], r["dysharp_speedup"]) for r in rows if r["param"] == p and r["scheme"] == b)
+            ax.plot([a for a, _ in pts], [s for _, s in pts], marker="o", label=SCHEMES[b].label)
+        if p in ("gpus", "tokens_per_gpu"):
+            ax.set_xscale("log", base=2)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_xlabel(labels.get(p, p))
+        ax.set_ylabel("DySHARP speedup (x)")
+    m = rows[0]["model"] if rows else ""
+    s = rows[0]["system"] if rows else ""
+    fig.suptitle(f"sensitivity: {m} on {s}", fontsize=10)
+    axes[0, 0].legend(fontsize=7)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def markdown_table(rows: list[dict], baselines=BASELINES) -> str:
+    """Models x systems: DySHARP's speedup over each baseline."""
+    head = "| model | system | GPUs | D | " + " | ".join(f"vs {b}" for b in baselines) + " | DySHARP us |"
+    sep = "|---|---|---|---|" + "---|" * len(baselines) + "---|"
+    lines = [head, sep]
+    keys = list(dict.fromkeys((r["model"], r["system"]) for r in rows))
+    for m, s in keys:
+        rs = {r["scheme"]: r for r in rows if r["model"] == m and r["system"] == s}
+        any_r = rs[FULL]
+        lines.append(f"| {m} | {s} | {any_r['gpus']} | {any_r['measured_d']:.2f} | "
+                     + " | ".join(f"{rs[b]['dysharp_speedup']:.2f}" if b in rs else "-" for b in baselines)
+                     + f" | {any_r['total_us']:.0f} |")
+    return "\n".join(lines)
+
+
+def run_sweep(out_dir="build/estimate", model="deepseek-v3", params: Params = Params(), cal=None,
+              quick: bool = False, jobs: int | None = None, models=None, systems=SWEEP_SYSTEMS,
+              grid: dict | None = None) -> dict:
+    """The full ``dysharp estimate --sweep``: main grid + sensitivity, CSVs and PNGs. Returns the paths,
+    the rows and the wall times."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = jobs or min(2, os.cpu_count() or 1)
+    cal = cal if cal is not None else load_calibration()
+    t0 = time.time()
+    if quick and models is None:
+        models = ["deepseek-v3", "qwen3-30b-a3b", "mixtral-8x7b"]
+    rows = main_sweep(models, systems, params, cal, jobs)
+    t_main = time.time() - t0
+    sens_system = "gh200-nvl32" if "gh200-nvl32" in systems else systems[0]
+    t1 = time.time()
+    if grid is None:
+        grid = QUICK_SENSITIVITY if quick else SENSITIVITY
+    sparams = dataclasses.replace(params, tokens_per_gpu=min(params.tokens, 1024)) if quick else params
+    srows = sensitivity(model, sens_system, sparams, cal, grid, jobs)
+    t_sens = time.time() - t1
+    paths = {
+        "csv": write_csv(rows, out / "sweep.csv"),
+        "sensitivity_csv": write_csv(srows, out / "sensitivity.csv"),
+        "speedup_png": plot_speedups(rows, out / "speedup.png"),
+        "breakdown_png": plot_breakdown(rows, model, out / "breakdown.png"),
+        "sensitivity_png": plot_sensitivity(srows, out / "sensitivity.png"),
+    }
+    return {"paths": paths, "rows": rows, "sensitivity": srows, "main_s": t_main, "sensitivity_s": t_sens,
+            "jobs": jobs, "calibration": cal}
