@@ -191,3 +191,4 @@ register("switch", "hw.switch.nvswitch:NVSwitch",
 register("switch_fifo", "hw.switch.nvswitch:NVSwitch", defaults={"queueing": "fifo"},
          points=[{"ports": 8}],
          doc="NVSwitch datapath with one FIFO per input (head-of-line-blocking baseline)")
+register("cam", "hw.switch.cam:Cam", points=[{"entries": n} for n in (64, 256, 1024)])
