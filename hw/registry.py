@@ -192,3 +192,4 @@ register("switch_fifo", "hw.switch.nvswitch:NVSwitch", defaults={"queueing": "fi
          points=[{"ports": 8}],
          doc="NVSwitch datapath with one FIFO per input (head-of-line-blocking baseline)")
 register("cam", "hw.switch.cam:Cam", points=[{"entries": n} for n in (64, 256, 1024)])
+register("al_tlb", "hw.switch.al_tlb:AlTlb", points=[{"entries": n} for n in (64, 256, 1024)])
