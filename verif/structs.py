@@ -29,7 +29,7 @@ def fields(layout) -> dict[str, tuple[int, int]]:
     return out
 
 
-def pack(layout, **values) -> int:
+def pack(layout, /, **values) -> int:
     """Bits of ``layout`` with the given fields (``req__tag=`` for the nested ``req.tag``); others 0."""
     f = fields(layout)
     bits = 0
