@@ -40,3 +40,10 @@ def test_flush(seed, sim):
 def test_bad_parameters(kwargs):
     with pytest.raises(ValueError):
         AlTlb(**kwargs)
+
+
+def test_moe_deepseek_v3(seed, sim):
+    """DeepSeek-V3 dispatch + fused combine through one AL-TLB and 8 destinations' memory managers."""
+    run_cocotb("al_tlb", {"entries": 256, "mshrs": 16, "ports": 8, "groups": 4},
+               test_module="verif.tb_al_tlb_moe", testcase="test_moe", seed=seed, sim=sim,
+               env={"tokens": 16, "tile": 4, "packets": 4, "latency": 40, "jitter": 20})
