@@ -163,10 +163,10 @@ class AlTlb(wiring.Component):
         filled = Signal(N, name="mshr_filled")
         primary = Signal(N, name="mshr_primary")     # owns the backing read (tag = its number)
         stale = Signal(N, name="mshr_stale")         # group flushed meanwhile: answer, but do not cache
-        mkey = [Signal(kw, name=f"mshr_key_{j}") for j in range(N)]
-        mtag = [Signal(TAG_BITS, name=f"mshr_tag_{j}") for j in range(N)]
-        maddr = [Signal(48, name=f"mshr_addr_{j}") for j in range(N)]
-        mcode = [Signal(8, name=f"mshr_code_{j}") for j in range(N)]
+        mkey = [Signal(kw, name=f"mshr_key_{j}", reset_less=True) for j in range(N)]
+        mtag = [Signal(TAG_BITS, name=f"mshr_tag_{j}", reset_less=True) for j in range(N)]
+        maddr = [Signal(48, name=f"mshr_addr_{j}", reset_less=True) for j in range(N)]
+        mcode = [Signal(8, name=f"mshr_code_{j}", reset_less=True) for j in range(N)]
 
         # ---- pipeline registers ---------------------------------------------------------------------
         item_layout = data.StructLayout({"req": TranslateRequest, "replay": 1, "pre_err": 1, "addr": 48,

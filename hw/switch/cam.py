@@ -94,8 +94,8 @@ class Cam(wiring.Component):
         E, L, kw, vw = self.entries, self.levels, self.key_width, self.value_width
 
         valid = Signal(E, name="valid")
-        keys = [Signal(kw, name=f"key_{i}") for i in range(E)]
-        values = [Signal(vw, name=f"value_{i}") for i in range(E)]
+        keys = [Signal(kw, name=f"key_{i}", reset_less=True) for i in range(E)]
+        values = [Signal(vw, name=f"value_{i}", reset_less=True) for i in range(E)]
         plru = Signal(E, name="plru")          # bit n (1..E-1) = node n; 1 = the victim is on the right
 
         # ---- write port: compare, target selection -------------------------------------------------
