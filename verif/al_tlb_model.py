@@ -94,7 +94,7 @@ def functional_check(groups_cfg: dict, n_ports: int, n_groups: int, r: Req) -> i
 
 
 class AlTlbModel:
-    def __init__(self, *, ports=8, groups=16, entries=256, mshrs=8, resp_depth=8):
+    def __init__(self, *, ports=8, groups=16, entries=1024, mshrs=32, resp_depth=8):
         self.ports, self.groups, self.entries = ports, groups, entries
         self.mshrs, self.resp_depth = mshrs, resp_depth
         self.db, self.gb, self.kw = tlb_key_fields(ports, groups)

@@ -2,7 +2,8 @@
 
 Each of ``gpus`` source GPUs routes ``tokens`` tokens with uniform top-k over the model's experts
 (:func:`~sim_models.routing.uniform_topk`, experts placed contiguously by
-:func:`~sim_models.routing.place_experts`) and emits them in the order of
+:func:`~sim_models.routing.place_experts`, destination masks from
+:func:`~sim_models.routing.destination_masks`) and emits them in the order of
 :func:`~sim_models.routing.dispatch_order`. A token's row is ``packets`` ``dymultimem.st`` packets (row
 bytes / 256-B payloads); its algebraic index is ``src * tokens + t`` (its row in the logical dispatch
 tensor, the same on every GPU).
@@ -23,7 +24,7 @@ import dataclasses
 import numpy as np
 
 from sim_models.moe_config import load_model
-from sim_models.routing import dispatch_order, place_experts, uniform_topk
+from sim_models.routing import destination_masks, dispatch_order, place_experts, uniform_topk
 
 __all__ = ["DispatchTrace", "dispatch_trace", "row_bytes", "PAYLOAD_BYTES"]
 
@@ -78,6 +79,8 @@ def dispatch_trace(model: str = "deepseek-v3", *, gpus: int = 8, tokens: int = 2
     for src in range(gpus):
         routing = uniform_topk(tokens, cfg.routed_experts, cfg.top_k, rng)
         order = dispatch_order(routing, placement, src)
+        expected = destination_masks(routing, placement)
+        assert all(int(expected[t]) == mask for t, mask in order), "dispatch_order disagrees with destination_masks"
         masks.append([mask for _, mask in order])
         stream = []
         for start in range(0, len(order), tile):

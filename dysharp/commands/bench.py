@@ -5,6 +5,7 @@ import importlib
 
 BENCHES = {
     "switch": ("verif.bench_switch", "NVSwitch throughput/latency under uniform traffic, VOQ vs FIFO"),
+    "al_tlb": ("verif.bench_al_tlb", "AL-TLB hit latency, translations/cycle, miss penalty, hit rate vs CAM size, CAM cells"),
 }
 
 

@@ -100,7 +100,7 @@ class AlTlb(wiring.Component):
     handles, 1..256), ``entries`` (CAM entries, power of two 16..1024), ``mshrs`` (miss-status holding
     registers, 1..32), ``resp_depth`` (response FIFO entries, 4..64)."""
 
-    def __init__(self, *, ports: int = 8, groups: int = 16, entries: int = 256, mshrs: int = 8,
+    def __init__(self, *, ports: int = 8, groups: int = 16, entries: int = 1024, mshrs: int = 32,
                  resp_depth: int = 8):
         if not isinstance(ports, int) or not 2 <= ports <= MAX_PORTS:
             raise ValueError(f"ports must be an integer in 2..{MAX_PORTS}, got {ports!r}")
