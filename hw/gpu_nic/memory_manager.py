@@ -91,7 +91,9 @@ def _bits(n: int) -> int:
 
 
 class MemoryManager(wiring.Component):
-    """Parameters: ``groups`` (handles, 1..256), ``layouts`` (receive buffers, 1..16), ``index_bits``
+    """A GPU's memory manager: compact receive layout and backing translation table (serves AL-TLB misses).
+
+    Parameters: ``groups`` (handles, 1..256), ``layouts`` (receive buffers, 1..16), ``index_bits``
     (table rows per layout = 2**index_bits, 4..18), ``slots`` (buffer rows per layout, 1..2**18),
     ``epoch_bits`` (1..16)."""
 

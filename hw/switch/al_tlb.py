@@ -96,7 +96,9 @@ def tlb_key_fields(ports: int, groups: int) -> tuple[int, int, int]:
 
 
 class AlTlb(wiring.Component):
-    """Parameters: ``ports`` (GPU ports, 2..64: mask width and ``dst``/``src`` range), ``groups`` (group
+    """AL-TLB: (group, index, dst) -> row address; 1 translation/cycle, 3-cycle hits, non-blocking misses.
+
+    Parameters: ``ports`` (GPU ports, 2..64: mask width and ``dst``/``src`` range), ``groups`` (group
     handles, 1..256), ``entries`` (CAM entries, power of two 16..1024), ``mshrs`` (miss-status holding
     registers, 1..32), ``resp_depth`` (response FIFO entries, 4..64)."""
 
