@@ -191,3 +191,7 @@ register("switch", "hw.switch.nvswitch:NVSwitch",
 register("switch_fifo", "hw.switch.nvswitch:NVSwitch", defaults={"queueing": "fifo"},
          points=[{"ports": 8}],
          doc="NVSwitch datapath with one FIFO per input (head-of-line-blocking baseline)")
+register("cam", "hw.switch.cam:Cam", points=[{"entries": n} for n in (64, 256, 1024)])
+register("al_tlb", "hw.switch.al_tlb:AlTlb", points=[{"entries": n} for n in (64, 256, 1024)])
+register("memory_manager", "hw.gpu_nic.memory_manager:MemoryManager",
+         points=[{"index_bits": 10, "slots": 1024}, {"index_bits": 12, "slots": 4096}])

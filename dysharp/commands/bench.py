@@ -6,6 +6,7 @@ import importlib
 BENCHES = {
     "switch": ("verif.bench_switch", "NVSwitch throughput/latency under uniform traffic, VOQ vs FIFO"),
     "estimate": ("sim_models.bench_estimate", "wall time of the speedup estimator's full sweep and its growth"),
+    "al_tlb": ("verif.bench_al_tlb", "AL-TLB hit latency, translations/cycle, miss penalty, hit rate vs CAM size, CAM cells"),
 }
 
 

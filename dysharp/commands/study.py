@@ -16,6 +16,7 @@ STEPS = [
     ("lint", "dysharp.study_steps:lint_step"),
     ("switch", "dysharp.study_steps:switch_bench_step"),
     ("estimate", "sim_models.study_step:estimate_step"),
+    ("al_tlb", "verif.bench_al_tlb:study_step"),
 ]
 
 

@@ -1,0 +1,270 @@
+"""The hardware memory manager of one GPU: its compact receive layout and the backing translation table.
+
+Why here (the GPU's NVLink interface, not the switch): the layout is per GPU and asymmetric, so each
+GPU's own manager owns it; the table it fills and the buffer it carves live in that GPU's memory, so
+allocating and recording a slot are local writes with no fabric round trip; and whatever number of switch
+chips (or AL-TLB instances) carries a GPU's traffic, they all ask the same single authority, so they can
+never disagree about where a token lives. The switch's AL-TLB only *caches* what this block decides; its
+misses arrive here as backing reads (:mod:`hw.switch.backing_if`). See ``docs/al_tlb.md``.
+
+Layout
+------
+A *layout* is one receive buffer with its slot table (one per concurrently live dispatch tensor). Slots
+are handed out by a bump pointer in arrival order, so the buffer is compact: only tokens routed to this
+GPU take space, and slot ``s`` is row ``s``; 128 consecutive slots are the token tracker's tile. Each
+multimem group handle is bound to a layout with a base address, a row stride and a mode:
+
+* ``alloc`` (the dispatch group, ``dymultimem.st``): the first read of (layout, index) allocates the next
+  slot and records {epoch, source GPU, slot} in the table at ``index``; later reads return the same slot;
+* lookup-only (the combine group, ``dymultimem.ld_reduce``): the read finds the recorded slot, or answers
+  ``TLB_FAULT``. A combine group usually shares the dispatch group's layout with a different base (the
+  expert-output buffer), so combine finds, row for row, the slot dispatch assigned.
+
+The answer is ``base + slot * stride * 16`` (``stride`` in 16-byte units).
+
+Contract
+--------
+* ``mem``: server side of :func:`~hw.switch.backing_if.backing_signature`; one request at a time, answered
+  at the earliest 3 cycles after it is accepted (group-config read, table read, decide), the answer held
+  until taken; the next request is accepted the cycle after. Throughput: one request per 4 cycles.
+* Errors: unconfigured group (or handle >= ``groups``) or lookup of an unallocated index -> ``TLB_FAULT``;
+  ``index >= 2**index_bits`` -> ``OUT_OF_BOUNDS``; a recorded slot read by another source GPU ->
+  ``ISOLATION``; an allocation with no free slot -> ``BUFFER_FULL``. Nothing is overwritten: a slot of
+  the current epoch is never reassigned and the bump pointer never passes ``slots``.
+* ``cfg`` (:class:`MmCommand`), taken only between requests (priority over ``mem.req``):
+  ``SET_GROUP`` binds a handle (``valid`` 0 unbinds); ``EPOCH_RESET`` releases a whole layout at the end
+  of a layer in one cycle: the bump pointer returns to 0 and the layout's epoch advances, which retires
+  every table entry (entries carry the epoch they were written in). Only when the epoch counter wraps
+  does the manager clear the layout's table, one row per cycle (``2**index_bits`` cycles, requests
+  backpressured), so a stale entry can never look current. Illegal commands change nothing and count
+  ``CFG_ERRORS``.
+* ``counters``: 32-bit event counters indexed by :class:`MmCounter`.
+"""
+
+import enum as py_enum
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import data, enum, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..arbiter import or_reduce
+from ..packet import ErrorCode
+from ..switch.backing_if import BackingRequest, BackingResponse, backing_signature
+
+__all__ = ["MemoryManager", "MmCommand", "MmOp", "MmCounter"]
+
+INDEX_BITS = 18
+
+
+class MmOp(enum.Enum, shape=1):
+    SET_GROUP = 0
+    EPOCH_RESET = 1
+
+
+class MmCommand(data.Struct):
+    op: MmOp
+    group: 8
+    valid: 1          #: SET_GROUP: bind (1) or unbind (0) the handle
+    alloc: 1          #: SET_GROUP: allocate on first read (dispatch) or lookup only (combine)
+    layout: 4
+    base: 48          #: byte address of slot 0
+    stride: 12        #: row stride in 16-byte units (1..4095)
+
+
+class MmCounter(py_enum.IntEnum):
+    ALLOCATED = 0      #: slots handed out
+    FOUND = 1          #: reads answered from the table
+    BUFFER_FULL = 2
+    TLB_FAULT = 3
+    ISOLATION = 4
+    OUT_OF_BOUNDS = 5
+    EPOCH_RESETS = 6
+    SWEEPS = 7         #: table clears after an epoch wrap
+    CFG_ERRORS = 8
+
+
+N_MM_COUNTERS = len(MmCounter)
+
+
+def _bits(n: int) -> int:
+    return max(1, (n - 1).bit_length())
+
+
+class MemoryManager(wiring.Component):
+    """A GPU's memory manager: compact receive layout and backing translation table (serves AL-TLB misses).
+
+    Parameters: ``groups`` (handles, 1..256), ``layouts`` (receive buffers, 1..16), ``index_bits``
+    (table rows per layout = 2**index_bits, 4..18), ``slots`` (buffer rows per layout, 1..2**18),
+    ``epoch_bits`` (1..16)."""
+
+    def __init__(self, *, groups: int = 16, layouts: int = 4, index_bits: int = 10, slots: int = 1024,
+                 epoch_bits: int = 8):
+        if not isinstance(groups, int) or not 1 <= groups <= 256:
+            raise ValueError(f"groups must be an integer in 1..256, got {groups!r}")
+        if not isinstance(layouts, int) or not 1 <= layouts <= 16:
+            raise ValueError(f"layouts must be an integer in 1..16, got {layouts!r}")
+        if not isinstance(index_bits, int) or not 4 <= index_bits <= INDEX_BITS:
+            raise ValueError(f"index_bits must be an integer in 4..{INDEX_BITS}, got {index_bits!r}")
+        if not isinstance(slots, int) or not 1 <= slots <= 1 << INDEX_BITS:
+            raise ValueError(f"slots must be an integer in 1..{1 << INDEX_BITS}, got {slots!r}")
+        if not isinstance(epoch_bits, int) or not 1 <= epoch_bits <= 16:
+            raise ValueError(f"epoch_bits must be an integer in 1..16, got {epoch_bits!r}")
+        self.groups = groups
+        self.layouts = layouts
+        self.index_bits = index_bits
+        self.slots = slots
+        self.epoch_bits = epoch_bits
+        self.slot_bits = _bits(slots)
+        super().__init__({
+            "mem": In(backing_signature()),
+            "cfg": In(stream.Signature(MmCommand)),
+            "counters": Out(data.ArrayLayout(32, N_MM_COUNTERS)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        L, ib, sb, eb = self.layouts, self.index_bits, self.slot_bits, self.epoch_bits
+        lb = _bits(L)
+        rows = 1 << ib
+
+        gcfg_layout = data.StructLayout({"valid": 1, "alloc": 1, "layout": lb, "base": 48, "stride": 12})
+        m.submodules.gcfg = gcfg = memory.Memory(shape=gcfg_layout, depth=self.groups, init=[])
+        gw = gcfg.write_port()
+        gr = gcfg.read_port()
+        entry_layout = data.StructLayout({"valid": 1, "epoch": eb, "src": 6, "slot": sb})
+        m.submodules.table = table = memory.Memory(shape=entry_layout, depth=L * rows, init=[])
+        tw = table.write_port()
+        tr = table.read_port()
+
+        epoch = [Signal(eb, name=f"epoch_{i}") for i in range(L)]
+        bump = [Signal(range(self.slots + 1), name=f"bump_{i}") for i in range(L)]
+
+        req = Signal(BackingRequest, name="cur")         # the request being served
+        gcur = Signal(gcfg_layout, name="gcur")          # its group's configuration
+        resp = Signal(BackingResponse, name="resp_reg")
+        cfgp = self.cfg.payload
+        sweep_layout = Signal(lb, name="sweep_layout")
+        sweep_ptr = Signal(ib, name="sweep_ptr")
+
+        # Control: an explicit state register. Every combinational signal below is one top-level
+        # expression (gated by the state), not an assignment inside an if-chain: Yosys turns the latter
+        # into `always @*` blocks that Icarus never evaluates when their inputs do not change after time 0.
+        IDLE, LOOK, DECIDE, RESP, SWEEP = range(5)
+        state = Signal(range(5), name="state")
+        idle, look, decide, respond, sweep = (Signal(name=n) for n in ("idle", "look", "decide", "respond",
+                                                                        "sweep"))
+        m.d.comb += [idle.eq(state == IDLE), look.eq(state == LOOK), decide.eq(state == DECIDE),
+                     respond.eq(state == RESP), sweep.eq(state == SWEEP)]
+
+        take_cfg = Signal(name="take_cfg")
+        take_req = Signal(name="take_req")
+        is_set = Signal(name="is_set")
+        legal_set = Signal(name="legal_set")
+        legal_reset = Signal(name="legal_reset")
+        in_group = self.mem.req.payload.group
+        m.d.comb += [
+            self.cfg.ready.eq(idle),
+            self.mem.req.ready.eq(idle & ~self.cfg.valid),
+            self.mem.resp.valid.eq(respond),
+            self.mem.resp.payload.eq(resp),
+            take_cfg.eq(idle & self.cfg.valid),
+            take_req.eq(idle & ~self.cfg.valid & self.mem.req.valid),
+            is_set.eq(cfgp.op == MmOp.SET_GROUP),
+            legal_set.eq((cfgp.group < self.groups) & (cfgp.layout < L) & (~cfgp.valid | (cfgp.stride != 0))),
+            legal_reset.eq(cfgp.layout < L),
+            gr.addr.eq(Mux(in_group < self.groups, in_group, 0)),
+            gw.en.eq(take_cfg & is_set & legal_set),
+            gw.addr.eq(cfgp.group),
+            gw.data.valid.eq(cfgp.valid),
+            gw.data.alloc.eq(cfgp.alloc),
+            gw.data.layout.eq(cfgp.layout),
+            gw.data.base.eq(cfgp.base),
+            gw.data.stride.eq(cfgp.stride),
+            # LOOK: the group's configuration arrived from the read started at acceptance; read the table.
+            tr.addr.eq(Cat(req.index[:ib], gr.data.layout)),
+        ]
+
+        # DECIDE: the table entry is on tr.data.
+        g = gcur
+        e = tr.data
+        lay_epoch = Signal(eb, name="lay_epoch")
+        lay_bump = Signal(range(self.slots + 1), name="lay_bump")
+        configured = Signal(name="configured")
+        in_bounds = Signal(name="in_bounds")
+        current = Signal(name="current")
+        own = Signal(name="own")
+        room = Signal(name="room")
+        slot = Signal(sb, name="slot")
+        code = Signal(8, name="code")
+        do_alloc = Signal(name="do_alloc")
+        addr = Signal(48, name="row_addr")
+        m.d.comb += [
+            lay_epoch.eq(or_reduce([Mux(g.layout == i, epoch[i], 0) for i in range(L)])),
+            lay_bump.eq(or_reduce([Mux(g.layout == i, bump[i], 0) for i in range(L)])),
+            configured.eq((req.group < self.groups) & g.valid),
+            in_bounds.eq((req.index >> ib) == 0),
+            current.eq(e.valid & (e.epoch == lay_epoch)),
+            own.eq(e.src == req.src),
+            room.eq(lay_bump < self.slots),
+            slot.eq(Mux(current, e.slot, lay_bump)),
+            code.eq(Mux(~configured, ErrorCode.TLB_FAULT.value,
+                    Mux(~in_bounds, ErrorCode.OUT_OF_BOUNDS.value,
+                    Mux(current, Mux(own, ErrorCode.NONE.value, ErrorCode.ISOLATION.value),
+                    Mux(~g.alloc, ErrorCode.TLB_FAULT.value,
+                    Mux(room, ErrorCode.NONE.value, ErrorCode.BUFFER_FULL.value)))))),
+            do_alloc.eq(decide & configured & in_bounds & ~current & g.alloc & room),
+            addr.eq(g.base + ((slot * g.stride) << 4)),
+            # table writes: the allocation (DECIDE) or the wrap-around clear (SWEEP)
+            tw.addr.eq(Mux(sweep, Cat(sweep_ptr, sweep_layout), Cat(req.index[:ib], g.layout))),
+            tw.en.eq(sweep | do_alloc),
+            tw.data.valid.eq(~sweep),
+            tw.data.epoch.eq(Mux(sweep, 0, lay_epoch)),
+            tw.data.src.eq(Mux(sweep, 0, req.src)),
+            tw.data.slot.eq(Mux(sweep, 0, lay_bump)),
+        ]
+        sweep_done = Signal(name="sweep_done")
+        m.d.comb += sweep_done.eq(sweep & (sweep_ptr == rows - 1))
+
+        inc = {c: Signal(name=f"inc_{c.name.lower()}") for c in MmCounter}
+        m.d.comb += [
+            inc[MmCounter.CFG_ERRORS].eq(take_cfg & Mux(is_set, ~legal_set, ~legal_reset)),
+            inc[MmCounter.EPOCH_RESETS].eq(take_cfg & ~is_set & legal_reset),
+            inc[MmCounter.ALLOCATED].eq(do_alloc),
+            inc[MmCounter.FOUND].eq(decide & configured & in_bounds & current & own),
+            inc[MmCounter.SWEEPS].eq(sweep_done),
+        ]
+        for name in ("BUFFER_FULL", "TLB_FAULT", "ISOLATION", "OUT_OF_BOUNDS"):
+            m.d.comb += inc[MmCounter[name]].eq(decide & (code == ErrorCode[name].value))
+
+        # ---- state updates ----------------------------------------------------------------------------
+        with m.If(take_cfg & ~is_set & legal_reset):
+            for i in range(L):
+                with m.If(cfgp.layout == i):
+                    m.d.sync += [bump[i].eq(0), epoch[i].eq(epoch[i] + 1)]
+                    with m.If(epoch[i] == (1 << eb) - 1):
+                        m.d.sync += [sweep_layout.eq(i), sweep_ptr.eq(0), state.eq(SWEEP)]
+        with m.If(take_req):
+            m.d.sync += [req.eq(self.mem.req.payload), state.eq(LOOK)]
+        with m.If(look):
+            m.d.sync += [gcur.eq(gr.data), state.eq(DECIDE)]
+        with m.If(decide):
+            m.d.sync += [
+                resp.addr.eq(Mux(code == ErrorCode.NONE.value, addr, 0)),
+                resp.code.as_value().eq(code),
+                resp.tag.eq(req.tag),
+                state.eq(RESP),
+            ]
+            for i in range(L):
+                with m.If(do_alloc & (g.layout == i)):
+                    m.d.sync += bump[i].eq(bump[i] + 1)
+        with m.If(respond & self.mem.resp.ready):
+            m.d.sync += state.eq(IDLE)
+        with m.If(sweep):
+            m.d.sync += sweep_ptr.eq(sweep_ptr + 1)
+            with m.If(sweep_done):
+                m.d.sync += state.eq(IDLE)
+
+        for cnt, sig in inc.items():
+            with m.If(sig):
+                m.d.sync += self.counters[int(cnt)].eq(self.counters[int(cnt)] + 1)
+        return m

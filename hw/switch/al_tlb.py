@@ -1,0 +1,381 @@
+"""The Address-Lookup TLB (AL-TLB): translates (multimem group, algebraic index, destination GPU) to the
+destination's physical row address, with isolation checks, non-blocking misses and a CAM cache.
+
+Translation scheme
+------------------
+One :class:`~hw.switch.translate_if.TranslateRequest` names one destination, so a request with ``d``
+destinations is ``d`` lookups. One AL-TLB does **one translation per cycle**; the intended placement is
+one instance per switch egress port (per-destination banks: the egress that rewrites a packet's header
+for its GPU translates for that GPU only), which gives a ``d``-destination ``dymultimem`` packet its ``d``
+translations in the same cycle on ``d`` ports. The key carries ``dst`` anyway, so one instance may serve
+several ports. See ``docs/al_tlb.md``.
+
+Contract
+--------
+* ``tr`` (translator side of :func:`~hw.switch.translate_if.translate_signature`): ``tr.req`` in,
+  ``tr.resp`` out, responses matched by ``tag`` and possibly out of order (a hit overtakes a miss).
+* ``cfg``: :class:`TlbConfig` writes, always ready. ``SET`` loads group ``group``'s member mask and tensor
+  bound (``rows`` valid indices) and flushes the group's cached translations; mask 0 unconfigures.
+  ``FLUSH`` only drops the group's cached translations (end of a layer: the destinations' memory managers
+  reset their epoch). A write to a handle >= ``groups``, with mask bits for ports that do not exist or
+  ``rows`` above 2**18 changes nothing and counts ``CFG_ERRORS``. A write takes effect for requests
+  accepted in the same cycle or later; misses already in flight for the group are answered but not cached.
+* ``mem``: the backing-table read path (:func:`~hw.switch.backing_if.backing_signature`), ``tag`` = MSHR.
+* ``counters``: 32-bit event counters, indexed by :class:`TlbCounter`.
+* Checks (every request, before its translation is used): the group must be configured, and ``src`` and
+  ``dst`` members of it -- else an ``ISOLATION`` response; ``index`` below the group's ``rows`` -- else
+  ``OUT_OF_BOUNDS``. A backing error (``TLB_FAULT``, ``BUFFER_FULL``, ...) is returned to every request
+  waiting on that miss and is not cached. Each error response increments its counter. Nothing is dropped.
+* Latency: a hit is answered 3 cycles after it is accepted (2-cycle CAM + the response FIFO). A miss is
+  answered ``backing latency + 7`` cycles after it is accepted (a penalty of latency + 4).
+* Throughput: one request accepted per cycle while hits flow. A miss takes an MSHR and waits without
+  blocking later requests (hit-under-miss); a miss to a key already being fetched coalesces (one backing
+  read per key); the answer is replayed through the pipeline once the fill arrives, taking one slot. When
+  no MSHR is free, the missing request is recirculated and ``tr.req`` is backpressured until an MSHR frees:
+  only this translator's input stalls, never the switch. ``tr.resp`` backpressure is absorbed by the
+  ``resp_depth``-entry response FIFO, after which ``tr.req`` is backpressured too.
+"""
+
+import enum as py_enum
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, enum, fifo, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..arbiter import lowest_one, onehot_to_index, or_reduce
+from ..packet import MAX_PORTS, ErrorCode
+from .backing_if import BackingRequest, backing_signature
+from .cam import Cam, CamOp
+from .translate_if import TAG_BITS, TranslateRequest, TranslateResponse, translate_signature
+
+__all__ = ["AlTlb", "TlbConfig", "TlbConfigOp", "TlbCounter", "INDEX_BITS", "MAX_ROWS", "tlb_key_fields"]
+
+INDEX_BITS = 18
+MAX_ROWS = 1 << INDEX_BITS
+
+
+class TlbConfigOp(enum.Enum, shape=1):
+    SET = 0
+    FLUSH = 1
+
+
+class TlbConfig(data.Struct):
+    op: TlbConfigOp
+    group: 8
+    mask: MAX_PORTS
+    rows: INDEX_BITS + 1
+
+
+class TlbCounter(py_enum.IntEnum):
+    HITS = 0            #: requests answered from the CAM
+    MISSES = 1          #: backing reads issued (primary misses)
+    COALESCED = 2       #: misses that joined an outstanding read of the same key
+    RECIRCULATED = 3    #: misses that found every MSHR busy (each retry counts)
+    FILLS = 4           #: translations inserted into the CAM
+    REPLAYS = 5         #: answers delivered from a filled MSHR
+    BAD_RESPONSES = 6   #: backing responses whose tag names no outstanding read (ignored)
+    CFG_ERRORS = 7      #: refused configuration writes
+    ISOLATION = 8       #: ISOLATION answers
+    OUT_OF_BOUNDS = 9   #: OUT_OF_BOUNDS answers
+    TLB_FAULT = 10      #: TLB_FAULT answers (from the backing table)
+    BUFFER_FULL = 11    #: BUFFER_FULL answers (from the backing table)
+    OTHER_ERRORS = 12   #: answers with any other error code from the backing table
+
+
+N_COUNTERS = len(TlbCounter)
+
+
+def _bits(n: int) -> int:
+    return max(1, (n - 1).bit_length())
+
+
+def tlb_key_fields(ports: int, groups: int) -> tuple[int, int, int]:
+    """(dst bits, group bits, key width) of the CAM key ``{group, dst, index}`` (index in the low bits)."""
+    db, gb = _bits(ports), _bits(groups)
+    return db, gb, INDEX_BITS + db + gb
+
+
+class AlTlb(wiring.Component):
+    """AL-TLB: (group, index, dst) -> row address; 1 translation/cycle, 3-cycle hits, non-blocking misses.
+
+    Parameters: ``ports`` (GPU ports, 2..64: mask width and ``dst``/``src`` range), ``groups`` (group
+    handles, 1..256), ``entries`` (CAM entries, power of two 16..1024), ``mshrs`` (miss-status holding
+    registers, 1..32), ``resp_depth`` (response FIFO entries, 4..64)."""
+
+    def __init__(self, *, ports: int = 8, groups: int = 16, entries: int = 1024, mshrs: int = 32,
+                 resp_depth: int = 8):
+        if not isinstance(ports, int) or not 2 <= ports <= MAX_PORTS:
+            raise ValueError(f"ports must be an integer in 2..{MAX_PORTS}, got {ports!r}")
+        if not isinstance(groups, int) or not 1 <= groups <= 256:
+            raise ValueError(f"groups must be an integer in 1..256, got {groups!r}")
+        if not isinstance(entries, int) or not 16 <= entries <= 1024 or entries & (entries - 1):
+            raise ValueError(f"entries must be a power of two in 16..1024, got {entries!r}")
+        if not isinstance(mshrs, int) or not 1 <= mshrs <= 32:
+            raise ValueError(f"mshrs must be an integer in 1..32, got {mshrs!r}")
+        if not isinstance(resp_depth, int) or not 4 <= resp_depth <= 64:
+            raise ValueError(f"resp_depth must be an integer in 4..64, got {resp_depth!r}")
+        self.ports = ports
+        self.groups = groups
+        self.entries = entries
+        self.mshrs = mshrs
+        self.resp_depth = resp_depth
+        self.dst_bits, self.group_bits, self.key_width = tlb_key_fields(ports, groups)
+        super().__init__({
+            "tr": In(translate_signature()),
+            "mem": Out(backing_signature()),
+            "cfg": In(stream.Signature(TlbConfig)),
+            "counters": Out(data.ArrayLayout(32, N_COUNTERS)),
+        })
+
+    def _key(self, req):
+        return Cat(req.index, req.dst[:self.dst_bits], req.group[:self.group_bits])
+
+    def elaborate(self, platform):
+        m = Module()
+        N, kw = self.mshrs, self.key_width
+        group_shift = INDEX_BITS + self.dst_bits
+        group_field = ((1 << self.group_bits) - 1) << group_shift
+
+        req_layout = data.Layout.cast(TranslateRequest)
+        resp_layout = data.Layout.cast(TranslateResponse)
+        m.submodules.cam = cam = Cam(entries=self.entries, key_width=kw, value_width=48)
+        m.submodules.out_fifo = out_fifo = fifo.SyncFIFO(width=resp_layout.size, depth=self.resp_depth)
+        m.submodules.recirc = recirc = fifo.SyncFIFO(width=req_layout.size, depth=3)
+        m.submodules.memq = memq = fifo.SyncFIFO(width=data.Layout.cast(BackingRequest).size, depth=N)
+        glayout = data.StructLayout({"mask": self.ports, "rows": INDEX_BITS + 1})
+        m.submodules.gtab = gtab = memory.Memory(shape=glayout, depth=self.groups, init=[])
+        gw = gtab.write_port()
+        gr = gtab.read_port(transparent_for=(gw,))
+
+        counters = self.counters
+        incs = {c: Const(0, 1) for c in TlbCounter}
+
+        # ---- streams out of the FIFOs ---------------------------------------------------------------
+        m.d.comb += [
+            self.tr.resp.valid.eq(out_fifo.r_rdy),
+            self.tr.resp.payload.eq(out_fifo.r_data),
+            out_fifo.r_en.eq(self.tr.resp.ready),
+            self.mem.req.valid.eq(memq.r_rdy),
+            self.mem.req.payload.eq(memq.r_data),
+            memq.r_en.eq(self.mem.req.ready),
+        ]
+
+        # ---- MSHR file ------------------------------------------------------------------------------
+        busy = Signal(N, name="mshr_busy")
+        filled = Signal(N, name="mshr_filled")
+        primary = Signal(N, name="mshr_primary")     # owns the backing read (tag = its number)
+        stale = Signal(N, name="mshr_stale")         # group flushed meanwhile: answer, but do not cache
+        mkey = [Signal(kw, name=f"mshr_key_{j}", reset_less=True) for j in range(N)]
+        mtag = [Signal(TAG_BITS, name=f"mshr_tag_{j}", reset_less=True) for j in range(N)]
+        maddr = [Signal(48, name=f"mshr_addr_{j}", reset_less=True) for j in range(N)]
+        mcode = [Signal(8, name=f"mshr_code_{j}", reset_less=True) for j in range(N)]
+
+        # ---- pipeline registers ---------------------------------------------------------------------
+        item_layout = data.StructLayout({"req": TranslateRequest, "replay": 1, "pre_err": 1, "addr": 48,
+                                         "code": 8})
+        p1_valid, p1 = Signal(name="p1_valid"), Signal(item_layout, name="p1")
+        p2_valid, p2 = Signal(name="p2_valid"), Signal(item_layout, name="p2")
+        p2_err = Signal(8, name="p2_err")
+
+        # ---- stage A: choose what enters the pipeline (replay > recirculation > new request) ---------
+        ready_mshr = Signal(N, name="replay_ready")
+        m.d.comb += ready_mshr.eq(busy & filled)
+        replay_oh = lowest_one(m, ready_mshr, name="replay_oh")
+        replay_any = Signal(name="replay_any")
+        m.d.comb += replay_any.eq(ready_mshr.any())
+        out_ok = Signal(name="out_ok")
+        m.d.comb += out_ok.eq(out_fifo.level + p1_valid + p2_valid + 1 <= self.resp_depth)
+        take_replay = Signal(name="take_replay")
+        take_recirc = Signal(name="take_recirc")
+        take_new = Signal(name="take_new")
+        m.d.comb += [
+            take_replay.eq(out_ok & replay_any),
+            take_recirc.eq(out_ok & ~replay_any & recirc.r_rdy),
+            self.tr.req.ready.eq(out_ok & ~replay_any & ~recirc.r_rdy),
+            take_new.eq(self.tr.req.ready & self.tr.req.valid),
+            recirc.r_en.eq(take_recirc),
+        ]
+        issue = Signal(TranslateRequest, name="issue")
+        m.d.comb += issue.eq(Mux(take_recirc, recirc.r_data, self.tr.req.payload))
+        pre_err = Signal(name="pre_err")
+        m.d.comb += pre_err.eq((issue.group >= self.groups) | (issue.src >= self.ports) |
+                               (issue.dst >= self.ports))
+        is_lookup = Signal(name="is_lookup")
+        m.d.comb += is_lookup.eq(take_recirc | take_new)
+        m.d.comb += [
+            cam.lookup_valid.eq(is_lookup & ~pre_err),
+            cam.lookup_key.eq(self._key(issue)),
+            gr.addr.eq(issue.group[:self.group_bits]),
+        ]
+        replay_tag = Signal(TAG_BITS, name="replay_tag")
+        replay_addr = Signal(48, name="replay_addr")
+        replay_code = Signal(8, name="replay_code")
+        m.d.comb += [
+            replay_tag.eq(or_reduce([Mux(replay_oh[j], mtag[j], 0) for j in range(N)])),
+            replay_addr.eq(or_reduce([Mux(replay_oh[j], maddr[j], 0) for j in range(N)])),
+            replay_code.eq(or_reduce([Mux(replay_oh[j], mcode[j], 0) for j in range(N)])),
+        ]
+        m.d.sync += p1_valid.eq(take_replay | is_lookup)
+        with m.If(take_replay):
+            m.d.sync += [p1.replay.eq(1), p1.pre_err.eq(0), p1.req.eq(0), p1.req.tag.eq(replay_tag),
+                         p1.addr.eq(replay_addr), p1.code.eq(replay_code)]
+        with m.Else():
+            m.d.sync += [p1.replay.eq(0), p1.pre_err.eq(pre_err), p1.req.eq(issue), p1.addr.eq(0),
+                         p1.code.eq(0)]
+
+        # ---- stage B: isolation and bounds check against the group table ------------------------------
+        g = gr.data
+        member_src = Signal(name="member_src")
+        member_dst = Signal(name="member_dst")
+        m.d.comb += [
+            member_src.eq(g.mask.bit_select(p1.req.src[:self.dst_bits], 1)),
+            member_dst.eq(g.mask.bit_select(p1.req.dst[:self.dst_bits], 1)),
+        ]
+        isolated = p1.pre_err | (g.mask == 0) | ~member_src | ~member_dst
+        check = Mux(isolated, ErrorCode.ISOLATION.value,
+                    Mux(p1.req.index >= g.rows, ErrorCode.OUT_OF_BOUNDS.value, ErrorCode.NONE.value))
+        m.d.sync += [p2_valid.eq(p1_valid), p2.eq(p1), p2_err.eq(Mux(p1.replay, 0, check))]
+
+        # ---- backing responses (fills) --------------------------------------------------------------
+        cfg = self.cfg
+        resp = self.mem.resp
+        m.d.comb += [cfg.ready.eq(1), resp.ready.eq(~cfg.valid)]     # cfg owns the CAM write port first
+        fill = Signal(name="fill")
+        m.d.comb += fill.eq(resp.valid & resp.ready)
+        waiting = Signal(N, name="mshr_waiting")
+        m.d.comb += waiting.eq(busy & ~filled)
+        fid_oh = Signal(N, name="fill_oh")
+        m.d.comb += fid_oh.eq(Cat(resp.payload.tag == j for j in range(N)) & waiting & primary)
+        fill_ok = Signal(name="fill_ok")
+        m.d.comb += fill_ok.eq(fill & fid_oh.any())
+        fill_key = Signal(kw, name="fill_key")
+        m.d.comb += fill_key.eq(or_reduce([Mux(fid_oh[j], mkey[j], 0) for j in range(N)]))
+        fill_stale = Signal(name="fill_stale")
+        m.d.comb += fill_stale.eq((fid_oh & stale).any())
+        fill_match = Signal(N, name="fill_match")
+        m.d.comb += fill_match.eq(Cat(waiting[j] & (mkey[j] == fill_key) for j in range(N)) &
+                                  Mux(fill_ok, Const(-1, N), 0))
+        fill_code = Signal(8, name="fill_code")
+        m.d.comb += fill_code.eq(resp.payload.code.as_value())
+        incs[TlbCounter.BAD_RESPONSES] = fill & ~fill_ok
+
+        # ---- stage C: answer, or park the miss in an MSHR, or recirculate -----------------------------
+        p2_key = Signal(kw, name="p2_key")
+        m.d.comb += p2_key.eq(self._key(p2.req))
+        lookup2 = p2_valid & ~p2.replay
+        ok2 = Signal(name="ok2")
+        hit2 = Signal(name="hit2")
+        miss2 = Signal(name="miss2")
+        m.d.comb += [
+            ok2.eq(lookup2 & (p2_err == ErrorCode.NONE.value)),
+            hit2.eq(ok2 & cam.result_hit),
+            miss2.eq(ok2 & ~cam.result_hit),
+        ]
+        pend_match = Signal(N, name="pend_match")
+        m.d.comb += pend_match.eq(Cat(waiting[j] & (mkey[j] == p2_key) for j in range(N)))
+        same_fill = Signal(name="same_fill")
+        m.d.comb += same_fill.eq(fill_ok & (fill_key == p2_key))
+        free = Signal(N, name="mshr_free")
+        m.d.comb += free.eq(~busy)
+        free_oh = lowest_one(m, free, name="free_oh")
+        free_idx = Signal(range(N) if N > 1 else 1, name="free_idx")
+        m.d.comb += free_idx.eq(onehot_to_index(free_oh))
+        alloc = Signal(name="alloc")
+        alloc_primary = Signal(name="alloc_primary")
+        alloc_filled = Signal(name="alloc_filled")
+        to_recirc = Signal(name="to_recirc")
+        m.d.comb += [
+            alloc.eq(miss2 & free.any()),
+            to_recirc.eq(miss2 & ~free.any()),
+            alloc_filled.eq(alloc & same_fill),
+            alloc_primary.eq(alloc & ~same_fill & ~pend_match.any()),
+        ]
+        incs[TlbCounter.HITS] = hit2
+        incs[TlbCounter.MISSES] = alloc_primary
+        incs[TlbCounter.COALESCED] = alloc & ~alloc_primary
+        incs[TlbCounter.RECIRCULATED] = to_recirc
+
+        push = Signal(name="push")
+        out = Signal(TranslateResponse, name="out")
+        out_code = Signal(8, name="out_code")
+        m.d.comb += [
+            push.eq((p2_valid & p2.replay) | (lookup2 & ~ok2) | hit2),
+            out_code.eq(Mux(p2.replay, p2.code, p2_err)),
+            out.addr.eq(Mux(p2.replay, p2.addr, Mux(hit2, cam.result_value, 0))),
+            out.code.as_value().eq(out_code),
+            out.tag.eq(p2.req.tag),
+            out_fifo.w_en.eq(push),
+            out_fifo.w_data.eq(out),
+            recirc.w_en.eq(to_recirc),
+            recirc.w_data.eq(p2.req),
+        ]
+        incs[TlbCounter.REPLAYS] = p2_valid & p2.replay
+        known = []
+        for c in ("ISOLATION", "OUT_OF_BOUNDS", "TLB_FAULT", "BUFFER_FULL"):
+            sel = push & (out_code == ErrorCode[c].value)
+            incs[TlbCounter[c]] = sel
+            known.append(out_code == ErrorCode[c].value)
+        incs[TlbCounter.OTHER_ERRORS] = push & (out_code != ErrorCode.NONE.value) & ~Cat(*known).any()
+
+        breq = Signal(BackingRequest, name="breq")
+        m.d.comb += [
+            breq.group.eq(p2.req.group),
+            breq.index.eq(p2.req.index),
+            breq.dst.eq(p2.req.dst),
+            breq.src.eq(p2.req.src),
+            breq.tag.eq(free_idx),
+            memq.w_en.eq(alloc_primary),
+            memq.w_data.eq(breq),
+        ]
+
+        # ---- configuration, CAM write port ------------------------------------------------------------
+        c = cfg.payload
+        cfg_legal = Signal(name="cfg_legal")
+        extra_mask = c.mask >> self.ports if self.ports < MAX_PORTS else Const(0, 1)
+        m.d.comb += cfg_legal.eq((c.group < self.groups) &
+                                 ((c.op == TlbConfigOp.FLUSH) | ((extra_mask == 0) & (c.rows <= MAX_ROWS))))
+        flush = Signal(name="flush")
+        m.d.comb += flush.eq(cfg.valid & cfg_legal)
+        incs[TlbCounter.CFG_ERRORS] = cfg.valid & ~cfg_legal
+        insert = Signal(name="insert")
+        m.d.comb += insert.eq(fill_ok & (fill_code == ErrorCode.NONE.value) & ~fill_stale)
+        incs[TlbCounter.FILLS] = insert
+        cfg_key = Signal(kw, name="cfg_key")
+        m.d.comb += cfg_key.eq(c.group[:self.group_bits] << group_shift)
+        m.d.comb += [
+            gw.en.eq(flush & (c.op == TlbConfigOp.SET)),
+            gw.addr.eq(c.group[:self.group_bits]),
+            gw.data.mask.eq(c.mask[:self.ports]),
+            gw.data.rows.eq(c.rows),
+            cam.write_valid.eq(flush | insert),
+            cam.write_op.eq(Mux(flush, CamOp.INVALIDATE, CamOp.INSERT)),
+            cam.write_key.eq(Mux(flush, cfg_key, fill_key)),
+            cam.write_mask.eq(group_field),
+            cam.write_value.eq(resp.payload.addr),
+        ]
+        flush_group = c.group[:self.group_bits]
+
+        # ---- MSHR updates -------------------------------------------------------------------------
+        for j in range(N):
+            with m.If(alloc & free_oh[j]):
+                m.d.sync += [
+                    busy[j].eq(1),
+                    filled[j].eq(alloc_filled),
+                    primary[j].eq(alloc_primary),
+                    stale[j].eq(flush & (p2.req.group[:self.group_bits] == flush_group)),
+                    mkey[j].eq(p2_key),
+                    mtag[j].eq(p2.req.tag),
+                    maddr[j].eq(Mux(alloc_filled, resp.payload.addr, 0)),
+                    mcode[j].eq(Mux(alloc_filled, fill_code, 0)),
+                ]
+            with m.Elif(take_replay & replay_oh[j]):
+                m.d.sync += busy[j].eq(0)
+            with m.Elif(fill_match[j]):
+                m.d.sync += [filled[j].eq(1), maddr[j].eq(resp.payload.addr), mcode[j].eq(fill_code)]
+            with m.If(flush & busy[j] & ((mkey[j] >> group_shift) == flush_group)):
+                m.d.sync += stale[j].eq(1)
+
+        for cnt, inc in incs.items():
+            with m.If(inc):
+                m.d.sync += counters[int(cnt)].eq(counters[int(cnt)] + 1)
+        return m
