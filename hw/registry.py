@@ -191,3 +191,6 @@ register("switch", "hw.switch.nvswitch:NVSwitch",
 register("switch_fifo", "hw.switch.nvswitch:NVSwitch", defaults={"queueing": "fifo"},
          points=[{"ports": 8}],
          doc="NVSwitch datapath with one FIFO per input (head-of-line-blocking baseline)")
+register("token_tracker", "hw.gpu_nic.token_tracker:TokenTracker",
+         points=[{"experts": 32, "tiles": 16}, {"experts": 8, "tiles": 8}],
+         area_grid=[{"experts": 32, "tiles": t} for t in (2, 4, 8, 16, 32)])
