@@ -194,3 +194,7 @@ register("switch_fifo", "hw.switch.nvswitch:NVSwitch", defaults={"queueing": "fi
 register("token_tracker", "hw.gpu_nic.token_tracker:TokenTracker",
          points=[{"experts": 32, "tiles": 16}, {"experts": 8, "tiles": 8}],
          area_grid=[{"experts": 32, "tiles": t} for t in (2, 4, 8, 16, 32)])
+register("request_gen", "hw.gpu_nic.request_gen:RequestGenerator",
+         points=[{"ports": 8}, {"ports": 32, "tags": 64}])
+register("receive_path", "hw.gpu_nic.receive_path:ReceivePath",
+         points=[{}, {"experts": 8, "tile_size": 64, "tags": 64}])
