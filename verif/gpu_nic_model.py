@@ -134,6 +134,8 @@ class RxModel:
         """Apply one packet (list of :class:`hw.packet.Flit`); returns what happened (for logs)."""
         h = Header.decode(flits[0].data)
         op = h.opcode
+        if len(flits) > self.max_payload + 1:      # cannot be staged: dropped as it arrives
+            return self._err("BAD_LENGTH" if h.length > self.max_payload else "LENGTH_MISMATCH")
         if any(f.poison for f in flits):
             return self._err("POISONED")
         if not self._known(op):
