@@ -132,11 +132,14 @@ class TileTableModel:
         """Nothing in flight: with no inputs, the next cycle changes nothing."""
         return self.s1 is None and not self.readyq and not self.relq and self.iss is None
 
-    def outputs(self, cmd_valid: bool):
-        room = (len(self.readyq) + (self.s1 is not None) < self.ready_depth and
-                len(self.relq) + (self.s1 is not None) < self.release_depth)
-        cmd_ready = self.iss is None and room
-        arrival_ready = self.iss is None and not cmd_valid and room
+    def outputs(self, cmd=None):
+        s1_op = self.s1[0] if self.s1 is not None else None
+        ready_room = len(self.readyq) + (s1_op in (ARRIVE, EXPECT)) < self.ready_depth
+        rel_room = len(self.relq) + (s1_op == DONE) < self.release_depth
+        op = cmd[0] if cmd is not None else None
+        cmd_room = ready_room if op == EXPECT else rel_room if op == DONE else True
+        cmd_ready = self.iss is None and cmd_room
+        arrival_ready = self.iss is None and not (cmd is not None and cmd_room) and ready_room
         ready = self.readyq[0] if self.readyq else None
         release = None
         if self.relq:
@@ -145,7 +148,7 @@ class TileTableModel:
         return arrival_ready, cmd_ready, ready, release
 
     def step(self, arrival=None, cmd=None, ready_ready: bool = True, release_ready: bool = True) -> StepResult:
-        arrival_ready, cmd_ready, ready_out, release_out = self.outputs(cmd is not None)
+        arrival_ready, cmd_ready, ready_out, release_out = self.outputs(cmd)
         # Stage 0: choose this cycle's operation.
         new = None
         cmd_taken = arrival_taken = False

@@ -56,6 +56,8 @@ class Lockstep(Agent):
         self.last_arrival = None
         dut.arrival__valid.value = 0
         dut.cmd__valid.value = 0
+        dut.cmd__payload.value = 0
+        dut.arrival__payload.value = 0
         dut.ready__ready.value = 1
         dut.release__ready.value = 1
 
@@ -86,13 +88,15 @@ class Lockstep(Agent):
         if d.release__valid.value == 1:
             f = unpack_struct(TokenRelease, d.release__payload.value)
             release = (f["expert"], f["tile"], f["slot"], bool(f["last"]))
-        return int(d.arrival__ready.value) == 1, int(d.cmd__ready.value) == 1, ready, release
+        cmd_ready = int(d.cmd__ready.value) == 1 if self.cmd is not None else None
+        return int(d.arrival__ready.value) == 1, cmd_ready, ready, release
 
     def sample(self, cycle):
         arr_ready, cmd_ready, ready, release = self._dut_outputs()
         r = self.model.step(self.arr, self.cmd, self.rr, self.lr)
+        # cmd.ready depends on the command's op, so it is only defined while a command is presented.
         got = (arr_ready, cmd_ready, ready, release)
-        want = (r.arrival_ready, r.cmd_ready, r.ready, r.release)
+        want = (r.arrival_ready, r.cmd_ready if self.cmd is not None else None, r.ready, r.release)
         if got != want:
             names = ("arrival.ready", "cmd.ready", "ready", "release")
             diff = "; ".join(f"{n}: RTL {g!r}, model {w!r}" for n, g, w in zip(names, got, want) if g != w)

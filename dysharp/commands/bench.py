@@ -5,6 +5,7 @@ import importlib
 
 BENCHES = {
     "switch": ("verif.bench_switch", "NVSwitch throughput/latency under uniform traffic, VOQ vs FIFO"),
+    "token_tracker": ("verif.bench_token_tracker", "GPU side: tile table rate/latency, dynamic vs unicast uplink flits, cells vs depth"),
 }
 
 

@@ -30,16 +30,17 @@ Contract
   table access per cycle. Priority: the internal "combine issued" update (one cycle after a tile's last
   release), then ``cmd``, then ``arrival``. With no commands an arrival is accepted every cycle,
   including back-to-back arrivals to the same entry (the read-modify-write pipeline forwards the value
-  written in the previous cycle, so no increment is lost). ``arrival.ready`` is low in a cycle where
-  ``cmd.valid`` is high.
+  written in the previous cycle, so no increment is lost). ``arrival.ready`` is low in a cycle where a
+  command is accepted.
 * ``ready`` (stream of :class:`TileReady`): tiles in the order they became ready (at most one per cycle);
   a tile made ready by an arrival accepted in cycle t is valid at cycle t+2.
 * ``release`` (stream of :class:`TokenRelease`): after ``DONE(e, t)`` accepted in cycle t, the tile's
   tokens ``slot = 0 .. count-1`` from cycle t+2, one per cycle while ``release.ready``, ``last`` on the
   final one; tiles in ``DONE`` order.
-* Backpressure: an operation is only accepted when the ready and release queues (``ready_depth``,
-  ``release_depth``) have room for what it and the operation before it may push, so a stalled consumer
-  stalls the inputs and nothing is ever lost.
+* Backpressure: an operation is only accepted when the queue it may push to (``ready`` for arrivals and
+  ``EXPECT``, ``release`` for ``DONE``; depths ``ready_depth``/``release_depth``) has room for it and for
+  what the operation before it may push there. A stalled ``ready`` consumer stalls arrivals; a slow
+  ``release`` consumer only stalls ``DONE`` commands, never arrivals. Nothing is ever lost.
 * Bad input, each counted in ``err_count[TrackerError.X]`` and changing nothing else:
   ``UNKNOWN_TILE`` (expert >= ``experts``, tile >= ``tiles``, a tile past the expert's known total, an
   ``EXPECT`` beyond the table), ``OVERFLOW`` (an arrival to a tile that already has its expected count, or
@@ -202,12 +203,22 @@ class TokenTracker(wiring.Component):
         iss_pending = Signal()           # a tile's last token was released last cycle
         iss_expert = Signal(8)
         iss_tile = Signal(8)
-        room = Signal()
-        m.d.comb += room.eq(((readyq.level + s1_valid) < self.ready_depth) &
-                            ((relq.level + s1_valid) < self.release_depth))
+        # Room: an operation is taken only if the queue it may push to has space for it and for what the
+        # operation now in stage 1 may push there (arrivals and EXPECT push ready tiles, DONE release jobs).
+        s1_op = Signal(3)
+        ready_room = Signal()
+        rel_room = Signal()
         m.d.comb += [
-            self.cmd.ready.eq(~iss_pending & room),
-            self.arrival.ready.eq(~iss_pending & ~self.cmd.valid & room),
+            ready_room.eq((readyq.level + (s1_valid & ((s1_op == _OP_ARRIVE) | (s1_op == _OP_EXPECT))))
+                          < self.ready_depth),
+            rel_room.eq((relq.level + (s1_valid & (s1_op == _OP_DONE))) < self.release_depth),
+        ]
+        cmd_room = Signal()
+        m.d.comb += cmd_room.eq(Mux(self.cmd.payload.op == TileCmdOp.EXPECT, ready_room,
+                                    Mux(self.cmd.payload.op == TileCmdOp.DONE, rel_room, 1)))
+        m.d.comb += [
+            self.cmd.ready.eq(~iss_pending & cmd_room),
+            self.arrival.ready.eq(~iss_pending & ~(self.cmd.valid & cmd_room) & ready_room),
         ]
         take_cmd = Signal()
         take_arr = Signal()
@@ -249,7 +260,6 @@ class TokenTracker(wiring.Component):
             ex_r.addr.eq(op_expert[:max(1, eb)] if eb else 0),
         ]
 
-        s1_op = Signal(3)
         s1_expert = Signal(8)
         s1_tile = Signal(8)
         s1_count = Signal(COUNT_BITS)
