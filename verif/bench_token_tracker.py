@@ -370,3 +370,14 @@ def markdown(report: dict) -> str:
     lines.append("Calibration: " + ", ".join(f"`{k}` = {v:.4g}" if isinstance(v, float) else f"`{k}` = {v}"
                                              for k, v in cal.items()))
     return "\n".join(lines)
+
+
+def study_step(args, out_dir) -> str:
+    """``dysharp study`` step: the GPU-side bench (smaller under ``--quick``), its Markdown section."""
+    import argparse
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    quick = ["--tokens", "4", "--tiles", "4", "--depths", "64,128"] if getattr(args, "quick", False) else []
+    bargs = p.parse_args(["--out", str(Path(out_dir) / "token_tracker.json")] + quick)
+    run(bargs)
+    return markdown(json.loads((Path(out_dir) / "token_tracker.json").read_text()))

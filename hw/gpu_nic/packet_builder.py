@@ -42,7 +42,9 @@ def emit_layout() -> data.StructLayout:
 
 
 class PacketBuilder(wiring.Component):
-    """Parameters: ``flit_width``, ``depth`` (payload buffer flits, 1..1024), ``cmd_depth`` (entries of
+    """Read-ahead payload fetcher plus store-and-forward packet emitter.
+
+    Parameters: ``flit_width``, ``depth`` (payload buffer flits, 1..1024), ``cmd_depth`` (entries of
     each command queue, 2..64). A command with ``n`` > ``depth`` would never start: callers keep ``n`` <=
     ``depth`` (both users validate ``depth`` >= their ``max_payload``)."""
 

@@ -143,7 +143,9 @@ _READS = (Opcode.READ, Opcode.RED_READ)
 
 
 class ReceivePath(wiring.Component):
-    """Parameters: ``flit_width``, ``credits`` (ingress buffer flits, >= ``max_payload`` + 1),
+    """GPU receive path: downlink packets staged into memory, read responses, token-arrival reports.
+
+    Parameters: ``flit_width``, ``credits`` (ingress buffer flits, >= ``max_payload`` + 1),
     ``max_payload`` (1..31), ``experts`` (local experts, 1..256), ``tile_size`` and ``max_slots`` (powers
     of two; slots per local expert), ``groups`` (``dyn_base`` entries), ``tags`` (combine tags, power of
     two 4..256), ``read_depth`` (read-response payload buffer, >= ``max_payload``).

@@ -98,7 +98,9 @@ class DescError(py_enum.IntEnum):
 
 
 class RequestGenerator(wiring.Component):
-    """Parameters: ``ports`` (switch ports, 2..64: the valid mask bits), ``flit_width``, ``max_payload``
+    """dymultimem request generator: descriptors to DYN_ST/DYN_LD_REDUCE (or unicast) packets on the uplink.
+
+    Parameters: ``ports`` (switch ports, 2..64: the valid mask bits), ``flit_width``, ``max_payload``
     (flits per packet, 1..31), ``credits`` (uplink credits, 1..1024), ``fetch_depth`` (payload read-ahead
     buffer, >= ``max_payload``), ``groups`` (``rbase`` entries, 1..256), ``tags`` (combine tags, a power of
     two in 4..256).
