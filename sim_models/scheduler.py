@@ -273,14 +273,16 @@ class SchedulerParams:
 
     Tracker: ``tile_size`` (power of two), ``tiles`` per expert in the table (``None``: the smallest power
     of two that holds the busiest expert), ``ready_depth``/``release_depth`` (the RTL queue depths).
-    Dispatch: ``row_flits`` payload flits per token row, ``max_payload`` flits per packet,
-    ``switch_latency``, ``rx_latency`` (last flit of a row at the GPU -> arrival reported), ``mode``
+    Dispatch: ``row_flits`` payload flits per token row, ``max_payload`` flits per packet, ``links`` (switch
+    ports per GPU, striped: each moves one flit per cycle, so a row copy takes ``ceil(wire flits / links)``
+    cycles; 18 for an NVLink4 GPU), ``switch_latency``, ``rx_latency`` (last flit of a row at the GPU -> arrival reported), ``mode``
     (``"dynamic"`` or ``"unicast"``), ``expect_cycle`` (when the count exchange delivers the per-expert
     totals; 0 = before dispatch).
     Compute: ``gemm1_tile_cycles``/``gemm2_tile_cycles`` (one worker, one full tile), ``dispatch_sms`` and
     ``combine_sms`` (the SM split), ``sms_per_tile`` (SMs in one worker), ``scale_partial_tiles``.
     Combine: ``notify_cycles`` (release -> visible at the token's home GPU), ``combine_issue_cycles``
-    (the home GPU's issue interval).
+    (the home GPU's issue interval per token; default 56: a DeepSeek-V3 BF16 row of 14336 B is 56
+    header-only ``ld_reduce`` packets of 256 B on one link).
     """
     tile_size: int = 128
     tiles: int | None = None
@@ -288,6 +290,7 @@ class SchedulerParams:
     release_depth: int = 4
     row_flits: int = 463
     max_payload: int = 16
+    links: int = 1
     switch_latency: int = 4
     rx_latency: int = 20
     mode: str = "dynamic"
@@ -299,7 +302,7 @@ class SchedulerParams:
     sms_per_tile: int = 66
     scale_partial_tiles: bool = False
     notify_cycles: int = 8
-    combine_issue_cycles: int = 29
+    combine_issue_cycles: int = 56
 
     def __post_init__(self):
         _log2(self.tile_size, "tile_size")
@@ -307,7 +310,7 @@ class SchedulerParams:
             _log2(self.tiles, "tiles")
         if self.mode not in ("dynamic", "unicast"):
             raise ValueError(f"mode must be 'dynamic' or 'unicast', got {self.mode!r}")
-        for f in ("row_flits", "max_payload", "gemm1_tile_cycles", "gemm2_tile_cycles", "sms_per_tile",
+        for f in ("row_flits", "max_payload", "links", "gemm1_tile_cycles", "gemm2_tile_cycles", "sms_per_tile",
                   "combine_issue_cycles", "ready_depth", "release_depth"):
             if not isinstance(getattr(self, f), int) or getattr(self, f) < 1:
                 raise ValueError(f"{f} must be a positive integer, got {getattr(self, f)!r}")
@@ -331,6 +334,11 @@ class SchedulerParams:
     def row_wire_flits(self) -> int:
         """Uplink/downlink flits of one token row: payload plus one header flit per packet."""
         return self.row_flits + math.ceil(self.row_flits / self.max_payload)
+
+    @property
+    def row_cycles(self) -> int:
+        """Cycles one row copy occupies a GPU's links."""
+        return math.ceil(self.row_wire_flits / self.links)
 
 
 def token_row_flits(hidden: int, *, dtype: str = "fp8", flit_bytes: int = 16, meta_flits: int = 1) -> int:
@@ -387,7 +395,7 @@ def local_experts(placement, gpus) -> list[list[int]]:
 
 
 def dispatch_arrivals(routing, placement, gpus: int, *, tile_size: int = 128, row_flits: int = 463,
-                      max_payload: int = 16, switch_latency: int = 4, rx_latency: int = 20,
+                      max_payload: int = 16, links: int = 1, switch_latency: int = 4, rx_latency: int = 20,
                       mode: str = "dynamic", home=None) -> list[list[Arrival]]:
     """Arrivals at every GPU for one dispatch (see the module docstring for the timing rules)."""
     routing = np.asarray(routing)
@@ -396,7 +404,9 @@ def dispatch_arrivals(routing, placement, gpus: int, *, tile_size: int = 128, ro
         raise ValueError(f"mode must be 'dynamic' or 'unicast', got {mode!r}")
     n_tokens = routing.shape[0]
     homes = _homes(n_tokens, gpus, home)
-    wire = row_flits + math.ceil(row_flits / max_payload)
+    if links < 1:
+        raise ValueError(f"links must be >= 1, got {links}")
+    wire = math.ceil((row_flits + math.ceil(row_flits / max_payload)) / links)
     up_free = [0] * gpus
     copies = []                                    # (time at the switch output, token, destination)
     for x in range(n_tokens):
@@ -633,7 +643,7 @@ def schedule(routing, placement, gpus: int, params: SchedulerParams | None = Non
     if placement.size and (placement.min() < 0 or placement.max() >= gpus):
         raise ValueError(f"placement names GPUs outside 0..{gpus - 1}")
     arrivals = dispatch_arrivals(routing, placement, gpus, tile_size=p.tile_size, row_flits=p.row_flits,
-                                 max_payload=p.max_payload, switch_latency=p.switch_latency,
+                                 max_payload=p.max_payload, links=p.links, switch_latency=p.switch_latency,
                                  rx_latency=p.rx_latency, mode=p.mode, home=home)
     local = local_experts(placement, gpus)
     experts, tiles = table_size(arrivals, [len(l) or 1 for l in local], p.tile_size)
