@@ -198,3 +198,4 @@ register("request_gen", "hw.gpu_nic.request_gen:RequestGenerator",
          points=[{"ports": 8}, {"ports": 32, "tags": 64}])
 register("receive_path", "hw.gpu_nic.receive_path:ReceivePath",
          points=[{}, {"experts": 8, "tile_size": 64, "tags": 64}])
+register("gpu_nic", "hw.gpu_nic.nic:GpuNic", points=[{}])
