@@ -380,6 +380,12 @@ def study_step(args, out_dir) -> str:
     p = argparse.ArgumentParser()
     add_arguments(p)
     quick = ["--tokens", "4", "--tiles", "4", "--depths", "64,128"] if getattr(args, "quick", False) else []
-    bargs = p.parse_args(["--out", str(Path(out_dir) / "token_tracker.json")] + quick)
+    # The cell count needs a yosys with a working ABC (Debian's); without one the step still runs the rest.
+    no_yosys = shutil.which("yosys") is None
+    bargs = p.parse_args(["--out", str(Path(out_dir) / "token_tracker.json")] + quick +
+                         (["--depths", ""] if no_yosys else []))
     run(bargs)
-    return markdown(json.loads((Path(out_dir) / "token_tracker.json").read_text()))
+    text = markdown(json.loads((Path(out_dir) / "token_tracker.json").read_text()))
+    if no_yosys:
+        text += "\n\n(Cell count skipped: no `yosys` on PATH.)"
+    return text
