@@ -25,6 +25,7 @@ BAD = [
 ]
 
 
+@pytest.mark.filterwarnings("ignore:.*created but never used")   # the half-built component
 @pytest.mark.parametrize("cls, kw, msg", BAD, ids=[f"{c.__name__}-{m}" for c, _, m in BAD])
 def test_bad_parameters(cls, kw, msg):
     with pytest.raises(ValueError, match=msg):
