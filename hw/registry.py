@@ -195,3 +195,11 @@ register("cam", "hw.switch.cam:Cam", points=[{"entries": n} for n in (64, 256, 1
 register("al_tlb", "hw.switch.al_tlb:AlTlb", points=[{"entries": n} for n in (64, 256, 1024)])
 register("memory_manager", "hw.gpu_nic.memory_manager:MemoryManager",
          points=[{"index_bits": 10, "slots": 1024}, {"index_bits": 12, "slots": 4096}])
+register("token_tracker", "hw.gpu_nic.token_tracker:TokenTracker",
+         points=[{"experts": 32, "tiles": 16}, {"experts": 8, "tiles": 8}],
+         area_grid=[{"experts": 32, "tiles": t} for t in (2, 4, 8, 16, 32)])
+register("request_gen", "hw.gpu_nic.request_gen:RequestGenerator",
+         points=[{"ports": 8}, {"ports": 32, "tags": 64}])
+register("receive_path", "hw.gpu_nic.receive_path:ReceivePath",
+         points=[{}, {"experts": 8, "tile_size": 64, "tags": 64}])
+register("gpu_nic", "hw.gpu_nic.nic:GpuNic", points=[{}])

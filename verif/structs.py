@@ -48,3 +48,8 @@ def pack(layout, /, **values) -> int:
 def unpack(layout, bits: int) -> dict[str, int]:
     bits = int(bits)
     return {name: (bits >> off) & ((1 << w) - 1) for name, (off, w) in fields(layout).items()}
+
+
+def width(layout) -> int:
+    """Total bits of ``layout``."""
+    return data.Layout.cast(layout).size

@@ -15,8 +15,10 @@ STEPS = [
     ("verilog", "dysharp.study_steps:verilog_step"),
     ("lint", "dysharp.study_steps:lint_step"),
     ("switch", "dysharp.study_steps:switch_bench_step"),
-    ("estimate", "sim_models.study_step:estimate_step"),
     ("al_tlb", "verif.bench_al_tlb:study_step"),
+    ("gpu_side", "verif.bench_token_tracker:study_step"),
+    # Last: the estimator reads the calibration figures the RTL steps wrote.
+    ("estimate", "sim_models.study_step:estimate_step"),
 ]
 
 

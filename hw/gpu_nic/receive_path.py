@@ -1,0 +1,464 @@
+"""The GPU's receive path: packets from the switch's downlink into GPU memory, read answers back out, and
+token-arrival reports for the token tracker.
+
+What arrives and what happens
+-----------------------------
+* ``WRITE`` (``addr``), ``MM_ST`` (static multimem: the same ``addr`` on every member), ``DYN_ST``
+  (``dymultimem.st`` forwarded untranslated, as the plain switch does: it lands at
+  ``dyn_base[group] + (index << cfg.row_shift) + offset * flit_bytes``, a receiver-side stand-in for the
+  switch's AL-TLB, whose translated deliveries arrive as ``WRITE``): the payload is written to memory.
+* ``READ`` and the switch's ``RED_READ`` (one contribution of an ``ld_reduce``): ``length`` flits are read
+  from ``addr`` and sent back on ``rsp`` as ``READ_RESP`` / ``RED_READ_RESP`` to the requester (``dst`` =
+  the request's ``src``, same ``tag``; ``RED_READ_RESP`` keeps ``etype``/``redop``). The latency is the
+  memory's (the testbench memory model's ``latency``) plus the packet assembly.
+* ``RED_RESP`` (a reduced combine result) and ``READ_RESP`` (the unicast baseline's partial rows): written
+  at the address bound to their ``tag`` by the request generator (``tag_issue``); the tag is then free.
+  An ``ERROR`` for an outstanding tag frees it and counts ``REMOTE_ERROR``.
+
+Staging and poison: every packet is buffered until its last flit (the ``credits``-flit ingress buffer)
+before any of it is committed, so a packet that ends with ``poison`` (the switch's cut-through stomp) or
+with framing that disagrees with its ``length`` is dropped whole. Commit then runs at one flit per cycle
+(header cycle included), so back-to-back packets keep line rate.
+
+Token arrivals
+--------------
+Dispatched token rows land in the *token window*: ``cfg.win_rows`` rows of ``1 << cfg.row_shift`` bytes
+from ``cfg.win_base``. Flit ``cfg.meta_flit`` of a row carries the token's routing metadata
+(:func:`pack_token_meta`: up to 8 global expert ids); it is the row's last flit and a sender emits a row's
+packets in order (the switch keeps per-pair order), so when it is written the whole token is in memory.
+For each listed expert hosted here (``cfg.expert_base`` .. ``+ experts - 1``) the receive path assigns the
+next slot of that expert (a bump pointer per local expert, in arrival order; ``clear`` resets them for
+the next layer) and reports ``arrival`` = (local expert, tile = slot / ``tile_size``, slot, row): one per
+cycle, the token tracker's input. A slot past ``max_slots`` is counted (``SLOT_OVERFLOW``), not reported.
+
+Contract
+--------
+* Ports: ``rx`` (credit link from the switch), ``cfg``/``dyn_base`` (configuration), ``mem_wr``,
+  ``mem_rd``, ``rsp`` (flit stream: read responses, to the uplink), ``arrival`` (stream of
+  :class:`TokenArrival`), ``tag_issue`` (stream in, always ready), ``tag_busy``, ``clear``, ``err_count``
+  (per :class:`RxError`).
+* Credits: one per ingress-buffer flit, returned as flits leave the buffer. A flit sent without credit
+  is dropped and counted (``CREDIT_OVERFLOW``) and its packet is dropped.
+* Backpressure on ``mem_wr``, ``mem_rd``, ``rsp`` and ``arrival`` stalls the commit; nothing is lost.
+* Bad input, dropped whole and counted: ``POISONED``, ``LENGTH_MISMATCH``, ``BAD_LENGTH`` (above
+  ``max_payload``), ``UNKNOWN_OPCODE`` (not one a GPU accepts), ``UNKNOWN_TAG`` (a response for no
+  outstanding tag), ``BAD_GROUP`` (a ``DYN_ST`` group without a ``dyn_base`` entry).
+"""
+
+import enum as py_enum
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib.wiring import In, Out, connect
+
+from ..arbiter import first_set
+from ..credit import credit_link_signature
+from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, MAX_LENGTH, HeaderLayout, Opcode, UnicastRoute,
+                      flit_layout, rtl_payload_flits)
+from .memory_if import BYTE_ADDR_BITS, flit_addr_bits, flit_shift, mem_read_signature, mem_write_signature
+from .packet_builder import PacketBuilder
+from .request_gen import TagIssue
+
+__all__ = ["RxConfig", "TokenArrival", "RxError", "ReceivePath", "META_ENTRIES", "pack_token_meta",
+           "unpack_token_meta"]
+
+META_ENTRIES = 8           # experts listed in a token's metadata flit (top-k <= 8)
+_META_EXPERT_BITS = 15     # global expert id
+
+
+class RxConfig(data.Struct):
+    port: 6             # this GPU's switch port (src of responses)
+    row_shift: 6        # log2 of the row stride in bytes (token window and DYN_ST translation)
+    win_base: BYTE_ADDR_BITS
+    win_rows: 18        # rows in the token window (0: no arrival reports)
+    meta_flit: 10       # flit of a row that holds the routing metadata
+    expert_base: _META_EXPERT_BITS
+
+
+class TokenArrival(data.Struct):
+    expert: 8           # local expert
+    tile: 8
+    slot: 16            # the token's position among the expert's tokens (arrival order)
+    row: 18             # the token's row in the window (the GEMM's gather index)
+
+
+class RxError(py_enum.IntEnum):
+    POISONED = 0
+    LENGTH_MISMATCH = 1
+    BAD_LENGTH = 2
+    UNKNOWN_OPCODE = 3
+    UNKNOWN_TAG = 4
+    REMOTE_ERROR = 5
+    SLOT_OVERFLOW = 6
+    CREDIT_OVERFLOW = 7
+    BAD_GROUP = 8
+
+
+def pack_token_meta(experts) -> int:
+    """The metadata flit of a token routed to ``experts`` (global ids, at most 8): 16 bits per entry,
+    ``expert`` in bits 0-14 and ``valid`` in bit 15."""
+    experts = list(experts)
+    if len(experts) > META_ENTRIES:
+        raise ValueError(f"at most {META_ENTRIES} experts fit in a metadata flit, got {len(experts)}")
+    bits = 0
+    for i, e in enumerate(experts):
+        if not 0 <= e < (1 << _META_EXPERT_BITS):
+            raise ValueError(f"expert id {e} does not fit in {_META_EXPERT_BITS} bits")
+        bits |= (e | (1 << 15)) << (16 * i)
+    return bits
+
+
+def unpack_token_meta(bits: int) -> list[int]:
+    out = []
+    for i in range(META_ENTRIES):
+        entry = (int(bits) >> (16 * i)) & 0xFFFF
+        if entry >> 15:
+            out.append(entry & 0x7FFF)
+    return out
+
+
+def _header_value(**fields) -> Value:
+    """A unicast-route header as one expression (``Cat`` in layout order, zeros elsewhere): field-wise
+    assignments would leave the unused bits driven by a constant-only process, which Yosys writes as an
+    empty ``always`` block (a lint failure)."""
+    hl = data.Layout.cast(HeaderLayout)
+    uni = data.Layout.cast(UnicastRoute)
+    where = {name: (hl[name].offset, hl[name].width) for name in ("opcode", "src", "tag", "length", "etype",
+                                                                  "redop")}
+    where["dst"] = (hl["route"].offset + uni["dst"].offset, uni["dst"].width)
+    parts, pos = [], 0
+    for name, (off, width) in sorted(where.items(), key=lambda kv: kv[1][0]):
+        if off > pos:
+            parts.append(Const(0, off - pos))
+        parts.append(Value.cast(fields[name])[:width])
+        pos = off + width
+    parts.append(Const(0, HEADER_BITS - pos))
+    return Cat(*parts)
+
+
+# Opcode classes at a GPU.
+_LAND_ADDR = (Opcode.WRITE, Opcode.MM_ST, Opcode.DYN_ST)
+_LAND_TAG = (Opcode.READ_RESP, Opcode.RED_RESP)
+_READS = (Opcode.READ, Opcode.RED_READ)
+
+
+class ReceivePath(wiring.Component):
+    """GPU receive path: downlink packets staged into memory, read responses, token-arrival reports.
+
+    Parameters: ``flit_width``, ``credits`` (ingress buffer flits, >= ``max_payload`` + 1),
+    ``max_payload`` (1..31), ``experts`` (local experts, 1..256), ``tile_size`` and ``max_slots`` (powers
+    of two; slots per local expert), ``groups`` (``dyn_base`` entries), ``tags`` (combine tags, power of
+    two 4..256), ``read_depth`` (read-response payload buffer, >= ``max_payload``).
+
+    Latency: a packet's last flit in at cycle t -> its header is processed at t+1 and its payload written
+    from t+2, one flit per cycle; the metadata flit written at t -> ``arrival`` valid at t+1.
+    """
+
+    def __init__(self, *, flit_width: int = DEFAULT_FLIT_WIDTH, credits: int = 40, max_payload: int = 16,
+                 experts: int = 32, tile_size: int = 128, max_slots: int = 4096, groups: int = 4,
+                 tags: int = 32, read_depth: int = 48):
+        flit_layout(flit_width)
+        if not isinstance(max_payload, int) or not 1 <= max_payload <= MAX_LENGTH:
+            raise ValueError(f"max_payload must be an integer in 1..{MAX_LENGTH}, got {max_payload!r}")
+        if not isinstance(credits, int) or not max_payload + 1 <= credits <= 1024:
+            raise ValueError(f"credits must be an integer in max_payload+1..1024 ({max_payload + 1}..1024), "
+                             f"got {credits!r}")
+        if not isinstance(experts, int) or not 1 <= experts <= 256:
+            raise ValueError(f"experts must be an integer in 1..256, got {experts!r}")
+        for name, v, hi in (("tile_size", tile_size, 16384), ("max_slots", max_slots, 65536)):
+            if not isinstance(v, int) or not 1 <= v <= hi or v & (v - 1):
+                raise ValueError(f"{name} must be a power of two in 1..{hi}, got {v!r}")
+        if max_slots < tile_size or max_slots // tile_size > 256:
+            raise ValueError(f"max_slots must be tile_size..256*tile_size ({tile_size}..{256 * tile_size}), "
+                             f"got {max_slots}")
+        if not isinstance(groups, int) or not 1 <= groups <= 256:
+            raise ValueError(f"groups must be an integer in 1..256, got {groups!r}")
+        if not isinstance(tags, int) or not 4 <= tags <= 256 or tags & (tags - 1):
+            raise ValueError(f"tags must be a power of two in 4..256, got {tags!r}")
+        if not isinstance(read_depth, int) or not max(2, max_payload) <= read_depth <= 1024:
+            raise ValueError(f"read_depth must be an integer in max_payload..1024, got {read_depth!r}")
+        self.flit_width = flit_width
+        self.credits = credits
+        self.max_payload = max_payload
+        self.experts = experts
+        self.tile_size = tile_size
+        self.max_slots = max_slots
+        self.groups = groups
+        self.tags = tags
+        self.read_depth = read_depth
+        super().__init__({
+            "rx": In(credit_link_signature(flit_width)),
+            "cfg": In(RxConfig),
+            "dyn_base": In(data.ArrayLayout(BYTE_ADDR_BITS, groups)),
+            "mem_wr": Out(mem_write_signature(flit_width)),
+            "mem_rd": Out(mem_read_signature(flit_width)),
+            "rsp": Out(stream.Signature(flit_layout(flit_width))),
+            "arrival": Out(stream.Signature(TokenArrival)),
+            "tag_issue": In(stream.Signature(TagIssue)),
+            "tag_busy": Out(tags),
+            "clear": In(1),
+            "err_count": Out(data.ArrayLayout(32, len(RxError))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.flit_width
+        fsh = flit_shift(W)
+        abits = flit_addr_bits(W)
+        nbits = (self.credits).bit_length()
+        err = {e: Signal(name=f"err_{e.name.lower()}") for e in RxError}
+
+        # ------------------------------------------------------------ ingress: stage whole packets
+        # Every legal packet fits in the buffer (credits >= max_payload + 1). A packet still going at that
+        # length can never be staged whole: its stored part is queued for dropping at once (waiting for
+        # its end could deadlock: the buffer may be full) and the rest is discarded as it arrives; those
+        # flits had credits, which are owed back.
+        m.submodules.flits = flits = fifo.SyncFIFO(width=W, depth=self.credits)
+        status_l = data.StructLayout({"bad": 1, "long": 1, "n": nbits})
+        m.submodules.status = status = fifo.SyncFIFO(width=status_l.size, depth=self.credits)
+        rx = self.rx
+        limit = self.max_payload + 1
+        cnt = Signal(nbits)          # flits of the arriving packet stored so far
+        spoiled = Signal()           # a flit of the arriving packet was dropped
+        truncating = Signal()        # discarding the rest of an over-long packet
+        owed = Signal(range(self.credits + 1))
+        popped = Signal()
+        held = Signal(range(2 * self.credits + 2))
+        m.d.comb += held.eq(flits.level + owed)
+        no_credit = Signal()
+        m.d.comb += no_credit.eq(rx.valid & (held >= self.credits))
+        store = Signal()
+        m.d.comb += store.eq(rx.valid & ~no_credit & ~truncating)
+        discard = rx.valid & ~no_credit & truncating
+        too_long = store & (cnt == limit - 1) & ~rx.flit.last
+        m.d.comb += [
+            flits.w_data.eq(rx.flit.data),
+            flits.w_en.eq(store),
+            err[RxError.CREDIT_OVERFLOW].eq(no_credit),
+        ]
+        st_in = Signal(status_l)
+        with m.If(too_long):
+            m.d.comb += [status.w_en.eq(1), st_in.bad.eq(1), st_in.long.eq(1), st_in.n.eq(limit)]
+            m.d.sync += [cnt.eq(0), spoiled.eq(0), truncating.eq(1)]
+        with m.Elif(truncating):
+            with m.If(rx.valid & rx.flit.last):
+                m.d.sync += truncating.eq(0)
+        with m.Elif(rx.valid & rx.flit.last):
+            # A packet none of whose flits was stored leaves nothing to drop: no status entry.
+            m.d.comb += [st_in.bad.eq(spoiled | rx.flit.poison | no_credit), st_in.n.eq(cnt + store),
+                         status.w_en.eq((cnt + store) != 0)]
+            m.d.sync += [cnt.eq(0), spoiled.eq(0)]
+        with m.Elif(rx.valid):
+            m.d.sync += [cnt.eq(cnt + store), spoiled.eq(spoiled | no_credit)]
+        m.d.comb += status.w_data.eq(st_in)
+        # One credit per cycle: for a flit leaving the buffer, else for a discarded one.
+        m.d.comb += [popped.eq(flits.r_en & flits.r_rdy), rx.credit.eq(popped | (owed != 0))]
+        m.d.sync += owed.eq(owed + discard - (~popped & (owed != 0)))
+
+        # ------------------------------------------------------------ tag table (combine landings)
+        m.submodules.tagmem = tagmem = memory.Memory(shape=abits, depth=self.tags, init=[])
+        tag_w = tagmem.write_port()
+        tag_r = tagmem.read_port(domain="comb")
+        busy = Signal(self.tags)
+        m.d.comb += [
+            self.tag_busy.eq(busy),
+            self.tag_issue.ready.eq(1),
+            tag_w.addr.eq(self.tag_issue.payload.tag),
+            tag_w.data.eq(self.tag_issue.payload.addr >> fsh),
+            tag_w.en.eq(self.tag_issue.valid),
+        ]
+        set_bit = Signal(self.tags)
+        clr_bit = Signal(self.tags)
+        with m.If(self.tag_issue.valid & (self.tag_issue.payload.tag < self.tags)):
+            m.d.comb += set_bit.eq(Const(1, self.tags) << self.tag_issue.payload.tag)
+        m.d.sync += busy.eq((busy & ~clr_bit) | set_bit)
+
+        # ------------------------------------------------------------ read responder
+        m.submodules.builder = builder = PacketBuilder(flit_width=W, depth=self.read_depth)
+        connect(m, builder.mem_rd, wiring.flipped(self.mem_rd))
+        connect(m, builder.o, wiring.flipped(self.rsp))
+
+        # ------------------------------------------------------------ commit
+        hdr = HeaderLayout(flits.r_data[:HEADER_BITS])
+        st = data.View(status_l, status.r_data)
+        op = hdr.opcode
+        is_land_addr = Cat(op == o for o in _LAND_ADDR).any()
+        is_land_tag = Cat(op == o for o in _LAND_TAG).any()
+        is_read = Cat(op == o for o in _READS).any()
+        is_error = op == Opcode.ERROR
+        expected_n = Signal(6)
+        m.d.comb += expected_n.eq(rtl_payload_flits(hdr) + 1)
+        tag_known = Signal()
+        m.d.comb += [
+            tag_r.addr.eq(hdr.tag),
+            tag_known.eq((hdr.tag < self.tags) & busy.bit_select(hdr.tag[:max(1, (self.tags - 1).bit_length())], 1)),
+        ]
+        dyn_base = Signal(BYTE_ADDR_BITS)
+        m.d.comb += dyn_base.eq(self.dyn_base[hdr.route.dyn.group])
+        land = Signal(abits)
+        with m.If(op == Opcode.DYN_ST):
+            m.d.comb += land.eq(((dyn_base + (hdr.route.dyn.index << self.cfg.row_shift)) >> fsh) +
+                                hdr.route.dyn.offset)
+        with m.Elif(op == Opcode.MM_ST):
+            m.d.comb += land.eq(hdr.route.mm.addr >> fsh)
+        with m.Elif(is_land_tag):
+            m.d.comb += land.eq(tag_r.data)
+        with m.Else():
+            m.d.comb += land.eq(hdr.route.uni.addr >> fsh)
+
+        writing = Signal()          # committing a packet's payload
+        dropping = Signal()         # discarding a packet's remaining flits
+        left = Signal(nbits)
+        waddr = Signal(abits)
+        wtag = Signal(8)
+        wfree = Signal()            # the packet lands through a tag: free it at the end
+
+        # Token-window test of the flit being written.
+        sh = Signal(6)
+        m.d.comb += sh.eq(self.cfg.row_shift - fsh)
+        rel = Signal(abits)
+        m.d.comb += rel.eq(waddr - (self.cfg.win_base >> fsh))
+        row = Signal(abits)
+        m.d.comb += row.eq(rel >> sh)
+        in_row = Signal(abits)
+        m.d.comb += in_row.eq(rel - (row << sh))
+        is_meta = Signal()
+        m.d.comb += is_meta.eq((row < self.cfg.win_rows) & (in_row == self.cfg.meta_flit))
+        meta_l = data.StructLayout({"row": 18, "meta": 16 * META_ENTRIES})
+        m.submodules.metaq = metaq = fifo.SyncFIFO(width=meta_l.size, depth=2)
+        meta_in = Signal(meta_l)
+        m.d.comb += [meta_in.row.eq(row), meta_in.meta.eq(flits.r_data[:16 * META_ENTRIES]), metaq.w_data.eq(meta_in)]
+
+        mw = self.mem_wr
+        m.d.comb += [mw.payload.addr.eq(waddr), mw.payload.data.eq(flits.r_data)]
+        # The response to a READ / RED_READ.
+        typed = op == Opcode.RED_READ
+        job_hdr = Signal(HEADER_BITS)
+        m.d.comb += job_hdr.eq(_header_value(
+            opcode=Mux(typed, Opcode.RED_READ_RESP.value, Opcode.READ_RESP.value), src=self.cfg.port,
+            tag=hdr.tag, length=hdr.length, etype=Mux(typed, hdr.etype.as_value(), 0),
+            redop=Mux(typed, hdr.redop.as_value(), 0), dst=hdr.src))
+        with m.If(writing):
+            # A metadata flit also needs room in the metadata queue; valid never waits on ready.
+            m.d.comb += mw.valid.eq(flits.r_rdy & (~is_meta | metaq.w_rdy))
+            with m.If(mw.valid & mw.ready):
+                m.d.comb += [flits.r_en.eq(1), metaq.w_en.eq(is_meta)]
+                m.d.sync += [waddr.eq(waddr + 1), left.eq(left - 1)]
+                with m.If(left == 1):
+                    m.d.sync += writing.eq(0)
+                    with m.If(wfree):
+                        m.d.comb += clr_bit.eq(Const(1, self.tags) << wtag)
+        with m.Elif(dropping):
+            m.d.comb += flits.r_en.eq(1)
+            m.d.sync += left.eq(left - 1)
+            with m.If(left == 1):
+                m.d.sync += dropping.eq(0)
+        with m.Elif(status.r_rdy):
+            # A packet's header: decide what to do with the whole packet.
+            reason = Signal(len(RxError))
+            with m.If(st.long):
+                m.d.comb += reason.eq(Mux(hdr.length > self.max_payload, 1 << RxError.BAD_LENGTH,
+                                          1 << RxError.LENGTH_MISMATCH))
+            with m.Elif(st.bad):
+                m.d.comb += reason.eq(1 << RxError.POISONED)
+            with m.Elif(~(is_land_addr | is_land_tag | is_read | is_error)):
+                m.d.comb += reason.eq(1 << RxError.UNKNOWN_OPCODE)
+            with m.Elif(hdr.length > self.max_payload):
+                m.d.comb += reason.eq(1 << RxError.BAD_LENGTH)
+            with m.Elif(st.n != expected_n):
+                m.d.comb += reason.eq(1 << RxError.LENGTH_MISMATCH)
+            with m.Elif((op == Opcode.DYN_ST) & (hdr.route.dyn.group >= self.groups)):
+                m.d.comb += reason.eq(1 << RxError.BAD_GROUP)
+            with m.Elif(is_land_tag & ~tag_known):
+                m.d.comb += reason.eq(1 << RxError.UNKNOWN_TAG)
+            for e in (RxError.POISONED, RxError.UNKNOWN_OPCODE, RxError.BAD_LENGTH, RxError.LENGTH_MISMATCH,
+                      RxError.BAD_GROUP, RxError.UNKNOWN_TAG):
+                m.d.comb += err[e].eq(reason[e])
+            take = Signal()
+            with m.If(reason != 0):
+                m.d.comb += take.eq(1)
+                m.d.sync += [dropping.eq(st.n > 1), left.eq(st.n - 1)]
+            with m.Elif(is_read):
+                # Answer: fetch the rows and queue the response header (both queues must have room).
+                ok = builder.fetch.ready & builder.emit.ready
+                m.d.comb += [
+                    builder.fetch.valid.eq(ok),
+                    builder.fetch.payload.addr.eq(land),
+                    builder.fetch.payload.n.eq(hdr.length),
+                    builder.emit.valid.eq(ok),
+                    builder.emit.payload.header.eq(job_hdr),
+                    builder.emit.payload.n.eq(hdr.length),
+                    take.eq(ok),
+                ]
+            with m.Elif(is_error):
+                m.d.comb += [take.eq(1), err[RxError.REMOTE_ERROR].eq(1)]
+                with m.If(tag_known):
+                    m.d.comb += clr_bit.eq(Const(1, self.tags) << hdr.tag)
+            with m.Else():
+                m.d.comb += take.eq(1)
+                m.d.sync += [writing.eq(st.n > 1), left.eq(st.n - 1), waddr.eq(land), wtag.eq(hdr.tag),
+                             wfree.eq(is_land_tag)]
+                with m.If(is_land_tag & (st.n == 1)):
+                    m.d.comb += clr_bit.eq(Const(1, self.tags) << hdr.tag)
+            m.d.comb += [status.r_en.eq(take), flits.r_en.eq(take)]
+
+        # ------------------------------------------------------------ token arrivals
+        head = data.View(meta_l, metaq.r_data)
+        lb = self.tile_size.bit_length() - 1
+        sb = self.max_slots.bit_length() - 1
+        local = []
+        local_mask = Signal(META_ENTRIES)
+        for i in range(META_ENTRIES):
+            entry = head.meta[16 * i:16 * i + 16]
+            le = Signal(_META_EXPERT_BITS, name=f"meta_local{i}")
+            m.d.comb += [
+                le.eq(entry[:_META_EXPERT_BITS] - self.cfg.expert_base),
+                local_mask[i].eq(entry[15] & (entry[:_META_EXPERT_BITS] >= self.cfg.expert_base) &
+                                 (le < self.experts)),
+            ]
+            local.append(le)
+        done = Signal(META_ENTRIES)
+        pending = Signal(META_ENTRIES)
+        m.d.comb += pending.eq(Mux(metaq.r_rdy, local_mask & ~done, 0))
+        any_pending, pick = first_set(m, pending, name="meta_pick")
+        pick_bit = Signal(META_ENTRIES)
+        m.d.comb += pick_bit.eq(Const(1, META_ENTRIES) << pick)
+        cur_e = Signal(8)
+        m.d.comb += cur_e.eq(local[0])
+        for i in range(1, META_ENTRIES):
+            with m.If(pick == i):
+                m.d.comb += cur_e.eq(local[i])
+        bump = [Signal(sb + 1, name=f"bump{e}") for e in range(self.experts)]
+        slot = Signal(sb + 1)
+        m.d.comb += slot.eq(bump[0])
+        for e in range(1, self.experts):
+            with m.If(cur_e == e):
+                m.d.comb += slot.eq(bump[e])
+        full = slot >= self.max_slots
+        a = self.arrival
+        m.d.comb += [
+            a.valid.eq(any_pending & ~full),
+            a.payload.expert.eq(cur_e),
+            a.payload.tile.eq(slot >> lb),
+            a.payload.slot.eq(slot),
+            a.payload.row.eq(head.row),
+        ]
+        consumed = Signal()          # the picked entry is done this cycle (reported or refused)
+        m.d.comb += consumed.eq(any_pending & (full | a.ready))
+        m.d.comb += err[RxError.SLOT_OVERFLOW].eq(any_pending & full)
+        last_one = (pending & ~pick_bit) == 0
+        with m.If(metaq.r_rdy & ((pending == 0) | (consumed & last_one))):
+            m.d.comb += metaq.r_en.eq(1)
+            m.d.sync += done.eq(0)
+        with m.Elif(consumed):
+            m.d.sync += done.eq(done | pick_bit)
+        for e in range(self.experts):
+            with m.If(self.clear):
+                m.d.sync += bump[e].eq(0)
+            with m.Elif(consumed & ~full & (cur_e == e)):
+                m.d.sync += bump[e].eq(bump[e] + 1)
+
+        for e, sig in err.items():
+            with m.If(sig):
+                m.d.sync += self.err_count[e].eq(self.err_count[e] + 1)
+        return m

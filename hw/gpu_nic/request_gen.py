@@ -1,0 +1,284 @@
+"""The dymultimem request generator: descriptors in, packets on the GPU's uplink at line rate.
+
+A descriptor names one token row and what to do with it (:class:`Descriptor`):
+
+* ``STORE`` (dispatch, ``dymultimem.st``): send the ``length``-flit row at local byte address ``addr`` to
+  every GPU in ``mask``, addressed by (``group``, algebraic ``index``);
+* ``LD_REDUCE`` (combine, ``dymultimem.ld_reduce``): ask for the ``redop`` reduction over the GPUs in
+  ``mask`` of their ``length``-flit rows at (``group``, ``index``), of element type ``etype``; the result
+  lands at local byte address ``addr``.
+
+A row longer than ``max_payload`` flits becomes several packets; each carries its flit ``offset`` in the
+row (so rows up to 1024 flits, 16 KB at 16-B flits, are addressed without physical addresses).
+
+Payload: fetched from GPU memory through the read port (the descriptor carries only the source address),
+because that is what a NIC-side generator does: SMs write descriptors, the NIC streams the data. The
+fetch runs ahead of the link (:class:`~hw.gpu_nic.packet_builder.PacketBuilder`) so packets leave without
+gaps.
+
+Modes (``cfg.unicast``), the same descriptors either way:
+
+* dynamic (0): one ``DYN_ST`` packet per row chunk with the mask; one header-only ``DYN_LD_REDUCE``.
+* unicast (1), the explicit-addressing / DeepEP-like baseline: for each destination in ``mask``, lowest
+  first, every chunk as a ``WRITE`` to that GPU (``STORE``; the payload is fetched again per copy) or a
+  ``READ`` of that GPU's partial row (``LD_REDUCE``; the requester then reduces the copies, which land at
+  ``addr + k * length`` flits for the k-th destination). The destination address is
+  ``rbase[group] + (index << cfg.row_shift) + offset * flit_bytes``: a symmetric buffer layout, which is
+  what explicit addressing needs the SMs to compute.
+
+Combine tags: every ``LD_REDUCE``/``READ`` packet takes a tag, allocated round-robin over ``tags`` and
+bound to its landing address through ``tag_issue`` (to the receive path, which owns the tag table and
+reports outstanding tags on ``tag_busy``). A busy tag stalls the generator until its response lands.
+
+Contract
+--------
+* Ports: ``desc`` (stream in), ``cfg``/``rbase`` (configuration, static while busy), ``mem_rd``,
+  ``aux`` (packets to merge onto the uplink, e.g. the receive path's read responses), ``tx`` (credit
+  link to the switch), ``tag_issue`` (stream out), ``tag_busy`` (in), ``err_count`` (per
+  :class:`DescError`).
+* Throughput: one packet command per cycle from the descriptor walker (descriptors back to back, no
+  bubble), one flit per cycle on ``tx`` while credits last. ``aux`` and generated packets share the
+  uplink packet by packet, round-robin.
+* Bad descriptors are dropped whole and counted: zero mask or bits for ports that do not exist
+  (``BAD_MASK``), length 0 or above 1024 (``BAD_LENGTH``), an undefined ``etype``/``redop`` on
+  ``LD_REDUCE`` (``BAD_TYPE``), a ``group`` without an ``rbase`` entry in unicast mode (``BAD_GROUP``).
+"""
+
+import enum as py_enum
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, enum, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out, connect
+
+from ..arbiter import first_set
+from ..credit import CreditSender, credit_link_signature
+from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, MAX_LENGTH, MAX_PORTS, EType, HeaderLayout, Opcode,
+                      RedOp, flit_layout)
+from .memory_if import BYTE_ADDR_BITS, flit_shift, mem_read_signature
+from .packet_builder import PacketBuilder
+
+__all__ = ["DescOp", "Descriptor", "GenConfig", "TagIssue", "DescError", "RequestGenerator", "MAX_ROW_FLITS"]
+
+MAX_ROW_FLITS = 1024      # the header's 10-bit offset field
+
+
+class DescOp(enum.Enum, shape=1):
+    STORE = 0       #: dispatch: dymultimem.st
+    LD_REDUCE = 1   #: combine: dymultimem.ld_reduce
+
+
+class Descriptor(data.Struct):
+    op: DescOp
+    etype: EType
+    redop: RedOp
+    group: 8
+    index: 18
+    mask: MAX_PORTS
+    addr: BYTE_ADDR_BITS    # local byte address: STORE source / LD_REDUCE result
+    length: 11              # row length in flits, 1..1024
+
+
+class GenConfig(data.Struct):
+    port: 6          # this GPU's switch port: the header's src
+    unicast: 1       # 1: explicit-addressing baseline, one packet per destination
+    row_shift: 6     # log2 of the destination row stride in bytes (unicast addresses)
+
+
+class TagIssue(data.Struct):
+    """Tag ``tag`` now belongs to a request whose response lands at byte address ``addr``."""
+    tag: 8
+    addr: BYTE_ADDR_BITS
+
+
+class DescError(py_enum.IntEnum):
+    BAD_MASK = 0
+    BAD_LENGTH = 1
+    BAD_TYPE = 2
+    BAD_GROUP = 3
+
+
+class RequestGenerator(wiring.Component):
+    """dymultimem request generator: descriptors to DYN_ST/DYN_LD_REDUCE (or unicast) packets on the uplink.
+
+    Parameters: ``ports`` (switch ports, 2..64: the valid mask bits), ``flit_width``, ``max_payload``
+    (flits per packet, 1..31), ``credits`` (uplink credits, 1..1024), ``fetch_depth`` (payload read-ahead
+    buffer, >= ``max_payload``), ``groups`` (``rbase`` entries, 1..256), ``tags`` (combine tags, a power of
+    two in 4..256).
+
+    Latency: a descriptor accepted in cycle t has its first packet command at t+1; a header-only packet
+    reaches ``tx`` at t+3 (planner, command queue, emitter), a payload packet once its data is fetched.
+    """
+
+    def __init__(self, *, ports: int = 8, flit_width: int = DEFAULT_FLIT_WIDTH, max_payload: int = 16,
+                 credits: int = 32, fetch_depth: int = 48, groups: int = 4, tags: int = 32):
+        if not isinstance(ports, int) or not 2 <= ports <= MAX_PORTS:
+            raise ValueError(f"ports must be an integer in 2..{MAX_PORTS}, got {ports!r}")
+        flit_layout(flit_width)
+        if not isinstance(max_payload, int) or not 1 <= max_payload <= MAX_LENGTH:
+            raise ValueError(f"max_payload must be an integer in 1..{MAX_LENGTH}, got {max_payload!r}")
+        if not isinstance(credits, int) or not 1 <= credits <= 1024:
+            raise ValueError(f"credits must be an integer in 1..1024, got {credits!r}")
+        if not isinstance(fetch_depth, int) or not max(2, max_payload) <= fetch_depth <= 1024:
+            raise ValueError(f"fetch_depth must be an integer in max_payload..1024 "
+                             f"({max(2, max_payload)}..1024), got {fetch_depth!r}")
+        if not isinstance(groups, int) or not 1 <= groups <= 256:
+            raise ValueError(f"groups must be an integer in 1..256, got {groups!r}")
+        if not isinstance(tags, int) or not 4 <= tags <= 256 or tags & (tags - 1):
+            raise ValueError(f"tags must be a power of two in 4..256, got {tags!r}")
+        self.ports = ports
+        self.flit_width = flit_width
+        self.max_payload = max_payload
+        self.credits = credits
+        self.fetch_depth = fetch_depth
+        self.groups = groups
+        self.tags = tags
+        super().__init__({
+            "desc": In(stream.Signature(Descriptor)),
+            "cfg": In(GenConfig),
+            "rbase": In(data.ArrayLayout(BYTE_ADDR_BITS, groups)),
+            "mem_rd": Out(mem_read_signature(flit_width)),
+            "aux": In(stream.Signature(flit_layout(flit_width))),
+            "tx": Out(credit_link_signature(flit_width)),
+            "tag_issue": Out(stream.Signature(TagIssue)),
+            "tag_busy": In(tags),
+            "err_count": Out(data.ArrayLayout(32, len(DescError))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        fsh = flit_shift(self.flit_width)
+        P = self.max_payload
+        m.submodules.builder = builder = PacketBuilder(flit_width=self.flit_width, depth=self.fetch_depth)
+        m.submodules.tagq = tagq = fifo.SyncFIFO(width=data.Layout.cast(TagIssue).size, depth=2)
+        m.d.comb += [
+            self.tag_issue.valid.eq(tagq.r_rdy),
+            self.tag_issue.payload.eq(tagq.r_data),
+            tagq.r_en.eq(self.tag_issue.ready),
+        ]
+        connect(m, builder.mem_rd, wiring.flipped(self.mem_rd))
+
+        # ------------------------------------------------------------ descriptor walker (the planner)
+        busy = Signal()
+        d = Signal(Descriptor)              # the descriptor being walked
+        rem = Signal(self.ports)            # destinations still to do (unicast)
+        off = Signal(11)                    # flit offset of the next packet in the row
+        copy_base = Signal(BYTE_ADDR_BITS)  # unicast LD_REDUCE: landing address of this copy
+        next_tag = Signal(range(self.tags))
+        unicast = self.cfg.unicast
+
+        left = Signal(11)
+        n = Signal(5)
+        m.d.comb += [
+            left.eq(d.length - off),
+            n.eq(Mux(left > P, P, left)),
+        ]
+        _, dst = first_set(m, rem, name="dst")
+        dst_bit = Signal(self.ports)
+        m.d.comb += dst_bit.eq(Const(1, self.ports) << dst)
+        is_st = d.op == DescOp.STORE
+        row_done = (off + n) >= d.length
+        final = row_done & (~unicast | ((rem & ~dst_bit) == 0))
+
+        # Addresses.
+        rbase = Signal(BYTE_ADDR_BITS)
+        m.d.comb += rbase.eq(self.rbase[d.group])
+        remote = Signal(BYTE_ADDR_BITS)
+        m.d.comb += remote.eq(rbase + (d.index << self.cfg.row_shift) + (off << fsh))
+        land = Signal(BYTE_ADDR_BITS)
+        m.d.comb += land.eq(Mux(unicast, copy_base, d.addr) + (off << fsh))
+
+        hdr = Signal(HeaderLayout)
+        m.d.comb += [hdr.src.eq(self.cfg.port), hdr.length.eq(n)]
+        with m.If(unicast):
+            m.d.comb += [
+                hdr.opcode.eq(Mux(is_st, Opcode.WRITE, Opcode.READ)),
+                hdr.route.uni.dst.eq(dst),
+                hdr.route.uni.addr.eq(remote),
+                hdr.tag.eq(Mux(is_st, 0, next_tag)),
+            ]
+        with m.Else():
+            m.d.comb += [
+                hdr.opcode.eq(Mux(is_st, Opcode.DYN_ST, Opcode.DYN_LD_REDUCE)),
+                hdr.route.dyn.group.eq(d.group),
+                hdr.route.dyn.mask.eq(d.mask),
+                hdr.route.dyn.index.eq(d.index),
+                hdr.route.dyn.offset.eq(off),
+            ]
+            with m.If(~is_st):
+                m.d.comb += [hdr.tag.eq(next_tag), hdr.etype.eq(d.etype), hdr.redop.eq(d.redop)]
+
+        # One packet command per cycle when everything it needs has room.
+        tag_free = ~self.tag_busy.bit_select(next_tag, 1)
+        can = Signal()
+        m.d.comb += can.eq(busy & builder.emit.ready &
+                           Mux(is_st, builder.fetch.ready, tag_free & tagq.w_rdy))
+        m.d.comb += [
+            builder.emit.valid.eq(can),
+            builder.emit.payload.header.eq(hdr),
+            builder.emit.payload.n.eq(Mux(is_st, n, 0)),
+            builder.fetch.valid.eq(can & is_st),
+            builder.fetch.payload.addr.eq((d.addr >> fsh) + off),
+            builder.fetch.payload.n.eq(n),
+            tagq.w_en.eq(can & ~is_st),
+        ]
+        binding = Signal(TagIssue)
+        m.d.comb += [binding.tag.eq(next_tag), binding.addr.eq(land), tagq.w_data.eq(binding)]
+        with m.If(can):
+            with m.If(~is_st):
+                m.d.sync += next_tag.eq(next_tag + 1)
+            with m.If(row_done):
+                m.d.sync += [off.eq(0), rem.eq(rem & ~dst_bit),
+                             copy_base.eq(copy_base + (d.length << fsh))]
+            with m.Else():
+                m.d.sync += off.eq(off + n)
+            with m.If(final):
+                m.d.sync += busy.eq(0)
+
+        # Descriptor intake: a new descriptor may load in the cycle the previous one finishes.
+        nd = self.desc.payload
+        m.d.comb += self.desc.ready.eq(~busy | (can & final))
+        bad_mask = (nd.mask == 0) | ((nd.mask >> self.ports) != 0)
+        bad_len = (nd.length == 0) | (nd.length > MAX_ROW_FLITS)
+        bad_type = (nd.op == DescOp.LD_REDUCE) & (
+            (nd.etype.as_value() > max(e.value for e in EType)) | (nd.redop.as_value() > max(r.value for r in RedOp)))
+        bad_group = unicast & (nd.group >= self.groups)
+        take = self.desc.valid & self.desc.ready
+        errs = {DescError.BAD_MASK: bad_mask, DescError.BAD_LENGTH: ~bad_mask & bad_len,
+                DescError.BAD_TYPE: ~bad_mask & ~bad_len & bad_type,
+                DescError.BAD_GROUP: ~bad_mask & ~bad_len & ~bad_type & bad_group}
+        ok = ~(bad_mask | bad_len | bad_type | bad_group)
+        for code, cond in errs.items():
+            with m.If(take & cond):
+                m.d.sync += self.err_count[code].eq(self.err_count[code] + 1)
+        with m.If(take & ok):
+            m.d.sync += [busy.eq(1), d.eq(nd), rem.eq(nd.mask[:self.ports]), off.eq(0), copy_base.eq(nd.addr)]
+
+        # ------------------------------------------------------------ uplink: merge with aux, credits
+        m.submodules.sender = sender = CreditSender(credits=self.credits, flit_width=self.flit_width)
+        connect(m, sender.link, wiring.flipped(self.tx))
+        srcs = [builder.o, self.aux]
+        lock = Signal(2)          # 1 = generated packet, 2 = aux packet, 0 = choose at the next header
+        prefer_aux = Signal()
+        pick = Signal(2)
+        with m.If(lock != 0):
+            m.d.comb += pick.eq(lock)
+        with m.Elif(srcs[0].valid & srcs[1].valid):
+            m.d.comb += pick.eq(Mux(prefer_aux, 2, 1))
+        with m.Elif(srcs[0].valid):
+            m.d.comb += pick.eq(1)
+        with m.Elif(srcs[1].valid):
+            m.d.comb += pick.eq(2)
+        out = sender.i
+        for k, s in enumerate(srcs, start=1):
+            with m.If(pick == k):
+                m.d.comb += [out.valid.eq(s.valid), out.payload.eq(s.payload), s.ready.eq(out.ready)]
+        moved = out.valid & out.ready
+        # Hold the choice while its flit waits for a credit, and through the packet (gaps included) until
+        # its last flit has gone.
+        with m.If(moved):
+            m.d.sync += lock.eq(Mux(out.payload.last, 0, pick))
+        with m.Elif(out.valid):
+            m.d.sync += lock.eq(pick)
+        with m.If(moved & out.payload.last):
+            m.d.sync += prefer_aux.eq(pick == 1)
+        return m

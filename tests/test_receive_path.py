@@ -1,0 +1,39 @@
+"""GPU receive path: memory image, read responses, token arrivals and errors against the reference model
+(see verif/tb_receive_path.py)."""
+
+import pytest
+
+from verif.runner import run_cocotb
+
+TB = "verif.tb_receive_path"
+SMALL = {"experts": 8, "tile_size": 4, "max_slots": 64, "tags": 16}
+
+
+def test_traffic(seed, sim):
+    run_cocotb("receive_path", SMALL, test_module=TB, testcase="test_traffic", seed=seed, sim=sim,
+               env={"phases": 3, "packets": 30})
+
+
+def test_traffic_small_buffers(seed, sim):
+    run_cocotb("receive_path", dict(SMALL, max_payload=4, credits=5, read_depth=4), test_module=TB,
+               testcase="test_traffic", seed=seed, sim=sim, env={"phases": 2, "packets": 30, "latency": 3})
+
+
+@pytest.mark.parametrize("kind", ["POISONED", "LENGTH_MISMATCH", "BAD_LENGTH", "UNKNOWN_OPCODE", "BAD_GROUP",
+                                  "UNKNOWN_TAG"])
+def test_bad_input(kind, seed, sim):
+    run_cocotb("receive_path", SMALL, test_module=TB, testcase="test_bad_input", seed=seed, sim=sim,
+               env={"kind": kind})
+
+
+def test_slot_overflow(seed, sim):
+    run_cocotb("receive_path", dict(SMALL, max_slots=8), test_module=TB, testcase="test_slot_overflow",
+               seed=seed, sim=sim)
+
+
+def test_credit_overflow(seed, sim):
+    run_cocotb("receive_path", SMALL, test_module=TB, testcase="test_credit_overflow", seed=seed, sim=sim)
+
+
+def test_line_rate(seed, sim):
+    run_cocotb("receive_path", SMALL, test_module=TB, testcase="test_line_rate", seed=seed, sim=sim)

@@ -1,0 +1,32 @@
+"""dymultimem request generator: packets against the packet-format reference, both modes, under stalls
+(see verif/tb_request_gen.py)."""
+
+import pytest
+
+from verif.runner import run_cocotb
+
+TB = "verif.tb_request_gen"
+
+
+@pytest.mark.parametrize("unicast", [0, 1])
+def test_traffic(unicast, seed, sim):
+    run_cocotb("request_gen", {"ports": 8, "tags": 4, "fetch_depth": 24}, test_module=TB,
+               testcase="test_traffic", seed=seed, sim=sim, env={"unicast": unicast, "descs": 40})
+
+
+def test_traffic_small_packets(seed, sim):
+    run_cocotb("request_gen", {"ports": 4, "max_payload": 3, "tags": 8, "credits": 3, "fetch_depth": 3},
+               test_module=TB, testcase="test_traffic", seed=seed, sim=sim,
+               env={"unicast": 1, "descs": 30, "max_len": 10, "latency": 3})
+
+
+@pytest.mark.parametrize("unicast", [0, 1])
+def test_line_rate(unicast, seed, sim):
+    run_cocotb("request_gen", {"ports": 8}, test_module=TB, testcase="test_line_rate", seed=seed, sim=sim,
+               env={"unicast": unicast, "descs": 4})
+
+
+@pytest.mark.parametrize("unicast", [0, 1])
+def test_bad_descriptors(unicast, seed, sim):
+    run_cocotb("request_gen", {"ports": 8}, test_module=TB, testcase="test_bad_descriptors", seed=seed,
+               sim=sim, env={"unicast": unicast})
