@@ -12,6 +12,8 @@ COMMANDS = {
     "lint": ("dysharp.commands.lint", "run verilator --lint-only over the generated Verilog"),
     "bench": ("dysharp.commands.bench", "run an RTL benchmark and write its figures under build/"),
     "study": ("dysharp.commands.study", "run the main study end to end and write its report"),
+    "area": ("dysharp.commands.area", "synthesize modules over their area grid (yosys, Nangate45, CACTI)"),
+    "power": ("dysharp.commands.power", "activity-based power of modules under their workloads"),
 }
 
 

@@ -107,7 +107,9 @@ def _sha(path: Path) -> str:
 
 
 def _strip_array_params(netlist_v: Path) -> None:
-    """OpenSTA's Verilog reader takes no parameters: drop ``#(...)`` from the black-box instances."""
+    """OpenSTA's Verilog reader takes no parameters: drop ``#(...)`` from the black-box instances, and
+    give each instance its own (undefined) cell name, since OpenSTA sizes a black box's ports from the
+    first instance it sees."""
     text = netlist_v.read_text()
     out, pos = [], 0
     for m in re.finditer(r"dysharp_array\s*#\(", text):
@@ -121,6 +123,8 @@ def _strip_array_params(netlist_v: Path) -> None:
             i += 1
         pos = i
     out.append(text[pos:])
+    counter = iter(range(1 << 30))
+    out = [re.sub(r"\bdysharp_array\b(?!_)", lambda _m: f"dysharp_array_{next(counter)}", "".join(out))]
     netlist_v.write_text("".join(out))
 
 

@@ -226,6 +226,8 @@ class Library:
 def lookup(table: dict, x: float, y: float | None = None) -> float:
     """Bilinear interpolation (and extrapolation) in a Liberty table."""
     i1, i2, v = table["index_1"], table["index_2"], table["values"]
+    if not i1:                       # scalar table
+        return v[0] if v else 0.0
     if not i2:
         return _interp1(i1, v, x)
     n2 = len(i2)

@@ -30,7 +30,7 @@ from .tools import ToolError, yosys_command
 
 __all__ = ["FlowError", "script", "synthesize", "parse_memories", "ff_array_verilog", "FLOW_VERSION"]
 
-FLOW_VERSION = "1"   # bump when the script or the parsing changes (invalidates cached results)
+FLOW_VERSION = "2"   # bump when the script or the parsing changes (invalidates cached results)
 
 ABC_LIB_SCRIPT = "+strash;dc2;&get,-n;&nf,-D,{D};&put;buffer;upsize,-D,{D};dnsize,-D,{D};stime,-p"
 ABC_CMOS_SCRIPT = "+strash;dc2;map"
@@ -56,6 +56,7 @@ def script(verilog: Path, top: str, liberty: Path, period_ps: float, out: Path, 
         f"dfflibmap -liberty {lib}",
         f"abc -liberty {lib} -D {d} -script {ABC_LIB_SCRIPT.replace('{D}', d)}",
         "opt_clean -purge",
+        "rename -enumerate",   # the same short names in the JSON and the Verilog netlist
         f"tee -q -o {out / 'stat.json'} stat -json",
     ]
     if netlist:
