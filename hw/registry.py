@@ -191,3 +191,7 @@ register("switch", "hw.switch.nvswitch:NVSwitch",
 register("switch_fifo", "hw.switch.nvswitch:NVSwitch", defaults={"queueing": "fifo"},
          points=[{"ports": 8}],
          doc="NVSwitch datapath with one FIFO per input (head-of-line-blocking baseline)")
+register("group_table", "hw.switch.group_table:GroupTable", defaults={"n_ports": 8},
+         points=[{"entries": e} for e in (4, 16, 64)],
+         area_grid=[{"entries": e} for e in (4, 16, 64, 256)],
+         doc="Static multimem group table (handle -> port mask), the NVLS baseline's table")

@@ -15,6 +15,7 @@ STEPS = [
     ("verilog", "dysharp.study_steps:verilog_step"),
     ("lint", "dysharp.study_steps:lint_step"),
     ("switch", "dysharp.study_steps:switch_bench_step"),
+    ("area_power", "synth.study_step:area_power_step"),
 ]
 
 
