@@ -21,6 +21,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import os
 import re
 import subprocess
 import time
@@ -179,7 +180,7 @@ def cost_array(geom: dict, lib, liberty_path: Path, period_ps: float, node_nm: i
     return out
 
 
-def area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERIOD_PS, netlist: bool = False,
+def area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERIOD_PS, netlist: bool = True,
                max_mb: float = 0.0, cache: bool = True, quiet: bool = False) -> AreaPoint:
     """Synthesize ``module`` at ``point`` and cost its arrays (see the module docstring)."""
     spec = registry.get(module)
@@ -241,7 +242,9 @@ def area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERIOD_PS
     if result["area_um2"] <= 0:
         raise yosys_flow.FlowError(f"{module} {point}: zero area after synthesis; refusing it")
     cache_file.parent.mkdir(parents=True, exist_ok=True)
-    cache_file.write_text(json.dumps({"key": key, "result": result}, indent=1))
+    tmp = cache_file.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps({"key": key, "result": result}, indent=1))
+    os.replace(tmp, cache_file)
     if not quiet:
         print(f"[area] {module} {point or '(defaults)'}: {result['area_um2']:.0f} um^2 "
               f"({result['seconds']:.0f} s)", flush=True)
@@ -252,6 +255,27 @@ def run_study(selection: dict[str, list[dict]], **kw) -> list[AreaPoint]:
     """``selection``: {module: [points]} -> every point's :class:`AreaPoint`, in order."""
     out = []
     for module, points in selection.items():
+        skipped = []
         for p in points:
-            out.append(area_point(module, p, **kw))
+            # A point at least as large (every numeric parameter >=) as one skipped for size is skipped
+            # without generating its Verilog, which alone takes minutes for a 64-port switch.
+            big = next((q for q in skipped if _dominates(p, q)), None)
+            if big is not None and kw.get("max_mb"):
+                spec = registry.get(module)
+                out.append(AreaPoint(module, p, spec.resolve(p), None,
+                                     skipped=f"larger than {big}, which exceeds --max-mb {kw['max_mb']:g}; run "
+                                             f"with --max-mb 0 to include it"))
+                continue
+            ap = area_point(module, p, **kw)
+            if ap.result is None:
+                skipped.append(p)
+            out.append(ap)
     return out
+
+
+def _dominates(p: dict, q: dict) -> bool:
+    keys = set(p) | set(q)
+    if not keys or any(not isinstance(p.get(k), (int, float)) or not isinstance(q.get(k), (int, float))
+                       for k in keys):
+        return False
+    return all(p[k] >= q[k] for k in keys)

@@ -13,6 +13,7 @@ unit^2).
 import bisect
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 
@@ -262,7 +263,9 @@ def load(path, cache_dir="build/synth") -> Library:
     if not summary["cells"]:
         raise ValueError(f"{path} has no cells: not a usable liberty")
     cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text(json.dumps(summary))
+    tmp = cache.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(summary))
+    os.replace(tmp, cache)
     return Library(summary)
 
 

@@ -224,7 +224,7 @@ def write_reports(out="synth_reports", area_points=None, power=None, commands=No
             "arrays_um2": r["arrays_um2"], "all_ff_um2": r["area_all_ff_um2"], "array_bits": r["array_bits"],
             "cells": r["cell_count"], "transistors_logic": r["transistors_logic"],
             "transistors_all_ff": r["transistors_all_ff"], "critical_path_ps": r["critical_path_ps"],
-            "timing": r["timing_source"]})
+            "timing": r["timing_source"], "verilog_mb": r["verilog_mb"], "synth_s": r["seconds"]})
         for x in r["arrays"]:
             arrays.append({"module": a["module"], "point": _pt(a["point"]), "array": x["name"],
                            "geometry": x["geometry"], "bits": x["bits"], "chosen": x["chosen"],
@@ -232,7 +232,8 @@ def write_reports(out="synth_reports", area_points=None, power=None, commands=No
                            "cacti_um2": x["cacti"].get("area_um2"), "cacti_access_ns": x["cacti"].get("access_ns"),
                            "cacti_note": x["cacti"].get("error", "")})
     cols = ["module", "point", "status", "area_um2", "seq_um2", "logic_um2", "arrays_um2", "all_ff_um2",
-            "array_bits", "cells", "transistors_logic", "transistors_all_ff", "critical_path_ps", "timing"]
+            "array_bits", "cells", "transistors_logic", "transistors_all_ff", "critical_path_ps", "timing",
+            "verilog_mb", "synth_s"]
     summary = [{k: s.get(k, "") for k in cols} for s in summary]
     _write_csv(out / "area_summary.csv", summary)
     _write_csv(out / "area.csv", summary)
@@ -276,7 +277,7 @@ def _markdown(area_points, arrays, power, crosscheck, ov, plots, commands) -> st
           "synthesized as flip-flops). Critical path: OpenSTA, register to register incl. clock-to-Q and "
           "setup.", "",
           "| module | point | total um^2 | sequential | logic | arrays | all flip-flops | cells | "
-          "transistors (logic) | critical path ps |", "|---|---|---|---|---|---|---|---|---|---|"]
+          "transistors (logic) | critical path ps | flow time s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for a in area_points:
         r = a["result"]
         if not r:
@@ -284,7 +285,8 @@ def _markdown(area_points, arrays, power, crosscheck, ov, plots, commands) -> st
             continue
         L.append(f"| {a['module']} | {_pt(a['point'])} | {_fmt(r['area_um2'])} | {_fmt(r['area_seq_um2'])} | "
                  f"{_fmt(r['area_logic_um2'])} | {_fmt(r['arrays_um2'])} | {_fmt(r['area_all_ff_um2'])} | "
-                 f"{_fmt(r['cell_count'])} | {_fmt(r['transistors_logic'])} | {_fmt(r['critical_path_ps'])} |")
+                 f"{_fmt(r['cell_count'])} | {_fmt(r['transistors_logic'])} | {_fmt(r['critical_path_ps'])} | "
+                 f"{_fmt(r['seconds'])} |")
     geoms = {}
     for x in arrays:
         geoms.setdefault(x["geometry"], x)
