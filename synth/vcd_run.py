@@ -70,6 +70,15 @@ def run_workload(module: str, point: dict, workload, *, warmup: int, cycles: int
     vcd = bdir / f"{workload.testcase}-s{seed}.vcd"
     meta_path = bdir / f"{workload.testcase}-s{seed}.json"
     env = dict(workload.env, warmup=warmup, cycles=cycles, out=str(meta_path))
+    stamp = bdir / f"{workload.testcase}-s{seed}.stamp"
+    import importlib.util
+    origin = importlib.util.find_spec(workload.test_module).origin
+    tb_hash = hashlib.sha256(Path(origin).read_bytes()).hexdigest()[:16] if origin else ""
+    want = json.dumps({"env": env, "params": params, "module": workload.test_module, "tb": tb_hash},
+                      sort_keys=True)
+    if vcd.exists() and meta_path.exists() and stamp.exists() and stamp.read_text() == want:
+        return vcd, json.loads(meta_path.read_text())     # the same run (same Verilog, settings, seed)
+    stamp.unlink(missing_ok=True)
     results = bdir / f"results-{workload.testcase}-{os.getpid()}.xml"
     test_env = {"DYSHARP_MODULE": module, "DYSHARP_PARAMS": json.dumps(params), "DYSHARP_SEED": str(seed),
                 "DYSHARP_ENV": json.dumps(env), "PYTHONPATH": os.pathsep.join([str(REPO)] + sys.path)}
@@ -85,4 +94,5 @@ def run_workload(module: str, point: dict, workload, *, warmup: int, cycles: int
     if failed or not tests or not vcd.exists() or not meta_path.exists():
         raise RuntimeError(f"power workload {workload.test_module}::{workload.testcase} on {module} {point} "
                            f"failed (seed {seed}); log and results in {bdir}")
+    stamp.write_text(want)
     return vcd, json.loads(meta_path.read_text())
