@@ -174,7 +174,7 @@ def _plots(out: Path, area_points: list[dict], power: list | None) -> list[str]:
         ax.set_ylabel(f"power at {pw[0]['freq_ghz']} GHz, Nangate45 (mW)")
         ax.set_title("Power breakdown by block")
         ax.legend(fontsize=8)
-        ax.tick_params(axis="x", labelsize=7)
+        ax.tick_params(axis="x", labelsize=7, rotation=20)
         fig.tight_layout()
         fig.savefig(out / "power_breakdown.png", dpi=110)
         plt.close(fig)
@@ -210,7 +210,7 @@ def write_reports(out="synth_reports", area_points=None, power=None, commands=No
     area_points = area_points if area_points is not None else area_doc.get("points", [])
     power = power if power is not None else power_doc.get("points", [])
     crosscheck = power_doc.get("crosscheck")
-    commands = commands or [c for c in (area_doc.get("command"), power_doc.get("command")) if c]
+    commands = commands or [c.strip() for c in (area_doc.get("command"), power_doc.get("command")) if c]
     # CSV tables.
     summary, arrays = [], []
     for a in area_points:
@@ -356,12 +356,21 @@ def _markdown(area_points, arrays, power, crosscheck, ov, plots, commands) -> st
                          f"{r['area_mm2_n5']:.4f} | {r['transistors']:.3g} | "
                          f"{_fmt(r['power_mw_n5'], '.2f')} |")
         L.append("")
-        L.append(f"Switch-side total of the registered blocks: {t['area_mm2_n5']:.4f} mm^2 = "
-                 f"{t['pct_area']:.3f}% of the estimated NVSwitch die; {t['transistors']:.3g} transistors = "
-                 f"{t['pct_transistors']:.3f}% of 25.1 B; {t['power_mw_n5']:.1f} mW"
-                 f"{'' if t['power_complete'] else ' (power missing for some blocks)'}. GPU-side blocks are "
-                 f"per GPU (H100: 814 mm^2, 80 B transistors). Modules registered: "
-                 f"{', '.join(ov['registered'])}.")
+        if not any(r["status"] == "registered" and r["side"] == "switch" for r in ov["rows"]):
+            L.append("Switch-side total: not available: none of the DySHARP switch blocks is registered in "
+                     "`hw/registry.py` yet (re-run `dysharp area` and `dysharp power` once they are). "
+                     f"Modules registered: {', '.join(ov['registered'])}.")
+        else:
+            L.append(f"Switch-side total of the registered blocks: {t['area_mm2_n5']:.4f} mm^2 = "
+                     f"{t['pct_area']:.3f}% of the estimated NVSwitch die; {t['transistors']:.3g} transistors = "
+                     f"{t['pct_transistors']:.3f}% of 25.1 B; "
+                     + (f"{t['power_mw_n5']:.1f} mW" if t["power_complete"] else
+                        "power not available (run `dysharp power` for: " + ", ".join(
+                            r["modules"] for r in ov["rows"] if r["side"] == "switch"
+                            and r["status"] == "registered" and r["power_mw_n5"] is None) + ")")
+                     + f" (NVIDIA publishes "
+                     f"no NVSwitch chip power to normalise by). GPU-side blocks are per GPU (H100: 814 mm^2, "
+                     f"80 B transistors). Modules registered: {', '.join(ov['registered'])}.")
     if plots:
         L += ["", "Plots: " + ", ".join(f"`synth_reports/{p}`" for p in plots) + "."]
     return "\n".join(L) + "\n"
