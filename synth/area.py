@@ -195,24 +195,36 @@ def area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERIOD_PS
            "sta": bool(tools.opensta_binary(required=False))}
     cache_file = BUILD / "area" / f"{slug}.json"
     work = BUILD / "work" / slug
+    cached = None
     if cache and cache_file.is_file():
         try:
             d = json.loads(cache_file.read_text())
             if d.get("key") == key and (not netlist or (work / "netlist.json").is_file()):
-                return AreaPoint(module, point, params, d["result"])
-        except ValueError:
-            pass
-    if max_mb and size_mb > max_mb:
-        return AreaPoint(module, point, params, None,
-                         skipped=f"Verilog is {size_mb:.1f} MB (> --max-mb {max_mb:g}); synthesis would "
-                                 f"take long on this machine; run `dysharp area -m {module} "
-                                 f"{' '.join(f'--grid {module}.{k}={v}' for k, v in point.items())} "
-                                 f"--max-mb 0` to include it")
-    if not quiet:
-        print(f"[area] {module} {point or '(defaults)'}: synthesizing {size_mb:.2f} MB of Verilog ...", flush=True)
-    t0 = time.time()
-    syn = yosys_flow.synthesize(vpath, module, lib, lp, period_ps=period_ps, workdir=work, netlist=netlist)
-    timing = sta_timing(work / "netlist.v", module, lp, period_ps, work)
+                cached = d if "syn" in d else _from_old_cache(d)
+        except (ValueError, KeyError):
+            cached = None
+    if cached is None:
+        if max_mb and size_mb > max_mb:
+            return AreaPoint(module, point, params, None,
+                             skipped=f"Verilog is {size_mb:.1f} MB (> --max-mb {max_mb:g}); synthesis would "
+                                     f"take long on this machine; run `dysharp area -m {module} "
+                                     f"{' '.join(f'--grid {module}.{k}={v}' for k, v in point.items())} "
+                                     f"--max-mb 0` to include it")
+        if not quiet:
+            print(f"[area] {module} {point or '(defaults)'}: synthesizing {size_mb:.2f} MB of Verilog ...",
+                  flush=True)
+        t0 = time.time()
+        syn = yosys_flow.synthesize(vpath, module, lib, lp, period_ps=period_ps, workdir=work, netlist=netlist)
+        timing = sta_timing(work / "netlist.v", module, lp, period_ps, work)
+        cached = {"key": key, "syn": syn, "timing": timing, "seconds": time.time() - t0}
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_file.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(cached, indent=1))
+        os.replace(tmp, cache_file)
+    # The arrays are costed on every call (CACTI and flip-flop results have caches of their own), so a
+    # change to the array costing never forces a re-synthesis.
+    syn, timing = cached["syn"], cached["timing"]
+    t1 = time.time()
     arrays = []
     by_geom = {}
     for mem in syn["memories"]:
@@ -237,18 +249,28 @@ def area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERIOD_PS
         "transistors_all_ff": syn["transistors"] + sum((a["ff"].get("transistors") or 0) for a in arrays),
         "critical_path_ps": (timing or {}).get("min_period_ps", syn["critical_path_ps"]),
         "timing_source": (timing or {}).get("source", "ABC stime" if syn["critical_path_ps"] else "none"),
-        "period_ps": period_ps, "arrays": arrays, "seconds": time.time() - t0, "yosys_s": syn["yosys_s"],
+        "period_ps": period_ps, "arrays": arrays, "seconds": cached["seconds"] + time.time() - t1,
+        "yosys_s": syn["yosys_s"],
     }
     if result["area_um2"] <= 0:
         raise yosys_flow.FlowError(f"{module} {point}: zero area after synthesis; refusing it")
-    cache_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache_file.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"key": key, "result": result}, indent=1))
-    os.replace(tmp, cache_file)
     if not quiet:
         print(f"[area] {module} {point or '(defaults)'}: {result['area_um2']:.0f} um^2 "
               f"({result['seconds']:.0f} s)", flush=True)
     return AreaPoint(module, point, params, result)
+
+
+def _from_old_cache(d: dict) -> dict:
+    """A cache entry written before synthesis and array costing were cached separately."""
+    r = d["result"]
+    syn = {"cells": r["cells"], "cell_count": r["cell_count"], "area_seq_um2": r["area_seq_um2"],
+           "area_logic_um2": r["area_logic_um2"], "area_um2": r["area_random_logic_um2"],
+           "critical_path_ps": None, "transistors": r["transistors_logic"], "yosys_s": r["yosys_s"],
+           "memories": [{k: a[k] for k in ("name", "rows", "width", "read_ports", "write_ports", "sync_reads")}
+                        for a in r["arrays"]]}
+    timing = {"min_period_ps": r["critical_path_ps"], "source": r["timing_source"]} \
+        if r["timing_source"] == "OpenSTA" else None
+    return {"key": d["key"], "syn": syn, "timing": timing, "seconds": r["seconds"]}
 
 
 def run_study(selection: dict[str, list[dict]], **kw) -> list[AreaPoint]:

@@ -7,9 +7,9 @@ keys below replaced), runs the binary built by :mod:`synth.tools`, and returns a
 the area (um^2), access time (ns), read/write/search energy per access (pJ) and leakage (mW). Results
 are cached under ``build/synth/cacti/`` by configuration text.
 
-CACTI's geometry limits (found by running it): capacity at least 64 bytes and a power-of-two number of
-rows for a ``ram``; smaller arrays are rounded up to the nearest legal geometry and the rounding is
-recorded (``Result.rows_modelled``). A configuration CACTI still rejects raises :class:`CactiError` with
+CACTI's geometry limits (found by running it): whole-byte rows and a capacity of at least 64 bytes;
+smaller arrays get extra rows, and an array CACTI finds no organisation for is retried with its rows
+rounded up to a power of two; what was modelled is recorded (``Result.rows_modelled``). A configuration CACTI still rejects raises :class:`CactiError` with
 CACTI's own message and what to change.
 """
 
@@ -78,13 +78,14 @@ class Result:
         return d
 
 
-def _legal_geometry(a: Array) -> tuple[int, int]:
-    """Rows and width CACTI accepts: bytes-wide rows, power-of-two rows, capacity >= 64 bytes."""
+def _legal_geometry(a: Array, pow2: bool = False) -> tuple[int, int]:
+    """Rows and width CACTI accepts: whole-byte rows, capacity >= 64 bytes (rows added), and with
+    ``pow2`` a power-of-two number of rows (the retry when CACTI finds no organisation otherwise)."""
     width = max(8, 8 * math.ceil(a.width / 8))
     rows = max(1, a.rows)
-    rows = 1 << (rows - 1).bit_length()
-    while rows * width // 8 < MIN_BYTES:
-        rows *= 2
+    if pow2:
+        rows = 1 << (rows - 1).bit_length()
+    rows = max(rows, -(-MIN_BYTES * 8 // width))
     return rows, width
 
 
@@ -105,10 +106,10 @@ _OVERRIDES = {
 }
 
 
-def config_text(a: Array, template: str) -> tuple[str, int, int]:
+def config_text(a: Array, template: str, pow2: bool = False) -> tuple[str, int, int]:
     """The CACTI configuration for ``a`` (from CACTI's ``cache.cfg`` ``template``), rows and width used."""
     a.validate()
-    rows, width = _legal_geometry(a)
+    rows, width = _legal_geometry(a, pow2)
     block = width // 8
     cell = f'"{a.cell}"'
     values = dict(_OVERRIDES)
@@ -163,10 +164,23 @@ def parse_output(text: str) -> dict:
 
 
 def run(a: Array, cache_dir="build/synth/cacti") -> Result:
-    """Cost array ``a`` with CACTI (cached)."""
+    """Cost array ``a`` with CACTI (cached); the exact row count first, then rounded up to a power of
+    two if CACTI finds no organisation for the exact one."""
+    try:
+        return _run(a, cache_dir, pow2=False)
+    except CactiError as first:
+        if _legal_geometry(a, True) == _legal_geometry(a, False):
+            raise
+        try:
+            return _run(a, cache_dir, pow2=True)
+        except CactiError:
+            raise first from None
+
+
+def _run(a: Array, cache_dir, pow2: bool) -> Result:
     exe = cacti_binary()
     template = (exe.parent / "cache.cfg").read_text()
-    cfg, rows, width = config_text(a, template)
+    cfg, rows, width = config_text(a, template, pow2)
     digest = hashlib.sha256(cfg.encode()).hexdigest()[:20]
     cache = Path(cache_dir) / f"{digest}.json"
     if cache.is_file():
