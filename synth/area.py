@@ -161,7 +161,9 @@ def cost_array(geom: dict, lib, liberty_path: Path, period_ps: float, node_nm: i
     else:
         out["ff"] = yosys_flow.synthesize_ff_array(geom, lib, liberty_path, period_ps=period_ps,
                                                    workdir=BUILD / "ffarray" / key)
-        ff_cache.write_text(json.dumps(out["ff"]))
+        tmp = ff_cache.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(out["ff"]))
+        os.replace(tmp, ff_cache)
     # Asynchronous read ports are modelled as SRAM read ports (CACTI has no other kind).
     arr = cacti.Array(rows=geom["rows"], width=geom["width"], read_ports=geom["read_ports"],
                       write_ports=geom["write_ports"], node_nm=node_nm)

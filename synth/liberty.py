@@ -118,14 +118,6 @@ def _summarise(lib: _Group) -> dict:
             templates[g.args[0]] = {
                 "vars": [g.attrs.get(f"variable_{k}") for k in (1, 2, 3) if f"variable_{k}" in g.attrs],
                 "index_1": g.attrs.get("index_1", []), "index_2": g.attrs.get("index_2", [])}
-    wire_loads = {}
-    for g in lib.find("wire_load"):
-        fl = g.attrs.get("fanout_length")
-        wl = {"capacitance": float(g.attrs.get("capacitance", 0)), "slope": float(g.attrs.get("slope", 0)),
-              "fanout_length": []}
-        # fanout_length appears several times; our attrs dict keeps the first, so re-read them all.
-        wire_loads[g.args[0]] = wl
-        _ = fl
     cap_unit = lib.attrs.get("capacitive_load_unit", ["1", "ff"])
     summary = {
         "name": lib.args[0] if lib.args else "",
@@ -133,7 +125,7 @@ def _summarise(lib: _Group) -> dict:
                   "capacitance": f"{cap_unit[0]}{cap_unit[1]}", "voltage": lib.attrs.get("voltage_unit")},
         "voltage": float(lib.attrs.get("nom_voltage", 0)),
         "default_wire_load": lib.attrs.get("default_wire_load"),
-        "wire_loads": wire_loads,
+        "wire_loads": {},     # filled by _wire_loads (fanout_length repeats, which the group reader folds)
         "cells": {},
     }
     for cell in lib.find("cell"):

@@ -66,8 +66,6 @@ def _array_power(nl, act, arrays_by_name, lib, freq_ghz, gated):
             raise RuntimeError(f"black-box array {name} has no area-study costing (stale cache? re-run "
                                f"`dysharp area --no-cache`)")
         conn = c["connections"]
-        params = c.get("parameters", {})
-        n_wr = int(str(params.get("WR_PORTS", "1")), 2) if set(str(params.get("WR_PORTS", "1"))) <= {"0", "1"} else 1
         width = info["width"]
         wr_en = [b for b in conn.get("WR_EN", []) if isinstance(b, int)]
         writes = 0.0
@@ -87,7 +85,6 @@ def _array_power(nl, act, arrays_by_name, lib, freq_ghz, gated):
                 reads += min(1.0, max((act.D.get(b, 0.0) for b in addr), default=0.0))
         reads *= clk_factor
         writes *= clk_factor
-        _ = n_wr
         if info["chosen"] == "cacti":
             cr = info["cacti"]
             dyn = (reads * cr["read_pj"] + writes * cr["write_pj"]) * freq_ghz   # pJ/cycle * GHz = mW

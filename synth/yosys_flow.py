@@ -22,7 +22,6 @@ array of the same geometry for the flip-flop upper bound.
 import json
 import re
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -225,6 +224,3 @@ def synthesize_ff_array(geom: dict, liberty_lib, liberty_path: Path, *, period_p
     return {"area_um2": area, "area_seq_um2": seq, "transistors": int(m.group(1)) if m else None,
             "yosys_s": time.time() - t0}
 
-
-def tempdir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="dysharp-synth-"))
