@@ -165,8 +165,8 @@ def cost_array(geom: dict, lib, liberty_path: Path, period_ps: float, node_nm: i
         tmp.write_text(json.dumps(out["ff"]))
         os.replace(tmp, ff_cache)
     # Asynchronous read ports are modelled as SRAM read ports (CACTI has no other kind).
-    arr = cacti.Array(rows=geom["rows"], width=geom["width"], read_ports=geom["read_ports"],
-                      write_ports=geom["write_ports"], node_nm=node_nm)
+    arr = cacti.Array(rows=geom["rows"], width=geom["width"], read_ports=max(1, geom["read_ports"]),
+                      write_ports=max(1, geom["write_ports"]), node_nm=node_nm)
     try:
         res = cacti.run(arr)
         out["cacti"] = res.as_dict()

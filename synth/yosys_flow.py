@@ -206,8 +206,10 @@ def synthesize_ff_array(geom: dict, liberty_lib, liberty_path: Path, *, period_p
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     v = workdir / "ffarray.v"
-    v.write_text(ff_array_verilog(geom["rows"], geom["width"], geom["read_ports"], geom["write_ports"],
-                                  geom["sync_reads"]))
+    # A ROM (no write port) or a write-only array would be optimised away: give it one port of each, so
+    # the figure stays an upper bound instead of zero.
+    v.write_text(ff_array_verilog(geom["rows"], geom["width"], max(1, geom["read_ports"]),
+                                  max(1, geom["write_ports"]), geom["sync_reads"]))
     # memory_map turns the array into flip-flops; the same script otherwise.
     text = script(v.resolve(), "ffarray", liberty_path, period_ps, workdir.resolve(), netlist=False)
     text = text.replace("synth -top ffarray -flatten -noshare -run :fine",
