@@ -137,7 +137,8 @@ def sta_timing(netlist_v: Path, top: str, liberty_path: Path, period_ps: float, 
     _strip_array_params(netlist_v)
     tcl = workdir / "timing.tcl"
     tcl.write_text("\n".join([
-        f"read_liberty {liberty_path}", f"read_verilog {netlist_v}", f"link_design {top}",
+        f"read_liberty {Path(liberty_path).resolve()}", f"read_verilog {Path(netlist_v).resolve()}",
+        f"link_design {top}",
         f"create_clock -name clk -period {period_ps / 1000:.6f} [get_ports clk]",
         "set_input_delay 0 -clock clk [delete_from_list [all_inputs] [get_ports clk]]",
         "set_output_delay 0 -clock clk [all_outputs]",

@@ -210,7 +210,8 @@ def opensta_crosscheck(module: str, point: dict, *, freq_ghz: float, seed: int =
         act.P[b], act.D[b] = 0.5, 2.0
     ours = power.compute_power(nl, act, weights, freq_ghz=freq_ghz, clock_nets=clk)
     area_mod._strip_array_params(work / "netlist.v")
-    lines = [f"read_liberty {lp}", f"read_verilog {work / 'netlist.v'}", f"link_design {module}",
+    lines = [f"read_liberty {lp.resolve()}", f"read_verilog {(work / 'netlist.v').resolve()}",
+             f"link_design {module}",
              f"create_clock -name clk -period {1 / freq_ghz:.6f} [get_ports clk]",
              "set_power_activity -input -activity 0.0 -duty 0.0"]
     port_of = {}

@@ -20,7 +20,9 @@ array of the same geometry for the flip-flop upper bound.
 """
 
 import json
+import os
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -39,14 +41,16 @@ class FlowError(RuntimeError):
     pass
 
 
-def script(verilog: Path, top: str, liberty: Path, period_ps: float, out: Path, *, netlist: bool) -> str:
+def script(verilog: str, top: str, liberty: str, period_ps: float, out: Path = Path("."), *,
+           netlist: bool) -> str:
+    """The yosys script; file names are relative to the folder yosys runs in (see :func:`_run_yosys`)."""
     lib = str(liberty)
     d = f"{period_ps:.0f}"
     lines = [
         f"read_verilog -sv {verilog}",
         f"hierarchy -check -top {top}",
         f"synth -top {top} -flatten -noshare -run :fine",
-        f"tee -q -o {out / 'memories.il'} dump t:$mem_v2",
+        f"tee -q -o memories.il dump t:$mem_v2",
         "opt -fast -full",
         "techmap",
         "opt -fast",
@@ -56,19 +60,19 @@ def script(verilog: Path, top: str, liberty: Path, period_ps: float, out: Path, 
         f"abc -liberty {lib} -D {d} -script {ABC_LIB_SCRIPT.replace('{D}', d)}",
         "opt_clean -purge",
         "rename -enumerate",   # the same short names in the JSON and the Verilog netlist
-        f"tee -q -o {out / 'stat.json'} stat -json",
+        f"tee -q -o stat.json stat -json",
     ]
     if netlist:
-        lines += [f"write_json {out / 'netlist.json'}"]
+        lines += [f"write_json netlist.json"]
     # Gate-level Verilog for OpenSTA, the arrays as instances of an undefined black-box cell.
     lines += ["design -save mapped", "chtype -set dysharp_array t:$mem_v2",
-              f"write_verilog -noattr -noexpr {out / 'netlist.v'}", "design -load mapped"]
+              f"write_verilog -noattr -noexpr netlist.v", "design -load mapped"]
     lines += [
         "design -load generic",
         "dfflegalize -cell $_DFF_P_ 01",
         f"abc -g cmos2 -script {ABC_CMOS_SCRIPT}",
         "opt_clean -purge",
-        f"tee -q -o {out / 'cmos.txt'} stat -tech cmos",
+        f"tee -q -o cmos.txt stat -tech cmos",
     ]
     return "\n".join(lines) + "\n"
 
@@ -116,14 +120,32 @@ def _cell_counts(stat_json: dict) -> dict[str, int]:
     return {k.lstrip("\\"): int(v) for k, v in found[0].items()}
 
 
-def _run_yosys(ys_text: str, workdir: Path, what: str) -> str:
+def _stage(src: Path, dst: Path) -> None:
+    """Put ``src`` at ``dst`` (a hard link when possible, else a copy)."""
+    src, dst = Path(src).resolve(), Path(dst)
+    if dst.exists() or dst.is_symlink():
+        dst.unlink()
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
+def _run_yosys(ys_text: str, workdir: Path, what: str, inputs: dict | None = None) -> str:
+    """Run yosys in ``workdir`` with every file it reads staged there (``inputs``: name -> source).
+
+    YoWASP's yosys runs under WASI and reaches the host only through the folders it pre-opens; absolute
+    paths under some of them (``/tmp`` here) are not found, so yosys only ever sees plain names in its
+    own working folder."""
     workdir.mkdir(parents=True, exist_ok=True)
+    for name, src in (inputs or {}).items():
+        _stage(src, workdir / name)
     ys = workdir / "flow.ys"
     ys.write_text(ys_text)
     log = workdir / "yosys.log"
-    cmd = yosys_command() + ["-q", "-l", str(log), "-s", str(ys)]
+    cmd = yosys_command() + ["-q", "-l", "yosys.log", "-s", "flow.ys"]
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir)
     except OSError as e:
         raise ToolError(f"cannot run yosys ({cmd[0]}): {e}") from None
     text = log.read_text(errors="replace") if log.exists() else ""
@@ -140,8 +162,8 @@ def synthesize(verilog: Path, top: str, liberty_lib, liberty_path: Path, *, peri
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    log = _run_yosys(script(Path(verilog).resolve(), top, liberty_path, period_ps, workdir.resolve(),
-                            netlist=netlist), workdir, f"{top} ({verilog})")
+    log = _run_yosys(script("design.v", top, "stdcells.lib", period_ps, netlist=netlist), workdir,
+                     f"{top} ({verilog})", {"design.v": verilog, "stdcells.lib": liberty_path})
     wall = time.time() - t0
     counts = _cell_counts(json.loads((workdir / "stat.json").read_text()))
     mems = parse_memories((workdir / "memories.il").read_text()) if (workdir / "memories.il").exists() else []
@@ -211,11 +233,11 @@ def synthesize_ff_array(geom: dict, liberty_lib, liberty_path: Path, *, period_p
     v.write_text(ff_array_verilog(geom["rows"], geom["width"], max(1, geom["read_ports"]),
                                   max(1, geom["write_ports"]), geom["sync_reads"]))
     # memory_map turns the array into flip-flops; the same script otherwise.
-    text = script(v.resolve(), "ffarray", liberty_path, period_ps, workdir.resolve(), netlist=False)
+    text = script("ffarray.v", "ffarray", "stdcells.lib", period_ps, netlist=False)
     text = text.replace("synth -top ffarray -flatten -noshare -run :fine",
                         "synth -top ffarray -flatten -noshare -run :fine\nmemory_map")
     t0 = time.time()
-    _run_yosys(text, workdir, f"flip-flop array {geom}")
+    _run_yosys(text, workdir, f"flip-flop array {geom}", {"stdcells.lib": liberty_path})
     counts = _cell_counts(json.loads((workdir / "stat.json").read_text()))
     area = sum(n * liberty_lib.cell(c)["area"] for c, n in counts.items() if not c.startswith("$"))
     seq = sum(n * liberty_lib.cell(c)["area"] for c, n in counts.items()
