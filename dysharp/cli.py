@@ -14,6 +14,8 @@ COMMANDS = {
     "efficiency": ("dysharp.commands.efficiency", "payload efficiency: dynamic vs explicit addressing"),
     "study": ("dysharp.commands.study", "run the main study end to end and write its report"),
     "estimate": ("dysharp.commands.estimate", "MoE layer-time estimate: DySHARP against the baselines"),
+    "area": ("dysharp.commands.area", "synthesize modules over their area grid (yosys, Nangate45, CACTI)"),
+    "power": ("dysharp.commands.power", "activity-based power of modules under their workloads"),
 }
 
 

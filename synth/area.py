@@ -1,0 +1,306 @@
+"""The area study: every registered module over its ``area_grid`` (default: its ``points``).
+
+For one (module, point), :func:`area_point`
+
+1. generates the Verilog through :mod:`hw.registry` (cached);
+2. synthesizes it with every ``lib.memory`` array as a black box (:mod:`synth.yosys_flow`): cell area
+   split into sequential and logic, transistor count, and the arrays' geometry;
+3. times the mapped netlist with OpenSTA when it is installed (register-to-register critical path with
+   clock-to-Q and setup; the arrays are black boxes, so paths through them are cut);
+4. costs every array twice: with CACTI 7 (an SRAM macro) and synthesized alone as flip-flops (the upper
+   bound). The array is counted at the smaller of the two: CACTI's periphery dominates tiny arrays and
+   CACTI finds no organisation for many-ported ones (the reason is recorded), where flip-flops win.
+
+Nothing is silently zero: a point whose synthesis yields no cells, or an array neither CACTI nor the
+flip-flop synthesis can cost, is an error. Results are cached under ``build/synth/area/`` by the Verilog
+hash, the flow version, the liberty checksum and the yosys command, so a re-run only synthesizes what
+changed.
+"""
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+from hw import registry
+
+from . import cacti, liberty, tools, yosys_flow
+
+__all__ = ["AreaPoint", "grid_points", "parse_grid", "area_point", "run_study", "DEFAULT_PERIOD_PS",
+           "CLOCK_GHZ"]
+
+CLOCK_GHZ = 1.5625
+DEFAULT_PERIOD_PS = 1000.0 / CLOCK_GHZ
+BUILD = Path("build/synth")
+
+
+@dataclasses.dataclass
+class AreaPoint:
+    module: str
+    point: dict            # the grid point (overrides)
+    params: dict           # full parameters
+    result: dict | None    # figures, or None when skipped
+    skipped: str = ""      # why it was skipped
+
+    def as_dict(self):
+        return dataclasses.asdict(self)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Grid selection
+
+def parse_grid(items: list[str], modules: list[str]) -> dict[str, dict[str, list]]:
+    """``--grid module.param=v1,v2`` items -> {module: {param: [values]}} (validated)."""
+    out: dict[str, dict[str, list]] = {}
+    for item in items:
+        if "=" not in item or "." not in item.split("=", 1)[0]:
+            raise ValueError(f"--grid expects MODULE.PARAM=V1,V2,..., got {item!r}")
+        key, values = item.split("=", 1)
+        mod, param = key.split(".", 1)
+        spec = registry.get(mod)
+        if mod not in modules:
+            raise ValueError(f"--grid names module {mod!r}, which is not selected (selected: "
+                             f"{', '.join(modules)})")
+        params = spec.params()
+        if param not in params:
+            raise ValueError(f"module {mod!r} has no parameter {param!r}; valid parameters: "
+                             f"{', '.join(sorted(params))}")
+        vals = []
+        for v in values.split(","):
+            if not v.strip():
+                continue
+            parsed = registry.parse_assignments([f"{mod}.{param}={v.strip()}"], [mod])[mod][param]
+            vals.append(parsed)
+        if not vals:
+            raise ValueError(f"--grid {item!r} lists no values")
+        out.setdefault(mod, {})[param] = vals
+    return out
+
+
+def grid_points(module: str, grid: dict[str, list] | None = None, fixed: dict | None = None) -> list[dict]:
+    """The parameter points of ``module``: the cartesian product of ``grid`` if given, else the
+    registry's ``area_grid`` (or ``points``); ``fixed`` overrides are applied to every point."""
+    spec = registry.get(module)
+    if grid:
+        names = list(grid)
+        points = [dict(zip(names, combo)) for combo in itertools.product(*(grid[n] for n in names))]
+    else:
+        points = [dict(p) for p in (spec.area_grid if spec.area_grid is not None else spec.points)]
+    out = []
+    for p in points:
+        p.update(fixed or {})
+        spec.resolve(p)   # unknown names rejected here
+        if p not in out:
+            out.append(p)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One point
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _strip_array_params(netlist_v: Path) -> None:
+    """OpenSTA's Verilog reader takes no parameters: drop ``#(...)`` from the black-box instances, and
+    give each instance its own (undefined) cell name, since OpenSTA sizes a black box's ports from the
+    first instance it sees."""
+    text = netlist_v.read_text()
+    out, pos = [], 0
+    for m in re.finditer(r"dysharp_array\s*#\(", text):
+        if m.start() < pos:
+            continue
+        out.append(text[pos:m.start()] + "dysharp_array ")
+        depth, i = 1, m.end()
+        while depth:
+            c = text[i]
+            depth += (c == "(") - (c == ")")
+            i += 1
+        pos = i
+    out.append(text[pos:])
+    counter = iter(range(1 << 30))
+    out = [re.sub(r"\bdysharp_array\b(?!_)", lambda _m: f"dysharp_array_{next(counter)}", "".join(out))]
+    netlist_v.write_text("".join(out))
+
+
+def sta_timing(netlist_v: Path, top: str, liberty_path: Path, period_ps: float, workdir: Path) -> dict | None:
+    """Worst register-to-register path from OpenSTA (None when OpenSTA is not installed)."""
+    sta = tools.opensta_binary(required=False)
+    if not sta:
+        return None
+    _strip_array_params(netlist_v)
+    tcl = workdir / "timing.tcl"
+    tcl.write_text("\n".join([
+        f"read_liberty {Path(liberty_path).resolve()}", f"read_verilog {Path(netlist_v).resolve()}",
+        f"link_design {top}",
+        f"create_clock -name clk -period {period_ps / 1000:.6f} [get_ports clk]",
+        "set_input_delay 0 -clock clk [delete_from_list [all_inputs] [get_ports clk]]",
+        "set_output_delay 0 -clock clk [all_outputs]",
+        "report_checks -path_delay max -digits 4", "exit", ""]))
+    r = subprocess.run([sta, "-no_splash", "-exit", str(tcl)], capture_output=True, text=True, timeout=3600)
+    m = re.search(r"([-\d.]+)\s+slack", r.stdout)
+    (workdir / "timing.txt").write_text(r.stdout + r.stderr)
+    if not m:
+        raise yosys_flow.FlowError(f"OpenSTA found no timing path in {netlist_v} (see {workdir / 'timing.txt'})")
+    slack_ps = float(m.group(1)) * 1000
+    return {"min_period_ps": period_ps - slack_ps, "slack_ps": slack_ps, "source": "OpenSTA"}
+
+
+def cost_array(geom: dict, lib, liberty_path: Path, period_ps: float, node_nm: int = 45) -> dict:
+    """CACTI and flip-flop figures of one array geometry, and which one is counted."""
+    key = f"{geom['rows']}x{geom['width']}_r{geom['read_ports']}s{geom['sync_reads']}_w{geom['write_ports']}"
+    out = {"geometry": key, "bits": geom["rows"] * geom["width"]}
+    ff_cache = BUILD / "ffarray" / f"{key}-v{yosys_flow.FLOW_VERSION}-{_sha(liberty_path)[:8]}.json"
+    if ff_cache.is_file():
+        out["ff"] = json.loads(ff_cache.read_text())
+    else:
+        out["ff"] = yosys_flow.synthesize_ff_array(geom, lib, liberty_path, period_ps=period_ps,
+                                                   workdir=BUILD / "ffarray" / key)
+        tmp = ff_cache.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(out["ff"]))
+        os.replace(tmp, ff_cache)
+    # Asynchronous read ports are modelled as SRAM read ports (CACTI has no other kind).
+    arr = cacti.Array(rows=geom["rows"], width=geom["width"], read_ports=max(1, geom["read_ports"]),
+                      write_ports=max(1, geom["write_ports"]), node_nm=node_nm)
+    try:
+        res = cacti.run(arr)
+        out["cacti"] = res.as_dict()
+    except cacti.CactiError as e:
+        out["cacti"] = {"error": str(e).split(" (configuration")[0]}
+    macro = out["cacti"].get("area_um2")
+    if macro is not None and macro < out["ff"]["area_um2"]:
+        out["chosen"], out["area_um2"] = "cacti", macro
+    else:
+        out["chosen"], out["area_um2"] = "ff", out["ff"]["area_um2"]
+        out["why_ff"] = ("CACTI: " + out["cacti"]["error"]) if macro is None else \
+            "flip-flops are smaller than CACTI's macro (periphery dominates)"
+    return out
+
+
+def area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERIOD_PS, netlist: bool = True,
+               max_mb: float = 0.0, cache: bool = True, quiet: bool = False) -> AreaPoint:
+    """Synthesize ``module`` at ``point`` and cost its arrays (see the module docstring)."""
+    spec = registry.get(module)
+    params = spec.resolve(point)
+    lp = tools.liberty_path()
+    lib = liberty.load(lp)
+    vpath = registry.generate_verilog(module, point, "build/verilog")
+    size_mb = vpath.stat().st_size / 1e6
+    slug = vpath.stem
+    key = {"verilog": _sha(vpath), "flow": yosys_flow.FLOW_VERSION, "liberty": tools.LIBERTY_SHA256,
+           "yosys": " ".join(Path(c).name for c in tools.yosys_command()), "period_ps": period_ps,
+           "sta": bool(tools.opensta_binary(required=False))}
+    cache_file = BUILD / "area" / f"{slug}.json"
+    work = BUILD / "work" / slug
+    cached = None
+    if cache and cache_file.is_file():
+        try:
+            d = json.loads(cache_file.read_text())
+            if d.get("key") == key and (not netlist or (work / "netlist.json").is_file()):
+                cached = d if "syn" in d else _from_old_cache(d)
+        except (ValueError, KeyError):
+            cached = None
+    if cached is None:
+        if max_mb and size_mb > max_mb:
+            return AreaPoint(module, point, params, None,
+                             skipped=f"Verilog is {size_mb:.1f} MB (> --max-mb {max_mb:g}); synthesis would "
+                                     f"take long on this machine; run `dysharp area -m {module} "
+                                     f"{' '.join(f'--grid {module}.{k}={v}' for k, v in point.items())} "
+                                     f"--max-mb 0` to include it")
+        if not quiet:
+            print(f"[area] {module} {point or '(defaults)'}: synthesizing {size_mb:.2f} MB of Verilog ...",
+                  flush=True)
+        t0 = time.time()
+        syn = yosys_flow.synthesize(vpath, module, lib, lp, period_ps=period_ps, workdir=work, netlist=netlist)
+        timing = sta_timing(work / "netlist.v", module, lp, period_ps, work)
+        cached = {"key": key, "syn": syn, "timing": timing, "seconds": time.time() - t0}
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_file.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(cached, indent=1))
+        os.replace(tmp, cache_file)
+    # The arrays are costed on every call (CACTI and flip-flop results have caches of their own), so a
+    # change to the array costing never forces a re-synthesis.
+    syn, timing = cached["syn"], cached["timing"]
+    t1 = time.time()
+    arrays = []
+    by_geom = {}
+    for mem in syn["memories"]:
+        geom = {k: mem[k] for k in ("rows", "width", "read_ports", "write_ports", "sync_reads")}
+        g = json.dumps(geom, sort_keys=True)
+        if g not in by_geom:
+            by_geom[g] = cost_array(geom, lib, lp, period_ps)
+        arrays.append({"name": mem["name"], **geom, **by_geom[g]})
+    logic = syn["area_um2"]
+    arrays_chosen = sum(a["area_um2"] for a in arrays)
+    arrays_ff = sum(a["ff"]["area_um2"] for a in arrays)
+    arrays_cacti = sum(a["cacti"].get("area_um2", a["ff"]["area_um2"]) for a in arrays)
+    result = {
+        "verilog": str(vpath), "verilog_mb": size_mb,
+        "cell_count": syn["cell_count"], "cells": syn["cells"],
+        "area_seq_um2": syn["area_seq_um2"], "area_logic_um2": syn["area_logic_um2"],
+        "area_random_logic_um2": logic,
+        "arrays_um2": arrays_chosen, "arrays_cacti_um2": arrays_cacti, "arrays_ff_um2": arrays_ff,
+        "area_um2": logic + arrays_chosen, "area_all_ff_um2": logic + arrays_ff,
+        "array_bits": sum(a["bits"] for a in arrays),
+        "transistors_logic": syn["transistors"],
+        "transistors_all_ff": syn["transistors"] + sum((a["ff"].get("transistors") or 0) for a in arrays),
+        "critical_path_ps": (timing or {}).get("min_period_ps", syn["critical_path_ps"]),
+        "timing_source": (timing or {}).get("source", "ABC stime" if syn["critical_path_ps"] else "none"),
+        "period_ps": period_ps, "arrays": arrays, "seconds": cached["seconds"] + time.time() - t1,
+        "yosys_s": syn["yosys_s"],
+    }
+    if result["area_um2"] <= 0:
+        raise yosys_flow.FlowError(f"{module} {point}: zero area after synthesis; refusing it")
+    if not quiet:
+        print(f"[area] {module} {point or '(defaults)'}: {result['area_um2']:.0f} um^2 "
+              f"({result['seconds']:.0f} s)", flush=True)
+    return AreaPoint(module, point, params, result)
+
+
+def _from_old_cache(d: dict) -> dict:
+    """A cache entry written before synthesis and array costing were cached separately."""
+    r = d["result"]
+    syn = {"cells": r["cells"], "cell_count": r["cell_count"], "area_seq_um2": r["area_seq_um2"],
+           "area_logic_um2": r["area_logic_um2"], "area_um2": r["area_random_logic_um2"],
+           "critical_path_ps": None, "transistors": r["transistors_logic"], "yosys_s": r["yosys_s"],
+           "memories": [{k: a[k] for k in ("name", "rows", "width", "read_ports", "write_ports", "sync_reads")}
+                        for a in r["arrays"]]}
+    timing = {"min_period_ps": r["critical_path_ps"], "source": r["timing_source"]} \
+        if r["timing_source"] == "OpenSTA" else None
+    return {"key": d["key"], "syn": syn, "timing": timing, "seconds": r["seconds"]}
+
+
+def run_study(selection: dict[str, list[dict]], **kw) -> list[AreaPoint]:
+    """``selection``: {module: [points]} -> every point's :class:`AreaPoint`, in order."""
+    out = []
+    for module, points in selection.items():
+        skipped = []
+        for p in points:
+            # A point at least as large (every numeric parameter >=) as one skipped for size is skipped
+            # without generating its Verilog, which alone takes minutes for a 64-port switch.
+            big = next((q for q in skipped if _dominates(p, q)), None)
+            if big is not None and kw.get("max_mb"):
+                spec = registry.get(module)
+                out.append(AreaPoint(module, p, spec.resolve(p), None,
+                                     skipped=f"larger than {big}, which exceeds --max-mb {kw['max_mb']:g}; run "
+                                             f"with --max-mb 0 to include it"))
+                continue
+            ap = area_point(module, p, **kw)
+            if ap.result is None:
+                skipped.append(p)
+            out.append(ap)
+    return out
+
+
+def _dominates(p: dict, q: dict) -> bool:
+    keys = set(p) | set(q)
+    if not keys or any(not isinstance(p.get(k), (int, float)) or not isinstance(q.get(k), (int, float))
+                       for k in keys):
+        return False
+    return all(p[k] >= q[k] for k in keys)

@@ -1,0 +1,376 @@
+"""``synth_reports/``: the area and power report (Markdown), its CSV tables and PNG plots.
+
+Inputs are the JSON results of the last ``dysharp area`` (``build/synth/area.json``) and ``dysharp power``
+(``build/synth/power.json``) runs. Outputs (``synth_reports/``): ``report.md``, ``area.csv``,
+``arrays.csv``, ``power.csv``, the plots, and the small committed summaries ``area_summary.csv``,
+``power_summary.csv`` and ``overhead_summary.csv``.
+"""
+
+import csv
+import json
+from pathlib import Path
+
+from hw import registry
+
+from . import scaling, tools
+
+__all__ = ["write_reports", "overhead", "AREA_JSON", "POWER_JSON"]
+
+AREA_JSON = Path("build/synth/area.json")
+POWER_JSON = Path("build/synth/power.json")
+
+
+def _load(path: Path):
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _fmt(x, spec=",.0f"):
+    return "-" if x is None else format(x, spec)
+
+
+def _pt(point: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in point.items()) or "defaults"
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    if not rows:
+        path.unlink(missing_ok=True)
+        return
+    keys = list(rows[0])
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+
+
+def _power_for(power: list | None, module: str):
+    for p in power or []:
+        if p.get("module") == module and "no_gating" in p:
+            return p
+    return None
+
+
+def overhead(area_points: list[dict], power: list | None) -> dict:
+    """The DySHARP addition at 64 ports: per role, the module(s) at their default parameters."""
+    from .area import area_point
+
+    registered = sorted(registry.MODULES)
+    roles = scaling.resolve_roles(registered)
+    ports = scaling.NVSWITCH["ports"]
+    rows = []
+    for r in roles:
+        if not r["modules"]:
+            rows.append({"role": r["role"], "side": r["side"], "modules": "", "status": "not registered",
+                         "note": r.get("absent", "")})
+            continue
+        logic = sram = transistors = pw = 0.0
+        pw_known = True
+        points = []
+        for m in r["modules"]:
+            res = next((a["result"] for a in area_points if a["module"] == m and not a["point"] and a["result"]),
+                       None)
+            if res is None:
+                res = area_point(m, {}, quiet=True).result
+            logic += res["area_random_logic_um2"] + sum(a["area_um2"] for a in res["arrays"] if a["chosen"] == "ff")
+            sram += sum(a["area_um2"] for a in res["arrays"] if a["chosen"] == "cacti")
+            transistors += res["transistors_logic"] + sum(
+                (a["ff"].get("transistors") or 0) if a["chosen"] == "ff" else 6 * a["bits"] for a in res["arrays"])
+            p = _power_for(power, m)
+            if p is None:
+                pw_known = False
+            else:
+                pw += p["no_gating"]["total_mw"]
+                points.append(_pt(p["point"]))
+        n = ports if r["per"] == "port" else 1
+        n5 = scaling.to_n5(logic * n, sram * n, pw * n)
+        rows.append({"role": r["role"], "side": r["side"], "modules": "+".join(r["modules"]),
+                     "status": "registered", "instances": n, "logic_um2_45": logic * n, "sram_um2_45": sram * n,
+                     "transistors": transistors * n, "area_mm2_n5": n5["area_mm2"],
+                     "power_mw_45": pw * n if pw_known else None,
+                     "power_mw_n5": n5["power_mw"] if pw_known else None,
+                     "power_point": "; ".join(points)})
+    sw = [r for r in rows if r["side"] == "switch" and r["status"] == "registered"]
+    total = {"area_mm2_n5": sum(r["area_mm2_n5"] for r in sw),
+             "transistors": sum(r["transistors"] for r in sw),
+             "power_mw_n5": sum(r["power_mw_n5"] or 0 for r in sw),
+             "power_complete": all(r["power_mw_n5"] is not None for r in sw)}
+    total["pct_area"] = 100 * total["area_mm2_n5"] / scaling.NVSWITCH["area_mm2"]
+    total["pct_transistors"] = 100 * total["transistors"] / scaling.NVSWITCH["transistors"]
+    return {"rows": rows, "switch_total": total, "registered": registered}
+
+
+def _plots(out: Path, area_points: list[dict], power: list | None) -> list[str]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made = []
+    ok = [a for a in area_points if a["result"]]
+    # Area against the swept parameter (entries, ports, ...), one line per module and parameter.
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    lines = 0
+    for m in sorted({a["module"] for a in ok}):
+        pts = [a for a in ok if a["module"] == m]
+        keys = sorted({k for a in pts for k in a["point"]})
+        for k in keys:
+            xs = [(a["point"][k], a["result"]["area_um2"], a["result"]["area_all_ff_um2"]) for a in pts
+                  if k in a["point"] and isinstance(a["point"][k], (int, float))]
+            if len(xs) < 2:
+                continue
+            xs.sort()
+            ax.plot([x[0] for x in xs], [x[1] / 1e6 for x in xs], "o-", label=f"{m} ({k}), arrays as macros")
+            ax.plot([x[0] for x in xs], [x[2] / 1e6 for x in xs], "x--", label=f"{m} ({k}), all flip-flops")
+            lines += 1
+    if lines:
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("parameter value (entries / ports)")
+        ax.set_ylabel("area, Nangate45 (mm$^2$)")
+        ax.set_title("Area against size")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "area_vs_entries.png", dpi=110)
+        made.append("area_vs_entries.png")
+    plt.close(fig)
+    # Area breakdown by block (each module at its largest synthesized point).
+    if ok:
+        best = {}
+        for a in ok:
+            if a["module"] not in best or a["result"]["area_um2"] > best[a["module"]]["result"]["area_um2"]:
+                best[a["module"]] = a
+        names = sorted(best)
+        seq = [best[n]["result"]["area_seq_um2"] / 1e6 for n in names]
+        comb = [best[n]["result"]["area_logic_um2"] / 1e6 for n in names]
+        arr = [best[n]["result"]["arrays_um2"] / 1e6 for n in names]
+        fig, ax = plt.subplots(figsize=(7, 4))
+        labels = [f"{n}\n{_pt(best[n]['point'])}" for n in names]
+        ax.bar(labels, seq, label="sequential cells")
+        ax.bar(labels, comb, bottom=seq, label="logic cells")
+        ax.bar(labels, arr, bottom=[s + c for s, c in zip(seq, comb)], label="arrays (CACTI / flip-flops)")
+        ax.set_ylabel("area, Nangate45 (mm$^2$)")
+        ax.set_title("Area breakdown by block")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "area_breakdown.png", dpi=110)
+        plt.close(fig)
+        made.append("area_breakdown.png")
+    pw = [p for p in (power or []) if "no_gating" in p]
+    if pw:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        labels, parts = [], {"internal": [], "switching": [], "leakage": [], "arrays": []}
+        for p in pw:
+            for g in ("no_gating", "clock_gated"):
+                c = p[g]["cells"]
+                labels.append(f"{p['module']} {_pt(p['point'])}\n{'no gating' if g == 'no_gating' else 'clock gated'}")
+                parts["internal"].append(c["internal_mw"])
+                parts["switching"].append(c["switching_mw"])
+                parts["leakage"].append(c["leakage_mw"])
+                parts["arrays"].append(p[g]["arrays_mw"])
+        bottom = [0.0] * len(labels)
+        for k, v in parts.items():
+            ax.bar(labels, v, bottom=bottom, label=k)
+            bottom = [b + x for b, x in zip(bottom, v)]
+        ax.set_ylabel(f"power at {pw[0]['freq_ghz']} GHz, Nangate45 (mW)")
+        ax.set_title("Power breakdown by block")
+        ax.legend(fontsize=8)
+        ax.tick_params(axis="x", labelsize=7, rotation=20)
+        fig.tight_layout()
+        fig.savefig(out / "power_breakdown.png", dpi=110)
+        plt.close(fig)
+        made.append("power_breakdown.png")
+        fig, ax = plt.subplots(figsize=(7, 4))
+        labels, vals, colors = [], [], []
+        for p in pw:
+            for kind, col in (("dispatched", "tab:blue"), ("reduced", "tab:orange")):
+                for g in ("no_gating", "clock_gated"):
+                    v = p[g].get(f"pj_per_{kind}_flit")
+                    if v is not None:
+                        labels.append(f"{p['module']}\n{kind}, {'ungated' if g == 'no_gating' else 'gated'}")
+                        vals.append(v)
+                        colors.append(col)
+        if vals:
+            ax.bar(labels, vals, color=colors)
+            ax.set_ylabel("energy per flit, Nangate45 (pJ)")
+            ax.set_title("Energy per dispatched (blue) and reduced (orange) flit")
+            ax.tick_params(axis="x", labelsize=7)
+            fig.tight_layout()
+            fig.savefig(out / "energy_per_flit.png", dpi=110)
+            made.append("energy_per_flit.png")
+        plt.close(fig)
+    return made
+
+
+def write_reports(out="synth_reports", area_points=None, power=None, commands=None) -> str:
+    """Regenerate ``synth_reports/`` from the last results; returns the report's Markdown."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    area_doc = _load(AREA_JSON) or {}
+    power_doc = _load(POWER_JSON) or {}
+    area_points = area_points if area_points is not None else area_doc.get("points", [])
+    power = power if power is not None else power_doc.get("points", [])
+    crosscheck = power_doc.get("crosscheck")
+    commands = commands or [c.strip() for c in (area_doc.get("command"), power_doc.get("command")) if c]
+    # CSV tables.
+    summary, arrays = [], []
+    for a in area_points:
+        r = a["result"]
+        if not r:
+            summary.append({"module": a["module"], "point": _pt(a["point"]), "status": "skipped: " + a["skipped"]})
+            continue
+        summary.append({
+            "module": a["module"], "point": _pt(a["point"]), "status": "ok",
+            "area_um2": r["area_um2"], "seq_um2": r["area_seq_um2"], "logic_um2": r["area_logic_um2"],
+            "arrays_um2": r["arrays_um2"], "all_ff_um2": r["area_all_ff_um2"], "array_bits": r["array_bits"],
+            "cells": r["cell_count"], "transistors_logic": r["transistors_logic"],
+            "transistors_all_ff": r["transistors_all_ff"], "critical_path_ps": r["critical_path_ps"],
+            "timing": r["timing_source"], "verilog_mb": r["verilog_mb"], "synth_s": r["seconds"]})
+        for x in r["arrays"]:
+            arrays.append({"module": a["module"], "point": _pt(a["point"]), "array": x["name"],
+                           "geometry": x["geometry"], "bits": x["bits"], "chosen": x["chosen"],
+                           "counted_um2": x["area_um2"], "ff_um2": x["ff"]["area_um2"],
+                           "cacti_um2": x["cacti"].get("area_um2"), "cacti_access_ns": x["cacti"].get("access_ns"),
+                           "cacti_note": x["cacti"].get("error", "")})
+    cols = ["module", "point", "status", "area_um2", "seq_um2", "logic_um2", "arrays_um2", "all_ff_um2",
+            "array_bits", "cells", "transistors_logic", "transistors_all_ff", "critical_path_ps", "timing",
+            "verilog_mb", "synth_s"]
+    summary = [{k: s.get(k, "") for k in cols} for s in summary]
+    _write_csv(out / "area_summary.csv", summary)
+    _write_csv(out / "area.csv", summary)
+    _write_csv(out / "arrays.csv", arrays)
+    prows = []
+    for p in power:
+        if "no_gating" not in p:
+            continue
+        for g in ("no_gating", "clock_gated"):
+            c = p[g]["cells"]
+            prows.append({"module": p["module"], "point": _pt(p["point"]), "clock_gating": g,
+                          "freq_ghz": p["freq_ghz"], "total_mw": p[g]["total_mw"], "internal_mw": c["internal_mw"],
+                          "switching_mw": c["switching_mw"], "cell_leakage_mw": c["leakage_mw"],
+                          "clock_pins_mw": c["clock_pin_mw"], "arrays_mw": p[g]["arrays_mw"],
+                          "pj_per_dispatched_flit": p[g].get("pj_per_dispatched_flit"),
+                          "pj_per_reduced_flit": p[g].get("pj_per_reduced_flit"),
+                          "activity": p["activity_source"]})
+    _write_csv(out / "power_summary.csv", prows)
+    _write_csv(out / "power.csv", prows)
+    ov = overhead(area_points, power) if area_points else None
+    if ov:
+        _write_csv(out / "overhead_summary.csv", [{k: r.get(k, "") for k in (
+            "role", "side", "modules", "status", "instances", "logic_um2_45", "sram_um2_45", "transistors",
+            "area_mm2_n5", "power_mw_45", "power_mw_n5", "note")} for r in ov["rows"]])
+    plots = _plots(out, area_points, power)
+    md = _markdown(area_points, arrays, power, crosscheck, ov, plots, commands)
+    (out / "report.md").write_text(md)
+    return md
+
+
+def _markdown(area_points, arrays, power, crosscheck, ov, plots, commands) -> str:
+    L = ["## Area and power overhead (Nangate45, yosys, CACTI 7)", ""]
+    L.append(f"Commands: {', '.join(f'`{c}`' for c in commands) or '-'}. Liberty: Nangate Open Cell Library "
+             f"(FreePDK45, typical, 1.1 V) from the PyPI wheel `{tools.LIBERTY_WHEEL}`, sha256 "
+             f"`{tools.LIBERTY_SHA256[:16]}...`; CACTI 7 from `{tools.CACTI_WHEEL}`. Method: "
+             f"`docs/area_power.md`.")
+    L.append("")
+    L += ["### Area per module and point", "",
+          "Logic = cells from synthesis with every array as a black box; arrays counted at the smaller of "
+          "CACTI's SRAM macro and a flip-flop array; *all flip-flops* is the upper bound (arrays "
+          "synthesized as flip-flops). Critical path: OpenSTA, register to register incl. clock-to-Q and "
+          "setup.", "",
+          "| module | point | total um^2 | sequential | logic | arrays | all flip-flops | cells | "
+          "transistors (logic) | critical path ps | flow time s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for a in area_points:
+        r = a["result"]
+        if not r:
+            L.append(f"| {a['module']} | {_pt(a['point'])} | skipped: {a['skipped']} |||||||| ")
+            continue
+        L.append(f"| {a['module']} | {_pt(a['point'])} | {_fmt(r['area_um2'])} | {_fmt(r['area_seq_um2'])} | "
+                 f"{_fmt(r['area_logic_um2'])} | {_fmt(r['arrays_um2'])} | {_fmt(r['area_all_ff_um2'])} | "
+                 f"{_fmt(r['cell_count'])} | {_fmt(r['transistors_logic'])} | {_fmt(r['critical_path_ps'])} | "
+                 f"{_fmt(r['seconds'])} |")
+    geoms = {}
+    for x in arrays:
+        geoms.setdefault(x["geometry"], x)
+    if geoms:
+        L += ["", "### Arrays: CACTI macro against flip-flops (one row per geometry)", "",
+              "| geometry (rows x bits, read ports r/sync s, write ports w) | flip-flops um^2 | CACTI um^2 | "
+              "counted as | CACTI note |", "|---|---|---|---|---|"]
+        for g, x in sorted(geoms.items()):
+            L.append(f"| {g} | {_fmt(x['ff_um2'])} | {_fmt(x['cacti_um2'])} | {x['chosen']} | "
+                     f"{x['cacti_note'] or ''} |")
+    pw = [p for p in power if "no_gating" in p]
+    if pw:
+        L += ["", "### Power", "",
+              "Activity from the named workload's VCD (registers and ports measured, other nets propagated); "
+              "*clock gated* assumes ideal register-level clock gating (a register's clock runs only in "
+              "cycles in which it changes); *no gating* is what this RTL synthesizes to. Clock tree not "
+              "included.", "",
+              "| module | point | clock gating | total mW | internal | switching | leakage | clock pins | arrays | "
+              "pJ / dispatched flit | pJ / reduced flit |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for p in pw:
+            for g in ("no_gating", "clock_gated"):
+                c = p[g]["cells"]
+                L.append(f"| {p['module']} | {_pt(p['point'])} | {'none' if g == 'no_gating' else 'ideal'} | "
+                         f"{p[g]['total_mw']:.2f} | {c['internal_mw']:.2f} | {c['switching_mw']:.2f} | "
+                         f"{p[g]['leakage_mw']:.3f} | {c['clock_pin_mw']:.2f} | {p[g]['arrays_mw']:.2f} | "
+                         f"{_fmt(p[g].get('pj_per_dispatched_flit'), '.1f')} | "
+                         f"{_fmt(p[g].get('pj_per_reduced_flit'), '.1f')} |")
+        L.append("")
+        for p in pw:
+            L.append(f"- {p['module']} {_pt(p['point'])} at {p['freq_ghz']} GHz: activity from "
+                     f"{p['activity_source']}; {p['seeded_nets']} of {p['nets']} nets measured "
+                     f"({p['ff_seeded']} of {p['ff_total']} flip-flops).")
+    if crosscheck:
+        c = crosscheck
+        L += ["", "### Cross-check against OpenSTA `report_power`", "",
+              f"{c['module']} {_pt(c['point'])}, the same activity annotated on every net "
+              f"({c['annotated_pins']} pins), cells only: OpenSTA {c['opensta']['total_mw']:.2f} mW "
+              f"(internal {c['opensta']['internal_mw']:.2f}, switching {c['opensta']['switching_mw']:.2f}, "
+              f"leakage {c['opensta']['leakage_mw']:.3f}); this flow {c['ours']['total_mw']:.2f} mW "
+              f"(internal {c['ours']['internal_mw']:.2f}, switching {c['ours']['switching_mw']:.2f}, "
+              f"leakage {c['ours']['leakage_mw']:.3f}): difference {c['difference_pct']:+.1f}%.", "",
+              f"By group, OpenSTA / this flow: sequential {_fmt(c['opensta'].get('sequential_mw'), '.2f')} / "
+              f"{c['ours']['sequential_mw']:.2f} mW, combinational "
+              f"{_fmt(c['opensta'].get('combinational_mw'), '.2f')} / {c['ours']['combinational_mw']:.2f} mW. "
+              "Leakage agrees to the last digit (same cells, same `cell_leakage_power`). The dynamic parts "
+              "differ for two reasons found by comparing single instances: Debian's OpenSTA (2019) ignores "
+              "activity annotated on combinational output pins and does not propagate the flip-flop "
+              "annotations through the logic (its combinational nets stay near zero activity), and its "
+              "flip-flop clock-pin internal power is twice the Liberty arithmetic (one rise plus one fall "
+              "per cycle: 2.4-7.6 fJ per transition from the DFF_X1 tables, "
+              f"{c['ours']['clock_pins_mw']:.1f} mW here)."]
+    if ov:
+        t = ov["switch_total"]
+        L += ["", "### The DySHARP addition at 64 ports, scaled to the NVSwitch's node", "",
+              f"Scaling: logic area x{scaling.LOGIC_AREA:.4f} (45->7 nm Stillmaker & Baas 0.059, then N7->N5 "
+              f"logic density 1.84x), SRAM area x{scaling.SRAM_AREA:.4f} (bit cell 0.346->0.027 um^2, then "
+              f"N7->N5 1.3x), power x{scaling.ENERGY} (45->7 nm energy; no N7->N5 step). NVSwitch: "
+              f"{scaling.NVSWITCH['source']}: {scaling.NVSWITCH['area_mm2']:.0f} mm^2. Blocks at their "
+              f"default parameters; power from `dysharp power` (no clock gating).", "",
+              "| block | side | module(s) | instances | area mm^2 (N5) | transistors | power mW (N5) |",
+              "|---|---|---|---|---|---|---|"]
+        for r in ov["rows"]:
+            if r["status"] != "registered":
+                L.append(f"| {r['role']} | {r['side']} | not registered | | | | {r.get('note', '')} |")
+            else:
+                L.append(f"| {r['role']} | {r['side']} | {r['modules']} | {r['instances']} | "
+                         f"{r['area_mm2_n5']:.4f} | {r['transistors']:.3g} | "
+                         f"{_fmt(r['power_mw_n5'], '.2f')} |")
+        L.append("")
+        if not any(r["status"] == "registered" and r["side"] == "switch" for r in ov["rows"]):
+            L.append("Switch-side total: not available: none of the DySHARP switch blocks is registered in "
+                     "`hw/registry.py` yet (re-run `dysharp area` and `dysharp power` once they are). "
+                     f"Modules registered: {', '.join(ov['registered'])}.")
+        else:
+            L.append(f"Switch-side total of the registered blocks: {t['area_mm2_n5']:.4f} mm^2 = "
+                     f"{t['pct_area']:.3f}% of the estimated NVSwitch die; {t['transistors']:.3g} transistors = "
+                     f"{t['pct_transistors']:.3f}% of 25.1 B; "
+                     + (f"{t['power_mw_n5']:.1f} mW" if t["power_complete"] else
+                        "power not available (run `dysharp power` for: " + ", ".join(
+                            r["modules"] for r in ov["rows"] if r["side"] == "switch"
+                            and r["status"] == "registered" and r["power_mw_n5"] is None) + ")")
+                     + f" (NVIDIA publishes "
+                     f"no NVSwitch chip power to normalise by). GPU-side blocks are per GPU (H100: 814 mm^2, "
+                     f"80 B transistors). Modules registered: {', '.join(ov['registered'])}.")
+    if plots:
+        L += ["", "Plots: " + ", ".join(f"`synth_reports/{p}`" for p in plots) + "."]
+    return "\n".join(L) + "\n"

@@ -1,0 +1,172 @@
+"""The area/power flow (synth/): tools, CACTI, synthesis of a small module, power bookkeeping.
+
+These run the real tools installed by ``./run setup`` (liberty, CACTI, yosys, OpenSTA) on the smallest
+registered module (``group_table``), so they take about a minute. A missing tool fails the test with the
+fix (``./run setup``): it is never skipped silently.
+"""
+
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from synth import cacti, liberty, power, tools
+
+REF_ARRAY = cacti.Array(rows=1024, width=64)   # 8 KiB, 1R1W, 45 nm, itrs-hp
+REF_AREA_UM2 = 52356.7                         # measured once with CACTI 7 from hwcomponents-cacti 1.0.40
+REF_ACCESS_NS = 0.409101
+
+
+@pytest.fixture(scope="module")
+def lib_path():
+    try:
+        return tools.liberty_path()
+    except tools.ToolError as e:
+        pytest.fail(str(e))
+
+
+def test_liberty_checksum_verified_and_corruption_rejected(lib_path, tmp_path):
+    assert tools.verify_liberty(lib_path) == lib_path
+    bad = tmp_path / "stdcells.lib"
+    data = bytearray(lib_path.read_bytes())
+    data[len(data) // 2] ^= 0x01        # one flipped bit
+    bad.write_bytes(bytes(data))
+    with pytest.raises(tools.ToolError, match="fails its checksum"):
+        tools.verify_liberty(bad)
+    with pytest.raises(tools.ToolError, match="run setup"):
+        tools.verify_liberty(tmp_path / "missing.lib")
+
+
+def test_liberty_reader(lib_path):
+    lib = liberty.load(lib_path)
+    nand = lib.cell("NAND2_X1")
+    assert nand["area"] == pytest.approx(0.798) and not nand["sequential"]
+    assert nand["pins"]["ZN"]["function"] == "!(A1 & A2)"
+    assert lib.cell("DFF_X1")["sequential"] and lib.voltage == pytest.approx(1.1)
+    assert liberty.eval_function("!(A1 & A2)", {"A1": 1, "A2": 1}) == 0
+    assert liberty.eval_function("(A ^ B)", {"A": 1, "B": 0}) == 1
+    with pytest.raises(ValueError, match="not in the liberty"):
+        lib.cell("NO_SUCH_CELL")
+
+
+def test_cacti_reference_figure_and_rejection():
+    try:
+        res = cacti.run(REF_ARRAY)
+    except tools.ToolError as e:
+        pytest.fail(str(e))
+    assert res.area_um2 == pytest.approx(REF_AREA_UM2, rel=1e-3)
+    assert res.access_ns == pytest.approx(REF_ACCESS_NS, rel=1e-3)
+    assert res.read_pj > 0 and res.write_pj > 0 and res.leakage_mw > 0
+    with pytest.raises(cacti.CactiError, match="no valid data array organizations"):
+        cacti.run(cacti.Array(rows=16, width=64, read_ports=64))
+    with pytest.raises(cacti.CactiError, match="technology nodes"):
+        cacti.run(cacti.Array(rows=64, width=64, node_nm=7))
+    # The parser refuses output without figures instead of returning zeros.
+    with pytest.raises(cacti.CactiError, match="no result"):
+        cacti.parse_output("ERROR: something CACTI did not like\n")
+
+
+def test_flow_small_point_and_area_grows_with_entries(lib_path):
+    from synth import area
+    results = [area.area_point("group_table", {"entries": e}, quiet=True).result for e in (4, 32, 256)]
+    r = results[0]
+    assert r["area_seq_um2"] > 0 and r["area_logic_um2"] > 0
+    assert r["area_random_logic_um2"] == pytest.approx(r["area_seq_um2"] + r["area_logic_um2"])
+    assert r["transistors_logic"] > 0 and r["cell_count"] > 0
+    assert [(a["rows"], a["width"]) for a in r["arrays"]] == [(4, 8)]
+    if tools.opensta_binary(required=False):
+        assert r["timing_source"] == "OpenSTA" and 0 < r["critical_path_ps"] < 5000
+    counted = [x["area_um2"] for x in results]
+    all_ff = [x["area_all_ff_um2"] for x in results]
+    assert all_ff[0] < all_ff[1] < all_ff[2], all_ff
+    assert counted[0] < counted[1] < counted[2], counted
+    # Arrays: counted at the smaller of the two costings, and the flip-flop figure bounds it.
+    for x in results:
+        for a in x["arrays"]:
+            assert a["area_um2"] <= a["ff"]["area_um2"]
+            assert a["area_um2"] == min(a["ff"]["area_um2"], a["cacti"].get("area_um2", float("inf")))
+
+
+def test_zero_activity_leaves_only_leakage(lib_path):
+    from synth import power_study
+    p = power_study.power_point("group_table", {"entries": 8, "n_ports": 4}, zero_activity=True, quiet=True)
+    for g in ("no_gating", "clock_gated"):
+        c = p[g]["cells"]
+        assert c["switching_mw"] == 0 and c["internal_mw"] == 0
+        assert c["leakage_mw"] > 0
+        assert p[g]["total_mw"] == pytest.approx(p[g]["leakage_mw"])
+    live = power_study.power_point("group_table", {"entries": 8, "n_ports": 4}, vectorless=True, quiet=True)
+    assert live["no_gating"]["total_mw"] > p["no_gating"]["total_mw"]
+    assert live["no_gating"]["cells"]["leakage_mw"] == pytest.approx(p["no_gating"]["cells"]["leakage_mw"])
+
+
+def test_transition_density_of_an_and_gate():
+    table = np.array([0, 0, 0, 1], dtype=float)          # AND2: f(m) with bit i = input i
+    P, D, w = power._eval_group(table, np.array([[0.5, 0.5]]), np.array([[0.2, 0.4]]))
+    assert P[0] == pytest.approx(0.25)
+    assert D[0] == pytest.approx(0.5 * 0.2 + 0.5 * 0.4)   # P(other input = 1) * D(input)
+    P, D, w = power._eval_group(table, np.array([[0.01, 0.5]]), np.array([[0.02, 1.0]]))
+    assert D[0] <= 2 * min(P[0], 1 - P[0]) + 1e-12        # capped: a zero-delay net toggles at most that often
+
+
+def test_vcd_activity(tmp_path):
+    from synth.activity import vcd_activity
+    vcd = tmp_path / "t.vcd"
+    vcd.write_text("$timescale 1ps $end\n$scope module top $end\n$var wire 1 ! clk $end\n"
+                   "$var wire 2 \" v [1:0] $end\n$upscope $end\n$enddefinitions $end\n"
+                   "#0\n0!\nb00 \"\n#10\n1!\nb01 \"\n#20\n0!\nb11 \"\n#30\n1!\n#40\n0!\nb00 \"\n")
+    acts, length = vcd_activity(vcd, 0, 40, top="top")
+    assert length == 40
+    assert list(acts["clk"].toggles) == [4]
+    assert list(acts["v"].toggles) == [2, 2]                  # bit 0: 0->1->0, bit 1: 0->1->0 (at 20, 40)
+    assert acts["v"].ones[0] == pytest.approx(30 / 40) and acts["v"].ones[1] == pytest.approx(20 / 40)
+    assert acts["v"].changes == 3
+
+
+def _dysharp(*argv, env=None):
+    return subprocess.run([sys.executable, "-m", "dysharp", *argv], capture_output=True, text=True, env=env)
+
+
+def test_cli_rejects_bad_input(tmp_path):
+    import os
+    r = _dysharp("area", "-m", "no_such_module")
+    assert r.returncode == 2 and "unknown module 'no_such_module'" in r.stderr
+    r = _dysharp("area", "-m", "group_table", "--grid", "group_table.no_such=1,2")
+    assert r.returncode == 2 and "no parameter 'no_such'" in r.stderr and "entries" in r.stderr
+    r = _dysharp("area", "-m", "group_table", "--grid", "group_table.entries=x")
+    assert r.returncode == 2 and "expected an integer" in r.stderr
+    r = _dysharp("power", "-m", "group_table", "--clock-ghz", "0")
+    assert r.returncode == 2 and "--clock-ghz" in r.stderr
+    env = dict(os.environ, DYSHARP_LIBERTY=str(tmp_path / "nothing.lib"))
+    r = _dysharp("area", "-m", "group_table", env=env)
+    assert r.returncode == 1 and "liberty is missing" in r.stderr and "./run setup" in r.stderr
+
+
+def test_registry_grid_and_overhead_roles():
+    from synth import area, scaling
+    assert area.grid_points("group_table", {"entries": [8, 2]}) == [{"entries": 8}, {"entries": 2}]
+    assert area.parse_grid(["group_table.entries=4,8"], ["group_table"]) == {"group_table": {"entries": [4, 8]}}
+    roles = scaling.resolve_roles(["switch", "al_tlb", "reduction_alu", "reduction_buffer"])
+    by = {r["role"]: r["modules"] for r in roles}
+    assert by["AL-TLB (address-lookup CAM)"] == ["al_tlb"]
+    assert by["reduction engine + buffer"] == ["reduction_alu", "reduction_buffer"]
+    assert by["token tracker (tile status table)"] == []
+    assert scaling.to_n5(1e6, 0, 10)["area_mm2"] == pytest.approx(0.059 / 1.84)
+
+
+@pytest.mark.slow
+def test_switch_power_and_opensta_crosscheck(request):
+    """The switch at 4 ports under DeepSeek-V3 dispatch traffic (several minutes)."""
+    if "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("slow: run with `-m slow`")
+    if not shutil.which("sta"):
+        pytest.fail("OpenSTA is not installed: apt-get install opensta")
+    from synth import power_study
+    p = power_study.power_point("switch", {"ports": 4}, cycles=300, warmup=100, quiet=True)
+    assert p["ff_seeded"] == p["ff_total"]                       # every register measured from the VCD
+    assert p["no_gating"]["total_mw"] > p["clock_gated"]["total_mw"] > p["no_gating"]["leakage_mw"]
+    assert p["no_gating"]["pj_per_dispatched_flit"] > 0
+    x = power_study.opensta_crosscheck("switch", {"ports": 4}, freq_ghz=1.5625, cycles=300, warmup=100)
+    assert x["opensta"]["leakage_mw"] == pytest.approx(x["ours"]["leakage_mw"], rel=1e-3)
