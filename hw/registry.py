@@ -191,3 +191,5 @@ register("switch", "hw.switch.nvswitch:NVSwitch",
 register("switch_fifo", "hw.switch.nvswitch:NVSwitch", defaults={"queueing": "fifo"},
          points=[{"ports": 8}],
          doc="NVSwitch datapath with one FIFO per input (head-of-line-blocking baseline)")
+register("reduce_alu", "hw.switch.reduce_alu:ReduceALU",
+         points=[{"flit_width": w} for w in (128, 256, 512)])

