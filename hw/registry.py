@@ -193,3 +193,5 @@ register("switch_fifo", "hw.switch.nvswitch:NVSwitch", defaults={"queueing": "fi
          doc="NVSwitch datapath with one FIFO per input (head-of-line-blocking baseline)")
 register("reduce_alu", "hw.switch.reduce_alu:ReduceALU",
          points=[{"flit_width": w} for w in (128, 256, 512)])
+register("reduction_buffer", "hw.switch.reduction_buffer:ReductionBuffer",
+         points=[{"entries": n} for n in (16, 32, 256, 512)])
