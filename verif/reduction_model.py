@@ -122,3 +122,16 @@ class ReductionBufferModel:
         """The DUT timed this entry out (the test expected it to)."""
         self.timeouts += 1
         return self._error(self.live[rtag], ErrorCode.TIMEOUT)
+
+
+def engine_request_error(h: Header, *, n_ports: int, max_length: int, groups: dict[int, int],
+                         last: bool = True) -> ErrorCode:
+    """The error the ``ld_reduce`` engine answers a request header with (``NONE`` if it is accepted)."""
+    from hw.packet import check_header
+    if h.opcode not in (Opcode.DYN_LD_REDUCE.value, Opcode.MM_LD_REDUCE.value):
+        return ErrorCode.UNKNOWN_OPCODE
+    if h.length == 0 or h.length > max_length:
+        return ErrorCode.BAD_LENGTH
+    if not last:
+        return ErrorCode.LENGTH_MISMATCH
+    return check_header(h, n_ports=n_ports, max_payload=max_length, groups=groups)

@@ -15,6 +15,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -89,6 +90,26 @@ def _locked(path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+_YOSYS_KICK = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+ ) = 0;$", re.M)
+
+
+def _icarus_source(vpath: Path, bdir: Path) -> Path:
+    """A copy of the Verilog whose ``always @*`` blocks are sure to run once at time 0 under Icarus.
+
+    Yosys makes every ``always @*`` block read a dummy register declared ``reg <dummy> = 0;`` so that
+    simulators evaluate the block at time 0. Icarus applies that initialiser before the blocks wait, so a
+    block whose inputs never change afterwards (only registers at their initial values, e.g. a valid
+    built from internal state) keeps X outputs, and a counter fed by it stays X for good. Setting the
+    dummy with ``#0`` in an initial block instead happens after every block is waiting on it.
+    """
+    text, n = _YOSYS_KICK.subn(r"\1reg \2;\n\1initial #0 \2 = 0;", vpath.read_text())
+    out = bdir / f"{vpath.stem}.icarus.v"
+    bdir.mkdir(parents=True, exist_ok=True)
+    if not out.exists() or out.read_text() != text:
+        out.write_text(text)
+    return out
+
+
 def sim_build(module: str, params: dict | None = None, *, sim: str | None = None,
               build_root: str | os.PathLike = "build") -> tuple[Path, Path, object]:
     """Generate the Verilog and build it for ``sim``; returns (verilog path, build dir, cocotb runner)."""
@@ -101,21 +122,26 @@ def sim_build(module: str, params: dict | None = None, *, sim: str | None = None
         os.environ.update(verilator_env())
     with _locked(build_root / "locks" / f"{module}.lock"):
         vpath = registry.generate_verilog(module, params, build_root / "verilog")
-        digest = hashlib.sha256(vpath.read_bytes()).hexdigest()[:16]
+        # The salt names the simulator-specific source preparation (rebuild when it changes).
+        salt = b"icarus-time0-kick" if sim == "icarus" else b""
+        digest = hashlib.sha256(vpath.read_bytes() + salt).hexdigest()[:16]
         bdir = (build_root / "sim" / sim / f"{vpath.stem}-{digest}").resolve()
         runner = get_runner(sim)
         marker = bdir / ".built"
+        sources = [vpath]
+        if sim == "icarus":
+            sources = [_icarus_source(vpath, bdir)]
         build_args = []
         if sim == "verilator":
             # Yosys' Verilog idioms trip width warnings (see `dysharp lint` for the justification).
             build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3"]
         if not marker.exists():
-            runner.build(sources=[vpath], hdl_toplevel=module, build_dir=bdir, always=True,
+            runner.build(sources=sources, hdl_toplevel=module, build_dir=bdir, always=True,
                          timescale=("1ns", "1ps"), build_args=build_args)
             marker.write_text(digest)
         else:
             # Re-attach the runner to the existing build without recompiling.
-            runner.build(sources=[vpath], hdl_toplevel=module, build_dir=bdir, always=False,
+            runner.build(sources=sources, hdl_toplevel=module, build_dir=bdir, always=False,
                          timescale=("1ns", "1ps"), build_args=build_args)
     return vpath, bdir, runner
 
