@@ -174,7 +174,7 @@ class EngineEnv:
         self.bases = {d: (d + 1) << 36 for d in range(self.P)}
         self.groups = {}
         self.errors = {}
-        self.src = StreamDriver(dut, "req", tbenv.rng("req"), gap=gap, burst=2.0)
+        self.src = StreamDriver(dut, "req", tbenv.rng("req"), gap=gap, burst=2.0, on_accept=self._on_req_accept)
         self.cfg = StreamDriver(dut, "cfg", tbenv.rng("cfg"))
         self.rd = StreamMonitor(dut, "rd", tbenv.rng("rd"), stall=stall, burst=2.0, on_item=self._on_read)
         self.out = StreamMonitor(dut, "out", tbenv.rng("out"), stall=stall, burst=2.0, on_item=self._on_out)
@@ -191,6 +191,11 @@ class EngineEnv:
         self.by_addr = {}
         self.in_flight = set()
         self.awaiting = set()     # requests that must still be answered on out
+        self.key_req = {}         # (src, tag) -> Req, for requests that reached the buffer
+        self.req_accept = {}      # (src, tag) -> cycle the request header was accepted
+        self.resp_last = {}       # rtag -> cycle its latest response flit was accepted
+        self.results = []         # (key, opcode, header cycle, cycles since the request was accepted)
+        self.out_cycles = []
         self.partial = []
         self.expected_counts = collections.Counter()
         self.max_in_use = 0
@@ -276,6 +281,7 @@ class EngineEnv:
             self.sb.expect(key, Packet(Header(opcode=Opcode.ERROR, src=h.src, tag=h.tag, dst=h.src, code=code)))
             self.expected_counts["bad_requests"] += 1
         else:
+            self.key_req[key] = r
             for d in r.dsts:
                 self.by_addr[(h.src, d, r.addrs[d])] = r
             fails = [d for d in r.dsts if d not in self.bases] if h.opcode == Opcode.DYN_LD_REDUCE.value else []
@@ -335,8 +341,15 @@ class EngineEnv:
         due = cycle + int(self.rng.integers(self.lat[0], self.lat[1] + 1))
         self.resp.schedule(due, flits, ("resp", rtag, hdr))
 
+    def _on_req_accept(self, word, cycle):
+        f = unpack_flit(word, self.W)
+        h = Header.decode(f.data)
+        self.req_accept.setdefault((h.src, h.tag), cycle)
+
     def _on_resp_flit(self, info, k, flit, cycle):
         kind = info[0]
+        if kind == "resp":
+            self.resp_last[info[1]] = cycle
         if kind == "junk":
             if k == 0:
                 self.expected_counts["bad_responses"] += 1
@@ -364,16 +377,26 @@ class EngineEnv:
     def _on_out(self, word, cycle):
         f = unpack_flit(word, self.W)
         self.partial.append(f)
+        self.out_cycles.append(cycle)
         if not f.last:
             return
         pkt, self.partial = Packet.from_flits(self.partial), []
+        head_cycle = self.out_cycles[0]
+        self.out_cycles = []
         h = pkt.header
         key = (h.dst, h.tag)
         self.in_flight.discard(key)
         self.awaiting.discard(key)
-        if h.opcode == Opcode.ERROR.value and h.code == ErrorCode.TIMEOUT.value:
-            r = next((x for x in self.by_addr.values() if (x.h.src, x.h.tag) == key and x.expect_timeout), None)
-            if r is not None:
+        accepted = self.req_accept.pop(key, None)
+        self.results.append((key, h.opcode, head_cycle, None if accepted is None else head_cycle - accepted))
+        r = self.key_req.pop(key, None)
+        if r is not None and h.opcode == Opcode.RED_RESP.value:
+            # Every RED_READ of a completed reduction has been seen; after an error some may still come.
+            for d in r.dsts:
+                if self.by_addr.get((r.h.src, d, r.addrs[d])) is r:
+                    del self.by_addr[(r.h.src, d, r.addrs[d])]
+        if r is not None:
+            if r.expect_timeout and h.opcode == Opcode.ERROR.value and h.code == ErrorCode.TIMEOUT.value:
                 self.model.time_out(r.rtag)
                 self.sb.observe(key, "TIMEOUT", cycle=cycle)
                 return

@@ -5,6 +5,7 @@ import importlib
 
 BENCHES = {
     "switch": ("verif.bench_switch", "NVSwitch throughput/latency under uniform traffic, VOQ vs FIFO"),
+    "reduction": ("verif.bench_reduction", "in-switch reduction: ALU conformance, buffer absorption, ld_reduce throughput vs entries"),
 }
 
 
