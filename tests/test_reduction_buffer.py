@@ -11,8 +11,8 @@ def _run(testcase, params, seed, sim, **env):
     run_cocotb("reduction_buffer", params, test_module=TB, testcase=testcase, seed=seed, sim=sim, env=env)
 
 
-@pytest.mark.parametrize("params,requests", [({"entries": 32}, 40), ({"entries": 16, "max_length": 31}, 16),
-                                             ({"entries": 48, "max_length": 5, "flit_width": 256}, 24)],
+@pytest.mark.parametrize("params,requests", [({"entries": 32}, 32), ({"entries": 16, "max_length": 31}, 12),
+                                             ({"entries": 48, "max_length": 5, "flit_width": 256}, 16)],
                          ids=["e32", "e16-len31", "e48-w256"])
 def test_traffic(params, requests, seed, sim):
     _run("test_traffic", params, seed, sim, requests=requests, max_fanout=6)
@@ -26,13 +26,13 @@ def test_traffic_soak(seed, sim, request):
 
 
 def test_back_to_back(seed, sim):
-    _run("test_back_to_back", {"entries": 32}, seed, sim, requests=12)
+    _run("test_back_to_back", {"entries": 32}, seed, sim, requests=8)
 
 
 @pytest.mark.parametrize("params", [{"entries": 16}, {"entries": 32, "outstanding": 1}],
                          ids=["full16", "one-at-a-time"])
 def test_full(params, seed, sim):
-    _run("test_full", params, seed, sim, extra=20 if params.get("outstanding") != 1 else 6)
+    _run("test_full", params, seed, sim, extra=12 if params.get("outstanding") != 1 else 3)
 
 
 def test_stale(seed, sim):
@@ -48,7 +48,7 @@ def test_abort(seed, sim):
 
 
 def test_timeout(seed, sim):
-    _run("test_timeout", {"entries": 32, "timeout": 300}, seed, sim)
+    _run("test_timeout", {"entries": 32, "timeout": 300}, seed, sim, requests=10)
 
 
 def test_latency(seed, sim):

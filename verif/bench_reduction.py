@@ -287,3 +287,14 @@ def markdown(report: dict) -> str:
     lines.append("Calibration (`build/bench/reduction.json`): " +
                  ", ".join(f"`{k}` = {v}" for k, v in c.items()))
     return "\n".join(lines)
+
+
+def study_step(args, out_dir) -> str:
+    """``dysharp study`` step: the reduction bench (a small sweep with ``--quick``)."""
+    import argparse
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    quick = ["--entries", "16,64", "--latencies", "50,200", "--alu-pairs", "10000", "--window", "1000"]
+    bargs = p.parse_args(["--out", str(Path(out_dir) / "reduction.json")] + (quick if args.quick else []))
+    run(bargs)
+    return markdown(json.loads((Path(out_dir) / "reduction.json").read_text()))

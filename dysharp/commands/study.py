@@ -15,6 +15,7 @@ STEPS = [
     ("verilog", "dysharp.study_steps:verilog_step"),
     ("lint", "dysharp.study_steps:lint_step"),
     ("switch", "dysharp.study_steps:switch_bench_step"),
+    ("reduction", "verif.bench_reduction:study_step"),
 ]
 
 
