@@ -89,7 +89,10 @@ async def bench_flow(dut):
     # Under saturating load the buffer fills and requests queue for the response link; steady state
     # needs about two buffer turnovers at line rate.
     turnover = env.p["entries"] * fanout * (length + 1)
-    warm, window = s.get("warmup", min(lat + 500 + 2 * turnover, 12000)), s.get("window", 2000)
+    # With a fixed read latency the requests of a full buffer move in convoys (all start together, all
+    # finish together): the window spans at least 8 read latencies so the count is not quantised.
+    warm = s.get("warmup", min(lat + 500 + 2 * turnover, 12000))
+    window = max(s.get("window", 2000), 8 * lat)
     t0 = env.cycler.cycle
     start, end = t0 + warm, t0 + warm + window
     first = len(env.results)
@@ -124,7 +127,8 @@ def add_arguments(p) -> None:
                                                              "(default: 50,200,800)")
     p.add_argument("--fanout", type=int, default=4, help="destinations per request (default: 4)")
     p.add_argument("--length", type=int, default=2, help="payload flits per request (default: 2)")
-    p.add_argument("--window", type=int, default=2000, help="measured cycles per point (default: 2000)")
+    p.add_argument("--window", type=int, default=2000, help="measured cycles per point, at least 8 read "
+                                                         "latencies (default: 2000)")
     p.add_argument("--alu-pairs", type=int, default=1_000_000,
                    help="random ALU operand pairs per element type (default: 1000000; 0 skips)")
     p.add_argument("--alu-sim", default="auto", help="simulator for the ALU run: auto (Verilator when "
@@ -261,12 +265,13 @@ def markdown(report: dict) -> str:
                  f"{1 / (w['fanout'] * (w['length'] + 1)):.4f} requests/cycle.")
     lines.append("")
     lats = sorted({r["latency"] for r in report["flow"]})
-    lines.append("Requests completed per cycle (mean entries in use; Little's law: in use = throughput x "
-                 "mean request latency):")
+    lines.append("Requests completed per cycle, measured (and Little's law: min(line rate, entries / "
+                 "zero-load request latency)):")
     lines.append("")
     lines.append("| buffer | " + " | ".join(f"read latency {x}" for x in lats) + " |")
     lines.append("|---|" + "---|" * len(lats))
     rows = {}
+    rate = 1 / (w["fanout"] * (w["length"] + 1))
     for r in report["flow"]:
         label = "one at a time" if r["outstanding"] == 1 else f"{r['entries']} entries"
         rows.setdefault(label, {})[r["latency"]] = r
@@ -274,12 +279,18 @@ def markdown(report: dict) -> str:
         cells = []
         for x in lats:
             r = by_lat.get(x)
-            cells.append("-" if r is None else f"{r['throughput_req_per_cycle']:.4f} ({r['mean_in_use']:.1f})")
+            if r is None:
+                cells.append("-")
+                continue
+            little = min(rate, r["outstanding"] / r["zero_load"]["request_to_result"])
+            cells.append(f"{r['throughput_req_per_cycle']:.4f} ({little:.4f})")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("At saturation the buffer stays full (mean entries in use = entries - 0.1): requests wait in "
+                 "it for the response link, so the mean request latency is entries / throughput.")
     lines.append("")
     lines.append("| read latency | request latency at zero load | entries for line rate (Little: rate x latency) |")
     lines.append("|---|---|---|")
-    rate = 1 / (w["fanout"] * (w["length"] + 1))
     for x in lats:
         t = next(r["zero_load"]["request_to_result"] for r in report["flow"] if r["latency"] == x)
         lines.append(f"| {x} | {t} | {rate * t:.1f} |")
@@ -294,7 +305,8 @@ def study_step(args, out_dir) -> str:
     import argparse
     p = argparse.ArgumentParser()
     add_arguments(p)
-    quick = ["--entries", "16,64", "--latencies", "50,200", "--alu-pairs", "10000", "--window", "1000"]
+    quick = ["--entries", "16,64", "--latencies", "50,200", "--alu-pairs", "10000", "--alu-sim", "icarus",
+             "--window", "1000"]
     bargs = p.parse_args(["--out", str(Path(out_dir) / "reduction.json")] + (quick if args.quick else []))
     run(bargs)
     return markdown(json.loads((Path(out_dir) / "reduction.json").read_text()))

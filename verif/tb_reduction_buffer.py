@@ -19,7 +19,7 @@ import cocotb
 import numpy as np
 from amaranth.lib import data
 
-from hw.packet import EType, ErrorCode, Header, Opcode, Packet, RedOp, unpack_flit
+from hw.packet import EType, ErrorCode, Opcode, Packet, RedOp, unpack_flit
 from hw.switch.reduction_buffer import AllocRequest, contrib_layout
 
 from . import tbenv
@@ -27,7 +27,7 @@ from .cycler import Agent, Cycler
 from .gates import Gate
 from .reduction_model import Contribution, ReductionBufferModel, random_lanes
 from .scoreboard import Scoreboard
-from .stream import StreamDriver, StreamMonitor, StreamProtocolError
+from .stream import StreamDriver, StreamMonitor
 
 
 def pack(layout, **fields) -> int:

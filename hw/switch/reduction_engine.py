@@ -44,7 +44,7 @@ from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, MAX_LENGTH, MAX_PORTS, ET
                       HeaderLayout, Opcode, RedOp, flit_layout, rtl_header_error)
 from .group_table import GroupTable, GroupWrite
 from .reduction_buffer import RTAG_BITS, ReductionBuffer
-from .translate_if import TAG_BITS, translate_signature
+from .translate_if import translate_signature
 
 __all__ = ["ReductionEngine"]
 
