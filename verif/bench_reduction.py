@@ -156,7 +156,7 @@ def run(args) -> int:
 
     entries = _ints(args.entries, "entries")
     for n in entries:
-        ReductionBuffer(entries=n)._MustUse__silence = True     # validates
+        ReductionBuffer.check_params(entries=n, max_length=16, flit_width=128, timeout=8192, outstanding=None)
     latencies = _ints(args.latencies, "latencies")
     if any(x < 1 for x in latencies):
         raise ValueError("--latencies must be positive")

@@ -135,8 +135,9 @@ class ReductionBuffer(wiring.Component):
     ``aborts``, ``timeouts``, ``completed`` (``RED_RESP`` sent).
     """
 
-    def __init__(self, *, entries: int = 64, max_length: int = 16, flit_width: int = DEFAULT_FLIT_WIDTH,
-                 timeout: int = 8192, outstanding: int | None = None):
+    @staticmethod
+    def check_params(*, entries, max_length, flit_width, timeout, outstanding) -> int:
+        """Validate the parameters (``ValueError`` saying what is wrong); returns ``outstanding``."""
         if not isinstance(entries, int) or not 16 <= entries <= 512:
             raise ValueError(f"entries must be an integer in 16..512, got {entries!r}")
         if not isinstance(max_length, int) or not 1 <= max_length <= MAX_LENGTH:
@@ -148,6 +149,12 @@ class ReductionBuffer(wiring.Component):
         if not isinstance(outstanding, int) or not 1 <= outstanding <= entries:
             raise ValueError(f"outstanding must be an integer in 1..entries ({entries}), got {outstanding!r}")
         flit_layout(flit_width)
+        return outstanding
+
+    def __init__(self, *, entries: int = 64, max_length: int = 16, flit_width: int = DEFAULT_FLIT_WIDTH,
+                 timeout: int = 8192, outstanding: int | None = None):
+        outstanding = self.check_params(entries=entries, max_length=max_length, flit_width=flit_width,
+                                        timeout=timeout, outstanding=outstanding)
         self.entries = entries
         self.max_length = max_length
         self.flit_width = flit_width

@@ -71,7 +71,7 @@ class ReductionEngine(wiring.Component):
         # The buffer validates the rest.
         self.buffer_params = dict(entries=entries, max_length=max_length, flit_width=flit_width,
                                   timeout=timeout, outstanding=outstanding)
-        ReductionBuffer(**self.buffer_params)._MustUse__silence = True
+        ReductionBuffer.check_params(**self.buffer_params)
         self.ports = ports
         self.max_length = max_length
         self.flit_width = flit_width
