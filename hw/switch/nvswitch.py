@@ -48,7 +48,7 @@ class NVSwitch(wiring.Component):
     per port), ``egress_depth`` (output queue flits; default 4 at speedup 1, two maximal packets at
     speedup 2), ``iterations`` (iSLIP iterations per cycle, 1..4)."""
 
-    def __init__(self, *, ports: int = 8, credits: int = 32, out_credits: int | None = None,
+    def __init__(self, *, ports: int = 8, credits: int = 128, out_credits: int | None = None,
                  flit_width: int = DEFAULT_FLIT_WIDTH, max_payload: int = 16, groups: int = 16,
                  queueing: str = "voq", egress_depth: int | None = None, iterations: int = 1,
                  speedup: int = 2):

@@ -1,0 +1,84 @@
+"""A stand-in address translator: ``addr = base[dst] + index * row_bytes``.
+
+It serves the AL-TLB interface of :mod:`hw.switch.translate_if` (``wiring.flipped(translate_signature())``)
+so the ``ld_reduce`` engine can be built and tested before the real AL-TLB exists; the AL-TLB plugs into
+the same port. Every destination GPU lays its buffer out as one linear array of ``rows`` rows of
+``row_bytes`` bytes starting at ``base[dst]``, the same for every group (``group`` is ignored).
+
+Contract
+--------
+* ``cfg`` (always ready): ``{dst, base, valid}`` sets (``valid=1``) or clears a destination's base.
+  Writes to ``dst >= ports`` are ignored and counted in ``cfg_errors``.
+* ``client.req`` -> ``client.resp``: one translation per cycle, in order, latency 1 (response valid the
+  cycle after the request transfer); a stalled response holds the request side. ``tag`` is returned
+  unchanged. Codes: ``ISOLATION`` for a destination with no base (or ``dst >= ports``),
+  ``OUT_OF_BOUNDS`` for ``index >= rows`` (address 0 with an error), else ``NONE`` with the address.
+* Changing a base while translations for that destination are in flight is not defined (configuration
+  is static while traffic runs).
+"""
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..packet import MAX_PORTS, ErrorCode
+from .translate_if import TranslateRequest, translate_signature
+
+__all__ = ["LinearTranslator", "BaseWrite"]
+
+
+class BaseWrite(data.Struct):
+    dst: 6
+    base: 48
+    valid: 1
+
+
+class LinearTranslator(wiring.Component):
+    """Parameters: ``ports`` (destinations, 1..64), ``row_bytes`` (1..2**24), ``rows`` (index bound,
+    1..2**18)."""
+
+    def __init__(self, *, ports: int = 8, row_bytes: int = 14336, rows: int = 1 << 18):
+        if not isinstance(ports, int) or not 1 <= ports <= MAX_PORTS:
+            raise ValueError(f"ports must be an integer in 1..{MAX_PORTS}, got {ports!r}")
+        if not isinstance(row_bytes, int) or not 1 <= row_bytes <= 1 << 24:
+            raise ValueError(f"row_bytes must be an integer in 1..{1 << 24}, got {row_bytes!r}")
+        if not isinstance(rows, int) or not 1 <= rows <= 1 << 18:
+            raise ValueError(f"rows must be an integer in 1..{1 << 18}, got {rows!r}")
+        self.ports = ports
+        self.row_bytes = row_bytes
+        self.rows = rows
+        super().__init__({
+            "client": In(translate_signature()),
+            "cfg": In(stream.Signature(BaseWrite)),
+            "cfg_errors": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        P = self.ports
+        m.submodules.table = table = memory.Memory(shape=data.StructLayout({"base": 48, "valid": 1}),
+                                                   depth=P, init=[])
+        wp = table.write_port()
+        rp = table.read_port()
+        w = self.cfg.payload
+        legal = w.dst < P
+        m.d.comb += [self.cfg.ready.eq(1), wp.addr.eq(w.dst), wp.data.base.eq(w.base),
+                     wp.data.valid.eq(w.valid), wp.en.eq(self.cfg.valid & legal)]
+        with m.If(self.cfg.valid & ~legal):
+            m.d.sync += self.cfg_errors.eq(self.cfg_errors + 1)
+
+        req, resp = self.client.req, self.client.resp
+        advance = ~resp.valid | resp.ready
+        m.d.comb += [req.ready.eq(advance), rp.addr.eq(req.payload.dst), rp.en.eq(advance)]
+        held = Signal(TranslateRequest)
+        with m.If(advance):
+            m.d.sync += [resp.valid.eq(req.valid), held.eq(req.payload)]
+        code = Signal(ErrorCode)
+        m.d.comb += code.eq(Mux((held.dst >= P) | ~rp.data.valid, ErrorCode.ISOLATION,
+                   Mux(held.index >= self.rows, ErrorCode.OUT_OF_BOUNDS, ErrorCode.NONE)))
+        m.d.comb += [
+            resp.payload.addr.eq(Mux(code == ErrorCode.NONE, rp.data.base + held.index * self.row_bytes, 0)),
+            resp.payload.code.eq(code),
+            resp.payload.tag.eq(held.tag),
+        ]
+        return m

@@ -1,0 +1,350 @@
+"""The in-switch reduction ALU: one flit of lanes, IEEE-754 float add/min/max accumulated in fp32, and
+int32 add/min/max.
+
+Number formats
+--------------
+A flit of ``flit_width`` bits carries ``flit_width/16`` bf16 or fp16 elements, or ``flit_width/32`` fp32,
+s32 or u32 elements (element ``i`` in bits ``[16i, 16i+16)`` resp. ``[32i, 32i+32)``). The *accumulator*
+is always ``flit_width/16`` lanes of 32 bits (twice the flit): lane ``i`` accumulates element ``i``.
+
+* **Float add** (bf16, fp16, fp32) accumulates in fp32, like PTX ``multimem.ld_reduce .acc::f32``: every
+  contribution is widened to fp32 (exact), added to the fp32 partial with IEEE-754 round-to-nearest-even,
+  and only the *final* partial is rounded back to the element type (round-to-nearest-even). So a bf16/fp16
+  reduction is rounded ``d - 1`` times in fp32 plus once to the element type; an fp32 reduction is rounded
+  ``d - 1`` times. The order of the additions is the order in which the contributions are presented.
+* **Float min/max** compare the widened fp32 values. Widening is exact and min/max selects an operand, so
+  the result converts back to the element type exactly. ``-0 < +0`` (IEEE 754-2019 ``minimum``/
+  ``maximum``), so ``min(+0, -0) = -0`` and ``max(+0, -0) = +0`` whatever the order.
+* **IEEE behaviour.** Subnormal inputs, partials and results are kept (no flush to zero). ``+-0`` follow
+  IEEE addition (``x + -x = +0``, ``-0 + -0 = -0``). ``+-inf`` propagate; ``inf + -inf`` is NaN. Any NaN
+  result, from a NaN operand or an invalid operation, is the canonical quiet NaN: fp32 ``0x7fc00000``,
+  bf16 ``0x7fc0``, fp16 ``0x7e00``. Overflow (in the fp32 add or in the final rounding) gives ``+-inf``.
+* **int32**: add wraps modulo 2^32 (the same for s32 and u32); min/max compare as signed for ``S32`` and
+  as unsigned for ``U32``.
+* Undefined encodings (``etype`` 5..7, ``op`` 3; the switch ingress rejects them with ``BAD_TYPE``) behave
+  like ``U32`` and ``ADD``.
+
+Ports
+-----
+``i`` (stream in): ``acc`` (the fp32/int32 partial, ``2*flit_width`` bits), ``data`` (one flit of
+elements), ``etype``, ``op``, ``first`` and ``chain`` (operand selection, below), ``user`` (passed through).
+
+``o`` (stream out): ``acc`` (the new partial), ``result`` (the new partial converted to the element type:
+one flit, the value the reduction returns if this was its last contribution), ``user``.
+
+The accumulator operand is the identity of ``op`` when ``first`` is set (``-0.0`` for float add, ``+inf``/
+``-inf`` for float min/max, ``0``, ``INT_MAX``/``UINT_MAX`` or ``INT_MIN``/``0`` for ints: the result is
+then the contribution itself, NaN made canonical); else the previous input's new partial when ``chain`` is
+set (a stream of contributions reduced back to back without a round trip through memory); else ``acc``.
+
+Pipeline
+--------
+Latency 2 cycles (input transfer at cycle t, output valid from cycle t+2), one flit per cycle. Stage 1 is
+the accumulate step (widen, select the operand, fp32 add/min/max or int op); it is the read-modify-write
+loop of a reduction, so it is one cycle and ``chain`` feeds stage 1's own output register back into it.
+Stage 2 converts the partial to the element type. On a stall (``o.valid`` and not ``o.ready``) the whole
+pipeline holds; ``chain`` refers to the last input *accepted*, stalls or gaps in between do not matter.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..arbiter import first_set
+from ..packet import DEFAULT_FLIT_WIDTH, EType, RedOp, flit_layout
+
+__all__ = ["ReduceALU", "LATENCY", "alu_in_layout", "alu_out_layout", "identity", "CANONICAL_NAN",
+           "fp32_add", "fp32_minmax", "widen_fp16", "narrow_bf16", "narrow_fp16", "lane_accumulate"]
+
+LATENCY = 2
+
+CANONICAL_NAN = {EType.FP32: 0x7FC00000, EType.BF16: 0x7FC0, EType.FP16: 0x7E00}
+_FP32_NAN = 0x7FC00000
+_FP32_INF = 0x7F800000
+
+
+def identity(etype, op) -> int:
+    """The accumulator value that makes ``op`` return the other operand (the ``first`` operand)."""
+    etype, op = EType(etype), RedOp(op)
+    if etype in (EType.BF16, EType.FP16, EType.FP32):
+        return {RedOp.ADD: 0x80000000, RedOp.MIN: 0x7F800000, RedOp.MAX: 0xFF800000}[op]
+    if op == RedOp.ADD:
+        return 0
+    if etype == EType.S32:
+        return 0x7FFFFFFF if op == RedOp.MIN else 0x80000000
+    return 0xFFFFFFFF if op == RedOp.MIN else 0
+
+
+def alu_in_layout(flit_width: int, user_width: int) -> data.StructLayout:
+    return data.StructLayout({
+        "acc": 2 * flit_width,
+        "data": flit_width,
+        "etype": EType,
+        "op": RedOp,
+        "first": 1,
+        "chain": 1,
+        "user": user_width,
+    })
+
+
+def alu_out_layout(flit_width: int, user_width: int) -> data.StructLayout:
+    return data.StructLayout({"acc": 2 * flit_width, "result": flit_width, "user": user_width})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Combinational building blocks. Each names its intermediate vectors (see hw/arbiter.py on why).
+
+def _named(m, value, width, name) -> Signal:
+    s = Signal(width, name=name)
+    m.d.comb += s.eq(value)
+    return s
+
+
+def _clz(m, v: Value, width: int, name: str) -> Signal:
+    """Leading zeros of ``v`` (``width`` bits), ``width`` when zero."""
+    rev = Cat(*[v[width - 1 - i] for i in range(width)])
+    any_, idx = first_set(m, rev, name=f"{name}_ffs")
+    return _named(m, Mux(any_, idx, width), range(width + 1), name)
+
+
+def fp32_add(m, a, b, name: str) -> Signal:
+    """IEEE-754 binary32 ``a + b`` with round-to-nearest-even; NaN results are canonical."""
+    A = _named(m, a, 32, f"{name}_a")
+    B = _named(m, b, 32, f"{name}_b")
+    a_exp_max = A[23:31] == 0xFF
+    b_exp_max = B[23:31] == 0xFF
+    a_nan = a_exp_max & (A[0:23] != 0)
+    b_nan = b_exp_max & (B[0:23] != 0)
+    a_inf = a_exp_max & (A[0:23] == 0)
+    b_inf = b_exp_max & (B[0:23] == 0)
+
+    # X is the operand of larger magnitude (ties: either; the result is the same).
+    swap = _named(m, B[0:31] > A[0:31], 1, f"{name}_swap")
+    X = _named(m, Mux(swap, B, A), 32, f"{name}_x")
+    Y = _named(m, Mux(swap, A, B), 32, f"{name}_y")
+    ex = X[23:31]
+    ey = Y[23:31]
+    # Subnormals have the scale of exponent 1 and no hidden bit.
+    ex_eff = _named(m, Mux(ex == 0, 1, ex), 8, f"{name}_ex")
+    ey_eff = Mux(ey == 0, 1, ey)
+    dist = _named(m, (ex_eff - ey_eff)[0:8], 8, f"{name}_dist")
+
+    # 27-bit significands: hidden bit at 26, fraction 25..3, then guard, round and sticky bits.
+    x_sig = _named(m, Cat(Const(0, 3), X[0:23], ex != 0), 27, f"{name}_xsig")
+    y_ext = _named(m, Cat(Const(0, 3), Y[0:23], ey != 0), 27, f"{name}_yext")
+    shift = _named(m, Mux(dist > 27, 27, dist[0:5]), 5, f"{name}_sh")
+    lost = _named(m, ((Const(1, 28) << shift) - 1)[0:27], 27, f"{name}_lostmask")
+    sticky = (y_ext & lost) != 0
+    y_sig = _named(m, (y_ext >> shift) | sticky, 27, f"{name}_ysig")
+
+    sub = _named(m, X[31] ^ Y[31], 1, f"{name}_sub")
+    # |X| >= |Y| after alignment, so the difference is never negative.
+    z = _named(m, Mux(sub, (x_sig - y_sig)[0:28], x_sig + y_sig), 28, f"{name}_z")
+
+    # Normalise: one right shift on carry-out, else left by the leading zeros, but not below exponent 1
+    # (the result is then subnormal). Left shifts of more than one happen only when the alignment lost
+    # no bits (distance <= 1), which is why guard/round/sticky suffice.
+    carry = z[27]
+    lz = _clz(m, z[0:27], 27, f"{name}_lz")
+    room = _named(m, ex_eff - 1, 8, f"{name}_room")
+    lshift = _named(m, Mux(lz > room, room, lz), 5, f"{name}_lsh")
+    z_left = _named(m, (z[0:27] << lshift)[0:27], 27, f"{name}_zl")
+    z_right = Cat(z[0] | z[1], z[2:28])
+    zn = _named(m, Mux(carry, z_right, z_left), 27, f"{name}_zn")
+    e_norm = _named(m, Mux(carry, ex_eff + 1, (ex_eff - lshift)[0:9]), 9, f"{name}_en")
+    biased = Mux(zn[26], e_norm, 0)
+
+    # Round to nearest, ties to even. A carry out of the fraction moves into the exponent by itself
+    # (including subnormal -> smallest normal and largest finite -> infinity).
+    round_up = zn[2] & (zn[1] | zn[0] | zn[3])
+    packed = _named(m, Cat(zn[3:26], biased) + round_up, 33, f"{name}_packed")
+    overflow = packed >= _FP32_INF
+    magnitude = Mux(overflow, _FP32_INF, packed[0:31])
+    # An exact zero from x - x is +0 under round-to-nearest; -0 + -0 keeps its sign.
+    sign = Mux((magnitude == 0) & sub, 0, X[31])
+
+    out = Signal(32, name=f"{name}_sum")
+    with m.If(a_nan | b_nan | (a_inf & b_inf & sub)):
+        m.d.comb += out.eq(_FP32_NAN)
+    with m.Elif(a_inf | b_inf):
+        m.d.comb += out.eq(X)          # the infinity has the larger magnitude
+    with m.Else():
+        m.d.comb += out.eq(Cat(magnitude, sign))
+    return out
+
+
+def fp32_minmax(m, a, b, is_max, name: str) -> Signal:
+    """IEEE 754-2019 ``minimum``/``maximum`` of binary32 values (``-0 < +0``; NaN -> canonical NaN)."""
+    A = _named(m, a, 32, f"{name}_a")
+    B = _named(m, b, 32, f"{name}_b")
+    # Map sign-magnitude to an unsigned order: negative values reversed below positive ones.
+    ka = _named(m, Mux(A[31], ~A, A | 0x80000000), 32, f"{name}_ka")
+    kb = _named(m, Mux(B[31], ~B, B | 0x80000000), 32, f"{name}_kb")
+    a_less = ka < kb
+    pick_a = Mux(is_max, ~a_less, a_less)
+    nan = ((A[23:31] == 0xFF) & (A[0:23] != 0)) | ((B[23:31] == 0xFF) & (B[0:23] != 0))
+    return _named(m, Mux(nan, _FP32_NAN, Mux(pick_a, A, B)), 32, f"{name}_mm")
+
+
+def widen_fp16(m, x, name: str) -> Signal:
+    """Exact binary16 -> binary32 (subnormals become normal fp32 values)."""
+    X = _named(m, x, 16, f"{name}_h")
+    e5 = X[10:15]
+    frac = X[0:10]
+    lz = _clz(m, frac, 10, f"{name}_lz")
+    # A subnormal m * 2^-24 with its top one at bit p = 9 - lz is 1.f * 2^(p - 24): biased exponent 112 - lz.
+    sub_frac = _named(m, (frac << (lz + 1))[0:10], 10, f"{name}_sf")
+    out = Signal(32, name=f"{name}_w")
+    with m.If(e5 == 0x1F):
+        m.d.comb += out.eq(Cat(Const(0, 13), frac, Const(0xFF, 8), X[15]))
+    with m.Elif(e5 != 0):
+        m.d.comb += out.eq(Cat(Const(0, 13), frac, (e5 + 112)[0:8], X[15]))
+    with m.Elif(frac != 0):
+        m.d.comb += out.eq(Cat(Const(0, 13), sub_frac, (112 - lz)[0:8], X[15]))
+    with m.Else():
+        m.d.comb += out.eq(Cat(Const(0, 31), X[15]))
+    return out
+
+
+def narrow_bf16(m, x, name: str) -> Signal:
+    """binary32 -> bfloat16 with round-to-nearest-even (overflow -> inf, NaN -> canonical NaN)."""
+    X = _named(m, x, 32, f"{name}_f")
+    nan = (X[23:31] == 0xFF) & (X[0:23] != 0)
+    round_up = X[15] & ((X[0:15] != 0) | X[16])
+    # The carry moves into the exponent by itself; rounding the largest finite values gives inf.
+    mag = _named(m, X[16:31] + round_up, 16, f"{name}_mag")
+    return _named(m, Mux(nan, CANONICAL_NAN[EType.BF16], Cat(mag[0:15], X[31])), 16, f"{name}_bf")
+
+
+def narrow_fp16(m, x, name: str) -> Signal:
+    """binary32 -> binary16 with round-to-nearest-even, subnormal results, overflow -> inf, canonical NaN."""
+    X = _named(m, x, 32, f"{name}_f")
+    e8 = X[23:31]
+    nan = (e8 == 0xFF) & (X[0:23] != 0)
+    sig = _named(m, Cat(X[0:23], e8 != 0), 24, f"{name}_sig")
+    # Target biased exponent te = e8 - 112. Normal results (te >= 1) keep 11 significant bits (shift 13);
+    # subnormal ones (te <= 0) shift 14 - te more, at most 25 (everything below rounds to zero).
+    normal = e8 >= 113
+    big = e8 >= 143                        # te >= 31: beyond the largest finite fp16 before rounding
+    sub_shift = Mux(e8 <= 101, 25, (126 - e8)[0:5])
+    shift = _named(m, Mux(normal, 13, sub_shift), 5, f"{name}_sh")
+    kept = _named(m, sig >> shift, 24, f"{name}_kept")
+    lost = _named(m, ((Const(1, 26) << shift) - 1)[0:24], 24, f"{name}_lost")
+    half = _named(m, (Const(1, 26) << shift)[1:26], 25, f"{name}_half")   # 1 << (shift - 1)
+    rem = _named(m, sig & lost, 24, f"{name}_rem")
+    round_up = (rem > half) | ((rem == half) & kept[0])
+    # For normals the hidden bit in `kept` (bit 10) adds one to (te - 1): the exponent field is te.
+    base = Mux(normal, Cat(Const(0, 10), (e8 - 113)[0:5]), 0)
+    packed = _named(m, (base + kept + round_up)[0:16], 16, f"{name}_packed")
+    mag = Mux(big | (packed >= 0x7C00), 0x7C00, packed[0:15])
+    return _named(m, Mux(nan, CANONICAL_NAN[EType.FP16], Cat(mag, X[31])), 16, f"{name}_hf")
+
+
+def lane_accumulate(m, acc, b, etype, op, name: str, *, int_lane: bool) -> Signal:
+    """One 32-bit lane: ``op(acc, b)`` for floats (b already widened to fp32) and, on ``int_lane``s, ints."""
+    is_float = (etype == EType.BF16) | (etype == EType.FP16) | (etype == EType.FP32)
+    fadd = fp32_add(m, acc, b, f"{name}_add")
+    fmm = fp32_minmax(m, acc, b, op == RedOp.MAX, f"{name}_mm")
+    fres = Mux((op == RedOp.MIN) | (op == RedOp.MAX), fmm, fadd)
+    if not int_lane:
+        return _named(m, Mux(is_float, fres, 0), 32, f"{name}_out")
+    A = _named(m, acc, 32, f"{name}_ia")
+    B = _named(m, b, 32, f"{name}_ib")
+    less = Mux(etype == EType.S32, A.as_signed() < B.as_signed(), A < B)
+    imin = Mux(less, A, B)
+    imax = Mux(less, B, A)
+    ires = Mux(op == RedOp.MIN, imin, Mux(op == RedOp.MAX, imax, (A + B)[0:32]))
+    return _named(m, Mux(is_float, fres, ires), 32, f"{name}_out")
+
+
+def _identity_value(etype, op) -> Value:
+    """Combinational :func:`identity` (undefined encodings: U32 and ADD)."""
+    is_float = (etype == EType.BF16) | (etype == EType.FP16) | (etype == EType.FP32)
+    s32 = etype == EType.S32
+    f = Mux(op == RedOp.MIN, 0x7F800000, Mux(op == RedOp.MAX, 0xFF800000, 0x80000000))
+    i_min = Mux(s32, 0x7FFFFFFF, 0xFFFFFFFF)
+    i_max = Mux(s32, 0x80000000, 0)
+    i = Mux(op == RedOp.MIN, i_min, Mux(op == RedOp.MAX, i_max, 0))
+    return Mux(is_float, f, i)
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+class ReduceALU(wiring.Component):
+    """Vector reduction ALU over one flit (see the module docstring for formats and pipeline).
+
+    Parameters: ``flit_width`` (128/256/512: 8/16/32 16-bit lanes), ``user_width`` (1..64 bits carried
+    alongside each operation). Latency :data:`LATENCY` = 2, throughput one flit per cycle, whole-pipeline
+    stall on output backpressure.
+    """
+
+    def __init__(self, *, flit_width: int = DEFAULT_FLIT_WIDTH, user_width: int = 8):
+        flit_layout(flit_width)   # validates flit_width
+        if not isinstance(user_width, int) or not 1 <= user_width <= 64:
+            raise ValueError(f"user_width must be an integer in 1..64, got {user_width!r}")
+        self.flit_width = flit_width
+        self.user_width = user_width
+        self.lanes16 = flit_width // 16
+        self.lanes32 = flit_width // 32
+        self.latency = LATENCY
+        super().__init__({
+            "i": In(stream.Signature(alu_in_layout(flit_width, user_width))),
+            "o": Out(stream.Signature(alu_out_layout(flit_width, user_width))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W, L16, L32 = self.flit_width, self.lanes16, self.lanes32
+        p = self.i.payload
+
+        advance = Signal()
+        m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
+
+        # Stage 1 registers: the new partial (also the `chain` operand) and what stage 2 needs.
+        s1_valid = Signal()
+        s1_acc = Signal(2 * W)
+        s1_etype = Signal(EType)
+        s1_user = Signal(self.user_width)
+
+        etype = Signal(EType)
+        op = Signal(RedOp)
+        m.d.comb += [etype.eq(p.etype), op.eq(p.op)]
+        ident = _named(m, _identity_value(etype, op), 32, "ident")
+        is16 = (etype == EType.BF16) | (etype == EType.FP16)
+        new_acc = []
+        for lane in range(L16):
+            h = p.data[16 * lane:16 * lane + 16]
+            wide_fp16 = widen_fp16(m, h, f"w{lane}")
+            if lane < L32:
+                b = Mux(etype == EType.BF16, Cat(Const(0, 16), h),
+                        Mux(etype == EType.FP16, wide_fp16, p.data[32 * lane:32 * lane + 32]))
+            else:   # only 16-bit types use the upper lanes
+                b = Mux(etype == EType.BF16, Cat(Const(0, 16), h), wide_fp16)
+            b = _named(m, b, 32, f"b{lane}")
+            prev = Mux(p.chain, s1_acc[32 * lane:32 * lane + 32], p.acc[32 * lane:32 * lane + 32])
+            a = _named(m, Mux(p.first, ident, prev), 32, f"a{lane}")
+            r = lane_accumulate(m, a, b, etype, op, f"l{lane}", int_lane=lane < L32)
+            if lane >= L32:
+                r = Mux(is16, r, 0)
+            new_acc.append(r)
+
+        with m.If(advance):
+            m.d.sync += s1_valid.eq(self.i.valid)
+            with m.If(self.i.valid):
+                m.d.sync += [s1_acc.eq(Cat(*new_acc)), s1_etype.eq(etype), s1_user.eq(p.user)]
+
+        # Stage 2: convert the partial to the element type.
+        res = []
+        for lane in range(L16):
+            lane_acc = s1_acc[32 * lane:32 * lane + 32]
+            bf = narrow_bf16(m, lane_acc, f"nb{lane}")
+            hf = narrow_fp16(m, lane_acc, f"nh{lane}")
+            res.append(_named(m, Mux(s1_etype == EType.BF16, bf, hf), 16, f"n{lane}"))
+        narrow = Cat(*res)
+        result = Mux((s1_etype == EType.BF16) | (s1_etype == EType.FP16), narrow, s1_acc[0:W])
+        with m.If(advance):
+            m.d.sync += self.o.valid.eq(s1_valid)
+            with m.If(s1_valid):
+                m.d.sync += [self.o.payload.acc.eq(s1_acc), self.o.payload.result.eq(result),
+                             self.o.payload.user.eq(s1_user)]
+        return m

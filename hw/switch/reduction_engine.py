@@ -1,0 +1,296 @@
+"""The ``ld_reduce`` engine: a source's ``dymultimem.ld_reduce`` (or static ``multimem.ld_reduce``) becomes
+one ``RED_READ`` per destination, the ``RED_READ_RESP`` contributions are reduced in the
+:class:`~hw.switch.reduction_buffer.ReductionBuffer`, and one ``RED_RESP`` goes back to the source.
+
+Flow
+----
+1. **Request** (``req``, header-only packets). Checked like the switch ingress does
+   (:func:`hw.packet.rtl_header_error` with ``max_payload = max_length``) plus: an opcode other than
+   ``DYN_LD_REDUCE``/``MM_LD_REDUCE`` is ``UNKNOWN_OPCODE``, ``length == 0`` is ``BAD_LENGTH``, a header
+   that is not ``last`` is ``LENGTH_MISMATCH`` (its trailing flits are dropped). A failing request gets
+   a header-only ``ERROR`` (``dst = src`` = the requester, its ``tag``) and is counted in
+   ``bad_requests``; a poisoned header-only request is dropped silently (the switch has answered it).
+   A good one allocates a buffer entry (``expected`` = popcount of the destination mask: the header's
+   ``mask`` for ``dymultimem``, the group table's mask for a static group). With no free entry the
+   request waits (``req.ready`` low): backpressure, never a drop.
+2. **Fan-out**, one destination per cycle, lowest port first. ``dymultimem``: a translation request
+   ``{group, index, dst, src, tag = slot}`` on ``translate`` (``translate_slots`` outstanding, reused in
+   order); the response's ``addr + offset * flit_bytes`` is the ``RED_READ`` address. A translation
+   error (``ISOLATION``, ``OUT_OF_BOUNDS``, ``TLB_FAULT``, ...) aborts the entry: the source gets
+   ``ERROR`` with that code. Static ``multimem``: no translation, every member is read at ``route.mm.addr``
+   (NVLS: the same offset on every GPU).
+3. **RED_READ** (``rd``): ``dst`` = the destination, ``src`` = the requester, ``tag``/``route.uni.code`` =
+   the entry's reduction tag (low/high byte, :func:`~hw.switch.reduction_buffer.rtag_to_header`),
+   ``length``/``etype``/``redop`` of the request, ``addr``. The destination answers ``RED_READ_RESP``
+   echoing ``tag``, ``code``, ``length`` and ``etype``, with ``length`` payload flits.
+4. **Responses** (``resp``): each payload flit becomes a contribution (flit index counted from the
+   header). A packet that is not ``RED_READ_RESP`` is dropped and counted in ``bad_responses``; a
+   poisoned last flit aborts the entry with ``LENGTH_MISMATCH``; type/length disagreements, stale tags
+   and timeouts are the buffer's (``TYPE_MISMATCH``, ``stale``, ``TIMEOUT``).
+5. **Result** (``out``): the buffer's ``RED_RESP``/``ERROR`` packets and the request errors, packet by
+   packet.
+
+Every interface is a ``lib.stream`` with backpressure; ``rd`` and ``out`` leave through 2-flit FIFOs.
+Throughput: one request header, one ``RED_READ`` and one response flit per cycle. ``outstanding=1`` is
+the one-reduction-at-a-time baseline.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..arbiter import first_set
+from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, MAX_LENGTH, MAX_PORTS, EType, ErrorCode,
+                      HeaderLayout, Opcode, RedOp, flit_layout, rtl_header_error)
+from .group_table import GroupTable, GroupWrite
+from .reduction_buffer import RTAG_BITS, ReductionBuffer
+from .translate_if import translate_signature
+
+__all__ = ["ReductionEngine"]
+
+
+class ReductionEngine(wiring.Component):
+    """Parameters: ``ports`` (4..64), ``entries``, ``max_length``, ``flit_width``, ``timeout``,
+    ``outstanding`` (see :class:`ReductionBuffer`), ``groups`` (static group-table entries, 1..256),
+    ``translate_slots`` (outstanding translations, 2..256).
+
+    Ports: ``req``, ``resp`` (flit streams in), ``rd``, ``out`` (flit streams out), ``translate`` (AL-TLB
+    client), ``cfg`` (static group writes), ``in_use``, counters ``stale``, ``mismatches``, ``aborts``,
+    ``timeouts``, ``completed``, ``bad_requests``, ``bad_responses``.
+    """
+
+    def __init__(self, *, ports: int = 8, entries: int = 64, max_length: int = 16,
+                 flit_width: int = DEFAULT_FLIT_WIDTH, timeout: int = 8192, outstanding: int | None = None,
+                 groups: int = 16, translate_slots: int = 16):
+        if not isinstance(ports, int) or not 4 <= ports <= MAX_PORTS:
+            raise ValueError(f"ports must be an integer in 4..{MAX_PORTS}, got {ports!r}")
+        if not isinstance(translate_slots, int) or not 2 <= translate_slots <= 256:
+            raise ValueError(f"translate_slots must be an integer in 2..256, got {translate_slots!r}")
+        if not isinstance(groups, int) or not 1 <= groups <= 256:
+            raise ValueError(f"groups must be an integer in 1..256, got {groups!r}")
+        # The buffer validates the rest.
+        self.buffer_params = dict(entries=entries, max_length=max_length, flit_width=flit_width,
+                                  timeout=timeout, outstanding=outstanding)
+        ReductionBuffer.check_params(**self.buffer_params)
+        self.ports = ports
+        self.max_length = max_length
+        self.flit_width = flit_width
+        self.groups = groups
+        self.translate_slots = translate_slots
+        fl = flit_layout(flit_width)
+        super().__init__({
+            "req": In(stream.Signature(fl)),
+            "resp": In(stream.Signature(fl)),
+            "rd": Out(stream.Signature(fl)),
+            "out": Out(stream.Signature(fl)),
+            "translate": Out(translate_signature()),
+            "cfg": In(stream.Signature(GroupWrite)),
+            "in_use": Out(range(entries + 1)),
+            "stale": Out(32),
+            "mismatches": Out(32),
+            "aborts": Out(32),
+            "timeouts": Out(32),
+            "completed": Out(32),
+            "bad_requests": Out(32),
+            "bad_responses": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        P, W, S = self.ports, self.flit_width, self.translate_slots
+        flit_bits = len(self.out.payload.as_value())
+        m.submodules.buf = buf = ReductionBuffer(**self.buffer_params)
+        m.submodules.groups = groups = GroupTable(n_ports=P, entries=self.groups, n_lookups=1)
+        wiring.connect(m, wiring.flipped(self.cfg), groups.cfg)
+        for name in ("in_use", "stale", "mismatches", "aborts", "timeouts", "completed"):
+            m.d.comb += getattr(self, name).eq(getattr(buf, name))
+
+        # ---- 1. Requests.
+        rq = self.req
+        h = Signal(HeaderLayout)
+        m.d.comb += h.eq(rq.payload.data[0:HEADER_BITS])
+        m.d.comb += groups.lookup_handle[0].eq(h.route.mm.group)
+        static = h.opcode == Opcode.MM_LD_REDUCE
+        is_ldr = static | (h.opcode == Opcode.DYN_LD_REDUCE)
+        base_code = rtl_header_error(h, n_ports=P, max_payload=self.max_length,
+                                     group_mask=groups.lookup_mask[0])
+        code = Signal(8)
+        m.d.comb += code.eq(Mux(~is_ldr, ErrorCode.UNKNOWN_OPCODE.value,
+                                Mux((h.length == 0) | (h.length > self.max_length), ErrorCode.BAD_LENGTH.value,
+                                    Mux(~rq.payload.last, ErrorCode.LENGTH_MISMATCH.value, base_code))))
+        mask = Signal(P)
+        m.d.comb += mask.eq(Mux(static, groups.lookup_mask[0], h.route.dyn.mask[0:P]))
+        expected = Signal(range(P + 1))
+        m.d.comb += expected.eq(sum(mask[i] for i in range(P)))
+
+        info_layout = data.StructLayout({"mask": P, "static": 1, "group": 8, "index": 18, "offset": 10,
+                                         "addr": 48, "src": 6, "length": 5, "etype": EType, "op": RedOp})
+        m.submodules.info = info = fifo.SyncFIFO(width=info_layout.size, depth=4)
+        m.submodules.errq = errq = fifo.SyncFIFO(width=flit_bits, depth=4)
+        skip = Signal()                       # dropping the trailing flits of a malformed request
+        poisoned = rq.payload.last & rq.payload.poison
+        bad = code != 0
+        ok_path = buf.alloc.ready & info.w_rdy
+        m.d.comb += rq.ready.eq(skip | poisoned | Mux(bad, errq.w_rdy, ok_path))
+        header_in = rq.valid & ~skip & ~poisoned
+        m.d.comb += [
+            buf.alloc.valid.eq(header_in & ~bad & info.w_rdy),
+            buf.alloc.payload.src.eq(h.src),
+            buf.alloc.payload.tag.eq(h.tag),
+            buf.alloc.payload.etype.eq(h.etype),
+            buf.alloc.payload.op.eq(h.redop),
+            buf.alloc.payload.length.eq(h.length),
+            buf.alloc.payload.expected.eq(expected),
+        ]
+        info_w = Signal(info_layout)
+        m.d.comb += [
+            info_w.mask.eq(mask), info_w.static.eq(static), info_w.group.eq(h.route.dyn.group),
+            info_w.index.eq(h.route.dyn.index), info_w.offset.eq(h.route.dyn.offset),
+            info_w.addr.eq(h.route.mm.addr), info_w.src.eq(h.src), info_w.length.eq(h.length),
+            info_w.etype.eq(h.etype), info_w.op.eq(h.redop),
+            info.w_data.eq(info_w),
+            info.w_en.eq(header_in & ~bad & buf.alloc.ready),
+        ]
+        err_hdr = Signal(HeaderLayout)
+        m.d.comb += [err_hdr.opcode.eq(Opcode.ERROR), err_hdr.src.eq(h.src), err_hdr.tag.eq(h.tag),
+                     err_hdr.route.uni.dst.eq(h.src), err_hdr.route.uni.code.as_value().eq(code)]
+        err_flit = Signal(flit_layout(W))
+        m.d.comb += [err_flit.data.eq(err_hdr.as_value()), err_flit.last.eq(1),
+                     errq.w_data.eq(err_flit), errq.w_en.eq(header_in & bad & errq.w_rdy)]
+        with m.If(rq.valid & rq.ready):
+            m.d.sync += skip.eq(~rq.payload.last)
+        m.d.sync += self.bad_requests.eq(self.bad_requests + (header_in & bad & errq.w_rdy))
+
+        # ---- 2. Fan-out: one destination per cycle.
+        fo_valid = Signal()
+        fo = Signal(info_layout)
+        fo_rtag = Signal(RTAG_BITS)
+        _, dst = first_set(m, fo.mask, name="fo_dst")
+        dst_bit = Signal(P)
+        m.d.comb += dst_bit.eq(Const(1, P) << dst)
+        last_dst = (fo.mask & ~dst_bit) == 0
+        issued = Signal()
+        load = (~fo_valid | (issued & last_dst)) & buf.grant.valid & info.r_rdy
+        m.d.comb += [buf.grant.ready.eq(load), info.r_en.eq(load)]
+        with m.If(load):
+            m.d.sync += [fo_valid.eq(1), fo.eq(info.r_data), fo_rtag.eq(buf.grant.payload.rtag)]
+        with m.Elif(issued):
+            m.d.sync += fo.mask.eq(fo.mask & ~dst_bit)
+            with m.If(last_dst):
+                m.d.sync += fo_valid.eq(0)
+
+        # Translation slots, reused in order; a slot's context says what its response is for.
+        ctx_layout = data.StructLayout({"rtag": RTAG_BITS, "dst": 6, "src": 6, "length": 5, "etype": EType,
+                                        "op": RedOp, "offset": 10})
+        m.submodules.ctx = ctx = memory.Memory(shape=ctx_layout, depth=S, init=[])
+        ctx_w = ctx.write_port()
+        ctx_r = ctx.read_port(domain="comb")
+        slot_busy = Signal(S)
+        next_slot = Signal(range(S))
+        tq = self.translate.req
+        m.d.comb += [
+            tq.valid.eq(fo_valid & ~fo.static & ~slot_busy.bit_select(next_slot, 1)),
+            tq.payload.group.eq(fo.group), tq.payload.index.eq(fo.index), tq.payload.dst.eq(dst),
+            tq.payload.src.eq(fo.src), tq.payload.tag.eq(next_slot),
+        ]
+        t_issue = tq.valid & tq.ready
+        m.d.comb += [
+            ctx_w.addr.eq(next_slot), ctx_w.en.eq(t_issue),
+            ctx_w.data.rtag.eq(fo_rtag), ctx_w.data.dst.eq(dst), ctx_w.data.src.eq(fo.src),
+            ctx_w.data.length.eq(fo.length), ctx_w.data.etype.eq(fo.etype), ctx_w.data.op.eq(fo.op),
+            ctx_w.data.offset.eq(fo.offset),
+        ]
+        with m.If(t_issue):
+            m.d.sync += next_slot.eq(Mux(next_slot == S - 1, 0, next_slot + 1))
+
+        def red_read(rtag, dst_port, src, length, etype, op, addr):
+            hdr = Signal(HeaderLayout)
+            m.d.comb += [hdr.opcode.eq(Opcode.RED_READ), hdr.src.eq(src), hdr.tag.eq(rtag[0:8]),
+                         hdr.length.eq(length), hdr.etype.eq(etype), hdr.redop.eq(op),
+                         hdr.route.uni.dst.eq(dst_port), hdr.route.uni.code.as_value().eq(rtag[8:16]),
+                         hdr.route.uni.addr.eq(addr)]
+            f = Signal(flit_layout(W))
+            m.d.comb += [f.data.eq(hdr.as_value()), f.last.eq(1)]
+            return f
+
+        static_flit = red_read(fo_rtag, dst, fo.src, fo.length, fo.etype, fo.op, fo.addr)
+        static_valid = fo_valid & fo.static
+
+        # ---- 3. Translation responses -> RED_READ, or an abort of the entry.
+        tr = self.translate.resp
+        m.d.comb += ctx_r.addr.eq(tr.payload.tag)
+        c = ctx_r.data
+        tr_ok = tr.payload.code == ErrorCode.NONE
+        flit_bytes = W // 8
+        dyn_flit = red_read(c.rtag, c.dst, c.src, c.length, c.etype, c.op,
+                            (tr.payload.addr + c.offset * flit_bytes)[0:48])
+        dyn_valid = tr.valid & tr_ok
+        abort_valid = tr.valid & ~tr_ok
+
+        # RED_READ merge (translated first) into the rd FIFO.
+        m.submodules.rdq = rdq = fifo.SyncFIFO(width=flit_bits, depth=2)
+        m.d.comb += [
+            rdq.w_en.eq((dyn_valid | static_valid) & rdq.w_rdy),
+            rdq.w_data.eq(Mux(dyn_valid, dyn_flit.as_value(), static_flit.as_value())),
+            self.rd.valid.eq(rdq.r_rdy), self.rd.payload.eq(rdq.r_data), rdq.r_en.eq(self.rd.ready),
+        ]
+        static_issue = static_valid & ~dyn_valid & rdq.w_rdy
+        m.d.comb += issued.eq(t_issue | static_issue)
+        abort_taken = Signal()
+        tr_taken = Mux(tr_ok, rdq.w_rdy, abort_taken)
+        m.d.comb += tr.ready.eq(tr_taken)
+        set_busy = Mux(t_issue, Const(1, S) << next_slot, 0)
+        clr_busy = Mux(tr.valid & tr_taken, Const(1, S) << tr.payload.tag, 0)
+        m.d.sync += slot_busy.eq((slot_busy | set_busy) & ~clr_busy)
+
+        # ---- 4. Responses -> contributions.
+        rs = self.resp
+        rh = Signal(HeaderLayout)
+        m.d.comb += rh.eq(rs.payload.data[0:HEADER_BITS])
+        in_payload = Signal()
+        dropping = Signal()
+        r_rtag = Signal(RTAG_BITS)
+        r_len = Signal(5)
+        r_etype = Signal(3)
+        r_k = Signal(5)
+        is_payload = rs.valid & in_payload
+        cb = buf.contrib
+        cp = cb.payload
+        # Aborts from translation go first; a response payload flit waits for a free slot.
+        with m.If(abort_valid):
+            m.d.comb += [cb.valid.eq(1), cp.rtag.eq(c.rtag), cp.abort.eq(1), cp.code.eq(tr.payload.code)]
+            m.d.comb += abort_taken.eq(cb.ready)
+        with m.Elif(is_payload):
+            poison = rs.payload.last & rs.payload.poison
+            m.d.comb += [cb.valid.eq(1), cp.rtag.eq(r_rtag), cp.flit.eq(r_k), cp.length.eq(r_len),
+                         cp.etype.eq(r_etype), cp.data.eq(rs.payload.data), cp.abort.eq(poison),
+                         cp.code.eq(Mux(poison, ErrorCode.LENGTH_MISMATCH.value, 0))]
+        m.d.comb += rs.ready.eq(Mux(in_payload, ~abort_valid & cb.ready, 1))
+        take = rs.valid & rs.ready
+        is_resp = rh.opcode == Opcode.RED_READ_RESP
+        with m.If(take):
+            with m.If(in_payload | dropping):
+                m.d.sync += r_k.eq(Mux(r_k == MAX_LENGTH, r_k, r_k + 1))
+                with m.If(rs.payload.last):
+                    m.d.sync += [in_payload.eq(0), dropping.eq(0)]
+            with m.Else():
+                m.d.sync += [r_rtag.eq(Cat(rh.tag, rh.route.uni.code.as_value())), r_len.eq(rh.length),
+                             r_etype.eq(rh.etype.as_value()), r_k.eq(0),
+                             in_payload.eq(is_resp & ~rs.payload.last),
+                             dropping.eq(~is_resp & ~rs.payload.last)]
+        m.d.sync += self.bad_responses.eq(self.bad_responses + (take & ~in_payload & ~dropping & ~is_resp))
+
+        # ---- 5. Results: buffer packets and request errors, packet by packet, into the out FIFO.
+        m.submodules.outq = outq = fifo.SyncFIFO(width=flit_bits, depth=2)
+        in_pkt = Signal()
+        pick_err = ~in_pkt & errq.r_rdy
+        m.d.comb += [
+            outq.w_data.eq(Mux(pick_err, errq.r_data, buf.out.payload.as_value())),
+            outq.w_en.eq(outq.w_rdy & (pick_err | buf.out.valid)),
+            errq.r_en.eq(outq.w_rdy & pick_err),
+            buf.out.ready.eq(outq.w_rdy & ~pick_err),
+            self.out.valid.eq(outq.r_rdy), self.out.payload.eq(outq.r_data), outq.r_en.eq(self.out.ready),
+        ]
+        with m.If(buf.out.valid & buf.out.ready):
+            m.d.sync += in_pkt.eq(~buf.out.payload.last)
+        return m

@@ -1,0 +1,39 @@
+"""Reduction ALU: bit-exact against the numpy reference (see verif/tb_reduce_alu.py)."""
+
+import pytest
+
+from verif.runner import run_cocotb, verilator_env
+
+TB = "verif.tb_reduce_alu"
+
+
+def skip_unless_slow_selected(request):
+    """Slow tests run only under ``-m slow`` (the marker is declared as deselected by default)."""
+    if "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("slow test: run with -m slow")
+
+
+def test_special_matrix(seed, sim):
+    run_cocotb("reduce_alu", {}, test_module=TB, testcase="test_special_matrix", seed=seed, sim=sim)
+
+
+def test_random(seed, sim):
+    run_cocotb("reduce_alu", {}, test_module=TB, testcase="test_random", seed=seed, sim=sim,
+               env={"pairs": 10000, "gap": 0.05, "stall": 0.05})
+
+
+def test_chain(seed, sim):
+    run_cocotb("reduce_alu", {}, test_module=TB, testcase="test_chain", seed=seed, sim=sim)
+
+
+def test_latency(seed, sim):
+    run_cocotb("reduce_alu", {}, test_module=TB, testcase="test_latency", seed=seed, sim=sim)
+
+
+@pytest.mark.slow
+def test_random_million(seed, request):
+    """10^6 random operand pairs per element type, on Verilator (the widest ALU: 32 16-bit lanes)."""
+    skip_unless_slow_selected(request)
+    sim = "verilator" if verilator_env() else "icarus"
+    run_cocotb("reduce_alu", {"flit_width": 512}, test_module=TB, testcase="test_random", seed=seed, sim=sim,
+               env={"pairs": 1_000_000, "gap": 0.0, "stall": 0.0})
