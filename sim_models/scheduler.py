@@ -34,17 +34,28 @@ API
     count exchange, ``DONE`` at GEMM-2 completion) and the GEMM engine. The scheduler and the cocotb
     testbench use the same object, so the RTL and the model see identical surroundings.
 
+``tile_gemm_times(ready, w1, w2, w2_joined, ...) -> GemmTimes``
+    The token-centric policy itself, vectorised over GPUs: given when each tile became ready, when its
+    GEMM-1 and GEMM-2 run and so when its tokens are released for combine. The GEMM engine of
+    ``TrackerEnvironment`` calls it (with cycles and ``SchedulerParams``' workers) and so does the speedup
+    estimator's tile engine, :func:`sim_models.pipeline.run_pipeline` (with seconds and one worker per SM
+    pool): it is the only definition of the policy.
+
 Pipeline rules (what "token-centric" means here)
 ------------------------------------------------
 * A tile is ready when its last token arrives (or, for an expert's partial last tile, when the expected
   total arrives and the tokens are already there): exactly the RTL table's behaviour, cycle for cycle.
-* The GEMM engine takes ready tiles as they leave the table (the ``ready`` stream, always accepted) and
-  runs GEMM-1 on the first free *dispatch-side* worker (FIFO in ready order), then GEMM-2 on the first
-  free *combine-side* worker (FIFO in GEMM-1 completion order). A worker is a group of
-  ``sms_per_tile`` SMs working on one tile, so ``dispatch_sms // sms_per_tile`` tiles run GEMM-1 at
-  once. ``gemm1_tile_cycles``/``gemm2_tile_cycles`` are one worker's time for a full tile
+* The GEMM engine (:func:`tile_gemm_times`) takes ready tiles as they leave the table (the ``ready``
+  stream, always accepted) and runs GEMM-1 on the first free *dispatch-side* worker (FIFO in ready order),
+  then GEMM-2 on the first free *combine-side* worker (FIFO in GEMM-1 completion order). A worker is a
+  group of ``sms_per_tile`` SMs working on one tile, so ``dispatch_sms // sms_per_tile`` tiles run GEMM-1
+  at once. ``gemm1_tile_cycles``/``gemm2_tile_cycles`` are one worker's time for a full tile
   (:func:`tile_gemm_cycles` derives them from a model and a roofline); a partial tile takes the full time
   unless ``scale_partial_tiles``.
+* Pool join (``join_pools``, default on): once a GPU has no GEMM-1 left (all its tiles, known from the
+  ``EXPECT`` totals, are ready and the last GEMM-1 has ended), the dispatch-side SMs are shared out over
+  the combine-side workers, so a GEMM-2 that starts from then takes ``gemm2_joined_cycles``. Without it
+  those SMs would idle while GEMM-2 tiles wait.
 * GEMM-2 completion is the ``DONE`` command into the table; the table then releases the tile's tokens one
   per cycle. A token's combine (its ``dymultimem.ld_reduce``) can issue once every one of its (GPU,
   expert) pairs has been released, plus ``notify_cycles``; its home GPU issues combines in that order,
@@ -63,6 +74,7 @@ __all__ = [
     "EXPECT", "DONE", "RETIRE", "CLEAR", "TRACKER_ERRORS",
     "TileTableModel", "StepResult", "Arrival", "SchedulerParams", "TrackerEnvironment", "TileRecord",
     "Schedule", "dispatch_arrivals", "run_tracker", "schedule", "tile_gemm_cycles", "token_row_flits",
+    "GemmTimes", "tile_gemm_times", "maxplus_scan",
 ]
 
 # Tile states and command codes: the same numbers as hw.gpu_nic.token_tracker.TileState / TileCmdOp (a test
