@@ -6,8 +6,8 @@ DySHARP-COMET-like schemes.
 :func:`run_pipeline` (a :class:`PipelineInputs` in, a :class:`PipelineResult` out) is the DySHARP-full
 timing core. It models the links (when each tile's last row arrives, when each partial and result moves);
 when each ready tile's GEMM-1 and GEMM-2 run, and so when its tokens are released for combine, is the
-reference token-centric scheduler's policy, :func:`sim_models.scheduler.tile_gemm_times`, called here with
-one worker per SM pool. That function is the only definition of the policy: the scheduler's closed loop
+reference token-centric scheduler's policy, :class:`sim_models.scheduler.TilePolicy`, used here with one
+worker per SM pool. That class is the only definition of the policy: the scheduler's closed loop
 with the Tile Status Table (and so the RTL testbench) runs the same code.
 
 Model (a fluid simulation in fixed time slots of ``dt``):
@@ -38,7 +38,7 @@ import dataclasses
 
 import numpy as np
 
-from .scheduler import maxplus_scan, tile_gemm_times
+from .scheduler import TilePolicy, maxplus_scan
 
 __all__ = ["PipelineInputs", "PipelineResult", "run_pipeline", "maxplus_scan"]
 
@@ -189,6 +189,7 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
     done_tok = np.zeros(len(cnt), dtype=bool)
     mark = np.zeros(len(cnt), dtype=np.int64)
     barrier_at = np.full(G, np.inf)
+    policy = TilePolicy(w1, w2, None if x.barrier else x.tile_w2_tail)
     p, t = 0.0, 0.0
     dispatch_end = 0.0 if T == 0 else None
     last_activity = 0.0
@@ -255,13 +256,13 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
             if x.barrier:
                 if dispatch_end is not None:
                     # COMET-like phases: GEMM-2 waits for the GPU's whole dispatch and all its GEMM-1 tiles.
-                    f1 = tile_gemm_times(ready, w1, w2).gemm1_end
+                    f1 = policy(ready).gemm1_end
                     done1 = np.isfinite(f1).sum(axis=1) >= ntiles
                     tail = np.max(np.where(np.isfinite(f1), f1, 0.0), axis=1, initial=0.0)
                     barrier_at = np.where(done1, np.maximum(tail, dispatch_end + x.latency_dispatch), np.inf)
-                times = tile_gemm_times(ready, w1, w2, gemm2_not_before=barrier_at)
+                times = policy(ready, gemm2_not_before=barrier_at)
             else:
-                times = tile_gemm_times(ready, w1, w2, x.tile_w2_tail, n_tiles=ntiles)
+                times = policy(ready, n_tiles=ntiles)
             f1, f2 = times.gemm1_end, times.gemm2_end
             f2[pad] = np.inf
             dirty = bool(x.barrier and not np.all(np.isfinite(barrier_at)))

@@ -34,7 +34,7 @@ API
     count exchange, ``DONE`` at GEMM-2 completion) and the GEMM engine. The scheduler and the cocotb
     testbench use the same object, so the RTL and the model see identical surroundings.
 
-``tile_gemm_times(ready, w1, w2, w2_joined, ...) -> GemmTimes``
+``TilePolicy(w1, w2, w2_joined, ...)(ready, ...) -> GemmTimes`` (one call: ``tile_gemm_times``)
     The token-centric policy itself, vectorised over GPUs: given when each tile became ready, when its
     GEMM-1 and GEMM-2 run and so when its tokens are released for combine. The GEMM engine of
     ``TrackerEnvironment`` calls it (with cycles and ``SchedulerParams``' workers) and so does the speedup
@@ -45,7 +45,7 @@ Pipeline rules (what "token-centric" means here)
 ------------------------------------------------
 * A tile is ready when its last token arrives (or, for an expert's partial last tile, when the expected
   total arrives and the tokens are already there): exactly the RTL table's behaviour, cycle for cycle.
-* The GEMM engine (:func:`tile_gemm_times`) takes ready tiles as they leave the table (the ``ready``
+* The GEMM engine (:class:`TilePolicy`) takes ready tiles as they leave the table (the ``ready``
   stream, always accepted) and runs GEMM-1 on the first free *dispatch-side* worker (FIFO in ready order),
   then GEMM-2 on the first free *combine-side* worker (FIFO in GEMM-1 completion order). A worker is a
   group of ``sms_per_tile`` SMs working on one tile, so ``dispatch_sms // sms_per_tile`` tiles run GEMM-1
@@ -74,7 +74,7 @@ __all__ = [
     "EXPECT", "DONE", "RETIRE", "CLEAR", "TRACKER_ERRORS",
     "TileTableModel", "StepResult", "Arrival", "SchedulerParams", "TrackerEnvironment", "TileRecord",
     "Schedule", "dispatch_arrivals", "run_tracker", "schedule", "tile_gemm_cycles", "token_row_flits",
-    "GemmTimes", "tile_gemm_times", "maxplus_scan",
+    "GemmTimes", "TilePolicy", "tile_gemm_times", "maxplus_scan",
 ]
 
 # Tile states and command codes: the same numbers as hw.gpu_nic.token_tracker.TileState / TileCmdOp (a test
@@ -397,7 +397,7 @@ def tile_gemm_cycles(hidden: int, expert_ffn: int, tile_size: int, sms: int, *, 
 #
 # The one definition of when a ready tile's GEMMs run. The closed loop below (TrackerEnvironment, hence
 # schedule() and the RTL testbench) and the estimator's tile engine (sim_models.pipeline.run_pipeline) both
-# call tile_gemm_times; each maps its own resources (workers, per-tile times) onto it.
+# call it; each maps its own resources (workers, per-tile times) onto it.
 
 def maxplus_scan(ready: np.ndarray, work: np.ndarray) -> np.ndarray:
     """Finish times of jobs run in order on one server per row: ``f[i] = max(ready[i], f[i-1]) + work[i]``,
@@ -417,16 +417,17 @@ class GemmTimes:
     joined: np.ndarray           # bool: GEMM-2 ran after the GPU's GEMM-1 pool had joined the GEMM-2 pool
 
 
-def _fifo(avail, work, workers, join_at=None, work_joined=None):
+def _fifo(avail, work, workers, join_at=None, work_joined=None, scan=maxplus_scan):
     """(end, joined) of jobs taken in row order by the first free of ``workers`` identical workers; a job
-    that starts at or after its row's ``join_at`` takes ``work_joined`` instead of ``work``."""
+    that starts at or after its row's ``join_at`` takes ``work_joined`` instead of ``work``. ``scan``: the
+    one-worker scan of ``work`` (the caller may have its running sums cached)."""
     G, NT = avail.shape
     joining = join_at is not None and work_joined is not None and bool(np.isfinite(join_at).any())
     if workers == 1:
         # One worker: starts never decrease along a row, so the jobs that start at or after join_at in the
         # schedule with ``work`` alone are exactly those that do with the switch (the jobs before the first
         # such one are unchanged, and every later one starts later still).
-        end = maxplus_scan(avail, work)
+        end = scan(avail, work)
         joined = np.zeros((G, NT), dtype=bool)
         if joining:
             with np.errstate(invalid="ignore"):
@@ -455,9 +456,9 @@ def _fifo(avail, work, workers, join_at=None, work_joined=None):
     return end, joined
 
 
-def tile_gemm_times(ready, w1, w2, w2_joined=None, *, workers1: int = 1, workers2: int = 1, n_tiles=None,
-                    join_not_before=0.0, gemm2_not_before=None) -> GemmTimes:
-    """The token-centric scheduler's GEMM policy for every GPU (one row per GPU).
+class TilePolicy:
+    """The token-centric scheduler's GEMM policy for every GPU (one row per GPU), with the per-tile work
+    fixed; call it with the tiles' ready times (again as more become ready) to get :class:`GemmTimes`.
 
     * ``ready`` ``(G, NT)``: each tile's ready time (the token tracker's ready event), ascending along a row
       (the order the tiles left the table), ``inf`` for tiles not ready yet (or padding), at the end.
@@ -475,42 +476,73 @@ def tile_gemm_times(ready, w1, w2, w2_joined=None, *, workers1: int = 1, workers
     Times are in any unit (the closed loop uses cycles, the estimator seconds). The result is causal: a
     tile's times depend only on tiles that became ready before it, plus the join, which only changes tiles
     starting after the GPU's last ready, so times already in the past never change as more tiles become
-    ready. With one worker per pool every step is a vectorised max-plus scan (the estimator's case); more
-    workers take an exact loop per tile.
+    ready. With one worker per pool every step is a vectorised max-plus scan (the estimator's case; the
+    running sums of the work are kept between calls); more workers take an exact loop per tile.
     """
-    r = np.atleast_2d(np.asarray(ready, dtype=np.float64))
-    G, NT = r.shape
-    for name, k in (("workers1", workers1), ("workers2", workers2)):
-        if not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"{name} must be a positive integer, got {k!r}")
-    a1 = np.broadcast_to(np.asarray(w1, dtype=np.float64), r.shape)
-    a2 = np.broadcast_to(np.asarray(w2, dtype=np.float64), r.shape)
-    f1, _ = _fifo(r, a1, workers1)
-    # GEMM-2 takes tiles in GEMM-1 completion order; with one GEMM-1 worker that is the ready order.
-    order = None
-    if workers1 > 1:
-        order = np.argsort(f1, axis=1, kind="stable")
-        avail = np.take_along_axis(f1, order, axis=1)
-        a2 = np.take_along_axis(a2, order, axis=1)
-    else:
-        avail = f1
-    if gemm2_not_before is not None:
-        avail = np.maximum(avail, np.broadcast_to(np.asarray(gemm2_not_before, dtype=np.float64), (G,))[:, None])
-    join_at = wj = None
-    if w2_joined is not None and n_tiles is not None:
-        wj = np.broadcast_to(np.asarray(w2_joined, dtype=np.float64), r.shape)
+
+    def __init__(self, w1, w2, w2_joined=None, *, workers1: int = 1, workers2: int = 1):
+        for name, k in (("workers1", workers1), ("workers2", workers2)):
+            if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+                raise ValueError(f"{name} must be a positive integer, got {k!r}")
+        self.w1 = np.asarray(w1, dtype=np.float64)
+        self.w2 = np.asarray(w2, dtype=np.float64)
+        self.w2_joined = None if w2_joined is None else np.asarray(w2_joined, dtype=np.float64)
+        self.workers1, self.workers2 = int(workers1), int(workers2)
+        self._sums = {}
+
+    def _scan(self, which):
+        """maxplus_scan of the fixed work ``which`` with its running sums cached per shape."""
+        def scan(avail, work):
+            key = (which, avail.shape)
+            if key not in self._sums:
+                c = np.cumsum(work, axis=1)
+                self._sums[key] = (c, c - work)
+            c, c_prev = self._sums[key]
+            with np.errstate(invalid="ignore"):
+                return c + np.maximum.accumulate(avail - c_prev, axis=1)
+        return scan
+
+    def __call__(self, ready, *, n_tiles=None, join_not_before=0.0, gemm2_not_before=None) -> GemmTimes:
+        r = np.atleast_2d(np.asarray(ready, dtype=np.float64))
+        G, NT = r.shape
+        a1 = np.broadcast_to(self.w1, r.shape)
+        a2 = np.broadcast_to(self.w2, r.shape)
+        f1, _ = _fifo(r, a1, self.workers1, scan=self._scan("w1"))
+        # GEMM-2 takes tiles in GEMM-1 completion order; with one GEMM-1 worker that is the ready order.
+        order = None
+        scan2 = self._scan("w2")
+        if self.workers1 > 1:
+            order = np.argsort(f1, axis=1, kind="stable")
+            avail = np.take_along_axis(f1, order, axis=1)
+            a2 = np.take_along_axis(a2, order, axis=1)
+            scan2 = maxplus_scan
+        else:
+            avail = f1
+        if gemm2_not_before is not None:
+            avail = np.maximum(avail, np.broadcast_to(np.asarray(gemm2_not_before, dtype=np.float64), (G,))[:, None])
+        join_at = wj = None
+        if self.w2_joined is not None and n_tiles is not None:
+            wj = np.broadcast_to(self.w2_joined, r.shape)
+            if order is not None:
+                wj = np.take_along_axis(wj, order, axis=1)
+            all_ready = np.isfinite(r).sum(axis=1) >= np.broadcast_to(np.asarray(n_tiles), (G,))
+            if all_ready.any():
+                f1_last = np.max(np.where(np.isfinite(f1), f1, -np.inf), axis=1, initial=-np.inf)
+                join_at = np.where(all_ready, np.maximum(f1_last, np.broadcast_to(
+                    np.asarray(join_not_before, dtype=np.float64), (G,))), np.inf)
+        f2, joined = _fifo(avail, a2, self.workers2, join_at, wj, scan=scan2)
+        s2 = f2 - np.where(joined, wj, a2) if join_at is not None else f2 - a2
         if order is not None:
-            wj = np.take_along_axis(wj, order, axis=1)
-        all_ready = np.isfinite(r).sum(axis=1) >= np.broadcast_to(np.asarray(n_tiles), (G,))
-        f1_last = np.max(np.where(np.isfinite(f1), f1, -np.inf), axis=1, initial=-np.inf)
-        join_at = np.where(all_ready, np.maximum(f1_last, np.broadcast_to(
-            np.asarray(join_not_before, dtype=np.float64), (G,))), np.inf)
-    f2, joined = _fifo(avail, a2, workers2, join_at, wj)
-    s2 = f2 - np.where(joined, wj, a2) if wj is not None else f2 - a2
-    if order is not None:
-        inv = np.argsort(order, axis=1)
-        f2, joined, s2 = (np.take_along_axis(v, inv, axis=1) for v in (f2, joined, s2))
-    return GemmTimes(f1 - a1, f1, s2, f2, joined)
+            inv = np.argsort(order, axis=1)
+            f2, joined, s2 = (np.take_along_axis(v, inv, axis=1) for v in (f2, joined, s2))
+        return GemmTimes(f1 - a1, f1, s2, f2, joined)
+
+
+def tile_gemm_times(ready, w1, w2, w2_joined=None, *, workers1: int = 1, workers2: int = 1, n_tiles=None,
+                    join_not_before=0.0, gemm2_not_before=None) -> GemmTimes:
+    """:class:`TilePolicy` in one call: ``TilePolicy(w1, w2, w2_joined, workers1=, workers2=)(ready, ...)``."""
+    return TilePolicy(w1, w2, w2_joined, workers1=workers1, workers2=workers2)(
+        ready, n_tiles=n_tiles, join_not_before=join_not_before, gemm2_not_before=gemm2_not_before)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -254,6 +254,24 @@ def test_gemm_policy_is_causal(k1, k2):
         assert np.array_equal(part.gemm1_end[ready <= c], full.gemm1_end[ready <= c])
 
 
+def test_gemm_policy_reused_equals_one_shot():
+    """A TilePolicy called again as tiles become ready (as the estimator does; it keeps running sums)
+    gives what a fresh one-shot call gives."""
+    rng = np.random.default_rng(3)
+    G, NT = 3, 20
+    ready = np.sort(rng.uniform(0, 300, (G, NT)), axis=1)
+    w1, w2 = rng.uniform(5, 20, (G, NT)), rng.uniform(5, 40, (G, NT))
+    pol = S.TilePolicy(w1, w2, w2 / 2)
+    for c in (40.0, 150.0, 1e9):
+        r = np.where(ready <= c, ready, np.inf)
+        for kw in ({"n_tiles": NT}, {"gemm2_not_before": np.array([0.0, 200.0, np.inf])}):
+            a, b = pol(r, **kw), S.tile_gemm_times(r, w1, w2, w2 / 2, **kw)
+            for f in ("gemm1_start", "gemm1_end", "gemm2_start", "gemm2_end", "joined"):
+                assert np.array_equal(getattr(a, f), getattr(b, f)), f
+
+
 def test_gemm_policy_bad_workers():
     with pytest.raises(ValueError, match="workers2"):
         S.tile_gemm_times(np.zeros((1, 2)), 1.0, 1.0, workers2=0)
+    with pytest.raises(ValueError, match="workers1"):
+        S.TilePolicy(1.0, 1.0, workers1=True)
