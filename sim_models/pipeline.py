@@ -38,9 +38,9 @@ import dataclasses
 
 import numpy as np
 
-from .scheduler import TilePolicy, maxplus_scan
+from .scheduler import TilePolicy
 
-__all__ = ["PipelineInputs", "PipelineResult", "run_pipeline", "maxplus_scan"]
+__all__ = ["PipelineInputs", "PipelineResult", "run_pipeline"]
 
 
 @dataclasses.dataclass
