@@ -4,8 +4,11 @@ fusion); the same engine, with other traffic and a phase barrier, times CCFuser-
 DySHARP-COMET-like schemes.
 
 :func:`run_pipeline` (a :class:`PipelineInputs` in, a :class:`PipelineResult` out) is the DySHARP-full
-timing core; inside it, :class:`TileScheduler` decides when each tile's GEMM-1 and GEMM-2 run -- the part a
-reference token-centric scheduler (``sim_models/scheduler.py``) can take over.
+timing core. It models the links (when each tile's last row arrives, when each partial and result moves);
+when each ready tile's GEMM-1 and GEMM-2 run, and so when its tokens are released for combine, is the
+reference token-centric scheduler's policy, :class:`sim_models.scheduler.TilePolicy`, used here with one
+worker per SM pool. That class is the only definition of the policy: the scheduler's closed loop
+with the Tile Status Table (and so the RTL testbench) runs the same code.
 
 Model (a fluid simulation in fixed time slots of ``dt``):
 
@@ -17,11 +20,13 @@ Model (a fluid simulation in fixed time slots of ``dt``):
   together through token index ``p`` (an all-to-all with random destinations is paced by its busiest link).
   The cumulative wire bytes each link carries up to progress ``p`` are piecewise linear between knots.
 * **Tiles.** On each GPU, the rows for one expert fill tiles of ``tile`` tokens in arrival order; a tile
-  is ready (the token tracker's event) when its last row has arrived, plus the dispatch latency. Tiles run
-  in ready order through GEMM-1 then GEMM-2 (a two-stage pipeline: ``w1``/``w2`` are per-tile times on the
-  SMs each stage has). Once a GPU's last GEMM-1 has ended, the remaining GEMM-2 tiles run at
-  ``w2_tail`` (the stage-1 SMs join stage 2). With ``barrier`` (COMET-like phases), no GEMM-2 starts on a
-  GPU before its whole dispatch and all its GEMM-1 tiles are done.
+  is ready (the token tracker's event) when its last row has arrived, plus the dispatch latency (which
+  includes the tracker's ready latency). The scheduler's policy then runs the tiles in ready order through
+  GEMM-1 on the stage-1 SMs and GEMM-2 on the stage-2 SMs, one tile at a time per stage (``w1``/``w2``:
+  per-tile times on the SMs each stage has); once a GPU has no GEMM-1 left (all its tiles ready and the
+  last GEMM-1 ended), its GEMM-2 tiles that start from then run at ``w2_tail`` (the stage-1 SMs join
+  stage 2). With ``barrier`` (COMET-like phases), no GEMM-2 starts on a GPU before its whole dispatch and
+  all its GEMM-1 tiles are done, and the stages never join (``w2_tail`` unused).
 * **Combine.** When a tile's GEMM-2 ends, its partials (one per (token, GPU) pair whose last row is in
   that tile) join the GPU's uplink queue; a pair's partial has left when the queue has drained past it.
   Unicast: each partial then loads the home GPU's downlink. In-switch reduction (``reduced``): a token's
@@ -33,7 +38,9 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["PipelineInputs", "PipelineResult", "run_pipeline", "maxplus_scan"]
+from .scheduler import TilePolicy
+
+__all__ = ["PipelineInputs", "PipelineResult", "run_pipeline"]
 
 
 @dataclasses.dataclass
@@ -78,47 +85,6 @@ class PipelineResult:
     up_busy: np.ndarray          # (G,) seconds each uplink carried data
     dn_busy: np.ndarray          # (G,)
     slots_run: int
-
-
-def maxplus_scan(ready: np.ndarray, work: np.ndarray) -> np.ndarray:
-    """Finish times of jobs run in order on one server per row: ``f[i] = max(ready[i], f[i-1]) + work[i]``,
-    vectorised as ``W[i] + max_{j<=i}(ready[j] - W[j-1])`` with ``W`` the running sum of ``work``."""
-    w = np.cumsum(work, axis=1)
-    with np.errstate(invalid="ignore"):
-        return w + np.maximum.accumulate(ready - (w - work), axis=1)
-
-
-class TileScheduler:
-    """When each tile's GEMM-1 and GEMM-2 end, given when the tiles became ready: the token-centric
-    scheduler's decision, and the one piece of this model a reference scheduler (``sim_models/scheduler.py``)
-    can take over. Tiles run in ready order through two stages on split SM pools (``w1``/``w2``: per-tile
-    seconds on each pool); once a GPU has no GEMM-1 left, its GEMM-1 SMs join GEMM-2 (``w2_tail``).
-    ``barrier_at`` (per GPU) holds every GEMM-2 back until then (COMET-like phases)."""
-
-    def __init__(self, w1: np.ndarray, w2: np.ndarray, w2_tail: np.ndarray):
-        self.w1, self.w2, self.w2_tail = w1, w2, w2_tail
-        # maxplus_scan with the running sums of the fixed work precomputed
-        self.c1 = np.cumsum(w1, axis=1)
-        self.c1_prev = self.c1 - w1
-        self.c2 = np.cumsum(w2, axis=1)
-        self.c2_prev = self.c2 - w2
-
-    def gemm1(self, ready: np.ndarray) -> np.ndarray:
-        with np.errstate(invalid="ignore"):
-            return self.c1 + np.maximum.accumulate(ready - self.c1_prev, axis=1)
-
-    def __call__(self, ready: np.ndarray, barrier_at: np.ndarray | None = None, all_ready: bool = False):
-        """(GEMM-1 end, GEMM-2 end) per tile, ``(G, NT)``; ``inf`` where not yet known."""
-        f1 = self.gemm1(ready)
-        with np.errstate(invalid="ignore"):
-            if barrier_at is not None:
-                return f1, self.c2 + np.maximum.accumulate(np.maximum(f1, barrier_at[:, None]) - self.c2_prev, axis=1)
-            f2 = self.c2 + np.maximum.accumulate(f1 - self.c2_prev, axis=1)
-        if all_ready:
-            f1_last = np.max(np.where(np.isfinite(f1), f1, 0.0), axis=1, initial=0.0)
-            tail = (f2 - self.w2) >= f1_last[:, None]
-            f2 = maxplus_scan(f1, np.where(tail, self.w2_tail, self.w2))
-        return f1, f2
 
 
 def _interp_rows(cum: np.ndarray, knots: np.ndarray, p: float) -> np.ndarray:
@@ -208,7 +174,6 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
             red_cap = np.where(part_home > 0, x.reduce_rate * dt * res_home / np.maximum(part_home, 1e-30), np.inf)
         red_cap = red_cap + req_dn_cum[:, -1] / x.slots      # read requests do not use the engines
 
-    sched = TileScheduler(w1, w2, x.tile_w2_tail)
     pad = np.arange(NT)[None, :] >= ntiles[:, None]
     ready = np.full((G, NT), np.inf)
     f1 = np.full((G, NT), np.inf)
@@ -224,6 +189,7 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
     done_tok = np.zeros(len(cnt), dtype=bool)
     mark = np.zeros(len(cnt), dtype=np.int64)
     barrier_at = np.full(G, np.inf)
+    policy = TilePolicy(w1, w2, None if x.barrier else x.tile_w2_tail)
     p, t = 0.0, 0.0
     dispatch_end = 0.0 if T == 0 else None
     last_activity = 0.0
@@ -285,12 +251,19 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
             a_up = np.minimum(qu, cap_up)
             a_dn = np.minimum(np.minimum(qd, cap_dn), red_cap)
         if dirty:
-            if x.barrier and dispatch_end is not None:
-                f1 = sched.gemm1(ready)
-                done1 = np.isfinite(f1).sum(axis=1) >= ntiles
-                tail = np.max(np.where(np.isfinite(f1), f1, 0.0), axis=1, initial=0.0)
-                barrier_at = np.where(done1, np.maximum(tail, dispatch_end + x.latency_dispatch), np.inf)
-            f1, f2 = sched(ready, barrier_at if x.barrier else None, all_ready=dispatch_end is not None)
+            # The token-centric scheduler's policy on the tiles ready so far (causal: times already in the
+            # past do not change as more tiles become ready).
+            if x.barrier:
+                if dispatch_end is not None:
+                    # COMET-like phases: GEMM-2 waits for the GPU's whole dispatch and all its GEMM-1 tiles.
+                    f1 = policy(ready).gemm1_end
+                    done1 = np.isfinite(f1).sum(axis=1) >= ntiles
+                    tail = np.max(np.where(np.isfinite(f1), f1, 0.0), axis=1, initial=0.0)
+                    barrier_at = np.where(done1, np.maximum(tail, dispatch_end + x.latency_dispatch), np.inf)
+                times = policy(ready, gemm2_not_before=barrier_at)
+            else:
+                times = policy(ready, n_tiles=ntiles)
+            f1, f2 = times.gemm1_end, times.gemm2_end
             f2[pad] = np.inf
             dirty = bool(x.barrier and not np.all(np.isfinite(barrier_at)))
         # Serve combine with this slot's allocations (from the backlog at the slot start).

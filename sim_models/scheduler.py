@@ -34,17 +34,28 @@ API
     count exchange, ``DONE`` at GEMM-2 completion) and the GEMM engine. The scheduler and the cocotb
     testbench use the same object, so the RTL and the model see identical surroundings.
 
+``TilePolicy(w1, w2, w2_joined, ...)(ready, ...) -> GemmTimes`` (one call: ``tile_gemm_times``)
+    The token-centric policy itself, vectorised over GPUs: given when each tile became ready, when its
+    GEMM-1 and GEMM-2 run and so when its tokens are released for combine. The GEMM engine of
+    ``TrackerEnvironment`` calls it (with cycles and ``SchedulerParams``' workers) and so does the speedup
+    estimator's tile engine, :func:`sim_models.pipeline.run_pipeline` (with seconds and one worker per SM
+    pool): it is the only definition of the policy.
+
 Pipeline rules (what "token-centric" means here)
 ------------------------------------------------
 * A tile is ready when its last token arrives (or, for an expert's partial last tile, when the expected
   total arrives and the tokens are already there): exactly the RTL table's behaviour, cycle for cycle.
-* The GEMM engine takes ready tiles as they leave the table (the ``ready`` stream, always accepted) and
-  runs GEMM-1 on the first free *dispatch-side* worker (FIFO in ready order), then GEMM-2 on the first
-  free *combine-side* worker (FIFO in GEMM-1 completion order). A worker is a group of
-  ``sms_per_tile`` SMs working on one tile, so ``dispatch_sms // sms_per_tile`` tiles run GEMM-1 at
-  once. ``gemm1_tile_cycles``/``gemm2_tile_cycles`` are one worker's time for a full tile
+* The GEMM engine (:class:`TilePolicy`) takes ready tiles as they leave the table (the ``ready``
+  stream, always accepted) and runs GEMM-1 on the first free *dispatch-side* worker (FIFO in ready order),
+  then GEMM-2 on the first free *combine-side* worker (FIFO in GEMM-1 completion order). A worker is a
+  group of ``sms_per_tile`` SMs working on one tile, so ``dispatch_sms // sms_per_tile`` tiles run GEMM-1
+  at once. ``gemm1_tile_cycles``/``gemm2_tile_cycles`` are one worker's time for a full tile
   (:func:`tile_gemm_cycles` derives them from a model and a roofline); a partial tile takes the full time
   unless ``scale_partial_tiles``.
+* Pool join (``join_pools``, default on): once a GPU has no GEMM-1 left (all its tiles, known from the
+  ``EXPECT`` totals, are ready and the last GEMM-1 has ended), the dispatch-side SMs are shared out over
+  the combine-side workers, so a GEMM-2 that starts from then takes ``gemm2_joined_cycles``. Without it
+  those SMs would idle while GEMM-2 tiles wait.
 * GEMM-2 completion is the ``DONE`` command into the table; the table then releases the tile's tokens one
   per cycle. A token's combine (its ``dymultimem.ld_reduce``) can issue once every one of its (GPU,
   expert) pairs has been released, plus ``notify_cycles``; its home GPU issues combines in that order,
@@ -63,6 +74,7 @@ __all__ = [
     "EXPECT", "DONE", "RETIRE", "CLEAR", "TRACKER_ERRORS",
     "TileTableModel", "StepResult", "Arrival", "SchedulerParams", "TrackerEnvironment", "TileRecord",
     "Schedule", "dispatch_arrivals", "run_tracker", "schedule", "tile_gemm_cycles", "token_row_flits",
+    "GemmTimes", "TilePolicy", "tile_gemm_times", "maxplus_scan",
 ]
 
 # Tile states and command codes: the same numbers as hw.gpu_nic.token_tracker.TileState / TileCmdOp (a test
@@ -279,7 +291,10 @@ class SchedulerParams:
     (``"dynamic"`` or ``"unicast"``), ``expect_cycle`` (when the count exchange delivers the per-expert
     totals; 0 = before dispatch).
     Compute: ``gemm1_tile_cycles``/``gemm2_tile_cycles`` (one worker, one full tile), ``dispatch_sms`` and
-    ``combine_sms`` (the SM split), ``sms_per_tile`` (SMs in one worker), ``scale_partial_tiles``.
+    ``combine_sms`` (the SM split), ``sms_per_tile`` (SMs in one worker), ``scale_partial_tiles``,
+    ``join_pools`` (once a GPU has no GEMM-1 left, its dispatch-side SMs are shared out over the
+    combine-side workers: a GEMM-2 starting from then takes :attr:`gemm2_joined_cycles`; False: the split
+    stays fixed and those SMs idle).
     Combine: ``notify_cycles`` (release -> visible at the token's home GPU), ``combine_issue_cycles``
     (the home GPU's issue interval per token; default 56: a DeepSeek-V3 BF16 row of 14336 B is 56
     header-only ``ld_reduce`` packets of 256 B on one link).
@@ -303,6 +318,7 @@ class SchedulerParams:
     scale_partial_tiles: bool = False
     notify_cycles: int = 8
     combine_issue_cycles: int = 56
+    join_pools: bool = True
 
     def __post_init__(self):
         _log2(self.tile_size, "tile_size")
@@ -317,6 +333,8 @@ class SchedulerParams:
         for f in ("switch_latency", "rx_latency", "expect_cycle", "notify_cycles"):
             if not isinstance(getattr(self, f), int) or getattr(self, f) < 0:
                 raise ValueError(f"{f} must be a non-negative integer, got {getattr(self, f)!r}")
+        if not isinstance(self.join_pools, bool):
+            raise ValueError(f"join_pools must be True or False, got {self.join_pools!r}")
         for f in ("dispatch_sms", "combine_sms"):
             if getattr(self, f) < self.sms_per_tile:
                 raise ValueError(f"{f} ({getattr(self, f)}) must be at least sms_per_tile "
@@ -329,6 +347,14 @@ class SchedulerParams:
     @property
     def combine_workers(self) -> int:
         return self.combine_sms // self.sms_per_tile
+
+    @property
+    def gemm2_joined_cycles(self) -> int:
+        """One combine-side worker's GEMM-2 time for a full tile once the dispatch-side workers' SMs have
+        joined it (``join_pools``): the SMs of ``dispatch_workers + combine_workers`` workers shared by the
+        ``combine_workers`` workers."""
+        k1, k2 = self.dispatch_workers, self.combine_workers
+        return max(1, math.ceil(self.gemm2_tile_cycles * k2 / (k1 + k2)))
 
     @property
     def row_wire_flits(self) -> int:
@@ -364,6 +390,159 @@ def tile_gemm_cycles(hidden: int, expert_ffn: int, tile_size: int, sms: int, *, 
     g1 = 2 * tile_size * hidden * 2 * expert_ffn / flops_per_s
     g2 = 2 * tile_size * expert_ffn * hidden / flops_per_s
     return max(1, round(g1 * clock_ghz * 1e9)), max(1, round(g2 * clock_ghz * 1e9))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The GEMM policy: tile ready -> GEMM-1 -> GEMM-2 (-> combine release at GEMM-2 end)
+#
+# The one definition of when a ready tile's GEMMs run. The closed loop below (TrackerEnvironment, hence
+# schedule() and the RTL testbench) and the estimator's tile engine (sim_models.pipeline.run_pipeline) both
+# call it; each maps its own resources (workers, per-tile times) onto it.
+
+def maxplus_scan(ready: np.ndarray, work: np.ndarray) -> np.ndarray:
+    """Finish times of jobs run in order on one server per row: ``f[i] = max(ready[i], f[i-1]) + work[i]``,
+    vectorised as ``W[i] + max_{j<=i}(ready[j] - W[j-1])`` with ``W`` the running sum of ``work``."""
+    w = np.cumsum(work, axis=1)
+    with np.errstate(invalid="ignore"):
+        return w + np.maximum.accumulate(ready - (w - work), axis=1)
+
+
+@dataclasses.dataclass
+class GemmTimes:
+    """Per tile, ``(G, NT)`` in the order the tiles became ready; ``inf`` where not (yet) known."""
+    gemm1_start: np.ndarray
+    gemm1_end: np.ndarray
+    gemm2_start: np.ndarray
+    gemm2_end: np.ndarray        # the DONE: the tile's tokens are released for combine
+    joined: np.ndarray           # bool: GEMM-2 ran after the GPU's GEMM-1 pool had joined the GEMM-2 pool
+
+
+def _fifo(avail, work, workers, join_at=None, work_joined=None, scan=maxplus_scan):
+    """(end, joined) of jobs taken in row order by the first free of ``workers`` identical workers; a job
+    that starts at or after its row's ``join_at`` takes ``work_joined`` instead of ``work``. ``scan``: the
+    one-worker scan of ``work`` (the caller may have its running sums cached)."""
+    G, NT = avail.shape
+    joining = join_at is not None and work_joined is not None and bool(np.isfinite(join_at).any())
+    if workers == 1:
+        # One worker: starts never decrease along a row, so the jobs that start at or after join_at in the
+        # schedule with ``work`` alone are exactly those that do with the switch (the jobs before the first
+        # such one are unchanged, and every later one starts later still).
+        end = scan(avail, work)
+        joined = np.zeros((G, NT), dtype=bool)
+        if joining:
+            with np.errstate(invalid="ignore"):
+                joined = ((end - work) >= join_at[:, None]) & np.isfinite(end)
+            if joined.any():
+                end = maxplus_scan(avail, np.where(joined, work_joined, work))
+        return end, joined
+    end = np.full((G, NT), np.inf)
+    joined = np.zeros((G, NT), dtype=bool)
+    for g in range(G):
+        free = [-math.inf] * workers
+        ja = float(join_at[g]) if joining else math.inf
+        wk, wj = work[g].tolist(), (work_joined[g].tolist() if joining else None)
+        ends, js = [], []
+        for i, a in enumerate(avail[g].tolist()):
+            if a == math.inf:
+                break                       # not ready yet: neither is any job behind it (FIFO)
+            start = max(a, heapq.heappop(free))
+            j = start >= ja
+            e = start + (wj[i] if j else wk[i])
+            heapq.heappush(free, e)
+            ends.append(e)
+            js.append(j)
+        end[g, :len(ends)] = ends
+        joined[g, :len(js)] = js
+    return end, joined
+
+
+class TilePolicy:
+    """The token-centric scheduler's GEMM policy for every GPU (one row per GPU), with the per-tile work
+    fixed; call it with the tiles' ready times (again as more become ready) to get :class:`GemmTimes`.
+
+    * ``ready`` ``(G, NT)``: each tile's ready time (the token tracker's ready event), ascending along a row
+      (the order the tiles left the table), ``inf`` for tiles not ready yet (or padding), at the end.
+    * **GEMM-1** runs on the dispatch-side pool, ``workers1`` workers, tiles first come first served in ready
+      order, each on the first free worker for ``w1`` (per tile, broadcastable to ``ready``).
+    * **GEMM-2** runs on the combine-side pool, ``workers2`` workers, first come first served in GEMM-1
+      completion order (ties: ready order), ``w2`` per tile, never before ``gemm2_not_before`` (per GPU;
+      a phase barrier such as COMET's; ``inf`` holds every GEMM-2 back).
+    * **Pool join** (work conserving): once a GPU has no GEMM-1 left -- all its ``n_tiles`` tiles are ready
+      and the last GEMM-1 has ended, and not before ``join_not_before`` (when the GPU learns its tile count,
+      the count exchange) -- its GEMM-1 SMs join the GEMM-2 pool: a GEMM-2 that starts from then on takes
+      ``w2_joined``. ``w2_joined=None`` or ``n_tiles=None``: the pools never join.
+    * A tile's tokens are released for combine when its GEMM-2 ends (``gemm2_end``, the table's DONE).
+
+    Times are in any unit (the closed loop uses cycles, the estimator seconds). The result is causal: a
+    tile's times depend only on tiles that became ready before it, plus the join, which only changes tiles
+    starting after the GPU's last ready, so times already in the past never change as more tiles become
+    ready. With one worker per pool every step is a vectorised max-plus scan (the estimator's case; the
+    running sums of the work are kept between calls); more workers take an exact loop per tile.
+    """
+
+    def __init__(self, w1, w2, w2_joined=None, *, workers1: int = 1, workers2: int = 1):
+        for name, k in (("workers1", workers1), ("workers2", workers2)):
+            if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+                raise ValueError(f"{name} must be a positive integer, got {k!r}")
+        self.w1 = np.asarray(w1, dtype=np.float64)
+        self.w2 = np.asarray(w2, dtype=np.float64)
+        self.w2_joined = None if w2_joined is None else np.asarray(w2_joined, dtype=np.float64)
+        self.workers1, self.workers2 = int(workers1), int(workers2)
+        self._sums = {}
+
+    def _scan(self, which):
+        """maxplus_scan of the fixed work ``which`` with its running sums cached per shape."""
+        def scan(avail, work):
+            key = (which, avail.shape)
+            if key not in self._sums:
+                c = np.cumsum(work, axis=1)
+                self._sums[key] = (c, c - work)
+            c, c_prev = self._sums[key]
+            with np.errstate(invalid="ignore"):
+                return c + np.maximum.accumulate(avail - c_prev, axis=1)
+        return scan
+
+    def __call__(self, ready, *, n_tiles=None, join_not_before=0.0, gemm2_not_before=None) -> GemmTimes:
+        r = np.atleast_2d(np.asarray(ready, dtype=np.float64))
+        G, NT = r.shape
+        a1 = np.broadcast_to(self.w1, r.shape)
+        a2 = np.broadcast_to(self.w2, r.shape)
+        f1, _ = _fifo(r, a1, self.workers1, scan=self._scan("w1"))
+        # GEMM-2 takes tiles in GEMM-1 completion order; with one GEMM-1 worker that is the ready order.
+        order = None
+        scan2 = self._scan("w2")
+        if self.workers1 > 1:
+            order = np.argsort(f1, axis=1, kind="stable")
+            avail = np.take_along_axis(f1, order, axis=1)
+            a2 = np.take_along_axis(a2, order, axis=1)
+            scan2 = maxplus_scan
+        else:
+            avail = f1
+        if gemm2_not_before is not None:
+            avail = np.maximum(avail, np.broadcast_to(np.asarray(gemm2_not_before, dtype=np.float64), (G,))[:, None])
+        join_at = wj = None
+        if self.w2_joined is not None and n_tiles is not None:
+            wj = np.broadcast_to(self.w2_joined, r.shape)
+            if order is not None:
+                wj = np.take_along_axis(wj, order, axis=1)
+            all_ready = np.isfinite(r).sum(axis=1) >= np.broadcast_to(np.asarray(n_tiles), (G,))
+            if all_ready.any():
+                f1_last = np.max(np.where(np.isfinite(f1), f1, -np.inf), axis=1, initial=-np.inf)
+                join_at = np.where(all_ready, np.maximum(f1_last, np.broadcast_to(
+                    np.asarray(join_not_before, dtype=np.float64), (G,))), np.inf)
+        f2, joined = _fifo(avail, a2, self.workers2, join_at, wj, scan=scan2)
+        s2 = f2 - np.where(joined, wj, a2) if join_at is not None else f2 - a2
+        if order is not None:
+            inv = np.argsort(order, axis=1)
+            f2, joined, s2 = (np.take_along_axis(v, inv, axis=1) for v in (f2, joined, s2))
+        return GemmTimes(f1 - a1, f1, s2, f2, joined)
+
+
+def tile_gemm_times(ready, w1, w2, w2_joined=None, *, workers1: int = 1, workers2: int = 1, n_tiles=None,
+                    join_not_before=0.0, gemm2_not_before=None) -> GemmTimes:
+    """:class:`TilePolicy` in one call: ``TilePolicy(w1, w2, w2_joined, workers1=, workers2=)(ready, ...)``."""
+    return TilePolicy(w1, w2, w2_joined, workers1=workers1, workers2=workers2)(
+        ready, n_tiles=n_tiles, join_not_before=join_not_before, gemm2_not_before=gemm2_not_before)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -450,9 +629,13 @@ class TrackerEnvironment:
 
     Each cycle: :meth:`inputs` gives the (arrival, cmd) to present (None = valid low); after the cycle,
     :meth:`observe` takes the :class:`StepResult` (from the model, or built from the RTL's signals).
-    Ready and release are always accepted. Records: ``ready_at``, ``gemm1``/``gemm2`` (start, end),
-    ``done_at`` (DONE accepted), ``released`` ((expert, tile, slot) -> cycle), ``accepted`` (arrival i ->
-    cycle), ``errors``.
+    Ready and release are always accepted. The GEMM engine is :func:`tile_gemm_times` on the tiles ready so
+    far (recomputed after each ready event; it is causal, so a DONE that is due never moves), with
+    ``dispatch_workers``/``combine_workers`` workers and the pool join of :class:`SchedulerParams`. A tile's
+    DONE is presented from its GEMM-2 end; commands due at once go earliest first, an ``EXPECT`` before a
+    ``DONE``, DONEs in GEMM-2 order. Records: ``ready_at``, ``gemm1``/``gemm2`` (start, end), ``done_at``
+    (DONE accepted), ``released`` ((expert, tile, slot) -> cycle), ``accepted`` (arrival i -> cycle),
+    ``errors``.
     """
 
     def __init__(self, arrivals: list[Arrival], expects: list[tuple[int, int, int]], params: SchedulerParams):
@@ -460,49 +643,78 @@ class TrackerEnvironment:
         self.arrivals = list(arrivals)
         self.next_arrival = 0
         self.expects = list(expects)
-        self.cmds = []              # heap of (time, seq, cmd)
-        self.seq = 0
-        for t, e, n in self.expects:
-            self._push_cmd(t, (EXPECT, e, 0, n))
-        self.g2_jobs = []           # heap of (gemm1 end, seq, tile key, tokens)
-        self.w1 = [0] * params.dispatch_workers
-        self.w2 = [0] * params.combine_workers
+        self.cmds = []              # heap of (time, seq, cmd): the EXPECT commands
+        for seq, (t, e, n) in enumerate(self.expects):
+            heapq.heappush(self.cmds, (t, seq, (EXPECT, e, 0, n)))
+        # The pool join needs the GPU's tile count, known from the count exchange (the EXPECT totals).
+        self.n_tiles = sum(-(-n // params.tile_size) for _, _, n in self.expects) if self.expects else None
+        self.totals_known_at = max((t for t, _, _ in self.expects), default=0)
+        self.order = []             # tile keys in ready order
+        self._ready = []
+        self._w = []                # per tile (GEMM-1, GEMM-2, GEMM-2 joined) cycles
+        self._times = None          # GemmTimes of the tiles ready so far
+        self._dirty = False
+        self._due = []              # DONEs not yet accepted: (GEMM-2 end, GEMM-1 end, ready position), sorted
+        self._done = set()          # ready positions whose DONE was accepted
         self.ready_at = {}
         self.tile_tokens = {}
-        self.gemm1 = {}
-        self.gemm2 = {}
         self.done_at = {}
         self.released = {}
         self.accepted = [None] * len(self.arrivals)
         self.errors = collections.Counter()
         self.current_cmd = None
-
-    def _push_cmd(self, t, cmd):
-        heapq.heappush(self.cmds, (t, self.seq, cmd))
-        self.seq += 1
+        self._cmd_is_done = False
 
     def _tile_time(self, base, n):
         if self.p.scale_partial_tiles:
             return max(1, math.ceil(base * n / self.p.tile_size))
         return base
 
-    def _schedule_gemm2(self, cycle):
-        while self.g2_jobs and self.g2_jobs[0][0] <= cycle:
-            g1_end, _, key, n = heapq.heappop(self.g2_jobs)
-            w = min(range(len(self.w2)), key=lambda i: (self.w2[i], i))
-            start = max(g1_end, self.w2[w])
-            end = start + self._tile_time(self.p.gemm2_tile_cycles, n)
-            self.w2[w] = end
-            self.gemm2[key] = (start, end)
-            self._push_cmd(end, (DONE, key[0], key[1], 0))
+    def _update(self):
+        """Re-run the GEMM policy on the tiles ready so far."""
+        if not self._dirty:
+            return
+        self._dirty = False
+        p = self.p
+        w = np.array(self._w, dtype=np.float64).reshape(-1, 3)
+        self._times = tile_gemm_times(np.array(self._ready, dtype=np.float64)[None, :], w[None, :, 0],
+                                      w[None, :, 1], w[None, :, 2] if p.join_pools else None,
+                                      workers1=p.dispatch_workers, workers2=p.combine_workers,
+                                      n_tiles=self.n_tiles, join_not_before=self.totals_known_at)
+        f1, f2 = self._times.gemm1_end[0], self._times.gemm2_end[0]
+        self._due = sorted((int(f2[i]), int(f1[i]), i) for i in range(len(self.order)) if i not in self._done)
+
+    def _times_of(self, start, end):
+        self._update()
+        if self._times is None:
+            return {}
+        s, e = start(self._times)[0], end(self._times)[0]
+        return {key: (int(s[i]), int(e[i])) for i, key in enumerate(self.order)}
+
+    @property
+    def gemm1(self) -> dict:
+        """Tile key -> (GEMM-1 start, end) cycles."""
+        return self._times_of(lambda t: t.gemm1_start, lambda t: t.gemm1_end)
+
+    @property
+    def gemm2(self) -> dict:
+        """Tile key -> (GEMM-2 start, end) cycles; the end is when its DONE is due."""
+        return self._times_of(lambda t: t.gemm2_start, lambda t: t.gemm2_end)
 
     def inputs(self, cycle):
-        self._schedule_gemm2(cycle)
+        self._update()
         arrival = None
         if self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival].time <= cycle:
             a = self.arrivals[self.next_arrival]
             arrival = (a.expert, a.tile)
-        self.current_cmd = self.cmds[0][2] if self.cmds and self.cmds[0][0] <= cycle else None
+        expect = self.cmds[0] if self.cmds and self.cmds[0][0] <= cycle else None
+        done = self._due[0] if self._due and self._due[0][0] <= cycle else None
+        self._cmd_is_done = done is not None and (expect is None or done[0] < expect[0])
+        if self._cmd_is_done:
+            key = self.order[done[2]]
+            self.current_cmd = (DONE, key[0], key[1], 0)
+        else:
+            self.current_cmd = expect[2] if expect is not None else None
         return arrival, self.current_cmd
 
     def observe(self, cycle, r: StepResult) -> None:
@@ -510,21 +722,23 @@ class TrackerEnvironment:
             self.accepted[self.next_arrival] = cycle
             self.next_arrival += 1
         if r.cmd_taken:
-            _, _, cmd = heapq.heappop(self.cmds)
-            if cmd[0] == DONE:
-                self.done_at[(cmd[1], cmd[2])] = cycle
+            if self._cmd_is_done:
+                i = self._due.pop(0)[2]
+                self._done.add(i)
+                self.done_at[self.order[i]] = cycle
+            else:
+                heapq.heappop(self.cmds)
         if r.ready_taken:
             e, t, n = r.ready
             key = (e, t)
             self.ready_at[key] = cycle
             self.tile_tokens[key] = n
-            w = min(range(len(self.w1)), key=lambda i: (self.w1[i], i))
-            start = max(cycle, self.w1[w])
-            end = start + self._tile_time(self.p.gemm1_tile_cycles, n)
-            self.w1[w] = end
-            self.gemm1[key] = (start, end)
-            heapq.heappush(self.g2_jobs, (end, self.seq, key, n))
-            self.seq += 1
+            p = self.p
+            self.order.append(key)
+            self._ready.append(cycle)
+            self._w.append((self._tile_time(p.gemm1_tile_cycles, n), self._tile_time(p.gemm2_tile_cycles, n),
+                            self._tile_time(p.gemm2_joined_cycles, n)))
+            self._dirty = True
         if r.release_taken:
             e, t, slot, _ = r.release
             self.released[(e, t, slot)] = cycle
@@ -533,13 +747,14 @@ class TrackerEnvironment:
 
     def next_event(self):
         """Earliest future cycle at which the inputs can change (None: nothing left)."""
+        self._update()
         times = []
         if self.next_arrival < len(self.arrivals):
             times.append(self.arrivals[self.next_arrival].time)
         if self.cmds:
             times.append(self.cmds[0][0])
-        if self.g2_jobs:
-            times.append(self.g2_jobs[0][0])
+        if self._due:
+            times.append(self._due[0][0])
         return min(times) if times else None
 
 
@@ -663,10 +878,11 @@ def schedule(routing, placement, gpus: int, params: SchedulerParams | None = Non
         run_tracker(model, env)
         envs.append(env)
         errors.update(model.errors)
+        gemm1, gemm2 = env.gemm1, env.gemm2
         for key, ready in sorted(env.ready_at.items(), key=lambda kv: kv[1]):
             n = env.tile_tokens[key]
             rel = [env.released[(key[0], key[1], s)] for s in range(n)]
-            records.append(TileRecord(g, key[0], key[1], n, ready, env.gemm1[key], env.gemm2[key],
+            records.append(TileRecord(g, key[0], key[1], n, ready, gemm1[key], gemm2[key],
                                       env.done_at[key], rel[0], rel[-1]))
         for a in arrivals[g]:
             t = env.released[(a.expert, a.tile, a.slot & (p.tile_size - 1))]

@@ -44,11 +44,15 @@ def test_schedule_invariants():
         rs.sort(key=lambda r: r.tile)
         assert [r.tile for r in rs] == list(range(len(rs)))
         assert all(r.tokens == p.tile_size for r in rs[:-1]) and 1 <= rs[-1].tokens <= p.tile_size
+    last_gemm1 = {g: max(r.gemm1[1] for r in sch.tiles if r.gpu == g) for g in range(8)}
     for r in sch.tiles:
         g_arr = [a.time for a in sch.arrivals[r.gpu] if a.expert == r.expert and a.tile == r.tile]
         assert r.ready >= max(g_arr) + 2            # table latency: accepted at t -> ready leaves at t+2
         assert r.gemm1[0] >= r.ready and r.gemm1[1] - r.gemm1[0] == p.gemm1_tile_cycles
-        assert r.gemm2[0] >= r.gemm1[1] and r.gemm2[1] - r.gemm2[0] == p.gemm2_tile_cycles
+        # GEMM-2 on the combine side; from the GPU's last GEMM-1 end on, the dispatch-side SMs help.
+        joined = r.gemm2[0] >= last_gemm1[r.gpu]
+        assert r.gemm2[0] >= r.gemm1[1]
+        assert r.gemm2[1] - r.gemm2[0] == (p.gemm2_joined_cycles if joined else p.gemm2_tile_cycles)
         assert r.done >= r.gemm2[1] and r.release_first == r.done + 2
         assert r.release_last - r.release_first >= r.tokens - 1
     # GEMM-1 never runs on more than dispatch_workers tiles at once (per GPU).
@@ -134,3 +138,140 @@ def test_model_basic_pipeline():
             rel.append((c, r.release))
     assert rel == [(10 + i, (1, 0, i, i == 3)) for i in range(4)]
     assert m.state[1 * 2 + 0] == S.COMBINE_ISSUED and not m.errors
+
+
+def test_pool_join():
+    """Once a GPU has no GEMM-1 left, its dispatch-side SMs join GEMM-2 (work conserving); with
+    join_pools=False the split stays fixed. Ready and GEMM-1 times do not depend on it."""
+    cfg, rt, pl = _layer()
+    kw = dict(FAST, gemm1_tile_cycles=20, gemm2_tile_cycles=90)      # GEMM-2 bound: a backlog at the end
+    fixed = S.schedule(rt, pl, 8, S.SchedulerParams(**kw, join_pools=False))
+    join = S.schedule(rt, pl, 8, S.SchedulerParams(**kw))
+    assert join.params.gemm2_joined_cycles == 30                     # 90 cycles x 1 of 3 workers' SMs
+    key = lambda r: (r.gpu, r.expert, r.tile)
+    a, b = sorted(fixed.tiles, key=key), sorted(join.tiles, key=key)
+    assert [(r.ready, r.gemm1) for r in a] == [(r.ready, r.gemm1) for r in b]
+    assert all(r.gemm2[1] - r.gemm2[0] == 90 for r in a)
+    n_joined = 0
+    for g in range(8):
+        mine = [r for r in b if r.gpu == g]
+        last1 = max(r.gemm1[1] for r in mine)
+        for r in mine:
+            assert r.gemm2[1] - r.gemm2[0] == (30 if r.gemm2[0] >= last1 else 90)
+            n_joined += r.gemm2[0] >= last1
+        assert max(r.gemm2[1] for r in mine) < max(r.gemm2[1] for r in a if r.gpu == g)
+    assert n_joined > 8
+    assert join.makespan < fixed.makespan and not join.table_errors
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The GEMM policy (tile_gemm_times) against a cycle-stepped reference written from its contract
+
+def _policy_reference(ready, w1, w2, w2j, k1, k2, n_tiles, join_not_before, not_before):
+    """One GPU, integer cycles, stepped one cycle at a time: free workers take the head of their queue."""
+    nt = len(ready)
+    known = [i for i in range(nt) if ready[i] is not None]
+    f1, f2, s2, joined = {}, {}, {}, {}
+    busy1, busy2 = [0] * k1, [0] * k2          # cycle each worker becomes free
+    q1 = list(known)                           # GEMM-1 queue: ready order
+    started1 = set()
+    q2 = []
+    t = 0
+    join_at = None
+    while len(f2) < len(known):
+        for i in list(q1):
+            if ready[i] > t:
+                break
+            w = next((w for w in range(k1) if busy1[w] <= t), None)
+            if w is None:
+                break
+            busy1[w] = t + w1[i]
+            f1[i] = t + w1[i]
+            started1.add(i)
+            q1.remove(i)
+        if join_at is None and w2j is not None and n_tiles is not None and len(known) >= n_tiles \
+                and len(f1) == len(known):
+            join_at = max(max(f1.values(), default=0), join_not_before)
+        # GEMM-2 queue: tiles whose GEMM-1 has ended, in (GEMM-1 end, ready position) order
+        for i in sorted((i for i in f1 if f1[i] <= t and i not in q2 and i not in f2), key=lambda i: (f1[i], i)):
+            q2.append(i)
+        while q2 and t >= not_before:
+            w = next((w for w in range(k2) if busy2[w] <= t), None)
+            if w is None:
+                break
+            i = q2.pop(0)
+            j = join_at is not None and t >= join_at
+            busy2[w] = t + (w2j[i] if j else w2[i])
+            s2[i], f2[i], joined[i] = t, busy2[w], j
+        t += 1
+        assert t < 100000
+    return f1, s2, f2, joined
+
+
+@pytest.mark.parametrize("k1, k2", [(1, 1), (2, 1), (1, 3), (3, 2)])
+def test_gemm_policy_matches_reference(k1, k2):
+    rng = np.random.default_rng(k1 * 10 + k2)
+    for case in range(40):
+        nt = int(rng.integers(1, 12))
+        ready = np.sort(rng.integers(0, 60, nt))
+        w1 = rng.integers(1, 15, nt)
+        w2 = rng.integers(1, 25, nt)
+        w2j = np.maximum(1, w2 // 2)
+        cut = int(rng.integers(0, nt + 1)) if case % 3 == 0 else nt          # tiles not ready yet
+        n_tiles = None if case % 5 == 0 else nt
+        jnb = int(rng.integers(0, 80)) if case % 4 == 0 else 0
+        nb = int(rng.integers(0, 100)) if case % 7 == 0 else 0
+        r = np.where(np.arange(nt) < cut, ready, np.inf)
+        got = S.tile_gemm_times(r, w1, w2, w2j, workers1=k1, workers2=k2, n_tiles=n_tiles,
+                                join_not_before=jnb, gemm2_not_before=np.array([nb]) if nb else None)
+        f1, s2, f2, joined = _policy_reference([int(x) if i < cut else None for i, x in enumerate(ready)],
+                                              w1, w2, w2j, k1, k2, n_tiles, jnb, nb)
+        for i in range(nt):
+            if i < cut:
+                assert got.gemm1_end[0, i] == f1[i] and got.gemm1_start[0, i] == f1[i] - w1[i]
+                assert (got.gemm2_start[0, i], got.gemm2_end[0, i], got.joined[0, i]) == (s2[i], f2[i], joined[i]), \
+                    (case, i)
+            else:
+                assert np.isinf(got.gemm1_end[0, i]) and np.isinf(got.gemm2_end[0, i])
+
+
+@pytest.mark.parametrize("k1, k2", [(1, 1), (2, 2)])
+def test_gemm_policy_is_causal(k1, k2):
+    """What the closed loop and the estimator rely on: times already in the past never change when more
+    tiles become ready (the join included)."""
+    rng = np.random.default_rng(7)
+    G, NT = 4, 30
+    ready = np.sort(rng.uniform(0, 500, (G, NT)), axis=1)
+    w1, w2 = rng.uniform(5, 30, (G, NT)), rng.uniform(5, 60, (G, NT))
+    full = S.tile_gemm_times(ready, w1, w2, w2 / 3, workers1=k1, workers2=k2, n_tiles=NT)
+    assert full.joined.any()
+    for c in (50.0, 200.0, 420.0):
+        part = S.tile_gemm_times(np.where(ready <= c, ready, np.inf), w1, w2, w2 / 3, workers1=k1, workers2=k2,
+                                 n_tiles=NT)
+        past = full.gemm2_end <= c
+        assert past.any()
+        assert np.array_equal(part.gemm2_end[past], full.gemm2_end[past])
+        assert np.array_equal(part.gemm1_end[ready <= c], full.gemm1_end[ready <= c])
+
+
+def test_gemm_policy_reused_equals_one_shot():
+    """A TilePolicy called again as tiles become ready (as the estimator does; it keeps running sums)
+    gives what a fresh one-shot call gives."""
+    rng = np.random.default_rng(3)
+    G, NT = 3, 20
+    ready = np.sort(rng.uniform(0, 300, (G, NT)), axis=1)
+    w1, w2 = rng.uniform(5, 20, (G, NT)), rng.uniform(5, 40, (G, NT))
+    pol = S.TilePolicy(w1, w2, w2 / 2)
+    for c in (40.0, 150.0, 1e9):
+        r = np.where(ready <= c, ready, np.inf)
+        for kw in ({"n_tiles": NT}, {"gemm2_not_before": np.array([0.0, 200.0, np.inf])}):
+            a, b = pol(r, **kw), S.tile_gemm_times(r, w1, w2, w2 / 2, **kw)
+            for f in ("gemm1_start", "gemm1_end", "gemm2_start", "gemm2_end", "joined"):
+                assert np.array_equal(getattr(a, f), getattr(b, f)), f
+
+
+def test_gemm_policy_bad_workers():
+    with pytest.raises(ValueError, match="workers2"):
+        S.tile_gemm_times(np.zeros((1, 2)), 1.0, 1.0, workers2=0)
+    with pytest.raises(ValueError, match="workers1"):
+        S.TilePolicy(1.0, 1.0, workers1=True)

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from sim_models import routing as rt
-from sim_models.pipeline import PipelineInputs, maxplus_scan, run_pipeline
+from sim_models.pipeline import PipelineInputs, run_pipeline
 from sim_models.schedule import list_schedule
+from sim_models.scheduler import maxplus_scan
 from sim_models.traffic import SCHEMES, TokenDestinations, account, payload_bytes
 from sim_models.workload import build_workload
 
