@@ -41,7 +41,7 @@ def test_zero_load_latency(ports, seed, sim):
 
 
 def test_credit_overflow(seed, sim):
-    run_cocotb("switch", {"ports": 4, "out_credits": 2}, test_module=TB, testcase="test_credit_overflow",
+    run_cocotb("switch", {"ports": 4, "credits": 16, "out_credits": 2}, test_module=TB, testcase="test_credit_overflow",
                seed=seed, sim=sim)
 
 
