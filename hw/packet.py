@@ -18,9 +18,14 @@ for opcodes that carry data (writes, stores, responses) those flits follow the h
 Header (128 bits, LSB first)::
 
     opcode 4 | src 6 | tag 8 | length 5 | etype 3 | redop 2 | route 100
-    route = uni: dst 6 | code 8 | addr 48          (unicast, responses, errors)
+    route = uni: dst 6 | code 8 | addr 48 | xtag 8 (unicast, responses, errors)
           | mm:  group 8 | addr 48                  (static multimem.*: group handle + offset)
           | dyn: group 8 | mask 64 | index 18 | offset 10   (dymultimem.*)
+
+``xtag`` extends ``tag`` to 16 bits where one requester has more than 256 transactions in flight: the
+switch's reduction engine names its buffer entries (up to 512) with it on ``RED_READ``, and a responder
+copies ``tag`` and ``xtag`` into its ``RED_READ_RESP``/``READ_RESP`` (:func:`wide_tag_fields`,
+:func:`wide_tag`).
 
 ``mask`` has one bit per switch port (up to 64). ``index`` is the algebraic index: the token's row in the
 logical dispatch/combine tensor, identical on every GPU. ``offset`` is the flit offset of this packet's
@@ -44,7 +49,8 @@ __all__ = [
     "UnicastRoute", "StaticRoute", "DynamicRoute", "Route", "HeaderLayout", "flit_layout",
     "Header", "Packet", "Flit", "header_fields",
     "payload_flits", "carries_payload", "check_header", "rtl_payload_flits", "rtl_header_error",
-    "payload_efficiency", "wire_flits", "pack_flit", "unpack_flit",
+    "payload_efficiency", "wire_flits", "pack_flit", "unpack_flit", "WIDE_TAG_BITS", "wide_tag_fields",
+    "wide_tag",
 ]
 
 HEADER_BITS = 128
@@ -110,6 +116,7 @@ class UnicastRoute(data.Struct):
     dst: 6
     code: ErrorCode
     addr: 48
+    xtag: 8      # high byte of a 16-bit tag (``tag`` is the low byte); responders echo it with ``tag``
 
 
 class StaticRoute(data.Struct):
@@ -263,6 +270,7 @@ class Header:
     mask: int = 0
     index: int = 0
     offset: int = 0
+    xtag: int = 0
 
     def __setattr__(self, name, value):
         # Store plain ints, whether given an int or an enum member (Opcode.WRITE, EType.BF16, ...).
@@ -305,6 +313,21 @@ class Header:
 
 def _opname(opcode) -> str:
     return Opcode(_iv(opcode)).name if _is_known(opcode) else f"<unknown {_iv(opcode)}>"
+
+
+WIDE_TAG_BITS = 16
+
+
+def wide_tag_fields(tag16: int) -> dict:
+    """Header fields (``tag``, ``xtag``) that carry a 16-bit transaction tag."""
+    if not 0 <= tag16 < (1 << WIDE_TAG_BITS):
+        raise ValueError(f"a wide tag must fit in {WIDE_TAG_BITS} bits, got {tag16}")
+    return {"tag": tag16 & 0xFF, "xtag": tag16 >> 8}
+
+
+def wide_tag(h: "Header") -> int:
+    """The 16-bit transaction tag of a unicast-route header."""
+    return (h.xtag << 8) | h.tag
 
 
 def carries_payload(opcode) -> bool:

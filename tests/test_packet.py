@@ -16,7 +16,7 @@ def random_header(rng, opcode):
         if name == "opcode":
             continue
         width = {"src": 6, "tag": 8, "length": 5, "etype": 3, "redop": 2, "dst": 6, "code": 8, "addr": 48,
-                 "group": 8, "mask": 64, "index": 18, "offset": 10}[name]
+                 "group": 8, "mask": 64, "index": 18, "offset": 10, "xtag": 8}[name]
         setattr(h, name, rng.getrandbits(width))
     if "code" in header_fields(opcode):
         h.code = rng.choice(list(ErrorCode)).value   # an enum field: only defined codes have a view
@@ -116,3 +116,12 @@ def test_efficiency_values():
         wire_flits(64, scheme="multicast")
     with pytest.raises(ValueError, match="positive"):
         wire_flits(0)
+
+
+def test_wide_tag_roundtrip():
+    from hw.packet import wide_tag, wide_tag_fields
+    h = Header(opcode=Opcode.RED_READ, dst=3, length=2, **wide_tag_fields(0x1A5))
+    assert (h.tag, h.xtag) == (0xA5, 0x01)
+    assert wide_tag(Header.decode(h.encode())) == 0x1A5
+    with pytest.raises(ValueError, match="16 bits"):
+        wide_tag_fields(1 << 16)

@@ -153,7 +153,8 @@ class RxModel:
             data = [self.memory.read(start + i) for i in range(h.length)]
             red = op == Opcode.RED_READ.value
             rh = Header(opcode=Opcode.RED_READ_RESP if red else Opcode.READ_RESP, src=self.cfg.port, tag=h.tag,
-                        length=h.length, etype=h.etype if red else 0, redop=h.redop if red else 0, dst=h.src)
+                        length=h.length, etype=h.etype if red else 0, redop=h.redop if red else 0, dst=h.src,
+                        xtag=h.xtag)
             self.responses.append(Packet(rh, data))
             return "read"
         if op == Opcode.ERROR.value:

@@ -161,7 +161,8 @@ def good_packet(rng, env, kind, free_tags):
                               index=rng.getrandbits(10), offset=rng.getrandbits(6)), data)]
     if kind in ("read", "red_read"):
         op = Opcode.READ if kind == "read" else Opcode.RED_READ
-        h = Header(opcode=op, src=src, tag=rng.getrandbits(8), length=n, dst=c.port, addr=addr)
+        h = Header(opcode=op, src=src, tag=rng.getrandbits(8), xtag=rng.getrandbits(8), length=n, dst=c.port,
+                   addr=addr)
         if op == Opcode.RED_READ:
             h.etype, h.redop = rng.choice(list(EType)).value, rng.choice(list(RedOp)).value
         return [Packet(h, [])]

@@ -9,7 +9,8 @@ What arrives and what happens
   switch's AL-TLB, whose translated deliveries arrive as ``WRITE``): the payload is written to memory.
 * ``READ`` and the switch's ``RED_READ`` (one contribution of an ``ld_reduce``): ``length`` flits are read
   from ``addr`` and sent back on ``rsp`` as ``READ_RESP`` / ``RED_READ_RESP`` to the requester (``dst`` =
-  the request's ``src``, same ``tag``; ``RED_READ_RESP`` keeps ``etype``/``redop``). The latency is the
+  the request's ``src``, same ``tag`` and ``xtag`` (the packet format's wide tag); ``RED_READ_RESP``
+  keeps ``etype``/``redop``). The latency is the
   memory's (the testbench memory model's ``latency``) plus the packet assembly.
 * ``RED_RESP`` (a reduced combine result) and ``READ_RESP`` (the unicast baseline's partial rows): written
   at the address bound to their ``tag`` by the request generator (``tag_issue``); the tag is then free.
@@ -125,7 +126,8 @@ def _header_value(**fields) -> Value:
     uni = data.Layout.cast(UnicastRoute)
     where = {name: (hl[name].offset, hl[name].width) for name in ("opcode", "src", "tag", "length", "etype",
                                                                   "redop")}
-    where["dst"] = (hl["route"].offset + uni["dst"].offset, uni["dst"].width)
+    for name in ("dst", "xtag"):
+        where[name] = (hl["route"].offset + uni[name].offset, uni[name].width)
     parts, pos = [], 0
     for name, (off, width) in sorted(where.items(), key=lambda kv: kv[1][0]):
         if off > pos:
@@ -337,7 +339,7 @@ class ReceivePath(wiring.Component):
         m.d.comb += job_hdr.eq(_header_value(
             opcode=Mux(typed, Opcode.RED_READ_RESP.value, Opcode.READ_RESP.value), src=self.cfg.port,
             tag=hdr.tag, length=hdr.length, etype=Mux(typed, hdr.etype.as_value(), 0),
-            redop=Mux(typed, hdr.redop.as_value(), 0), dst=hdr.src))
+            redop=Mux(typed, hdr.redop.as_value(), 0), dst=hdr.src, xtag=hdr.route.uni.xtag))
         with m.If(writing):
             # A metadata flit also needs room in the metadata queue; valid never waits on ready.
             m.d.comb += mw.valid.eq(flits.r_rdy & (~is_meta | metaq.w_rdy))

@@ -9,7 +9,7 @@ answers with the entry's 16-bit *reduction tag* ``rtag = gen << entry_bits | ent
 per-entry generation that increments on every allocation, so a late response for an entry that has been
 freed and reused does not match (it would alias only after ``2**(16 - entry_bits)`` reuses of one entry).
 On the wire the ``RED_READ``/``RED_READ_RESP`` header carries ``rtag`` in ``tag`` (low 8 bits) and
-``route.uni.code`` (high 8 bits); see :func:`rtag_to_header`.
+``route.uni.xtag`` (high 8 bits), the packet format's wide tag (:func:`hw.packet.wide_tag_fields`).
 
 Per entry the buffer keeps, in ``lib.memory`` arrays (SRAM-like: no reset, one row per access):
 
@@ -77,7 +77,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..arbiter import first_set
 from ..packet import (DEFAULT_FLIT_WIDTH, MAX_LENGTH, EType, ErrorCode, HeaderLayout, Opcode, RedOp,
-                      flit_layout)
+                      flit_layout, wide_tag, wide_tag_fields)
 from .reduce_alu import ReduceALU
 
 __all__ = ["ReductionBuffer", "AllocRequest", "RTAG_BITS", "COUNT_BITS", "contrib_layout",
@@ -93,13 +93,9 @@ def _bits(n: int) -> int:
     return max(1, (n - 1).bit_length())
 
 
-def rtag_to_header(rtag: int) -> dict:
-    """Header fields that carry a reduction tag on ``RED_READ``/``RED_READ_RESP``."""
-    return {"tag": rtag & 0xFF, "code": (rtag >> 8) & 0xFF}
-
-
-def rtag_from_header(h) -> int:
-    return (h.code << 8) | h.tag
+# A reduction tag travels as the packet format's 16-bit wide tag (``tag`` + ``xtag``).
+rtag_to_header = wide_tag_fields
+rtag_from_header = wide_tag
 
 
 class AllocRequest(data.Struct):

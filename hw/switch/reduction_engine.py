@@ -19,7 +19,7 @@ Flow
    error (``ISOLATION``, ``OUT_OF_BOUNDS``, ``TLB_FAULT``, ...) aborts the entry: the source gets
    ``ERROR`` with that code. Static ``multimem``: no translation, every member is read at ``route.mm.addr``
    (NVLS: the same offset on every GPU).
-3. **RED_READ** (``rd``): ``dst`` = the destination, ``src`` = the requester, ``tag``/``route.uni.code`` =
+3. **RED_READ** (``rd``): ``dst`` = the destination, ``src`` = the requester, ``tag``/``route.uni.xtag`` =
    the entry's reduction tag (low/high byte, :func:`~hw.switch.reduction_buffer.rtag_to_header`),
    ``length``/``etype``/``redop`` of the request, ``addr``. The destination answers ``RED_READ_RESP``
    echoing ``tag``, ``code``, ``length`` and ``etype``, with ``length`` payload flits.
@@ -207,7 +207,7 @@ class ReductionEngine(wiring.Component):
             hdr = Signal(HeaderLayout)
             m.d.comb += [hdr.opcode.eq(Opcode.RED_READ), hdr.src.eq(src), hdr.tag.eq(rtag[0:8]),
                          hdr.length.eq(length), hdr.etype.eq(etype), hdr.redop.eq(op),
-                         hdr.route.uni.dst.eq(dst_port), hdr.route.uni.code.as_value().eq(rtag[8:16]),
+                         hdr.route.uni.dst.eq(dst_port), hdr.route.uni.xtag.eq(rtag[8:16]),
                          hdr.route.uni.addr.eq(addr)]
             f = Signal(flit_layout(W))
             m.d.comb += [f.data.eq(hdr.as_value()), f.last.eq(1)]
@@ -274,7 +274,7 @@ class ReductionEngine(wiring.Component):
                 with m.If(rs.payload.last):
                     m.d.sync += [in_payload.eq(0), dropping.eq(0)]
             with m.Else():
-                m.d.sync += [r_rtag.eq(Cat(rh.tag, rh.route.uni.code.as_value())), r_len.eq(rh.length),
+                m.d.sync += [r_rtag.eq(Cat(rh.tag, rh.route.uni.xtag)), r_len.eq(rh.length),
                              r_etype.eq(rh.etype.as_value()), r_k.eq(0),
                              in_payload.eq(is_resp & ~rs.payload.last),
                              dropping.eq(~is_resp & ~rs.payload.last)]
