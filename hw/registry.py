@@ -188,9 +188,10 @@ def generate_verilog(name: str, overrides: dict | None = None, out_dir: str | os
 register("switch", "hw.switch.nvswitch:NVSwitch",
          points=[{"ports": n} for n in (4, 8, 16, 32, 64)],
          area_grid=[{"ports": n} for n in (8, 16, 32, 64)])
-register("switch_fifo", "hw.switch.nvswitch:NVSwitch", defaults={"queueing": "fifo"},
+register("switch_fifo", "hw.switch.nvswitch:NVSwitch", defaults={"queueing": "fifo", "speedup": 1},
          points=[{"ports": 8}],
-         doc="NVSwitch datapath with one FIFO per input (head-of-line-blocking baseline)")
+         doc="NVSwitch datapath with one FIFO per input and no speedup (the classical head-of-line-blocking "
+             "input-queued baseline)")
 register("cam", "hw.switch.cam:Cam", points=[{"entries": n} for n in (64, 256, 1024)])
 register("al_tlb", "hw.switch.al_tlb:AlTlb", points=[{"entries": n} for n in (64, 256, 1024)])
 register("memory_manager", "hw.gpu_nic.memory_manager:MemoryManager",

@@ -169,7 +169,7 @@ class InputUnit(wiring.Component):
         dropping = Signal()     # discarding flits until `last`
         cur_left = Signal(range(32))          # payload flits still expected
         cur_hdr = Signal(cell_shape)          # header cell of the packet being received
-        cur_q = Signal(range(n_uc + 1))       # its queue
+        cur_q = Signal(range(max(2, n_uc + 1)))   # its queue (never zero-width)
         cur_written = Signal(range(C + 1))    # its flits written so far
 
         new_cell = Signal(cell_shape)        # the next-write cell: this cycle's flit goes here
@@ -205,7 +205,7 @@ class InputUnit(wiring.Component):
             m.d.comb += hdr_mask.eq(self.group_mask)
         with m.Else():
             m.d.comb += hdr_mask.eq(hdr.route.dyn.mask[:N])
-        target_q = Signal(range(n_q))
+        target_q = Signal(range(max(2, n_q)))
         if n_uc:
             m.d.comb += target_q.eq(Mux(routing_dst, hdr.route.uni.dst, MQ))
         else:
@@ -451,7 +451,7 @@ class InputUnit(wiring.Component):
 
         # Dequeue at the grant: a unicast packet always; the mask-queue head on its last fanout round.
         deq = Signal(n_q)
-        start_q = Signal(range(n_q))
+        start_q = Signal(range(max(2, n_q)))
         mc_final = (mc_res & ~self.grant) == 0
         with m.If(start & (cls == REQ_UC)):
             m.d.comb += start_q.eq(onehot_to_index(self.grant))

@@ -41,14 +41,15 @@ N_ERROR_CODES = 16
 
 
 class NVSwitch(wiring.Component):
-    """Parameters: ``ports`` (4..64), ``credits`` (input cells per port, 4..1024), ``out_credits``
+    """Parameters: ``ports`` (4..64), ``credits`` (input cells per port, 4..1024; default 256 = 4 KB, which
+    keeps enough packets per input for the VOQ matching to saturate above 0.95), ``out_credits``
     (downstream buffer per port; default ``credits``), ``flit_width`` (128/256/512), ``max_payload``
     (payload flits per packet, 1..31), ``groups`` (static group-table entries), ``queueing``
     (``"voq"`` or ``"fifo"``), ``speedup`` (1 or 2: flits per cycle an input reads and the crossbar moves
     per port), ``egress_depth`` (output queue flits; default 4 at speedup 1, two maximal packets at
     speedup 2), ``iterations`` (iSLIP iterations per cycle, 1..4)."""
 
-    def __init__(self, *, ports: int = 8, credits: int = 128, out_credits: int | None = None,
+    def __init__(self, *, ports: int = 8, credits: int = 256, out_credits: int | None = None,
                  flit_width: int = DEFAULT_FLIT_WIDTH, max_payload: int = 16, groups: int = 16,
                  queueing: str = "voq", egress_depth: int | None = None, iterations: int = 1,
                  speedup: int = 2):
