@@ -28,6 +28,7 @@ from verif import reduce_ref as R
     (LinearTranslator, {"rows": 0}, "rows must be an integer in 1.."),
     (LdReduceUnit, {"row_bytes": 0}, "row_bytes must be an integer in 1.."),
 ])
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")   # the rejected instance is never used
 def test_parameters_are_validated(cls, kwargs, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(".", r"\.")):
         cls(**kwargs)
