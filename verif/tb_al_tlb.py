@@ -130,7 +130,8 @@ class TlbEnv:
         self.dut = dut
         self.p = p = tbenv.params()
         self.cycler = Cycler(dut)
-        self.model = AlTlbModel(**{k: p[k] for k in ("ports", "groups", "entries", "mshrs", "resp_depth")})
+        self.model = AlTlbModel(**{k: p[k] for k in ("ports", "groups", "entries", "mshrs", "resp_depth",
+                                                     "timeout")})
         self.cfg_log = []                     # (accept cycle, op, group, mask, rows)
         self.outstanding = {}                 # tag -> (Req, accept cycle)
         self.answers = collections.Counter()  # error code -> answers
