@@ -29,27 +29,28 @@ Contract
   ``OUT_OF_BOUNDS``. A backing error (``TLB_FAULT``, ``BUFFER_FULL``, ...) is returned to every request
   waiting on that miss and is not cached. Each error response increments its counter. Nothing is dropped.
 * Timeout (always on): a backing read not answered within ``timeout`` cycles is abandoned. Its timer
-  starts when the read is queued for ``mem.req`` (so a stuck ``mem.req`` times out too); a response up to
-  ``timeout`` cycles after ``mem.req`` took the read (with ``mem.req`` ready: ``timeout + 1`` cycles after
-  queueing) still fills, one in the cycle the timer expires wins over it. On expiry every request waiting
-  on the read (the primary and all coalesced ones, including one that joins in that very cycle) is
-  answered ``TIMEOUT`` through the replay path, the MSHRs free as they answer, nothing is cached,
-  ``READ_TIMEOUTS`` counts the read and ``TIMEOUT`` each answer. The read's tag is remembered as *owed*
-  (one bit per tag value); its response, if it ever comes, is ignored and counted in
-  ``STALE_RESPONSES`` (once: a second copy is a ``BAD_RESPONSES``). The MSHR's generation advances, so
-  its next read carries another tag and a late response can neither fill the CAM nor answer a request
-  that reuses the MSHR -- unless it comes after ``2**gen_bits`` further timeouts of the same MSHR (at
-  least ``2**gen_bits * timeout`` cycles late: 8 x ``timeout`` at 32 MSHRs), when the owed bit has been
-  given up for the new read.
+  starts in the cycle the read is queued for ``mem.req`` (so reads behind a stuck ``mem.req`` time out
+  too) and expires ``timeout + 1`` cycles later, i.e. ``timeout`` cycles after ``mem.req`` took the read
+  when ``mem.req`` is ready; a response that arrives by then (the expiry cycle included) fills as usual.
+  On expiry every request waiting on the read (the primary and all coalesced ones, including one that
+  joins in that very cycle) is answered ``TIMEOUT`` through the replay path, the MSHRs free as they
+  answer, nothing is cached, ``READ_TIMEOUTS`` counts the read and ``TIMEOUT`` each answer. The read's
+  tag is remembered as *owed* (one bit per tag value); its response, if it ever comes, is ignored and
+  counted in ``STALE_RESPONSES`` (once: a second copy is a ``BAD_RESPONSES``). The MSHR's generation
+  advances, so its next read carries another tag and a late response can neither fill the CAM nor answer
+  a request that reuses the MSHR -- unless it comes after ``2**gen_bits`` further timeouts of the same
+  MSHR (at least ``2**gen_bits * timeout`` cycles late: 8 x ``timeout`` at 32 MSHRs), when a new read
+  takes the tag again and gives the owed response up.
 * Latency: a hit is answered 3 cycles after it is accepted (2-cycle CAM + the response FIFO). A miss is
-  answered ``backing latency + 7`` cycles after it is accepted (a penalty of latency + 4), or ``TIMEOUT``
-  ``timeout + 7`` cycles after it when the backing latency exceeds ``timeout`` (no stalls).
+  answered ``backing latency + 7`` cycles after it is accepted (a penalty of latency + 4), or with
+  ``TIMEOUT`` ``timeout + 7`` cycles after it when the backing latency exceeds ``timeout`` (no stalls).
 * Throughput: one request accepted per cycle while hits flow. A miss takes an MSHR and waits without
   blocking later requests (hit-under-miss); a miss to a key already being fetched coalesces (one backing
   read per key); the answer is replayed through the pipeline once the fill arrives, taking one slot. When
-  no MSHR is free (or a new read finds the ``mshrs``-deep backing-read queue full, which takes reads that
-  timed out before ``mem.req`` took them), the missing request is recirculated and ``tr.req`` is
-  backpressured until one frees: only this translator's input stalls, never the switch. ``tr.resp`` backpressure is absorbed by the
+  no MSHR is free, or a miss needs a new read and the ``mshrs``-deep backing-read queue is full (it also
+  holds reads that timed out before ``mem.req`` took them), the missing request is recirculated and
+  ``tr.req`` takes new requests only in the cycles the recirculation leaves free, until one frees: only
+  this translator's input stalls, never the switch. ``tr.resp`` backpressure is absorbed by the
   ``resp_depth``-entry response FIFO, after which ``tr.req`` is backpressured too.
 """
 
