@@ -19,9 +19,11 @@ def test_random_small(seed, sim):
 
 def test_random_more_mshrs(seed, sim):
     """...plus backing reads that are never answered or answered late (timeouts, stale responses)."""
-    run_cocotb("al_tlb", {"entries": 32, "mshrs": 8, "ports": 16, "groups": 16, "resp_depth": 4, "timeout": 300},
+    run_cocotb("al_tlb", {"entries": 32, "mshrs": 8, "ports": 16, "groups": 16, "resp_depth": 4,
+                          "timeout": 300},
                test_module=TB, testcase="test_random", seed=seed, sim=sim,
-               env={"requests": 1000, "latency": 60, "jitter": 40, "drop": 0.03, "late": 0.03, "late_by": 400})
+               env={"requests": 1000, "latency": 60, "jitter": 40, "drop": 0.03, "late": 0.03,
+                    "late_by": 400})
 
 
 def test_hostile(seed, sim):

@@ -455,7 +455,7 @@ async def test_timeout(dut):
     """A backing read that is never answered: its primary and coalesced waiters are answered TIMEOUT
     exactly ``timeout + 7`` cycles after the primary was accepted, while hits and other misses go on; its
     late response is stale (counted, no fill, no answer) even when its MSHR already waits for another
-    read; a second copy is a bad response."""
+    read; a second copy is a bad response; after a generation wrap the owed response is given up."""
     p = tbenv.params()
     T, L = p["timeout"], tbenv.settings().get("latency", 10)
     assert T > L + 20 and p["mshrs"] >= 4
@@ -526,7 +526,32 @@ async def test_timeout(dut):
     c4 = env.counters()
     assert c4["BAD_RESPONSES"] - c3["BAD_RESPONSES"] == 1 and c4["STALE_RESPONSES"] == c3["STALE_RESPONSES"]
     assert c4["READ_TIMEOUTS"] == 1
-    dut._log.info(f"timeout answers {a_ans}; counters {c4}")
+    # 7. Generation wrap: E's reads are never answered. Its MSHR (the lowest free one) times out once per
+    # generation, so every tag of that MSHR is owed; the next read takes the first tag again and gives
+    # its owed response up: the first response with that tag fills it, a second copy is bad, the other
+    # generations' responses are stale.
+    E, gens = 9, 1 << (8 - ib)
+    env.mem.withhold = _key_is(E)
+    for _ in range(gens):
+        env.send(1, E, 1, 0)
+        await env.cycler.until(lambda: env.req.idle and not env.outstanding, timeout=T + 50,
+                               what="E's timeout")
+    tags = [r["tag"] for r, _ in env.mem.held]
+    assert len(set(t & ((1 << ib) - 1) for t in tags)) == 1 and len(set(tags)) == gens, tags
+    env.send(1, E, 1, 0)
+    await env.cycler.until(lambda: len(env.mem.held) == gens + 1, timeout=50, what="E's read after the wrap")
+    assert env.mem.held[-1][0]["tag"] == tags[0], (tags[0], env.mem.held[-1][0])
+    c5 = env.counters()
+    env.mem.withhold = None
+    env.mem.release()
+    await env.drain()
+    await env.cycler.until(lambda: env.mem.idle, timeout=200, what="the released answers")
+    await env.cycler.cycles(5)
+    c6 = env.counters()
+    d = {k: c6[k] - c5[k] for k in c6}
+    assert d["FILLS"] == 1 and d["STALE_RESPONSES"] == gens - 1 and d["BAD_RESPONSES"] == 1, d
+    assert c5["READ_TIMEOUTS"] - c4["READ_TIMEOUTS"] == gens and env.log[-1][4] == ErrorCode.NONE.value
+    dut._log.info(f"timeout answers {a_ans}; counters {c6}")
 
 
 @cocotb.test()

@@ -38,9 +38,9 @@ Contract
   tag is remembered as *owed* (one bit per tag value); its response, if it ever comes, is ignored and
   counted in ``STALE_RESPONSES`` (once: a second copy is a ``BAD_RESPONSES``). The MSHR's generation
   advances, so its next read carries another tag and a late response can neither fill the CAM nor answer
-  a request that reuses the MSHR -- unless it comes after ``2**gen_bits`` further timeouts of the same
-  MSHR (at least ``2**gen_bits * timeout`` cycles late: 8 x ``timeout`` at 32 MSHRs), when a new read
-  takes the tag again and gives the owed response up.
+  a request that reuses the MSHR -- unless the MSHR times out ``2**gen_bits - 1`` more times first (at
+  least ``(2**gen_bits - 1) * timeout`` cycles: 7 x ``timeout`` at 32 MSHRs) and a new read takes the old
+  tag again, giving the owed response up.
 * Latency: a hit is answered 3 cycles after it is accepted (2-cycle CAM + the response FIFO). A miss is
   answered ``backing latency + 7`` cycles after it is accepted (a penalty of latency + 4), or with
   ``TIMEOUT`` ``timeout + 7`` cycles after it when the backing latency exceeds ``timeout`` (no stalls).
