@@ -18,7 +18,8 @@ def test_random_small(seed, sim):
 
 
 def test_random_more_mshrs(seed, sim):
-    """...plus backing reads that are never answered or answered late (timeouts, stale responses)."""
+    """8 MSHRs, 16 ports, 4-deep response FIFO, 300-cycle timeout, and 3 % of the backing reads never
+    answered plus 3 % answered late: timeouts of coalesced waiters, stale responses, reused MSHRs."""
     run_cocotb("al_tlb", {"entries": 32, "mshrs": 8, "ports": 16, "groups": 16, "resp_depth": 4,
                           "timeout": 300},
                test_module=TB, testcase="test_random", seed=seed, sim=sim,
