@@ -202,7 +202,7 @@ class AlTlb(wiring.Component):
         # ---- MSHR file ------------------------------------------------------------------------------
         busy = Signal(N, name="mshr_busy")
         filled = Signal(N, name="mshr_filled")
-        primary = Signal(N, name="mshr_primary")     # owns the backing read (tag = its number)
+        primary = Signal(N, name="mshr_primary")     # owns the backing read (tag = its generation, number)
         flushed = Signal(N, name="mshr_flushed")     # group flushed meanwhile: answer, but do not cache
         mkey = [Signal(kw, name=f"mshr_key_{j}", reset_less=True) for j in range(N)]
         # Timeout state: the age of a primary's read, the MSHR's generation (advanced by each timeout, so
