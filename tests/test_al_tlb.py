@@ -18,9 +18,13 @@ def test_random_small(seed, sim):
 
 
 def test_random_more_mshrs(seed, sim):
-    run_cocotb("al_tlb", {"entries": 32, "mshrs": 8, "ports": 16, "groups": 16, "resp_depth": 4},
+    """8 MSHRs, 16 ports, 4-deep response FIFO, 300-cycle timeout, and 3 % of the backing reads never
+    answered plus 3 % answered late: timeouts of coalesced waiters, stale responses, reused MSHRs."""
+    run_cocotb("al_tlb", {"entries": 32, "mshrs": 8, "ports": 16, "groups": 16, "resp_depth": 4,
+                          "timeout": 300},
                test_module=TB, testcase="test_random", seed=seed, sim=sim,
-               env={"requests": 1000, "latency": 60, "jitter": 40})
+               env={"requests": 1000, "latency": 60, "jitter": 40, "drop": 0.03, "late": 0.03,
+                    "late_by": 400})
 
 
 def test_hostile(seed, sim):
@@ -38,7 +42,8 @@ def test_flush(seed, sim):
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 @pytest.mark.parametrize("kwargs", [{"ports": 1}, {"ports": 65}, {"groups": 0}, {"groups": 300},
-                                    {"entries": 100}, {"mshrs": 0}, {"mshrs": 33}, {"resp_depth": 3}])
+                                    {"entries": 100}, {"mshrs": 0}, {"mshrs": 33}, {"resp_depth": 3},
+                                    {"timeout": 15}, {"timeout": (1 << 20) + 1}, {"timeout": 0}])
 def test_bad_parameters(kwargs):
     with pytest.raises(ValueError):
         AlTlb(**kwargs)
@@ -50,3 +55,17 @@ def test_moe_deepseek_v3(seed, sim):
     run_cocotb("al_tlb", {"entries": 256, "mshrs": 16, "ports": 8, "groups": 4},
                test_module="verif.tb_al_tlb_moe", testcase="test_moe", seed=seed, sim=sim,
                env={"tokens": 16, "tile": 4, "packets": 4, "latency": 40, "jitter": 20})
+
+
+TIMEOUT_SMALL = {**SMALL, "timeout": 64}
+
+
+def test_timeout(seed, sim):
+    """A withheld backing response: TIMEOUT for all coalesced waiters, hit-under-miss continues; its late
+    response is stale and does not confuse the MSHR's next read."""
+    run_cocotb("al_tlb", TIMEOUT_SMALL, test_module=TB, testcase="test_timeout", seed=seed, sim=sim)
+
+
+def test_stuck_backing(seed, sim):
+    """mem.req never ready: reads time out from queueing, the full read queue backpressures new misses."""
+    run_cocotb("al_tlb", TIMEOUT_SMALL, test_module=TB, testcase="test_stuck_backing", seed=seed, sim=sim)

@@ -11,8 +11,12 @@ of answers. It is written from the contract in the RTL's docstring, with the sam
   response FIFO can take everything in flight; the CAM lookup and the group-table read start;
 * stage B: isolation and bounds check against the group table (a write in the issue cycle is seen);
 * stage C: the CAM answer arrives: error or hit -> response FIFO; miss -> the lowest free MSHR (primary:
-  queue a backing read; same key outstanding: coalesce; filled this very cycle: born filled) or, with no
-  MSHR free, the recirculation FIFO.
+  queue a backing read tagged ``gen << mshr_bits | mshr``; same key outstanding: coalesce; filled or
+  timed out this very cycle: born filled) or, with no MSHR free (or a new read and the read queue full),
+  the recirculation FIFO;
+* timeouts: a primary whose read has waited ``timeout`` cycles (and is not filled in this cycle) answers
+  every MSHR waiting on its key with ``TIMEOUT``, advances its generation and marks its tag owed; a
+  response whose tag is owed is a stale one: ignored, counted, the tag no longer owed.
 
 `functional_check` is the one-line specification (isolation, bounds, backing value) that the
 scoreboards use independently of this model.
@@ -22,7 +26,8 @@ import collections
 import dataclasses
 
 from hw.packet import ErrorCode
-from hw.switch.al_tlb import INDEX_BITS, MAX_ROWS, TlbCounter, tlb_key_fields
+from hw.switch.al_tlb import (DEFAULT_TIMEOUT, INDEX_BITS, MAX_ROWS, TlbCounter, backing_tag_fields,
+                              tlb_key_fields)
 
 from .cam_model import INSERT, INVALIDATE, CamCycleModel
 
@@ -33,6 +38,7 @@ FLUSH = 1
 NONE = ErrorCode.NONE.value
 ISOLATION = ErrorCode.ISOLATION.value
 OUT_OF_BOUNDS = ErrorCode.OUT_OF_BOUNDS.value
+TIMEOUT = ErrorCode.TIMEOUT.value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,11 +79,12 @@ class _Mshr:
     busy: bool = False
     filled: bool = False
     primary: bool = False
-    stale: bool = False
+    flushed: bool = False
     key: int = 0
     tag: int = 0
     addr: int = 0
     code: int = 0
+    age: int = 0          # cycles the primary's read has waited
 
 
 def functional_check(groups_cfg: dict, n_ports: int, n_groups: int, r: Req) -> int:
@@ -94,9 +101,12 @@ def functional_check(groups_cfg: dict, n_ports: int, n_groups: int, r: Req) -> i
 
 
 class AlTlbModel:
-    def __init__(self, *, ports=8, groups=16, entries=1024, mshrs=32, resp_depth=8):
+    def __init__(self, *, ports=8, groups=16, entries=1024, mshrs=32, resp_depth=8, timeout=DEFAULT_TIMEOUT):
         self.ports, self.groups, self.entries = ports, groups, entries
-        self.mshrs, self.resp_depth = mshrs, resp_depth
+        self.mshrs, self.resp_depth, self.timeout = mshrs, resp_depth, timeout
+        self.ib, self.gen_bits = backing_tag_fields(mshrs)
+        self.gen = [0] * mshrs               # per-MSHR generation (advanced by a timeout)
+        self.owed = set()                    # tags of timed-out reads whose response is still owed
         self.db, self.gb, self.kw = tlb_key_fields(ports, groups)
         self.group_shift = INDEX_BITS + self.db
         self.group_field = ((1 << self.gb) - 1) << self.group_shift
@@ -141,13 +151,26 @@ class AlTlbModel:
 
         # -- backing response (fill)
         fill = bool(i.mem_resp_valid and not i.cfg_valid)
-        fill_ok, fill_key, fill_stale, f_addr, f_code = False, None, False, 0, 0
+        fill_ok, fill_key, fill_flushed, f_addr, f_code, fid = False, None, False, 0, 0, None
+        late = False
         if fill:
-            f_addr, f_code, fid = i.mem_resp
-            if fid < N and self.mshr[fid].busy and not self.mshr[fid].filled and self.mshr[fid].primary:
-                fill_ok, fill_key, fill_stale = True, self.mshr[fid].key, self.mshr[fid].stale
+            f_addr, f_code, rtag = i.mem_resp
+            j, g = rtag & ((1 << self.ib) - 1), rtag >> self.ib
+            e = self.mshr[j] if j < N else None
+            if e is not None and e.busy and not e.filled and e.primary and self.gen[j] == g:
+                fill_ok, fill_key, fill_flushed, fid = True, e.key, e.flushed, j
+            elif rtag in self.owed:
+                late = True
+                inc[TlbCounter.STALE_RESPONSES] += 1
             else:
                 inc[TlbCounter.BAD_RESPONSES] += 1
+
+        # -- timeouts (at most one per cycle: primaries start in distinct cycles)
+        tmo_idx = next((j for j, e in enumerate(self.mshr) if e.busy and not e.filled and e.primary
+                        and e.age >= self.timeout and j != fid), None)
+        tmo_key = self.mshr[tmo_idx].key if tmo_idx is not None else None
+        if tmo_idx is not None:
+            inc[TlbCounter.READ_TIMEOUTS] += 1
 
         # -- stage A
         replay_idx = self._replay_idx()
@@ -175,7 +198,7 @@ class AlTlbModel:
                 inc[TlbCounter.CFG_ERRORS] += 1
             else:
                 cam_write = (INVALIDATE, (cgroup & gmask) << self.group_shift, self.group_field, f_addr)
-        insert = fill_ok and f_code == NONE and not fill_stale
+        insert = fill_ok and f_code == NONE and not fill_flushed
         if insert:
             inc[TlbCounter.FILLS] += 1
             cam_write = (INSERT, fill_key, self.group_field, f_addr)
@@ -198,25 +221,29 @@ class AlTlbModel:
             else:
                 k = self.key(p2["req"])
                 free = [j for j in range(N) if not self.mshr[j].busy]
-                if not free:
+                same_fill = fill_ok and fill_key == k
+                same_tmo = tmo_idx is not None and tmo_key == k
+                pend = any(e.busy and not e.filled and e.key == k for e in self.mshr)
+                primary = not same_fill and not same_tmo and not pend
+                if not free or (primary and memq_len >= N):
                     self.recirc.append(p2["req"])
                     inc[TlbCounter.RECIRCULATED] += 1
                 else:
                     j = free[0]
-                    same_fill = fill_ok and fill_key == k
-                    pend = any(e.busy and not e.filled and e.key == k for e in self.mshr)
-                    primary = not same_fill and not pend
-                    alloc = (j, same_fill, primary, k, p2["req"])
+                    alloc = (j, same_fill, same_tmo, primary, k, p2["req"])
                     if primary:
                         r = p2["req"]
-                        self.memq.append((r.group, r.index, r.dst, r.src, j))
+                        tag = (self.gen[j] << self.ib) | j
+                        self.memq.append((r.group, r.index, r.dst, r.src, tag))
+                        self.owed.discard(tag)      # a wrapped generation gives the old response up
                         inc[TlbCounter.MISSES] += 1
                     else:
                         inc[TlbCounter.COALESCED] += 1
         if push is not None:
             code = push[1]
             name = {ISOLATION: "ISOLATION", OUT_OF_BOUNDS: "OUT_OF_BOUNDS",
-                    ErrorCode.TLB_FAULT.value: "TLB_FAULT", ErrorCode.BUFFER_FULL.value: "BUFFER_FULL"}.get(code)
+                    ErrorCode.TLB_FAULT.value: "TLB_FAULT", ErrorCode.BUFFER_FULL.value: "BUFFER_FULL",
+                    TIMEOUT: "TIMEOUT"}.get(code)
             if name:
                 inc[TlbCounter[name]] += 1
             elif code != NONE:
@@ -249,20 +276,30 @@ class AlTlbModel:
             gdata = self.gtab.get(issue.group & gmask, (0, 0))     # transparent read: sees this cycle's write
             new_p1 = {"replay": False, "req": issue, "pre_err": pre_err, "gdata": gdata}
 
+        if late:
+            self.owed.discard(i.mem_resp[2])
+        if tmo_idx is not None:
+            self.owed.add((self.gen[tmo_idx] << self.ib) | tmo_idx)
+            self.gen[tmo_idx] = (self.gen[tmo_idx] + 1) % (1 << self.gen_bits)
         for j, e in enumerate(self.mshr):
             if alloc is not None and alloc[0] == j:
-                _, born_filled, primary, k, r = alloc
-                self.mshr[j] = _Mshr(busy=True, filled=born_filled, primary=primary,
-                                     stale=flush and (r.group & gmask) == (i.cfg[1] & gmask),
-                                     key=k, tag=r.tag, addr=f_addr if born_filled else 0,
-                                     code=f_code if born_filled else 0)
+                _, by_fill, by_tmo, primary, k, r = alloc
+                self.mshr[j] = _Mshr(busy=True, filled=by_fill or by_tmo, primary=primary,
+                                     flushed=flush and (r.group & gmask) == (i.cfg[1] & gmask),
+                                     key=k, tag=r.tag, addr=f_addr if by_fill else 0,
+                                     code=f_code if by_fill else (TIMEOUT if by_tmo else 0))
                 continue
+            waited = e.busy and not e.filled and e.primary
             if take_replay and replay_idx == j:
                 e.busy = False
             elif fill_ok and e.busy and not e.filled and e.key == fill_key:
                 e.filled, e.addr, e.code = True, f_addr, f_code
+            elif tmo_idx is not None and e.busy and not e.filled and e.key == tmo_key:
+                e.filled, e.addr, e.code = True, 0, TIMEOUT
+            if waited:
+                e.age += 1
             if flush and e.busy and (e.key >> self.group_shift) == (i.cfg[1] & gmask):
-                e.stale = True
+                e.flushed = True
 
         if push is not None:
             assert out_len < self.resp_depth, "model: response FIFO overflow (admission bug)"

@@ -9,14 +9,18 @@ Two independent checks run on every test:
   cycle-exact.
 * **Functional scoreboard** (:class:`TlbEnv`): every accepted request gets exactly one answer, matched by
   tag, equal to the contract (:func:`verif.al_tlb_model.functional_check` against the group configuration
-  in force when it was accepted, then the backing table's value or error), whatever the timing.
+  in force when it was accepted, then the backing table's value or error), whatever the timing. A
+  ``TIMEOUT`` answer is accepted only for a legal request whose key had a backing read withheld or
+  delayed by the backing agent (or that the test marked in ``timeout_keys``); how many and which requests
+  time out exactly is the lockstep's and the directed tests' business.
 
 Stalls: random ``valid`` gaps on ``tr.req`` and ``cfg``, random ``ready`` stalls on ``tr.resp`` and
 ``mem.req``, random backing latency jitter (out-of-order fills) and ``mem.resp`` held until taken.
 
 Settings (``DYSHARP_ENV``): ``requests``, ``latency``, ``jitter``, ``gap``, ``stall``, ``hostile``
 (fraction of hostile requests), ``keys`` (distinct legal keys), ``cfg_every`` (mean cycles between
-configuration writes, 0 = none), ``bogus`` (rate of bogus backing responses).
+configuration writes, 0 = none), ``bogus`` (rate of bogus backing responses), ``drop`` / ``late`` (rates
+of backing reads never answered / answered ``late_by`` cycles late: they time out).
 """
 
 import collections
@@ -36,6 +40,7 @@ from .stream import StreamDriver, StreamMonitor
 from .structs import pack, unpack
 
 N_COUNTERS = len(TlbCounter)
+ISOLATION, OUT_OF_BOUNDS = ErrorCode.ISOLATION.value, ErrorCode.OUT_OF_BOUNDS.value
 
 
 def pack_req(r: Req) -> int:
@@ -126,22 +131,25 @@ class TlbLockstep(Agent):
 
 class TlbEnv:
     def __init__(self, dut, *, serve=table_backing, latency=20, jitter=0, gap=0.0, stall=0.0,
-                 bogus=0.0, lockstep=True):
+                 bogus=0.0, lockstep=True, drop=0.0, late=0.0, late_by=0):
         self.dut = dut
         self.p = p = tbenv.params()
         self.cycler = Cycler(dut)
-        self.model = AlTlbModel(**{k: p[k] for k in ("ports", "groups", "entries", "mshrs", "resp_depth")})
+        self.model = AlTlbModel(**{k: p[k] for k in ("ports", "groups", "entries", "mshrs", "resp_depth",
+                                                     "timeout")})
         self.cfg_log = []                     # (accept cycle, op, group, mask, rows)
         self.outstanding = {}                 # tag -> (Req, accept cycle)
         self.answers = collections.Counter()  # error code -> answers
         self.accept_cycle = {}
         self.latencies = []
+        self.log = []                         # (answer cycle, Req, accept cycle, addr, code)
+        self.timeout_keys = set()             # (group, index, dst) that may be answered TIMEOUT
         self.serve = serve
         self.req = StreamDriver(dut, "tr__req", tbenv.rng("req"), gap=gap, on_accept=self._on_req)
         self.resp = StreamMonitor(dut, "tr__resp", tbenv.rng("resp"), stall=stall, on_item=self._on_resp)
         self.cfg = StreamDriver(dut, "cfg", tbenv.rng("cfg"), gap=gap, on_accept=self._on_cfg)
         self.mem = BackingResponder(dut, tbenv.rng("mem"), serve, latency=latency, jitter=jitter,
-                                    stall=stall, bogus=bogus)
+                                    stall=stall, bogus=bogus, drop=drop, late=late, late_by=late_by)
         self.lockstep = TlbLockstep(dut, self.model)
         self.lockstep.enabled = lockstep
         self.cycler.add(self.req, self.resp, self.cfg, self.mem, self.lockstep)
@@ -202,12 +210,17 @@ class TlbEnv:
                                  f"(addr {addr:#x}, code {code})")
         r, c0 = self.outstanding.pop(tag)
         exp = self.expected(r, c0)
+        key = (r.group, r.index, r.dst)
+        if (code == ErrorCode.TIMEOUT.value and addr == 0 and exp[1] not in (ISOLATION, OUT_OF_BOUNDS)
+                and (key in self.mem.withheld_keys or key in self.timeout_keys)):
+            exp = (0, code)
         if (addr, code) != exp:
             raise AssertionError(f"cycle {cycle}: request {r} accepted at cycle {c0} answered "
                                  f"addr={addr:#x} code={ErrorCode(code).name}, expected addr={exp[0]:#x} "
                                  f"code={ErrorCode(exp[1]).name}")
         self.answers[code] += 1
         self.latencies.append(cycle - c0)
+        self.log.append((cycle, r, c0, addr, code))
 
     async def drain(self, timeout=20000):
         await self.cycler.until(lambda: self.req.idle and self.cfg.idle and not self.outstanding,
@@ -263,8 +276,11 @@ async def test_random(dut):
     """Random legal + hostile traffic, reconfigurations, flushes and bogus backing answers, all stalls."""
     s = tbenv.settings()
     env = TlbEnv(dut, latency=s.get("latency", 30), jitter=s.get("jitter", 20), gap=s.get("gap", 0.2),
-                 stall=s.get("stall", 0.25), bogus=s.get("bogus", 0.005))
+                 stall=s.get("stall", 0.25), bogus=s.get("bogus", 0.005), drop=s.get("drop", 0.0),
+                 late=s.get("late", 0.0), late_by=s.get("late_by", 0))
     p = env.p
+    if s.get("late"):
+        assert s["late_by"] > p["timeout"], "late answers must come after the timeout"
     rng = tbenv.rng("traffic")
     await env.start()
     groups = legal_groups(p, rng)
@@ -302,6 +318,9 @@ async def test_random(dut):
                               1, (1 << 19) - 1)       # refused
         await env.cycler.cycles(1)
     await env.drain(timeout=40000)
+    env.mem.bogus = 0                          # no more injections: let the late answers arrive
+    await env.cycler.until(lambda: env.mem.idle, timeout=s.get("late_by", 0) + 2000, what="late answers")
+    await env.cycler.cycles(5)
     c = env.counters()
     dut._log.info(f"{env.lockstep.checked} cycles in lockstep; counters {c}; answers "
                   f"{ {ErrorCode(k).name: v for k, v in env.answers.items()} }")
@@ -311,6 +330,13 @@ async def test_random(dut):
         assert c["RECIRCULATED"] > 0, "MSHRs never ran out: backpressure path not exercised"
     assert c["TLB_FAULT"] + c["BUFFER_FULL"] > 0
     assert c["BAD_RESPONSES"] == env.mem.bogus_sent
+    # Every withheld or late read timed out (normal answers come well within the timeout), each late
+    # answer was recognised as stale, and each TIMEOUT answer was counted.
+    assert c["READ_TIMEOUTS"] == len(env.mem.withheld), (c, len(env.mem.withheld))
+    assert c["STALE_RESPONSES"] == env.mem.late_sent, (c, env.mem.late_sent)
+    assert c["TIMEOUT"] == env.answers[ErrorCode.TIMEOUT.value] >= c["READ_TIMEOUTS"]
+    if s.get("drop") or s.get("late"):
+        assert c["READ_TIMEOUTS"] > 0 and c["STALE_RESPONSES"] > 0, "no timeout or stale answer happened"
 
 
 @cocotb.test()
@@ -418,3 +444,160 @@ async def test_flush(dut):
     env.send(2, 3, 1, 0)                      # group 2 still cached: old value, no backing read
     await env.drain()
     assert len(env.mem.accepted) == 3
+
+
+def _key_is(index):
+    return lambda r: r["index"] == index
+
+
+@cocotb.test()
+async def test_timeout(dut):
+    """A backing read that is never answered: its primary and coalesced waiters are answered TIMEOUT
+    exactly ``timeout + 7`` cycles after the primary was accepted, while hits and other misses go on; its
+    late response is stale (counted, no fill, no answer) even when its MSHR already waits for another
+    read; a second copy is a bad response; after a generation wrap the owed response is given up."""
+    p = tbenv.params()
+    T, L = p["timeout"], tbenv.settings().get("latency", 10)
+    assert T > L + 20 and p["mshrs"] >= 4
+    env = TlbEnv(dut, latency=L)
+    ib = (p["mshrs"] - 1).bit_length() or 1
+    await env.start()
+    env.configure(1, 0b11, 16)
+    await env.cycler.until(lambda: env.cfg.idle, timeout=100, what="configuration")
+    B, C, D = 6, 7, 8
+    env.send(1, B, 1, 0)                       # warm B
+    await env.drain()
+    c0 = env.counters()
+
+    # 1. A's read is withheld: three requests wait on it (one primary, two coalesced).
+    env.mem.withhold = _key_is(5)
+    a_tags = [env.send(1, 5, 1, 0) for _ in range(3)]
+    b_tags = [env.send(1, B, 1, 0) for _ in range(20)]
+    c_tag = env.send(1, C, 1, 0)
+    await env.drain(timeout=T + 200)
+    by_tag = {}
+    for cyc, r, acc, addr, code in env.log:
+        by_tag.setdefault(r.tag, (cyc, acc, addr, code))
+    a_ans = sorted(by_tag[t] for t in a_tags)
+    assert [x[3] for x in a_ans] == [ErrorCode.TIMEOUT.value] * 3, a_ans
+    assert a_ans[0][0] - a_ans[0][1] == T + 7, f"primary answered {a_ans[0][0] - a_ans[0][1]} cycles " \
+                                               f"after acceptance, expected timeout + 7 = {T + 7}"
+    assert [x[0] for x in a_ans] == [a_ans[0][0] + k for k in range(3)], a_ans
+    # hit-under-miss and miss-under-miss: B's hits and C's miss are answered before A's timeout
+    assert max(by_tag[t][0] for t in b_tags + [c_tag]) < a_ans[0][0]
+    assert by_tag[c_tag][3] == ErrorCode.NONE.value
+    c1 = env.counters()
+    d = {k: c1[k] - c0[k] for k in c1}
+    assert d["READ_TIMEOUTS"] == 1 and d["TIMEOUT"] == 3 and d["COALESCED"] == 2, d
+    assert d["MISSES"] == 2 and d["FILLS"] == 1 and d["HITS"] == 20, d
+    assert d["STALE_RESPONSES"] == 0 and d["BAD_RESPONSES"] == 0, d
+    assert len(env.mem.held) == 1
+    a_req, a_bits = env.mem.held[0]
+    a_mshr = a_req["tag"] & ((1 << ib) - 1)
+
+    # 2. D misses and takes A's MSHR again, with a new generation; its read is withheld too.
+    env.mem.withhold = _key_is(D)
+    d_tag = env.send(1, D, 1, 0)
+    await env.cycler.until(lambda: len(env.mem.held) == 2, timeout=100, what="D's backing read")
+    d_req = env.mem.held[1][0]
+    assert d_req["tag"] & ((1 << ib) - 1) == a_mshr, (a_req, d_req)
+    assert d_req["tag"] == a_req["tag"] + (1 << ib), "the MSHR's generation did not advance"
+    # 3. A's late response arrives while D waits on the same MSHR: stale, D not answered, no fill.
+    env.mem.release(_key_is(5))
+    await env.cycler.cycles(20)
+    c2 = env.counters()
+    assert c2["STALE_RESPONSES"] - c1["STALE_RESPONSES"] == 1, c2
+    assert d_tag in env.outstanding, "D was answered by A's late response"
+    assert all(c2[k] == c1[k] for k in ("FILLS", "REPLAYS", "BAD_RESPONSES", "HITS")), (c1, c2)
+    # 4. D's own response answers D with D's translation (checked by the scoreboard).
+    env.mem.release()
+    env.mem.withhold = None
+    await env.drain()
+    # 5. A was not cached by its late response: a new request misses and reads again.
+    env.send(1, 5, 1, 0)
+    await env.drain()
+    c3 = env.counters()
+    assert c3["MISSES"] - c2["MISSES"] == 1 and env.mem.accepted[-1][1]["index"] == 5, (c2, c3)
+    assert c3["FILLS"] - c2["FILLS"] == 2, (c2, c3)          # D's and A's new read
+    assert env.log[-1][4] == ErrorCode.NONE.value
+    # 6. A second copy of the late response is no longer owed: a bad response.
+    env.mem.inject(a_bits)
+    await env.cycler.cycles(10)
+    c4 = env.counters()
+    assert c4["BAD_RESPONSES"] - c3["BAD_RESPONSES"] == 1 and c4["STALE_RESPONSES"] == c3["STALE_RESPONSES"]
+    assert c4["READ_TIMEOUTS"] == 1
+    # 7. Generation wrap: E's reads are never answered. Its MSHR (the lowest free one) times out once per
+    # generation, so every tag of that MSHR is owed; the next read takes the first tag again and gives
+    # its owed response up: the first response with that tag fills it, a second copy is bad, the other
+    # generations' responses are stale.
+    E, gens = 9, 1 << (8 - ib)
+    env.mem.withhold = _key_is(E)
+    for _ in range(gens):
+        env.send(1, E, 1, 0)
+        await env.cycler.until(lambda: env.req.idle and not env.outstanding, timeout=T + 50,
+                               what="E's timeout")
+    tags = [r["tag"] for r, _ in env.mem.held]
+    assert len(set(t & ((1 << ib) - 1) for t in tags)) == 1 and len(set(tags)) == gens, tags
+    env.send(1, E, 1, 0)
+    await env.cycler.until(lambda: len(env.mem.held) == gens + 1, timeout=50, what="E's read after the wrap")
+    assert env.mem.held[-1][0]["tag"] == tags[0], (tags[0], env.mem.held[-1][0])
+    c5 = env.counters()
+    env.mem.withhold = None
+    env.mem.release()
+    await env.drain()
+    await env.cycler.until(lambda: env.mem.idle, timeout=200, what="the released answers")
+    await env.cycler.cycles(5)
+    c6 = env.counters()
+    d = {k: c6[k] - c5[k] for k in c6}
+    assert d["FILLS"] == 1 and d["STALE_RESPONSES"] == gens - 1 and d["BAD_RESPONSES"] == 1, d
+    assert c5["READ_TIMEOUTS"] - c4["READ_TIMEOUTS"] == gens and env.log[-1][4] == ErrorCode.NONE.value
+    dut._log.info(f"timeout answers {a_ans}; counters {c6}")
+
+
+@cocotb.test()
+async def test_stuck_backing(dut):
+    """``mem.req`` stuck (never ready): reads time out from the cycle they were queued and answer
+    TIMEOUT; hits keep flowing; once the read queue is full a new miss recirculates (no read, no MSHR)
+    until the link moves again; then the dead reads go out, their answers are stale, and the waiting miss
+    is served."""
+    p = tbenv.params()
+    T, N = p["timeout"], p["mshrs"]
+    env = TlbEnv(dut, latency=10)
+    await env.start()
+    env.configure(1, 0b11, 64)
+    await env.cycler.until(lambda: env.cfg.idle, timeout=100, what="configuration")
+    W = 40
+    env.send(1, W, 1, 0)                       # warm W
+    await env.drain()
+    c0 = env.counters()
+    env.mem.blocked = True
+    for k in range(N):                         # N misses: N MSHRs, N queued reads
+        env.timeout_keys.add((1, k, 1))
+        env.send(1, k, 1, 0)
+    w_tags = [env.send(1, W, 1, 0) for _ in range(10)]
+    await env.drain(timeout=T + 100)
+    c1 = env.counters()
+    assert c1["READ_TIMEOUTS"] - c0["READ_TIMEOUTS"] == N and c1["TIMEOUT"] - c0["TIMEOUT"] == N, c1
+    assert c1["HITS"] - c0["HITS"] == 10
+    assert not env.mem.accepted[1:], "a read left although mem.req was never ready"
+    first_tmo = min(cyc for cyc, r, acc, addr, code in env.log if code == ErrorCode.TIMEOUT.value)
+    assert max(cyc for cyc, r, *_ in env.log if r.tag in w_tags) < first_tmo
+    # The read queue is full of dead reads: a new miss recirculates until the link moves (hits still
+    # enter between its retries).
+    env.send(1, 50, 1, 0)
+    for _ in range(5):
+        env.send(1, W, 1, 0)
+    await env.cycler.cycles(60)
+    c2 = env.counters()
+    assert [r.index for r, _ in env.outstanding.values()] == [50], env.outstanding
+    assert c2["RECIRCULATED"] - c1["RECIRCULATED"] > 10, c2
+    assert c2["HITS"] - c1["HITS"] == 5 and c2["MISSES"] == c1["MISSES"], (c1, c2)
+    env.mem.blocked = False
+    await env.drain()
+    await env.cycler.until(lambda: env.mem.idle, timeout=200, what="the dead reads' answers")
+    await env.cycler.cycles(5)
+    c3 = env.counters()
+    assert c3["STALE_RESPONSES"] - c0["STALE_RESPONSES"] == N, c3
+    assert c3["BAD_RESPONSES"] == c0["BAD_RESPONSES"] and c3["READ_TIMEOUTS"] == c1["READ_TIMEOUTS"]
+    assert env.log[-1][1].index == 50 and env.log[-1][4] == ErrorCode.NONE.value
+    dut._log.info(f"counters {c3}")

@@ -20,19 +20,37 @@ Contract
   reset their epoch). A write to a handle >= ``groups``, with mask bits for ports that do not exist or
   ``rows`` above 2**18 changes nothing and counts ``CFG_ERRORS``. A write takes effect for requests
   accepted in the same cycle or later; misses already in flight for the group are answered but not cached.
-* ``mem``: the backing-table read path (:func:`~hw.switch.backing_if.backing_signature`), ``tag`` = MSHR.
+* ``mem``: the backing-table read path (:func:`~hw.switch.backing_if.backing_signature`). A read's
+  ``tag`` is ``gen << mshr_bits | mshr``: the MSHR that waits for it and that MSHR's 3..7-bit generation
+  (``mshr_bits = ceil(log2(mshrs))``, at least 1), which advances each time one of its reads times out.
 * ``counters``: 32-bit event counters, indexed by :class:`TlbCounter`.
 * Checks (every request, before its translation is used): the group must be configured, and ``src`` and
   ``dst`` members of it -- else an ``ISOLATION`` response; ``index`` below the group's ``rows`` -- else
   ``OUT_OF_BOUNDS``. A backing error (``TLB_FAULT``, ``BUFFER_FULL``, ...) is returned to every request
   waiting on that miss and is not cached. Each error response increments its counter. Nothing is dropped.
+* Timeout (always on): a backing read not answered within ``timeout`` cycles is abandoned. Its timer
+  starts in the cycle the read is queued for ``mem.req`` (so reads behind a stuck ``mem.req`` time out
+  too) and expires ``timeout + 1`` cycles later, i.e. ``timeout`` cycles after ``mem.req`` took the read
+  when ``mem.req`` is ready; a response that arrives by then (the expiry cycle included) fills as usual.
+  On expiry every request waiting on the read (the primary and all coalesced ones, including one that
+  joins in that very cycle) is answered ``TIMEOUT`` through the replay path, the MSHRs free as they
+  answer, nothing is cached, ``READ_TIMEOUTS`` counts the read and ``TIMEOUT`` each answer. The read's
+  tag is remembered as *owed* (one bit per tag value); its response, if it ever comes, is ignored and
+  counted in ``STALE_RESPONSES`` (once: a second copy is a ``BAD_RESPONSES``). The MSHR's generation
+  advances, so its next read carries another tag and a late response can neither fill the CAM nor answer
+  a request that reuses the MSHR -- unless the MSHR times out ``2**gen_bits - 1`` more times first (at
+  least ``(2**gen_bits - 1) * timeout`` cycles: 7 x ``timeout`` at 32 MSHRs) and a new read takes the old
+  tag again, giving the owed response up.
 * Latency: a hit is answered 3 cycles after it is accepted (2-cycle CAM + the response FIFO). A miss is
-  answered ``backing latency + 7`` cycles after it is accepted (a penalty of latency + 4).
+  answered ``backing latency + 7`` cycles after it is accepted (a penalty of latency + 4), or with
+  ``TIMEOUT`` ``timeout + 7`` cycles after it when the backing latency exceeds ``timeout`` (no stalls).
 * Throughput: one request accepted per cycle while hits flow. A miss takes an MSHR and waits without
   blocking later requests (hit-under-miss); a miss to a key already being fetched coalesces (one backing
   read per key); the answer is replayed through the pipeline once the fill arrives, taking one slot. When
-  no MSHR is free, the missing request is recirculated and ``tr.req`` is backpressured until an MSHR frees:
-  only this translator's input stalls, never the switch. ``tr.resp`` backpressure is absorbed by the
+  no MSHR is free, or a miss needs a new read and the ``mshrs``-deep backing-read queue is full (it also
+  holds reads that timed out before ``mem.req`` took them), the missing request is recirculated and
+  ``tr.req`` takes new requests only in the cycles the recirculation leaves free, until one frees: only
+  this translator's input stalls, never the switch. ``tr.resp`` backpressure is absorbed by the
   ``resp_depth``-entry response FIFO, after which ``tr.req`` is backpressured too.
 """
 
@@ -44,14 +62,17 @@ from amaranth.lib.wiring import In, Out
 
 from ..arbiter import lowest_one, onehot_to_index, or_reduce
 from ..packet import MAX_PORTS, ErrorCode
-from .backing_if import BackingRequest, backing_signature
+from .backing_if import BACKING_TAG_BITS, BackingRequest, backing_signature
 from .cam import Cam, CamOp
 from .translate_if import TAG_BITS, TranslateRequest, TranslateResponse, translate_signature
 
-__all__ = ["AlTlb", "TlbConfig", "TlbConfigOp", "TlbCounter", "INDEX_BITS", "MAX_ROWS", "tlb_key_fields"]
+__all__ = ["AlTlb", "TlbConfig", "TlbConfigOp", "TlbCounter", "INDEX_BITS", "MAX_ROWS", "tlb_key_fields",
+           "backing_tag_fields", "DEFAULT_TIMEOUT", "MAX_TIMEOUT"]
 
 INDEX_BITS = 18
 MAX_ROWS = 1 << INDEX_BITS
+DEFAULT_TIMEOUT = 8192      # cycles; the reduction engine's default too
+MAX_TIMEOUT = 1 << 20
 
 
 class TlbConfigOp(enum.Enum, shape=1):
@@ -70,16 +91,19 @@ class TlbCounter(py_enum.IntEnum):
     HITS = 0            #: requests answered from the CAM
     MISSES = 1          #: backing reads issued (primary misses)
     COALESCED = 2       #: misses that joined an outstanding read of the same key
-    RECIRCULATED = 3    #: misses that found every MSHR busy (each retry counts)
+    RECIRCULATED = 3    #: misses that found every MSHR busy or the read queue full (each retry counts)
     FILLS = 4           #: translations inserted into the CAM
     REPLAYS = 5         #: answers delivered from a filled MSHR
-    BAD_RESPONSES = 6   #: backing responses whose tag names no outstanding read (ignored)
+    BAD_RESPONSES = 6   #: backing responses whose tag names no outstanding or timed-out read (ignored)
     CFG_ERRORS = 7      #: refused configuration writes
     ISOLATION = 8       #: ISOLATION answers
     OUT_OF_BOUNDS = 9   #: OUT_OF_BOUNDS answers
     TLB_FAULT = 10      #: TLB_FAULT answers (from the backing table)
     BUFFER_FULL = 11    #: BUFFER_FULL answers (from the backing table)
     OTHER_ERRORS = 12   #: answers with any other error code from the backing table
+    READ_TIMEOUTS = 13  #: backing reads abandoned after ``timeout`` cycles without a response
+    TIMEOUT = 14        #: TIMEOUT answers (every request that waited on a read that timed out)
+    STALE_RESPONSES = 15  #: backing responses to reads that had timed out (ignored)
 
 
 N_COUNTERS = len(TlbCounter)
@@ -95,15 +119,23 @@ def tlb_key_fields(ports: int, groups: int) -> tuple[int, int, int]:
     return db, gb, INDEX_BITS + db + gb
 
 
+def backing_tag_fields(mshrs: int) -> tuple[int, int]:
+    """(MSHR bits, generation bits) of a backing read's tag ``gen << mshr_bits | mshr``."""
+    ib = _bits(mshrs)
+    return ib, BACKING_TAG_BITS - ib
+
+
 class AlTlb(wiring.Component):
     """AL-TLB: (group, index, dst) -> row address; 1 translation/cycle, 3-cycle hits, non-blocking misses.
 
     Parameters: ``ports`` (GPU ports, 2..64: mask width and ``dst``/``src`` range), ``groups`` (group
     handles, 1..256), ``entries`` (CAM entries, power of two 16..1024), ``mshrs`` (miss-status holding
-    registers, 1..32), ``resp_depth`` (response FIFO entries, 4..64)."""
+    registers, 1..32), ``resp_depth`` (response FIFO entries, 4..64), ``timeout`` (cycles a backing read
+    may take before its waiters are answered ``TIMEOUT``, 16..2**20; default 8192, 8 x the 1000-cycle
+    backing latency the benchmark assumes; always on: 2**20 cycles, 0.67 ms, is the practical "off")."""
 
     def __init__(self, *, ports: int = 8, groups: int = 16, entries: int = 1024, mshrs: int = 32,
-                 resp_depth: int = 8):
+                 resp_depth: int = 8, timeout: int = DEFAULT_TIMEOUT):
         if not isinstance(ports, int) or not 2 <= ports <= MAX_PORTS:
             raise ValueError(f"ports must be an integer in 2..{MAX_PORTS}, got {ports!r}")
         if not isinstance(groups, int) or not 1 <= groups <= 256:
@@ -114,11 +146,15 @@ class AlTlb(wiring.Component):
             raise ValueError(f"mshrs must be an integer in 1..32, got {mshrs!r}")
         if not isinstance(resp_depth, int) or not 4 <= resp_depth <= 64:
             raise ValueError(f"resp_depth must be an integer in 4..64, got {resp_depth!r}")
+        if not isinstance(timeout, int) or not 16 <= timeout <= MAX_TIMEOUT:
+            raise ValueError(f"timeout must be an integer in 16..{MAX_TIMEOUT} cycles, got {timeout!r}")
         self.ports = ports
         self.groups = groups
         self.entries = entries
         self.mshrs = mshrs
         self.resp_depth = resp_depth
+        self.timeout = timeout
+        self.mshr_bits, self.gen_bits = backing_tag_fields(mshrs)
         self.dst_bits, self.group_bits, self.key_width = tlb_key_fields(ports, groups)
         super().__init__({
             "tr": In(translate_signature()),
@@ -133,6 +169,9 @@ class AlTlb(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         N, kw = self.mshrs, self.key_width
+        ib, gbits = self.mshr_bits, self.gen_bits
+        n_tags = 1 << BACKING_TAG_BITS
+        age_bits = self.timeout.bit_length()
         group_shift = INDEX_BITS + self.dst_bits
         group_field = ((1 << self.group_bits) - 1) << group_shift
 
@@ -163,9 +202,15 @@ class AlTlb(wiring.Component):
         # ---- MSHR file ------------------------------------------------------------------------------
         busy = Signal(N, name="mshr_busy")
         filled = Signal(N, name="mshr_filled")
-        primary = Signal(N, name="mshr_primary")     # owns the backing read (tag = its number)
-        stale = Signal(N, name="mshr_stale")         # group flushed meanwhile: answer, but do not cache
+        primary = Signal(N, name="mshr_primary")     # owns the backing read (tag = its generation, number)
+        flushed = Signal(N, name="mshr_flushed")     # group flushed meanwhile: answer, but do not cache
         mkey = [Signal(kw, name=f"mshr_key_{j}", reset_less=True) for j in range(N)]
+        # Timeout state: the age of a primary's read, the MSHR's generation (advanced by each timeout, so
+        # that its next read carries a new tag) and one bit per tag value whose read timed out and whose
+        # response is still owed (so a late one is told apart from a bogus one).
+        mage = [Signal(age_bits, name=f"mshr_age_{j}", reset_less=True) for j in range(N)]
+        mgen = [Signal(gbits, name=f"mshr_gen_{j}") for j in range(N)]
+        owed = Signal(n_tags, name="owed")
         mtag = [Signal(TAG_BITS, name=f"mshr_tag_{j}", reset_less=True) for j in range(N)]
         maddr = [Signal(48, name=f"mshr_addr_{j}", reset_less=True) for j in range(N)]
         mcode = [Signal(8, name=f"mshr_code_{j}", reset_less=True) for j in range(N)]
@@ -244,20 +289,40 @@ class AlTlb(wiring.Component):
         m.d.comb += fill.eq(resp.valid & resp.ready)
         waiting = Signal(N, name="mshr_waiting")
         m.d.comb += waiting.eq(busy & ~filled)
+        resp_tag = resp.payload.tag
         fid_oh = Signal(N, name="fill_oh")
-        m.d.comb += fid_oh.eq(Cat(resp.payload.tag == j for j in range(N)) & waiting & primary)
+        m.d.comb += fid_oh.eq(Cat((resp_tag[:ib] == j) & (resp_tag[ib:] == mgen[j]) for j in range(N)) &
+                              waiting & primary & Mux(fill, Const(-1, N), 0))
         fill_ok = Signal(name="fill_ok")
-        m.d.comb += fill_ok.eq(fill & fid_oh.any())
+        m.d.comb += fill_ok.eq(fid_oh.any())
+        late = Signal(name="late")          # the response to a read that timed out: ignore it
+        m.d.comb += late.eq(fill & owed.bit_select(resp_tag, 1))
         fill_key = Signal(kw, name="fill_key")
         m.d.comb += fill_key.eq(or_reduce([Mux(fid_oh[j], mkey[j], 0) for j in range(N)]))
-        fill_stale = Signal(name="fill_stale")
-        m.d.comb += fill_stale.eq((fid_oh & stale).any())
+        fill_flushed = Signal(name="fill_flushed")
+        m.d.comb += fill_flushed.eq((fid_oh & flushed).any())
         fill_match = Signal(N, name="fill_match")
         m.d.comb += fill_match.eq(Cat(waiting[j] & (mkey[j] == fill_key) for j in range(N)) &
                                   Mux(fill_ok, Const(-1, N), 0))
         fill_code = Signal(8, name="fill_code")
         m.d.comb += fill_code.eq(resp.payload.code.as_value())
-        incs[TlbCounter.BAD_RESPONSES] = fill & ~fill_ok
+        incs[TlbCounter.BAD_RESPONSES] = fill & ~fill_ok & ~late
+        incs[TlbCounter.STALE_RESPONSES] = late
+
+        # ---- timeouts: a primary whose read is `timeout` cycles old and not filled in this cycle ------
+        expired = Signal(N, name="mshr_expired")
+        m.d.comb += expired.eq(Cat(mage[j] >= self.timeout for j in range(N)) & waiting & primary & ~fid_oh)
+        tmo_oh = lowest_one(m, expired, name="tmo_oh")      # at most one: primaries start in distinct cycles
+        tmo = Signal(name="tmo")
+        m.d.comb += tmo.eq(expired.any())
+        tmo_key = Signal(kw, name="tmo_key")
+        m.d.comb += tmo_key.eq(or_reduce([Mux(tmo_oh[j], mkey[j], 0) for j in range(N)]))
+        tmo_tag = Signal(BACKING_TAG_BITS, name="tmo_tag")
+        m.d.comb += tmo_tag.eq(or_reduce([Mux(tmo_oh[j], Cat(Const(j, ib), mgen[j]), 0) for j in range(N)]))
+        tmo_match = Signal(N, name="tmo_match")
+        m.d.comb += tmo_match.eq(Cat(waiting[j] & (mkey[j] == tmo_key) for j in range(N)) &
+                                 Mux(tmo, Const(-1, N), 0))
+        incs[TlbCounter.READ_TIMEOUTS] = tmo
 
         # ---- stage C: answer, or park the miss in an MSHR, or recirculate -----------------------------
         p2_key = Signal(kw, name="p2_key")
@@ -275,20 +340,24 @@ class AlTlb(wiring.Component):
         m.d.comb += pend_match.eq(Cat(waiting[j] & (mkey[j] == p2_key) for j in range(N)))
         same_fill = Signal(name="same_fill")
         m.d.comb += same_fill.eq(fill_ok & (fill_key == p2_key))
+        same_tmo = Signal(name="same_tmo")
+        m.d.comb += same_tmo.eq(tmo & (tmo_key == p2_key))
         free = Signal(N, name="mshr_free")
         m.d.comb += free.eq(~busy)
         free_oh = lowest_one(m, free, name="free_oh")
-        free_idx = Signal(range(N) if N > 1 else 1, name="free_idx")
+        free_idx = Signal(ib, name="free_idx")
         m.d.comb += free_idx.eq(onehot_to_index(free_oh))
         alloc = Signal(name="alloc")
         alloc_primary = Signal(name="alloc_primary")
         alloc_filled = Signal(name="alloc_filled")
         to_recirc = Signal(name="to_recirc")
+        needs_read = Signal(name="needs_read")
         m.d.comb += [
-            alloc.eq(miss2 & free.any()),
-            to_recirc.eq(miss2 & ~free.any()),
-            alloc_filled.eq(alloc & same_fill),
-            alloc_primary.eq(alloc & ~same_fill & ~pend_match.any()),
+            needs_read.eq(~same_fill & ~same_tmo & ~pend_match.any()),
+            alloc.eq(miss2 & free.any() & (~needs_read | memq.w_rdy)),
+            to_recirc.eq(miss2 & ~alloc),
+            alloc_filled.eq(alloc & (same_fill | same_tmo)),
+            alloc_primary.eq(alloc & needs_read),
         ]
         incs[TlbCounter.HITS] = hit2
         incs[TlbCounter.MISSES] = alloc_primary
@@ -311,19 +380,21 @@ class AlTlb(wiring.Component):
         ]
         incs[TlbCounter.REPLAYS] = p2_valid & p2.replay
         known = []
-        for c in ("ISOLATION", "OUT_OF_BOUNDS", "TLB_FAULT", "BUFFER_FULL"):
+        for c in ("ISOLATION", "OUT_OF_BOUNDS", "TLB_FAULT", "BUFFER_FULL", "TIMEOUT"):
             sel = push & (out_code == ErrorCode[c].value)
             incs[TlbCounter[c]] = sel
             known.append(out_code == ErrorCode[c].value)
         incs[TlbCounter.OTHER_ERRORS] = push & (out_code != ErrorCode.NONE.value) & ~Cat(*known).any()
 
+        new_tag = Signal(BACKING_TAG_BITS, name="new_tag")
+        m.d.comb += new_tag.eq(Cat(free_idx, or_reduce([Mux(free_oh[j], mgen[j], 0) for j in range(N)])))
         breq = Signal(BackingRequest, name="breq")
         m.d.comb += [
             breq.group.eq(p2.req.group),
             breq.index.eq(p2.req.index),
             breq.dst.eq(p2.req.dst),
             breq.src.eq(p2.req.src),
-            breq.tag.eq(free_idx),
+            breq.tag.eq(new_tag),
             memq.w_en.eq(alloc_primary),
             memq.w_data.eq(breq),
         ]
@@ -338,7 +409,7 @@ class AlTlb(wiring.Component):
         m.d.comb += flush.eq(cfg.valid & cfg_legal)
         incs[TlbCounter.CFG_ERRORS] = cfg.valid & ~cfg_legal
         insert = Signal(name="insert")
-        m.d.comb += insert.eq(fill_ok & (fill_code == ErrorCode.NONE.value) & ~fill_stale)
+        m.d.comb += insert.eq(fill_ok & (fill_code == ErrorCode.NONE.value) & ~fill_flushed)
         incs[TlbCounter.FILLS] = insert
         cfg_key = Signal(kw, name="cfg_key")
         m.d.comb += cfg_key.eq(c.group[:self.group_bits] << group_shift)
@@ -362,18 +433,34 @@ class AlTlb(wiring.Component):
                     busy[j].eq(1),
                     filled[j].eq(alloc_filled),
                     primary[j].eq(alloc_primary),
-                    stale[j].eq(flush & (p2.req.group[:self.group_bits] == flush_group)),
+                    flushed[j].eq(flush & (p2.req.group[:self.group_bits] == flush_group)),
                     mkey[j].eq(p2_key),
                     mtag[j].eq(p2.req.tag),
-                    maddr[j].eq(Mux(alloc_filled, resp.payload.addr, 0)),
-                    mcode[j].eq(Mux(alloc_filled, fill_code, 0)),
+                    maddr[j].eq(Mux(same_fill, resp.payload.addr, 0)),
+                    mcode[j].eq(Mux(same_fill, fill_code, Mux(same_tmo, ErrorCode.TIMEOUT.value, 0))),
+                    mage[j].eq(0),
                 ]
             with m.Elif(take_replay & replay_oh[j]):
                 m.d.sync += busy[j].eq(0)
             with m.Elif(fill_match[j]):
                 m.d.sync += [filled[j].eq(1), maddr[j].eq(resp.payload.addr), mcode[j].eq(fill_code)]
+            with m.Elif(tmo_match[j]):
+                m.d.sync += [filled[j].eq(1), maddr[j].eq(0), mcode[j].eq(ErrorCode.TIMEOUT.value)]
+            with m.If(waiting[j] & primary[j]):
+                m.d.sync += mage[j].eq(mage[j] + 1)
+            with m.If(tmo_oh[j]):
+                m.d.sync += mgen[j].eq(mgen[j] + 1)
             with m.If(flush & busy[j] & ((mkey[j] >> group_shift) == flush_group)):
-                m.d.sync += stale[j].eq(1)
+                m.d.sync += flushed[j].eq(1)
+
+        # Owed tags: set by a timeout, cleared by the late response or, after the generation has wrapped,
+        # by a new read that takes the tag again (the old response is given up).
+        def onehot(tag):
+            return (Const(1, n_tags) << tag)[:n_tags]
+        set_owed = Mux(tmo, onehot(tmo_tag), 0)
+        clr_late = Mux(late, onehot(resp_tag), 0)
+        clr_new = Mux(alloc_primary, onehot(new_tag), 0)
+        m.d.sync += owed.eq((owed & ~clr_late & ~clr_new) | set_owed)
 
         for cnt, inc in incs.items():
             with m.If(inc):

@@ -3,8 +3,9 @@
 On a miss the AL-TLB (in the switch) reads the translation of (group, algebraic index) from the backing
 table of the *destination* GPU: the request travels over that GPU's NVLink to its memory manager
 (:mod:`hw.gpu_nic.memory_manager`), which owns the table and the receive layout and answers with the
-physical address of the row or an error code. ``tag`` is the AL-TLB's miss-status holding register
-(MSHR) number and comes back unchanged; responses may return in any order.
+physical address of the row or an error code. ``tag`` names the AL-TLB's miss-status holding register
+(MSHR) and that MSHR's generation (see :mod:`hw.switch.al_tlb`: a response after the read timed out is
+told apart by it) and comes back unchanged; responses may return in any order.
 
 :func:`backing_signature` is the requester's (AL-TLB's) view; a table server uses ``wiring.flipped``.
 """
