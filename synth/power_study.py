@@ -234,7 +234,7 @@ def opensta_crosscheck(module: str, point: dict, *, freq_ghz: float, seed: int =
     wl = workloads.get(module)
     if wl is None:
         raise RuntimeError(f"no workload for {module}: the cross-check needs measured activity")
-    vcd, meta = run_workload(module, point, wl, warmup=warmup, cycles=cycles, seed=seed)
+    vcd, meta = run_workload(module, point, wl, warmup=max(warmup, wl.warmup), cycles=cycles, seed=seed)
     t0, t1 = meta["window_ps"]
     acts, length = vcd_activity(vcd, t0, t1, top=module)
     seeds, _ = _rtl_match(nl, acts, length / SIM_PERIOD_PS)
@@ -264,7 +264,7 @@ def opensta_crosscheck(module: str, point: dict, *, freq_ghz: float, seed: int =
             n_annot += 1
             continue
         drv = nl.driver.get(net)
-        if drv and not nl.cells[drv[0]]["type"].startswith("$"):
+        if drv and not blackbox(nl.cells[drv[0]]["type"]):
             cname, pin = drv
             lines.append(f"sta::set_power_pin_activity [get_pins {{{cname.lstrip(chr(92))}/{pin}}}] "
                          f"{d:.6g} {pr:.6g}")
