@@ -187,20 +187,22 @@ def generate_verilog(name: str, overrides: dict | None = None, out_dir: str | os
 
 register("switch", "hw.switch.nvswitch:NVSwitch",
          points=[{"ports": n} for n in (4, 8, 16, 32, 64)],
-         area_grid=[{"ports": n} for n in (8, 16, 32, 64)])
+         area_grid=[{"ports": n} for n in (4, 8, 16, 32, 64)])
 register("switch_fifo", "hw.switch.nvswitch:NVSwitch", defaults={"queueing": "fifo", "speedup": 1},
          points=[{"ports": 8}],
          doc="NVSwitch datapath with one FIFO per input and no speedup (the classical head-of-line-blocking "
              "input-queued baseline)")
-register("cam", "hw.switch.cam:Cam", points=[{"entries": n} for n in (64, 256, 1024)])
-register("al_tlb", "hw.switch.al_tlb:AlTlb", points=[{"entries": n} for n in (64, 256, 1024)])
+register("cam", "hw.switch.cam:Cam", points=[{"entries": n} for n in (64, 256, 1024)],
+         area_grid=[{"entries": n} for n in (64, 256)])
+register("al_tlb", "hw.switch.al_tlb:AlTlb", points=[{"entries": n} for n in (64, 256, 1024)],
+         area_grid=[{"ports": 64, "entries": n} for n in (64, 256, 1024)])
 register("memory_manager", "hw.gpu_nic.memory_manager:MemoryManager",
          points=[{"index_bits": 10, "slots": 1024}, {"index_bits": 12, "slots": 4096}])
 register("token_tracker", "hw.gpu_nic.token_tracker:TokenTracker",
          points=[{"experts": 32, "tiles": 16}, {"experts": 8, "tiles": 8}],
          area_grid=[{"experts": 32, "tiles": t} for t in (2, 4, 8, 16, 32)])
 register("request_gen", "hw.gpu_nic.request_gen:RequestGenerator",
-         points=[{"ports": 8}, {"ports": 32, "tags": 64}])
+         points=[{"ports": 8}, {"ports": 32, "tags": 64}], area_grid=[{"ports": 8}, {"ports": 64}])
 register("receive_path", "hw.gpu_nic.receive_path:ReceivePath",
          points=[{}, {"experts": 8, "tile_size": 64, "tags": 64}])
 register("gpu_nic", "hw.gpu_nic.nic:GpuNic", points=[{}])
@@ -211,10 +213,12 @@ register("group_table", "hw.switch.group_table:GroupTable", defaults={"n_ports":
 register("reduce_alu", "hw.switch.reduce_alu:ReduceALU",
          points=[{"flit_width": w} for w in (128, 256, 512)])
 register("reduction_buffer", "hw.switch.reduction_buffer:ReductionBuffer",
-         points=[{"entries": n} for n in (16, 32, 256, 512)])
+         points=[{"entries": n} for n in (16, 32, 256, 512)],
+         area_grid=[{"entries": n} for n in (32, 64, 128, 256, 512)])
 register("linear_translator", "hw.switch.linear_translator:LinearTranslator",
          points=[{"ports": n} for n in (8, 32, 64)])
 register("reduction_engine", "hw.switch.reduction_engine:ReductionEngine",
-         points=[{"entries": n} for n in (32, 256)])
+         points=[{"entries": n} for n in (32, 256)],
+         area_grid=[{"ports": 64, "entries": n} for n in (32, 64, 256)])
 register("ld_reduce_unit", "hw.switch.ld_reduce_unit:LdReduceUnit",
-         points=[{"entries": n} for n in (32, 256)])
+         points=[{"entries": n} for n in (32, 256)], area_grid=[{}])

@@ -10,6 +10,9 @@ For one (module, point), :func:`area_point`
 4. costs every array twice: with CACTI 7 (an SRAM macro) and synthesized alone as flip-flops (the upper
    bound). The array is counted at the smaller of the two: CACTI's periphery dominates tiny arrays and
    CACTI finds no organisation for many-ported ones (the reason is recorded), where flip-flops win.
+   Macros (:mod:`synth.macros`: CAMs written as registers and comparators) are black boxes too and are
+   costed the same way, CACTI's fully associative array plus their synthesized control logic against
+   the macro synthesized alone as flip-flops (:func:`cost_macro`).
 
 Nothing is silently zero: a point whose synthesis yields no cells, or an array neither CACTI nor the
 flip-flop synthesis can cost, is an error. Results are cached under ``build/synth/area/`` by the Verilog
@@ -29,7 +32,7 @@ from pathlib import Path
 
 from hw import registry
 
-from . import cacti, liberty, tools, yosys_flow
+from . import cacti, liberty, macros, tools, yosys_flow
 
 __all__ = ["AreaPoint", "grid_points", "parse_grid", "area_point", "run_study", "DEFAULT_PERIOD_PS",
            "CLOCK_GHZ"]
@@ -183,6 +186,92 @@ def cost_array(geom: dict, lib, liberty_path: Path, period_ps: float, node_nm: i
     return out
 
 
+def _cached_synthesis(cache: Path, what: str, run) -> dict:
+    """``run()``'s result, cached as JSON in ``cache`` (atomic write)."""
+    if cache.is_file():
+        try:
+            return json.loads(cache.read_text())
+        except ValueError:
+            pass
+    res = run()
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(res))
+    os.replace(tmp, cache)
+    return res
+
+
+def cost_macro(mac: dict, verilog_text: str, lib, liberty_path: Path, period_ps: float, node_nm: int = 45,
+               quiet: bool = True) -> dict:
+    """CACTI, control-logic and flip-flop figures of one macro (:mod:`synth.macros`), and which is
+    counted: CACTI's array plus the synthesized control logic when that is below the flip-flop figure."""
+    kind = macros.kind(mac["kind"])
+    geom = {k: mac[k] for k in ("entries", "key_width", "value_width")}
+    key = f"{kind.name}{geom['entries']}x{geom['key_width']}+{geom['value_width']}"
+    lib8 = _sha(liberty_path)[:8]
+    out = {"geometry": key, "kind": kind.name, **kind.bits(geom)}
+    out["bits"] = out["cam_bits"] + out["sram_bits"]
+    # The upper bound: the macro's own Verilog, renamed, synthesized alone (cached by its text).
+    text = macros.module_text(verilog_text, mac["module"])
+    text = re.sub(r"^module\s+\\?[\w$.]+", "module dysharp_macro", text, count=1, flags=re.M)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    work = BUILD / "macro" / f"{key}-{digest}"
+
+    def ff_run():
+        if not quiet:
+            print(f"[area] macro {key}: synthesizing it alone as flip-flops (the upper bound) ...", flush=True)
+        work.mkdir(parents=True, exist_ok=True)
+        (work / "macro.v").write_text(text)
+        r = yosys_flow.synthesize(work / "macro.v", "dysharp_macro", lib, liberty_path, period_ps=period_ps,
+                                  workdir=work)
+        return {"area_um2": r["area_um2"], "area_seq_um2": r["area_seq_um2"], "transistors": r["transistors"],
+                "yosys_s": r["yosys_s"]}
+    out["ff"] = _cached_synthesis(BUILD / "macro" / f"{key}-{digest}-v{yosys_flow.FLOW_VERSION}-{lib8}.json",
+                                  key, ff_run)
+    # What CACTI's array lacks (valid bits, replacement, victim selection, forwarding): the same RTL with
+    # 1-bit keys and values.
+    from amaranth.back import verilog
+    cparams = kind.control_params(geom)
+    cslug = "_".join(f"{k}{v}" for k, v in sorted(cparams.items()))
+    ctext = verilog.convert(kind.build(**cparams), name="dysharp_macro_control", emit_src=False)
+    cdigest = hashlib.sha256(ctext.encode()).hexdigest()[:16]
+    cwork = BUILD / "macro" / f"control-{kind.name}-{cslug}"
+
+    def control_run():
+        if not quiet:
+            print(f"[area] macro {key}: synthesizing its control logic ({cparams}) ...", flush=True)
+        cwork.mkdir(parents=True, exist_ok=True)
+        (cwork / "control.v").write_text(ctext)
+        r = yosys_flow.synthesize(cwork / "control.v", "dysharp_macro_control", lib, liberty_path,
+                                  period_ps=period_ps, workdir=cwork)
+        return {"area_um2": r["area_um2"], "area_seq_um2": r["area_seq_um2"], "transistors": r["transistors"],
+                "cells": r["cells"], "flip_flops": sum(n for c, n in r["cells"].items()
+                                                       if not c.startswith("$") and lib.cell(c)["sequential"]),
+                "yosys_s": r["yosys_s"]}
+    out["control"] = _cached_synthesis(
+        BUILD / "macro" / f"control-{kind.name}-{cslug}-{cdigest}-v{yosys_flow.FLOW_VERSION}-{lib8}.json",
+        key, control_run)
+    try:
+        out["cacti"] = cacti.run(kind.cacti_array(geom)).as_dict()
+    except cacti.CactiError as e:
+        out["cacti"] = {"error": str(e).split(" (configuration")[0]}
+    arr = out["cacti"].get("area_um2")
+    macro = None if arr is None else arr + out["control"]["area_um2"]
+    out["macro_um2"] = macro
+    if macro is not None and macro < out["ff"]["area_um2"]:
+        out["chosen"], out["area_um2"] = "cacti", macro
+        out["sram_um2"], out["logic_um2"] = arr, out["control"]["area_um2"]
+        # CAM cells ~10 transistors per bit (6T storage + 4T compare), SRAM 6 per bit, plus the control.
+        out["transistors"] = 10 * out["cam_bits"] + 6 * out["sram_bits"] + out["control"]["transistors"]
+    else:
+        out["chosen"], out["area_um2"] = "ff", out["ff"]["area_um2"]
+        out["sram_um2"], out["logic_um2"] = 0.0, out["ff"]["area_um2"]
+        out["transistors"] = out["ff"]["transistors"]
+        out["why_ff"] = ("CACTI: " + out["cacti"]["error"]) if arr is None else \
+            "flip-flops are smaller than CACTI's array plus the control logic"
+    return out
+
+
 def area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERIOD_PS, netlist: bool = True,
                max_mb: float = 0.0, cache: bool = True, quiet: bool = False) -> AreaPoint:
     """Synthesize ``module`` at ``point`` and cost its arrays (see the module docstring)."""
@@ -193,9 +282,13 @@ def area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERIOD_PS
     vpath = registry.generate_verilog(module, point, "build/verilog")
     size_mb = vpath.stat().st_size / 1e6
     slug = vpath.stem
+    vtext = vpath.read_text()
+    macs = macros.find_macros(vtext)
     key = {"verilog": _sha(vpath), "flow": yosys_flow.FLOW_VERSION, "liberty": tools.LIBERTY_SHA256,
            "yosys": " ".join(Path(c).name for c in tools.yosys_command()), "period_ps": period_ps,
            "sta": bool(tools.opensta_binary(required=False))}
+    if macs:
+        key["macros"] = [m["module"] for m in macs]
     cache_file = BUILD / "area" / f"{slug}.json"
     work = BUILD / "work" / slug
     cached = None
@@ -217,8 +310,10 @@ def area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERIOD_PS
             print(f"[area] {module} {point or '(defaults)'}: synthesizing {size_mb:.2f} MB of Verilog ...",
                   flush=True)
         t0 = time.time()
-        syn = yosys_flow.synthesize(vpath, module, lib, lp, period_ps=period_ps, workdir=work, netlist=netlist)
-        timing = sta_timing(work / "netlist.v", module, lp, period_ps, work)
+        syn = yosys_flow.synthesize(vpath, module, lib, lp, period_ps=period_ps, workdir=work, netlist=netlist,
+                                    macros=[m["module"] for m in macs])
+        # A design that is one macro has no cells of its own, hence no register-to-register path.
+        timing = sta_timing(work / "netlist.v", module, lp, period_ps, work) if syn["cell_count"] else None
         cached = {"key": key, "syn": syn, "timing": timing, "seconds": time.time() - t0}
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache_file.with_suffix(f".tmp{os.getpid()}")
@@ -235,11 +330,23 @@ def area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERIOD_PS
         g = json.dumps(geom, sort_keys=True)
         if g not in by_geom:
             by_geom[g] = cost_array(geom, lib, lp, period_ps)
-        arrays.append({"name": mem["name"], **geom, **by_geom[g]})
+        arrays.append({"name": mem["name"], "kind": "ram", **geom, **by_geom[g]})
+    for a in arrays:
+        chosen_cacti = a["chosen"] == "cacti"
+        a["macro_um2"] = a["cacti"].get("area_um2")
+        a["sram_um2"], a["logic_um2"] = (a["area_um2"], 0.0) if chosen_cacti else (0.0, a["area_um2"])
+        a["transistors"] = 6 * a["bits"] if chosen_cacti else (a["ff"].get("transistors") or 0)
+    for i, mac in enumerate(macs):
+        n = syn.get("macro_cells", {}).get(mac["module"], 1)
+        c = cost_macro(mac, vtext, lib, lp, period_ps, quiet=quiet)
+        for _ in range(n):
+            arrays.append({"name": mac["module"], "cell_type": f"{macros.MACRO_PREFIX}{i}", "rows": mac["entries"],
+                           "width": mac["value_width"], "key_width": mac["key_width"], "read_ports": 1,
+                           "write_ports": 1, "sync_reads": 1, **c})
     logic = syn["area_um2"]
     arrays_chosen = sum(a["area_um2"] for a in arrays)
     arrays_ff = sum(a["ff"]["area_um2"] for a in arrays)
-    arrays_cacti = sum(a["cacti"].get("area_um2", a["ff"]["area_um2"]) for a in arrays)
+    arrays_cacti = sum(a["macro_um2"] if a["macro_um2"] is not None else a["ff"]["area_um2"] for a in arrays)
     result = {
         "verilog": str(vpath), "verilog_mb": size_mb,
         "cell_count": syn["cell_count"], "cells": syn["cells"],
@@ -250,6 +357,9 @@ def area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERIOD_PS
         "array_bits": sum(a["bits"] for a in arrays),
         "transistors_logic": syn["transistors"],
         "transistors_all_ff": syn["transistors"] + sum((a["ff"].get("transistors") or 0) for a in arrays),
+        "transistors": syn["transistors"] + sum(a["transistors"] for a in arrays),
+        "arrays_sram_um2": sum(a["sram_um2"] for a in arrays),
+        "arrays_logic_um2": sum(a["logic_um2"] for a in arrays),
         "critical_path_ps": (timing or {}).get("min_period_ps", syn["critical_path_ps"]),
         "timing_source": (timing or {}).get("source", "ABC stime" if syn["critical_path_ps"] else "none"),
         "period_ps": period_ps, "arrays": arrays, "seconds": cached["seconds"] + time.time() - t1,

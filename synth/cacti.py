@@ -1,7 +1,9 @@
 """CACTI 7 for memory arrays: a configuration per array geometry, the run, and the parse of its output.
 
 An :class:`Array` says what to cost: ``rows`` x ``width`` bits, read/write/read-write ports, an SRAM
-(``kind="ram"``) or a CAM (``kind="cam"``, with ``search_ports``), at a CACTI technology node
+(``kind="ram"``), a CAM (``kind="cam"``, every bit searchable, with ``search_ports``) or a fully
+associative array (``kind="fa"``: a ``tag_width``-bit CAM tag per row searched in parallel plus a
+``width``-bit SRAM data row, CACTI's fully associative cache: a TLB's organisation), at a CACTI technology node
 (22/32/45/65/90 nm). :func:`run` writes a configuration derived from CACTI's own ``cache.cfg`` (the
 keys below replaced), runs the binary built by :mod:`synth.tools`, and returns a :class:`Result` with
 the area (um^2), access time (ns), read/write/search energy per access (pJ) and leakage (mW). Results
@@ -40,22 +42,25 @@ class Array:
     read_ports: int = 1            # exclusive read ports
     write_ports: int = 1           # exclusive write ports
     rw_ports: int = 0              # read-write ports
-    kind: str = "ram"              # "ram" or "cam"
-    search_ports: int = 0          # CAM search ports
+    kind: str = "ram"              # "ram", "cam" or "fa" (fully associative: CAM tags + SRAM data)
+    search_ports: int = 0          # CAM / fully associative search ports
+    tag_width: int = 0             # fa: searched bits per row
     node_nm: int = 45
     cell: str = "itrs-hp"          # CACTI cell/peripheral type
 
     def validate(self):
-        if self.kind not in ("ram", "cam"):
-            raise CactiError(f"array kind must be 'ram' or 'cam', got {self.kind!r}")
+        if self.kind not in ("ram", "cam", "fa"):
+            raise CactiError(f"array kind must be 'ram', 'cam' or 'fa', got {self.kind!r}")
         if self.node_nm not in VALID_NODES:
             raise CactiError(f"CACTI models technology nodes {VALID_NODES} nm, got {self.node_nm}")
         if self.rows < 1 or self.width < 1:
             raise CactiError(f"array must have rows >= 1 and width >= 1 bit, got {self.rows} x {self.width}")
         if self.read_ports + self.rw_ports < 1 and self.kind == "ram":
             raise CactiError("a RAM needs at least one read or read-write port")
-        if self.kind == "cam" and self.search_ports < 1:
-            raise CactiError("a CAM needs at least one search port")
+        if self.kind in ("cam", "fa") and self.search_ports < 1:
+            raise CactiError("a CAM or fully associative array needs at least one search port")
+        if self.kind == "fa" and self.tag_width < 1:
+            raise CactiError("a fully associative array needs tag_width >= 1 (the searched bits per row)")
 
 
 @dataclasses.dataclass
@@ -115,14 +120,15 @@ def config_text(a: Array, template: str, pow2: bool = False) -> tuple[str, int, 
     values = dict(_OVERRIDES)
     values.update({
         "-size (bytes)": str(rows * block), "-block size (bytes)": str(block),
-        "-associativity": "0" if a.kind == "cam" else "1",
+        "-associativity": "0" if a.kind in ("cam", "fa") else "1",
         "-read-write port": str(a.rw_ports), "-exclusive read port": str(a.read_ports),
         "-exclusive write port": str(a.write_ports), "-search port": str(a.search_ports),
         "-technology (u)": f"{a.node_nm / 1000:.3f}",
         "-Data array cell type -": cell, "-Data array peripheral type -": cell,
         "-Tag array cell type -": cell, "-Tag array peripheral type -": cell,
-        "-output/input bus width": str(width), "-cache type": '"cam"' if a.kind == "cam" else '"ram"',
-        "-tag size (b)": str(width) if a.kind == "cam" else '"default"',
+        "-output/input bus width": str(width),
+        "-cache type": {"cam": '"cam"', "fa": '"cache"'}.get(a.kind, '"ram"'),
+        "-tag size (b)": {"cam": str(width), "fa": str(a.tag_width)}.get(a.kind, '"default"'),
     })
     out, seen = [], set()
     for line in template.splitlines():

@@ -40,12 +40,19 @@ from pathlib import Path
 import numpy as np
 
 from . import liberty as libmod
+from .macros import MACRO_PREFIX
 
-__all__ = ["Netlist", "Activity", "propagate", "compute_power", "ff_array_power", "DEFAULT_DENSITY"]
+__all__ = ["Netlist", "Activity", "propagate", "compute_power", "ff_array_power", "blackbox",
+           "DEFAULT_DENSITY"]
 
 DEFAULT_DENSITY = 0.1      # toggles per cycle for unmeasured inputs (OpenSTA's default input activity)
 DEFAULT_SLEW_NS = 0.02     # input slew of primary inputs and black-box outputs for table look-ups
 BLACKBOX_PIN_CAP = 1.0     # fF per black-box input bit (Liberty default_input_pin_cap of Nangate45)
+
+
+def blackbox(cell_type: str) -> bool:
+    """A cell with no Liberty model: a ``$mem_v2`` array or a macro (:mod:`synth.macros`)."""
+    return cell_type.startswith("$") or cell_type.startswith(MACRO_PREFIX)
 
 
 class Netlist:
@@ -73,7 +80,7 @@ class Netlist:
         for cname, c in self.cells.items():
             # yosys gives port directions only for cells it knows; Liberty cells take theirs from the lib.
             dirs = c.get("port_directions") or {}
-            if not c["type"].startswith("$"):
+            if not blackbox(c["type"]):
                 dirs = {p: pd["direction"] for p, pd in lib.cell(c["type"])["pins"].items()}
                 c["port_directions"] = dirs
             for pin, bits in c["connections"].items():
@@ -90,7 +97,7 @@ class Netlist:
         c = 0.0
         for cname, pin in self.sinks.get(net, ()):
             t = self.cells[cname]["type"]
-            if t.startswith("$"):
+            if blackbox(t):
                 c += BLACKBOX_PIN_CAP
             else:
                 c += self.lib.cell(t)["pins"][pin]["capacitance"]
@@ -163,14 +170,14 @@ def propagate(nl: Netlist, seeds: dict, *, default_density: float = DEFAULT_DENS
     comb, seq = [], []
     for cname, c in nl.cells.items():
         t = c["type"]
-        if t.startswith("$"):
+        if blackbox(t):
             continue
         (seq if lib.cell(t)["sequential"] else comb).append(cname)
     start_defaults = {}
     for net in nl.inputs:
         start_defaults[net] = (0.5, default_density)
     for cname, c in nl.cells.items():
-        if c["type"].startswith("$"):
+        if blackbox(c["type"]):
             for pin, bits in c["connections"].items():
                 if c.get("port_directions", {}).get(pin) == "output":
                     for b in bits:
@@ -326,7 +333,7 @@ def compute_power(nl: Netlist, act: Activity, weights: dict, *, freq_ghz: float,
         cap[net] = nl.load_cap(net)
     for net, (cname, pin) in nl.driver.items():
         t = nl.cells[cname]["type"]
-        slew[net] = DEFAULT_SLEW_NS if t.startswith("$") else _slew(lib, t, pin, cap[net])
+        slew[net] = DEFAULT_SLEW_NS if blackbox(t) else _slew(lib, t, pin, cap[net])
     out = {"switching_mw": 0.0, "internal_mw": 0.0, "leakage_mw": 0.0, "clock_pin_mw": 0.0,
            "seq_mw": 0.0, "comb_mw": 0.0}
     # Switching power of every net (charged by its driver).
@@ -336,13 +343,13 @@ def compute_power(nl: Netlist, act: Activity, weights: dict, *, freq_ghz: float,
             p = 0.5 * cap[net] * V2 * d * f * fJ * 1e3
             out["switching_mw"] += p
             drv = nl.driver.get(net)
-            if drv and not nl.cells[drv[0]]["type"].startswith("$") and lib.cell(nl.cells[drv[0]]["type"])["sequential"]:
+            if drv and not blackbox(nl.cells[drv[0]]["type"]) and lib.cell(nl.cells[drv[0]]["type"])["sequential"]:
                 out["seq_mw"] += p
             else:
                 out["comb_mw"] += p
     for cname, c in nl.cells.items():
         t = c["type"]
-        if t.startswith("$"):
+        if blackbox(t):
             continue
         cell = lib.cell(t)
         is_seq = cell["sequential"]
@@ -416,4 +423,21 @@ def ff_array_power(geom: dict, lib: libmod.Library, *, reads: float, writes: flo
         + reads * geom["width"] * levels * 0.5 * e_mux
     leak = bits * (dff["leakage"] + mux["leakage"]) * 1e-6
     dyn = e_cycle * f * fJ * 1e3
+    return {"dynamic_mw": dyn, "leakage_mw": leak, "total_mw": dyn + leak}
+
+
+def macro_control_power(control: dict, lib: libmod.Library, *, accesses: float, clock: float, freq_ghz: float,
+                        gated: bool) -> dict:
+    """Estimated power of a macro's synthesized control logic (:func:`synth.area.cost_macro`), which is a
+    black box in the netlist: the clock pins of its flip-flops (with ideal register-level clock gating,
+    only in the fraction ``accesses`` of cycles that update its state) and the leakage of its cells. Its
+    combinational switching is not counted (it switches only on the macro's accesses)."""
+    dff = lib.cell("DFF_X1")
+    ck = dff["pins"]["CK"]["internal_power"]
+    e_ck = sum(_energy(g, DEFAULT_SLEW_NS, 0.0) for g in ck) / max(1, len(ck))
+    n_ff = control.get("flip_flops", 0)
+    e_cycle = n_ff * clock * e_ck * (accesses if gated else 1.0)
+    leak = sum(n * lib.cell(c)["leakage"] for c, n in control.get("cells", {}).items()
+               if not blackbox(c)) * 1e-6
+    dyn = e_cycle * freq_ghz * 1e9 * 1e-15 * 1e3
     return {"dynamic_mw": dyn, "leakage_mw": leak, "total_mw": dyn + leak}

@@ -16,7 +16,8 @@ from pathlib import Path
 from hw import registry
 
 from . import area as area_mod
-from . import liberty, power, tools, workloads
+from . import liberty, macros, power, tools, workloads
+from .power import blackbox
 from .activity import vcd_activity
 from .vcd_run import run_workload
 
@@ -47,7 +48,7 @@ def _start_points(nl: power.Netlist) -> set:
     pts = set(nl.inputs)
     for cname, c in nl.cells.items():
         t = c["type"]
-        if t.startswith("$") or nl.lib.cell(t)["sequential"]:
+        if blackbox(t) or nl.lib.cell(t)["sequential"]:
             for pin, bits in c["connections"].items():
                 if c.get("port_directions", {}).get(pin) == "output":
                     pts.update(b for b in bits if isinstance(b, int))
@@ -94,6 +95,35 @@ def _array_power(nl, act, arrays_by_name, lib, freq_ghz, gated):
                                      freq_ghz=freq_ghz, gated=gated)
         rows.append({"name": name, "chosen": info["chosen"], "reads_per_cycle": reads,
                      "writes_per_cycle": writes, **p})
+    by_type = {a["cell_type"]: a for a in arrays_by_name.values() if a.get("cell_type")}
+    for cname, c in nl.cells.items():
+        if not c["type"].startswith(macros.MACRO_PREFIX):
+            continue
+        info = by_type.get(c["type"])
+        if info is None:
+            raise RuntimeError(f"macro cell {cname} ({c['type']}) has no area-study costing (stale cache? "
+                               f"re-run `dysharp area --no-cache`)")
+        conn = c["connections"]
+
+        def rate(port, conn=conn):
+            bits = [b for b in conn.get(port, []) if isinstance(b, int)]
+            return act.P.get(bits[0], 0.0) if bits else None
+        lookups, writes = macros.kind(info["kind"]).accesses(rate)
+        lookups *= clk_factor
+        writes *= clk_factor
+        if info["chosen"] == "cacti":
+            cr = info["cacti"]
+            dyn = (lookups * (cr["search_pj"] + cr["read_pj"]) + writes * cr["write_pj"]) * freq_ghz
+            ctl = power.macro_control_power(info["control"], lib, accesses=min(1.0, lookups + writes),
+                                            clock=2 * clk_factor, freq_ghz=freq_ghz, gated=gated)
+            p = {"dynamic_mw": dyn + ctl["dynamic_mw"], "leakage_mw": cr["leakage_mw"] + ctl["leakage_mw"]}
+            p["total_mw"] = p["dynamic_mw"] + p["leakage_mw"]
+        else:
+            geom = {"rows": info["rows"], "width": info["width"] + info["key_width"]}
+            p = power.ff_array_power(geom, lib, reads=lookups, writes=writes, clock=2 * clk_factor,
+                                     freq_ghz=freq_ghz, gated=gated)
+        rows.append({"name": info["name"], "chosen": info["chosen"], "reads_per_cycle": lookups,
+                     "writes_per_cycle": writes, **p})
     return rows
 
 
@@ -123,6 +153,7 @@ def power_point(module: str, point: dict, *, freq_ghz: float = area_mod.CLOCK_GH
                   (" (no workload registered in synth/workloads.py)" if not vectorless else ""))
         cycles_measured = 0
     else:
+        warmup = max(warmup, wl.warmup)
         vcd, meta = run_workload(module, point, wl, warmup=warmup, cycles=cycles, seed=seed)
         t0, t1 = meta["window_ps"]
         acts, length = vcd_activity(vcd, t0, t1, top=module)
@@ -132,7 +163,7 @@ def power_point(module: str, point: dict, *, freq_ghz: float = area_mod.CLOCK_GH
     act, weights, info = power.propagate(nl, seeds)
     clock_nets = set()
     for cname, c in nl.cells.items():
-        if not c["type"].startswith("$") and lib.cell(c["type"])["sequential"]:
+        if not blackbox(c["type"]) and lib.cell(c["type"])["sequential"]:
             for pin, pd in lib.cell(c["type"])["pins"].items():
                 if pd.get("clock") or pin == (lib.cell(c["type"]).get("ff") or {}).get("clocked_on"):
                     clock_nets.update(b for b in c["connections"].get(pin, []) if isinstance(b, int))
@@ -140,7 +171,7 @@ def power_point(module: str, point: dict, *, freq_ghz: float = area_mod.CLOCK_GH
     # Ideal register-level clock gating: a flip-flop's clock runs in the cycles its register changes.
     gated = {}
     for cname, c in nl.cells.items():
-        if c["type"].startswith("$") or not lib.cell(c["type"])["sequential"]:
+        if blackbox(c["type"]) or not lib.cell(c["type"])["sequential"]:
             continue
         q = next((b for p in ("Q", "QN") for b in c["connections"].get(p, []) if isinstance(b, int)), None)
         rate = None
@@ -159,7 +190,7 @@ def power_point(module: str, point: dict, *, freq_ghz: float = area_mod.CLOCK_GH
            "seeded_nets": len(seeds), "nets": len(nl.nets),
            "ff_seeded": 0, "ff_total": 0, "propagation": info}
     for cname, c in nl.cells.items():
-        if not c["type"].startswith("$") and lib.cell(c["type"])["sequential"]:
+        if not blackbox(c["type"]) and lib.cell(c["type"])["sequential"]:
             out["ff_total"] += 1
             q = next((b for b in c["connections"].get("Q", []) if isinstance(b, int)), None)
             out["ff_seeded"] += q in seeds
@@ -179,6 +210,9 @@ def power_point(module: str, point: dict, *, freq_ghz: float = area_mod.CLOCK_GH
                 per_cycle = n / max(1.0, cycles_measured)
                 # mW / (flits/cycle * GHz) = pJ per flit
                 out[label][f"pj_per_{kind[:-6]}_flit"] = tot / (per_cycle * freq_ghz)
+        for name, n in (meta.get("events") or {}).items():
+            if n:
+                out[label].setdefault("pj_per_event", {})[name] = tot / (n / max(1.0, cycles_measured) * freq_ghz)
     return out
 
 
@@ -200,7 +234,7 @@ def opensta_crosscheck(module: str, point: dict, *, freq_ghz: float, seed: int =
     wl = workloads.get(module)
     if wl is None:
         raise RuntimeError(f"no workload for {module}: the cross-check needs measured activity")
-    vcd, meta = run_workload(module, point, wl, warmup=warmup, cycles=cycles, seed=seed)
+    vcd, meta = run_workload(module, point, wl, warmup=max(warmup, wl.warmup), cycles=cycles, seed=seed)
     t0, t1 = meta["window_ps"]
     acts, length = vcd_activity(vcd, t0, t1, top=module)
     seeds, _ = _rtl_match(nl, acts, length / SIM_PERIOD_PS)
@@ -230,7 +264,7 @@ def opensta_crosscheck(module: str, point: dict, *, freq_ghz: float, seed: int =
             n_annot += 1
             continue
         drv = nl.driver.get(net)
-        if drv and not nl.cells[drv[0]]["type"].startswith("$"):
+        if drv and not blackbox(nl.cells[drv[0]]["type"]):
             cname, pin = drv
             lines.append(f"sta::set_power_pin_activity [get_pins {{{cname.lstrip(chr(92))}/{pin}}}] "
                          f"{d:.6g} {pr:.6g}")

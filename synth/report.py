@@ -44,15 +44,22 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
             w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
 
 
-def _power_for(power: list | None, module: str):
+def _power_for(power: list | None, module: str, point: dict | None = None):
+    """The power result of ``module`` (at ``point`` when given: a figure at another size is not used)."""
     for p in power or []:
-        if p.get("module") == module and "no_gating" in p:
+        if p.get("module") == module and "no_gating" in p and (point is None or _same_point(module, p, point)):
             return p
     return None
 
 
+def _same_point(module: str, p: dict, point: dict) -> bool:
+    spec = registry.get(module)
+    return p.get("params", spec.resolve(p.get("point", {}))) == spec.resolve(point)
+
+
 def overhead(area_points: list[dict], power: list | None) -> dict:
-    """The DySHARP addition at 64 ports: per role, the module(s) at their default parameters."""
+    """The DySHARP addition at 64 ports: per role (:data:`synth.scaling.ROLES`), its module(s) at the
+    role's architecture point; per-port blocks x 64, GPU-side blocks per GPU."""
     from .area import area_point
 
     registered = sorted(registry.MODULES)
@@ -64,40 +71,62 @@ def overhead(area_points: list[dict], power: list | None) -> dict:
             rows.append({"role": r["role"], "side": r["side"], "modules": "", "status": "not registered",
                          "note": r.get("absent", "")})
             continue
-        logic = sram = transistors = pw = 0.0
+        logic = sram = transistors = pw = pw_gated = 0.0
         pw_known = True
-        points = []
+        points, notes = [], []
         for m in r["modules"]:
-            res = next((a["result"] for a in area_points if a["module"] == m and not a["point"] and a["result"]),
-                       None)
+            point = r.get("points", {}).get(m, {})
+            spec = registry.get(m)
+            res = next((a["result"] for a in area_points if a["module"] == m and a["result"]
+                        and spec.resolve(a["point"]) == spec.resolve(point)), None)
             if res is None:
-                res = area_point(m, {}, quiet=True).result
-            logic += res["area_random_logic_um2"] + sum(a["area_um2"] for a in res["arrays"] if a["chosen"] == "ff")
-            sram += sum(a["area_um2"] for a in res["arrays"] if a["chosen"] == "cacti")
+                res = area_point(m, point, quiet=True).result
+            off = [a for a in res["arrays"] if a["name"].split(".")[-1] in r.get("off_chip", ())]
+            on = [a for a in res["arrays"] if a not in off]
+            if off:
+                notes.append(f"{m}: left out as off-chip: {', '.join(a['name'] + ' ' + a['geometry'] for a in off)}")
+            logic += res["area_random_logic_um2"] + sum(a.get("logic_um2", a["area_um2"] if a["chosen"] == "ff" else 0)
+                                                        for a in on)
+            sram += sum(a.get("sram_um2", a["area_um2"] if a["chosen"] == "cacti" else 0) for a in on)
             transistors += res["transistors_logic"] + sum(
-                (a["ff"].get("transistors") or 0) if a["chosen"] == "ff" else 6 * a["bits"] for a in res["arrays"])
-            p = _power_for(power, m)
+                a.get("transistors", (a["ff"].get("transistors") or 0) if a["chosen"] == "ff" else 6 * a["bits"])
+                for a in on)
+            points.append(f"{m} {_pt(point)}")
+            p = _power_for(power, m, point)
             if p is None:
                 pw_known = False
             else:
-                pw += p["no_gating"]["total_mw"]
-                points.append(_pt(p["point"]))
+                # Off-chip arrays' power is left out too.
+                off_mw = {g: sum(x["total_mw"] for x in p[g]["arrays"] if x["name"].split(".")[-1]
+                                 in r.get("off_chip", ())) for g in ("no_gating", "clock_gated")}
+                pw += p["no_gating"]["total_mw"] - off_mw["no_gating"]
+                pw_gated += p["clock_gated"]["total_mw"] - off_mw["clock_gated"]
+                if "vectorless" in p["activity_source"]:
+                    notes.append(f"{m}: vectorless power estimate")
         n = ports if r["per"] == "port" else 1
         n5 = scaling.to_n5(logic * n, sram * n, pw * n)
         rows.append({"role": r["role"], "side": r["side"], "modules": "+".join(r["modules"]),
-                     "status": "registered", "instances": n, "logic_um2_45": logic * n, "sram_um2_45": sram * n,
+                     "status": "registered", "instances": n, "point": "; ".join(points),
+                     "logic_um2_45": logic * n, "sram_um2_45": sram * n,
                      "transistors": transistors * n, "area_mm2_n5": n5["area_mm2"],
+                     "logic_mm2_n5": n5["logic_mm2"], "sram_mm2_n5": n5["sram_mm2"],
                      "power_mw_45": pw * n if pw_known else None,
                      "power_mw_n5": n5["power_mw"] if pw_known else None,
-                     "power_point": "; ".join(points)})
+                     "power_gated_mw_n5": pw_gated * n * scaling.ENERGY if pw_known else None,
+                     "note": "; ".join(notes), "why": r.get("why", "")})
     sw = [r for r in rows if r["side"] == "switch" and r["status"] == "registered"]
-    total = {"area_mm2_n5": sum(r["area_mm2_n5"] for r in sw),
-             "transistors": sum(r["transistors"] for r in sw),
-             "power_mw_n5": sum(r["power_mw_n5"] or 0 for r in sw),
-             "power_complete": all(r["power_mw_n5"] is not None for r in sw)}
-    total["pct_area"] = 100 * total["area_mm2_n5"] / scaling.NVSWITCH["area_mm2"]
-    total["pct_transistors"] = 100 * total["transistors"] / scaling.NVSWITCH["transistors"]
-    return {"rows": rows, "switch_total": total, "registered": registered}
+    gpu = [r for r in rows if r["side"] == "gpu" and r["status"] == "registered"]
+
+    def total(rs, ref):
+        t = {"area_mm2_n5": sum(r["area_mm2_n5"] for r in rs), "transistors": sum(r["transistors"] for r in rs),
+             "power_mw_n5": sum(r["power_mw_n5"] or 0 for r in rs),
+             "power_gated_mw_n5": sum(r["power_gated_mw_n5"] or 0 for r in rs),
+             "power_complete": all(r["power_mw_n5"] is not None for r in rs)}
+        t["pct_area"] = 100 * t["area_mm2_n5"] / ref["area_mm2"]
+        t["pct_transistors"] = 100 * t["transistors"] / ref["transistors"]
+        return t
+    return {"rows": rows, "switch_total": total(sw, scaling.NVSWITCH), "gpu_total": total(gpu, scaling.H100),
+            "registered": registered}
 
 
 def _plots(out: Path, area_points: list[dict], power: list | None) -> list[str]:
@@ -227,9 +256,11 @@ def write_reports(out="synth_reports", area_points=None, power=None, commands=No
             "timing": r["timing_source"], "verilog_mb": r["verilog_mb"], "synth_s": r["seconds"]})
         for x in r["arrays"]:
             arrays.append({"module": a["module"], "point": _pt(a["point"]), "array": x["name"],
-                           "geometry": x["geometry"], "bits": x["bits"], "chosen": x["chosen"],
-                           "counted_um2": x["area_um2"], "ff_um2": x["ff"]["area_um2"],
-                           "cacti_um2": x["cacti"].get("area_um2"), "cacti_access_ns": x["cacti"].get("access_ns"),
+                           "kind": x.get("kind", "ram"), "geometry": x["geometry"], "bits": x["bits"],
+                           "chosen": x["chosen"], "counted_um2": x["area_um2"], "ff_um2": x["ff"]["area_um2"],
+                           "cacti_um2": x["cacti"].get("area_um2"),
+                           "control_um2": (x.get("control") or {}).get("area_um2"),
+                           "cacti_access_ns": x["cacti"].get("access_ns"),
                            "cacti_note": x["cacti"].get("error", "")})
     cols = ["module", "point", "status", "area_um2", "seq_um2", "logic_um2", "arrays_um2", "all_ff_um2",
             "array_bits", "cells", "transistors_logic", "transistors_all_ff", "critical_path_ps", "timing",
@@ -255,9 +286,23 @@ def write_reports(out="synth_reports", area_points=None, power=None, commands=No
     _write_csv(out / "power.csv", prows)
     ov = overhead(area_points, power) if area_points else None
     if ov:
+        t, g = ov["switch_total"], ov["gpu_total"]
+        totals = [{"role": "TOTAL switch side (64 ports)", "side": "switch", "status": "total",
+                   "transistors": t["transistors"], "area_mm2_n5": t["area_mm2_n5"],
+                   "power_mw_n5": t["power_mw_n5"] if t["power_complete"] else None,
+                   "power_gated_mw_n5": t["power_gated_mw_n5"] if t["power_complete"] else None,
+                   "note": f"{t['pct_area']:.3f}% of the NVSwitch's estimated {scaling.NVSWITCH['area_mm2']:.0f} "
+                           f"mm^2; {t['pct_transistors']:.3f}% of its 25.1 B transistors"},
+                  {"role": "TOTAL GPU side (per GPU)", "side": "gpu", "status": "total",
+                   "transistors": g["transistors"], "area_mm2_n5": g["area_mm2_n5"],
+                   "power_mw_n5": g["power_mw_n5"] if g["power_complete"] else None,
+                   "power_gated_mw_n5": g["power_gated_mw_n5"] if g["power_complete"] else None,
+                   "note": f"{g['pct_area']:.4f}% of an H100's 814 mm^2; {g['pct_transistors']:.4f}% of its 80 B "
+                           f"transistors"}]
         _write_csv(out / "overhead_summary.csv", [{k: r.get(k, "") for k in (
-            "role", "side", "modules", "status", "instances", "logic_um2_45", "sram_um2_45", "transistors",
-            "area_mm2_n5", "power_mw_45", "power_mw_n5", "note")} for r in ov["rows"]])
+            "role", "side", "modules", "status", "instances", "point", "logic_um2_45", "sram_um2_45",
+            "transistors", "logic_mm2_n5", "sram_mm2_n5", "area_mm2_n5", "power_mw_45", "power_mw_n5",
+            "power_gated_mw_n5", "note")} for r in ov["rows"] + totals])
     plots = _plots(out, area_points, power)
     md = _markdown(area_points, arrays, power, crosscheck, ov, plots, commands)
     (out / "report.md").write_text(md)
@@ -291,12 +336,15 @@ def _markdown(area_points, arrays, power, crosscheck, ov, plots, commands) -> st
     for x in arrays:
         geoms.setdefault(x["geometry"], x)
     if geoms:
-        L += ["", "### Arrays: CACTI macro against flip-flops (one row per geometry)", "",
-              "| geometry (rows x bits, read ports r/sync s, write ports w) | flip-flops um^2 | CACTI um^2 | "
-              "counted as | CACTI note |", "|---|---|---|---|---|"]
+        L += ["", "### Arrays and macros: CACTI against flip-flops (one row per geometry)", "",
+              "RAM geometry: rows x bits, read ports r / of them synchronous s, write ports w. CAM macro "
+              "geometry: cam<entries>x<key bits>+<value bits>, costed as CACTI's fully associative array "
+              "(2 search ports, 1 write port) plus its control logic synthesized (`synth/macros.py`).", "",
+              "| geometry | flip-flops um^2 | CACTI um^2 | control logic um^2 | CACTI access ns | counted as | "
+              "CACTI note |", "|---|---|---|---|---|---|---|"]
         for g, x in sorted(geoms.items()):
-            L.append(f"| {g} | {_fmt(x['ff_um2'])} | {_fmt(x['cacti_um2'])} | {x['chosen']} | "
-                     f"{x['cacti_note'] or ''} |")
+            L.append(f"| {g} | {_fmt(x['ff_um2'])} | {_fmt(x['cacti_um2'])} | {_fmt(x['control_um2'])} | "
+                     f"{_fmt(x['cacti_access_ns'], '.2f')} | {x['chosen']} | {x['cacti_note'] or ''} |")
     pw = [p for p in power if "no_gating" in p]
     if pw:
         L += ["", "### Power", "",
@@ -339,38 +387,50 @@ def _markdown(area_points, arrays, power, crosscheck, ov, plots, commands) -> st
               "per cycle: 2.4-7.6 fJ per transition from the DFF_X1 tables, "
               f"{c['ours']['clock_pins_mw']:.1f} mW here)."]
     if ov:
-        t = ov["switch_total"]
+        t, gt = ov["switch_total"], ov["gpu_total"]
         L += ["", "### The DySHARP addition at 64 ports, scaled to the NVSwitch's node", "",
               f"Scaling: logic area x{scaling.LOGIC_AREA:.4f} (45->7 nm Stillmaker & Baas 0.059, then N7->N5 "
               f"logic density 1.84x), SRAM area x{scaling.SRAM_AREA:.4f} (bit cell 0.346->0.027 um^2, then "
-              f"N7->N5 1.3x), power x{scaling.ENERGY} (45->7 nm energy; no N7->N5 step). NVSwitch: "
-              f"{scaling.NVSWITCH['source']}: {scaling.NVSWITCH['area_mm2']:.0f} mm^2. Blocks at their "
-              f"default parameters; power from `dysharp power` (no clock gating).", "",
-              "| block | side | module(s) | instances | area mm^2 (N5) | transistors | power mW (N5) |",
-              "|---|---|---|---|---|---|---|"]
+              f"N7->N5 1.3x; CACTI-costed arrays and CAM macros count as SRAM, their control logic and "
+              f"flip-flop arrays as logic), power x{scaling.ENERGY} (45->7 nm energy; no N7->N5 step). "
+              f"NVSwitch: {scaling.NVSWITCH['source']}: {scaling.NVSWITCH['area_mm2']:.0f} mm^2. Each block at "
+              f"its architecture point (`synth/scaling.py`, justified below); power from `dysharp power` at "
+              f"1.5625 GHz, no clock gating / ideal clock gating.", "",
+              "| block | side | module at point | instances | logic mm^2 | SRAM mm^2 | area mm^2 (N5) | "
+              "transistors | power mW (N5), no gating / gated |", "|---|---|---|---|---|---|---|---|---|"]
         for r in ov["rows"]:
             if r["status"] != "registered":
-                L.append(f"| {r['role']} | {r['side']} | not registered | | | | {r.get('note', '')} |")
+                L.append(f"| {r['role']} | {r['side']} | not registered | | | | | | {r.get('note', '')} |")
             else:
-                L.append(f"| {r['role']} | {r['side']} | {r['modules']} | {r['instances']} | "
-                         f"{r['area_mm2_n5']:.4f} | {r['transistors']:.3g} | "
-                         f"{_fmt(r['power_mw_n5'], '.2f')} |")
+                pw = "-" if r["power_mw_n5"] is None else f"{r['power_mw_n5']:.2f} / {r['power_gated_mw_n5']:.2f}"
+                L.append(f"| {r['role']} | {r['side']} | {r['point']} | {r['instances']} | "
+                         f"{r['logic_mm2_n5']:.4f} | {r['sram_mm2_n5']:.4f} | {r['area_mm2_n5']:.4f} | "
+                         f"{r['transistors']:.3g} | {pw} |")
         L.append("")
         if not any(r["status"] == "registered" and r["side"] == "switch" for r in ov["rows"]):
             L.append("Switch-side total: not available: none of the DySHARP switch blocks is registered in "
                      "`hw/registry.py` yet (re-run `dysharp area` and `dysharp power` once they are). "
                      f"Modules registered: {', '.join(ov['registered'])}.")
         else:
-            L.append(f"Switch-side total of the registered blocks: {t['area_mm2_n5']:.4f} mm^2 = "
-                     f"{t['pct_area']:.3f}% of the estimated NVSwitch die; {t['transistors']:.3g} transistors = "
-                     f"{t['pct_transistors']:.3f}% of 25.1 B; "
-                     + (f"{t['power_mw_n5']:.1f} mW" if t["power_complete"] else
-                        "power not available (run `dysharp power` for: " + ", ".join(
-                            r["modules"] for r in ov["rows"] if r["side"] == "switch"
-                            and r["status"] == "registered" and r["power_mw_n5"] is None) + ")")
-                     + f" (NVIDIA publishes "
-                     f"no NVSwitch chip power to normalise by). GPU-side blocks are per GPU (H100: 814 mm^2, "
-                     f"80 B transistors). Modules registered: {', '.join(ov['registered'])}.")
+            def pw(x, what):
+                if x["power_complete"]:
+                    return f"{x['power_mw_n5']:.1f} mW without clock gating, {x['power_gated_mw_n5']:.1f} mW with"
+                return "power not available (run `dysharp power` for: " + ", ".join(
+                    r["modules"] for r in ov["rows"] if r["side"] == what and r["status"] == "registered"
+                    and r["power_mw_n5"] is None) + ")"
+            L.append(f"**Switch side, 64 ports:** {t['area_mm2_n5']:.3f} mm^2 = {t['pct_area']:.2f}% of the "
+                     f"estimated {scaling.NVSWITCH['area_mm2']:.0f} mm^2 NVSwitch die; {t['transistors']:.3g} "
+                     f"transistors = {t['pct_transistors']:.2f}% of 25.1 B; {pw(t, 'switch')} (NVIDIA publishes "
+                     f"no NVSwitch chip power to normalise by).")
+            L.append("")
+            L.append(f"**GPU side, per GPU:** {gt['area_mm2_n5']:.4f} mm^2 = {gt['pct_area']:.4f}% of an H100 "
+                     f"(814 mm^2); {gt['transistors']:.3g} transistors = {gt['pct_transistors']:.4f}% of 80 B; "
+                     f"{pw(gt, 'gpu')}.")
+            L += ["", "Sizes:"]
+            for r in ov["rows"]:
+                if r["status"] == "registered" and r.get("why"):
+                    L.append(f"- {r['role']} ({r['point']}): {r['why']}" + (f" ({r['note']})" if r["note"] else ""))
+            L.append(f"- Modules registered: {', '.join(ov['registered'])}.")
     if plots:
         L += ["", "Plots: " + ", ".join(f"`synth_reports/{p}`" for p in plots) + "."]
     return "\n".join(L) + "\n"

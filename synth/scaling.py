@@ -19,7 +19,8 @@ Factors (all stated in the report)
   reported per GPU against an H100 (80 billion transistors, 814 mm^2).
 """
 
-__all__ = ["LOGIC_AREA", "SRAM_AREA", "ENERGY", "NVSWITCH", "H100", "to_n5", "ROLES"]
+__all__ = ["LOGIC_AREA", "SRAM_AREA", "ENERGY", "NVSWITCH", "H100", "to_n5", "ROLES", "resolve_roles",
+           "architecture_point"]
 
 LOGIC_AREA = 0.059 / 1.84         # 45 nm -> 7 nm (Stillmaker & Baas) -> N5 (logic density 1.84x)
 SRAM_AREA = (0.027 / 0.346) / 1.3  # 45 nm -> 7 nm bit cell -> N5 (SRAM density 1.3x)
@@ -38,23 +39,62 @@ def to_n5(logic_um2: float, sram_um2: float, power_mw: float) -> dict:
 
 
 # The DySHARP addition, by role. Each role lists alternatives (module-name lists); the first alternative
-# whose modules are all registered is used. ``per`` says how many instances a 64-port switch has.
+# whose modules are all registered is used. ``per`` says how many instances a 64-port switch has
+# ("port": one per port; "gpu": one per GPU, reported per GPU). ``points`` gives the parameter point of
+# each module: the size the architecture needs, justified in ``why`` (the figures are the measured ones of
+# docs/al_tlb.md and docs/reduction.md). ``off_chip`` names arrays that stand in for memory that is not on
+# the chip (left out of the addition). Composite modules are never listed beside their parts:
+# ld_reduce_unit = reduction_engine + linear_translator (a stand-in for the AL-TLB, which has its own
+# role); reduction_engine contains reduction_buffer, which contains reduce_alu; gpu_nic = request_gen +
+# receive_path + token_tracker.
 ROLES = [
     {"role": "AL-TLB (address-lookup CAM)", "side": "switch", "per": "port",
-     "alternatives": [["al_tlb"], ["altlb"], ["tlb"], ["cam"]]},
+     "alternatives": [["al_tlb"]],
+     "points": {"al_tlb": {"ports": 64, "entries": 1024}},
+     "why": "one per egress port (docs/al_tlb.md). 1024 CAM entries: DeepSeek-V3 tile-order dispatch "
+            "reuses a (token, destination) key after about (G-1) x 128 x D/G other keys (590 at G=8, 900 "
+            "at G=32, 970 at G=64), so the measured hit rate is 0.000 at 64-256 entries, 0.014 at 512 and "
+            "0.965 (the compulsory limit 28/29) at 1024, for G=8 and G=32. 64 ports: 6-bit dst in the key "
+            "(28-bit key, 48-bit value), 64-bit group masks."},
     {"role": "reduction engine + buffer", "side": "switch", "per": "port",
-     "alternatives": [["reduction_engine"], ["reduce_engine"], ["red_engine"],
-                      ["reduction_alu", "reduction_buffer"], ["reduction"]]},
+     "alternatives": [["reduction_engine"], ["reduction_buffer", "reduce_alu"]],
+     "points": {"reduction_engine": {"ports": 64, "entries": 64},
+                "reduction_buffer": {"entries": 64}, "reduce_alu": {}},
+     "why": "one per port (the ld_reduce requester's port). Little's law, entries = throughput x request "
+            "latency, with the measured figures of docs/reduction.md (one contribution flit per cycle, "
+            "request latency = read latency + 24 cycles): the bench's short requests (4 destinations x 2 "
+            "flits, 1/12 request per cycle) need 68.7 entries at an 800-cycle read latency, and 64 entries "
+            "measured 0.0775 of 0.0833 requests per cycle (93%); DeepSeek-V3 combine requests (16-flit "
+            "BF16 chunks of a 14336-B row, D = 7.68 destinations at 64 GPUs: 1/131 request per cycle) "
+            "need (1000 + 24 + 131) / 131 = 8.8 entries at the AL-TLB's assumed 1000-cycle NVLink + HBM "
+            "round trip. 64 entries (16 payload rows each, 263-bit fp32 partial rows: 33.7 KB) cover "
+            "both; max_length 16."},
     {"role": "multicast logic + extra header handling", "side": "switch", "per": "port",
-     "alternatives": [["multicast"], ["header_unit"], ["dyn_header"]],
+     "alternatives": [["dyn_header"], ["header_unit"], ["multicast"]],
      "absent": "no separate module: dymultimem masks ride the switch's existing multicast (mask-queue) "
-               "path, which Hopper's NVSwitch already has for NVLS; counted as not registered"},
+               "path, which Hopper's NVSwitch already has for NVLS, and the egress rewrite of a "
+               "dymultimem header into a per-destination write (translated address + offset x 16) is "
+               "not written as RTL; not counted"},
     {"role": "token tracker (tile status table)", "side": "gpu", "per": "gpu",
-     "alternatives": [["token_tracker"], ["tracker"], ["tile_table"]]},
+     "alternatives": [["token_tracker"]],
+     "points": {"token_tracker": {"experts": 32, "tiles": 16}},
+     "why": "32 local experts x 16 tiles of 128 tokens (the default): DeepSeek-V3 on 8 GPUs hosts 32 "
+            "experts per GPU and receives 4096 x 8 x 8 / 256 = 1024 tokens per expert from a 4096-token "
+            "batch per GPU (8 tiles): 2x headroom for routing skew."},
     {"role": "request generator", "side": "gpu", "per": "gpu",
-     "alternatives": [["request_generator"], ["reqgen"], ["req_gen"]]},
+     "alternatives": [["request_gen"]],
+     "points": {"request_gen": {"ports": 64}},
+     "why": "64-bit destination masks for a 64-GPU domain; other parameters default."},
     {"role": "receive path", "side": "gpu", "per": "gpu",
-     "alternatives": [["receive_path"], ["recv_path"], ["rx_path"]]},
+     "alternatives": [["receive_path"]],
+     "points": {"receive_path": {}},
+     "why": "defaults: slots per expert equal the tracker's 16 x 128 tokens."},
+    {"role": "memory manager (receive layout)", "side": "gpu", "per": "gpu",
+     "alternatives": [["memory_manager"]],
+     "points": {"memory_manager": {}},
+     "off_chip": ["table"],
+     "why": "defaults; its backing table lives in the GPU's HBM (docs/al_tlb.md), so the RTL's stand-in "
+            "table array is left out: the on-chip part is the group bindings and the logic."},
 ]
 
 
@@ -65,3 +105,11 @@ def resolve_roles(registered: list[str]) -> list[dict]:
         chosen = next((alt for alt in r["alternatives"] if all(m in registered for m in alt)), [])
         out.append({**r, "modules": chosen})
     return out
+
+
+def architecture_point(module: str) -> dict | None:
+    """The parameter point at which ``module`` is counted in the DySHARP addition (None: not counted)."""
+    for r in ROLES:
+        if module in r.get("points", {}) and any(module in alt for alt in r["alternatives"]):
+            return dict(r["points"][module])
+    return None

@@ -10,7 +10,7 @@ from hw import registry
 def area_power_step(args, out: Path) -> str:
     """``dysharp area`` over every registered module's grid, then ``dysharp power`` at each module's
     default point. ``--quick``: each module at the first of its standard points only, and power for the
-    first module that has a workload, at that point."""
+    smallest module (by Verilog) that has a workload, at that point."""
     from dysharp.commands import area as area_cmd
     from dysharp.commands import power as power_cmd
 
@@ -26,7 +26,9 @@ def area_power_step(args, out: Path) -> str:
         for m in modules:
             first = registry.get(m).points[0]
             area_argv += ["-m", m] + [f"--grid={m}.{k}={v}" for k, v in first.items()]
-        powered = next((m for m in modules if workloads.get(m)), modules[0])
+        # The module with a workload whose first point has the least Verilog (already generated above).
+        with_wl = [m for m in modules if workloads.get(m)] or modules[:1]
+        powered = min(with_wl, key=lambda m: registry.generate_verilog(m, registry.get(m).points[0]).stat().st_size)
         power_argv += ["-m", powered] + [f"--set={powered}.{k}={v}"
                                          for k, v in registry.get(powered).points[0].items()]
     else:

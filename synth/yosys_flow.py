@@ -31,7 +31,8 @@ from .tools import ToolError, yosys_command
 
 __all__ = ["FlowError", "script", "synthesize", "parse_memories", "ff_array_verilog", "FLOW_VERSION"]
 
-FLOW_VERSION = "2"   # bump when the script or the parsing changes (invalidates cached results)
+FLOW_VERSION = "2"   # bump when the script or the parsing changes (invalidates cached results); designs
+                     # with macros also key their cache on the macro list (synth.area)
 
 ABC_LIB_SCRIPT = "+strash;dc2;&get,-n;&nf,-D,{D};&put;buffer;upsize,-D,{D};dnsize,-D,{D};stime,-p"
 ABC_CMOS_SCRIPT = "+strash;dc2;map"
@@ -41,13 +42,31 @@ class FlowError(RuntimeError):
     pass
 
 
+def _macro_lines(top: str, macros: list[str], wrapper: str | None) -> list[str]:
+    """Keep each macro module (:mod:`synth.macros`) as a black box named ``dysharp_macro_<i>``. When the
+    design is itself a macro, ``wrapper`` (a module instantiating it, read from ``wrapper.v``) becomes
+    the top under the design's name."""
+    if not macros:
+        return []
+    from .macros import MACRO_PREFIX
+    lines = [f"blackbox {' '.join(macros)}", f"hierarchy -check -top {wrapper or top}"]
+    for i, name in enumerate(macros):
+        lines += [f"chtype -map {name} {MACRO_PREFIX}{i}", f"rename {name} {MACRO_PREFIX}{i}"]
+    if wrapper:
+        lines.append(f"rename {wrapper} {top}")
+    return lines
+
+
 def script(verilog: str, top: str, liberty: str, period_ps: float, out: Path = Path("."), *,
-           netlist: bool) -> str:
-    """The yosys script; file names are relative to the folder yosys runs in (see :func:`_run_yosys`)."""
+           netlist: bool, macros: list[str] = (), wrapper: str | None = None) -> str:
+    """The yosys script; file names are relative to the folder yosys runs in (see :func:`_run_yosys`).
+    ``macros``: modules kept as black boxes (cells ``dysharp_macro_<i>``); ``wrapper``: see
+    :func:`_macro_lines`."""
     lib = str(liberty)
     d = f"{period_ps:.0f}"
     lines = [
-        f"read_verilog -sv {verilog}",
+        f"read_verilog -sv {verilog}" + (" wrapper.v" if wrapper else ""),
+        *_macro_lines(top, list(macros), wrapper),
         f"hierarchy -check -top {top}",
         f"synth -top {top} -flatten -noshare -run :fine",
         f"tee -q -o memories.il dump t:$mem_v2",
@@ -64,8 +83,9 @@ def script(verilog: str, top: str, liberty: str, period_ps: float, out: Path = P
     ]
     if netlist:
         lines += [f"write_json netlist.json"]
-    # Gate-level Verilog for OpenSTA, the arrays as instances of an undefined black-box cell.
+    # Gate-level Verilog for OpenSTA, the arrays and macros as instances of an undefined black-box cell.
     lines += ["design -save mapped", "chtype -set dysharp_array t:$mem_v2",
+              *(f"chtype -set dysharp_array t:{m}" for m in _macro_types(macros)),
               f"write_verilog -noattr -noexpr netlist.v", "design -load mapped"]
     lines += [
         "design -load generic",
@@ -75,6 +95,11 @@ def script(verilog: str, top: str, liberty: str, period_ps: float, out: Path = P
         f"tee -q -o cmos.txt stat -tech cmos",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _macro_types(macros) -> list[str]:
+    from .macros import MACRO_PREFIX
+    return [f"{MACRO_PREFIX}{i}" for i in range(len(macros))]
 
 
 def _param(block: str, name: str) -> str | None:
@@ -104,8 +129,13 @@ def parse_memories(text: str) -> list[dict]:
     return mems
 
 
-def _cell_counts(stat_json: dict) -> dict[str, int]:
-    """Cell type -> count of the (single, flattened) top module in ``stat -json`` output."""
+def _cell_counts(stat_json: dict, top: str | None = None) -> dict[str, int]:
+    """Cell type -> count of the (flattened) top module in ``stat -json`` output (black-box macro
+    modules are listed beside it)."""
+    mods = stat_json.get("modules", {})
+    for name in (top, f"\\{top}") if top else ():
+        if name in mods and "num_cells_by_type" in mods[name]:
+            return {k.lstrip("\\"): int(v) for k, v in mods[name]["num_cells_by_type"].items()}
     found = []
 
     def walk(node):
@@ -157,15 +187,30 @@ def _run_yosys(ys_text: str, workdir: Path, what: str, inputs: dict | None = Non
 
 
 def synthesize(verilog: Path, top: str, liberty_lib, liberty_path: Path, *, period_ps: float,
-               workdir: Path, netlist: bool = False) -> dict:
-    """Run the flow on ``verilog`` (top module ``top``) and return its figures (see the module doc)."""
+               workdir: Path, netlist: bool = False, macros: list[str] = ()) -> dict:
+    """Run the flow on ``verilog`` (top module ``top``) and return its figures (see the module doc).
+    ``macros``: modules of the design kept as black boxes (:mod:`synth.macros`); ``macro_cells`` in the
+    result counts their instances, by module."""
+    from .macros import MACRO_PREFIX, wrapper_verilog
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    macros = list(macros)
+    wrapper = None
+    if top in macros:
+        # The design is itself a macro: synthesize a wrapper around the black box.
+        wrapper = "dysharp_wrapper"
+        (workdir / "wrapper.v").write_text(wrapper_verilog(Path(verilog).read_text(), top, wrapper))
     t0 = time.time()
-    log = _run_yosys(script("design.v", top, "stdcells.lib", period_ps, netlist=netlist), workdir,
+    log = _run_yosys(script("design.v", top, "stdcells.lib", period_ps, netlist=netlist, macros=macros,
+                            wrapper=wrapper), workdir,
                      f"{top} ({verilog})", {"design.v": verilog, "stdcells.lib": liberty_path})
     wall = time.time() - t0
-    counts = _cell_counts(json.loads((workdir / "stat.json").read_text()))
+    counts = _cell_counts(json.loads((workdir / "stat.json").read_text()), top)
+    macro_cells = {}
+    for i, name in enumerate(macros):
+        macro_cells[name] = counts.pop(f"{MACRO_PREFIX}{i}", 0)
+        if not macro_cells[name]:
+            raise FlowError(f"macro {name} of {top} is not in the synthesized netlist (optimised away?)")
     mems = parse_memories((workdir / "memories.il").read_text()) if (workdir / "memories.il").exists() else []
     seq = logic = 0.0
     n_seq = n_logic = 0
@@ -192,13 +237,13 @@ def synthesize(verilog: Path, top: str, liberty_lib, liberty_path: Path, *, peri
     m = re.search(r"Estimated number of transistors:\s*(\d+)", cmos)
     if not m:
         raise FlowError(f"no transistor count in `stat -tech cmos` output ({workdir / 'cmos.txt'})")
-    if seq + logic <= 0 and not mems:
+    if seq + logic <= 0 and not mems and not macros:
         raise FlowError(f"synthesis of {top} produced no cells: the design is empty or was optimised "
                         f"away (unconnected outputs?); refusing a zero area")
     return {
         "cells": counts, "cell_count": n_seq + n_logic, "area_seq_um2": seq, "area_logic_um2": logic,
         "area_um2": seq + logic, "critical_path_ps": max(delays) if delays else None,
-        "transistors": int(m.group(1)), "memories": mems, "yosys_s": wall,
+        "transistors": int(m.group(1)), "memories": mems, "macro_cells": macro_cells, "yosys_s": wall,
     }
 
 

@@ -148,12 +148,43 @@ def test_registry_grid_and_overhead_roles():
     from synth import area, scaling
     assert area.grid_points("group_table", {"entries": [8, 2]}) == [{"entries": 8}, {"entries": 2}]
     assert area.parse_grid(["group_table.entries=4,8"], ["group_table"]) == {"group_table": {"entries": [4, 8]}}
-    roles = scaling.resolve_roles(["switch", "al_tlb", "reduction_alu", "reduction_buffer"])
+    roles = scaling.resolve_roles(["switch", "al_tlb", "reduce_alu", "reduction_buffer"])
     by = {r["role"]: r["modules"] for r in roles}
     assert by["AL-TLB (address-lookup CAM)"] == ["al_tlb"]
-    assert by["reduction engine + buffer"] == ["reduction_alu", "reduction_buffer"]
+    assert by["reduction engine + buffer"] == ["reduction_buffer", "reduce_alu"]
     assert by["token tracker (tile status table)"] == []
+    # No double counting: the engine contains the buffer and the ALU; ld_reduce_unit and gpu_nic are
+    # composites of counted blocks.
+    from hw import registry
+    roles = scaling.resolve_roles(sorted(registry.MODULES))
+    counted = [m for r in roles for m in r["modules"]]
+    assert "reduction_engine" in counted and len(counted) == len(set(counted))
+    assert not {"reduction_buffer", "reduce_alu", "ld_reduce_unit", "gpu_nic", "cam"} & set(counted)
+    assert scaling.architecture_point("al_tlb") == {"ports": 64, "entries": 1024}
+    assert scaling.architecture_point("switch") is None
     assert scaling.to_n5(1e6, 0, 10)["area_mm2"] == pytest.approx(0.059 / 1.84)
+
+
+def test_cam_is_a_macro_costed_with_cacti(lib_path):
+    """A CAM written as registers is found in the Verilog, kept as a black box and counted as CACTI's
+    fully associative array plus its control logic, bounded by its flip-flop synthesis."""
+    from amaranth.back import verilog
+
+    from hw.switch.cam import Cam
+    from synth import area, macros
+    text = verilog.convert(Cam(entries=16, key_width=8, value_width=12), name="cam", emit_src=False)
+    assert macros.find_macros(text) == [{"module": "cam", "kind": "cam", "entries": 16, "key_width": 8,
+                                         "value_width": 12}]
+    assert macros.find_macros(verilog.convert(Cam(entries=16), name="x", emit_src=False).replace("plru", "p")) == []
+    fa = cacti.run(macros.kind("cam").cacti_array({"entries": 64, "key_width": 28, "value_width": 48}))
+    ram = cacti.run(cacti.Array(rows=64, width=48))
+    assert fa.area_um2 > ram.area_um2 and fa.search_pj > 0
+    r = area.area_point("cam", {"entries": 16, "key_width": 8, "value_width": 12}, quiet=True).result
+    (mac,) = r["arrays"]
+    assert mac["kind"] == "cam" and r["area_seq_um2"] == 0 and r["area_logic_um2"] == 0
+    assert mac["control"]["area_um2"] > 0 and mac["ff"]["area_um2"] > 0 and mac["cacti"]["area_um2"] > 0
+    assert mac["area_um2"] == pytest.approx(min(mac["ff"]["area_um2"],
+                                                mac["cacti"]["area_um2"] + mac["control"]["area_um2"]))
 
 
 @pytest.mark.slow

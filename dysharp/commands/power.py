@@ -1,6 +1,7 @@
 """``dysharp power``: activity-based power of registered modules and regenerate ``synth_reports/``.
 
-Each selected module is powered at one parameter point (its defaults, with ``--set`` applied), from the
+Each selected module is powered at one parameter point (the size at which the DySHARP addition counts it,
+:func:`synth.scaling.architecture_point`, else its defaults; ``--set`` applied on top), from the
 switching activity of its workload in :mod:`synth.workloads` (a cocotb run with a VCD; vectorless when it
 has none), at ``--clock-ghz``; one module is cross-checked against OpenSTA. See :mod:`synth.power`.
 """
@@ -16,7 +17,8 @@ def add_arguments(p) -> None:
     p.add_argument("--module", "-m", action="append", default=None, metavar="NAME",
                    help="module to include (repeatable; default: every registered module)")
     p.add_argument("--set", action="append", default=[], metavar="[MODULE.]PARAM=VALUE",
-                   help="parameter of the powered point (repeatable; default: the module's defaults)")
+                   help="parameter of the powered point (repeatable; default: the module's architecture "
+                        "point in synth/scaling.py, else its defaults)")
     p.add_argument("--clock-ghz", type=float, default=1.5625, help="clock frequency (default: 1.5625)")
     p.add_argument("--cycles", type=int, default=1000, help="measured cycles per workload (default: 1000)")
     p.add_argument("--warmup", type=int, default=200, help="warm-up cycles before the window (default: 200)")
@@ -37,7 +39,10 @@ def run(args) -> int:
     modules = args.module or sorted(registry.MODULES)
     for m in modules:
         registry.get(m)
+    from synth import scaling
     fixed = registry.parse_assignments(args.set, modules)
+    # Default: the architecture point of the modules that the 64-port addition counts.
+    fixed = {m: {**(scaling.architecture_point(m) or {}), **fixed[m]} for m in modules}
     xc = args.crosscheck
     if xc == "auto":
         xc = next((m for m in modules if workloads.get(m)), "none")
