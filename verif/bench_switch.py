@@ -305,7 +305,41 @@ def run(args) -> int:
         }
     out.write_text(json.dumps(report, indent=1))
     print(f"wrote {out}")
+    png = plot(report, out.with_suffix(".png"))
+    if png:
+        print(f"wrote {png}")
     return 0
+
+
+def plot(report: dict, path: Path) -> Path | None:
+    """Accepted throughput and mean latency against offered load, one line per port count and variant
+    (None when matplotlib is missing)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, (ax_t, ax_l) = plt.subplots(1, 2, figsize=(10, 4))
+    for r in report["runs"]:
+        label = f"N={r['ports']} {r['queueing'].upper()}"
+        style = "-" if r["queueing"] == "voq" else "--"
+        xs = [x["offered"] for x in r["loads"]]
+        ax_t.plot(xs, [x["throughput"] for x in r["loads"]], style, marker="o", label=label)
+        pts = [(x["offered"], x["latency_mean"]) for x in r["loads"] if x["latency_mean"] is not None]
+        ax_l.plot([a for a, _ in pts], [b for _, b in pts], style, marker="o", label=label)
+    ax_t.plot([0, 1], [0, 1], ":", color="grey", label="offered")
+    ax_t.set(xlabel="offered load (flits/cycle/port)", ylabel="accepted (flits/cycle/port)",
+             title="throughput, uniform unicast", xlim=(0, 1.02), ylim=(0, 1.02))
+    ax_l.set(xlabel="offered load (flits/cycle/port)", ylabel="mean latency (cycles)", yscale="log",
+             title="header-in to header-out latency")
+    for ax in (ax_t, ax_l):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def _fmt(x, spec=".1f"):
@@ -327,7 +361,8 @@ def _print_run(r):
 def markdown(report: dict) -> str:
     """The switch figures as a Markdown section (used by the README and the study report)."""
     lines = ["## NVSwitch datapath: throughput and latency", "",
-             f"Command: `{report['command']}`", ""]
+             f"Command: `{report['command']}`", "",
+             "![throughput and latency against offered load](switch.png)", ""]
     for pr in report.get("probes", []):
         lines.append(f"Simulator speed probe: {pr['simulator']} runs the N={pr['ports']} switch with its agents at "
                      f"{pr['cycles_per_s']:.0f} simulated cycles/s (same traffic at load 0.5: throughput "
