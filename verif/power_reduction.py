@@ -72,6 +72,21 @@ def _write(s, window, t0, t1, extra):
     return result
 
 
+async def _measure(env, s, w, what):
+    """Warm up, count in a window of ``cycles``, drain; the link that feeds the buffer (``what``) must
+    have been saturated in the window, or the figure would not be the line-rate one it claims."""
+    await env.cycler.cycles(s.get("warmup", 200))
+    t0 = get_sim_time("ps")
+    w.open = True
+    await env.cycler.cycles(s.get("cycles", 1000))
+    w.open = False
+    t1 = get_sim_time("ps")
+    await env.drain(timeout=200000)
+    assert w.contributions > 0.9 * s.get("cycles", 1000), \
+        f"the {what} was not saturated in the window ({w.contributions} flits): more warm-up?"
+    return t0, t1
+
+
 @cocotb.test()
 async def moe_combine_engine(dut):
     from .tb_reduction_engine import EngineEnv
@@ -104,15 +119,7 @@ async def moe_combine_engine(dut):
         on_resp(info, k, flit, cycle)
     env.out.on_item = count_out
     env.resp.on_flit = count_resp
-    await env.cycler.cycles(s.get("warmup", 200))
-    t0 = get_sim_time("ps")
-    w.open = True
-    await env.cycler.cycles(s.get("cycles", 1000))
-    w.open = False
-    t1 = get_sim_time("ps")
-    await env.drain(timeout=200000)
-    assert w.contributions > 0.9 * s.get("cycles", 1000), \
-        f"the contribution link was not saturated in the window ({w.contributions} flits): more warm-up?"
+    t0, t1 = await _measure(env, s, w, "contribution link")
     r = _write(s, w, t0, t1, {"requests": n, "mean_fanout": float(np.mean(d[:n])), "length": length,
                               "read_latency": lat, "max_in_use": env.max_in_use})
     dut._log.info(f"power workload: {r}")
@@ -153,15 +160,7 @@ async def moe_combine_buffer(dut):
         on_contrib(c, cycle)
     env.out.on_item = count_out
     env.contrib.on_accept = count_contrib
-    await env.cycler.cycles(s.get("warmup", 200))
-    t0 = get_sim_time("ps")
-    w.open = True
-    await env.cycler.cycles(s.get("cycles", 1000))
-    w.open = False
-    t1 = get_sim_time("ps")
-    await env.drain(timeout=200000)
-    assert w.contributions > 0.9 * s.get("cycles", 1000), \
-        f"the contribution port was not saturated in the window ({w.contributions} flits): more warm-up?"
+    t0, t1 = await _measure(env, s, w, "contribution port")
     r = _write(s, w, t0, t1, {"requests": n, "mean_fanout": float(np.mean(d[:n])), "length": length,
                               "read_latency": lat, "gpus": s.get("gpus", 64), "max_in_use": env.max_in_use})
     dut._log.info(f"power workload: {r}")
