@@ -195,7 +195,7 @@ def opensta_binary(required: bool = True) -> str | None:
     found = shutil.which("sta")
     if not found and required:
         raise ToolError("OpenSTA is not installed (needed for the power cross-check): `apt-get install "
-                        "opensta` (Debian 12), or run `dysharp power --no-crosscheck`")
+                        "opensta` (Debian 12), or run `dysharp power --crosscheck none`")
     return found
 
 

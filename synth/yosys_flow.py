@@ -186,6 +186,19 @@ def _run_yosys(ys_text: str, workdir: Path, what: str, inputs: dict | None = Non
     return text
 
 
+def sta_netlist(netlist_v: Path, top: str, liberty_path: Path, workdir: Path) -> Path:
+    """The gate-level netlist rewritten for Debian's OpenSTA (2019), whose Verilog reader rejects some of
+    the ``assign`` forms yosys writes (part-selects of escaped names inside concatenations): undefined
+    bits tied to zero, nets and ports split into single bits, the same cells and connections."""
+    workdir = Path(workdir)
+    _run_yosys("\n".join(["read_liberty -lib stdcells.lib", "read_verilog -defer netlist_in.v",
+                          f"hierarchy -top {top}", "setundef -zero", "splitnets -ports", "opt_clean -purge",
+                          "write_verilog -noattr -noexpr netlist.v", ""]),
+               workdir, f"the OpenSTA netlist of {top}",
+               {"stdcells.lib": liberty_path, "netlist_in.v": netlist_v})
+    return workdir / "netlist.v"
+
+
 def synthesize(verilog: Path, top: str, liberty_lib, liberty_path: Path, *, period_ps: float,
                workdir: Path, netlist: bool = False, macros: list[str] = ()) -> dict:
     """Run the flow on ``verilog`` (top module ``top``) and return its figures (see the module doc).
