@@ -214,7 +214,7 @@ register("reduce_alu", "hw.switch.reduce_alu:ReduceALU",
          points=[{"flit_width": w} for w in (128, 256, 512)])
 register("reduction_buffer", "hw.switch.reduction_buffer:ReductionBuffer",
          points=[{"entries": n} for n in (16, 32, 256, 512)],
-         area_grid=[{"entries": n} for n in (32, 64, 128, 256, 512)])
+         area_grid=[{"entries": n} for n in (32, 64, 128, 256)])
 register("linear_translator", "hw.switch.linear_translator:LinearTranslator",
          points=[{"ports": n} for n in (8, 32, 64)])
 register("reduction_engine", "hw.switch.reduction_engine:ReductionEngine",

@@ -52,19 +52,22 @@ def run_workload(module: str, point: dict, workload, *, warmup: int, cycles: int
         def _test_command(self):
             return [[("-vcd" if a == "-none" else a) for a in c] for c in super()._test_command()]
 
-    from verif.runner import require_simulator
+    from verif.runner import icarus_source, require_simulator
 
     require_simulator("icarus")
     spec = registry.get(module)
     params = spec.resolve(point)
     vpath = registry.generate_verilog(module, point, "build/verilog")
-    digest = hashlib.sha256(vpath.read_bytes()).hexdigest()[:12]
+    # The same time-0 fix as the test runner's (verif.runner.icarus_source), or a counter fed by
+    # combinational logic of constant registers stays X under Icarus.
+    digest = hashlib.sha256(vpath.read_bytes() + b"icarus-time0-kick").hexdigest()[:12]
     bdir = (Path(out_dir) / f"{vpath.stem}-{digest}").resolve()
     bdir.mkdir(parents=True, exist_ok=True)
+    src = icarus_source(vpath, bdir)
     dump = bdir / "dysharp_vcd_dump.v"
     dump.write_text(_DUMP.replace("{top}", module))
     runner = VcdIcarus()
-    runner.build(sources=[vpath.resolve(), dump], hdl_toplevel=module, build_dir=bdir,
+    runner.build(sources=[src.resolve(), dump], hdl_toplevel=module, build_dir=bdir,
                  build_args=["-s", "dysharp_vcd_dump"], timescale=("1ns", "1ps"),
                  always=not (bdir / "sim.vvp").exists())
     vcd = bdir / f"{workload.testcase}-s{seed}.vcd"

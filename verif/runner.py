@@ -93,7 +93,7 @@ def _locked(path: Path):
 _YOSYS_KICK = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+ ) = 0;$", re.M)
 
 
-def _icarus_source(vpath: Path, bdir: Path) -> Path:
+def icarus_source(vpath: Path, bdir: Path) -> Path:
     """A copy of the Verilog whose ``always @*`` blocks are sure to run once at time 0 under Icarus.
 
     Yosys makes every ``always @*`` block read a dummy register declared ``reg <dummy> = 0;`` so that
@@ -137,7 +137,7 @@ def sim_build(module: str, params: dict | None = None, *, sim: str | None = None
         # Yosys' Verilog idioms trip width warnings (see `dysharp lint` for the justification).
         build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3"]
     with _locked(build_root / "locks" / f"{sim}-{bdir.name}.lock"):
-        sources = [_icarus_source(vpath, bdir)] if sim == "icarus" else [vpath]
+        sources = [icarus_source(vpath, bdir)] if sim == "icarus" else [vpath]
         runner.build(sources=sources, hdl_toplevel=module, build_dir=bdir, always=not marker.exists(),
                      timescale=("1ns", "1ps"), build_args=build_args)
         marker.write_text(digest)
