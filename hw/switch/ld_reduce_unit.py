@@ -14,7 +14,8 @@ from amaranth.lib.wiring import In, Out
 from ..packet import DEFAULT_FLIT_WIDTH, flit_layout
 from .group_table import GroupWrite
 from .linear_translator import BaseWrite, LinearTranslator
-from .reduction_engine import ReductionEngine
+from .reduction_buffer import status_members
+from .reduction_engine import ENGINE_COUNTERS, ReductionEngine
 
 __all__ = ["LdReduceUnit"]
 
@@ -42,14 +43,7 @@ class LdReduceUnit(wiring.Component):
             "cfg": In(stream.Signature(GroupWrite)),
             "tcfg": In(stream.Signature(BaseWrite)),
             "tcfg_errors": Out(32),
-            "in_use": Out(range(entries + 1)),
-            "stale": Out(32),
-            "mismatches": Out(32),
-            "aborts": Out(32),
-            "timeouts": Out(32),
-            "completed": Out(32),
-            "bad_requests": Out(32),
-            "bad_responses": Out(32),
+            **status_members(entries, ENGINE_COUNTERS),
         })
 
     def elaborate(self, platform):
@@ -63,7 +57,6 @@ class LdReduceUnit(wiring.Component):
             wiring.connect(m, getattr(e, name), wiring.flipped(getattr(self, name)))
         wiring.connect(m, wiring.flipped(self.tcfg), t.cfg)
         m.d.comb += self.tcfg_errors.eq(t.cfg_errors)
-        for name in ("in_use", "stale", "mismatches", "aborts", "timeouts", "completed", "bad_requests",
-                     "bad_responses"):
+        for name in ("in_use", *ENGINE_COUNTERS):
             m.d.comb += getattr(self, name).eq(getattr(e, name))
         return m

@@ -81,7 +81,17 @@ from ..packet import (DEFAULT_FLIT_WIDTH, MAX_LENGTH, EType, ErrorCode, HeaderLa
 from .reduce_alu import ReduceALU
 
 __all__ = ["ReductionBuffer", "AllocRequest", "RTAG_BITS", "COUNT_BITS", "contrib_layout",
-           "rtag_to_header", "rtag_from_header", "LAST_TO_RESULT_CYCLES"]
+           "rtag_to_header", "rtag_from_header", "LAST_TO_RESULT_CYCLES", "BUFFER_COUNTERS", "status_members"]
+
+
+# The status outputs of the buffer, re-exported unchanged by the engine and the ld_reduce unit (which add
+# their own counters): one list, so the three signatures and the forwarding loops cannot drift apart.
+BUFFER_COUNTERS = ("stale", "mismatches", "aborts", "timeouts", "completed")
+
+
+def status_members(entries: int, counters) -> dict:
+    """Signature members: ``in_use`` (entries held) and a 32-bit output per counter name."""
+    return {"in_use": Out(range(entries + 1)), **{name: Out(32) for name in counters}}
 
 RTAG_BITS = 16
 COUNT_BITS = 7          # contributions per flit: up to 64 destinations
@@ -165,12 +175,7 @@ class ReductionBuffer(wiring.Component):
             "grant": Out(stream.Signature(data.StructLayout({"rtag": RTAG_BITS}))),
             "contrib": In(stream.Signature(contrib_layout(flit_width))),
             "out": Out(stream.Signature(flit_layout(flit_width))),
-            "in_use": Out(range(entries + 1)),
-            "stale": Out(32),
-            "mismatches": Out(32),
-            "aborts": Out(32),
-            "timeouts": Out(32),
-            "completed": Out(32),
+            **status_members(entries, BUFFER_COUNTERS),
         })
 
     def elaborate(self, platform):

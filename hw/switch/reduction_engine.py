@@ -43,10 +43,13 @@ from ..arbiter import first_set
 from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, MAX_LENGTH, MAX_PORTS, EType, ErrorCode,
                       HeaderLayout, Opcode, RedOp, flit_layout, rtl_header_error)
 from .group_table import GroupTable, GroupWrite
-from .reduction_buffer import RTAG_BITS, ReductionBuffer
+from .reduction_buffer import BUFFER_COUNTERS, RTAG_BITS, ReductionBuffer, status_members
 from .translate_if import translate_signature
 
-__all__ = ["ReductionEngine"]
+__all__ = ["ReductionEngine", "ENGINE_COUNTERS"]
+
+# The buffer's counters plus the engine's own (requests and responses it refused).
+ENGINE_COUNTERS = BUFFER_COUNTERS + ("bad_requests", "bad_responses")
 
 
 class ReductionEngine(wiring.Component):
@@ -85,14 +88,7 @@ class ReductionEngine(wiring.Component):
             "out": Out(stream.Signature(fl)),
             "translate": Out(translate_signature()),
             "cfg": In(stream.Signature(GroupWrite)),
-            "in_use": Out(range(entries + 1)),
-            "stale": Out(32),
-            "mismatches": Out(32),
-            "aborts": Out(32),
-            "timeouts": Out(32),
-            "completed": Out(32),
-            "bad_requests": Out(32),
-            "bad_responses": Out(32),
+            **status_members(entries, ENGINE_COUNTERS),
         })
 
     def elaborate(self, platform):
@@ -102,7 +98,7 @@ class ReductionEngine(wiring.Component):
         m.submodules.buf = buf = ReductionBuffer(**self.buffer_params)
         m.submodules.groups = groups = GroupTable(n_ports=P, entries=self.groups, n_lookups=1)
         wiring.connect(m, wiring.flipped(self.cfg), groups.cfg)
-        for name in ("in_use", "stale", "mismatches", "aborts", "timeouts", "completed"):
+        for name in ("in_use", *BUFFER_COUNTERS):
             m.d.comb += getattr(self, name).eq(getattr(buf, name))
 
         # ---- 1. Requests.
