@@ -55,18 +55,27 @@ def model_names(path: Path | None = None) -> list[str]:
     return sorted(_load_table(path or CONFIG_DIR / "models.toml"))
 
 
-def load_model(name: str, path: Path | None = None) -> ModelConfig:
-    table = _load_table(path or CONFIG_DIR / "models.toml")
+def load_entry(cls, kind: str, name: str, path: Path):
+    """``cls(name=..., **entry)`` for the entry ``name`` of the TOML table at ``path`` (``kind`` names it in
+    messages): unknown names, unknown fields and missing fields without a default are rejected with
+    the valid choices."""
+    table = _load_table(path)
     key = name.lower()
     if key not in table:
-        raise ValueError(f"unknown model {name!r}; valid: {', '.join(sorted(table))}")
-    fields = {f.name for f in dataclasses.fields(ModelConfig)} - {"name"}
+        raise ValueError(f"unknown {kind} {name!r}; valid: {', '.join(sorted(table))}")
+    fields = {f.name for f in dataclasses.fields(cls)} - {"name"}
     entry = table[key]
     unknown = set(entry) - fields
     if unknown:
-        raise ValueError(f"model {key!r}: unknown field(s) {', '.join(sorted(unknown))}; "
+        raise ValueError(f"{kind} {key!r}: unknown field(s) {', '.join(sorted(unknown))}; "
                          f"valid: {', '.join(sorted(fields))}")
-    missing = {f.name for f in dataclasses.fields(ModelConfig) if f.default is dataclasses.MISSING} - {"name"} - set(entry)
+    required = {f.name for f in dataclasses.fields(cls)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    missing = required - {"name"} - set(entry)
     if missing:
-        raise ValueError(f"model {key!r}: missing field(s) {', '.join(sorted(missing))}")
-    return ModelConfig(name=key, **entry)
+        raise ValueError(f"{kind} {key!r}: missing field(s) {', '.join(sorted(missing))}")
+    return cls(name=key, **entry)
+
+
+def load_model(name: str, path: Path | None = None) -> ModelConfig:
+    return load_entry(ModelConfig, "model", name, path or CONFIG_DIR / "models.toml")

@@ -114,6 +114,13 @@ def _plt():
     return plt
 
 
+def _save(plt, fig, path) -> Path:
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
 def plot_speedups(rows: list[dict], path: Path, baselines=BASELINES) -> Path:
     """One panel per system: DySHARP's speedup over each baseline, per model."""
     plt = _plt()
@@ -136,11 +143,7 @@ def plot_speedups(rows: list[dict], path: Path, baselines=BASELINES) -> Path:
         ax.set_ylabel("DySHARP speedup (x)")
         ax.set_title(f"{s}: layer time of baseline / DySHARP (EP up to {g} GPUs)", fontsize=10)
     axes[0, 0].legend(ncol=4, fontsize=7, loc="upper left")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_breakdown(rows: list[dict], model: str, path: Path) -> Path:
@@ -165,11 +168,7 @@ def plot_breakdown(rows: list[dict], model: str, path: Path) -> Path:
         ax.set_ylabel("layer time (us)")
         ax.set_title(f"{model} on {s}", fontsize=10)
     axes[0, 0].legend(fontsize=7)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_sensitivity(rows: list[dict], path: Path, baselines=("deepep", "comet", "ccfuser", "dualpipe")) -> Path:
@@ -191,11 +190,7 @@ def plot_sensitivity(rows: list[dict], path: Path, baselines=("deepep", "comet",
     s = rows[0]["system"] if rows else ""
     fig.suptitle(f"sensitivity: {m} on {s}", fontsize=10)
     axes[0, 0].legend(fontsize=7)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def markdown_table(rows: list[dict], baselines=BASELINES) -> str:

@@ -7,7 +7,7 @@ naming the system and the field. Every figure's source is in ``docs/estimator.md
 import dataclasses
 from pathlib import Path
 
-from .moe_config import CONFIG_DIR, _load_table
+from .moe_config import CONFIG_DIR, _load_table, load_entry
 
 __all__ = ["SystemConfig", "load_system", "system_names"]
 
@@ -74,17 +74,4 @@ def system_names(path: Path | None = None) -> list[str]:
 
 
 def load_system(name: str, path: Path | None = None) -> SystemConfig:
-    table = _load_table(path or CONFIG_DIR / "systems.toml")
-    key = name.lower()
-    if key not in table:
-        raise ValueError(f"unknown system {name!r}; valid: {', '.join(sorted(table))}")
-    fields = {f.name for f in dataclasses.fields(SystemConfig)} - {"name"}
-    entry = table[key]
-    unknown = set(entry) - fields
-    if unknown:
-        raise ValueError(f"system {key!r}: unknown field(s) {', '.join(sorted(unknown))}; "
-                         f"valid: {', '.join(sorted(fields))}")
-    missing = fields - set(entry)
-    if missing:
-        raise ValueError(f"system {key!r}: missing field(s) {', '.join(sorted(missing))}")
-    return SystemConfig(name=key, **entry)
+    return load_entry(SystemConfig, "system", name, path or CONFIG_DIR / "systems.toml")
