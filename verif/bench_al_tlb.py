@@ -27,6 +27,7 @@ import cocotb
 from hw.packet import ErrorCode
 
 from . import tbenv
+from .stream import record_cycles
 
 DEFAULT_LATENCY = 1000      # backing read: switch -> GPU memory -> switch, ~640 ns at 1.5625 GHz (assumed)
 RTL_PARAMS = {"entries": 64, "mshrs": 32, "ports": 8, "groups": 16}
@@ -46,13 +47,7 @@ async def bench_al_tlb(dut):
     def serve(r):                     # every translation exists (errors are not cached: no refetch noise)
         return ((r["group"] << 40) | (r["dst"] << 32) | (r["index"] << 8)), ErrorCode.NONE
     env = TlbEnv(dut, serve=serve, latency=s["latencies"][0])
-    accepted = []
-    on_req = env.req.on_accept
-
-    def record(bits, cycle):
-        accepted.append(cycle)
-        on_req(bits, cycle)
-    env.req.on_accept = record
+    accepted = record_cycles(env.req)
     out = {}
     await env.start()
     env.configure(1, 0xFF, 1 << 18)

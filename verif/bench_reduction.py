@@ -31,6 +31,7 @@ import numpy as np
 from hw.packet import Opcode
 
 from . import tbenv
+from .stream import record_cycles
 
 # ---------------------------------------------------------------------------------------------------------
 # Simulation side
@@ -43,13 +44,7 @@ async def bench_buffer(dut):
     s = tbenv.settings()
     env = BufferEnv(dut, gap=0.0, stall=0.0, jitter=0)
     await env.start()
-    accepted = []
-    orig = env.contrib.on_accept
-
-    def on_accept(c, cycle):
-        accepted.append(cycle)
-        orig(c, cycle)
-    env.contrib.on_accept = on_accept
+    accepted = record_cycles(env.contrib)
     for i in range(s.get("requests", 48)):
         length = 1 if i % 2 == 0 else env.p["max_length"]
         r = env.new_request(length=length, expected=int(env.rng.integers(4, 17)), lat=(60, 60))

@@ -27,6 +27,7 @@ from pathlib import Path
 import cocotb
 
 from . import tbenv
+from .stream import record_cycles
 
 # ---------------------------------------------------------------------------------------------------------
 # Simulation side
@@ -178,13 +179,7 @@ async def bench_rx(dut):
     rng = tbenv.rng("bench_rx")
     await env.start()
     last_flit = []
-    arrivals = []
-    orig_sample = env.arr.on_item
-
-    def on_arrival(bits, cycle):
-        arrivals.append(cycle)
-        orig_sample(bits, cycle)
-    env.arr.on_item = on_arrival
+    arrivals = record_cycles(env.arr, "on_item")
     rows = s.get("rows", 4)
     total = 0
     for r in range(rows):

@@ -36,6 +36,7 @@ from hw.packet import ErrorCode
 
 from . import tbenv
 from .moe_traffic import dispatch_trace
+from .stream import record_cycles
 
 PACKET_FLITS = 17      # one 256-B packet: header + 16 payload flits
 
@@ -94,13 +95,7 @@ async def moe_translate(dut):
             env.send(1, index, 0, src)
             state["next"] += 1
     env.cycler.watchers.append(feed)
-    accepted = []
-    on_req = env.req.on_accept
-
-    def record(bits, cycle):
-        accepted.append(cycle)
-        on_req(bits, cycle)
-    env.req.on_accept = record
+    accepted = record_cycles(env.req)
 
     await env.cycler.cycles(warmup)
     c0 = env.counters()

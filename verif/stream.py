@@ -11,7 +11,7 @@ import collections
 from .cycler import Agent
 from .gates import Gate
 
-__all__ = ["StreamDriver", "StreamMonitor", "StreamProtocolError"]
+__all__ = ["StreamDriver", "StreamMonitor", "StreamProtocolError", "record_cycles"]
 
 
 class StreamProtocolError(AssertionError):
@@ -110,3 +110,17 @@ class StreamMonitor(Agent):
                 self.items.append(payload)
         else:
             self._held = payload
+
+
+def record_cycles(agent, hook: str = "on_accept") -> list[int]:
+    """The cycles at which ``agent``'s callback ``hook`` fires (a driver's ``on_accept``, a monitor's
+    ``on_item``), appended to the returned list; the callback already installed still runs after."""
+    cycles = []
+    inner = getattr(agent, hook)
+
+    def tap(item, cycle):
+        cycles.append(cycle)
+        if inner:
+            inner(item, cycle)
+    setattr(agent, hook, tap)
+    return cycles

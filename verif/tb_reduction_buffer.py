@@ -27,7 +27,7 @@ from .cycler import Agent, Cycler
 from .gates import Gate
 from .reduction_model import Contribution, ReductionBufferModel, random_lanes
 from .scoreboard import Scoreboard
-from .stream import StreamDriver, StreamMonitor
+from .stream import StreamDriver, StreamMonitor, record_cycles
 
 
 def pack(layout, **fields) -> int:
@@ -426,13 +426,7 @@ async def test_latency(dut):
     from hw.switch.reduction_buffer import LAST_TO_RESULT_CYCLES
     env, s = _settings_env(dut, gap=0.0, stall=0.0, jitter=0)
     await env.start()
-    flit_cycles = []
-    orig = env.out.on_item
-
-    def on_item(word, cycle):
-        flit_cycles.append(cycle)
-        orig(word, cycle)
-    env.out.on_item = on_item
+    flit_cycles = record_cycles(env.out, "on_item")
     for length in (1, 4, env.p["max_length"]):
         flit_cycles.clear()
         env.submit(env.new_request(length=length, expected=3, lat=(10, 10)))

@@ -190,8 +190,10 @@ def bad_packets(rng, port, n, max_payload):
 
 @cocotb.test()
 async def test_bad_input(dut):
-    """Each kind of malformed packet, interleaved with good traffic on every port, under stalls."""
+    """Each kind of malformed packet (or only the one named by the setting ``kind``), interleaved with good
+    traffic on every port, under stalls."""
     s = tbenv.settings()
+    only = s.get("kind")
     env = SwitchEnv(dut, gap=s.get("gap", 0.1), stall=s.get("stall", 0.2))
     rng = tbenv.rng("bad")
     await env.start()
@@ -199,6 +201,9 @@ async def test_bad_input(dut):
     for rnd in range(s.get("rounds", 3)):
         for port in range(env.n):
             bad = bad_packets(rng, port, env.n, env.p["max_payload"])
+            if only is not None:
+                assert only in [k for k, _ in bad], f"unknown kind {only!r}; valid: {[k for k, _ in bad]}"
+                bad = [(k, f) for k, f in bad if k == only]
             rng.shuffle(bad)
             for kind, flits in bad:
                 kinds.add(kind)
@@ -206,6 +211,8 @@ async def test_bad_input(dut):
                 env.inject(port, flits)
     await env.drain(timeout=s.get("timeout", 200000))
     dut._log.info(f"kinds: {sorted(kinds)}; errors: {dict(env.expected_errors)}; poisoned: {dict(env.poisoned)}")
+    assert sum(env.expected_errors.values()) + sum(env.poisoned.values()) > 0, \
+        f"no bad packet was answered or poisoned ({sorted(kinds)})"
 
 
 @cocotb.test()
