@@ -23,7 +23,7 @@ from .vcd_run import run_workload
 
 __all__ = ["power_point", "opensta_crosscheck", "seeds_from_vcd"]
 
-SIM_PERIOD_PS = 2000      # verif.cycler.Cycler's clock period in the simulations
+SIM_PERIOD_PS = 2000      # verif.harness.cycler.Cycler's clock period in the simulations
 
 
 def _rtl_match(nl: power.Netlist, acts: dict, cycles: float):

@@ -42,7 +42,7 @@ def run_workload(module: str, point: dict, workload, *, warmup: int, cycles: int
     """Simulate ``workload`` on ``module`` at ``point``; returns (VCD path, the workload's JSON).
 
     Only the stretch from a few cycles before the measurement window to a few cycles after it is dumped
-    (``period_ns``/``reset_cycles`` are :class:`verif.cycler.Cycler`'s); the toggle counter then uses
+    (``period_ns``/``reset_cycles`` are :class:`verif.harness.cycler.Cycler`'s); the toggle counter then uses
     the window's exact span from the workload's JSON."""
     from cocotb_tools.runner import Icarus, get_results
 
@@ -52,13 +52,13 @@ def run_workload(module: str, point: dict, workload, *, warmup: int, cycles: int
         def _test_command(self):
             return [[("-vcd" if a == "-none" else a) for a in c] for c in super()._test_command()]
 
-    from verif.runner import icarus_source, require_simulator
+    from verif.harness.runner import icarus_source, require_simulator
 
     require_simulator("icarus")
     spec = registry.get(module)
     params = spec.resolve(point)
     vpath = registry.generate_verilog(module, point, "build/verilog")
-    # The same time-0 fix as the test runner's (verif.runner.icarus_source), or a counter fed by
+    # The same time-0 fix as the test runner's (verif.harness.runner.icarus_source), or a counter fed by
     # combinational logic of constant registers stays X under Icarus.
     digest = hashlib.sha256(vpath.read_bytes() + b"icarus-time0-kick").hexdigest()[:12]
     bdir = (Path(out_dir) / f"{vpath.stem}-{digest}").resolve()

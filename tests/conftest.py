@@ -34,7 +34,7 @@ def sim(request):
     sim = request.config.getoption("--sim")
     if sim:
         os.environ["SIM"] = sim
-    from verif.runner import default_sim
+    from verif.harness.runner import default_sim
     return default_sim()
 
 

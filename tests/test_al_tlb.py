@@ -1,13 +1,13 @@
-"""AL-TLB: cycle-exact lockstep with the reference model + functional scoreboard (verif/tb_al_tlb.py)."""
+"""AL-TLB: cycle-exact lockstep with the reference model + functional scoreboard (verif/tb/al_tlb.py)."""
 
 import gc
 
 import pytest
 
 from hw.switch.al_tlb import AlTlb
-from verif.runner import run_cocotb
+from verif.harness.runner import run_cocotb
 
-TB = "verif.tb_al_tlb"
+TB = "verif.tb.al_tlb"
 SMALL = {"entries": 16, "mshrs": 4, "ports": 8, "groups": 8}
 
 
@@ -53,7 +53,7 @@ def test_bad_parameters(kwargs):
 def test_moe_deepseek_v3(seed, sim):
     """DeepSeek-V3 dispatch + fused combine through one AL-TLB and 8 destinations' memory managers."""
     run_cocotb("al_tlb", {"entries": 256, "mshrs": 16, "ports": 8, "groups": 4},
-               test_module="verif.tb_al_tlb_moe", testcase="test_moe", seed=seed, sim=sim,
+               test_module="verif.tb.al_tlb_moe", testcase="test_moe", seed=seed, sim=sim,
                env={"tokens": 16, "tile": 4, "packets": 4, "latency": 40, "jitter": 20})
 
 

@@ -1,13 +1,13 @@
-"""CAM core: cycle-exact against the reference model (see verif/tb_cam.py)."""
+"""CAM core: cycle-exact against the reference model (see verif/tb/cam.py)."""
 
 import gc
 
 import pytest
 
 from hw.switch.cam import Cam
-from verif.runner import run_cocotb
+from verif.harness.runner import run_cocotb
 
-TB = "verif.tb_cam"
+TB = "verif.tb.cam"
 
 
 @pytest.mark.parametrize("entries,cycles", [(16, 3000), (64, 1500)])

@@ -1,13 +1,13 @@
-"""Memory manager: lockstep with the cycle model + the layout contract (verif/tb_memory_manager.py)."""
+"""Memory manager: lockstep with the cycle model + the layout contract (verif/tb/memory_manager.py)."""
 
 import gc
 
 import pytest
 
 from hw.gpu_nic.memory_manager import MemoryManager
-from verif.runner import run_cocotb
+from verif.harness.runner import run_cocotb
 
-TB = "verif.tb_memory_manager"
+TB = "verif.tb.memory_manager"
 SMALL = {"groups": 8, "layouts": 2, "index_bits": 5, "slots": 12, "epoch_bits": 2}
 
 

@@ -1,11 +1,11 @@
 """GPU receive path: memory image, read responses, token arrivals and errors against the reference model
-(see verif/tb_receive_path.py)."""
+(see verif/tb/receive_path.py)."""
 
 import pytest
 
-from verif.runner import run_cocotb
+from verif.harness.runner import run_cocotb
 
-TB = "verif.tb_receive_path"
+TB = "verif.tb.receive_path"
 SMALL = {"experts": 8, "tile_size": 4, "max_slots": 64, "tags": 16}
 
 

@@ -1,10 +1,10 @@
-"""Reduction ALU: bit-exact against the numpy reference (see verif/tb_reduce_alu.py)."""
+"""Reduction ALU: bit-exact against the numpy reference (see verif/tb/reduce_alu.py)."""
 
 import pytest
 
-from verif.runner import run_cocotb, verilator_env
+from verif.harness.runner import run_cocotb, verilator_env
 
-TB = "verif.tb_reduce_alu"
+TB = "verif.tb.reduce_alu"
 
 
 def skip_unless_slow_selected(request):

@@ -1,10 +1,10 @@
-"""Reduction buffer: cocotb suites against the reference model (see verif/tb_reduction_buffer.py)."""
+"""Reduction buffer: cocotb suites against the reference model (see verif/tb/reduction_buffer.py)."""
 
 import pytest
 
-from verif.runner import run_cocotb
+from verif.harness.runner import run_cocotb
 
-TB = "verif.tb_reduction_buffer"
+TB = "verif.tb.reduction_buffer"
 
 
 def _run(testcase, params, seed, sim, **env):

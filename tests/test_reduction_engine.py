@@ -1,11 +1,11 @@
 """The ld_reduce flow: engine (Python AL-TLB model) and unit (RTL stand-in translator), see
-verif/tb_reduction_engine.py."""
+verif/tb/reduction_engine.py."""
 
 import pytest
 
-from verif.runner import run_cocotb
+from verif.harness.runner import run_cocotb
 
-TB = "verif.tb_reduction_engine"
+TB = "verif.tb.reduction_engine"
 
 
 def _run(module, testcase, params, seed, sim, **env):

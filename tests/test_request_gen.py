@@ -1,11 +1,11 @@
 """dymultimem request generator: packets against the packet-format reference, both modes, under stalls
-(see verif/tb_request_gen.py)."""
+(see verif/tb/request_gen.py)."""
 
 import pytest
 
-from verif.runner import run_cocotb
+from verif.harness.runner import run_cocotb
 
-TB = "verif.tb_request_gen"
+TB = "verif.tb.request_gen"
 
 
 @pytest.mark.parametrize("unicast", [0, 1])

@@ -1,10 +1,10 @@
-"""NVSwitch datapath: cocotb suites against the reference model (see verif/tb_switch.py)."""
+"""NVSwitch datapath: cocotb suites against the reference model (see verif/tb/switch.py)."""
 
 import pytest
 
-from verif.runner import run_cocotb
+from verif.harness.runner import run_cocotb
 
-TB = "verif.tb_switch"
+TB = "verif.tb.switch"
 
 
 @pytest.mark.parametrize("ports", [4, 8, 16])
@@ -34,7 +34,7 @@ def test_bad_input(ports, seed, sim):
     run_cocotb("switch", {"ports": ports}, test_module=TB, testcase="test_bad_input", seed=seed, sim=sim)
 
 
-# One test per kind of bad input (the names of verif.tb_switch.bad_packets), each alone among good
+# One test per kind of bad input (the names of verif.tb.switch.bad_packets), each alone among good
 # traffic: the packet is dropped whole (or, for a length that disagrees with its flits, ended with a
 # poisoned flit), the error response and the per-cause counter match the model, other traffic is intact.
 BAD_KINDS = ["unknown opcode", "unknown opcode with payload", "too short", "too long",

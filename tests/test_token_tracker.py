@@ -1,11 +1,11 @@
 """Tile Status Table: lockstep against its cycle-exact model, bad input, line rate, and a DeepSeek-V3 layer
-against the reference scheduler (see verif/tb_token_tracker.py)."""
+against the reference scheduler (see verif/tb/token_tracker.py)."""
 
 import pytest
 
-from verif.runner import run_cocotb
+from verif.harness.runner import run_cocotb
 
-TB = "verif.tb_token_tracker"
+TB = "verif.tb.token_tracker"
 SMALL = {"experts": 4, "tiles": 4, "tile_size": 4, "ready_depth": 2, "release_depth": 2}
 
 

@@ -4,11 +4,11 @@ registered here with one line; results are printed and written as JSON under ``b
 import importlib
 
 BENCHES = {
-    "switch": ("verif.bench_switch", "NVSwitch throughput/latency under uniform traffic, VOQ vs FIFO"),
+    "switch": ("verif.bench.switch", "NVSwitch throughput/latency under uniform traffic, VOQ vs FIFO"),
     "estimate": ("sim_models.bench_estimate", "wall time of the speedup estimator's full sweep and its growth"),
-    "al_tlb": ("verif.bench_al_tlb", "AL-TLB hit latency, translations/cycle, miss penalty, hit rate vs CAM size, CAM cells"),
-    "token_tracker": ("verif.bench_token_tracker", "GPU side: tile table rate/latency, dynamic vs unicast uplink flits, cells vs depth"),
-    "reduction": ("verif.bench_reduction", "in-switch reduction: ALU conformance, buffer absorption, ld_reduce throughput vs entries"),
+    "al_tlb": ("verif.bench.al_tlb", "AL-TLB hit latency, translations/cycle, miss penalty, hit rate vs CAM size, CAM cells"),
+    "token_tracker": ("verif.bench.token_tracker", "GPU side: tile table rate/latency, dynamic vs unicast uplink flits, cells vs depth"),
+    "reduction": ("verif.bench.reduction", "in-switch reduction: ALU conformance, buffer absorption, ld_reduce throughput vs entries"),
 }
 
 

@@ -18,7 +18,7 @@ import collections
 import re
 import subprocess
 
-from verif.runner import verilator_env
+from verif.harness.runner import verilator_env
 
 from .selection import add_selection_arguments, selected_points
 from .verilog import generate

@@ -15,9 +15,9 @@ STEPS = [
     ("verilog", "dysharp.study_steps:verilog_step"),
     ("lint", "dysharp.study_steps:lint_step"),
     ("switch", "dysharp.study_steps:switch_bench_step"),
-    ("al_tlb", "verif.bench_al_tlb:study_step"),
-    ("reduction", "verif.bench_reduction:study_step"),
-    ("gpu_side", "verif.bench_token_tracker:study_step"),
+    ("al_tlb", "verif.bench.al_tlb:study_step"),
+    ("reduction", "verif.bench.reduction:study_step"),
+    ("gpu_side", "verif.bench.token_tracker:study_step"),
     ("area_power", "synth.study_step:area_power_step"),
     # Last: the estimator reads the calibration figures the RTL steps wrote.
     ("estimate", "sim_models.study_step:estimate_step"),

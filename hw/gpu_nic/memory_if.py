@@ -2,7 +2,7 @@
 
 Addresses are *flit addresses*: a byte address divided by the flit size (16 B at the default 128-bit
 flit), so every access moves one whole flit. The memory itself (HBM behind the GPU's L2) is not part of
-the RTL: testbenches attach a model (:class:`verif.gpu_memory.GpuMemory`) that applies backpressure and
+the RTL: testbenches attach a model (:class:`verif.harness.gpu_memory.GpuMemory`) that applies backpressure and
 answers reads after a configurable latency.
 
 * ``mem_write_signature``: ``stream`` of :func:`mem_write_layout` (``addr``, ``data``), from the NIC.

@@ -1,0 +1,1 @@
+"""RTL benchmarks behind ``dysharp bench``: each writes its figures as JSON under build/."""

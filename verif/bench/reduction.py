@@ -1,0 +1,307 @@
+"""``dysharp bench reduction``: the in-switch reduction RTL, measured.
+
+Each figure comes from a cocotb simulation whose results are still checked bit-exactly by the
+testbenches' reference models:
+
+1. **ALU conformance** (``reduce_alu``, ``flit_width=512``): ``--alu-pairs`` random operand pairs per
+   element type on Verilator when installed (else Icarus); the pipeline latency is the documented one,
+   asserted by the unit tests.
+2. **Buffer absorption** (``reduction_buffer``): contribution flits of many outstanding reductions
+   presented every cycle, half of them back-to-back runs into one partial-sum row (single-flit
+   reductions with all destinations answering at once); flits absorbed per cycle, and the latency from
+   the last contribution to the result header.
+3. **Flow** (``ld_reduce_unit``: engine + stand-in translator): a saturating stream of
+   ``dymultimem.ld_reduce`` requests (``--fanout`` destinations, ``--length`` flits, fp32 add), each
+   destination answering exactly ``L`` cycles after its ``RED_READ`` (``--latencies``), all answers
+   sharing one response link. Per buffer size (``--entries``) and latency: requests completed per cycle
+   in a measurement window, mean entries in use and mean request latency (Little's law: in use =
+   throughput x latency), plus zero-load latencies. ``outstanding=1`` gives the one-reduction-at-a-time
+   design (like the open tiny-switch) for contrast.
+
+Writes ``build/bench/reduction.json`` with the ``calibration`` dict the estimator reads.
+"""
+
+import json
+import time
+from pathlib import Path
+
+import cocotb
+import numpy as np
+
+from hw.packet import Opcode
+
+from verif.harness import tbenv
+from verif.harness.stream import record_cycles
+
+# ---------------------------------------------------------------------------------------------------------
+# Simulation side
+
+
+@cocotb.test()
+async def bench_buffer(dut):
+    """Absorption at one flit per cycle and the last-contribution -> result latency."""
+    from verif.tb.reduction_buffer import BufferEnv
+    s = tbenv.settings()
+    env = BufferEnv(dut, gap=0.0, stall=0.0, jitter=0)
+    await env.start()
+    accepted = record_cycles(env.contrib)
+    for i in range(s.get("requests", 48)):
+        length = 1 if i % 2 == 0 else env.p["max_length"]
+        r = env.new_request(length=length, expected=int(env.rng.integers(4, 17)), lat=(60, 60))
+        r.latencies = [60] * r.expected
+        env.submit(r)
+    await env.drain()
+    span = accepted[-1] - accepted[0] + 1
+    flits = len(accepted)
+    env.latencies.clear()
+    env.submit(env.new_request(length=4, expected=3, lat=(10, 10)))
+    await env.drain()
+    Path(s["out"]).write_text(json.dumps({
+        "contribution_flits": flits, "cycles": span, "flits_per_cycle": flits / span,
+        "ready_low_cycles": env.contrib.not_ready_cycles, "reductions": env.model.completed,
+        "last_to_result_cycles": env.latencies[0],
+    }))
+
+
+@cocotb.test()
+async def bench_flow(dut):
+    """Zero-load latencies, then saturation throughput of the ld_reduce flow at one read latency."""
+    from verif.tb.reduction_engine import EngineEnv
+    s = tbenv.settings()
+    lat, fanout, length = s["latency"], s["fanout"], s["length"]
+    env = EngineEnv(dut, gap=0.0, stall=0.0, lat=(lat, lat))
+    await env.start(static_groups=0)
+
+    def make():
+        return env.make_request(static=False, fanout=fanout, length=length, etype=2, op=0)
+    wall0 = time.perf_counter()
+    env.inject(make())
+    await env.drain(timeout=20 * lat + 2000)
+    _, _, head, request_latency = env.results[-1]
+    zero = {"request_to_result": request_latency,
+            "last_response_to_result": head - max(env.resp_last.values()),
+            "read_latency": lat}
+    # Under saturating load the buffer fills and requests queue for the response link; steady state
+    # needs about two buffer turnovers at line rate.
+    turnover = env.p["entries"] * fanout * (length + 1)
+    # With a fixed read latency the requests of a full buffer move in convoys (all start together, all
+    # finish together): the window spans at least 8 read latencies so the count is not quantised.
+    warm = s.get("warmup", min(lat + 500 + 2 * turnover, 12000))
+    window = max(s.get("window", 2000), 8 * lat)
+    t0 = env.cycler.cycle
+    start, end = t0 + warm, t0 + warm + window
+    first = len(env.results)
+    in_use = []
+    while env.cycler.cycle < end:
+        while len(env.src.queue) < 4:
+            env.inject(make())
+        if env.cycler.cycle >= start:
+            in_use.append(int(dut.in_use.value))
+        await env.cycler.cycles(1)
+    await env.drain(timeout=40 * lat + 40000)
+    done = [r for r in env.results[first:] if start <= r[2] < end and r[1] == Opcode.RED_RESP.value]
+    lats = [r[3] for r in done if r[3] is not None]
+    Path(s["out"]).write_text(json.dumps({
+        "latency": lat, "fanout": fanout, "length": length,
+        "throughput_req_per_cycle": len(done) / window,
+        "response_link_flits_per_cycle": len(done) * fanout * (length + 1) / window,
+        "mean_in_use": float(np.mean(in_use)), "max_in_use": int(max(in_use)),
+        "mean_request_latency": float(np.mean(lats)) if lats else None,
+        "zero_load": zero, "checked_reductions": env.model.completed,
+        "sim_cycles": env.cycler.cycle, "wall_s": time.perf_counter() - wall0,
+    }))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Host side: `dysharp bench reduction`
+
+def add_arguments(p) -> None:
+    p.add_argument("--entries", default="16,32,64,128,256",
+                   help="buffer sizes for the throughput sweep (default: 16,32,64,128,256)")
+    p.add_argument("--latencies", default="50,200,800", help="destination read latencies, cycles "
+                                                             "(default: 50,200,800)")
+    p.add_argument("--fanout", type=int, default=4, help="destinations per request (default: 4)")
+    p.add_argument("--length", type=int, default=2, help="payload flits per request (default: 2)")
+    p.add_argument("--window", type=int, default=2000, help="measured cycles per point, at least 8 read "
+                                                         "latencies (default: 2000)")
+    p.add_argument("--alu-pairs", type=int, default=1_000_000,
+                   help="random ALU operand pairs per element type (default: 1000000; 0 skips)")
+    p.add_argument("--alu-sim", default="auto", help="simulator for the ALU run: auto (Verilator when "
+                                                     "installed), icarus, verilator")
+    p.add_argument("--sim", default="icarus", help="simulator for the buffer and flow runs (default: icarus)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", default="build/bench/reduction.json")
+
+
+def _ints(text, what):
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--{what} expects comma-separated integers, got {text!r}") from None
+    if not values:
+        raise ValueError(f"--{what} is empty")
+    return values
+
+
+def run(args) -> int:
+    from hw.switch.reduce_alu import LATENCY as ALU_LATENCY
+    from hw.switch.reduction_buffer import ReductionBuffer
+
+    from verif.harness.runner import SIMULATORS, run_cocotb, verilator_env
+
+    entries = _ints(args.entries, "entries")
+    for n in entries:
+        ReductionBuffer.check_params(entries=n, max_length=16, flit_width=128, timeout=8192, outstanding=None)
+    latencies = _ints(args.latencies, "latencies")
+    if any(x < 1 for x in latencies):
+        raise ValueError("--latencies must be positive")
+    if not 1 <= args.fanout <= 8:
+        raise ValueError(f"--fanout must be in 1..8 (the unit is built with 8 ports), got {args.fanout}")
+    if not 1 <= args.length <= 16:
+        raise ValueError(f"--length must be in 1..16, got {args.length}")
+    if args.sim not in SIMULATORS:
+        raise ValueError(f"unknown simulator {args.sim!r}; valid: {', '.join(SIMULATORS)}")
+    alu_sim = args.alu_sim
+    if alu_sim == "auto":
+        alu_sim = "verilator" if verilator_env() else "icarus"
+    elif alu_sim not in SIMULATORS:
+        raise ValueError(f"unknown --alu-sim {alu_sim!r}; valid: auto, {', '.join(SIMULATORS)}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    raw = out.parent / "reduction_raw"
+    raw.mkdir(exist_ok=True)
+    cmd = (f"dysharp bench reduction --entries={args.entries} --latencies={args.latencies} "
+           f"--fanout={args.fanout} --length={args.length} --window={args.window} "
+           f"--alu-pairs={args.alu_pairs} --alu-sim={args.alu_sim} --sim={args.sim} --seed={args.seed}")
+    report = {"command": cmd, "workload": {"fanout": args.fanout, "length": args.length,
+                                           "etype": "FP32", "op": "ADD"}}
+    t_all = time.time()
+
+    if args.alu_pairs > 0:
+        print(f"[bench reduction] ALU: {args.alu_pairs} random pairs per type on {alu_sim} ...", flush=True)
+        t0 = time.time()
+        path = raw / "alu.json"
+        run_cocotb("reduce_alu", {"flit_width": 512}, test_module="verif.tb.reduce_alu", testcase="test_random",
+                   sim=alu_sim, seed=args.seed, env={"pairs": args.alu_pairs, "gap": 0.0, "stall": 0.0,
+                                                      "out": str(path.resolve())})
+        alu = json.loads(path.read_text())
+        alu.update(simulator=alu_sim, build_and_run_s=time.time() - t0)
+        report["alu"] = alu
+        print(f"  {alu['pairs_per_type']} pairs per type, 0 mismatches "
+              f"({alu['cycles']} cycles, {alu['wall_s']:.0f} s)")
+    report["alu_latency_cycles"] = ALU_LATENCY
+
+    print("[bench reduction] buffer absorption ...", flush=True)
+    path = raw / "buffer.json"
+    run_cocotb("reduction_buffer", {"entries": 64}, test_module="verif.bench.reduction",
+               testcase="bench_buffer", sim=args.sim, seed=args.seed, env={"out": str(path.resolve())})
+    report["buffer"] = json.loads(path.read_text())
+    b = report["buffer"]
+    print(f"  {b['contribution_flits']} contribution flits in {b['cycles']} cycles: "
+          f"{b['flits_per_cycle']:.3f} flits/cycle; last contribution -> result header "
+          f"{b['last_to_result_cycles']} cycles")
+
+    report["flow"] = []
+    configs = [{"entries": n} for n in entries] + [{"entries": 16, "outstanding": 1}]
+    for params in configs:
+        for lat in latencies:
+            label = "one-at-a-time" if params.get("outstanding") == 1 else f"{params['entries']} entries"
+            print(f"[bench reduction] flow: {label}, read latency {lat} ...", flush=True)
+            path = raw / f"flow_{params['entries']}_{params.get('outstanding', 0)}_{lat}.json"
+            run_cocotb("ld_reduce_unit", dict(params, rows=4096), test_module="verif.bench.reduction",
+                       testcase="bench_flow", sim=args.sim, seed=args.seed,
+                       env={"latency": lat, "fanout": args.fanout, "length": args.length,
+                            "window": args.window, "out": str(path.resolve())})
+            r = json.loads(path.read_text())
+            r.update(entries=params["entries"], outstanding=params.get("outstanding", params["entries"]))
+            report["flow"].append(r)
+            print(f"  {r['throughput_req_per_cycle']:.4f} requests/cycle, mean in use {r['mean_in_use']:.1f}, "
+                  f"mean latency {r['mean_request_latency']:.0f} cycles")
+
+    zero = [r for r in report["flow"] if r["outstanding"] != 1]
+    z = zero[0]["zero_load"]
+    report["calibration"] = {
+        "reduce_alu_latency_cycles": ALU_LATENCY,
+        "reduce_flits_per_cycle": round(b["flits_per_cycle"], 4),
+        "reduce_last_to_result_cycles": z["last_response_to_result"],
+        "reduce_buffer_last_to_result_cycles": b["last_to_result_cycles"],
+        "reduce_request_overhead_cycles": z["request_to_result"] - z["read_latency"],
+    }
+    report["wall_s"] = time.time() - t_all
+    out.write_text(json.dumps(report, indent=1))
+    print(markdown(report))
+    print(f"wrote {out}")
+    return 0
+
+
+def markdown(report: dict) -> str:
+    """The reduction figures as a Markdown section (for docs/reduction.md and the study report)."""
+    w = report["workload"]
+    lines = ["## In-switch reduction", "", f"Command: `{report['command']}`", ""]
+    if "alu" in report:
+        a = report["alu"]
+        lines.append(f"**ALU**: {', '.join(f'{k} {v:,}' for k, v in a['pairs_per_type'].items())} random "
+                     f"operand pairs per element type bit-exact against numpy ({a['simulator']}, "
+                     f"flit width {a['flit_width']}); pipeline latency {report['alu_latency_cycles']} cycles, "
+                     "one flit per cycle.")
+        lines.append("")
+    b = report["buffer"]
+    lines.append(f"**Reduction buffer**: {b['contribution_flits']} contribution flits absorbed in "
+                 f"{b['cycles']} cycles = **{b['flits_per_cycle']:.3f} flits/cycle** (half of them "
+                 f"back-to-back into one partial-sum row; `ready` low {b['ready_low_cycles']} cycles); last "
+                 f"contribution -> result header **{b['last_to_result_cycles']} cycles**.")
+    lines.append("")
+    c = report["calibration"]
+    lines.append(f"**Flow** (engine + translator; {w['fanout']} destinations x {w['length']} flits per request, "
+                 f"{w['etype']} {w['op']}, all responses on one link): last response flit -> result header "
+                 f"{c['reduce_last_to_result_cycles']} cycles; request -> result at zero load = read latency + "
+                 f"{c['reduce_request_overhead_cycles']} cycles. The response link carries "
+                 f"{w['fanout']} x ({w['length']} + 1) flits per request, so line rate is "
+                 f"{1 / (w['fanout'] * (w['length'] + 1)):.4f} requests/cycle.")
+    lines.append("")
+    lats = sorted({r["latency"] for r in report["flow"]})
+    lines.append("Requests completed per cycle, measured (and Little's law: min(line rate, entries / "
+                 "zero-load request latency)):")
+    lines.append("")
+    lines.append("| buffer | " + " | ".join(f"read latency {x}" for x in lats) + " |")
+    lines.append("|---|" + "---|" * len(lats))
+    rows = {}
+    rate = 1 / (w["fanout"] * (w["length"] + 1))
+    for r in report["flow"]:
+        label = "one at a time" if r["outstanding"] == 1 else f"{r['entries']} entries"
+        rows.setdefault(label, {})[r["latency"]] = r
+    for label, by_lat in rows.items():
+        cells = []
+        for x in lats:
+            r = by_lat.get(x)
+            if r is None:
+                cells.append("-")
+                continue
+            little = min(rate, r["outstanding"] / r["zero_load"]["request_to_result"])
+            cells.append(f"{r['throughput_req_per_cycle']:.4f} ({little:.4f})")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("At saturation the buffer stays full (mean entries in use = entries - 0.1): requests wait in "
+                 "it for the response link, so the mean request latency is entries / throughput.")
+    lines.append("")
+    lines.append("| read latency | request latency at zero load | entries for line rate (Little: rate x latency) |")
+    lines.append("|---|---|---|")
+    for x in lats:
+        t = next(r["zero_load"]["request_to_result"] for r in report["flow"] if r["latency"] == x)
+        lines.append(f"| {x} | {t} | {rate * t:.1f} |")
+    lines.append("")
+    lines.append("Calibration (`build/bench/reduction.json`): " +
+                 ", ".join(f"`{k}` = {v}" for k, v in c.items()))
+    return "\n".join(lines)
+
+
+def study_step(args, out_dir) -> str:
+    """``dysharp study`` step: the reduction bench (a small sweep with ``--quick``)."""
+    import argparse
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    quick = ["--entries", "16,64", "--latencies", "50,200", "--alu-pairs", "10000", "--alu-sim", "icarus",
+             "--window", "1000"]
+    bargs = p.parse_args(["--out", str(Path(out_dir) / "reduction.json")] + (quick if args.quick else []))
+    run(bargs)
+    return markdown(json.loads((Path(out_dir) / "reduction.json").read_text()))

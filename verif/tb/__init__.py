@@ -1,0 +1,1 @@
+"""cocotb testbenches, one per block (launched from tests/ through verif.harness.runner)."""

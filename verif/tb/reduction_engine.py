@@ -1,0 +1,563 @@
+"""cocotb testbench of the ``ld_reduce`` flow: :class:`hw.switch.reduction_engine.ReductionEngine` (with
+a Python AL-TLB model on ``translate``) or :class:`hw.switch.ld_reduce_unit.LdReduceUnit` (with the RTL
+stand-in translator, configured through ``tcfg``).
+
+The environment plays every other party:
+
+* sources inject ``dymultimem``/static ``multimem.ld_reduce`` requests (random masks, lengths, element
+  types, ops; malformed ones on demand) on ``req`` with random gaps;
+* the translator model (engine only) answers translations after random latencies, out of order;
+* the destinations take ``RED_READ`` packets from ``rd`` (random stalls), check them (one per destination
+  of the mask, the translated address, the request's length/type), and answer ``RED_READ_RESP`` after a
+  random per-packet latency with data from a deterministic memory model; the answers share the ``resp``
+  link packet by packet, so they come back reordered across destinations and requests;
+* ``out`` is drained with random stalls.
+
+:class:`verif.models.reduction.ReductionBufferModel` sees every contribution in the order ``resp``
+accepted it and predicts every ``RED_RESP`` bit-exactly (reduction in arrival order); request errors,
+translation errors and timeouts have their expected ``ERROR`` responses; a scoreboard keyed by requester
+(src, tag) compares, and all status counters are checked at the end.
+"""
+
+import collections
+import heapq
+
+import cocotb
+import numpy as np
+from amaranth.lib import data
+
+from hw.packet import EType, ErrorCode, Flit, Header, Opcode, Packet, RedOp, pack_flit, unpack_flit
+from hw.switch.group_table import GroupWrite
+from hw.switch.linear_translator import BaseWrite
+from hw.switch.reduction_buffer import rtag_from_header, rtag_to_header
+from hw.switch.translate_if import TranslateRequest, TranslateResponse
+
+from verif.harness import tbenv
+from verif.harness.cycler import Agent, Cycler
+from verif.harness.gates import Gate
+from verif.models.reduction import Contribution, ReductionBufferModel, engine_request_error, random_lanes
+from verif.harness.scoreboard import Scoreboard
+from verif.harness.stream import StreamDriver, StreamMonitor
+from verif.tb.reduction_buffer import pack
+
+ROW_BYTES = 14336
+
+
+def unpack(layout, word: int) -> dict:
+    layout = data.Layout.cast(layout)
+    return {name: (word >> f.offset) & ((1 << f.width) - 1) for name, f in layout}
+
+
+class TranslatorModel(Agent):
+    """The AL-TLB on ``translate``: ``addr = base[dst] + index * row_bytes`` like the stand-in, plus
+    injected error codes; answers after a random latency, so out of order."""
+
+    def __init__(self, dut, rng, nprng, *, bases, rows, errors, lat=(1, 12), stall=0.0, gap=0.0):
+        self.req_valid = dut.translate__req__valid
+        self.req_ready = dut.translate__req__ready
+        self.req_payload = dut.translate__req__payload
+        self.resp_valid = dut.translate__resp__valid
+        self.resp_ready = dut.translate__resp__ready
+        self.resp_payload = dut.translate__resp__payload
+        self.bases, self.rows, self.errors, self.lat = bases, rows, errors, lat
+        self.stall = Gate(rng, stall, 2.0)
+        self.gap = Gate(rng, gap, 2.0)
+        self.nprng = nprng
+        self.heap = []
+        self.seq = 0
+        self.current = None
+        self.ready_now = False
+        self.resp_valid.value = 0
+        self.req_ready.value = 0
+
+    def drive(self, cycle):
+        self.ready_now = self.stall.open()
+        self.req_ready.value = int(self.ready_now)
+        if self.current is None and self.heap and self.heap[0][0] <= cycle and self.gap.open():
+            self.current = heapq.heappop(self.heap)[2]
+            self.resp_payload.value = self.current
+            self.resp_valid.value = 1
+        elif self.current is None:
+            self.resp_valid.value = 0
+
+    def sample(self, cycle):
+        if self.req_valid.value == 1 and self.ready_now:
+            r = unpack(TranslateRequest, int(self.req_payload.value))
+            code = self.errors.get((r["src"], r["group"], r["index"], r["dst"]))
+            if code is None:
+                if r["dst"] not in self.bases:
+                    code = ErrorCode.ISOLATION
+                elif r["index"] >= self.rows:
+                    code = ErrorCode.OUT_OF_BOUNDS
+                else:
+                    code = ErrorCode.NONE
+            addr = 0 if code != ErrorCode.NONE else (self.bases[r["dst"]] + r["index"] * ROW_BYTES) % (1 << 48)
+            word = pack(TranslateResponse, addr=addr, code=code.value, tag=r["tag"])
+            due = cycle + int(self.nprng.integers(self.lat[0], self.lat[1] + 1))
+            heapq.heappush(self.heap, (due, self.seq, word))
+            self.seq += 1
+        if self.current is not None and self.resp_ready.value == 1:
+            self.current = None
+
+
+class Responder(Agent):
+    """Drives ``resp``: due packets one at a time (earliest first), flits with random gaps."""
+
+    def __init__(self, dut, rng, *, gap=0.0, on_flit=None, flit_width=128):
+        self.valid, self.ready, self.payload = dut.resp__valid, dut.resp__ready, dut.resp__payload
+        self.gate = Gate(rng, gap, 2.0)
+        self.heap = []
+        self.seq = 0
+        self.packet = collections.deque()     # flits of the packet being sent, with its info
+        self.info = None
+        self.current = None
+        self.on_flit = on_flit
+        self.flit_width = flit_width
+        self.valid.value = 0
+
+    def schedule(self, due, flits, info):
+        heapq.heappush(self.heap, (due, self.seq, flits, info))
+        self.seq += 1
+
+    @property
+    def idle(self):
+        return self.current is None and not self.packet and not self.heap
+
+    def drive(self, cycle):
+        if self.current is None and not self.packet and self.heap and self.heap[0][0] <= cycle:
+            _, _, flits, self.info = heapq.heappop(self.heap)
+            self.packet.extend(enumerate(flits))
+        if self.current is None and self.packet and self.gate.open():
+            self.current = self.packet.popleft()
+            self.payload.value = pack_flit(self.current[1], self.flit_width)
+            self.valid.value = 1
+        elif self.current is None:
+            self.valid.value = 0
+
+    def sample(self, cycle):
+        if self.current is not None and self.ready.value == 1:
+            if self.on_flit:
+                self.on_flit(self.info, self.current[0], self.current[1], cycle)
+            self.current = None
+
+
+class Req:
+    """One ld_reduce request and what the environment knows about it."""
+
+    def __init__(self, header: Header, dsts, *, data_etype=None):
+        self.h = header
+        self.dsts = list(dsts)
+        self.addrs = {}          # dst -> expected RED_READ address
+        self.rtag = None
+        self.read_seen = set()
+        self.doomed = None       # ErrorCode of an injected translation failure
+        self.failing = set()     # destinations whose translation fails
+        self.silent = set()      # destinations that never answer
+        self.bad_resp = {}       # dst -> "etype" | "poison"
+        self.expect_timeout = False
+
+
+class EngineEnv:
+    def __init__(self, dut, *, gap=0.1, stall=0.1, lat=(10, 80), tlat=(1, 12)):
+        self.dut = dut
+        self.p = p = tbenv.params()
+        self.unit = hasattr(dut, "tcfg__valid")
+        self.P = p["ports"]
+        self.W = p["flit_width"]
+        self.max_length = p["max_length"]
+        self.rows = p.get("rows", 4096)
+        self.rng = np.random.default_rng(tbenv.seed())
+        self.lat = lat
+        self.cycler = Cycler(dut)
+        self.model = ReductionBufferModel(self.W)
+        self.sb = Scoreboard("ld_reduce")
+        self.bases = {d: (d + 1) << 36 for d in range(self.P)}
+        self.groups = {}
+        self.errors = {}
+        self.src = StreamDriver(dut, "req", tbenv.rng("req"), gap=gap, burst=2.0, on_accept=self._on_req_accept)
+        self.cfg = StreamDriver(dut, "cfg", tbenv.rng("cfg"))
+        self.rd = StreamMonitor(dut, "rd", tbenv.rng("rd"), stall=stall, burst=2.0, on_item=self._on_read)
+        self.out = StreamMonitor(dut, "out", tbenv.rng("out"), stall=stall, burst=2.0, on_item=self._on_out)
+        self.resp = Responder(dut, tbenv.rng("resp"), gap=gap, on_flit=self._on_resp_flit, flit_width=self.W)
+        agents = [self.src, self.cfg, self.rd, self.out, self.resp]
+        if self.unit:
+            self.tcfg = StreamDriver(dut, "tcfg", tbenv.rng("tcfg"))
+            agents.append(self.tcfg)
+        else:
+            self.translator = TranslatorModel(dut, tbenv.rng("tlb"), self.rng, bases=self.bases, rows=self.rows,
+                                              errors=self.errors, lat=tlat, stall=stall, gap=gap)
+            agents.append(self.translator)
+        self.cycler.add(*agents)
+        self.by_addr = {}
+        self.in_flight = set()
+        self.awaiting = set()     # requests that must still be answered on out
+        self.key_req = {}         # (src, tag) -> Req, for requests that reached the buffer
+        self.req_accept = {}      # (src, tag) -> cycle the request header was accepted
+        self.resp_last = {}       # rtag -> cycle its latest response flit was accepted
+        self.results = []         # (key, opcode, header cycle, cycles since the request was accepted)
+        self.out_cycles = []
+        self.partial = []
+        self.expected_counts = collections.Counter()
+        self.max_in_use = 0
+        self.req_refused = 0
+        self.cycler.watchers.append(self._watch)
+
+    def _watch(self, cycle):
+        self.max_in_use = max(self.max_in_use, int(self.dut.in_use.value))
+        if int(self.dut.req__valid.value) and not int(self.dut.req__ready.value):
+            self.req_refused += 1
+
+    async def start(self, *, static_groups=4, unconfigured=()):
+        await self.cycler.start()
+        for d in unconfigured:
+            del self.bases[d]
+        if self.unit:
+            for d in range(self.P):
+                if d in self.bases:
+                    self.tcfg.send(pack(BaseWrite, dst=d, base=self.bases[d], valid=1))
+        for g in range(static_groups):
+            mask = 0
+            while mask == 0:
+                mask = int(self.rng.integers(1, 1 << self.P, dtype=np.uint64))
+            self.groups[g] = mask
+            self.cfg.send(pack(GroupWrite, handle=g, mask=mask))
+        await self.cycler.until(lambda: self.cfg.idle and (not self.unit or self.tcfg.idle), timeout=200,
+                                what="configuration")
+        await self.cycler.cycles(3)
+
+    # -- requests
+    def _key(self):
+        while True:
+            key = (int(self.rng.integers(0, self.P)), int(self.rng.integers(0, 256)))
+            if key not in self.in_flight:
+                self.in_flight.add(key)
+                return key
+
+    def make_request(self, *, static=None, fanout=None, length=None, etype=None, op=None):
+        rng = self.rng
+        src, tag = self._key()
+        etype = EType(int(rng.integers(0, 5))) if etype is None else EType(etype)
+        op = RedOp(int(rng.integers(0, 3))) if op is None else RedOp(op)
+        length = int(rng.integers(1, self.max_length + 1)) if length is None else length
+        static = (self.groups and rng.random() < 0.25) if static is None else static
+        while True:
+            if static:
+                group = int(rng.choice(list(self.groups)))
+                mask = self.groups[group]
+                addr = int(rng.integers(0, 1 << 40)) << 4
+                h = Header(opcode=Opcode.MM_LD_REDUCE, src=src, tag=tag, length=length, etype=etype, redop=op,
+                           group=group, addr=addr)
+                dsts = [d for d in range(self.P) if mask >> d & 1]
+                addrs = {d: addr for d in dsts}
+            else:
+                n = int(rng.integers(1, self.P + 1)) if fanout is None else fanout
+                dsts = sorted(int(x) for x in rng.choice(self.P, size=n, replace=False))
+                mask = sum(1 << d for d in dsts)
+                index = int(rng.integers(0, self.rows))
+                offset = int(rng.integers(0, 1024))
+                h = Header(opcode=Opcode.DYN_LD_REDUCE, src=src, tag=tag, length=length, etype=etype,
+                           redop=op, group=int(rng.integers(0, 256)), mask=mask, index=index, offset=offset)
+                addrs = {d: (self.bases.get(d, 0) + index * ROW_BYTES + offset * (self.W // 8)) % (1 << 48)
+                         for d in dsts}
+            if not any((src, d, a) in self.by_addr for d, a in addrs.items()):
+                break
+        r = Req(h, dsts)
+        r.addrs = addrs
+        return r
+
+    def inject(self, r: Req, flits=None) -> None:
+        """Send a request (optionally as raw flits) and record what must come back."""
+        h = r.h
+        flits = flits or Packet(h, []).flits(self.W)
+        poisoned = flits[-1].poison and len(flits) == 1
+        code = engine_request_error(h, n_ports=self.P, max_length=self.max_length, groups=self.groups,
+                                    last=len(flits) == 1)
+        key = (h.src, h.tag)
+        if not poisoned:
+            self.awaiting.add(key)
+        if poisoned:
+            self.in_flight.discard(key)
+        elif code != ErrorCode.NONE:
+            self.sb.expect(key, Packet(Header(opcode=Opcode.ERROR, src=h.src, tag=h.tag, dst=h.src, code=code)))
+            self.expected_counts["bad_requests"] += 1
+        else:
+            self.key_req[key] = r
+            for d in r.dsts:
+                self.by_addr[(h.src, d, r.addrs[d])] = r
+            fails = [d for d in r.dsts if d not in self.bases] if h.opcode == Opcode.DYN_LD_REDUCE.value else []
+            if h.opcode == Opcode.DYN_LD_REDUCE.value and h.index >= self.rows:
+                fails = list(r.dsts)
+                r.doomed = ErrorCode.OUT_OF_BOUNDS
+            elif fails:
+                r.doomed = ErrorCode.ISOLATION
+            elif r.doomed is not None:
+                fails = sorted(r.failing)
+                for d in fails:
+                    self.errors[(h.src, h.group, h.index, d)] = r.doomed
+            if r.doomed is not None:
+                r.failing = set(fails)
+                self.sb.expect(key, Packet(Header(opcode=Opcode.ERROR, src=h.src, tag=h.tag, dst=h.src,
+                                                  code=r.doomed)))
+                self.expected_counts["aborts"] += 1
+                self.expected_counts["stale"] += len(fails) - 1
+            elif r.expect_timeout:
+                self.sb.expect(key, "TIMEOUT")
+        for f in flits:
+            self.src.send(pack_flit(f, self.W))
+
+    # -- destinations
+    def gpu_data(self, dst, addr, k, etype):
+        g = np.random.default_rng([dst, addr + k * (self.W // 8), tbenv.seed()])
+        return random_lanes(g, etype, self.W)
+
+    def _on_read(self, word, cycle):
+        f = unpack_flit(word, self.W)
+        h = Header.decode(f.data)
+        assert f.last and h.opcode == Opcode.RED_READ.value, f"rd carried {h} (last={f.last})"
+        r = self.by_addr.get((h.src, h.dst, h.addr))
+        assert r is not None, f"RED_READ for no request (wrong address or destination?): {h}"
+        assert h.dst not in r.read_seen, f"second RED_READ to destination {h.dst}: {h}"
+        assert h.dst not in r.failing, f"RED_READ to {h.dst} although its translation failed: {h}"
+        r.read_seen.add(h.dst)
+        assert (h.length, h.etype, h.redop) == (r.h.length, r.h.etype, r.h.redop), f"{h} for {r.h}"
+        rtag = rtag_from_header(h)
+        if r.rtag is None:
+            r.rtag = rtag
+            if r.doomed is None:
+                self.model.allocate(rtag, src=r.h.src, tag=r.h.tag, etype=r.h.etype, op=r.h.redop,
+                                    length=r.h.length, expected=len(r.dsts))
+        assert rtag == r.rtag, f"RED_READs of one request carry different tags {rtag:#x}, {r.rtag:#x}"
+        if r.doomed is not None or h.dst in r.silent:
+            return
+        etype = r.h.etype
+        bad = r.bad_resp.get(h.dst)
+        resp_etype = (etype + 1) % 5 if bad == "etype" else etype
+        payload = [self.gpu_data(h.dst, h.addr, k, etype) for k in range(h.length)]
+        hdr = Header(opcode=Opcode.RED_READ_RESP, src=h.dst, dst=h.src, length=h.length, etype=resp_etype,
+                     redop=h.redop, addr=h.addr, **rtag_to_header(rtag))
+        flits = Packet(hdr, payload).flits(self.W)
+        if bad == "poison":
+            flits[-1] = Flit(flits[-1].data, last=True, poison=True)
+        due = cycle + int(self.rng.integers(self.lat[0], self.lat[1] + 1))
+        self.resp.schedule(due, flits, ("resp", rtag, hdr))
+
+    def _on_req_accept(self, word, cycle):
+        f = unpack_flit(word, self.W)
+        h = Header.decode(f.data)
+        self.req_accept.setdefault((h.src, h.tag), cycle)
+
+    def _on_resp_flit(self, info, k, flit, cycle):
+        kind = info[0]
+        if kind == "resp":
+            self.resp_last[info[1]] = cycle
+        if kind == "junk":
+            if k == 0:
+                self.expected_counts["bad_responses"] += 1
+            return
+        _, rtag, hdr = info
+        if k == 0:
+            return
+        if flit.poison:
+            c = Contribution(rtag, 0, 0, 0, abort=True, code=ErrorCode.LENGTH_MISMATCH.value)
+        else:
+            c = Contribution(rtag, k - 1, hdr.length, hdr.etype, flit.data)
+        pkt = self.model.contribute(c)
+        if pkt is not None:
+            self.sb.expect((pkt.header.dst, pkt.header.tag), pkt)
+
+    def send_junk(self, due, packet: Packet):
+        self.resp.schedule(due, packet.flits(self.W), ("junk",))
+
+    def send_stale(self, due, rtag, length=2):
+        hdr = Header(opcode=Opcode.RED_READ_RESP, src=0, dst=0, length=length, etype=EType.FP32, **rtag_to_header(rtag))
+        payload = [int(self.rng.integers(0, 1 << 62)) for _ in range(length)]
+        self.resp.schedule(due, Packet(hdr, payload).flits(self.W), ("resp", rtag, hdr))
+
+    # -- results
+    def _on_out(self, word, cycle):
+        f = unpack_flit(word, self.W)
+        self.partial.append(f)
+        self.out_cycles.append(cycle)
+        if not f.last:
+            return
+        pkt, self.partial = Packet.from_flits(self.partial), []
+        head_cycle = self.out_cycles[0]
+        self.out_cycles = []
+        h = pkt.header
+        key = (h.dst, h.tag)
+        self.in_flight.discard(key)
+        self.awaiting.discard(key)
+        accepted = self.req_accept.pop(key, None)
+        self.results.append((key, h.opcode, head_cycle, None if accepted is None else head_cycle - accepted))
+        r = self.key_req.pop(key, None)
+        if r is not None and h.opcode == Opcode.RED_RESP.value:
+            # Every RED_READ of a completed reduction has been seen; after an error some may still come.
+            for d in r.dsts:
+                if self.by_addr.get((r.h.src, d, r.addrs[d])) is r:
+                    del self.by_addr[(r.h.src, d, r.addrs[d])]
+        if r is not None:
+            if r.expect_timeout and h.opcode == Opcode.ERROR.value and h.code == ErrorCode.TIMEOUT.value:
+                self.model.time_out(r.rtag)
+                self.sb.observe(key, "TIMEOUT", cycle=cycle)
+                return
+        self.sb.observe(key, pkt, cycle=cycle)
+
+    def counters(self):
+        names = ("stale", "mismatches", "aborts", "timeouts", "completed", "bad_requests", "bad_responses")
+        vals = {n: getattr(self.dut, n).value for n in names}
+        bad = {n: str(v) for n, v in vals.items() if not v.is_resolvable}
+        assert not bad, f"unresolved (X/Z) status counters: {bad}"
+        return {n: int(v) for n, v in vals.items()}
+
+    async def drain(self, timeout=200000):
+        await self.cycler.until(lambda: self.src.idle and self.resp.idle and self.sb.outstanding == 0
+                                and not self.awaiting, timeout=timeout,
+                                what=f"all results ({len(self.awaiting)} requests unanswered)")
+        await self.cycler.cycles(40)
+        self.sb.finish()
+        got = self.counters()
+        want = {"stale": self.model.stale + self.expected_counts["stale"],
+                "mismatches": self.model.mismatches,
+                "aborts": self.model.aborts + self.expected_counts["aborts"],
+                "timeouts": self.model.timeouts, "completed": self.model.completed,
+                "bad_requests": self.expected_counts["bad_requests"],
+                "bad_responses": self.expected_counts["bad_responses"]}
+        assert got == want, f"status counters {got}, expected {want}"
+        assert int(self.dut.in_use.value) == 0, "entries still in use after draining"
+
+
+def _env(dut, **defaults):
+    s = dict(defaults)
+    s.update(tbenv.settings())
+    env = EngineEnv(dut, gap=s["gap"], stall=s["stall"], lat=tuple(s["lat"]))
+    return env, s
+
+
+@cocotb.test()
+async def test_traffic(dut):
+    """Random dynamic and static ld_reduce requests, many in flight; results bit-exact in arrival order."""
+    env, s = _env(dut, gap=0.2, stall=0.2, lat=[10, 120])
+    await env.start()
+    for _ in range(s.get("requests", 40)):
+        env.inject(env.make_request(fanout=None if s.get("max_fanout") is None else
+                                    int(env.rng.integers(1, s["max_fanout"] + 1))))
+    await env.drain()
+    dut._log.info(f"{env.model.completed} reductions; max {env.max_in_use} in flight")
+    assert env.max_in_use >= min(4, s.get("requests", 40) // 4), f"only {env.max_in_use} in flight at once"
+
+
+@cocotb.test()
+async def test_errors(dut):
+    """Malformed requests, translation failures, junk/stale/mistyped/poisoned responses, among good
+    traffic: each gets its defined answer and counter; the good reductions stay bit-exact."""
+    env, s = _env(dut, gap=0.1, stall=0.1, lat=[10, 80])
+    await env.start(unconfigured=[env.P - 1])
+    rng = env.rng
+    good = lambda **kw: env.make_request(fanout=int(rng.integers(1, env.P - 1)), **kw)   # noqa: E731
+
+    def fix_dsts(r):
+        """Keep a good request away from the unconfigured destination."""
+        if r.h.opcode == Opcode.DYN_LD_REDUCE.value and (env.P - 1) in r.dsts:
+            r.dsts.remove(env.P - 1)
+            if not r.dsts:
+                r.dsts = [0]
+            r.h.mask = sum(1 << d for d in r.dsts)
+            r.addrs = {d: r.addrs.get(d, (env.bases[d] + r.h.index * ROW_BYTES + r.h.offset * (env.W // 8))
+                                      % (1 << 48)) for d in r.dsts}
+        return r
+
+    for rnd in range(s.get("rounds", 2)):
+        for _ in range(4):
+            env.inject(fix_dsts(good(static=False)))
+        # Malformed requests.
+        r = good(static=False)
+        r.h.opcode = Opcode.WRITE.value
+        r.h.mask = r.h.index = r.h.offset = r.h.group = 0
+        r.h.dst, r.h.addr = 1, 0x40
+        env.inject(r)
+        r = good(static=False)
+        r.h.length = 0
+        env.inject(r)
+        r = good(static=False)
+        r.h.length = env.max_length + 1 if env.max_length < 31 else 0
+        env.inject(r)
+        r = good(static=False)
+        r.h.etype = 7
+        env.inject(r)
+        r = good(static=False)
+        r.h.mask = 0
+        env.inject(r)
+        if env.P < 64:
+            r = good(static=False)
+            r.h.mask |= 1 << env.P
+            env.inject(r)
+        r = good(static=True)
+        r.h.group = 200
+        env.inject(r)
+        r = good(static=False)
+        env.inject(r, flits=[Flit(r.h.encode()), Flit(5, last=True)])           # header not last
+        r = good(static=False)
+        env.inject(r, flits=[Flit(r.h.encode(), last=True, poison=True)])       # poisoned: dropped
+        # Translation failures: an unconfigured destination (ISOLATION), an index out of bounds.
+        r = env.make_request(static=False, fanout=3)
+        if (env.P - 1) not in r.dsts:
+            r.dsts = sorted(r.dsts[:2] + [env.P - 1])
+            r.h.mask = sum(1 << d for d in r.dsts)
+            r.addrs = {d: (env.bases.get(d, 0) + r.h.index * ROW_BYTES + r.h.offset * (env.W // 8)) % (1 << 48)
+                       for d in r.dsts}
+        env.inject(r)
+        r = fix_dsts(good(static=False))
+        r.h.index = env.rows + int(rng.integers(0, 100))
+        r.addrs = {d: (env.bases[d] + r.h.index * ROW_BYTES + r.h.offset * (env.W // 8)) % (1 << 48)
+                   for d in r.dsts}
+        env.inject(r)
+        if not env.unit:     # an arbitrary AL-TLB fault, only the Python translator can make one
+            r = fix_dsts(good(static=False))
+            r.doomed = ErrorCode.TLB_FAULT
+            r.failing = {r.dsts[0]}
+            env.inject(r)
+        # Responses: a mistyped one and a poisoned one (each fails its reduction), junk, stale tags.
+        r = fix_dsts(good(static=False, length=3))
+        r.bad_resp[r.dsts[0]] = "etype"
+        env.inject(r)
+        r = fix_dsts(good(static=False, length=2))
+        r.bad_resp[r.dsts[-1]] = "poison"
+        env.inject(r)
+        now = env.cycler.cycle
+        env.send_junk(now + 50, Packet(Header(opcode=Opcode.READ_RESP, src=1, dst=0, length=2), [1, 2]))
+        env.send_junk(now + 60, Packet(Header(opcode=Opcode.WRITE, src=1, dst=0, length=0, addr=16), []))
+        env.send_stale(now + 70, int(rng.integers(0, 1 << 16)))
+        await env.cycler.cycles(100)
+    await env.drain()
+    dut._log.info(f"expected counters {dict(env.expected_counts)}; model stale {env.model.stale}")
+
+
+@cocotb.test()
+async def test_timeout(dut):
+    """A destination that never answers: the source gets ERROR(TIMEOUT), no hang; others unaffected."""
+    env, s = _env(dut, gap=0.1, stall=0.1, lat=[10, 60])
+    await env.start(static_groups=0)
+    for i in range(s.get("requests", 12)):
+        r = env.make_request(static=False, fanout=int(env.rng.integers(2, 5)), length=2)
+        if i % 3 == 0:
+            r.silent = {r.dsts[-1]}
+            r.expect_timeout = True
+        env.inject(r)
+    await env.drain(timeout=env.p["timeout"] * 4)
+    assert env.model.timeouts == len(range(0, s.get("requests", 12), 3))
+
+
+@cocotb.test()
+async def test_full(dut):
+    """More requests than buffer entries with slow destinations: ``req`` is backpressured, none is
+    dropped, everything completes."""
+    env, s = _env(dut, gap=0.0, stall=0.0, lat=[300, 400])
+    await env.start(static_groups=0)
+    n = env.p["entries"] + s.get("extra", 8)
+    for _ in range(n):
+        env.inject(env.make_request(static=False, fanout=2, length=1))
+    await env.drain()
+    assert env.model.completed == n
+    limit = env.p["outstanding"] or env.p["entries"]
+    assert env.max_in_use == limit, f"max in use {env.max_in_use}, expected {limit}"
+    assert env.req_refused > 0, "req was never backpressured"
