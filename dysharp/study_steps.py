@@ -34,7 +34,7 @@ def lint_step(args, out: Path) -> str:
 
 
 def switch_bench_step(args, out: Path) -> str:
-    from verif import bench_switch
+    from verif.bench import switch as bench_switch
     p = argparse.ArgumentParser()
     bench_switch.add_arguments(p)
     bargs = p.parse_args(["--out", str(out / "switch.json")] + (["--ports", "8", "--cycles", "800",

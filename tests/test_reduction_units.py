@@ -11,7 +11,7 @@ from hw.switch.linear_translator import LinearTranslator
 from hw.switch.reduce_alu import ReduceALU, identity
 from hw.switch.reduction_buffer import ReductionBuffer, rtag_from_header, rtag_to_header
 from hw.switch.reduction_engine import ReductionEngine
-from verif import reduce_ref as R
+from verif.models import reduce_ref as R
 
 
 @pytest.mark.parametrize("cls,kwargs,message", [
