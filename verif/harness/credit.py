@@ -4,15 +4,20 @@
 flit and idling ``valid`` for random gaps. :class:`CreditSink` receives from a sender (e.g. a switch
 ``tx`` port), returns credits after random stalls, checks that the sender never exceeds its credits, and
 reassembles packets (``last`` framing), reporting poisoned ones separately.
+
+Per cycle each agent reads its inputs once as ints (a flit in one read, decoded with the flit layout's
+offsets) and writes a port only when its value changes; queued flits are encoded to the simulator's
+format once, when the packet is queued (:class:`verif.harness.structs.Port`).
 """
 
 import collections
 
 from hw.credit import CREDIT_RETURN_MAX
-from hw.packet import Flit, Packet, pack_flit, unpack_flit
+from hw.packet import Flit, Packet, flit_layout, pack_flit
 
 from verif.harness.cycler import Agent
 from verif.harness.gates import Gate
+from verif.harness.structs import Port
 
 __all__ = ["CreditSource", "CreditSink", "CreditProtocolError"]
 
@@ -25,45 +30,43 @@ class CreditSource(Agent):
     def __init__(self, dut, prefix: str, rng, *, credits: int, flit_width: int = 128, gap: float = 0.0,
                  burst: float = 1.0, ignore_credits: bool = False, on_sent=None):
         self.name = prefix
-        self.valid = getattr(dut, f"{prefix}__valid")
-        self.flit = getattr(dut, f"{prefix}__flit")
-        self.credit = getattr(dut, f"{prefix}__credit")
+        self.valid = Port(getattr(dut, f"{prefix}__valid"))
+        self.flit = Port(getattr(dut, f"{prefix}__flit"))
+        self.credit = Port(getattr(dut, f"{prefix}__credit"))
         self.credits = credits
         self.flit_width = flit_width
         self.gate = Gate(rng, gap, burst)
         self.ignore_credits = ignore_credits
-        self.queue = collections.deque()   # (flit bits, packet id or None, is_first)
+        self.queue = collections.deque()   # (flit as a bit string, packet id or None, is_first)
         self.on_sent = on_sent             # on_sent(packet_id, cycle) when a packet's first flit leaves
         self.flits_sent = 0
-        self._valid = 0
-        self.valid.value = 0
+        self.valid.write(0)
 
     def send(self, packet, packet_id=None) -> None:
         """Queue a :class:`Packet` or a list of :class:`Flit` (for malformed framing)."""
         flits = packet.flits(self.flit_width) if isinstance(packet, Packet) else list(packet)
+        encode = self.flit.encode
         for k, f in enumerate(flits):
-            self.queue.append((pack_flit(f, self.flit_width), packet_id, k == 0))
+            self.queue.append((encode(pack_flit(f, self.flit_width)), packet_id, k == 0))
 
     @property
     def idle(self) -> bool:
         return not self.queue
 
     def drive(self, cycle):
-        # Signals are written only when they change: handle writes dominate cocotb's cost per cycle.
         if self.queue and (self.credits > 0 or self.ignore_credits) and self.gate.open():
             bits, pid, first = self.queue.popleft()
-            self.flit.value = bits
-            if not self._valid:
-                self.valid.value = self._valid = 1
+            self.flit.write_bits(bits)
+            self.valid.write(1)
             self.credits -= 1
             self.flits_sent += 1
             if first and self.on_sent:
                 self.on_sent(pid, cycle)
-        elif self._valid:
-            self.valid.value = self._valid = 0
+        else:
+            self.valid.write(0)
 
     def sample(self, cycle):
-        self.credits += int(self.credit.value)
+        self.credits += self.credit.read()
 
 
 class CreditSink(Agent):
@@ -76,10 +79,13 @@ class CreditSink(Agent):
             raise ValueError(f"batch must be in 1..{CREDIT_RETURN_MAX}, got {batch}")
         self.batch = batch
         self.name = prefix
-        self.valid = getattr(dut, f"{prefix}__valid")
-        self.flit = getattr(dut, f"{prefix}__flit")
-        self.credit = getattr(dut, f"{prefix}__credit")
+        self.valid = Port(getattr(dut, f"{prefix}__valid"))
+        self.flit = Port(getattr(dut, f"{prefix}__flit"))
+        self.credit = Port(getattr(dut, f"{prefix}__credit"))
         self.flit_width = flit_width
+        layout = flit_layout(flit_width)
+        self._offsets = tuple(layout[name].offset for name in ("data", "last", "poison"))
+        self._data_mask = (1 << flit_width) - 1
         self.gate = Gate(rng, stall, burst)
         self.available = credits    # credits the sender holds, as far as we know
         self.to_return = 0          # buffered flits whose credit is not yet returned
@@ -88,22 +94,22 @@ class CreditSink(Agent):
         self.on_packet = on_packet
         self.on_flit = on_flit
         self.flits = 0
-        self._credit = 0
-        self.credit.value = 0
+        self.credit.write(0)
 
     def drive(self, cycle):
         self.returning = min(self.to_return, self.batch) if self.to_return and self.gate.open() else 0
-        if self.returning != self._credit:
-            self.credit.value = self._credit = self.returning
+        self.credit.write(self.returning)
 
     def sample(self, cycle):
-        if self.valid.value == 1:
+        if self.valid.high():
             if self.available <= 0:
                 raise CreditProtocolError(f"{self.name}: flit sent without a credit at cycle {cycle}")
             self.available -= 1
             self.to_return += 1
             self.flits += 1
-            f = unpack_flit(int(self.flit.value), self.flit_width)
+            bits = self.flit.read()
+            d, l, p = self._offsets
+            f = Flit((bits >> d) & self._data_mask, bool((bits >> l) & 1), bool((bits >> p) & 1))
             if self.on_flit:
                 self.on_flit(f, cycle)
             self.partial.append(f)

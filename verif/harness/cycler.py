@@ -53,16 +53,19 @@ class Cycler:
 
     async def _run(self):
         agents = self.agents
+        # One trigger object each, awaited every cycle (cocotb triggers are reusable).
+        edge, settled = RisingEdge(self.clk), ReadOnly()
         while True:
-            await RisingEdge(self.clk)
+            await edge
             self.cycle += 1
+            cycle = self.cycle
             for a in agents:
-                a.drive(self.cycle)
-            await ReadOnly()
+                a.drive(cycle)
+            await settled
             for a in agents:
-                a.sample(self.cycle)
+                a.sample(cycle)
             for w in self.watchers:
-                w(self.cycle)
+                w(cycle)
 
     async def cycles(self, n: int) -> None:
         for _ in range(n):

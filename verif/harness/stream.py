@@ -2,14 +2,16 @@
 
 The driver presents payloads with random ``valid`` gaps; the monitor drives ``ready`` with random stalls,
 records every transfer, and asserts the stream rule: once ``valid`` is high, ``valid`` and ``payload``
-hold until ``ready``. Payloads are ints (the flat Verilog vector); decode them with the layout's own
-``from_bits`` or the packet module's helpers.
+hold until ``ready``. Payloads are ints (the flat Verilog vector, read once per cycle); decode them with
+the layout's own offsets (:func:`verif.harness.structs.unpack`) or the packet module's helpers. Ports are
+written only when their value changes (:class:`verif.harness.structs.Port`).
 """
 
 import collections
 
 from verif.harness.cycler import Agent
 from verif.harness.gates import Gate
+from verif.harness.structs import Port
 
 __all__ = ["StreamDriver", "StreamMonitor", "StreamProtocolError", "record_cycles"]
 
@@ -22,7 +24,7 @@ def _sig(dut, prefix, name, required=True):
     handle = getattr(dut, f"{prefix}__{name}", None)
     if handle is None and required:
         raise AttributeError(f"the DUT has no port {prefix}__{name}")
-    return handle
+    return None if handle is None else Port(handle)
 
 
 class StreamDriver(Agent):
@@ -38,7 +40,7 @@ class StreamDriver(Agent):
         self.current = None
         self.sent = 0
         self.on_accept = on_accept
-        self.valid.value = 0
+        self.valid.write(0)
 
     def send(self, payload: int) -> None:
         self.queue.append(int(payload))
@@ -50,13 +52,13 @@ class StreamDriver(Agent):
     def drive(self, cycle):
         if self.current is None and self.queue and self.gate.open():
             self.current = self.queue.popleft()
-            self.payload.value = self.current
-            self.valid.value = 1
+            self.payload.write(self.current)
+            self.valid.write(1)
         elif self.current is None:
-            self.valid.value = 0
+            self.valid.write(0)
 
     def sample(self, cycle):
-        if self.current is not None and (self.ready is None or self.ready.value == 1):
+        if self.current is not None and (self.ready is None or self.ready.high()):
             self.sent += 1
             if self.on_accept:
                 self.on_accept(self.current, cycle)
@@ -84,22 +86,22 @@ class StreamMonitor(Agent):
     def drive(self, cycle):
         self._ready_now = self.gate.open()
         if self.ready is not None:
-            self.ready.value = int(self._ready_now)
+            self.ready.write(int(self._ready_now))
 
     def sample(self, cycle):
-        valid = self.valid.value == 1
+        valid = self.valid.high()
         if self._held is not None:
             if not valid:
                 raise StreamProtocolError(f"{self.name}: valid dropped at cycle {cycle} before the payload "
                                           f"{self._held:#x} was accepted")
-            payload = int(self.payload.value)
+            payload = self.payload.read()
             if payload != self._held:
                 raise StreamProtocolError(f"{self.name}: payload changed from {self._held:#x} to "
                                           f"{payload:#x} at cycle {cycle} while valid and not ready")
         if not valid:
             self._held = None
             return
-        payload = int(self.payload.value) if self._held is None else self._held
+        payload = self.payload.read() if self._held is None else self._held
         taken = self.ready is None or self._ready_now
         if taken:
             self._held = None
