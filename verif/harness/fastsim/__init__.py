@@ -9,7 +9,7 @@ the reference model's destinations after the run.
 
 from .build import FastSim, FastsimBuildError, FastsimRunError, build
 from .files import SimLog, Traffic, read_log, read_traffic, write_log, write_traffic
-from .scoreboard import DeliveryReport, check_delivery
+from .scoreboard import DeliveryReport, ScoreboardError, check_delivery
 
 __all__ = ["build", "FastSim", "FastsimBuildError", "FastsimRunError", "Traffic", "SimLog", "read_log",
-           "write_log", "read_traffic", "write_traffic", "check_delivery", "DeliveryReport"]
+           "write_log", "read_traffic", "write_traffic", "check_delivery", "DeliveryReport", "ScoreboardError"]
