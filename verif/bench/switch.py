@@ -201,6 +201,7 @@ async def bench_switch(dut):
             clock[0] = cycle
             if cycle == 1:
                 wall["t0"] = time.perf_counter()
+                wall["c0"] = time.process_time()
             while self.next < traffic.packets and traffic.arrival[self.next] <= cycle:
                 k = self.next
                 fl = [unpack_flit(words_to_int(w)) for w in traffic.packet_words(k)]
@@ -214,13 +215,15 @@ async def bench_switch(dut):
     def watch(cycle):
         if cycle == run:
             wall["t1"] = time.perf_counter()
+            wall["c1"] = time.process_time()
             done.set()
     cycler.watchers.append(watch)
     await cycler.start()
     await done.wait()
     rec = np.array([(a, b, c, d, e, f, g, tuple(h)) for a, b, c, d, e, f, g, h in records], record_dtype(W))
     loop_ns = int((wall["t1"] - wall["t0"]) * 1e9)
-    write_log(SimLog(n, W, run, loop_ns, sent, delivered, rec), s["log"])
+    cpu_ns = int((wall["c1"] - wall["c0"]) * 1e9)   # the simulator and Python share this process
+    write_log(SimLog(n, W, run, loop_ns, sent, delivered, rec, cpu_ns), s["log"])
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -5,8 +5,9 @@
 // cycle for cycle, so that both harnesses give identical logs on the same traffic:
 //   * reset: rst high for three rising edges, inputs zero; cycle 1 is the first edge after reset;
 //   * each cycle: rising edge; drive (packets arriving this cycle join their source queue, each source
-//     sends its next flit while it holds a credit, each sink returns one credit per buffered flit);
-//     settle; sample (credits returned by rx, flits on tx); falling edge;
+//     sends its next flit while it holds a credit, each sink returns one credit per buffered flit) and
+//     falling edge, settled by one eval (the design has no negedge logic); sample (credits returned by
+//     rx, flits on tx);
 //   * sources: unbounded queue, flits back to back while credits last (CreditSource, no gaps);
 //   * sinks: return one credit per cycle per buffered flit (CreditSink, batch 1), with an optional
 //     per-port stall pattern indexed by cycle; a flit without credit is a protocol error (exit 3).
@@ -16,6 +17,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -104,6 +106,8 @@ int main(int argc, char** argv) {
     top->rst = 0;
 
     auto t0 = std::chrono::steady_clock::now();
+    timespec c0, c1;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
     int64_t next = 0;
     for (int64_t cycle = 1; cycle <= run; ++cycle) {
         top->clk = 1;
@@ -126,6 +130,7 @@ int main(int argc, char** argv) {
             returning[j] = (to_return[j] && !(st && st[j])) ? 1 : 0;
             *p.tx_credit[j] = returning[j];
         }
+        top->clk = 0;
         top->eval();
         for (int i = 0; i < N; ++i) credits[i] += *p.rx_credit[i];
         for (int j = 0; j < N; ++j) {
@@ -161,16 +166,16 @@ int main(int argc, char** argv) {
             }
             if (returning[j]) { to_return[j] -= returning[j]; available[j] += returning[j]; }
         }
-        top->clk = 0;
-        top->eval();
     }
     const int64_t loop_ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+    const int64_t cpu_ns = (c1.tv_sec - c0.tv_sec) * 1000000000LL + (c1.tv_nsec - c0.tv_nsec);
     top->final();
 
     FILE* lf = std::fopen(argv[2], "wb");
     if (!lf) die("cannot open the log file");
-    const int64_t lh[7] = {N, W, npk, int64_t(records.size()), run, loop_ns, 0};
+    const int64_t lh[7] = {N, W, npk, int64_t(records.size()), run, loop_ns, cpu_ns};
     write_all(lf, "DYSLOG01", 8);
     write_all(lf, lh, 7);
     write_all(lf, sent.data(), sent.size());

@@ -9,7 +9,8 @@ int64 first[P] (index of its first flit), int32 nflits[P], uint32 flits[F][words
 Verilator ``VlWide`` word order of :func:`hw.packet.flit_layout`), uint8 stall[S][ports] (1: that tx port
 returns no credit in cycles with ``cycle % S`` equal to the row).
 
-Log (``DYSLOG01``): int64 ports, flit words, packets P, records R, run cycles C, loop nanoseconds, 0; then
+Log (``DYSLOG01``): int64 ports, flit words, packets P, records R, run cycles C, nanoseconds of the cycle
+loop (wall clock), the same in process CPU time; then
 int64 sent[P] (cycle the packet's first flit left its source, -1 if never), uint8 delivered[C][ports]
 (1: a flit left that tx port in that cycle, row 0 is cycle 1), and R packed records (:data:`record_dtype`),
 one per packet delivered on a tx port, in delivery order.
@@ -168,17 +169,23 @@ class SimLog:
     sent: np.ndarray         # int64[P]
     delivered: np.ndarray    # uint8[C, ports]
     records: np.ndarray      # record_dtype[R]
+    loop_cpu_ns: int = 0     # process CPU time of the cycle loop (the fair speed on a loaded machine)
 
     @property
     def cycles_per_s(self) -> float:
         return self.run_cycles / (self.loop_ns * 1e-9) if self.loop_ns else float("nan")
+
+    @property
+    def cycles_per_cpu_s(self) -> float:
+        return self.run_cycles / (self.loop_cpu_ns * 1e-9) if self.loop_cpu_ns else float("nan")
 
 
 def write_log(log: SimLog, path: str | Path) -> Path:
     path = Path(path)
     with open(path, "wb") as f:
         f.write(LOG_MAGIC)
-        np.array([log.ports, log.words, len(log.sent), len(log.records), log.run_cycles, log.loop_ns, 0],
+        np.array([log.ports, log.words, len(log.sent), len(log.records), log.run_cycles, log.loop_ns,
+                  log.loop_cpu_ns],
                  "<i8").tofile(f)
         np.ascontiguousarray(log.sent, "<i8").tofile(f)
         np.ascontiguousarray(log.delivered, "u1").tofile(f)
@@ -190,10 +197,10 @@ def read_log(path: str | Path) -> SimLog:
     with open(path, "rb") as f:
         if f.read(8) != LOG_MAGIC:
             raise ValueError(f"{path} is not a fastsim log file")
-        ports, words, P, R, run, loop_ns, _ = (int(x) for x in np.fromfile(f, "<i8", 7))
+        ports, words, P, R, run, loop_ns, cpu_ns = (int(x) for x in np.fromfile(f, "<i8", 7))
         sent = np.fromfile(f, "<i8", P)
         delivered = np.fromfile(f, "u1", run * ports).reshape(run, ports)
         records = np.fromfile(f, record_dtype(words), R)
     if len(records) != R:
         raise ValueError(f"{path} is truncated ({len(records)} of {R} records)")
-    return SimLog(ports, words, run, loop_ns, sent, delivered, records)
+    return SimLog(ports, words, run, loop_ns, sent, delivered, records, cpu_ns)
