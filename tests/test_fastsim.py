@@ -107,3 +107,12 @@ def test_template_names_missing_ports():
     assert ports == {"clk": ("input", 1), "rst": ("input", 1), "rx__0__valid": ("input", 1)}
     with pytest.raises(FastsimBuildError, match="lacks the credit-link ports"):
         render_main("top", ports, 1, 128, 4, 4)
+
+
+def test_benches_reject_bad_arguments(capsys):
+    from dysharp.cli import main
+
+    assert main(["bench", "sim_speed", "--harnesses", "fast,gpu"]) == 2
+    assert "unknown harness 'gpu'" in capsys.readouterr().err
+    assert main(["bench", "switch", "--sim", "icarus"]) == 2
+    assert "fast path is Verilator only" in capsys.readouterr().err

@@ -34,8 +34,12 @@ from verif.harness.fastsim.files import (SimLog, Traffic, flag_bits, flit_to_wor
                                          read_traffic, record_dtype, words_to_int, write_log)
 
 HARNESSES = ("fast", "cocotb")
-ZERO_LOAD_PAIRS = lambda n: ((0, n - 1), (n - 1, 0), (1, 1))   # noqa: E731 (src, dst) of the lone packets
 ZERO_LOAD_GAP = 100   # cycles between the lone packets: each is alone in the switch
+
+
+def zero_load_pairs(n: int) -> tuple[tuple[int, int], ...]:
+    """(src, dst) of the lone packets that measure the zero-load latency."""
+    return (0, n - 1), (n - 1, 0), (1, 1)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -61,7 +65,7 @@ def switch_traffic(ports: int, load: float, *, fanout: int | None = None, payloa
     Arrivals happen in cycles 1..``arrival_cycles``; the run lasts ``arrival_cycles + drain`` cycles.
     The generator is seeded by (seed, ports, load, fanout), not by the queueing variant, so VOQ and FIFO
     see identical traffic. ``zero_load`` replaces the Bernoulli arrivals by one packet per
-    :data:`ZERO_LOAD_PAIRS` pair, :data:`ZERO_LOAD_GAP` cycles apart.
+    :func:`zero_load_pairs` pair, :data:`ZERO_LOAD_GAP` cycles apart.
     """
     from verif.models.switch import SwitchModel
 
@@ -72,7 +76,7 @@ def switch_traffic(ports: int, load: float, *, fanout: int | None = None, payloa
         raise ValueError(f"fanout must be in 1..{ports}, got {fanout}")
     rng = np.random.default_rng([seed, ports, int(round(load * 1e6)), fanout or 0, int(zero_load)])
     if zero_load:
-        pairs = ZERO_LOAD_PAIRS(ports)
+        pairs = zero_load_pairs(ports)
         arrival = np.array([1 + ZERO_LOAD_GAP * k for k in range(len(pairs))], np.int64)
         src = np.array([s for s, _ in pairs], np.int32)
         dst = np.array([d for _, d in pairs], np.int64)
