@@ -1,14 +1,21 @@
 """``dysharp bench switch``: the NVSwitch RTL under uniform random traffic.
 
-For each port count and queueing variant, one simulation steps through the offered loads. Every source
-injects Bernoulli arrivals (a new packet with probability load / mean packet flits each cycle, into an
-unbounded source queue) with uniformly random unicast destinations. After a warm-up, a measurement window
-counts delivered flits (accepted throughput per port) and the header-in to header-out latency of every
-packet that entered during it. A lone packet per port pair gives the zero-load latency. Multicast runs
-offer saturating traffic with a fixed fanout and report delivered flits per output port.
+Every point (port count, queueing variant, offered load) is an independent simulation from reset:
+:func:`measure_point` is a pure function of its arguments. Its traffic is generated once in Python
+(:func:`switch_traffic`): every source injects Bernoulli arrivals (a new packet with probability
+load / mean packet flits each cycle, into an unbounded source queue) with uniformly random unicast
+destinations, or, for multicast points, ``dymultimem.st`` packets to a random mask of ``fanout`` ports.
+After a warm-up, a measurement window counts delivered flits (accepted throughput per port) and the
+header-in to header-out latency of every packet whose header entered during it; a drain follows (no new
+arrivals) so that window packets still in flight can arrive. A lone packet per port pair gives the
+zero-load latency (:func:`measure_zero_load`).
 
-The cocotb test (``bench_switch``) writes raw figures to the JSON path it is given; :func:`run` drives the
-simulations, prints the tables and writes ``build/bench/switch.json``.
+Two harnesses run the same traffic file and write the same delivery log
+(:mod:`verif.harness.fastsim.files`): the fast path (``harness="fast"``, a compiled Verilator main,
+:mod:`verif.harness.fastsim`) and the cocotb bench (``harness="cocotb"``, the ``bench_switch`` test below,
+driving :class:`~verif.harness.credit.CreditSource`/:class:`~verif.harness.credit.CreditSink`). The
+figures come from the log by one function (:func:`figures`), after the scoreboard
+(:func:`verif.harness.fastsim.check_delivery`) has checked every delivery against the reference model.
 """
 
 import json
@@ -18,171 +25,338 @@ import time
 from pathlib import Path
 
 import cocotb
+import numpy as np
 
-from hw.packet import Header, Opcode, Packet
+from hw.packet import HEADER_BITS, ErrorCode, Header, Opcode, check_header, flit_layout
 
 from verif.harness import tbenv
+from verif.harness.fastsim.files import (SimLog, Traffic, flag_bits, flit_to_words, flit_words, fnv_words,
+                                         read_traffic, record_dtype, words_to_int, write_log)
+
+HARNESSES = ("fast", "cocotb")
+ZERO_LOAD_GAP = 100   # cycles between the lone packets: each is alone in the switch
+
+
+def zero_load_pairs(n: int) -> tuple[tuple[int, int], ...]:
+    """(src, dst) of the lone packets that measure the zero-load latency."""
+    return (0, n - 1), (n - 1, 0), (1, 1)
+
 
 # ---------------------------------------------------------------------------------------------------------
-# Simulation side
-
-
-class _Stats:
-    def __init__(self, n):
-        self.n = n
-        self.flits_out = 0
-        self.window = False
-        self.header_in = {}
-        self.latency = []
-        self.sent_pkts = 0
+# Traffic (generated once per point; both harnesses read the same file)
 
 
 def _payload_lengths(spec: str) -> tuple[int, int]:
-    lo, _, hi = spec.partition("-")
-    return int(lo), int(hi or lo)
+    try:
+        lo, _, hi = spec.partition("-")
+        lo, hi = int(lo), int(hi or lo)
+    except ValueError:
+        raise ValueError(f"payload must be N or LO-HI payload flits, got {spec!r}") from None
+    if not 1 <= lo <= hi:
+        raise ValueError(f"payload range must satisfy 1 <= LO <= HI, got {spec!r}")
+    return lo, hi
+
+
+def switch_traffic(ports: int, load: float, *, fanout: int | None = None, payload: str = "1-16",
+                   arrival_cycles: int, drain: int, seed: int, max_payload: int = 16,
+                   zero_load: bool = False) -> Traffic:
+    """The traffic of one point as a :class:`Traffic` (with the reference model's destination masks).
+
+    Arrivals happen in cycles 1..``arrival_cycles``; the run lasts ``arrival_cycles + drain`` cycles.
+    The generator is seeded by (seed, ports, load, fanout), not by the queueing variant, so VOQ and FIFO
+    see identical traffic. ``zero_load`` replaces the Bernoulli arrivals by one packet per
+    :func:`zero_load_pairs` pair, :data:`ZERO_LOAD_GAP` cycles apart.
+    """
+    from verif.models.switch import SwitchModel
+
+    lo, hi = _payload_lengths(payload)
+    if hi > max_payload:
+        raise ValueError(f"payload up to {hi} flits exceeds the switch's max_payload {max_payload}")
+    if fanout is not None and not 1 <= fanout <= ports:
+        raise ValueError(f"fanout must be in 1..{ports}, got {fanout}")
+    rng = np.random.default_rng([seed, ports, int(round(load * 1e6)), fanout or 0, int(zero_load)])
+    if zero_load:
+        pairs = zero_load_pairs(ports)
+        arrival = np.array([1 + ZERO_LOAD_GAP * k for k in range(len(pairs))], np.int64)
+        src = np.array([s for s, _ in pairs], np.int32)
+        dst = np.array([d for _, d in pairs], np.int64)
+        run_cycles = int(arrival[-1]) + ZERO_LOAD_GAP
+    else:
+        prob = min(1.0, load / (1 + (lo + hi) / 2))
+        t, src = np.nonzero(rng.random((arrival_cycles, ports)) < prob)   # row-major: sorted by cycle
+        arrival = (t + 1).astype(np.int64)
+        src = src.astype(np.int32)
+        dst = rng.integers(0, ports, len(arrival))
+        run_cycles = arrival_cycles + drain
+    P = len(arrival)
+    length = rng.integers(lo, hi + 1, P).astype(np.int32)
+    if fanout is not None:
+        # A random fanout-subset of the ports per packet: the first `fanout` of a random permutation.
+        order = np.argsort(rng.random((P, ports)), axis=1)[:, :fanout]
+        masks = np.bitwise_or.reduce(np.left_shift(np.uint64(1), order.astype(np.uint64)), axis=1)
+    words = flit_words(128)
+    layout = flit_layout(128)
+    if layout["data"].offset != 0:
+        raise ValueError("the traffic writer assumes flit data at bit 0 of the flit layout")
+    data_words = HEADER_BITS // 32
+    nflits = length + 1
+    first = np.zeros(P, np.int64)
+    if P:
+        first[1:] = np.cumsum(nflits)[:-1]
+    F = int(nflits.sum())
+    flits = np.zeros((F, words), np.uint32)
+    flits[:, :data_words] = rng.integers(0, 1 << 32, (F, data_words), dtype=np.uint64).astype(np.uint32)
+    model = SwitchModel(ports, max_payload)
+    dests = np.zeros(P, np.uint64)
+    heads = np.zeros((P, data_words), np.uint32)
+    for k in range(P):
+        seq = k + 1
+        if fanout is None:
+            h = Header(opcode=Opcode.WRITE, src=int(src[k]), tag=seq & 0xFF, length=int(length[k]),
+                       dst=int(dst[k]), addr=seq << 4)
+        else:
+            if seq >= 1 << 18:
+                raise ValueError("too many multicast packets for unique 18-bit indices: shorten the run")
+            h = Header(opcode=Opcode.DYN_ST, src=int(src[k]), tag=seq & 0xFF, length=int(length[k]),
+                       mask=int(masks[k]), index=seq)
+        if check_header(h, n_ports=ports, max_payload=max_payload) != ErrorCode.NONE:
+            raise ValueError(f"generated a header the switch rejects: {h}")
+        dests[k] = sum(1 << d for d in model.destinations(h))
+        heads[k] = flit_to_words(h.encode(), data_words)
+    flits[first, :data_words] = heads
+    lw, lb = flag_bits(128)["last"]
+    flits[first + nflits - 1, lw] |= np.uint32(1 << lb)
+    return Traffic(ports, words, arrival, src, first, nflits.astype(np.int32), flits, run_cycles, dests=dests)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Simulation side (cocotb harness): the same traffic file in, the same log format out
+
+
+class _PatternGate:
+    """A sink's stall gate read from the traffic's stall pattern (same pattern as the fast path)."""
+
+    def __init__(self, column, clock):
+        self.column = column
+        self.clock = clock
+
+    def open(self) -> bool:
+        return not self.column[self.clock[0] % len(self.column)]
 
 
 @cocotb.test()
 async def bench_switch(dut):
     import random
 
+    from hw.packet import pack_flit, unpack_flit
+
     from verif.harness.credit import CreditSink, CreditSource
-    from verif.harness.cycler import Cycler
+    from verif.harness.cycler import Agent, Cycler
 
     s = tbenv.settings()
     p = tbenv.params()
     n = p["ports"]
-    rng = random.Random(tbenv.seed())
-    lo, hi = _payload_lengths(s.get("payload", "1-16"))
-    mean_flits = 1 + (lo + hi) / 2
-    cycler = Cycler(dut)
-    stats = _Stats(n)
-    seq = [0]
+    traffic = read_traffic(s["traffic"])
+    if traffic.ports != n:
+        raise ValueError(f"traffic for {traffic.ports} ports on a {n}-port switch")
+    W = traffic.words
+    run = traffic.run_cycles
+    rng = random.Random(0)   # unused: no gaps or random stalls (the gates never draw)
+    sent = np.full(traffic.packets, -1, np.int64)
+    delivered = np.zeros((run, n), np.uint8)
+    records = []
+    clock = [0]
+    cur = [None] * n
+    wall = {}
 
     def on_sent(pid, cycle):
-        if stats.window:
-            stats.header_in[pid] = cycle
+        if cycle <= run:
+            sent[pid] = cycle
 
-    def on_flit(port, f, cycle):
-        if stats.window:
-            stats.flits_out += 1
-
-    def on_packet(port, flits, cycle):
-        h = Header.decode(flits[0].data)
-        key = (h.src, h.addr)
-        t0 = stats.header_in.pop(key, None)
-        if t0 is not None:
-            stats.latency.append(cycle - (len(flits) - 1) - t0)
+    def on_flit(j, f, cycle):
+        if cycle > run:
+            return
+        delivered[cycle - 1, j] = 1
+        ws = flit_to_words(pack_flit(f), W)
+        if cur[j] is None:
+            cur[j] = [cycle, ws, fnv_words(ws), 1, int(f.poison)]
+        else:
+            r = cur[j]
+            r[2] = fnv_words(ws, r[2])
+            r[3] += 1
+            r[4] |= int(f.poison)
+        if f.last:
+            first, head, h, nfl, poison = cur[j]
+            records.append((first, cycle, j, nfl, poison, 0, h, head))
+            cur[j] = None
 
     sources = [CreditSource(dut, f"rx__{i}", rng, credits=p["credits"], on_sent=on_sent) for i in range(n)]
-    sinks = []
-    for j in range(n):
-        sinks.append(CreditSink(dut, f"tx__{j}", rng, credits=p["out_credits"] or p["credits"],
-                                on_flit=lambda f, c, j=j: on_flit(j, f, c),
-                                on_packet=lambda fl, c, j=j: on_packet(j, fl, c)))
-    cycler.add(*sources, *sinks)
+    sinks = [CreditSink(dut, f"tx__{j}", rng, credits=p["out_credits"] or p["credits"],
+                        on_flit=lambda f, c, j=j: on_flit(j, f, c)) for j in range(n)]
+    if traffic.stall is not None:
+        for j, sink in enumerate(sinks):
+            sink.gate = _PatternGate(traffic.stall[:, j], clock)
 
-    def make_packet(src, mask=None):
-        seq[0] += 1
-        length = rng.randint(lo, hi)
-        addr = seq[0] << 4          # unique per packet: the latency key
-        payload = [rng.getrandbits(128) for _ in range(length)]
-        if mask is None:
-            h = Header(opcode=Opcode.WRITE, src=src, tag=seq[0] & 0xFF, length=length,
-                       dst=rng.randrange(n), addr=addr)
-        else:
-            h = Header(opcode=Opcode.DYN_ST, src=src, tag=seq[0] & 0xFF, length=length, mask=mask,
-                       index=seq[0] & 0x3FFFF)
-            addr = None
-        return Packet(h, payload), (src, addr)
+    class Feeder(Agent):
+        """Packets join their source queue in their arrival cycle, before the sources drive."""
+        next = 0
 
+        def drive(self, cycle):
+            clock[0] = cycle
+            if cycle == 1:
+                wall["t0"] = time.perf_counter()
+                wall["c0"] = time.process_time()
+            while self.next < traffic.packets and traffic.arrival[self.next] <= cycle:
+                k = self.next
+                fl = [unpack_flit(words_to_int(w)) for w in traffic.packet_words(k)]
+                sources[traffic.src[k]].send(fl, packet_id=k)
+                self.next += 1
+
+    cycler = Cycler(dut)
+    cycler.add(Feeder(), *sources, *sinks)
+    done = cocotb.triggers.Event()
+
+    def watch(cycle):
+        if cycle == run:
+            wall["t1"] = time.perf_counter()
+            wall["c1"] = time.process_time()
+            done.set()
+    cycler.watchers.append(watch)
     await cycler.start()
-    results = {"ports": n, "queueing": p["queueing"], "credits": p["credits"], "payload": f"{lo}-{hi}",
-               "loads": [], "multicast": []}
-    wall0 = time.perf_counter()
-    cyc0 = cycler.cycle
+    await done.wait()
+    rec = np.array([(a, b, c, d, e, f, g, tuple(h)) for a, b, c, d, e, f, g, h in records], record_dtype(W))
+    loop_ns = int((wall["t1"] - wall["t0"]) * 1e9)
+    cpu_ns = int((wall["c1"] - wall["c0"]) * 1e9)   # the simulator and Python share this process
+    write_log(SimLog(n, W, run, loop_ns, sent, delivered, rec, cpu_ns), s["log"])
 
-    # Zero-load latency: one packet at a time between a few port pairs.
-    zl = []
-    for src, dst in ((0, n - 1), (n - 1, 0), (1, 1)):
-        pkt, key = make_packet(src)
-        pkt.header.dst = dst
-        stats.window = True
-        stats.latency = []
-        sources[src].send(pkt, packet_id=key)
-        await cycler.until(lambda: stats.latency, timeout=200, what="a zero-load packet")
-        zl.append(stats.latency[0])
-        stats.window = False
-        await cycler.cycles(5)
-    results["zero_load_latency"] = zl
 
-    def warmup_for(load):
-        # Near and past saturation the input buffers fill at (offered - accepted) flits per cycle; the
-        # window must start once they are full, or it measures the filling transient (a few percent low).
-        return s.get("warmup", 1000) + (s.get("saturation_warmup_per_cell", 24) * p["credits"]
-                                        if load >= 0.9 else 0)
+# ---------------------------------------------------------------------------------------------------------
+# Points
 
-    async def phase(load, mask_fn=None):
-        """Offer ``load`` flits/cycle/port for warm-up + window cycles, then drain."""
-        warmup = warmup_for(load)
-        # Near saturation the accepted rate fluctuates more: measure three times as long.
-        window = s.get("cycles", 2000) * (3 if load >= 0.9 else 1)
-        prob = min(1.0, load / mean_flits)
-        stats.flits_out = 0
-        stats.latency = []
-        stats.header_in = {}
-        offered = 0
-        for t in range(warmup + window):
-            stats.window = t >= warmup
-            for i in range(n):
-                if rng.random() < prob:
-                    pkt, key = make_packet(i, mask_fn() if mask_fn else None)
-                    sources[i].send(pkt, packet_id=key)
-                    if stats.window:
-                        offered += 1 + pkt.header.length
-            await cycler.cycles(1)
-        stats.window = False
-        delivered = stats.flits_out
-        lat = sorted(stats.latency)
-        # Drain before the next load so queues start empty (bounded; saturated queues are cut).
-        for q in sources:
-            q.queue.clear()
-        await cycler.cycles(300)
-        return {
-            "offered": load,
-            "offered_measured": offered / (window * n),
-            "throughput": delivered / (window * n),
-            "latency_mean": statistics.fmean(lat) if lat else None,
-            "latency_p99": lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else None,
-            "packets_measured": len(lat),
-        }
 
-    for load in s.get("loads", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]):
-        r = await phase(load)
-        results["loads"].append(r)
-        dut._log.info(f"N={n} {p['queueing']} load {load:.2f}: throughput {r['throughput']:.3f}, "
-                      f"latency mean {r['latency_mean']} p99 {r['latency_p99']}")
+def _module_params(ports, queueing, credits=None, iterations=None):
+    if queueing not in ("voq", "fifo"):
+        raise ValueError(f"unknown queueing variant {queueing!r}; valid: voq, fifo")
+    module = "switch" if queueing == "voq" else "switch_fifo"
+    params = {"ports": ports}
+    if credits:
+        params["credits"] = credits
+    if iterations:
+        params["iterations"] = iterations
+    return module, params
 
-    for fanout in s.get("fanouts", []):
-        if fanout > n:
-            continue
 
-        def mask_fn(f=fanout):
-            return sum(1 << d for d in rng.sample(range(n), f))
-        r = await phase(1.0, mask_fn)
+def simulate(traffic: Traffic, module: str, params: dict, *, harness: str = "fast", sim: str = "verilator",
+             public: str | None = None, build_root="build", tag: str = "point") -> SimLog:
+    """Run ``traffic`` on ``module`` with either harness and return the delivery log.
+
+    ``public`` (cocotb only) picks the Verilator build's visibility (``"flat"`` or ``"ports"``); it needs a
+    runner that takes the ``public=`` keyword, else a TypeError says it is not available.
+    """
+    from verif.harness.fastsim import build
+    from verif.harness.fastsim.files import read_log, write_traffic
+    from verif.harness.runner import run_cocotb
+
+    if harness == "fast":
+        return build(module, params, build_root=build_root).run(traffic, Path(build_root) / "bench" / "fastsim",
+                                                                tag=tag)
+    if harness != "cocotb":
+        raise ValueError(f"unknown harness {harness!r}; valid: {', '.join(HARNESSES)}")
+    work = (Path(build_root) / "bench" / "cocotb_traffic").resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    tpath = write_traffic(traffic, work / f"{tag}-{os.getpid()}.traffic")
+    lpath = work / f"{tag}-{os.getpid()}.log.bin"
+    kwargs = {} if public is None else {"public": public}
+    run_cocotb(module, params, test_module="verif.bench.switch", testcase="bench_switch", sim=sim,
+               env={"traffic": str(tpath), "log": str(lpath)}, build_root=build_root, quiet=True, **kwargs)
+    log = read_log(lpath)
+    tpath.unlink()
+    lpath.unlink()
+    return log
+
+
+def figures(traffic: Traffic, log: SimLog, window_start: int, window: int) -> dict:
+    """Throughput and latency over cycles [window_start, window_start + window) from a delivery log."""
+    from verif.harness.fastsim import check_delivery
+
+    report = check_delivery(traffic, log)
+    n = traffic.ports
+    w0, w1 = window_start, window_start + window
+    delivered = int(log.delivered[w0 - 1:w1 - 1].sum())
+    in_window = (traffic.arrival >= w0) & (traffic.arrival < w1)
+    offered = int(traffic.nflits[in_window].sum())
+    rec = log.records
+    t_in = log.sent[report.packet_index]
+    measured = (t_in >= w0) & (t_in < w1)
+    lat = sorted(int(x) for x in (rec["first"] - t_in)[measured])
+    return {
+        "offered_measured": offered / (window * n),
+        "throughput": delivered / (window * n),
+        "latency_mean": statistics.fmean(lat) if lat else None,
+        "latency_p99": lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else None,
+        "packets_measured": len(lat),
+        "packets_delivered_all": report.complete,
+        "packets_injected": report.packets,
+    }
+
+
+def warmup_for(load: float, warmup: int, credits: int) -> int:
+    # Near and past saturation the input buffers fill at (offered - accepted) flits per cycle; the window
+    # must start once they are full, or it measures the filling transient (a few percent low).
+    return warmup + (24 * credits if load >= 0.9 else 0)
+
+
+def window_for(load: float, cycles: int) -> int:
+    # Near saturation the accepted rate fluctuates more: measure three times as long.
+    return cycles * (3 if load >= 0.9 else 1)
+
+
+def measure_point(ports: int, queueing: str, load: float, *, fanout: int | None = None, payload: str = "1-16",
+                  cycles: int = 2000, warmup: int = 1000, drain: int = 300, credits: int | None = None,
+                  iterations: int | None = None, seed: int = 1, harness: str = "fast", sim: str = "verilator",
+                  public: str | None = None, build_root: str = "build") -> dict:
+    """One benchmark point from reset: its figures (the keys of ``loads``/``multicast`` entries in the
+    JSON) plus ``sim_cycles``/``loop_s`` (simulated cycles and the harness's cycle-loop time)."""
+    from hw import registry
+
+    if not 0 < load <= 1.0:
+        raise ValueError(f"load must be in (0, 1] flits/cycle/port, got {load}")
+    module, params = _module_params(ports, queueing, credits, iterations)
+    full = registry.get(module).resolve(params)
+    wu = warmup_for(load, warmup, full["credits"])
+    win = window_for(load, cycles)
+    traffic = switch_traffic(ports, load, fanout=fanout, payload=payload, arrival_cycles=wu + win, drain=drain,
+                             seed=seed, max_payload=full["max_payload"])
+    log = simulate(traffic, module, params, harness=harness, sim=sim, public=public, build_root=build_root,
+                   tag=f"{module}-{ports}-{load}-{fanout or 0}")
+    r = {"offered": load, **figures(traffic, log, 1 + wu, win)}
+    if fanout is not None:
         r["fanout"] = fanout
         r["delivered_per_output"] = r.pop("throughput")
         # Each injected flit becomes `fanout` delivered flits: input-side rate = delivered / fanout.
         r["injected_per_input"] = r["delivered_per_output"] / fanout
-        results["multicast"].append(r)
-        dut._log.info(f"N={n} multicast fanout {fanout}: delivered {r['delivered_per_output']:.3f} "
-                      f"flits/cycle/output")
+    r["sim_cycles"] = log.run_cycles
+    r["loop_s"] = log.loop_ns * 1e-9
+    return r
 
-    wall = time.perf_counter() - wall0
-    results["sim_cycles"] = cycler.cycle - cyc0
-    results["wall_s"] = wall
-    results["cycles_per_s"] = results["sim_cycles"] / wall
-    Path(s["out"]).write_text(json.dumps(results, indent=1))
+
+def measure_zero_load(ports: int, queueing: str, *, payload: str = "1-16", credits: int | None = None,
+                      iterations: int | None = None, seed: int = 1, harness: str = "fast", sim: str = "verilator",
+                      public: str | None = None, build_root: str = "build") -> dict:
+    """Header-in to header-out latency of lone packets (``zero_load_latency``, one per port pair)."""
+    from hw import registry
+
+    module, params = _module_params(ports, queueing, credits, iterations)
+    full = registry.get(module).resolve(params)
+    traffic = switch_traffic(ports, 0.0, payload=payload, arrival_cycles=0, drain=0, seed=seed,
+                             max_payload=full["max_payload"], zero_load=True)
+    log = simulate(traffic, module, params, harness=harness, sim=sim, public=public, build_root=build_root,
+                   tag=f"{module}-{ports}-zero")
+    from verif.harness.fastsim import check_delivery
+    rep = check_delivery(traffic, log, complete=True)
+    lat = log.records["first"] - log.sent[rep.packet_index]
+    return {"zero_load_latency": [int(x) for x in lat], "sim_cycles": log.run_cycles,
+            "loop_s": log.loop_ns * 1e-9}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -206,13 +380,14 @@ def add_arguments(p) -> None:
     p.add_argument("--warmup", type=int, default=1000,
                    help="warm-up cycles per load (default: 1000); loads >= 0.9 add 24 cycles per input cell "
                         "so that the buffers are full before measuring")
+    p.add_argument("--drain", type=int, default=300, help="cycles after the arrivals stop (default: 300)")
     p.add_argument("--fanouts", default="2,4,8", help="multicast fanouts, run at the largest port count "
                                                       "(default: 2,4,8; empty to skip)")
     p.add_argument("--variants", default="voq,fifo", help="queueing variants (default: voq,fifo)")
-    p.add_argument("--sim", default=None, help="simulator for the sweep: verilator (default when installed) "
-                                               "or icarus")
-    p.add_argument("--probe", default=None, help="other simulators to time on a short run of the same design "
-                                                 "(default: icarus when the sweep uses verilator; 'none' to skip)")
+    p.add_argument("--harness", default="fast", choices=HARNESSES,
+                   help="fast: the compiled Verilator main (default); cocotb: the cocotb agents")
+    p.add_argument("--sim", default="verilator", help="simulator of the cocotb harness: verilator (default) "
+                                                      "or icarus")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="build/bench/switch.json")
 
@@ -225,7 +400,7 @@ def _int_list(text, what):
 
 
 def run(args) -> int:
-    from verif.harness.runner import SIMULATORS, run_cocotb
+    from verif.harness.runner import SIMULATORS
 
     ports = _int_list(args.ports, "ports")
     fanouts = _int_list(args.fanouts, "fanouts")
@@ -240,61 +415,55 @@ def run(args) -> int:
     for v in variants:
         if v not in ("voq", "fifo"):
             raise ValueError(f"unknown variant {v!r}; valid: voq, fifo")
-    from verif.harness.runner import verilator_env
-    sim = args.sim or ("verilator" if verilator_env() else "icarus")
-    if sim not in SIMULATORS:
-        raise ValueError(f"unknown simulator {sim!r}; valid: {', '.join(SIMULATORS)}")
-    probe = args.probe if args.probe is not None else ("icarus" if sim == "verilator" else "none")
-    probes = [] if probe == "none" else [x for x in probe.split(",") if x]
-    for x in probes:
-        if x not in SIMULATORS:
-            raise ValueError(f"unknown simulator {x!r} in --probe; valid: {', '.join(SIMULATORS)}, none")
+    if args.harness not in HARNESSES:
+        raise ValueError(f"unknown harness {args.harness!r}; valid: {', '.join(HARNESSES)}")
+    if args.sim not in SIMULATORS:
+        raise ValueError(f"unknown simulator {args.sim!r}; valid: {', '.join(SIMULATORS)}")
+    if args.harness == "fast" and args.sim != "verilator":
+        raise ValueError("--sim applies to --harness cocotb; the fast path is Verilator only")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     report = {"command": "dysharp bench switch " + " ".join(
         f"--{k}={v}" for k, v in (("ports", args.ports), ("loads", args.loads), ("payload", args.payload),
-                                  ("cycles", args.cycles), ("warmup", args.warmup),
+                                  ("cycles", args.cycles), ("warmup", args.warmup), ("drain", args.drain),
                                   ("fanouts", args.fanouts), ("variants", args.variants),
-                                  ("sim", sim), ("seed", args.seed))),
+                                  ("harness", args.harness), ("sim", args.sim), ("seed", args.seed))),
               "runs": [], "probes": []}
+    common = dict(payload=args.payload, credits=args.credits, iterations=args.iterations, seed=args.seed,
+                  harness=args.harness, sim=args.sim)
+    from hw import registry
     for n in ports:
         for variant in variants:
-            module = "switch" if variant == "voq" else "switch_fifo"
-            params = {"ports": n}
-            if args.credits:
-                params["credits"] = args.credits
-            if args.iterations:
-                params["iterations"] = args.iterations
-            raw = out.parent / f"switch_{sim}_{variant}_{n}.json"
-            env = {"loads": loads, "payload": args.payload, "cycles": args.cycles, "warmup": args.warmup,
-                   "fanouts": fanouts if (variant == "voq" and n == max(ports)) else [],
-                   "out": str(raw.resolve())}
-            print(f"[bench switch] {sim}: N={n} {variant} ...", flush=True)
+            module, params = _module_params(n, variant, args.credits, args.iterations)
+            print(f"[bench switch] {args.harness}: N={n} {variant} ...", flush=True)
             t0 = time.time()
-            run_cocotb(module, params, test_module="verif.bench.switch", testcase="bench_switch",
-                       sim=sim, seed=args.seed, env=env, quiet=True)
-            r = json.loads(raw.read_text())
-            r["simulator"] = sim
+            zl = measure_zero_load(n, variant, **common)
+            sim_cycles, loop_s = zl["sim_cycles"], zl["loop_s"]
+            r = {"ports": n, "queueing": variant, "credits": registry.get(module).resolve(params)["credits"],
+                 "payload": args.payload, "loads": [], "multicast": [],
+                 "zero_load_latency": zl["zero_load_latency"]}
+            point = dict(cycles=args.cycles, warmup=args.warmup, drain=args.drain, **common)
+            for load in loads:
+                x = measure_point(n, variant, load, **point)
+                sim_cycles += x.pop("sim_cycles")
+                loop_s += x.pop("loop_s")
+                r["loads"].append(x)
+            if variant == "voq" and n == max(ports):
+                for f in fanouts:
+                    if f > n:
+                        continue
+                    x = measure_point(n, variant, 1.0, fanout=f, **point)
+                    sim_cycles += x.pop("sim_cycles")
+                    loop_s += x.pop("loop_s")
+                    r["multicast"].append(x)
+            r["simulator"] = "verilator" if args.harness == "fast" else args.sim
+            r["harness"] = args.harness
+            r["sim_cycles"] = sim_cycles
+            r["wall_s"] = loop_s
+            r["cycles_per_s"] = sim_cycles / loop_s if loop_s else None
             r["build_and_run_s"] = time.time() - t0
             report["runs"].append(r)
             _print_run(r)
-    # Simulator speed: the same design and traffic for a short run on each probe simulator.
-    for psim in probes:
-        n = min(ports)
-        params = {"ports": n}
-        if args.credits:
-            params["credits"] = args.credits
-        raw = out.parent / f"switch_probe_{psim}_{n}.json"
-        env = {"loads": [0.5], "payload": args.payload, "cycles": 1000, "warmup": 200, "fanouts": [],
-               "out": str(raw.resolve())}
-        print(f"[bench switch] speed probe on {psim}: N={n} voq, load 0.5 ...", flush=True)
-        run_cocotb("switch", params, test_module="verif.bench.switch", testcase="bench_switch", sim=psim,
-                   seed=args.seed, env=env, quiet=True)
-        r = json.loads(raw.read_text())
-        r["simulator"] = psim
-        report["probes"].append({"simulator": psim, "ports": n, "cycles_per_s": r["cycles_per_s"],
-                                 "throughput_at_0.5": r["loads"][0]["throughput"]})
-        print(f"  {psim}: {r['cycles_per_s']:.0f} simulated cycles/s", flush=True)
     voq = [r for r in report["runs"] if r["queueing"] == "voq"]
     if voq:
         largest = max(voq, key=lambda r: r["ports"])
@@ -346,44 +515,47 @@ def _fmt(x, spec=".1f"):
     return "-" if x is None else format(x, spec)
 
 
+def _load_rows(r):
+    return [[f"{x['offered']:.2f}", f"{x['throughput']:.3f}", _fmt(x["latency_mean"]),
+             "-" if x["latency_p99"] is None else x["latency_p99"]] for x in r["loads"]]
+
+
+def _multicast_rows(r):
+    return [[x["fanout"], f"{x['delivered_per_output']:.3f}", f"{x['injected_per_input']:.3f}"]
+            for x in r["multicast"]]
+
+
 def _print_run(r):
-    print(f"  N={r['ports']} {r['queueing']} ({r['simulator']}): zero-load latency "
-          f"{sorted(set(r['zero_load_latency']))} cycles; {r['cycles_per_s']:.0f} simulated cycles/s")
-    print("    load  throughput  lat.mean  lat.p99")
-    for x in r["loads"]:
-        print(f"    {x['offered']:.2f}  {x['throughput']:10.3f}  {_fmt(x['latency_mean']):>8}  "
-              f"{_fmt(x['latency_p99'], 'd') if x['latency_p99'] is not None else '-':>7}")
-    for x in r["multicast"]:
-        print(f"    multicast fanout {x['fanout']}: {x['delivered_per_output']:.3f} flits/cycle/output "
-              f"delivered ({x['injected_per_input']:.3f} injected per input)")
+    from tabulate import tabulate
+
+    print(f"  N={r['ports']} {r['queueing']} ({r['harness']}): zero-load latency "
+          f"{sorted(set(r['zero_load_latency']))} cycles; {r['sim_cycles']} cycles at "
+          f"{r['cycles_per_s']:.0f} simulated cycles/s")
+    print(tabulate(_load_rows(r), headers=["load", "throughput", "lat.mean", "lat.p99"], disable_numparse=True))
+    if r["multicast"]:
+        print(tabulate(_multicast_rows(r), headers=["fanout", "delivered/output", "injected/input"],
+                       disable_numparse=True))
 
 
 def markdown(report: dict) -> str:
     """The switch figures as a Markdown section (used by the README and the study report)."""
+    from tabulate import tabulate
+
     lines = ["## NVSwitch datapath: throughput and latency", "",
              f"Command: `{report['command']}`", "",
              "![throughput and latency against offered load](switch.png)", ""]
-    for pr in report.get("probes", []):
-        lines.append(f"Simulator speed probe: {pr['simulator']} runs the N={pr['ports']} switch with its agents at "
-                     f"{pr['cycles_per_s']:.0f} simulated cycles/s (same traffic at load 0.5: throughput "
-                     f"{pr['throughput_at_0.5']:.3f}).")
-        lines.append("")
     for r in report["runs"]:
-        lines.append(f"**N={r['ports']}, {r['queueing'].upper()}** ({r['simulator']}, credits {r['credits']}, "
-                     f"payload {r['payload']} flits): zero-load latency "
+        lines.append(f"**N={r['ports']}, {r['queueing'].upper()}** ({r.get('harness', 'cocotb')} harness, "
+                     f"{r['simulator']}, credits {r['credits']}, payload {r['payload']} flits): zero-load latency "
                      f"{'/'.join(str(x) for x in sorted(set(r['zero_load_latency'])))} cycles header-in to "
                      f"header-out; {r['cycles_per_s']:.0f} simulated cycles/s.")
         lines.append("")
-        lines.append("| offered load | accepted flits/cycle/port | mean latency | p99 latency |")
-        lines.append("|---|---|---|---|")
-        for x in r["loads"]:
-            lines.append(f"| {x['offered']:.2f} | {x['throughput']:.3f} | {_fmt(x['latency_mean'])} | "
-                         f"{x['latency_p99'] if x['latency_p99'] is not None else '-'} |")
+        lines.append(tabulate(_load_rows(r), headers=["offered load", "accepted flits/cycle/port", "mean latency",
+                                                      "p99 latency"], tablefmt="github", disable_numparse=True))
         if r["multicast"]:
             lines.append("")
-            lines.append("| multicast fanout | delivered flits/cycle/output | injected flits/cycle/input |")
-            lines.append("|---|---|---|")
-            for x in r["multicast"]:
-                lines.append(f"| {x['fanout']} | {x['delivered_per_output']:.3f} | {x['injected_per_input']:.3f} |")
+            lines.append(tabulate(_multicast_rows(r), headers=["multicast fanout", "delivered flits/cycle/output",
+                                                               "injected flits/cycle/input"],
+                                  tablefmt="github", disable_numparse=True))
         lines.append("")
     return "\n".join(lines)

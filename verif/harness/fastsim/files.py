@@ -1,0 +1,206 @@
+"""The fast path's two binary files: the traffic a run injects and the log of what it delivered.
+
+Both are little-endian. The C++ main (``credit_main.cpp``) reads the traffic and writes the log; the cocotb
+bench writes the same log from its agents (:func:`write_log`), so one reader and one scoreboard serve both.
+
+Traffic (``DYSTRF01``): int64 ports, flit words, packets P, flits F, run cycles, stall period S, 0; then
+int64 arrival[P] (cycle at which the packet joins its source's queue, >= 1, non-decreasing), int32 src[P],
+int64 first[P] (index of its first flit), int32 nflits[P], uint32 flits[F][words] (each flit in the
+Verilator ``VlWide`` word order of :func:`hw.packet.flit_layout`), uint8 stall[S][ports] (1: that tx port
+returns no credit in cycles with ``cycle % S`` equal to the row).
+
+Log (``DYSLOG01``): int64 ports, flit words, packets P, records R, run cycles C, nanoseconds of the cycle
+loop (wall clock), the same in process CPU time; then
+int64 sent[P] (cycle the packet's first flit left its source, -1 if never), uint8 delivered[C][ports]
+(1: a flit left that tx port in that cycle, row 0 is cycle 1), and R packed records (:data:`record_dtype`),
+one per packet delivered on a tx port, in delivery order.
+"""
+
+import dataclasses
+import functools
+from pathlib import Path
+
+import numpy as np
+
+from hw.packet import DEFAULT_FLIT_WIDTH, flit_layout
+
+__all__ = ["Traffic", "SimLog", "flit_words", "flag_bits", "record_dtype", "fnv_words", "fnv_packets",
+           "write_traffic", "read_traffic", "write_log", "read_log", "flit_to_words", "words_to_int"]
+
+TRAFFIC_MAGIC = b"DYSTRF01"
+LOG_MAGIC = b"DYSLOG01"
+FNV_OFFSET = np.uint64(1469598103934665603)
+FNV_PRIME = np.uint64(1099511628211)
+
+
+@functools.lru_cache(maxsize=None)
+def flit_words(flit_width: int = DEFAULT_FLIT_WIDTH) -> int:
+    """32-bit words per flit (data, ``last``, ``poison``) as Verilator stores the port."""
+    return -(-flit_layout(flit_width).size // 32)
+
+
+@functools.lru_cache(maxsize=None)
+def flag_bits(flit_width: int = DEFAULT_FLIT_WIDTH) -> dict[str, tuple[int, int]]:
+    """(word, bit) of ``last`` and ``poison`` inside a flit's words."""
+    layout = flit_layout(flit_width)
+    return {name: divmod(layout[name].offset, 32) for name in ("last", "poison")}
+
+
+@functools.lru_cache(maxsize=None)
+def record_dtype(words: int) -> np.dtype:
+    return np.dtype([("first", "<i8"), ("last", "<i8"), ("port", "<i4"), ("nflits", "<i4"),
+                     ("poison", "<i4"), ("pad", "<i4"), ("hash", "<u8"), ("head", "<u4", (words,))])
+
+
+def flit_to_words(bits: int, words: int) -> list[int]:
+    return [(bits >> (32 * k)) & 0xFFFFFFFF for k in range(words)]
+
+
+def words_to_int(ws) -> int:
+    return sum(int(w) << (32 * k) for k, w in enumerate(ws))
+
+
+def fnv_words(words, h: int = int(FNV_OFFSET)) -> int:
+    """FNV-1a 64 over 32-bit words (the C++ main hashes each delivered packet with it)."""
+    for w in words:
+        h = ((h ^ int(w)) * int(FNV_PRIME)) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+@dataclasses.dataclass
+class Traffic:
+    """Packets to inject: per packet its arrival cycle, source port and pre-encoded flits."""
+    ports: int
+    words: int
+    arrival: np.ndarray      # int64[P]
+    src: np.ndarray          # int32[P]
+    first: np.ndarray        # int64[P]
+    nflits: np.ndarray       # int32[P]
+    flits: np.ndarray        # uint32[F, words]
+    run_cycles: int
+    stall: np.ndarray | None = None   # uint8[S, ports] or None (no stalls)
+    dests: np.ndarray | None = None   # uint64[P] expected destination masks (from the reference model)
+
+    def __post_init__(self):
+        P = len(self.arrival)
+        for name in ("src", "first", "nflits"):
+            if len(getattr(self, name)) != P:
+                raise ValueError(f"traffic: {name} has {len(getattr(self, name))} entries, arrival has {P}")
+        if self.flits.ndim != 2 or self.flits.shape[1] != self.words:
+            raise ValueError(f"traffic: flits must be [F, {self.words}] words, got {self.flits.shape}")
+        if P:
+            if self.arrival.min() < 1:
+                raise ValueError("traffic: arrival cycles start at 1")
+            if np.any(np.diff(self.arrival) < 0):
+                raise ValueError("traffic: packets must be sorted by arrival cycle")
+            if self.src.min() < 0 or self.src.max() >= self.ports:
+                raise ValueError(f"traffic: source ports must be in 0..{self.ports - 1}")
+            if self.nflits.min() < 1 or (self.first + self.nflits).max() > len(self.flits):
+                raise ValueError("traffic: packet flit ranges fall outside the flit array")
+        if self.stall is not None and (self.stall.ndim != 2 or self.stall.shape[1] != self.ports):
+            raise ValueError(f"traffic: stall must be [period, {self.ports}], got {self.stall.shape}")
+
+    @property
+    def packets(self) -> int:
+        return len(self.arrival)
+
+    def packet_words(self, k: int) -> np.ndarray:
+        return self.flits[self.first[k]:self.first[k] + self.nflits[k]]
+
+    def hashes(self) -> np.ndarray:
+        return fnv_packets(self.flits, self.first, self.nflits)
+
+
+def fnv_packets(flits: np.ndarray, first: np.ndarray, nflits: np.ndarray) -> np.ndarray:
+    """FNV-1a 64 of every packet's words, vectorised across packets."""
+    P = len(first)
+    h = np.full(P, FNV_OFFSET, dtype=np.uint64)
+    if not P:
+        return h
+    words = flits.shape[1]
+    with np.errstate(over="ignore"):
+        for k in range(int(nflits.max())):
+            live = nflits > k
+            rows = flits[(first + k)[live]].astype(np.uint64)
+            hk = h[live]
+            for w in range(words):
+                hk = (hk ^ rows[:, w]) * FNV_PRIME
+            h[live] = hk
+    return h
+
+
+def write_traffic(t: Traffic, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stall = t.stall if t.stall is not None else np.zeros((0, t.ports), np.uint8)
+    with open(path, "wb") as f:
+        f.write(TRAFFIC_MAGIC)
+        np.array([t.ports, t.words, t.packets, len(t.flits), t.run_cycles, len(stall), 0], "<i8").tofile(f)
+        np.ascontiguousarray(t.arrival, "<i8").tofile(f)
+        np.ascontiguousarray(t.src, "<i4").tofile(f)
+        np.ascontiguousarray(t.first, "<i8").tofile(f)
+        np.ascontiguousarray(t.nflits, "<i4").tofile(f)
+        np.ascontiguousarray(t.flits, "<u4").tofile(f)
+        np.ascontiguousarray(stall, "u1").tofile(f)
+    return path
+
+
+def read_traffic(path: str | Path) -> Traffic:
+    with open(path, "rb") as f:
+        if f.read(8) != TRAFFIC_MAGIC:
+            raise ValueError(f"{path} is not a fastsim traffic file")
+        ports, words, P, F, run, S, _ = (int(x) for x in np.fromfile(f, "<i8", 7))
+        arrival = np.fromfile(f, "<i8", P)
+        src = np.fromfile(f, "<i4", P)
+        first = np.fromfile(f, "<i8", P)
+        nflits = np.fromfile(f, "<i4", P)
+        flits = np.fromfile(f, "<u4", F * words).reshape(F, words)
+        stall = np.fromfile(f, "u1", S * ports).reshape(S, ports) if S else None
+    return Traffic(ports, words, arrival, src, first, nflits, flits, run, stall)
+
+
+@dataclasses.dataclass
+class SimLog:
+    """What a run delivered (see the module docstring)."""
+    ports: int
+    words: int
+    run_cycles: int
+    loop_ns: int
+    sent: np.ndarray         # int64[P]
+    delivered: np.ndarray    # uint8[C, ports]
+    records: np.ndarray      # record_dtype[R]
+    loop_cpu_ns: int = 0     # process CPU time of the cycle loop (the fair speed on a loaded machine)
+
+    @property
+    def cycles_per_s(self) -> float:
+        return self.run_cycles / (self.loop_ns * 1e-9) if self.loop_ns else float("nan")
+
+    @property
+    def cycles_per_cpu_s(self) -> float:
+        return self.run_cycles / (self.loop_cpu_ns * 1e-9) if self.loop_cpu_ns else float("nan")
+
+
+def write_log(log: SimLog, path: str | Path) -> Path:
+    path = Path(path)
+    with open(path, "wb") as f:
+        f.write(LOG_MAGIC)
+        np.array([log.ports, log.words, len(log.sent), len(log.records), log.run_cycles, log.loop_ns,
+                  log.loop_cpu_ns],
+                 "<i8").tofile(f)
+        np.ascontiguousarray(log.sent, "<i8").tofile(f)
+        np.ascontiguousarray(log.delivered, "u1").tofile(f)
+        np.ascontiguousarray(log.records, record_dtype(log.words)).tofile(f)
+    return path
+
+
+def read_log(path: str | Path) -> SimLog:
+    with open(path, "rb") as f:
+        if f.read(8) != LOG_MAGIC:
+            raise ValueError(f"{path} is not a fastsim log file")
+        ports, words, P, R, run, loop_ns, cpu_ns = (int(x) for x in np.fromfile(f, "<i8", 7))
+        sent = np.fromfile(f, "<i8", P)
+        delivered = np.fromfile(f, "u1", run * ports).reshape(run, ports)
+        records = np.fromfile(f, record_dtype(words), R)
+    if len(records) != R:
+        raise ValueError(f"{path} is truncated ({len(records)} of {R} records)")
+    return SimLog(ports, words, run, loop_ns, sent, delivered, records, cpu_ns)
