@@ -22,6 +22,7 @@ missing ones. Results are stored by the process that called :func:`map_tasks`, s
 with a remote cluster that shares no disk with it.
 """
 
+import contextlib
 import dataclasses
 import enum
 import hashlib
@@ -135,16 +136,41 @@ def cache(name: str = "results", directory: str | os.PathLike | None = None):
 _MISS = object()
 
 
+@contextlib.contextmanager
+def _key_lock(store, key: str):
+    """An exclusive lock on ``key`` across processes (``flock``: the system drops it when its holder
+    dies, so a killed run leaves no stale lock)."""
+    try:
+        import fcntl
+    except ImportError:             # not POSIX: no lock; two processes may compute the same entry
+        yield
+        return
+    d = Path(store.directory) / "locks"
+    d.mkdir(exist_ok=True)
+    with open(d / f"{key[:40]}.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def cached_call(store, key: str, fn: Callable, *args, **kwargs):
     """``fn(*args, **kwargs)``, or its cached result under ``key`` in ``store`` (a :func:`cache`);
-    ``store=None`` computes without the cache. The result is stored only once ``fn`` has returned."""
+    ``store=None`` computes without the cache. The result is stored only once ``fn`` has returned. Two
+    processes asking for the same missing key compute it once: the second waits and reads it (so ``fn``
+    may use a work folder named after the key)."""
     if store is None:
         return fn(*args, **kwargs)
     got = store.get(key, default=_MISS, retry=True)
     if got is not _MISS:
         return got
-    res = fn(*args, **kwargs)
-    store.set(key, res, retry=True)
+    with _key_lock(store, key):
+        got = store.get(key, default=_MISS, retry=True)
+        if got is not _MISS:
+            return got
+        res = fn(*args, **kwargs)
+        store.set(key, res, retry=True)
     return res
 
 
