@@ -32,7 +32,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-__all__ = ["map_tasks", "cache", "content_key", "source_hash", "cached_call", "TaskError", "SchedulerError",
+__all__ = ["map_tasks", "cache", "content_key", "source_hash", "cached_call", "key_lock", "TaskError", "SchedulerError",
            "scheduler_address", "SCHEDULER_ENV", "DEFAULT_JOBS", "CONNECT_TIMEOUT_S", "CACHE_DIR"]
 
 SCHEDULER_ENV = "DYSHARP_SCHEDULER"
@@ -137,9 +137,9 @@ _MISS = object()
 
 
 @contextlib.contextmanager
-def _key_lock(store, key: str):
-    """An exclusive lock on ``key`` across processes (``flock``: the system drops it when its holder
-    dies, so a killed run leaves no stale lock)."""
+def key_lock(store, key: str):
+    """An exclusive lock named ``key`` across the processes of this machine that share ``store``
+    (``flock``: the system drops it when its holder dies, so a killed run leaves no stale lock)."""
     try:
         import fcntl
     except ImportError:             # not POSIX: no lock; two processes may compute the same entry
@@ -147,7 +147,9 @@ def _key_lock(store, key: str):
         return
     d = Path(store.directory) / "locks"
     d.mkdir(exist_ok=True)
-    with open(d / f"{key[:40]}.lock", "a") as f:
+    name = key if len(key) <= 64 and key.replace("-", "").replace("_", "").isalnum() else \
+        hashlib.sha256(key.encode()).hexdigest()[:40]
+    with open(d / f"{name}.lock", "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -165,7 +167,7 @@ def cached_call(store, key: str, fn: Callable, *args, **kwargs):
     got = store.get(key, default=_MISS, retry=True)
     if got is not _MISS:
         return got
-    with _key_lock(store, key):
+    with key_lock(store, key):
         got = store.get(key, default=_MISS, retry=True)
         if got is not _MISS:
             return got

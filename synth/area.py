@@ -319,29 +319,32 @@ def area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERIOD_PS
     store = engine.cache("synth")
     ckey = engine.content_key("area", key)
     work = BUILD / "work" / slug
-    # The netlist files stay in the work folder (synth.power reads them): an entry without them is stale
-    # when they are wanted.
-    has_netlist = not netlist or (work / "netlist.json").is_file()
-    cached = store.get(ckey, retry=True) if cache and has_netlist else None
-    if cached is None and cache and has_netlist:
-        cached = _legacy_area(BUILD / "area" / f"{slug}.json", key)
-    if cached is None:
-        if max_mb and size_mb > max_mb:
-            return AreaPoint(module, point, params, None,
-                             skipped=f"Verilog is {size_mb:.1f} MB (> --max-mb {max_mb:g}); synthesis would "
-                                     f"take long on this machine; run `dysharp area -m {module} "
-                                     f"{' '.join(f'--grid {module}.{k}={v}' for k, v in point.items())} "
-                                     f"--max-mb 0` to include it")
-        if not quiet:
-            print(f"[area] {module} {point or '(defaults)'}: synthesizing {size_mb:.2f} MB of Verilog ...",
-                  flush=True)
-        t0 = time.time()
-        syn = yosys_flow.synthesize(vpath, module, lib, lp, period_ps=period_ps, workdir=work, netlist=netlist,
-                                    macros=[m["module"] for m in macs])
-        # A design that is one macro has no cells of its own, hence no register-to-register path.
-        timing = sta_timing(work / "netlist.v", module, lp, period_ps, work) if syn["cell_count"] else None
-        cached = {"key": key, "syn": syn, "timing": timing, "seconds": time.time() - t0}
-        store.set(ckey, cached, retry=True)
+    # One process at a time synthesizes into a work folder (two commands, or a report and a sweep, may
+    # want the same point); the second then finds the first one's entry.
+    with engine.key_lock(store, f"work-{slug}"):
+        # The netlist files stay in the work folder (synth.power reads them): an entry without them is stale
+        # when they are wanted.
+        has_netlist = not netlist or (work / "netlist.json").is_file()
+        cached = store.get(ckey, retry=True) if cache and has_netlist else None
+        if cached is None and cache and has_netlist:
+            cached = _legacy_area(BUILD / "area" / f"{slug}.json", key)
+        if cached is None:
+            if max_mb and size_mb > max_mb:
+                return AreaPoint(module, point, params, None,
+                                 skipped=f"Verilog is {size_mb:.1f} MB (> --max-mb {max_mb:g}); synthesis would "
+                                         f"take long on this machine; run `dysharp area -m {module} "
+                                         f"{' '.join(f'--grid {module}.{k}={v}' for k, v in point.items())} "
+                                         f"--max-mb 0` to include it")
+            if not quiet:
+                print(f"[area] {module} {point or '(defaults)'}: synthesizing {size_mb:.2f} MB of Verilog ...",
+                      flush=True)
+            t0 = time.time()
+            syn = yosys_flow.synthesize(vpath, module, lib, lp, period_ps=period_ps, workdir=work, netlist=netlist,
+                                        macros=[m["module"] for m in macs])
+            # A design that is one macro has no cells of its own, hence no register-to-register path.
+            timing = sta_timing(work / "netlist.v", module, lp, period_ps, work) if syn["cell_count"] else None
+            cached = {"key": key, "syn": syn, "timing": timing, "seconds": time.time() - t0}
+            store.set(ckey, cached, retry=True)
     # The arrays are costed on every call (CACTI and flip-flop results have caches of their own), so a
     # change to the array costing never forces a re-synthesis.
     syn, timing = cached["syn"], cached["timing"]

@@ -4,6 +4,7 @@ content-hash cache (hits, a changed parameter, an interrupted sweep), and the CL
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -133,6 +134,26 @@ def test_cache_with_pool_stores_every_result(tmp_path):
     out = engine.map_tasks(square_plus, items, jobs=2, scheduler="", cache=store, key=key)
     assert sorted(store.iterkeys()) == sorted(key(it) for it in items)
     assert [store[key(it)] for it in items] == out
+
+
+def compute_once(job):
+    """Two processes ask for the same missing entry: the lock lets one compute it (logged in ``marker``)."""
+    directory, marker = job
+    store = engine.cache("lock", directory=directory)
+
+    def compute():
+        with open(marker, "a") as f:
+            f.write("computed\n")
+        time.sleep(1.0)     # holds the entry missing long enough for the other process to ask for it
+        return {"answer": 42}
+    return engine.cached_call(store, "the-key", compute)
+
+
+def test_cached_call_computes_a_shared_key_once(tmp_path):
+    marker = tmp_path / "marker.txt"
+    out = engine.map_tasks(compute_once, [(tmp_path, marker)] * 2, jobs=2, scheduler="")
+    assert out == [{"answer": 42}] * 2
+    assert marker.read_text().splitlines() == ["computed"]
 
 
 def test_cli_estimate_sweep_unreachable_scheduler(tmp_path):
