@@ -2,15 +2,16 @@
 as CSV and plotted with matplotlib (Agg backend) under ``build/estimate/``.
 
 ``main_sweep`` runs one :func:`estimator.estimate` per (model, system) -- every scheme shares that
-layer's routing -- in ``jobs`` worker processes. ``sensitivity`` varies one input at a time around a base
-point (GPU count, tokens per GPU, Zipf skew, tile size).
+layer's routing -- as tasks of :func:`dysharp.engine.map_tasks` (``jobs`` local processes, or the Dask
+cluster at ``scheduler``). ``sensitivity`` varies one input at a time around a base point (GPU count, tokens
+per GPU, Zipf skew, tile size). With ``cache`` an estimate is reused from ``build/cache/estimate`` when
+its content key (the ``sim_models`` source with its configs, the model, system, parameters and
+calibration) is unchanged.
 """
 
 import csv
 import dataclasses
-import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from .calibration import Calibration, load_calibration
@@ -48,21 +49,28 @@ def _one(job):
     return rows_of(e, **extra)
 
 
-def _map(jobs, workers):
-    if workers <= 1 or len(jobs) <= 1:
-        return [_one(j) for j in jobs]
-    with ProcessPoolExecutor(max_workers=workers) as ex:
-        return list(ex.map(_one, jobs))
+def _key(job) -> str:
+    """What one estimate depends on: the estimator's code and configs, and the job's inputs."""
+    from dysharp import engine
+    return engine.content_key("estimate", engine.source_hash("sim_models"), job)
+
+
+def _map(work, jobs, scheduler=None, cache=False, desc="estimate"):
+    from dysharp import engine
+    store = engine.cache("estimate") if cache else None
+    labels = [" ".join([m, s, *(f"{k}={v}" for k, v in extra.items())]) for m, s, _p, _c, extra in work]
+    return engine.map_tasks(_one, work, jobs=jobs, scheduler=scheduler, desc=desc, labels=labels,
+                            cache=store, key=_key if cache else None)
 
 
 def main_sweep(models=None, systems=SWEEP_SYSTEMS, params: Params = Params(), cal: Calibration | None = None,
-               jobs: int = 1) -> list[dict]:
+               jobs: int = 1, scheduler: str | None = None, cache: bool = False) -> list[dict]:
     models = models or model_names()
     cal = cal if cal is not None else load_calibration()
     work = [(m, s, params, cal, {}) for m in models for s in systems]
     # Biggest first, so the worker pool ends together.
     work.sort(key=lambda j: -load_system(j[1]).gpus)
-    return [r for rows in _map(work, jobs) for r in rows]
+    return [r for rows in _map(work, jobs, scheduler, cache, 'estimate sweep') for r in rows]
 
 
 SENSITIVITY = {
@@ -76,7 +84,8 @@ QUICK_SENSITIVITY = {"gpus": [8, 16], "tokens_per_gpu": [256, 2048], "zipf": [0.
 
 
 def sensitivity(model: str, system: str, params: Params = Params(), cal: Calibration | None = None,
-                grid: dict | None = None, jobs: int = 1) -> list[dict]:
+                grid: dict | None = None, jobs: int = 1, scheduler: str | None = None,
+                cache: bool = False) -> list[dict]:
     """One-at-a-time variation around (model, system, params). Rows carry ``param`` and ``value``."""
     grid = grid or SENSITIVITY
     cal = cal if cal is not None else load_calibration()
@@ -92,7 +101,7 @@ def sensitivity(model: str, system: str, params: Params = Params(), cal: Calibra
         work.append((model, system, dataclasses.replace(params, routing=spec), cal, {"param": "zipf", "value": z}))
     for tile in grid.get("tile", []):
         work.append((model, system, dataclasses.replace(params, tile=tile), cal, {"param": "tile", "value": tile}))
-    return [r for rows in _map(work, jobs) for r in rows]
+    return [r for rows in _map(work, jobs, scheduler, cache, 'sensitivity') for r in rows]
 
 
 def write_csv(rows: list[dict], path: Path) -> Path:
@@ -210,24 +219,26 @@ def markdown_table(rows: list[dict], baselines=BASELINES) -> str:
 
 def run_sweep(out_dir="build/estimate", model="deepseek-v3", params: Params = Params(), cal=None,
               quick: bool = False, jobs: int | None = None, models=None, systems=SWEEP_SYSTEMS,
-              grid: dict | None = None) -> dict:
+              grid: dict | None = None, scheduler: str | None = None, cache: bool = True) -> dict:
     """The full ``dysharp estimate --sweep``: main grid + sensitivity, CSVs and PNGs. Returns the paths,
-    the rows and the wall times."""
+    the rows and the wall times. ``jobs``, ``scheduler``: see :func:`dysharp.engine.map_tasks`;
+    ``cache``: reuse unchanged estimates (``build/cache/estimate``)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    jobs = jobs or min(2, os.cpu_count() or 1)
+    from dysharp import engine
+    jobs = jobs or engine.DEFAULT_JOBS
     cal = cal if cal is not None else load_calibration()
     t0 = time.time()
     if quick and models is None:
         models = ["deepseek-v3", "qwen3-30b-a3b", "mixtral-8x7b"]
-    rows = main_sweep(models, systems, params, cal, jobs)
+    rows = main_sweep(models, systems, params, cal, jobs, scheduler, cache)
     t_main = time.time() - t0
     sens_system = "gh200-nvl32" if "gh200-nvl32" in systems else systems[0]
     t1 = time.time()
     if grid is None:
         grid = QUICK_SENSITIVITY if quick else SENSITIVITY
     sparams = dataclasses.replace(params, tokens_per_gpu=min(params.tokens, 1024)) if quick else params
-    srows = sensitivity(model, sens_system, sparams, cal, grid, jobs)
+    srows = sensitivity(model, sens_system, sparams, cal, grid, jobs, scheduler, cache)
     t_sens = time.time() - t1
     paths = {
         "csv": write_csv(rows, out / "sweep.csv"),
@@ -237,4 +248,4 @@ def run_sweep(out_dir="build/estimate", model="deepseek-v3", params: Params = Pa
         "sensitivity_png": plot_sensitivity(srows, out / "sensitivity.png"),
     }
     return {"paths": paths, "rows": rows, "sensitivity": srows, "main_s": t_main, "sensitivity_s": t_sens,
-            "jobs": jobs, "calibration": cal}
+            "jobs": jobs, "scheduler": engine.scheduler_address(scheduler), "calibration": cal}

@@ -15,16 +15,18 @@ For one (module, point), :func:`area_point`
    the macro synthesized alone as flip-flops (:func:`cost_macro`).
 
 Nothing is silently zero: a point whose synthesis yields no cells, or an array neither CACTI nor the
-flip-flop synthesis can cost, is an error. Results are cached under ``build/synth/area/`` by the Verilog
-hash, the flow version, the liberty checksum and the yosys command, so a re-run only synthesizes what
-changed.
+flip-flop synthesis can cost, is an error. Results (a point's synthesis, the flip-flop arrays, the macros)
+are cached by :mod:`dysharp.engine` (``build/cache/synth``) under the content hash of the Verilog, the flow
+version, the liberty checksum, the yosys command and the clock, so a re-run only synthesizes what changed;
+the JSON files of earlier versions (``build/synth/area/`` etc.) are read once when present.
+:func:`run_study` runs the points as :func:`dysharp.engine.map_tasks` tasks (local processes or a Dask
+cluster).
 """
 
 import dataclasses
 import hashlib
 import itertools
 import json
-import os
 import re
 import subprocess
 import time
@@ -110,6 +112,25 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def _yosys_id() -> str:
+    return " ".join(Path(c).name for c in tools.yosys_command())
+
+
+def _cached(parts: tuple, run, legacy: Path | None = None):
+    """``run()``'s result, cached under the content key of ``parts`` (:func:`dysharp.engine.cached_call`);
+    ``legacy``: the JSON cache file an earlier version wrote for it, taken when present."""
+    from dysharp import engine
+
+    def compute():
+        if legacy is not None and legacy.is_file():
+            try:
+                return json.loads(legacy.read_text())
+            except ValueError:
+                pass
+        return run()
+    return engine.cached_call(engine.cache("synth"), engine.content_key(*parts), compute)
+
+
 def _strip_array_params(netlist_v: Path) -> None:
     """OpenSTA's Verilog reader takes no parameters: drop ``#(...)`` from the black-box instances, and
     give each instance its own (undefined) cell name, since OpenSTA sizes a black box's ports from the
@@ -180,15 +201,11 @@ def cost_array(geom: dict, lib, liberty_path: Path, period_ps: float, node_nm: i
     """CACTI and flip-flop figures of one array geometry, and which one is counted."""
     key = f"{geom['rows']}x{geom['width']}_r{geom['read_ports']}s{geom['sync_reads']}_w{geom['write_ports']}"
     out = {"geometry": key, "bits": geom["rows"] * geom["width"]}
-    ff_cache = BUILD / "ffarray" / f"{key}-v{yosys_flow.FLOW_VERSION}-{_sha(liberty_path)[:8]}.json"
-    if ff_cache.is_file():
-        out["ff"] = json.loads(ff_cache.read_text())
-    else:
-        out["ff"] = yosys_flow.synthesize_ff_array(geom, lib, liberty_path, period_ps=period_ps,
-                                                   workdir=BUILD / "ffarray" / key)
-        tmp = ff_cache.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(out["ff"]))
-        os.replace(tmp, ff_cache)
+    lib_sha = _sha(liberty_path)
+    out["ff"] = _cached(("ffarray", geom, yosys_flow.FLOW_VERSION, lib_sha, _yosys_id(), period_ps),
+                        lambda: yosys_flow.synthesize_ff_array(geom, lib, liberty_path, period_ps=period_ps,
+                                                               workdir=BUILD / "ffarray" / key),
+                        legacy=BUILD / "ffarray" / f"{key}-v{yosys_flow.FLOW_VERSION}-{lib_sha[:8]}.json")
     # Asynchronous read ports are modelled as SRAM read ports (CACTI has no other kind).
     arr = cacti.Array(rows=geom["rows"], width=geom["width"], read_ports=max(1, geom["read_ports"]),
                       write_ports=max(1, geom["write_ports"]), node_nm=node_nm)
@@ -207,21 +224,6 @@ def cost_array(geom: dict, lib, liberty_path: Path, period_ps: float, node_nm: i
     return out
 
 
-def _cached_synthesis(cache: Path, what: str, run) -> dict:
-    """``run()``'s result, cached as JSON in ``cache`` (atomic write)."""
-    if cache.is_file():
-        try:
-            return json.loads(cache.read_text())
-        except ValueError:
-            pass
-    res = run()
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(res))
-    os.replace(tmp, cache)
-    return res
-
-
 def cost_macro(mac: dict, verilog_text: str, lib, liberty_path: Path, period_ps: float, node_nm: int = 45,
                quiet: bool = True) -> dict:
     """CACTI, control-logic and flip-flop figures of one macro (:mod:`synth.macros`), and which is
@@ -229,7 +231,8 @@ def cost_macro(mac: dict, verilog_text: str, lib, liberty_path: Path, period_ps:
     kind = macros.kind(mac["kind"])
     geom = {k: mac[k] for k in ("entries", "key_width", "value_width")}
     key = f"{kind.name}{geom['entries']}x{geom['key_width']}+{geom['value_width']}"
-    lib8 = _sha(liberty_path)[:8]
+    lib_sha = _sha(liberty_path)
+    lib8 = lib_sha[:8]
     out = {"geometry": key, "kind": kind.name, **kind.bits(geom)}
     out["bits"] = out["cam_bits"] + out["sram_bits"]
     # The upper bound: the macro's own Verilog, renamed, synthesized alone (cached by its text).
@@ -247,8 +250,9 @@ def cost_macro(mac: dict, verilog_text: str, lib, liberty_path: Path, period_ps:
                                   workdir=work)
         return {"area_um2": r["area_um2"], "area_seq_um2": r["area_seq_um2"], "transistors": r["transistors"],
                 "yosys_s": r["yosys_s"]}
-    out["ff"] = _cached_synthesis(BUILD / "macro" / f"{key}-{digest}-v{yosys_flow.FLOW_VERSION}-{lib8}.json",
-                                  key, ff_run)
+    out["ff"] = _cached(("macro-ff", hashlib.sha256(text.encode()).hexdigest(), yosys_flow.FLOW_VERSION,
+                         lib_sha, _yosys_id(), period_ps), ff_run,
+                        legacy=BUILD / "macro" / f"{key}-{digest}-v{yosys_flow.FLOW_VERSION}-{lib8}.json")
     # What CACTI's array lacks (valid bits, replacement, victim selection, forwarding): the same RTL with
     # 1-bit keys and values.
     from amaranth.back import verilog
@@ -269,9 +273,10 @@ def cost_macro(mac: dict, verilog_text: str, lib, liberty_path: Path, period_ps:
                 "cells": r["cells"], "flip_flops": sum(n for c, n in r["cells"].items()
                                                        if not c.startswith("$") and lib.cell(c)["sequential"]),
                 "yosys_s": r["yosys_s"]}
-    out["control"] = _cached_synthesis(
-        BUILD / "macro" / f"control-{kind.name}-{cslug}-{cdigest}-v{yosys_flow.FLOW_VERSION}-{lib8}.json",
-        key, control_run)
+    out["control"] = _cached(
+        ("macro-control", hashlib.sha256(ctext.encode()).hexdigest(), yosys_flow.FLOW_VERSION, lib_sha,
+         _yosys_id(), period_ps), control_run,
+        legacy=BUILD / "macro" / f"control-{kind.name}-{cslug}-{cdigest}-v{yosys_flow.FLOW_VERSION}-{lib8}.json")
     try:
         out["cacti"] = cacti.run(kind.cacti_array(geom)).as_dict()
     except cacti.CactiError as e:
@@ -306,40 +311,40 @@ def area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERIOD_PS
     vtext = vpath.read_text()
     macs = macros.find_macros(vtext)
     key = {"verilog": _sha(vpath), "flow": yosys_flow.FLOW_VERSION, "liberty": tools.LIBERTY_SHA256,
-           "yosys": " ".join(Path(c).name for c in tools.yosys_command()), "period_ps": period_ps,
+           "yosys": _yosys_id(), "period_ps": period_ps,
            "sta": bool(tools.opensta_binary(required=False))}
     if macs:
         key["macros"] = [m["module"] for m in macs]
-    cache_file = BUILD / "area" / f"{slug}.json"
+    from dysharp import engine
+    store = engine.cache("synth")
+    ckey = engine.content_key("area", key)
     work = BUILD / "work" / slug
-    cached = None
-    if cache and cache_file.is_file():
-        try:
-            d = json.loads(cache_file.read_text())
-            if d.get("key") == key and (not netlist or (work / "netlist.json").is_file()):
-                cached = d if "syn" in d else _from_old_cache(d)
-        except (ValueError, KeyError):
-            cached = None
-    if cached is None:
-        if max_mb and size_mb > max_mb:
-            return AreaPoint(module, point, params, None,
-                             skipped=f"Verilog is {size_mb:.1f} MB (> --max-mb {max_mb:g}); synthesis would "
-                                     f"take long on this machine; run `dysharp area -m {module} "
-                                     f"{' '.join(f'--grid {module}.{k}={v}' for k, v in point.items())} "
-                                     f"--max-mb 0` to include it")
-        if not quiet:
-            print(f"[area] {module} {point or '(defaults)'}: synthesizing {size_mb:.2f} MB of Verilog ...",
-                  flush=True)
-        t0 = time.time()
-        syn = yosys_flow.synthesize(vpath, module, lib, lp, period_ps=period_ps, workdir=work, netlist=netlist,
-                                    macros=[m["module"] for m in macs])
-        # A design that is one macro has no cells of its own, hence no register-to-register path.
-        timing = sta_timing(work / "netlist.v", module, lp, period_ps, work) if syn["cell_count"] else None
-        cached = {"key": key, "syn": syn, "timing": timing, "seconds": time.time() - t0}
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_file.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(cached, indent=1))
-        os.replace(tmp, cache_file)
+    # One process at a time synthesizes into a work folder (two commands, or a report and a sweep, may
+    # want the same point); the second then finds the first one's entry.
+    with engine.key_lock(store, f"work-{slug}"):
+        # The netlist files stay in the work folder (synth.power reads them): an entry without them is stale
+        # when they are wanted.
+        has_netlist = not netlist or (work / "netlist.json").is_file()
+        cached = store.get(ckey, retry=True) if cache and has_netlist else None
+        if cached is None and cache and has_netlist:
+            cached = _legacy_area(BUILD / "area" / f"{slug}.json", key)
+        if cached is None:
+            if max_mb and size_mb > max_mb:
+                return AreaPoint(module, point, params, None,
+                                 skipped=f"Verilog is {size_mb:.1f} MB (> --max-mb {max_mb:g}); synthesis would "
+                                         f"take long on this machine; run `dysharp area -m {module} "
+                                         f"{' '.join(f'--grid {module}.{k}={v}' for k, v in point.items())} "
+                                         f"--max-mb 0` to include it")
+            if not quiet:
+                print(f"[area] {module} {point or '(defaults)'}: synthesizing {size_mb:.2f} MB of Verilog ...",
+                      flush=True)
+            t0 = time.time()
+            syn = yosys_flow.synthesize(vpath, module, lib, lp, period_ps=period_ps, workdir=work, netlist=netlist,
+                                        macros=[m["module"] for m in macs])
+            # A design that is one macro has no cells of its own, hence no register-to-register path.
+            timing = sta_timing(work / "netlist.v", module, lp, period_ps, work) if syn["cell_count"] else None
+            cached = {"key": key, "syn": syn, "timing": timing, "seconds": time.time() - t0}
+            store.set(ckey, cached, retry=True)
     # The arrays are costed on every call (CACTI and flip-flop results have caches of their own), so a
     # change to the array costing never forces a re-synthesis.
     syn, timing = cached["syn"], cached["timing"]
@@ -394,6 +399,19 @@ def area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERIOD_PS
     return AreaPoint(module, point, params, result)
 
 
+def _legacy_area(path: Path, key: dict) -> dict | None:
+    """The entry an earlier version cached as JSON in ``path``, if its key matches."""
+    if not path.is_file():
+        return None
+    try:
+        d = json.loads(path.read_text())
+        if d.get("key") == key:
+            return d if "syn" in d else _from_old_cache(d)
+    except (ValueError, KeyError):
+        pass
+    return None
+
+
 def _from_old_cache(d: dict) -> dict:
     """A cache entry written before synthesis and array costing were cached separately."""
     r = d["result"]
@@ -407,25 +425,46 @@ def _from_old_cache(d: dict) -> dict:
     return {"key": d["key"], "syn": syn, "timing": timing, "seconds": r["seconds"]}
 
 
-def run_study(selection: dict[str, list[dict]], **kw) -> list[AreaPoint]:
-    """``selection``: {module: [points]} -> every point's :class:`AreaPoint`, in order."""
-    out = []
-    for module, points in selection.items():
-        skipped = []
-        for p in points:
-            # A point at least as large (every numeric parameter >=) as one skipped for size is skipped
-            # without generating its Verilog, which alone takes minutes for a 64-port switch.
-            big = next((q for q in skipped if _dominates(p, q)), None)
+def _point_task(job) -> AreaPoint:
+    module, point, kw = job
+    return area_point(module, point, **kw)
+
+
+def run_study(selection: dict[str, list[dict]], *, jobs: int | None = None, scheduler: str | None = None,
+              **kw) -> list[AreaPoint]:
+    """``selection``: {module: [points]} -> every point's :class:`AreaPoint`, in order.
+
+    The points are :func:`dysharp.engine.map_tasks` tasks (``jobs`` local processes, or the Dask cluster
+    at ``scheduler``), ``kw`` passed to :func:`area_point`. With ``max_mb`` they run in waves of as many
+    points as there are workers, in order: a point at least as large (every numeric parameter >=) as one
+    skipped for size in an earlier wave is skipped without generating its Verilog, which alone takes
+    minutes for a 64-port switch."""
+    from dysharp import engine
+
+    todo = [(m, p) for m, points in selection.items() for p in points]
+    out: list = [None] * len(todo)
+    skipped: dict[str, list] = {m: [] for m in selection}
+    width = len(todo) if not kw.get("max_mb") else \
+        (jobs or (8 if engine.scheduler_address(scheduler) else engine.DEFAULT_JOBS))
+    pending = list(range(len(todo)))
+    while pending:
+        wave = []
+        while pending and len(wave) < width:
+            i = pending.pop(0)
+            module, p = todo[i]
+            big = next((q for q in skipped[module] if _dominates(p, q)), None)
             if big is not None and kw.get("max_mb"):
-                spec = registry.get(module)
-                out.append(AreaPoint(module, p, spec.resolve(p), None,
-                                     skipped=f"larger than {big}, which exceeds --max-mb {kw['max_mb']:g}; run "
-                                             f"with --max-mb 0 to include it"))
+                out[i] = AreaPoint(module, p, registry.get(module).resolve(p), None,
+                                   skipped=f"larger than {big}, which exceeds --max-mb {kw['max_mb']:g}; run "
+                                           f"with --max-mb 0 to include it")
                 continue
-            ap = area_point(module, p, **kw)
+            wave.append(i)
+        results = engine.map_tasks(_point_task, [(*todo[i], kw) for i in wave], jobs=jobs, scheduler=scheduler,
+                                   desc="area", labels=[f"{todo[i][0]} {todo[i][1] or '(defaults)'}" for i in wave])
+        for i, ap in zip(wave, results):
+            out[i] = ap
             if ap.result is None:
-                skipped.append(p)
-            out.append(ap)
+                skipped[ap.module].append(ap.point)
     return out
 
 

@@ -6,8 +6,9 @@ associative array (``kind="fa"``: a ``tag_width``-bit CAM tag per row searched i
 ``width``-bit SRAM data row, CACTI's fully associative cache: a TLB's organisation), at a CACTI technology node
 (22/32/45/65/90 nm). :func:`run` writes a configuration derived from CACTI's own ``cache.cfg`` (the
 keys below replaced), runs the binary built by :mod:`synth.tools`, and returns a :class:`Result` with
-the area (um^2), access time (ns), read/write/search energy per access (pJ) and leakage (mW). Results
-are cached under ``build/synth/cacti/`` by configuration text.
+the area (um^2), access time (ns), read/write/search energy per access (pJ) and leakage (mW). Results,
+and CACTI's refusals, are cached (:mod:`dysharp.engine`, ``build/cache/synth``) by the content hash of the
+configuration text; the configurations are kept under ``build/synth/cacti/``.
 
 CACTI's geometry limits (found by running it): whole-byte rows and a capacity of at least 64 bytes;
 smaller arrays get extra rows, and an array CACTI finds no organisation for is retried with its rows
@@ -184,20 +185,37 @@ def run(a: Array, cache_dir="build/synth/cacti") -> Result:
 
 
 def _run(a: Array, cache_dir, pow2: bool) -> Result:
+    from dysharp import engine
+
     exe = cacti_binary()
     template = (exe.parent / "cache.cfg").read_text()
     cfg, rows, width = config_text(a, template, pow2)
     digest = hashlib.sha256(cfg.encode()).hexdigest()[:20]
-    cache = Path(cache_dir) / f"{digest}.json"
-    if cache.is_file():
+    cfg_path = (Path(cache_dir) / f"{digest}.cfg").resolve()
+    legacy = Path(cache_dir) / f"{digest}.json"      # the JSON cache of earlier versions, read once
+
+    def compute():
+        if legacy.is_file():
+            try:
+                return "ok", json.loads(legacy.read_text())
+            except ValueError:
+                pass
         try:
-            d = json.loads(cache.read_text())
-            d["array"] = Array(**d["array"])
-            return Result(**d, config=cfg)
-        except (ValueError, TypeError):
-            pass
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    cfg_path = cache.with_suffix(".cfg").resolve()
+            return "ok", _invoke(exe, a, cfg, cfg_path, rows, width)
+        except CactiError as e:         # CACTI's refusal is a result too: not re-run on every call
+            return "error", str(e)
+
+    status, d = engine.cached_call(engine.cache("synth"), engine.content_key("cacti", cfg), compute)
+    if status == "error":
+        raise CactiError(d)
+    d = dict(d)
+    d["array"] = Array(**d["array"])
+    return Result(**d, config=cfg)
+
+
+def _invoke(exe: Path, a: Array, cfg: str, cfg_path: Path, rows: int, width: int) -> dict:
+    """Run CACTI on configuration ``cfg`` (written to ``cfg_path``): the result as a dict."""
+    cfg_path.parent.mkdir(parents=True, exist_ok=True)
     cfg_path.write_text(cfg)
     try:
         r = subprocess.run([str(exe), "-infile", str(cfg_path)], cwd=exe.parent, capture_output=True,
@@ -221,5 +239,4 @@ def _run(a: Array, cache_dir, pow2: bool) -> Result:
         raise CactiError(f"CACTI reported a zero area for {a}; refusing it (config in {cfg_path})")
     d = res.as_dict()
     d["array"] = dataclasses.asdict(a)
-    cache.write_text(json.dumps(d, indent=1))
-    return res
+    return d

@@ -21,7 +21,7 @@ from .power import blackbox
 from .activity import vcd_activity
 from .vcd_run import run_workload
 
-__all__ = ["power_point", "opensta_crosscheck", "seeds_from_vcd"]
+__all__ = ["power_point", "power_points", "opensta_crosscheck", "seeds_from_vcd"]
 
 SIM_PERIOD_PS = 2000      # verif.harness.cycler.Cycler's clock period in the simulations
 
@@ -214,6 +214,34 @@ def power_point(module: str, point: dict, *, freq_ghz: float = area_mod.CLOCK_GH
             if n:
                 out[label].setdefault("pj_per_event", {})[name] = tot / (n / max(1.0, cycles_measured) * freq_ghz)
     return out
+
+
+def _power_task(job) -> dict:
+    module, point, kw = job
+    return power_point(module, point, **kw)
+
+
+def _power_key(job) -> str:
+    """What a power point depends on: the hardware, the flow and workload code (``synth``, ``verif``),
+    the liberty, the yosys command and the parameters."""
+    from dysharp import engine
+    module, point, kw = job
+    return engine.content_key("power", registry.hw_source_hash(), engine.source_hash("synth", "verif"),
+                              area_mod._sha(tools.liberty_path()), area_mod._yosys_id(),
+                              bool(tools.opensta_binary(required=False)), module, point, kw)
+
+
+def power_points(points: list[tuple[str, dict]], *, jobs: int | None = None, scheduler: str | None = None,
+                 cache: bool = True, **kw) -> list[dict]:
+    """:func:`power_point` of every (module, point), as :func:`dysharp.engine.map_tasks` tasks (``jobs``
+    local processes or the Dask cluster at ``scheduler``); with ``cache`` a point whose content key is
+    unchanged is read from ``build/cache/power``. Results in order."""
+    from dysharp import engine
+    store = engine.cache("power") if cache else None
+    work = [(m, p, kw) for m, p in points]
+    return engine.map_tasks(_power_task, work, jobs=jobs, scheduler=scheduler, desc="power",
+                            labels=[f"{m} {p or '(defaults)'}" for m, p in points], cache=store,
+                            key=_power_key if cache else None)
 
 
 def opensta_crosscheck(module: str, point: dict, *, freq_ghz: float, seed: int = 1,

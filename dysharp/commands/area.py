@@ -27,7 +27,18 @@ def add_arguments(p) -> None:
                    help=f"skip points whose Verilog is larger (synthesis time grows with it; about a minute "
                         f"per 0.3 MB here) unless already cached; 0 = no limit (default: {ALL_MB})")
     p.add_argument("--no-cache", action="store_true", help="synthesize again even when a result is cached")
+    add_engine_arguments(p, "points")
     p.add_argument("--out", default="synth_reports", help="report folder (default: synth_reports)")
+
+
+def add_engine_arguments(p, what: str) -> None:
+    """``--jobs`` and ``--scheduler`` (see :mod:`dysharp.engine`); also used by ``dysharp power``."""
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help=f"{what} synthesized in parallel by N local processes (default: min(2, CPUs))")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help=f"run the {what} on the Dask cluster at ADDRESS (e.g. tcp://host:8786; the workers "
+                        f"need this repository and its tools); default: $DYSHARP_SCHEDULER, else --jobs "
+                        f"local processes")
 
 
 def selection(args) -> dict[str, list[dict]]:
@@ -52,8 +63,10 @@ def run(args) -> int:
         tools.cacti_binary()
     except tools.ToolError as e:
         raise RuntimeError(str(e)) from None
+    if args.jobs is not None and args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     points = area.run_study(sel, period_ps=1000 / args.clock_ghz, max_mb=args.max_mb,
-                            cache=not args.no_cache)
+                            cache=not args.no_cache, jobs=args.jobs, scheduler=args.scheduler)
     doc = {"command": "dysharp area " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if
            sys.argv[1:2] == ["area"] else "dysharp area", "points": [p.as_dict() for p in points]}
     report.AREA_JSON.parent.mkdir(parents=True, exist_ok=True)

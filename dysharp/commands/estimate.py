@@ -43,6 +43,11 @@ def add_arguments(p) -> None:
     p.add_argument("--sweep", action="store_true", help="run the model x system sweep and sensitivity plots")
     p.add_argument("--quick", action="store_true", help="with --sweep: fewer models and sensitivity points")
     p.add_argument("--jobs", type=int, default=None, help="worker processes for --sweep (default: min(2, CPUs))")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="with --sweep: run the estimates on the Dask cluster at ADDRESS (e.g. tcp://host:8786; "
+                        "default: $DYSHARP_SCHEDULER, else --jobs local processes)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="with --sweep: recompute every estimate (default: reuse build/cache/estimate)")
     p.add_argument("--out", default="build/estimate", help="output folder (default build/estimate)")
 
 
@@ -127,10 +132,13 @@ def run(args) -> int:
     cal = load_calibration(args.bench_dir)
     if args.sweep:
         from sim_models.sweep import markdown_table, run_sweep
-        res = run_sweep(args.out, model=model.name, params=params, cal=cal, quick=args.quick, jobs=args.jobs)
+        res = run_sweep(args.out, model=model.name, params=params, cal=cal, quick=args.quick, jobs=args.jobs,
+                        scheduler=args.scheduler, cache=not args.no_cache)
         print(markdown_table(res["rows"]))
         print()
-        print(f"main sweep {res['main_s']:.1f} s, sensitivity {res['sensitivity_s']:.1f} s ({res['jobs']} processes)")
+        where = f"Dask scheduler {res['scheduler']}" if res["scheduler"] else f"{res['jobs']} processes"
+        print(f"main sweep {res['main_s']:.1f} s, sensitivity {res['sensitivity_s']:.1f} s ({where}"
+              f"{'' if args.no_cache else ', cached estimates reused'})")
         for k, path in res["paths"].items():
             print(f"wrote {path}")
         print()

@@ -26,6 +26,10 @@ def add_arguments(p) -> None:
     p.add_argument("--crosscheck", default="auto", metavar="MODULE",
                    help="module to cross-check against OpenSTA report_power ('auto': the first selected "
                         "module with a workload; 'none': skip)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="compute every point again (default: reuse build/cache/power when unchanged)")
+    from dysharp.commands.area import add_engine_arguments
+    add_engine_arguments(p, "modules' points")
     p.add_argument("--out", default="synth_reports", help="report folder (default: synth_reports)")
 
 
@@ -55,12 +59,15 @@ def run(args) -> int:
         tools.cacti_binary()
     except tools.ToolError as e:
         raise RuntimeError(str(e)) from None
-    points = []
-    for m in modules:
-        print(f"[power] {m} {fixed[m] or '(defaults)'} ...", flush=True)
-        r = power_study.power_point(m, fixed[m], freq_ghz=args.clock_ghz, cycles=args.cycles,
-                                    warmup=args.warmup, seed=args.seed)
-        points.append(r)
+    if args.jobs is not None and args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+    print(f"[power] {len(modules)} points: " + ", ".join(f"{m} {fixed[m] or '(defaults)'}" for m in modules),
+          flush=True)
+    points = power_study.power_points([(m, fixed[m]) for m in modules], jobs=args.jobs, scheduler=args.scheduler,
+                                      cache=not args.no_cache, freq_ghz=args.clock_ghz, cycles=args.cycles,
+                                      warmup=args.warmup, seed=args.seed)
+    for m, r in zip(modules, points):
+        print(f"[power] {m} {fixed[m] or '(defaults)'}", flush=True)
         for g in ("no_gating", "clock_gated"):
             x = r[g]
             extra = "".join(f", {x[k]:.1f} pJ/{k[7:-5]} flit" for k in ("pj_per_dispatched_flit",
