@@ -4,7 +4,7 @@ three harnesses side by side in one run, on the same traffic:
 * ``cocotb_flat``: the cocotb agents (:mod:`verif.bench.switch` ``bench_switch``) on cocotb's Verilator build
   with ``--public-flat-rw`` (every internal signal visible; the old harness's build);
 * ``cocotb_ports``: the same agents on a build where only the top-level ports are public (the runner's
-  ``public="ports"``; reported as not available when the runner does not take ``public=``);
+  ``public="ports"``);
 * ``fast``: the compiled Verilator main of :mod:`verif.harness.fastsim`.
 
 Full load is uniform unicast at 1.0 flits/cycle/port (1..16-flit payloads). The cocotb runs simulate the
@@ -39,22 +39,11 @@ def same_log(a, b) -> bool:
             and np.array_equal(a.records, b.records))
 
 
-def _prebuild(params: dict, public: str, build_root) -> str | None | bool:
-    """Build the cocotb Verilator variant before timing. Returns the ``public=`` value to run with: None
-    for a runner that predates the keyword (its one build is the flat one), False if the variant is not
-    available."""
+def _prebuild(params: dict, public: str, build_root) -> None:
+    """Build the cocotb Verilator variant before timing (the build is not part of the speed)."""
     from verif.harness.runner import sim_build
 
-    try:
-        sim_build("switch", params, sim="verilator", build_root=build_root, public=public)
-        return public
-    except TypeError as e:
-        if "public" not in str(e):
-            raise
-    if public != "flat":
-        return False
-    sim_build("switch", params, sim="verilator", build_root=build_root)
-    return None
+    sim_build("switch", params, sim="verilator", build_root=build_root, public=public)
 
 
 def measure(ports: int, *, fast_cycles: int, cocotb_cycles: int, seed: int = 1, harnesses=HARNESSES,
@@ -77,15 +66,8 @@ def measure(ports: int, *, fast_cycles: int, cocotb_cycles: int, seed: int = 1, 
         if h == "fast":
             log = fs.run(traffic, tag=f"speed{ports}")
         else:
-            public = _prebuild(params, h.split("_", 1)[1], build_root)
-            if public is False:
-                r.update(available=False, reason="verif.harness.runner.run_cocotb takes no public= argument "
-                                                 "(the ports-only build is not merged)")
-                out["harnesses"][h] = r
-                print(f"  N={ports} {h}: not available", flush=True)
-                continue
-            if public is None:
-                r["note"] = "runner without public=: its only Verilator build, with --public-flat-rw"
+            public = h.split("_", 1)[1]
+            _prebuild(params, public, build_root)
             t0 = time.perf_counter()
             log = simulate(short, "switch", params, harness="cocotb", sim="verilator", public=public,
                            build_root=build_root, tag=f"speed{ports}-{h}")
