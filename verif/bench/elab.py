@@ -8,8 +8,8 @@ timing the three phases separately: Amaranth elaboration (``Fragment.get``), Ama
 inside it), so each point is measured alone. ``--src DIR`` imports ``hw/`` from another checkout (e.g. an older commit extracted with
 ``git archive``) to measure it in the same run.
 
-Writes ``build/bench/elab.json``: per point, seconds per phase and in total, Verilog MB, RTLIL MB and peak
-RSS in MB, plus the log-log growth exponent of time and size between successive points.
+Writes ``build/bench/elab.json``: per point, wall seconds per phase and in total, CPU seconds (the figure
+to compare on a shared machine), Verilog MB, RTLIL MB and peak RSS in MB, plus the log-log growth exponent of time and size between successive points.
 """
 
 import json
@@ -81,7 +81,9 @@ def _worker(module: str, point: dict, out_v: str) -> None:
     total = time.perf_counter() - t0
     Path(out_v).write_text(text)
     res = {"construct_s": t1 - t0, **times, "total_s": total, "verilog_mb": len(text) / 1e6, **sizes,
-           "self_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+           "self_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+           # CPU seconds: what the wall times would be on an idle core (the machine may be shared).
+           "cpu_s": resource.getrusage(resource.RUSAGE_SELF).ru_utime + resource.getrusage(resource.RUSAGE_SELF).ru_stime}
     print("ELAB " + json.dumps(res), flush=True)
 
 
@@ -166,9 +168,9 @@ def run(args) -> int:
         else:
             print(f"[bench elab]   {r['total_s']:.1f} s, {r['verilog_mb']:.2f} MB, "
                   f"{r['peak_rss_mb']:.0f} MB RSS", flush=True)
-    for key in ("total_s", "verilog_mb", "peak_rss_mb"):
+    for key in ("total_s", "cpu_s", "verilog_mb", "peak_rss_mb"):
         _growth(rows, args.param, key)
-    cols = [args.param, "elaborate_s", "netlist_rtlil_s", "yosys_s", "total_s", "rtlil_mb", "verilog_mb",
+    cols = [args.param, "elaborate_s", "netlist_rtlil_s", "yosys_s", "total_s", "cpu_s", "rtlil_mb", "verilog_mb",
             "peak_rss_mb", "total_s_exponent", "verilog_mb_exponent"]
     print(tabulate([[r.get(c, r.get("error", "") if c == "elaborate_s" else "") for c in cols] for r in rows],
                    headers=cols, floatfmt=".2f"))
