@@ -8,7 +8,7 @@ No state, no latency. Each helper that slices a computed vector first assigns it
 
 from amaranth.hdl import Cat, Const, Mux, Signal, Value
 
-__all__ = ["lowest_one", "onehot_to_index", "first_set", "rr_pick", "or_reduce"]
+__all__ = ["lowest_one", "onehot_to_index", "first_set", "rr_pick", "or_reduce", "decode"]
 
 
 def lowest_one(m, x, *, name="lowest") -> Signal:
@@ -68,6 +68,35 @@ def rr_pick(m, req, ptr, *, name="rr") -> Signal:
     out = Signal(n, name=name)
     m.d.comb += out.eq(Mux(upper.any(), lo_up, lo_all))
     return out
+
+
+def decode(m, idx, n: int, *, name="dec") -> Signal:
+    """Signal holding the one-hot ``n``-bit decode of ``idx`` (zero when ``idx >= n``).
+
+    Two-level (a one-hot of the low bits ANDed with each bit of a one-hot of the high bits), not
+    ``Const(1, n) << idx``: Amaranth's combinational-cycle check walks every output bit of a shift back
+    to every input bit, and Amaranth widens a shift's operand to its result, so ``Const(1, 257) << idx``
+    is 768 x 777 edges. The cell decoders of a 257-cell switch input written that way were 98% of the
+    check's work and most of the switch's elaboration time. This form is a few vector ANDs: linear in
+    ``n`` for the check and in the Verilog.
+    """
+    idx = Value.cast(idx)
+    w = len(idx)
+    if n <= 0:
+        raise ValueError(f"decode width must be positive, got {n!r}")
+    out = Signal(n, name=name)
+    if w <= _DECODE_LEAF_BITS:
+        full = Const(1, 1) << idx               # 2**w bits, small
+    else:
+        lo = decode(m, idx[:_DECODE_LEAF_BITS], 1 << _DECODE_LEAF_BITS, name=f"{name}_lo")
+        groups = -(-n >> _DECODE_LEAF_BITS)     # ceil(n / 2**leaf)
+        hi = decode(m, idx[_DECODE_LEAF_BITS:], groups, name=f"{name}_hi")
+        full = Cat(*(lo & hi[g].replicate(len(lo)) for g in range(groups)))
+    m.d.comb += out.eq(full[:n] if len(full) >= n else full)
+    return out
+
+
+_DECODE_LEAF_BITS = 5   # a shift of up to 32 bits is cheap for the check
 
 
 def or_reduce(values) -> Value:

@@ -303,6 +303,10 @@ def area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERIOD_PS
     """Synthesize ``module`` at ``point`` and cost its arrays (see the module docstring)."""
     spec = registry.get(module)
     params = spec.resolve(point)
+    from . import hierarchical
+    if hierarchical.applies(module, params):   # a large switch: its parts synthesized alone, summed
+        return hierarchical.area_point(module, point, period_ps=period_ps, netlist=netlist, max_mb=max_mb,
+                                       cache=cache, quiet=quiet)
     lp = tools.liberty_path()
     lib = liberty.load(lp)
     vpath = registry.generate_verilog(module, point, "build/verilog")

@@ -40,7 +40,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..arbiter import first_set, onehot_to_index, or_reduce
+from ..arbiter import decode, first_set, onehot_to_index, or_reduce
 from ..credit import CREDIT_RETURN_MAX, credit_link_signature
 from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, MAX_PORTS, ErrorCode, HeaderLayout, Opcode, OPCODES,
                       flit_layout, rtl_header_error, rtl_payload_flits)
@@ -200,7 +200,7 @@ class InputUnit(wiring.Component):
         ]
         hdr_mask = Signal(N)
         with m.If(routing_dst):
-            m.d.comb += hdr_mask.eq(Const(1, N) << hdr.route.uni.dst)
+            m.d.comb += hdr_mask.eq(decode(m, hdr.route.uni.dst, N, name="dst_dec"))
         with m.Elif(routing_group):
             m.d.comb += hdr_mask.eq(self.group_mask)
         with m.Else():
@@ -507,9 +507,9 @@ class InputUnit(wiring.Component):
         can_alloc = free.any()
         with m.If(refill):
             m.d.sync += [new_cell.eq(alloc), new_ok.eq(can_alloc)]
-        alloc_bit = Mux(refill & can_alloc, Const(1, C) << alloc, 0)
-        write_bit = Mux(write, Const(1, C) << new_cell, 0)
-        free_bits = or_reduce([Mux(freed[k], Const(1, C) << lane_cell[k], 0) for k in range(L)])
+        alloc_bit = Mux(refill & can_alloc, decode(m, alloc, C, name="alloc_dec"), 0)
+        write_bit = Mux(write, decode(m, new_cell, C, name="write_dec"), 0)
+        free_bits = or_reduce([Mux(freed[k], decode(m, lane_cell[k], C, name=f"free_dec{k}"), 0) for k in range(L)])
         m.d.sync += [
             free.eq((free & ~alloc_bit) | free_bits),
             used.eq(used + write - n_freed),

@@ -23,7 +23,7 @@ Contract
   builds the head-of-line-blocking baseline (one FIFO per input).
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out, connect
 
@@ -31,6 +31,7 @@ from ..arbiter import or_reduce
 from ..credit import CreditSender, credit_link_signature
 from ..packet import DEFAULT_FLIT_WIDTH, MAX_LENGTH, MAX_PORTS, ErrorCode, flit_layout
 from .allocator import ISlipAllocator
+from .crossbar import Crossbar
 from .egress_queue import EgressQueue
 from .group_table import GroupTable, GroupWrite
 from .input_unit import InputUnit
@@ -128,21 +129,20 @@ class NVSwitch(wiring.Component):
         newly = or_reduce([alloc.accept[i] for i in range(N)])
         m.d.sync += out_busy.eq((out_busy & ~release) | newly)
 
-        # Crossbar (AND-OR one-hot multiplexer per lane; an output listens to at most one input at a
-        # time) and an output queue + credit sender per output.
+        # Crossbar (each output selects its one sending input by an encoded index, see
+        # hw.switch.crossbar) and an output queue + credit sender per output.
         S = self.speedup
+        m.submodules.xbar = xbar = Crossbar(n_in=N, n_out=N, width=flit_w, lanes=S)
+        for i, iu in enumerate(inputs):
+            m.d.comb += [xbar.in_valid[i].eq(iu.out_valid), xbar.in_dests[i].eq(iu.out_dests)]
+            m.d.comb += [xbar.in_data[i][k].eq(iu.out_flit[k].as_value()) for k in range(S)]
         space = Signal(N)
         for j in range(N):
             q = EgressQueue(width=flit_w, depth=self.egress_depth, lanes=S)
             m.submodules[f"egress{j}"] = q
-            n_in = []
-            for k in range(S):
-                hit = [iu.out_valid[k] & iu.out_dests[j] for iu in inputs]
-                w_en = Signal(name=f"xbar{j}_lane{k}_valid")
-                m.d.comb += w_en.eq(Cat(*hit).any())
-                w_data = or_reduce([Mux(h, iu.out_flit[k].as_value(), 0) for h, iu in zip(hit, inputs)])
-                m.d.comb += [q.w_valid[k].eq(w_en), q.w_data[k].eq(w_data)]
-                n_in.append(w_en)
+            n_in = [xbar.out_valid[j][k] for k in range(S)]
+            m.d.comb += [q.w_valid.eq(xbar.out_valid[j])]
+            m.d.comb += [q.w_data[k].eq(xbar.out_data[j][k]) for k in range(S)]
             # Room for S more flits after this cycle's writes (a read issued now lands next cycle).
             m.d.comb += space[j].eq(q.level + sum(n_in) + S <= self.egress_depth)
             # A new packet is only matched to an output whose queue can take all of it at full speed:

@@ -1,0 +1,171 @@
+"""Hierarchical area of a large switch point: its parts synthesized alone, each once, and summed.
+
+A flat 64-port switch is ~35 MB of Verilog; synthesizing it whole takes hours here. Synthesis teams cost
+such a design bottom-up, and so does this: one input unit, the allocator, the crossbar, one egress queue,
+one credit sender and the group table are each generated at the point's parameters and run through the
+same flow as :func:`synth.area.area_point` (yosys, OpenSTA, CACTI or flip-flops for every array), and
+
+    area = N x input unit + allocator + crossbar + N x (egress queue + credit sender) + group table.
+
+Every figure of the flat result (areas, transistors, cells, arrays) is summed the same way, so the
+report reads a hierarchical point like a flat one; ``result["hierarchical"]`` lists the parts.
+
+What it leaves out, and so the stated margin: the switch top's own glue (output-ownership register,
+egress space/admit comparators, the 16 error counters) and any optimisation across part boundaries (a
+flat synthesis may share or simplify logic between parts, e.g. constant inputs; the input unit is
+synthesized for port 0, and the others differ only in constants). :func:`validate` compares both on a
+point small enough to flatten (``VALIDATION_POINT``: 4 ports, 32 input cells): the sum of parts was
+1.98% below the flat area (181,240 vs 184,905 um^2; arrays equal, random logic 26,004 vs 29,669 um^2,
+the difference being the top's glue); ``tests/test_elab.py`` asserts it within ``HIER_MARGIN`` (5%).
+
+Critical path: the maximum over the parts, each register-to-register inside its part with its ports
+unconstrained (OpenSTA's input/output delay 0). A path that crosses parts (input-unit register ->
+crossbar -> egress array) is therefore not timed whole; the figure is a lower bound of the flat one and
+is labelled ``timing_source = "max of parts (...)"``.
+"""
+
+from contextlib import contextmanager
+
+from hw import registry
+from hw.switch.allocator import ISlipAllocator
+
+__all__ = ["HIER_MIN_PORTS", "HIER_MARGIN", "VALIDATION_POINT", "applies", "parts", "area_point", "validate"]
+
+# Switch points with at least this many ports are costed hierarchically by ``dysharp area``: 16 ports is
+# ~5 MB of Verilog, past the 3 MB the flat flow is allowed by default.
+HIER_MIN_PORTS = 16
+
+SWITCH_MODULES = ("switch", "switch_fifo")
+
+# The point on which flat and hierarchical area are compared, and the margin they must agree within.
+VALIDATION_POINT = {"ports": 4, "credits": 32}
+HIER_MARGIN = 0.05
+
+
+def applies(module: str, params: dict, min_ports: int = HIER_MIN_PORTS) -> bool:
+    """Whether ``dysharp area`` costs this point hierarchically."""
+    return module in SWITCH_MODULES and params.get("ports", 0) >= min_ports
+
+
+def _egress_depth(params: dict) -> int:
+    from hw.switch.nvswitch import NVSwitch
+    sw = NVSwitch(**params)          # the switch resolves its own default
+    sw._MustUse__silence = True       # built for its parameters only, never elaborated
+    return sw.egress_depth
+
+
+def parts(params: dict) -> list[tuple[str, str, dict, int]]:
+    """(part name, factory, parameters, count) of a switch at ``params`` (as :class:`NVSwitch` builds it)."""
+    from hw.packet import flit_layout
+    N, S = params["ports"], params["speedup"]
+    flit_w = flit_layout(params["flit_width"]).size
+    out_credits = params["out_credits"] if params["out_credits"] is not None else params["credits"]
+    return [
+        ("input", "hw.switch.input_unit:InputUnit",
+         {"port": 0, "n_ports": N, "credits": params["credits"], "flit_width": params["flit_width"],
+          "max_payload": params["max_payload"], "queueing": params["queueing"], "lanes": S}, N),
+        ("alloc", "synth.hierarchical:_Allocator", {"n_ports": N, "iterations": params["iterations"]}, 1),
+        ("xbar", "hw.switch.crossbar:Crossbar", {"n_in": N, "n_out": N, "width": flit_w, "lanes": S}, 1),
+        ("egress", "hw.switch.egress_queue:EgressQueue",
+         {"width": flit_w, "depth": _egress_depth(params), "lanes": S}, N),
+        ("credit_tx", "hw.credit:CreditSender", {"credits": out_credits, "flit_width": params["flit_width"]}, N),
+        ("groups", "hw.switch.group_table:GroupTable",
+         {"n_ports": N, "entries": params["groups"], "n_lookups": N}, 1),
+    ]
+
+
+class _Allocator(ISlipAllocator):
+    """The switch allocator with keyword-only parameters, as the registry reads them."""
+
+    def __init__(self, *, n_ports: int, iterations: int = 1):
+        super().__init__(n_ports, iterations)
+
+
+@contextmanager
+def _part_modules(module: str, plist):
+    """Register each part as a (hidden) registry module for the duration, so that it is generated,
+    cached and synthesized by exactly the flat flow's code."""
+    added = []
+    try:
+        for name, factory, prm, _ in plist:
+            key = f"{module}__part_{name}"
+            if key not in registry.MODULES:
+                registry.MODULES[key] = registry.ModuleSpec(key, factory, [prm], None, f"{module} part {name}")
+                added.append(key)
+        yield {name: f"{module}__part_{name}" for name, *_ in plist}
+    finally:
+        for key in added:
+            registry.MODULES.pop(key, None)
+
+
+_SUMMED = ("cell_count", "area_seq_um2", "area_logic_um2", "area_random_logic_um2", "arrays_um2",
+           "arrays_cacti_um2", "arrays_ff_um2", "area_um2", "area_all_ff_um2", "array_bits",
+           "transistors_logic", "transistors_all_ff", "transistors", "arrays_sram_um2", "arrays_logic_um2",
+           "verilog_mb", "seconds", "yosys_s")
+
+
+def area_point(module: str, point: dict, **kw):
+    """:class:`synth.area.AreaPoint` of a switch point, costed from its parts (see the module doc).
+    Keyword arguments are :func:`synth.area.area_point`'s; ``max_mb`` applies to each part."""
+    from . import area
+
+    spec = registry.get(module)
+    params = spec.resolve(point)
+    plist = parts(params)
+    quiet = kw.get("quiet", False)
+    if not quiet:
+        print(f"[area] {module} {point}: hierarchical ({', '.join(f'{n} x{c}' for n, _, _, c in plist)})",
+              flush=True)
+    results = []
+    with _part_modules(module, plist) as names:
+        for name, _factory, prm, count in plist:
+            ap = area.area_point(names[name], prm, **kw)
+            if ap.result is None:
+                return area.AreaPoint(module, point, params, None,
+                                      skipped=f"hierarchical part {name}: {ap.skipped}")
+            results.append((name, prm, count, ap.result))
+    total = {k: sum(count * r[k] for _, _, count, r in results) for k in _SUMMED}
+    # Synthesis time is spent once per part, not per instance.
+    for k in ("seconds", "yosys_s", "verilog_mb"):
+        total[k] = sum(r[k] for *_, r in results)
+    cells = {}
+    arrays = []
+    for name, _, count, r in results:
+        for c, n in r["cells"].items():
+            cells[c] = cells.get(c, 0) + count * n
+        for a in r["arrays"]:
+            arrays += [{**a, "name": f"{name}.{a['name']}"}] * count
+    crit = [(r["critical_path_ps"], name, r["timing_source"]) for name, _, _, r in results
+            if r["critical_path_ps"]]
+    worst = max(crit) if crit else (None, "", "none")
+    result = {
+        **total, "verilog": "hierarchical", "cells": cells, "arrays": arrays,
+        "critical_path_ps": worst[0],
+        "timing_source": f"max of parts ({worst[2]}, worst: {worst[1]})" if crit else "none",
+        "period_ps": results[0][3]["period_ps"],
+        "hierarchical": {"parts": [{"part": name, "count": count, "params": prm,
+                                    "area_um2": r["area_um2"], "critical_path_ps": r["critical_path_ps"],
+                                    "verilog_mb": r["verilog_mb"]} for name, prm, count, r in results],
+                         "omitted": "switch-top glue (ownership, space/admit, error counters); "
+                                    "cross-part optimisation; paths across parts"},
+    }
+    if not quiet:
+        print(f"[area] {module} {point}: {result['area_um2']:.0f} um^2 (sum of parts)", flush=True)
+    return area.AreaPoint(module, point, params, result)
+
+
+def validate(module: str = "switch", point: dict | None = None, **kw) -> dict:
+    """Flat and hierarchical area of one point (default ``VALIDATION_POINT``) and their relative
+    difference (hierarchical minus flat, over flat)."""
+    from . import area
+    point = point or dict(VALIDATION_POINT)
+    if applies(module, registry.get(module).resolve(point)):
+        raise ValueError(f"validate needs a point below {HIER_MIN_PORTS} ports (flat synthesis), got {point}")
+    flat = area.area_point(module, point, max_mb=0, **kw).result
+    hier = area_point(module, point, max_mb=0, **kw).result
+    out = {"point": point, "flat_um2": flat["area_um2"], "hier_um2": hier["area_um2"],
+           "rel_diff": (hier["area_um2"] - flat["area_um2"]) / flat["area_um2"],
+           "flat_logic_um2": flat["area_random_logic_um2"], "hier_logic_um2": hier["area_random_logic_um2"],
+           "flat_arrays_um2": flat["arrays_um2"], "hier_arrays_um2": hier["arrays_um2"],
+           "flat_critical_path_ps": flat["critical_path_ps"], "hier_critical_path_ps": hier["critical_path_ps"]}
+    return out
