@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +61,94 @@ def test_bench_rejects_bad_arguments(capsys):
 def test_console_script_entry():
     out = subprocess.run([sys.executable, "-m", "dysharp", "list"], capture_output=True, text=True, check=True)
     assert "switch:" in out.stdout and "ports=8" in out.stdout
+
+
+def test_help_speaks_to_users(capsys):
+    """`dysharp --help` says what dysharp is, shows typical commands and where output goes, and every
+    command's one-line help is a whole sentence (no docstring cut mid-sentence)."""
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "dysharp is an open RTL model of DySHARP" in out
+    assert "typical use:" in out and "dysharp study --quick" in out and "build/report/report.md" in out
+    assert "build/logs/" in out and "``" not in out
+    from dysharp.cli import COMMANDS
+    for name, (_, text) in COMMANDS.items():
+        assert name in out
+        assert text[0].isupper() and text.endswith("."), f"{name}: {text!r}"
+
+
+def test_study_help_lists_steps_and_scopes(capsys):
+    with pytest.raises(SystemExit):
+        main(["study", "--help"])
+    out = capsys.readouterr().out
+    for step in ("verilog", "lint", "switch", "al_tlb", "reduction", "gpu_side", "area_power", "estimate"):
+        assert step in out
+    assert "--quick" in out and "--full" in out
+
+
+def test_study_rejects_unknown_step(capsys, tmp_path):
+    assert main(["study", "--only", "nope", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown study step 'nope'" in err and "al_tlb" in err
+    assert not (tmp_path / "report.md").exists()
+
+
+def test_study_quick_and_full_exclude_each_other(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["study", "--quick", "--full"])
+    assert e.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_unknown_command_and_flag_fail(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["nope"])
+    assert e.value.code == 2 and "invalid choice: 'nope'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["study", "--fast"])
+    assert e.value.code == 2 and "unrecognized arguments: --fast" in capsys.readouterr().err
+
+
+def test_study_sends_tool_output_to_logs_and_reports_failures(tmp_path, monkeypatch, capfd):
+    """A step's prints and its subprocesses' output land in build/logs/<step>.log, not on the terminal; a
+    failing step is named with its error and log path, the others still run, timings.json lists all."""
+    import json
+    import types
+
+    from dysharp.commands import study
+
+    def noisy(args, out):
+        print("python print from the step")
+        subprocess.run([sys.executable, "-c", "import sys; print('tool stdout'); print('tool stderr', "
+                        "file=sys.stderr)"], check=True)
+        return "## noisy\n\nfine"
+
+    def broken(args, out):
+        print("about to fail")
+        raise RuntimeError("the tool crashed")
+
+    fake = types.ModuleType("fake_steps")
+    fake.noisy, fake.broken = noisy, broken
+    monkeypatch.setitem(sys.modules, "fake_steps", fake)
+    monkeypatch.setattr(study, "STEPS", [("a", "fake_steps:noisy", "noisy step"),
+                                         ("b", "fake_steps:broken", "broken step"),
+                                         ("c", "fake_steps:noisy", "noisy again")])
+    monkeypatch.chdir(tmp_path)
+    assert main(["study", "--quick", "--out", "rep"]) == 1
+    term = capfd.readouterr()
+    shown = term.out + term.err
+    assert "tool stdout" not in shown and "python print" not in shown and "tool stderr" not in shown
+    assert "[study] b: FAILED" in shown and "the tool crashed" in shown
+    assert str(Path("build/logs/b.log")) in shown
+    log_a = (tmp_path / "build/logs/a.log").read_text()
+    assert "python print from the step" in log_a and "tool stdout" in log_a and "tool stderr" in log_a
+    log_b = (tmp_path / "build/logs/b.log").read_text()
+    assert "about to fail" in log_b and "Traceback" in log_b and "RuntimeError: the tool crashed" in log_b
+    timings = json.loads((tmp_path / "rep/timings.json").read_text())
+    assert [s["step"] for s in timings["steps"]] == ["a", "b", "c"]
+    assert timings["scope"] == "quick"
+    assert [s["status"] == "ok" for s in timings["steps"]] == [True, False, True]
+    report = (tmp_path / "rep/report.md").read_text()
+    assert "## noisy" in report and "Step failed" in report and "| a " in report
