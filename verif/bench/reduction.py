@@ -27,6 +27,8 @@ from pathlib import Path
 
 import cocotb
 import numpy as np
+from tabulate import tabulate
+from tqdm import tqdm
 
 from hw.packet import Opcode
 
@@ -203,20 +205,22 @@ def run(args) -> int:
 
     report["flow"] = []
     configs = [{"entries": n} for n in entries] + [{"entries": 16, "outstanding": 1}]
-    for params in configs:
-        for lat in latencies:
-            label = "one-at-a-time" if params.get("outstanding") == 1 else f"{params['entries']} entries"
-            print(f"[bench reduction] flow: {label}, read latency {lat} ...", flush=True)
-            path = raw / f"flow_{params['entries']}_{params.get('outstanding', 0)}_{lat}.json"
-            run_cocotb("ld_reduce_unit", dict(params, rows=4096), test_module="verif.bench.reduction",
-                       testcase="bench_flow", sim=args.sim, seed=args.seed,
-                       env={"latency": lat, "fanout": args.fanout, "length": args.length,
-                            "window": args.window, "out": str(path.resolve())})
-            r = json.loads(path.read_text())
-            r.update(entries=params["entries"], outstanding=params.get("outstanding", params["entries"]))
-            report["flow"].append(r)
-            print(f"  {r['throughput_req_per_cycle']:.4f} requests/cycle, mean in use {r['mean_in_use']:.1f}, "
-                  f"mean latency {r['mean_request_latency']:.0f} cycles")
+    bar = tqdm([(p, lat) for p in configs for lat in latencies], desc="reduction flow", unit="point",
+               leave=False, dynamic_ncols=True)
+    for params, lat in bar:
+        label = "one-at-a-time" if params.get("outstanding") == 1 else f"{params['entries']} entries"
+        bar.set_postfix_str(f"{label}, latency {lat}")
+        tqdm.write(f"[bench reduction] flow: {label}, read latency {lat} ...")
+        path = raw / f"flow_{params['entries']}_{params.get('outstanding', 0)}_{lat}.json"
+        run_cocotb("ld_reduce_unit", dict(params, rows=4096), test_module="verif.bench.reduction",
+                   testcase="bench_flow", sim=args.sim, seed=args.seed,
+                   env={"latency": lat, "fanout": args.fanout, "length": args.length,
+                        "window": args.window, "out": str(path.resolve())})
+        r = json.loads(path.read_text())
+        r.update(entries=params["entries"], outstanding=params.get("outstanding", params["entries"]))
+        report["flow"].append(r)
+        tqdm.write(f"  {r['throughput_req_per_cycle']:.4f} requests/cycle, mean in use {r['mean_in_use']:.1f}, "
+                   f"mean latency {r['mean_request_latency']:.0f} cycles")
 
     zero = [r for r in report["flow"] if r["outstanding"] != 1]
     z = zero[0]["zero_load"]
@@ -232,6 +236,10 @@ def run(args) -> int:
     print(markdown(report))
     print(f"wrote {out}")
     return 0
+
+
+def _table(rows, headers) -> str:
+    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
 def markdown(report: dict) -> str:
@@ -263,13 +271,12 @@ def markdown(report: dict) -> str:
     lines.append("Requests completed per cycle, measured (and Little's law: min(line rate, entries / "
                  "zero-load request latency)):")
     lines.append("")
-    lines.append("| buffer | " + " | ".join(f"read latency {x}" for x in lats) + " |")
-    lines.append("|---|" + "---|" * len(lats))
     rows = {}
     rate = 1 / (w["fanout"] * (w["length"] + 1))
     for r in report["flow"]:
         label = "one at a time" if r["outstanding"] == 1 else f"{r['entries']} entries"
         rows.setdefault(label, {})[r["latency"]] = r
+    table = []
     for label, by_lat in rows.items():
         cells = []
         for x in lats:
@@ -279,29 +286,49 @@ def markdown(report: dict) -> str:
                 continue
             little = min(rate, r["outstanding"] / r["zero_load"]["request_to_result"])
             cells.append(f"{r['throughput_req_per_cycle']:.4f} ({little:.4f})")
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        table.append([label] + cells)
+    lines.append(_table(table, ["buffer"] + [f"read latency {x}" for x in lats]))
     lines.append("")
     lines.append("At saturation the buffer stays full (mean entries in use = entries - 0.1): requests wait in "
                  "it for the response link, so the mean request latency is entries / throughput.")
     lines.append("")
-    lines.append("| read latency | request latency at zero load | entries for line rate (Little: rate x latency) |")
-    lines.append("|---|---|---|")
+    table = []
     for x in lats:
         t = next(r["zero_load"]["request_to_result"] for r in report["flow"] if r["latency"] == x)
-        lines.append(f"| {x} | {t} | {rate * t:.1f} |")
+        table.append([str(x), str(t), f"{rate * t:.1f}"])
+    lines.append(_table(table, ["read latency", "request latency at zero load",
+                                "entries for line rate (Little: rate x latency)"]))
     lines.append("")
     lines.append("Calibration (`build/bench/reduction.json`): " +
                  ", ".join(f"`{k}` = {v}" for k, v in c.items()))
     return "\n".join(lines)
 
 
+# ``dysharp study`` scopes: arguments on top of the bench's defaults (= ``--full``, the whole sweep).
+# The full bench spends its time on the 10^6-pair ALU run (a one-time 5-minute Verilator build of the
+# 512-bit ALU, then the run) and on 18 Icarus flow runs; the default keeps every headline figure (buffer
+# absorption and latency, the throughput table at the buffer sizes that bracket line rate, the
+# one-at-a-time contrast at each latency) with fewer ALU pairs on Icarus (the unit tests check the ALU too).
+STUDY_ARGS = {
+    "quick": ["--entries", "16,64", "--latencies", "50,200", "--alu-pairs", "10000", "--alu-sim", "icarus",
+              "--window", "1000"],
+    "default": ["--entries", "16,32,64,128", "--alu-pairs", "20000", "--alu-sim", "icarus"],
+    "full": [],
+}
+FULL_ONLY = {"default": "ALU conformance on 10^6 random pairs per type (Verilator), the 256-entry row of the "
+                        "throughput table (`dysharp bench reduction` or `dysharp study --full`)"}
+
+
 def study_step(args, out_dir) -> str:
-    """``dysharp study`` step: the reduction bench (a small sweep with ``--quick``)."""
+    """``dysharp study`` step: the reduction bench in the study's scope (``STUDY_ARGS``)."""
     import argparse
+
+    from dysharp.commands.study import scope_of
+    scope = scope_of(args)
     p = argparse.ArgumentParser()
     add_arguments(p)
-    quick = ["--entries", "16,64", "--latencies", "50,200", "--alu-pairs", "10000", "--alu-sim", "icarus",
-             "--window", "1000"]
-    bargs = p.parse_args(["--out", str(Path(out_dir) / "reduction.json")] + (quick if args.quick else []))
-    run(bargs)
-    return markdown(json.loads((Path(out_dir) / "reduction.json").read_text()))
+    run(p.parse_args(["--out", str(Path(out_dir) / "reduction.json")] + STUDY_ARGS[scope]))
+    text = markdown(json.loads((Path(out_dir) / "reduction.json").read_text()))
+    if scope in FULL_ONLY:
+        text += f"\n\n*`--full` only*: {FULL_ONLY[scope]}."
+    return text
