@@ -152,3 +152,48 @@ def test_study_sends_tool_output_to_logs_and_reports_failures(tmp_path, monkeypa
     assert [s["status"] == "ok" for s in timings["steps"]] == [True, False, True]
     report = (tmp_path / "rep/report.md").read_text()
     assert "## noisy" in report and "Step failed" in report and "| a " in report
+
+
+@pytest.mark.parametrize("bench", ["al_tlb", "reduction"])
+def test_study_scopes_parse_and_full_is_the_bench(bench):
+    """Each study scope's arguments are valid bench arguments; --full is the bench's own defaults."""
+    import argparse
+    import importlib
+    mod = importlib.import_module(f"verif.bench.{bench}")
+    assert set(mod.STUDY_ARGS) == {"quick", "default", "full"} and mod.STUDY_ARGS["full"] == []
+    for scope, argv in mod.STUDY_ARGS.items():
+        p = argparse.ArgumentParser()
+        mod.add_arguments(p)
+        p.parse_args(argv)
+    assert set(mod.FULL_ONLY) == {"default"}
+
+
+def test_study_area_power_covers_the_architecture_points():
+    from synth.study_step import _grid_args, architecture_points
+    arch = architecture_points()
+    assert arch["switch"] == {"ports": 64} and arch["al_tlb"] == {"ports": 64, "entries": 1024}
+    assert {"token_tracker", "request_gen", "receive_path", "memory_manager"} <= set(arch)
+    # A module at its defaults is still one point (a single --grid), not its whole area grid.
+    argv = _grid_args("receive_path", {})
+    assert argv[:2] == ["-m", "receive_path"] and len(argv) == 3 and argv[2].startswith("--grid=receive_path.")
+
+
+def test_reduction_markdown_table_cells():
+    """The throughput table (tabulate) carries the measured value and Little's bound per cell."""
+    import re
+    from verif.bench.reduction import markdown
+    flow = [{"latency": lat, "entries": e, "outstanding": o, "throughput_req_per_cycle": t,
+             "zero_load": {"request_to_result": lat + 24}}
+            for lat, e, o, t in ((50, 16, 16, 0.0835), (800, 16, 16, 0.0195), (50, 16, 1, 0.0135),
+                                 (800, 16, 1, 0.0011))]
+    rep = {"command": "x", "workload": {"fanout": 4, "length": 2, "etype": "FP32", "op": "ADD"},
+           "buffer": {"contribution_flits": 10, "cycles": 10, "flits_per_cycle": 1.0, "ready_low_cycles": 0,
+                      "last_to_result_cycles": 7},
+           "calibration": {"reduce_last_to_result_cycles": 8, "reduce_request_overhead_cycles": 24}, "flow": flow,
+           "alu_latency_cycles": 2}
+    md = markdown(rep)
+    assert re.search(r"\| buffer +\| read latency 50 +\| read latency 800 +\|", md)
+    assert re.search(r"\| 16 entries +\| 0\.0835 \(0\.0833\) +\| 0\.0195 \(0\.0194\) +\|", md)
+    assert re.search(r"\| one at a time +\| 0\.0135 \(0\.0135\) +\| 0\.0011 \(0\.0012\) +\|", md)
+    assert re.search(r"\| 800 +\| 824 +\| 68\.7 +\|", md)
+    assert "|---" in md
