@@ -108,10 +108,16 @@ def run(args) -> int:
     t_all = time.time()
     tqdm.write(f"[study] {scope} scope ({SCOPES[scope]}): {len(steps)} step(s); tool logs in {LOG_DIR}/",
                file=terminal)
-    bar = tqdm(steps, desc="study", unit="step", file=terminal, dynamic_ncols=True)
+    # The bar advances by each step's time in the last run of this scope (so its ETA is that run's; a step
+    # it did not run counts as its median step), or by one per step when there is none.
+    last = _last_times(out / "timings.json", scope)
+    typical = sorted(last.values())[len(last) // 2] if last else 1.0
+    weights = {n: last.get(n, typical) for n, _, _ in steps}
+    bar = tqdm(total=sum(weights.values()), desc="study", file=terminal, dynamic_ncols=True,
+               bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}] {postfix}")
     try:
-        for name, target, what in bar:
-            bar.set_postfix_str(name)
+        for i, (name, target, what) in enumerate(steps):
+            bar.set_postfix_str(f"step {i + 1}/{len(steps)}: {name}")
             log = LOG_DIR / f"{name}.log"
             mod, _, fn = target.partition(":")
             t0 = time.time()
@@ -129,6 +135,7 @@ def run(args) -> int:
             timings.append({"step": name, "what": what, "seconds": round(dt, 1), "status": status,
                             "log": str(log)})
             sections.append(section)
+            bar.update(weights[name])
             if status == "ok":
                 tqdm.write(f"[study] {name}: done in {_hms(dt)} (log: {log})", file=terminal)
             else:
@@ -158,6 +165,17 @@ def run(args) -> int:
                    file=terminal)
     terminal.close()
     return 1 if failed else 0
+
+
+def _last_times(path: Path, scope: str) -> dict:
+    """{step: seconds} of the last run of ``scope`` recorded in ``path`` (empty when there is none)."""
+    try:
+        doc = json.loads(path.read_text())
+        if doc.get("scope") != scope:
+            return {}
+        return {t["step"]: max(float(t["seconds"]), 1.0) for t in doc["steps"] if t["status"] == "ok"}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
 
 
 def _hms(seconds: float) -> str:
