@@ -197,3 +197,13 @@ def test_reduction_markdown_table_cells():
     assert re.search(r"\| one at a time +\| 0\.0135 \(0\.0135\) +\| 0\.0011 \(0\.0012\) +\|", md)
     assert re.search(r"\| 800 +\| 824 +\| 68\.7 +\|", md)
     assert "|---" in md
+
+
+def test_reduction_bench_rejects_bad_points(capsys, tmp_path):
+    out = str(tmp_path / "r.json")
+    assert main(["bench", "reduction", "--points", "16@x", "--out", out]) == 2
+    assert "--points expects ENTRIES@LATENCY items such as 16@50, got '16@x'" in capsys.readouterr().err
+    assert main(["bench", "reduction", "--points", "3@50", "--out", out]) == 2
+    assert "entries must be an integer in 16..512" in capsys.readouterr().err
+    assert main(["bench", "reduction", "--points", "16@50", "--buffer-requests", "1", "--out", out]) == 2
+    assert "--buffer-requests must be at least 2" in capsys.readouterr().err
