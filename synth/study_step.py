@@ -42,7 +42,7 @@ def area_power_step(args, out: Path) -> str:
     from dysharp.commands import power as power_cmd
     from dysharp.commands.study import scope_of
 
-    from . import report, workloads
+    from . import report, scaling, workloads
 
     scope = scope_of(args)
     modules = sorted(registry.MODULES)
@@ -60,7 +60,11 @@ def area_power_step(args, out: Path) -> str:
         area_argv, power_argv = ["--max-mb", "0.5"], ["--cycles", "300", "--warmup", "100"]
         area_argv += [x for m in small[:QUICK_AREA] for x in _grid_args(m, first[m])]
         powered = next((m for m in small if workloads.get(m)), small[0])
-        power_argv += ["-m", powered] + [f"--set={powered}.{k}={v}" for k, v in first[powered].items()]
+        # `dysharp power` starts from the architecture point (e.g. 64 ports): pin those parameters too.
+        spec = registry.get(powered)
+        point = {k: spec.params()[k] for k in scaling.architecture_point(powered) or {}}
+        point.update(first[powered])
+        power_argv += ["-m", powered] + [f"--set={powered}.{k}={v}" for k, v in point.items()]
     elif scope == "default":
         arch = architecture_points()
         area_argv = [x for m, pt in arch.items() for x in _grid_args(m, pt)]
