@@ -18,6 +18,10 @@ from . import scaling, tools
 
 __all__ = ["write_reports", "overhead", "AREA_JSON", "POWER_JSON"]
 
+# False: the overhead table uses only the area points at hand and marks the others, instead of
+# synthesizing every block at its architecture point (``dysharp study --quick`` sets it).
+SYNTHESIZE_MISSING = True
+
 AREA_JSON = Path("build/synth/area.json")
 POWER_JSON = Path("build/synth/power.json")
 
@@ -80,11 +84,20 @@ def overhead(area_points: list[dict], power: list | None) -> dict:
         logic = sram = transistors = pw = pw_gated = 0.0
         pw_known = True
         points, notes = [], []
+        found = {}
         for m in r["modules"]:
             point = r.get("points", {}).get(m, {})
             spec = registry.get(m)
-            res = next((a["result"] for a in area_points if a["module"] == m and a["result"]
-                        and spec.resolve(a["point"]) == spec.resolve(point)), None)
+            found[m] = next((a["result"] for a in area_points if a["module"] == m and a["result"]
+                             and spec.resolve(a["point"]) == spec.resolve(point)), None)
+        if not SYNTHESIZE_MISSING and None in found.values():
+            rows.append({"role": r["role"], "side": r["side"], "modules": "+".join(r["modules"]),
+                         "status": "not synthesized",
+                         "note": "not synthesized in this run (`dysharp area` at the architecture point)"})
+            continue
+        for m in r["modules"]:
+            point = r.get("points", {}).get(m, {})
+            res = found[m]
             if res is None:
                 res = area_point(m, point, quiet=True).result
             off = [a for a in res["arrays"] if a["name"].split(".")[-1] in r.get("off_chip", ())]
@@ -407,7 +420,7 @@ def _markdown(area_points, arrays, power, crosscheck, ov, plots, commands) -> st
         rows = []
         for r in ov["rows"]:
             if r["status"] != "registered":
-                rows.append([r["role"], r["side"], "not registered", "", "", "", "", "", r.get("note", "")])
+                rows.append([r["role"], r["side"], r["status"], "", "", "", "", "", r.get("note", "")])
             else:
                 pw = "-" if r["power_mw_n5"] is None else f"{r['power_mw_n5']:.2f} / {r['power_gated_mw_n5']:.2f}"
                 rows.append([r["role"], r["side"], r["point"], str(r["instances"]), f"{r['logic_mm2_n5']:.4f}",
@@ -415,7 +428,11 @@ def _markdown(area_points, arrays, power, crosscheck, ov, plots, commands) -> st
         L.append(_table(rows, ["block", "side", "module at point", "instances", "logic mm^2", "SRAM mm^2",
                                "area mm^2 (N5)", "transistors", "power mW (N5), no gating / gated"]))
         L.append("")
-        if not any(r["status"] == "registered" and r["side"] == "switch" for r in ov["rows"]):
+        skipped = [r["modules"] for r in ov["rows"] if r["status"] == "not synthesized"]
+        if skipped:
+            L.append(f"Totals: not computed in this run: {', '.join(skipped)} not synthesized at the "
+                     "architecture point (`dysharp study` or `dysharp area` synthesizes them).")
+        elif not any(r["status"] == "registered" and r["side"] == "switch" for r in ov["rows"]):
             L.append("Switch-side total: not available: none of the DySHARP switch blocks is registered in "
                      "`hw/registry.py` yet (re-run `dysharp area` and `dysharp power` once they are). "
                      f"Modules registered: {', '.join(ov['registered'])}.")

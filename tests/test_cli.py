@@ -207,3 +207,19 @@ def test_reduction_bench_rejects_bad_points(capsys, tmp_path):
     assert "entries must be an integer in 16..512" in capsys.readouterr().err
     assert main(["bench", "reduction", "--points", "16@50", "--buffer-requests", "1", "--out", out]) == 2
     assert "--buffer-requests must be at least 2" in capsys.readouterr().err
+
+
+def test_quick_overhead_table_does_not_synthesize(monkeypatch):
+    """With SYNTHESIZE_MISSING off (study --quick), blocks without an area point at hand are marked, not
+    synthesized at their architecture point."""
+    from synth import area, report
+
+    def no_synthesis(*a, **k):
+        raise AssertionError("synthesized an architecture point")
+    monkeypatch.setattr(area, "area_point", no_synthesis)
+    monkeypatch.setattr(report, "SYNTHESIZE_MISSING", False)
+    ov = report.overhead([], None)
+    status = {r["modules"]: r["status"] for r in ov["rows"]}
+    assert status["al_tlb"] == "not synthesized" and status["token_tracker"] == "not synthesized"
+    md = report._markdown([], [], [], None, ov, [], [])
+    assert "Totals: not computed in this run" in md and "not synthesized" in md
