@@ -16,11 +16,10 @@ def md_table(rows, headers) -> str:
 
 
 def study_points(args) -> list[tuple[str, dict]]:
-    """Every module's standard points (the 64-port switch included); ``--quick``: those up to 16 ports."""
-    points = [(n, p) for n in sorted(registry.MODULES) for p in registry.get(n).points]
+    """Every module's standard points (the 64-port switch included); ``--quick``: each module's first."""
     if getattr(args, "quick", False):
-        points = [(n, p) for n, p in points if p.get("ports", 8) <= 16]
-    return points
+        return [(n, registry.get(n).points[0]) for n in sorted(registry.MODULES)]
+    return [(n, p) for n in sorted(registry.MODULES) for p in registry.get(n).points]
 
 
 def verilog_step(args, out: Path) -> str:
