@@ -1,22 +1,50 @@
 """The ``dysharp`` command line. Each subcommand lives in ``dysharp/commands/<name>.py`` and is
-registered here with one line; it provides ``add_arguments(parser)`` and ``run(args) -> int``."""
+registered in ``COMMANDS`` with one line; it provides ``add_arguments(parser)`` and ``run(args) -> int``."""
 
 import argparse
 import importlib
 import sys
 
-# name -> (module, one-line help)
+# name -> (module, one-line help shown in `dysharp --help` and at the top of `dysharp NAME --help`)
 COMMANDS = {
-    "list": ("dysharp.commands.modules", "list the registered hardware modules and their parameters"),
-    "verilog": ("dysharp.commands.verilog", "write Verilog for the registered hardware modules"),
-    "lint": ("dysharp.commands.lint", "run verilator --lint-only over the generated Verilog"),
-    "bench": ("dysharp.commands.bench", "run an RTL benchmark and write its figures under build/"),
-    "efficiency": ("dysharp.commands.efficiency", "payload efficiency: dynamic vs explicit addressing"),
-    "study": ("dysharp.commands.study", "run the main study end to end and write its report"),
-    "estimate": ("dysharp.commands.estimate", "MoE layer-time estimate: DySHARP against the baselines"),
-    "area": ("dysharp.commands.area", "synthesize modules over their area grid (yosys, Nangate45, CACTI)"),
-    "power": ("dysharp.commands.power", "activity-based power of modules under their workloads"),
+    "study": ("dysharp.commands.study",
+              "Run the whole study (Verilog, lint, benchmarks, area and power, speedup estimate) and write "
+              "its report to build/report/report.md."),
+    "list": ("dysharp.commands.modules", "List the hardware modules, their parameters and standard points."),
+    "verilog": ("dysharp.commands.verilog", "Write the Verilog of the hardware modules to build/verilog/."),
+    "lint": ("dysharp.commands.lint", "Check the generated Verilog with verilator --lint-only -Wall."),
+    "bench": ("dysharp.commands.bench",
+              "Measure one hardware block in simulation (switch, AL-TLB, reduction, GPU side) and write its "
+              "figures to build/bench/."),
+    "estimate": ("dysharp.commands.estimate",
+                 "Estimate an MoE layer's time with DySHARP against DeepEP, NVLS and other baselines."),
+    "area": ("dysharp.commands.area",
+             "Synthesize modules to Nangate45 gates (yosys, CACTI) and report their area in synth_reports/."),
+    "power": ("dysharp.commands.power",
+              "Estimate modules' power from simulated switching activity and report it in synth_reports/."),
+    "efficiency": ("dysharp.commands.efficiency",
+                   "Print the packet format's payload efficiency: dynamic against explicit addressing."),
 }
+
+DESCRIPTION = """\
+dysharp is an open RTL model of DySHARP: dynamic in-switch multicast and reduction in an NVSwitch,
+plus token-centric fusion of the MoE dispatch-compute-combine pipeline. It generates the hardware's
+Verilog, simulates and measures it, estimates its area and power, and turns the measured figures into
+an end-to-end MoE speedup estimate."""
+
+EPILOG = """\
+typical use:
+  dysharp study --quick        smoke run of the whole study (a few minutes)
+  dysharp study                the study at the architecture points (report: build/report/report.md)
+  dysharp study --full         the exhaustive grids (hours)
+  dysharp list                 which modules exist and their parameters
+  dysharp verilog -m switch --set ports=16
+  dysharp bench al_tlb         one benchmark; figures in build/bench/al_tlb.json
+  dysharp estimate --model deepseek-v3 --system gh200-nvl32
+
+output: Verilog in build/verilog/, benchmark JSON in build/bench/, area and power in synth_reports/,
+the study report and its step times in build/report/, tool logs of study steps in build/logs/.
+Run 'dysharp COMMAND --help' for a command's options."""
 
 
 class UsageError(Exception):
@@ -24,8 +52,9 @@ class UsageError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dysharp", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser = argparse.ArgumentParser(prog="dysharp", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     sub.required = True
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)

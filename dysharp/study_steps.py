@@ -2,35 +2,44 @@
 
 import argparse
 import json
-import shutil
 from pathlib import Path
+
+from tabulate import tabulate
+from tqdm import tqdm
 
 from hw import registry
 
 
+def md_table(rows, headers) -> str:
+    """A GitHub Markdown table; cells are written as given (no re-formatting of numbers)."""
+    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def study_points(args) -> list[tuple[str, dict]]:
+    """Every module's standard points (the 64-port switch included); ``--quick``: each module's first."""
+    if getattr(args, "quick", False):
+        return [(n, registry.get(n).points[0]) for n in sorted(registry.MODULES)]
+    return [(n, p) for n in sorted(registry.MODULES) for p in registry.get(n).points]
+
+
 def verilog_step(args, out: Path) -> str:
     from dysharp.commands.verilog import generate
-    points = [(n, p) for n in sorted(registry.MODULES) for p in registry.get(n).points]
-    if args.quick:
-        points = [(n, p) for n, p in points if p.get("ports", 8) <= 16]
+    points = study_points(args)
     paths = generate(points, "build/verilog", quiet=True)
-    rows = [f"| {n} | {p} | `{path}` | {path.stat().st_size / 1e6:.2f} |" for (n, p), path in zip(points, paths)]
-    return ("## Verilog\n\n| module | parameters | file | MB |\n|---|---|---|---|\n" + "\n".join(rows))
+    rows = [[n, str(p), f"`{path}`", f"{path.stat().st_size / 1e6:.2f}"] for (n, p), path in zip(points, paths)]
+    return "## Verilog\n\n" + md_table(rows, ["module", "parameters", "file", "MB"])
 
 
 def lint_step(args, out: Path) -> str:
     from dysharp.commands.lint import lint_file
-    points = [(n, p) for n in sorted(registry.MODULES) for p in registry.get(n).points]
-    if args.quick:
-        points = [(n, p) for n, p in points if p.get("ports", 8) <= 16]
     rows = []
-    for n, p in points:
+    for n, p in tqdm(study_points(args), desc="lint", unit="file", leave=False, dynamic_ncols=True):
         path = registry.generate_verilog(n, p, "build/verilog")
         waived, problems = lint_file(path, n)
-        rows.append(f"| {n} | {p} | {'clean' if not problems else f'{len(problems)} warnings'} | "
-                    f"{', '.join(f'{k} {v}' for k, v in sorted(waived.items()))} |")
-    return ("## Lint (`verilator --lint-only -Wall`)\n\n| module | parameters | result | waived categories |\n"
-            "|---|---|---|---|\n" + "\n".join(rows))
+        rows.append([n, str(p), "clean" if not problems else f"{len(problems)} warnings",
+                     ", ".join(f"{k} {v}" for k, v in sorted(waived.items()))])
+    return ("## Lint (`verilator --lint-only -Wall`)\n\n" +
+            md_table(rows, ["module", "parameters", "result", "waived categories"]))
 
 
 def switch_bench_step(args, out: Path) -> str:

@@ -102,9 +102,11 @@ def markdown(report: dict) -> str:
         lines += [f"Full sweep: {s['models']} models x {len(s['systems'])} systems x {s['schemes']} schemes at "
                   f"{s['tokens_per_gpu']} tokens/GPU ({s['estimates']} estimates, {s['jobs']} processes): "
                   f"**{s['wall_s']:.1f} s wall**, {s['cpu_s']:.1f} s CPU.", ""]
-    lines += ["| varied | GPUs | tokens/GPU | wall s | CPU s |", "|---|---|---|---|---|"]
-    for g in report["growth"]:
-        lines.append(f"| {g['vary']} | {g['gpus']} | {g['tokens_per_gpu']} | {g['wall_s']:.2f} | {g['cpu_s']:.2f} |")
+    from tabulate import tabulate
+    lines.append(tabulate([[g["vary"], str(g["gpus"]), str(g["tokens_per_gpu"]), f"{g['wall_s']:.2f}",
+                            f"{g['cpu_s']:.2f}"] for g in report["growth"]],
+                          headers=["varied", "GPUs", "tokens/GPU", "wall s", "CPU s"], tablefmt="github",
+                          disable_numparse=True))
     return "\n".join(lines)
 
 

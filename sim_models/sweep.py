@@ -204,17 +204,17 @@ def plot_sensitivity(rows: list[dict], path: Path, baselines=("deepep", "comet",
 
 def markdown_table(rows: list[dict], baselines=BASELINES) -> str:
     """Models x systems: DySHARP's speedup over each baseline."""
-    head = "| model | system | GPUs | D | " + " | ".join(f"vs {b}" for b in baselines) + " | DySHARP us |"
-    sep = "|---|---|---|---|" + "---|" * len(baselines) + "---|"
-    lines = [head, sep]
+    from tabulate import tabulate
+    table = []
     keys = list(dict.fromkeys((r["model"], r["system"]) for r in rows))
     for m, s in keys:
         rs = {r["scheme"]: r for r in rows if r["model"] == m and r["system"] == s}
         any_r = rs[FULL]
-        lines.append(f"| {m} | {s} | {any_r['gpus']} | {any_r['measured_d']:.2f} | "
-                     + " | ".join(f"{rs[b]['dysharp_speedup']:.2f}" if b in rs else "-" for b in baselines)
-                     + f" | {any_r['total_us']:.0f} |")
-    return "\n".join(lines)
+        table.append([m, s, str(any_r["gpus"]), f"{any_r['measured_d']:.2f}"]
+                     + [f"{rs[b]['dysharp_speedup']:.2f}" if b in rs else "-" for b in baselines]
+                     + [f"{any_r['total_us']:.0f}"])
+    return tabulate(table, headers=["model", "system", "GPUs", "D"] + [f"vs {b}" for b in baselines] +
+                    ["DySHARP us"], tablefmt="github", disable_numparse=True)
 
 
 def run_sweep(out_dir="build/estimate", model="deepseek-v3", params: Params = Params(), cal=None,

@@ -10,11 +10,17 @@ import csv
 import json
 from pathlib import Path
 
+from tabulate import tabulate
+
 from hw import registry
 
 from . import scaling, tools
 
 __all__ = ["write_reports", "overhead", "AREA_JSON", "POWER_JSON"]
+
+# False: the overhead table uses only the area points at hand and marks the others, instead of
+# synthesizing every block at its architecture point (``dysharp study --quick`` sets it).
+SYNTHESIZE_MISSING = True
 
 AREA_JSON = Path("build/synth/area.json")
 POWER_JSON = Path("build/synth/power.json")
@@ -26,6 +32,10 @@ def _load(path: Path):
 
 def _fmt(x, spec=",.0f"):
     return "-" if x is None else format(x, spec)
+
+
+def _table(rows, headers) -> str:
+    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
 def _pt(point: dict) -> str:
@@ -74,11 +84,20 @@ def overhead(area_points: list[dict], power: list | None) -> dict:
         logic = sram = transistors = pw = pw_gated = 0.0
         pw_known = True
         points, notes = [], []
+        found = {}
         for m in r["modules"]:
             point = r.get("points", {}).get(m, {})
             spec = registry.get(m)
-            res = next((a["result"] for a in area_points if a["module"] == m and a["result"]
-                        and spec.resolve(a["point"]) == spec.resolve(point)), None)
+            found[m] = next((a["result"] for a in area_points if a["module"] == m and a["result"]
+                             and spec.resolve(a["point"]) == spec.resolve(point)), None)
+        if not SYNTHESIZE_MISSING and None in found.values():
+            rows.append({"role": r["role"], "side": r["side"], "modules": "+".join(r["modules"]),
+                         "status": "not synthesized",
+                         "note": "not synthesized in this run (`dysharp area` at the architecture point)"})
+            continue
+        for m in r["modules"]:
+            point = r.get("points", {}).get(m, {})
+            res = found[m]
             if res is None:
                 res = area_point(m, point, quiet=True).result
             off = [a for a in res["arrays"] if a["name"].split(".")[-1] in r.get("off_chip", ())]
@@ -320,18 +339,19 @@ def _markdown(area_points, arrays, power, crosscheck, ov, plots, commands) -> st
           "Logic = cells from synthesis with every array as a black box; arrays counted at the smaller of "
           "CACTI's SRAM macro and a flip-flop array; *all flip-flops* is the upper bound (arrays "
           "synthesized as flip-flops). Critical path: OpenSTA, register to register incl. clock-to-Q and "
-          "setup.", "",
-          "| module | point | total um^2 | sequential | logic | arrays | all flip-flops | cells | "
-          "transistors (logic) | critical path ps | flow time s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+          "setup.", ""]
+    rows = []
     for a in area_points:
         r = a["result"]
         if not r:
-            L.append(f"| {a['module']} | {_pt(a['point'])} | skipped: {a['skipped']} |||||||| ")
+            rows.append([a["module"], _pt(a["point"]), f"skipped: {a['skipped']}"] + [""] * 8)
             continue
-        L.append(f"| {a['module']} | {_pt(a['point'])} | {_fmt(r['area_um2'])} | {_fmt(r['area_seq_um2'])} | "
-                 f"{_fmt(r['area_logic_um2'])} | {_fmt(r['arrays_um2'])} | {_fmt(r['area_all_ff_um2'])} | "
-                 f"{_fmt(r['cell_count'])} | {_fmt(r['transistors_logic'])} | {_fmt(r['critical_path_ps'])} | "
-                 f"{_fmt(r['seconds'])} |")
+        rows.append([a["module"], _pt(a["point"]), _fmt(r["area_um2"]), _fmt(r["area_seq_um2"]),
+                     _fmt(r["area_logic_um2"]), _fmt(r["arrays_um2"]), _fmt(r["area_all_ff_um2"]),
+                     _fmt(r["cell_count"]), _fmt(r["transistors_logic"]), _fmt(r["critical_path_ps"]),
+                     _fmt(r["seconds"])])
+    L.append(_table(rows, ["module", "point", "total um^2", "sequential", "logic", "arrays", "all flip-flops",
+                           "cells", "transistors (logic)", "critical path ps", "flow time s"]))
     geoms = {}
     for x in arrays:
         geoms.setdefault(x["geometry"], x)
@@ -340,28 +360,29 @@ def _markdown(area_points, arrays, power, crosscheck, ov, plots, commands) -> st
               "RAM geometry: rows x bits, read ports r / of them synchronous s, write ports w. CAM macro "
               "geometry: cam<entries>x<key bits>+<value bits>, costed as CACTI's fully associative array "
               "(2 search ports, 1 write port) plus its control logic synthesized (`synth/macros.py`).", "",
-              "| geometry | flip-flops um^2 | CACTI um^2 | control logic um^2 | CACTI access ns | counted as | "
-              "CACTI note |", "|---|---|---|---|---|---|---|"]
-        for g, x in sorted(geoms.items()):
-            L.append(f"| {g} | {_fmt(x['ff_um2'])} | {_fmt(x['cacti_um2'])} | {_fmt(x['control_um2'])} | "
-                     f"{_fmt(x['cacti_access_ns'], '.2f')} | {x['chosen']} | {x['cacti_note'] or ''} |")
+              _table([[g, _fmt(x["ff_um2"]), _fmt(x["cacti_um2"]), _fmt(x["control_um2"]),
+                       _fmt(x["cacti_access_ns"], ".2f"), x["chosen"], x["cacti_note"] or ""]
+                      for g, x in sorted(geoms.items())],
+                     ["geometry", "flip-flops um^2", "CACTI um^2", "control logic um^2", "CACTI access ns",
+                      "counted as", "CACTI note"])]
     pw = [p for p in power if "no_gating" in p]
     if pw:
         L += ["", "### Power", "",
               "Activity from the named workload's VCD (registers and ports measured, other nets propagated); "
               "*clock gated* assumes ideal register-level clock gating (a register's clock runs only in "
               "cycles in which it changes); *no gating* is what this RTL synthesizes to. Clock tree not "
-              "included.", "",
-              "| module | point | clock gating | total mW | internal | switching | leakage | clock pins | arrays | "
-              "pJ / dispatched flit | pJ / reduced flit |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "included.", ""]
+        rows = []
         for p in pw:
             for g in ("no_gating", "clock_gated"):
                 c = p[g]["cells"]
-                L.append(f"| {p['module']} | {_pt(p['point'])} | {'none' if g == 'no_gating' else 'ideal'} | "
-                         f"{p[g]['total_mw']:.2f} | {c['internal_mw']:.2f} | {c['switching_mw']:.2f} | "
-                         f"{p[g]['leakage_mw']:.3f} | {c['clock_pin_mw']:.2f} | {p[g]['arrays_mw']:.2f} | "
-                         f"{_fmt(p[g].get('pj_per_dispatched_flit'), '.1f')} | "
-                         f"{_fmt(p[g].get('pj_per_reduced_flit'), '.1f')} |")
+                rows.append([p["module"], _pt(p["point"]), "none" if g == "no_gating" else "ideal",
+                             f"{p[g]['total_mw']:.2f}", f"{c['internal_mw']:.2f}", f"{c['switching_mw']:.2f}",
+                             f"{p[g]['leakage_mw']:.3f}", f"{c['clock_pin_mw']:.2f}", f"{p[g]['arrays_mw']:.2f}",
+                             _fmt(p[g].get("pj_per_dispatched_flit"), ".1f"),
+                             _fmt(p[g].get("pj_per_reduced_flit"), ".1f")])
+        L.append(_table(rows, ["module", "point", "clock gating", "total mW", "internal", "switching", "leakage",
+                               "clock pins", "arrays", "pJ / dispatched flit", "pJ / reduced flit"]))
         L.append("")
         for p in pw:
             L.append(f"- {p['module']} {_pt(p['point'])} at {p['freq_ghz']} GHz: activity from "
@@ -395,19 +416,23 @@ def _markdown(area_points, arrays, power, crosscheck, ov, plots, commands) -> st
               f"flip-flop arrays as logic), power x{scaling.ENERGY} (45->7 nm energy; no N7->N5 step). "
               f"NVSwitch: {scaling.NVSWITCH['source']}: {scaling.NVSWITCH['area_mm2']:.0f} mm^2. Each block at "
               f"its architecture point (`synth/scaling.py`, justified below); power from `dysharp power` at "
-              f"1.5625 GHz, no clock gating / ideal clock gating.", "",
-              "| block | side | module at point | instances | logic mm^2 | SRAM mm^2 | area mm^2 (N5) | "
-              "transistors | power mW (N5), no gating / gated |", "|---|---|---|---|---|---|---|---|---|"]
+              f"1.5625 GHz, no clock gating / ideal clock gating.", ""]
+        rows = []
         for r in ov["rows"]:
             if r["status"] != "registered":
-                L.append(f"| {r['role']} | {r['side']} | not registered | | | | | | {r.get('note', '')} |")
+                rows.append([r["role"], r["side"], r["status"], "", "", "", "", "", r.get("note", "")])
             else:
                 pw = "-" if r["power_mw_n5"] is None else f"{r['power_mw_n5']:.2f} / {r['power_gated_mw_n5']:.2f}"
-                L.append(f"| {r['role']} | {r['side']} | {r['point']} | {r['instances']} | "
-                         f"{r['logic_mm2_n5']:.4f} | {r['sram_mm2_n5']:.4f} | {r['area_mm2_n5']:.4f} | "
-                         f"{r['transistors']:.3g} | {pw} |")
+                rows.append([r["role"], r["side"], r["point"], str(r["instances"]), f"{r['logic_mm2_n5']:.4f}",
+                             f"{r['sram_mm2_n5']:.4f}", f"{r['area_mm2_n5']:.4f}", f"{r['transistors']:.3g}", pw])
+        L.append(_table(rows, ["block", "side", "module at point", "instances", "logic mm^2", "SRAM mm^2",
+                               "area mm^2 (N5)", "transistors", "power mW (N5), no gating / gated"]))
         L.append("")
-        if not any(r["status"] == "registered" and r["side"] == "switch" for r in ov["rows"]):
+        skipped = [r["modules"] for r in ov["rows"] if r["status"] == "not synthesized"]
+        if skipped:
+            L.append(f"Totals: not computed in this run: {', '.join(skipped)} not synthesized at the "
+                     "architecture point (`dysharp study` or `dysharp area` synthesizes them).")
+        elif not any(r["status"] == "registered" and r["side"] == "switch" for r in ov["rows"]):
             L.append("Switch-side total: not available: none of the DySHARP switch blocks is registered in "
                      "`hw/registry.py` yet (re-run `dysharp area` and `dysharp power` once they are). "
                      f"Modules registered: {', '.join(ov['registered'])}.")

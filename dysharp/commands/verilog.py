@@ -2,6 +2,8 @@
 
 import time
 
+from tqdm import tqdm
+
 from hw import registry
 
 from .selection import add_selection_arguments, selected_points
@@ -14,12 +16,16 @@ def add_arguments(p) -> None:
 
 
 def generate(points, out, force=False, quiet=False):
+    """Write (or reuse) the Verilog of each (module, parameters) point; a progress bar on stderr, and with
+    ``quiet=False`` one line per file. Returns the paths."""
     paths = []
-    for name, params in points:
+    bar = tqdm(points, desc="verilog", unit="file", leave=False, dynamic_ncols=True)
+    for name, params in bar:
+        bar.set_postfix_str(" ".join([name] + [f"{k}={v}" for k, v in params.items()]))
         t0 = time.time()
         path = registry.generate_verilog(name, params, out, cache=not force)
         if not quiet:
-            print(f"{path}  ({path.stat().st_size / 1e6:.2f} MB, {time.time() - t0:.1f} s)", flush=True)
+            tqdm.write(f"{path}  ({path.stat().st_size / 1e6:.2f} MB, {time.time() - t0:.1f} s)")
         paths.append(path)
     return paths
 

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 
 import cocotb
+from tabulate import tabulate
+from tqdm import tqdm
 
 from hw.packet import ErrorCode
 
@@ -203,13 +205,16 @@ def _yosys_cells(vpath: Path, top: str, stat_path: Path) -> dict:
 
 
 def hit_rate_sweep(gpus, entries, *, tokens, tile, interleaves, sample_ports, latency, seed=1,
-                   log=print) -> list:
+                   log=tqdm.write) -> list:
     from verif.harness.moe_traffic import PAYLOAD_BYTES, dispatch_trace
     from verif.models.tlb_hit_rate import port_hit_rate
     spacing = 1 + PAYLOAD_BYTES // 16          # one 256-B packet on the egress link: header + 16 flits
     rows = []
+    bar = tqdm(total=len(gpus) * len(interleaves) * len(entries), desc="al_tlb hit rate", unit="point",
+               leave=False, dynamic_ncols=True)
     for g in gpus:
         for inter in interleaves:
+            bar.set_postfix_str(f"G={g} {inter} order")
             trace = dispatch_trace("deepseek-v3", gpus=g, tokens=tokens, tile=tile, interleave=inter,
                                    seed=seed)
             ports = sorted({(k * g) // sample_ports for k in range(sample_ports)})
@@ -230,6 +235,8 @@ def hit_rate_sweep(gpus, entries, *, tokens, tile, interleaves, sample_ports, la
                 log(f"  G={g} {inter:5s} entries {e:5d}: hit rate {row['hit_rate']:.3f}, "
                     f"coalesced {tot['coalesced'] / tot['translations']:.3f}, backing reads/translation "
                     f"{row['backing_reads_per_translation']:.3f} ({time.time() - t0:.1f} s)")
+                bar.update()
+    bar.close()
     return rows
 
 
@@ -313,14 +320,14 @@ def run(args) -> int:
     if synth:
         tp = registry.get("al_tlb").params()
         kw = tlb_key_fields(tp["ports"], tp["groups"])[2]
-        for e in synth:
+        for e in tqdm(synth, desc="al_tlb CAM synthesis", unit="size", leave=False, dynamic_ncols=True):
             t0 = time.time()
             v = registry.generate_verilog("cam", {"entries": e, "key_width": kw, "value_width": 48})
             r = _yosys_cells(v, "cam", out.parent / f"cam_stat_{e}.txt")
             r.update({"entries": e, "key_width": kw, "value_width": 48, "wall_s": time.time() - t0})
             report["synthesis"].append(r)
-            print(f"  CAM {e:5d} x ({kw}+48) bits: {r['cells']} cells, {r['flip_flops']} flip-flops "
-                  f"({r['wall_s']:.0f} s)", flush=True)
+            tqdm.write(f"  CAM {e:5d} x ({kw}+48) bits: {r['cells']} cells, {r['flip_flops']} flip-flops "
+                       f"({r['wall_s']:.0f} s)")
 
     penalty = {x["backing_latency"]: x["penalty"] for x in rtl["miss"]}
     def rate(g):
@@ -343,6 +350,10 @@ def run(args) -> int:
     return 0
 
 
+def _table(rows, headers) -> str:
+    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+
+
 def markdown(report: dict) -> str:
     rtl = report["rtl"]
     cal = report["calibration"]
@@ -352,54 +363,66 @@ def markdown(report: dict) -> str:
              f"hit latency **{rtl['hit_latency_cycles']} cycles**, **{rtl['translations_per_cycle']:.3f} "
              f"translations/cycle** (back-to-back hits), miss penalty = backing latency + "
              f"{rtl['miss'][0]['penalty'] - rtl['miss'][0]['backing_latency']} cycles.", "",
-             "| backing latency (cycles) | miss latency | miss penalty |", "|---|---|---|"]
-    for x in rtl["miss"]:
-        lines.append(f"| {x['backing_latency']} | {x['miss_latency']} | {x['penalty']} |")
+             _table([[str(x["backing_latency"]), str(x["miss_latency"]), str(x["penalty"])] for x in rtl["miss"]],
+                    ["backing latency (cycles)", "miss latency", "miss penalty"])]
     h = rtl["hit_under_miss"]
     lines += ["", f"Hit-under-miss: with a miss outstanding (backing latency {h['backing_latency']}), "
                   f"{h['hits_answered_before_miss']} of the {h['hits_sent_after_miss']} hits sent after it "
                   f"were answered before it.", "",
               "Cross-check of the fast hit-rate model against the RTL (same trace, the RTL's acceptance "
-              "cycles):", "", "| trace | translations | RTL hits/misses/coalesced | model | match |",
-              "|---|---|---|---|---|"]
+              "cycles):", ""]
+    xrows = []
     for c in rtl["crosscheck"]:
         r, m = c["rtl"], c["model"]
-        lines.append(f"| {c['trace']} | {c['translations']} | {r['hits']}/{r['misses']}/{r['coalesced']} | "
-                     f"{m['hits']}/{m['misses']}/{m['coalesced']} | {'yes' if c['match'] else 'NO'} |")
+        xrows.append([c["trace"], str(c["translations"]), f"{r['hits']}/{r['misses']}/{r['coalesced']}",
+                      f"{m['hits']}/{m['misses']}/{m['coalesced']}", "yes" if c["match"] else "NO"])
+    lines.append(_table(xrows, ["trace", "translations", "RTL hits/misses/coalesced", "model", "match"]))
     rows = report["hit_rate"]
     if rows:
         ents = sorted({r["entries"] for r in rows})
         lines += ["", f"Hit rate against CAM entries, DeepSeek-V3 dispatch (256 experts, top-8, "
                       f"{rows[0]['tokens_per_gpu']} tokens per GPU, {rows[0]['tile']}-token tiles, "
                       f"{rows[0]['packets_per_row']} packets per row), one AL-TLB per egress port, backing "
-                      f"latency {cal['tlb_backing_latency_cycles']} cycles:", "",
-                  "| GPUs | dispatch order | " + " | ".join(f"{e}" for e in ents) + " |",
-                  "|---|---|" + "---|" * len(ents)]
+                      f"latency {cal['tlb_backing_latency_cycles']} cycles:", ""]
+        hrows = []
         for g in sorted({r["gpus"] for r in rows}):
             for inter in sorted({r["interleave"] for r in rows}):
                 sel = {r["entries"]: r for r in rows if r["gpus"] == g and r["interleave"] == inter}
                 if sel:
-                    lines.append(f"| {g} | {inter} | " + " | ".join(
-                        f"{sel[e]['hit_rate']:.3f}" if e in sel else "-" for e in ents) + " |")
+                    hrows.append([str(g), inter] + [f"{sel[e]['hit_rate']:.3f}" if e in sel else "-" for e in ents])
+        lines.append(_table(hrows, ["GPUs", "dispatch order"] + [str(e) for e in ents]))
     if report["synthesis"]:
         s0 = report["synthesis"][0]
         lines += ["", f"CAM cell count ({s0['tool']} `{s0['script'].split(';')[1].strip()}`; key "
                       f"{s0['key_width']} + value {s0['value_width']} bits):", "",
-                  "| entries | cells | flip-flops |", "|---|---|---|"]
-        for s in report["synthesis"]:
-            lines.append(f"| {s['entries']} | {s['cells']} | {s['flip_flops']} |")
+                  _table([[str(s["entries"]), str(s["cells"]), str(s["flip_flops"])] for s in report["synthesis"]],
+                         ["entries", "cells", "flip-flops"])]
     lines += ["", f"Calibration: `{json.dumps(cal)}`", ""]
     return "\n".join(lines)
 
 
+# ``dysharp study`` scopes: extra arguments on top of the bench's defaults (= ``--full``, the whole sweep).
+# The default drops the 1024-entry CAM synthesis, which is most of the bench's time (``synth -flatten`` of
+# 351k cells); the 16..256-entry counts show its linear growth. Every other figure is the full bench's.
+STUDY_ARGS = {
+    "quick": ["--tokens", "128", "--entries", "64,256,1024", "--latencies", "100,1000",
+              "--synth-entries", "16,64", "--crosscheck", "300", "--sample-ports", "1"],
+    "default": ["--synth-entries", "16,64,256"],
+    "full": [],
+}
+FULL_ONLY = {"default": "CAM cell count at 1024 entries (`dysharp bench al_tlb` or `dysharp study --full`)"}
+
+
 def study_step(args, out_dir: Path) -> str:
-    """``dysharp study`` step: the benchmark (a smaller sweep with ``--quick``); returns its Markdown."""
+    """``dysharp study`` step: the benchmark in the study's scope (``STUDY_ARGS``); returns its Markdown."""
     import argparse
+
+    from dysharp.commands.study import scope_of
+    scope = scope_of(args)
     p = argparse.ArgumentParser()
     add_arguments(p)
-    argv = ["--out", str(Path(out_dir) / "al_tlb.json")]
-    if getattr(args, "quick", False):
-        argv += ["--tokens", "128", "--entries", "64,256,1024", "--latencies", "100,1000",
-                 "--synth-entries", "16,64", "--crosscheck", "300", "--sample-ports", "1"]
-    run(p.parse_args(argv))
-    return markdown(json.loads((Path(out_dir) / "al_tlb.json").read_text()))
+    run(p.parse_args(["--out", str(Path(out_dir) / "al_tlb.json")] + STUDY_ARGS[scope]))
+    text = markdown(json.loads((Path(out_dir) / "al_tlb.json").read_text()))
+    if scope in FULL_ONLY:
+        text += f"\n*`--full` only*: {FULL_ONLY[scope]}.\n"
+    return text

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import cocotb
 import numpy as np
+from tabulate import tabulate
+from tqdm import tqdm
 
 from hw.packet import Opcode
 
@@ -120,6 +122,12 @@ def add_arguments(p) -> None:
                    help="buffer sizes for the throughput sweep (default: 16,32,64,128,256)")
     p.add_argument("--latencies", default="50,200,800", help="destination read latencies, cycles "
                                                              "(default: 50,200,800)")
+    p.add_argument("--points", default=None, metavar="ENTRIES@LATENCY,...",
+                   help="measure only these (buffer entries, read latency) points instead of the whole "
+                        "--entries x --latencies grid, e.g. 16@50,64@800; the one-at-a-time design still "
+                        "runs at every latency named")
+    p.add_argument("--buffer-requests", type=int, default=48,
+                   help="reductions presented in the buffer absorption run (default: 48)")
     p.add_argument("--fanout", type=int, default=4, help="destinations per request (default: 4)")
     p.add_argument("--length", type=int, default=2, help="payload flits per request (default: 2)")
     p.add_argument("--window", type=int, default=2000, help="measured cycles per point, at least 8 read "
@@ -149,12 +157,25 @@ def run(args) -> int:
 
     from verif.harness.runner import SIMULATORS, run_cocotb, verilator_env
 
-    entries = _ints(args.entries, "entries")
+    if args.points:
+        grid = []
+        for item in args.points.split(","):
+            e, sep, lat = item.strip().partition("@")
+            if not sep or not e.isdigit() or not lat.isdigit():
+                raise ValueError(f"--points expects ENTRIES@LATENCY items such as 16@50, got {item!r}")
+            grid.append((int(e), int(lat)))
+        entries = list(dict.fromkeys(e for e, _ in grid))
+        latencies = sorted(set(lat for _, lat in grid))
+    else:
+        entries = _ints(args.entries, "entries")
+        latencies = _ints(args.latencies, "latencies")
+        grid = [(e, lat) for e in entries for lat in latencies]
     for n in entries:
         ReductionBuffer.check_params(entries=n, max_length=16, flit_width=128, timeout=8192, outstanding=None)
-    latencies = _ints(args.latencies, "latencies")
     if any(x < 1 for x in latencies):
         raise ValueError("--latencies must be positive")
+    if args.buffer_requests < 2:
+        raise ValueError(f"--buffer-requests must be at least 2, got {args.buffer_requests}")
     if not 1 <= args.fanout <= 8:
         raise ValueError(f"--fanout must be in 1..8 (the unit is built with 8 ports), got {args.fanout}")
     if not 1 <= args.length <= 16:
@@ -170,15 +191,22 @@ def run(args) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     raw = out.parent / "reduction_raw"
     raw.mkdir(exist_ok=True)
-    cmd = (f"dysharp bench reduction --entries={args.entries} --latencies={args.latencies} "
+    cmd = ("dysharp bench reduction " + (f"--points={args.points} " if args.points else
+                                         f"--entries={args.entries} --latencies={args.latencies} ") +
+           (f"--buffer-requests={args.buffer_requests} " if args.buffer_requests != 48 else "") +
            f"--fanout={args.fanout} --length={args.length} --window={args.window} "
            f"--alu-pairs={args.alu_pairs} --alu-sim={args.alu_sim} --sim={args.sim} --seed={args.seed}")
     report = {"command": cmd, "workload": {"fanout": args.fanout, "length": args.length,
                                            "etype": "FP32", "op": "ADD"}}
     t_all = time.time()
+    points = [({"entries": e}, lat) for e, lat in grid] + [({"entries": 16, "outstanding": 1}, lat)
+                                                            for lat in latencies]
+    bar = tqdm(total=(args.alu_pairs > 0) + 1 + len(points), desc="reduction", unit="run", leave=False,
+               dynamic_ncols=True)
 
     if args.alu_pairs > 0:
-        print(f"[bench reduction] ALU: {args.alu_pairs} random pairs per type on {alu_sim} ...", flush=True)
+        bar.set_postfix_str(f"ALU on {alu_sim}")
+        tqdm.write(f"[bench reduction] ALU: {args.alu_pairs} random pairs per type on {alu_sim} ...")
         t0 = time.time()
         path = raw / "alu.json"
         run_cocotb("reduce_alu", {"flit_width": 512}, test_module="verif.tb.reduce_alu", testcase="test_random",
@@ -187,36 +215,41 @@ def run(args) -> int:
         alu = json.loads(path.read_text())
         alu.update(simulator=alu_sim, build_and_run_s=time.time() - t0)
         report["alu"] = alu
-        print(f"  {alu['pairs_per_type']} pairs per type, 0 mismatches "
-              f"({alu['cycles']} cycles, {alu['wall_s']:.0f} s)")
+        tqdm.write(f"  {alu['pairs_per_type']} pairs per type, 0 mismatches "
+                   f"({alu['cycles']} cycles, {alu['wall_s']:.0f} s)")
+        bar.update()
     report["alu_latency_cycles"] = ALU_LATENCY
 
-    print("[bench reduction] buffer absorption ...", flush=True)
+    bar.set_postfix_str("buffer absorption")
+    tqdm.write("[bench reduction] buffer absorption ...")
     path = raw / "buffer.json"
     run_cocotb("reduction_buffer", {"entries": 64}, test_module="verif.bench.reduction",
-               testcase="bench_buffer", sim=args.sim, seed=args.seed, env={"out": str(path.resolve())})
+               testcase="bench_buffer", sim=args.sim, seed=args.seed,
+               env={"out": str(path.resolve()), "requests": args.buffer_requests})
     report["buffer"] = json.loads(path.read_text())
     b = report["buffer"]
-    print(f"  {b['contribution_flits']} contribution flits in {b['cycles']} cycles: "
-          f"{b['flits_per_cycle']:.3f} flits/cycle; last contribution -> result header "
-          f"{b['last_to_result_cycles']} cycles")
+    tqdm.write(f"  {b['contribution_flits']} contribution flits in {b['cycles']} cycles: "
+               f"{b['flits_per_cycle']:.3f} flits/cycle; last contribution -> result header "
+               f"{b['last_to_result_cycles']} cycles")
+    bar.update()
 
     report["flow"] = []
-    configs = [{"entries": n} for n in entries] + [{"entries": 16, "outstanding": 1}]
-    for params in configs:
-        for lat in latencies:
-            label = "one-at-a-time" if params.get("outstanding") == 1 else f"{params['entries']} entries"
-            print(f"[bench reduction] flow: {label}, read latency {lat} ...", flush=True)
-            path = raw / f"flow_{params['entries']}_{params.get('outstanding', 0)}_{lat}.json"
-            run_cocotb("ld_reduce_unit", dict(params, rows=4096), test_module="verif.bench.reduction",
-                       testcase="bench_flow", sim=args.sim, seed=args.seed,
-                       env={"latency": lat, "fanout": args.fanout, "length": args.length,
-                            "window": args.window, "out": str(path.resolve())})
-            r = json.loads(path.read_text())
-            r.update(entries=params["entries"], outstanding=params.get("outstanding", params["entries"]))
-            report["flow"].append(r)
-            print(f"  {r['throughput_req_per_cycle']:.4f} requests/cycle, mean in use {r['mean_in_use']:.1f}, "
-                  f"mean latency {r['mean_request_latency']:.0f} cycles")
+    for params, lat in points:
+        label = "one-at-a-time" if params.get("outstanding") == 1 else f"{params['entries']} entries"
+        bar.set_postfix_str(f"{label}, latency {lat}")
+        tqdm.write(f"[bench reduction] flow: {label}, read latency {lat} ...")
+        path = raw / f"flow_{params['entries']}_{params.get('outstanding', 0)}_{lat}.json"
+        run_cocotb("ld_reduce_unit", dict(params, rows=4096), test_module="verif.bench.reduction",
+                   testcase="bench_flow", sim=args.sim, seed=args.seed,
+                   env={"latency": lat, "fanout": args.fanout, "length": args.length,
+                        "window": args.window, "out": str(path.resolve())})
+        r = json.loads(path.read_text())
+        r.update(entries=params["entries"], outstanding=params.get("outstanding", params["entries"]))
+        report["flow"].append(r)
+        tqdm.write(f"  {r['throughput_req_per_cycle']:.4f} requests/cycle, mean in use {r['mean_in_use']:.1f}, "
+                   f"mean latency {r['mean_request_latency']:.0f} cycles ({r['wall_s']:.0f} s)")
+        bar.update()
+    bar.close()
 
     zero = [r for r in report["flow"] if r["outstanding"] != 1]
     z = zero[0]["zero_load"]
@@ -232,6 +265,10 @@ def run(args) -> int:
     print(markdown(report))
     print(f"wrote {out}")
     return 0
+
+
+def _table(rows, headers) -> str:
+    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
 def markdown(report: dict) -> str:
@@ -263,13 +300,12 @@ def markdown(report: dict) -> str:
     lines.append("Requests completed per cycle, measured (and Little's law: min(line rate, entries / "
                  "zero-load request latency)):")
     lines.append("")
-    lines.append("| buffer | " + " | ".join(f"read latency {x}" for x in lats) + " |")
-    lines.append("|---|" + "---|" * len(lats))
     rows = {}
     rate = 1 / (w["fanout"] * (w["length"] + 1))
     for r in report["flow"]:
         label = "one at a time" if r["outstanding"] == 1 else f"{r['entries']} entries"
         rows.setdefault(label, {})[r["latency"]] = r
+    table = []
     for label, by_lat in rows.items():
         cells = []
         for x in lats:
@@ -279,29 +315,55 @@ def markdown(report: dict) -> str:
                 continue
             little = min(rate, r["outstanding"] / r["zero_load"]["request_to_result"])
             cells.append(f"{r['throughput_req_per_cycle']:.4f} ({little:.4f})")
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        table.append([label] + cells)
+    lines.append(_table(table, ["buffer"] + [f"read latency {x}" for x in lats]))
+    if any("-" in row for row in table):
+        lines.append("")
+        lines.append("-: not measured in this run (the full grid: `dysharp bench reduction`).")
     lines.append("")
     lines.append("At saturation the buffer stays full (mean entries in use = entries - 0.1): requests wait in "
                  "it for the response link, so the mean request latency is entries / throughput.")
     lines.append("")
-    lines.append("| read latency | request latency at zero load | entries for line rate (Little: rate x latency) |")
-    lines.append("|---|---|---|")
+    table = []
     for x in lats:
         t = next(r["zero_load"]["request_to_result"] for r in report["flow"] if r["latency"] == x)
-        lines.append(f"| {x} | {t} | {rate * t:.1f} |")
+        table.append([str(x), str(t), f"{rate * t:.1f}"])
+    lines.append(_table(table, ["read latency", "request latency at zero load",
+                                "entries for line rate (Little: rate x latency)"]))
     lines.append("")
     lines.append("Calibration (`build/bench/reduction.json`): " +
                  ", ".join(f"`{k}` = {v}" for k, v in c.items()))
     return "\n".join(lines)
 
 
+# ``dysharp study`` scopes: arguments on top of the bench's defaults (= ``--full``, the whole sweep).
+# The full bench's time goes to the flow runs (18 Icarus runs of about 100 simulated cycles/s, each at least
+# 8 read latencies long, so the 800-cycle column costs most) and the 10^6-pair ALU run (a one-time 5-minute
+# Verilator build of the 512-bit ALU). The default keeps every headline figure: buffer absorption and
+# latency, the zero-load request latency and the entries line rate needs at each read latency, the
+# one-at-a-time contrast at each latency, and throughput below line rate at 16 entries (every latency) and
+# near it at 64 (800 cycles), with 10^4 ALU pairs on Icarus (the unit tests check the ALU too).
+STUDY_ARGS = {
+    "quick": ["--points", "16@50", "--alu-pairs", "1000", "--alu-sim", "icarus", "--window", "1000",
+              "--buffer-requests", "16"],
+    "default": ["--points", "16@50,16@200,16@800,64@800", "--alu-pairs", "10000", "--alu-sim", "icarus"],
+    "full": [],
+}
+FULL_ONLY = {"default": "ALU conformance on 10^6 random pairs per type (Verilator) and the cells marked - of "
+                        "the throughput table (buffers of 32, 128 and 256 entries; `dysharp bench reduction` "
+                        "or `dysharp study --full`)"}
+
+
 def study_step(args, out_dir) -> str:
-    """``dysharp study`` step: the reduction bench (a small sweep with ``--quick``)."""
+    """``dysharp study`` step: the reduction bench in the study's scope (``STUDY_ARGS``)."""
     import argparse
+
+    from dysharp.commands.study import scope_of
+    scope = scope_of(args)
     p = argparse.ArgumentParser()
     add_arguments(p)
-    quick = ["--entries", "16,64", "--latencies", "50,200", "--alu-pairs", "10000", "--alu-sim", "icarus",
-             "--window", "1000"]
-    bargs = p.parse_args(["--out", str(Path(out_dir) / "reduction.json")] + (quick if args.quick else []))
-    run(bargs)
-    return markdown(json.loads((Path(out_dir) / "reduction.json").read_text()))
+    run(p.parse_args(["--out", str(Path(out_dir) / "reduction.json")] + STUDY_ARGS[scope]))
+    text = markdown(json.loads((Path(out_dir) / "reduction.json").read_text()))
+    if scope in FULL_ONLY:
+        text += f"\n\n*`--full` only*: {FULL_ONLY[scope]}."
+    return text

@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 
 import cocotb
+from tabulate import tabulate
+from tqdm import tqdm
 
 from verif.harness import tbenv
 from verif.harness.stream import record_cycles
@@ -287,6 +289,8 @@ def run(args) -> int:
     report = {"command": command}
     t0 = time.time()
 
+    stages = tqdm(total=3 + len(depths), desc="gpu side", unit="run", leave=False, dynamic_ncols=True)
+    stages.set_postfix_str("tile status table")
     print("[bench token_tracker] tile status table ...", flush=True)
     raw = out.parent / "token_tracker_table.json"
     tiles_param = max(2, 1 << (max(1, -(-args.tiles // 32)) - 1).bit_length())
@@ -294,6 +298,8 @@ def run(args) -> int:
                test_module="verif.bench.token_tracker", testcase="bench_tracker", sim=args.sim, seed=args.seed,
                env={"tiles": args.tiles, "out": str(raw.resolve())})
     report["tracker"] = json.loads(raw.read_text())
+    stages.update()
+    stages.set_postfix_str("request generator")
 
     print("[bench token_tracker] request generator, dynamic vs unicast ...", flush=True)
     raw = out.parent / "token_tracker_reqgen.json"
@@ -302,23 +308,29 @@ def run(args) -> int:
                env={"model": args.model, "tokens": args.tokens, "row_flits": row_flits, "latency": args.latency,
                     "out": str(raw.resolve())})
     report["reqgen"] = json.loads(raw.read_text())
+    stages.update()
+    stages.set_postfix_str("receive path")
 
     print("[bench token_tracker] receive path ...", flush=True)
     raw = out.parent / "token_tracker_rx.json"
     run_cocotb("receive_path", {}, test_module="verif.bench.token_tracker", testcase="bench_rx", sim=args.sim,
                seed=args.seed, env={"row_flits": row_flits, "latency": args.latency, "out": str(raw.resolve())})
     report["rx"] = json.loads(raw.read_text())
+    stages.update()
 
     report["cells"] = []
     if depths:
         yosys = _find_yosys(args.yosys)
         for d in depths:
-            print(f"[bench token_tracker] yosys stat, depth {d} ...", flush=True)
+            stages.set_postfix_str(f"yosys stat, depth {d}")
+            tqdm.write(f"[bench token_tracker] yosys stat, depth {d} ...")
             params = {"experts": 32, "tiles": d // 32, "tile_size": args.tile_size}
             v = registry.generate_verilog("token_tracker", params, "build/verilog")
             report["cells"].append({"depth": d, **params, **cell_count(v, "token_tracker", yosys)})
+            stages.update()
         report["yosys"] = yosys
 
+    stages.close()
     phases = {ph["phase"]: ph for ph in report["tracker"]["phases"]}
     dyn, uni = report["reqgen"]["modes"]["dynamic"], report["reqgen"]["modes"]["unicast"]
     lat = sorted({x for ph in phases.values() for x in ph["ready_latency_cycles"]})
@@ -336,34 +348,35 @@ def run(args) -> int:
     return 0
 
 
+def _table(rows, headers) -> str:
+    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+
+
 def markdown(report: dict) -> str:
     """The GPU-side figures as a Markdown section (docs/gpu_side.md, the README, the study report)."""
     cal = report["calibration"]
     rg = report["reqgen"]
     lines = ["## GPU side: token tracker, request generator, receive path", "",
              f"Command: `{report['command']}`", "",
-             "| tile status table phase | arrivals | cycles | arrivals/cycle | table ops/cycle | "
-             "last arrival -> ready (cycles) |", "|---|---|---|---|---|---|"]
-    for ph in report["tracker"]["phases"]:
-        lines.append(f"| {ph['phase'].replace('_', ' ')} | {ph['arrivals']} | {ph['cycles']} | "
-                     f"{ph['arrivals_per_cycle']:.3f} | {ph['ops_per_cycle']:.3f} | "
-                     f"{', '.join(map(str, ph['ready_latency_cycles']))} |")
+             _table([[ph["phase"].replace("_", " "), str(ph["arrivals"]), str(ph["cycles"]),
+                      f"{ph['arrivals_per_cycle']:.3f}", f"{ph['ops_per_cycle']:.3f}",
+                      ", ".join(map(str, ph["ready_latency_cycles"]))] for ph in report["tracker"]["phases"]],
+                    ["tile status table phase", "arrivals", "cycles", "arrivals/cycle", "table ops/cycle",
+                     "last arrival -> ready (cycles)"])]
     lines += ["", f"Request generator, {rg['model']} dispatch of {rg['tokens']} tokens from one GPU over "
                   f"{rg['gpus']} GPUs ({rg['row_flits']}-flit rows, {rg['mean_destinations']:.2f} destination "
                   f"GPUs per token):", "",
-              "| mode | uplink flits | busy cycles | flits/cycle | packets |", "|---|---|---|---|---|"]
-    for mode, r in rg["modes"].items():
-        lines.append(f"| {mode} | {r['uplink_flits']} | {r['busy_cycles']} | {r['flits_per_cycle']:.3f} | "
-                     f"{r['packets']} |")
+              _table([[mode, str(r["uplink_flits"]), str(r["busy_cycles"]), f"{r['flits_per_cycle']:.3f}",
+                       str(r["packets"])] for mode, r in rg["modes"].items()],
+                     ["mode", "uplink flits", "busy cycles", "flits/cycle", "packets"])]
     lines += ["", f"Uplink flits dynamic / unicast: **{cal['reqgen_uplink_flit_ratio']:.3f}** "
                   f"(a {100 * (1 - cal['reqgen_uplink_flit_ratio']):.1f}% saving).",
               f"Receive path: last flit of a token row -> arrival report "
               f"{cal['rx_last_flit_to_arrival_cycles']} cycles.", ""]
     if report.get("cells"):
-        lines += ["| table depth (experts x tiles) | yosys cells | flip-flops |", "|---|---|---|"]
-        for c in report["cells"]:
-            lines.append(f"| {c['depth']} ({c['experts']} x {c['tiles']}) | {c['cells']} | {c['flip_flops']} |")
-        lines.append("")
+        lines += [_table([[f"{c['depth']} ({c['experts']} x {c['tiles']})", str(c["cells"]), str(c["flip_flops"])]
+                          for c in report["cells"]], ["table depth (experts x tiles)", "yosys cells", "flip-flops"]),
+                  ""]
     lines.append("Calibration: " + ", ".join(f"`{k}` = {v:.4g}" if isinstance(v, float) else f"`{k}` = {v}"
                                              for k, v in cal.items()))
     return "\n".join(lines)
