@@ -389,6 +389,10 @@ def add_arguments(p) -> None:
     p.add_argument("--sim", default="verilator", help="simulator of the cocotb harness: verilator (default) "
                                                       "or icarus")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--jobs", type=int, default=None,
+                   help="worker processes for the independent points (default: 2, or the CPU count if less)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="run the points on this Dask scheduler (default: $DYSHARP_SCHEDULER, else local processes)")
     p.add_argument("--out", default="build/bench/switch.json")
 
 
@@ -397,6 +401,23 @@ def _int_list(text, what):
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise ValueError(f"--{what} expects comma-separated integers, got {text!r}") from None
+
+
+def _build_task(item):
+    """Engine task: build the fast-path binary of one (ports, variant)."""
+    from verif.harness.fastsim import build
+
+    n, variant, credits, iterations = item
+    module, params = _module_params(n, variant, credits, iterations)
+    build(module, params)
+
+
+def _point_task(item):
+    """Engine task: one benchmark point (``zero_load``, ``load`` or ``multicast``)."""
+    kind, n, variant, load, fanout, kw = item
+    if kind == "zero_load":
+        return measure_zero_load(n, variant, **kw)
+    return measure_point(n, variant, load, fanout=fanout, **kw)
 
 
 def run(args) -> int:
@@ -431,39 +452,50 @@ def run(args) -> int:
               "runs": [], "probes": []}
     common = dict(payload=args.payload, credits=args.credits, iterations=args.iterations, seed=args.seed,
                   harness=args.harness, sim=args.sim)
+    from dysharp import engine
     from hw import registry
-    for n in ports:
-        for variant in variants:
-            module, params = _module_params(n, variant, args.credits, args.iterations)
-            print(f"[bench switch] {args.harness}: N={n} {variant} ...", flush=True)
-            t0 = time.time()
-            zl = measure_zero_load(n, variant, **common)
-            sim_cycles, loop_s = zl["sim_cycles"], zl["loop_s"]
-            r = {"ports": n, "queueing": variant, "credits": registry.get(module).resolve(params)["credits"],
-                 "payload": args.payload, "loads": [], "multicast": [],
-                 "zero_load_latency": zl["zero_load_latency"]}
-            point = dict(cycles=args.cycles, warmup=args.warmup, drain=args.drain, **common)
-            for load in loads:
-                x = measure_point(n, variant, load, **point)
-                sim_cycles += x.pop("sim_cycles")
-                loop_s += x.pop("loop_s")
-                r["loads"].append(x)
-            if variant == "voq" and n == max(ports):
-                for f in fanouts:
-                    if f > n:
-                        continue
-                    x = measure_point(n, variant, 1.0, fanout=f, **point)
-                    sim_cycles += x.pop("sim_cycles")
-                    loop_s += x.pop("loop_s")
-                    r["multicast"].append(x)
-            r["simulator"] = "verilator" if args.harness == "fast" else args.sim
-            r["harness"] = args.harness
-            r["sim_cycles"] = sim_cycles
-            r["wall_s"] = loop_s
-            r["cycles_per_s"] = sim_cycles / loop_s if loop_s else None
-            r["build_and_run_s"] = time.time() - t0
-            report["runs"].append(r)
-            _print_run(r)
+
+    # Every (port count, variant) gives a zero-load task, one task per load and, for VOQ at the largest
+    # port count, one per multicast fanout; all are independent runs from reset, so they go to the engine
+    # (local processes or a Dask cluster). The designs are built first, one task each.
+    combos = [(n, variant) for n in ports for variant in variants]
+    point = dict(cycles=args.cycles, warmup=args.warmup, drain=args.drain, **common)
+    t0 = time.time()
+    if args.harness == "fast":
+        engine.map_tasks(_build_task, [(n, v, args.credits, args.iterations) for n, v in combos],
+                         jobs=args.jobs, scheduler=args.scheduler, desc="bench switch: builds",
+                         labels=[f"N={n} {v}" for n, v in combos])
+    tasks = []
+    for n, variant in combos:
+        tasks.append(("zero_load", n, variant, None, None, common))
+        tasks += [("load", n, variant, load, None, point) for load in loads]
+        if variant == "voq" and n == max(ports):
+            tasks += [("multicast", n, variant, 1.0, f, point) for f in fanouts if f <= n]
+    results = engine.map_tasks(_point_task, tasks, jobs=args.jobs, scheduler=args.scheduler,
+                               desc="bench switch: points",
+                               labels=[f"N={t[1]} {t[2]} {t[0]}" + ("" if t[3] is None else f" {t[3]:g}")
+                                       + ("" if t[4] is None else f" fanout {t[4]}") for t in tasks])
+    for n, variant in combos:
+        module, params = _module_params(n, variant, args.credits, args.iterations)
+        mine = [(task, x) for task, x in zip(tasks, results) if task[1:3] == (n, variant)]
+        zl = mine[0][1]
+        sim_cycles, loop_s = zl["sim_cycles"], zl["loop_s"]
+        r = {"ports": n, "queueing": variant, "credits": registry.get(module).resolve(params)["credits"],
+             "payload": args.payload, "loads": [], "multicast": [],
+             "zero_load_latency": zl["zero_load_latency"]}
+        for task, x in mine[1:]:
+            x = dict(x)
+            sim_cycles += x.pop("sim_cycles")
+            loop_s += x.pop("loop_s")
+            r["loads" if task[0] == "load" else "multicast"].append(x)
+        r["simulator"] = "verilator" if args.harness == "fast" else args.sim
+        r["harness"] = args.harness
+        r["sim_cycles"] = sim_cycles
+        r["wall_s"] = loop_s
+        r["cycles_per_s"] = sim_cycles / loop_s if loop_s else None
+        report["runs"].append(r)
+        _print_run(r)
+    report["wall_s"] = time.time() - t0
     voq = [r for r in report["runs"] if r["queueing"] == "voq"]
     if voq:
         largest = max(voq, key=lambda r: r["ports"])
