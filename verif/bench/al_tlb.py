@@ -23,13 +23,13 @@ import time
 from pathlib import Path
 
 import cocotb
-from tabulate import tabulate
 from tqdm import tqdm
 
 from hw.packet import ErrorCode
 
 from verif.harness import tbenv
 from verif.harness.stream import record_cycles
+from verif.bench.common import finish, table
 
 DEFAULT_LATENCY = 1000      # backing read: switch -> GPU memory -> switch, ~640 ns at 1.5625 GHz (assumed)
 RTL_PARAMS = {"entries": 64, "mshrs": 32, "ports": 8, "groups": 16}
@@ -344,14 +344,7 @@ def run(args) -> int:
         "tlb_entries": default_entries,
         "tlb_dispatch_order": interleaves[0],
     }
-    out.write_text(json.dumps(report, indent=1))
-    print(f"calibration: {report['calibration']}")
-    print(f"wrote {out}")
-    return 0
-
-
-def _table(rows, headers) -> str:
-    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+    return finish(out, report, f"calibration: {report['calibration']}")
 
 
 def markdown(report: dict) -> str:
@@ -363,7 +356,7 @@ def markdown(report: dict) -> str:
              f"hit latency **{rtl['hit_latency_cycles']} cycles**, **{rtl['translations_per_cycle']:.3f} "
              f"translations/cycle** (back-to-back hits), miss penalty = backing latency + "
              f"{rtl['miss'][0]['penalty'] - rtl['miss'][0]['backing_latency']} cycles.", "",
-             _table([[str(x["backing_latency"]), str(x["miss_latency"]), str(x["penalty"])] for x in rtl["miss"]],
+             table([[str(x["backing_latency"]), str(x["miss_latency"]), str(x["penalty"])] for x in rtl["miss"]],
                     ["backing latency (cycles)", "miss latency", "miss penalty"])]
     h = rtl["hit_under_miss"]
     lines += ["", f"Hit-under-miss: with a miss outstanding (backing latency {h['backing_latency']}), "
@@ -376,7 +369,7 @@ def markdown(report: dict) -> str:
         r, m = c["rtl"], c["model"]
         xrows.append([c["trace"], str(c["translations"]), f"{r['hits']}/{r['misses']}/{r['coalesced']}",
                       f"{m['hits']}/{m['misses']}/{m['coalesced']}", "yes" if c["match"] else "NO"])
-    lines.append(_table(xrows, ["trace", "translations", "RTL hits/misses/coalesced", "model", "match"]))
+    lines.append(table(xrows, ["trace", "translations", "RTL hits/misses/coalesced", "model", "match"]))
     rows = report["hit_rate"]
     if rows:
         ents = sorted({r["entries"] for r in rows})
@@ -390,12 +383,12 @@ def markdown(report: dict) -> str:
                 sel = {r["entries"]: r for r in rows if r["gpus"] == g and r["interleave"] == inter}
                 if sel:
                     hrows.append([str(g), inter] + [f"{sel[e]['hit_rate']:.3f}" if e in sel else "-" for e in ents])
-        lines.append(_table(hrows, ["GPUs", "dispatch order"] + [str(e) for e in ents]))
+        lines.append(table(hrows, ["GPUs", "dispatch order"] + [str(e) for e in ents]))
     if report["synthesis"]:
         s0 = report["synthesis"][0]
         lines += ["", f"CAM cell count ({s0['tool']} `{s0['script'].split(';')[1].strip()}`; key "
                       f"{s0['key_width']} + value {s0['value_width']} bits):", "",
-                  _table([[str(s["entries"]), str(s["cells"]), str(s["flip_flops"])] for s in report["synthesis"]],
+                  table([[str(s["entries"]), str(s["cells"]), str(s["flip_flops"])] for s in report["synthesis"]],
                          ["entries", "cells", "flip-flops"])]
     lines += ["", f"Calibration: `{json.dumps(cal)}`", ""]
     return "\n".join(lines)

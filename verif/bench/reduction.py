@@ -27,13 +27,13 @@ from pathlib import Path
 
 import cocotb
 import numpy as np
-from tabulate import tabulate
 from tqdm import tqdm
 
 from hw.packet import Opcode
 
 from verif.harness import tbenv
 from verif.harness.stream import record_cycles
+from verif.bench.common import finish, table
 
 # ---------------------------------------------------------------------------------------------------------
 # Simulation side
@@ -261,14 +261,7 @@ def run(args) -> int:
         "reduce_request_overhead_cycles": z["request_to_result"] - z["read_latency"],
     }
     report["wall_s"] = time.time() - t_all
-    out.write_text(json.dumps(report, indent=1))
-    print(markdown(report))
-    print(f"wrote {out}")
-    return 0
-
-
-def _table(rows, headers) -> str:
-    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+    return finish(out, report, markdown(report))
 
 
 def markdown(report: dict) -> str:
@@ -305,7 +298,7 @@ def markdown(report: dict) -> str:
     for r in report["flow"]:
         label = "one at a time" if r["outstanding"] == 1 else f"{r['entries']} entries"
         rows.setdefault(label, {})[r["latency"]] = r
-    table = []
+    grid = []
     for label, by_lat in rows.items():
         cells = []
         for x in lats:
@@ -315,20 +308,20 @@ def markdown(report: dict) -> str:
                 continue
             little = min(rate, r["outstanding"] / r["zero_load"]["request_to_result"])
             cells.append(f"{r['throughput_req_per_cycle']:.4f} ({little:.4f})")
-        table.append([label] + cells)
-    lines.append(_table(table, ["buffer"] + [f"read latency {x}" for x in lats]))
-    if any("-" in row for row in table):
+        grid.append([label] + cells)
+    lines.append(table(grid, ["buffer"] + [f"read latency {x}" for x in lats]))
+    if any("-" in row for row in grid):
         lines.append("")
         lines.append("-: not measured in this run (the full grid: `dysharp bench reduction`).")
     lines.append("")
     lines.append("At saturation the buffer stays full (mean entries in use = entries - 0.1): requests wait in "
                  "it for the response link, so the mean request latency is entries / throughput.")
     lines.append("")
-    table = []
+    grid = []
     for x in lats:
         t = next(r["zero_load"]["request_to_result"] for r in report["flow"] if r["latency"] == x)
-        table.append([str(x), str(t), f"{rate * t:.1f}"])
-    lines.append(_table(table, ["read latency", "request latency at zero load",
+        grid.append([str(x), str(t), f"{rate * t:.1f}"])
+    lines.append(table(grid, ["read latency", "request latency at zero load",
                                 "entries for line rate (Little: rate x latency)"]))
     lines.append("")
     lines.append("Calibration (`build/bench/reduction.json`): " +

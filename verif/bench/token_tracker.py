@@ -25,11 +25,11 @@ import time
 from pathlib import Path
 
 import cocotb
-from tabulate import tabulate
 from tqdm import tqdm
 
 from verif.harness import tbenv
 from verif.harness.stream import record_cycles
+from verif.bench.common import finish, table
 
 # ---------------------------------------------------------------------------------------------------------
 # Simulation side
@@ -342,14 +342,7 @@ def run(args) -> int:
         "rx_last_flit_to_arrival_cycles": max(report["rx"]["last_flit_to_arrival_cycles"]),
     }
     report["wall_s"] = time.time() - t0
-    out.write_text(json.dumps(report, indent=1))
-    print(markdown(report))
-    print(f"wrote {out}")
-    return 0
-
-
-def _table(rows, headers) -> str:
-    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+    return finish(out, report, markdown(report))
 
 
 def markdown(report: dict) -> str:
@@ -358,7 +351,7 @@ def markdown(report: dict) -> str:
     rg = report["reqgen"]
     lines = ["## GPU side: token tracker, request generator, receive path", "",
              f"Command: `{report['command']}`", "",
-             _table([[ph["phase"].replace("_", " "), str(ph["arrivals"]), str(ph["cycles"]),
+             table([[ph["phase"].replace("_", " "), str(ph["arrivals"]), str(ph["cycles"]),
                       f"{ph['arrivals_per_cycle']:.3f}", f"{ph['ops_per_cycle']:.3f}",
                       ", ".join(map(str, ph["ready_latency_cycles"]))] for ph in report["tracker"]["phases"]],
                     ["tile status table phase", "arrivals", "cycles", "arrivals/cycle", "table ops/cycle",
@@ -366,7 +359,7 @@ def markdown(report: dict) -> str:
     lines += ["", f"Request generator, {rg['model']} dispatch of {rg['tokens']} tokens from one GPU over "
                   f"{rg['gpus']} GPUs ({rg['row_flits']}-flit rows, {rg['mean_destinations']:.2f} destination "
                   f"GPUs per token):", "",
-              _table([[mode, str(r["uplink_flits"]), str(r["busy_cycles"]), f"{r['flits_per_cycle']:.3f}",
+              table([[mode, str(r["uplink_flits"]), str(r["busy_cycles"]), f"{r['flits_per_cycle']:.3f}",
                        str(r["packets"])] for mode, r in rg["modes"].items()],
                      ["mode", "uplink flits", "busy cycles", "flits/cycle", "packets"])]
     lines += ["", f"Uplink flits dynamic / unicast: **{cal['reqgen_uplink_flit_ratio']:.3f}** "
@@ -374,7 +367,7 @@ def markdown(report: dict) -> str:
               f"Receive path: last flit of a token row -> arrival report "
               f"{cal['rx_last_flit_to_arrival_cycles']} cycles.", ""]
     if report.get("cells"):
-        lines += [_table([[f"{c['depth']} ({c['experts']} x {c['tiles']})", str(c["cells"]), str(c["flip_flops"])]
+        lines += [table([[f"{c['depth']} ({c['experts']} x {c['tiles']})", str(c["cells"]), str(c["flip_flops"])]
                           for c in report["cells"]], ["table depth (experts x tiles)", "yosys cells", "flip-flops"]),
                   ""]
     lines.append("Calibration: " + ", ".join(f"`{k}` = {v:.4g}" if isinstance(v, float) else f"`{k}` = {v}"

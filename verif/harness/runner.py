@@ -29,7 +29,7 @@ from pathlib import Path
 from hw import registry
 
 __all__ = ["SIMULATORS", "PUBLIC", "default_sim", "run_cocotb", "CocotbFailure", "RunResult", "sim_build",
-           "verilator_env", "require_simulator"]
+           "verilator_env", "require_simulator", "file_lock"]
 
 SIMULATORS = ("icarus", "verilator")
 PUBLIC = ("ports", "flat")   # which Verilator signals cocotb can see: top-level ports only, or all
@@ -87,7 +87,8 @@ def require_simulator(sim: str) -> None:
 
 
 @contextlib.contextmanager
-def _locked(path: Path):
+def file_lock(path: Path):
+    """Hold an exclusive lock on ``path`` (created) for the ``with`` block; the OS frees it if we die."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
@@ -200,7 +201,7 @@ def sim_build(module: str, params: dict | None = None, *, sim: str | None = None
     # generate or compile the same files at once but never wait on unrelated points either.
     spec = registry.get(module)
     slug = registry.point_slug(spec.resolve(params), spec.params())
-    with _locked(build_root / "locks" / f"{module}__{slug}.lock"):
+    with file_lock(build_root / "locks" / f"{module}__{slug}.lock"):
         vpath = registry.generate_verilog(module, params, build_root / "verilog")
     # The salt names the simulator-specific source preparation (rebuild when it changes).
     salt = {"icarus": b"icarus-time0-kick", "verilator": b"" if public == "flat" else b"ports-vlt-1"}[sim]
@@ -213,7 +214,7 @@ def sim_build(module: str, params: dict | None = None, *, sim: str | None = None
     if sim == "verilator":
         # Yosys' Verilog idioms trip width warnings (see `dysharp lint` for the justification).
         build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3"]
-    with _locked(build_root / "locks" / f"{sim}-{bdir.name}.lock"):
+    with file_lock(build_root / "locks" / f"{sim}-{bdir.name}.lock"):
         if sim == "icarus":
             runner.build(sources=[icarus_source(vpath, bdir)], hdl_toplevel=module, build_dir=bdir,
                          always=not marker.exists(), timescale=("1ns", "1ps"))

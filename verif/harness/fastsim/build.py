@@ -9,8 +9,6 @@ that folder; a failed build raises :class:`FastsimBuildError` naming it. ``sim.r
 traffic file, runs the binary and returns the :class:`~verif.harness.fastsim.files.SimLog`.
 """
 
-import contextlib
-import fcntl
 import hashlib
 import os
 import re
@@ -21,6 +19,7 @@ from pathlib import Path
 
 from hw import registry
 
+from ..runner import file_lock
 from .files import SimLog, Traffic, flag_bits, flit_words, read_log, write_traffic
 
 __all__ = ["build", "FastSim", "FastsimBuildError", "FastsimRunError", "VERILATOR_FLAGS"]
@@ -92,17 +91,6 @@ def render_main(top: str, ports: dict, n: int, flit_width: int, in_credits: int,
     return text
 
 
-@contextlib.contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 class FastSim:
     """A compiled harness: ``run(traffic)`` simulates and returns the log."""
 
@@ -147,7 +135,7 @@ def build(module: str, params: dict | None = None, *, build_root: str | os.PathL
     flit_width = full.get("flit_width", 128)
     build_root = Path(build_root)
     slug = registry.point_slug(full, spec.params())
-    with _locked(build_root / "locks" / f"{module}__{slug}.lock"):
+    with file_lock(build_root / "locks" / f"{module}__{slug}.lock"):
         vpath = registry.generate_verilog(module, params, build_root / "verilog")
     verilog = vpath.read_text()
     main = render_main(module, top_ports(verilog, module), n, flit_width, full["credits"],
@@ -159,7 +147,7 @@ def build(module: str, params: dict | None = None, *, build_root: str | os.PathL
     marker = bdir / ".built"
     t0 = time.perf_counter()
     built = False
-    with _locked(build_root / "locks" / f"fastsim-{bdir.name}.lock"):
+    with file_lock(build_root / "locks" / f"fastsim-{bdir.name}.lock"):
         if not (marker.exists() and binary.exists()):
             bdir.mkdir(parents=True, exist_ok=True)
             (bdir / "main.cpp").write_text(main)
