@@ -29,7 +29,7 @@ from hw.packet import ErrorCode
 
 from verif.harness import tbenv
 from verif.harness.stream import record_cycles
-from verif.bench.common import finish, table
+from verif.bench.common import finish, study_run, table
 
 DEFAULT_LATENCY = 1000      # backing read: switch -> GPU memory -> switch, ~640 ns at 1.5625 GHz (assumed)
 RTL_PARAMS = {"entries": 64, "mshrs": 32, "ports": 8, "groups": 16}
@@ -406,16 +406,6 @@ STUDY_ARGS = {
 FULL_ONLY = {"default": "CAM cell count at 1024 entries (`dysharp bench al_tlb` or `dysharp study --full`)"}
 
 
-def study_step(args, out_dir: Path) -> str:
+def study_step(args, out_dir) -> str:
     """``dysharp study`` step: the benchmark in the study's scope (``STUDY_ARGS``); returns its Markdown."""
-    import argparse
-
-    from dysharp.commands.study import scope_of
-    scope = scope_of(args)
-    p = argparse.ArgumentParser()
-    add_arguments(p)
-    run(p.parse_args(["--out", str(Path(out_dir) / "al_tlb.json")] + STUDY_ARGS[scope]))
-    text = markdown(json.loads((Path(out_dir) / "al_tlb.json").read_text()))
-    if scope in FULL_ONLY:
-        text += f"\n*`--full` only*: {FULL_ONLY[scope]}.\n"
-    return text
+    return study_run(sys.modules[__name__], args, out_dir, "al_tlb")

@@ -19,3 +19,22 @@ def finish(out: Path, report: dict, summary: str) -> int:
     print(summary)
     print(f"wrote {out}")
     return 0
+
+
+def study_run(bench, args, out_dir, name: str) -> str:
+    """A ``dysharp study`` step for the bench module ``bench``: run it with ``bench.STUDY_ARGS[scope]``,
+    write ``<out_dir>/<name>.json`` and return its Markdown, naming the tables the scope leaves out
+    (``bench.FULL_ONLY``)."""
+    import argparse
+
+    from dysharp.commands.study import scope_of
+
+    scope = scope_of(args)
+    out = Path(out_dir) / f"{name}.json"
+    p = argparse.ArgumentParser()
+    bench.add_arguments(p)
+    bench.run(p.parse_args(["--out", str(out)] + bench.STUDY_ARGS[scope]))
+    text = bench.markdown(json.loads(out.read_text()))
+    if scope in bench.FULL_ONLY:
+        text += f"\n\n*`--full` only*: {bench.FULL_ONLY[scope]}.\n"
+    return text

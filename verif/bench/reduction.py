@@ -22,6 +22,7 @@ Writes ``build/bench/reduction.json`` with the ``calibration`` dict the estimato
 """
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from hw.packet import Opcode
 
 from verif.harness import tbenv
 from verif.harness.stream import record_cycles
-from verif.bench.common import finish, table
+from verif.bench.common import finish, study_run, table
 
 # ---------------------------------------------------------------------------------------------------------
 # Simulation side
@@ -348,15 +349,5 @@ FULL_ONLY = {"default": "ALU conformance on 10^6 random pairs per type (Verilato
 
 
 def study_step(args, out_dir) -> str:
-    """``dysharp study`` step: the reduction bench in the study's scope (``STUDY_ARGS``)."""
-    import argparse
-
-    from dysharp.commands.study import scope_of
-    scope = scope_of(args)
-    p = argparse.ArgumentParser()
-    add_arguments(p)
-    run(p.parse_args(["--out", str(Path(out_dir) / "reduction.json")] + STUDY_ARGS[scope]))
-    text = markdown(json.loads((Path(out_dir) / "reduction.json").read_text()))
-    if scope in FULL_ONLY:
-        text += f"\n\n*`--full` only*: {FULL_ONLY[scope]}."
-    return text
+    """``dysharp study`` step: the benchmark in the study's scope (``STUDY_ARGS``); returns its Markdown."""
+    return study_run(sys.modules[__name__], args, out_dir, "reduction")
