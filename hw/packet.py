@@ -50,7 +50,8 @@ __all__ = [
     "Header", "Packet", "Flit", "header_fields",
     "payload_flits", "carries_payload", "check_header", "rtl_payload_flits", "rtl_header_error",
     "payload_efficiency", "wire_flits", "pack_flit", "unpack_flit", "WIDE_TAG_BITS", "wide_tag_fields",
-    "wide_tag",
+    "wide_tag", "VC_REQ", "VC_RESP", "N_VCS", "vc_of", "DeferredAddr", "pack_deferred_addr",
+    "unpack_deferred_addr", "rtl_vclass_resp", "rtl_origin_ok",
 ]
 
 HEADER_BITS = 128
@@ -60,7 +61,12 @@ DEFAULT_FLIT_WIDTH = 128
 
 
 class Opcode(enum.Enum, shape=4):
-    """Packet types. Values 10-14 are unassigned; a switch answers them with ``UNKNOWN_OPCODE``."""
+    """Packet types. Values 12 and 13 are unassigned; a switch answers them with ``UNKNOWN_OPCODE``.
+
+    ``TLB_FILL``/``TLB_FILL_RESP`` travel only between a DySHARP switch port and its own GPU (the AL-TLB's
+    miss path, :mod:`hw.switch.tlb_fill_bridge`); ``DYN_RED_READ`` never leaves the switch (see
+    :class:`DeferredAddr`). :data:`OPCODES` says who may send each one.
+    """
     WRITE = 0          #: unicast write: ``dst``, ``addr``; ``length`` payload flits follow
     READ = 1           #: unicast read: ``dst``, ``addr``; ``length`` flits requested
     READ_RESP = 2      #: read data back to ``dst`` (the requester), same ``tag``
@@ -71,6 +77,9 @@ class Opcode(enum.Enum, shape=4):
     RED_READ = 7       #: switch -> GPU: read one contribution of a reduction (``tag`` = buffer entry)
     RED_READ_RESP = 8  #: GPU -> switch: the contribution (``tag`` = buffer entry)
     RED_RESP = 9       #: switch -> requester: the reduced payload (requester's ``tag``)
+    TLB_FILL = 10      #: switch -> GPU: read (``group``, ``index``) from its memory manager (``tag`` = MSHR)
+    TLB_FILL_RESP = 11 #: GPU -> switch: the row address in ``addr`` or an error ``code``, same ``tag``
+    DYN_RED_READ = 14  #: inside the switch: an untranslated ``RED_READ`` (``addr`` is a :class:`DeferredAddr`)
     ERROR = 15         #: error response to ``dst`` with ``code``; the requester's ``tag``
 
 
@@ -186,21 +195,60 @@ class OpInfo:
     has_payload: bool   # payload flits follow the header
     routing: str        # "dst" (route.uni.dst), "group" (switch group table) or "mask" (route.dyn.mask)
     typed: bool         # etype/redop are meaningful and validated
+    vclass: str = "req"     # message class: "req" (virtual channel 0) or "resp" (virtual channel 1)
+    origin: str = "gpu"     # who sends it into a switch port: "gpu", "switch" (downlinks only), "internal"
 
 
 OPCODES: dict[Opcode, OpInfo] = {
     Opcode.WRITE:         OpInfo("uni", True,  "dst",   False),
     Opcode.READ:          OpInfo("uni", False, "dst",   False),
-    Opcode.READ_RESP:     OpInfo("uni", True,  "dst",   False),
+    Opcode.READ_RESP:     OpInfo("uni", True,  "dst",   False, "resp"),
     Opcode.MM_ST:         OpInfo("mm",  True,  "group", False),
     Opcode.MM_LD_REDUCE:  OpInfo("mm",  False, "group", True),
     Opcode.DYN_ST:        OpInfo("dyn", True,  "mask",  False),
     Opcode.DYN_LD_REDUCE: OpInfo("dyn", False, "mask",  True),
-    Opcode.RED_READ:      OpInfo("uni", False, "dst",   False),
-    Opcode.RED_READ_RESP: OpInfo("uni", True,  "dst",   True),
-    Opcode.RED_RESP:      OpInfo("uni", True,  "dst",   True),
-    Opcode.ERROR:         OpInfo("uni", False, "dst",   False),
+    Opcode.RED_READ:      OpInfo("uni", False, "dst",   False, "req",  "switch"),
+    Opcode.RED_READ_RESP: OpInfo("uni", True,  "dst",   True,  "resp"),
+    Opcode.RED_RESP:      OpInfo("uni", True,  "dst",   True,  "resp", "switch"),
+    Opcode.TLB_FILL:      OpInfo("dyn", False, "mask",  False, "req",  "switch"),
+    Opcode.TLB_FILL_RESP: OpInfo("uni", False, "dst",   False, "resp"),
+    Opcode.DYN_RED_READ:  OpInfo("uni", False, "dst",   True,  "req",  "internal"),
+    Opcode.ERROR:         OpInfo("uni", False, "dst",   False, "resp"),
 }
+
+#: Virtual channel of each message class on a DySHARP link (:mod:`hw.vc_link`).
+VC_REQ, VC_RESP = 0, 1
+N_VCS = 2
+
+
+def vc_of(opcode) -> int:
+    """The virtual channel an opcode travels on (requests 0, responses 1; unknown opcodes 0)."""
+    return VC_RESP if _is_known(opcode) and OPCODES[Opcode(_iv(opcode))].vclass == "resp" else VC_REQ
+
+
+class DeferredAddr(data.Struct):
+    """``route.uni.addr`` of a ``DYN_RED_READ``: what the destination port's AL-TLB translates.
+
+    The requester port's reduction engine does not translate a ``dymultimem.ld_reduce``; it names the row
+    and the byte offset inside it, and the destination's egress rewrites the packet into a ``RED_READ`` at
+    ``row address + byte_offset``.
+    """
+    byte_offset: 16
+    index: 18
+    group: 8
+
+
+def pack_deferred_addr(group: int, index: int, byte_offset: int) -> int:
+    """Python twin of :class:`DeferredAddr`: the 48-bit ``addr`` of a ``DYN_RED_READ``."""
+    for name, v, w in (("group", group, 8), ("index", index, 18), ("byte_offset", byte_offset, 16)):
+        if not 0 <= v < (1 << w):
+            raise ValueError(f"{name}={v} does not fit in {w} bits")
+    return byte_offset | (index << 16) | (group << 34)
+
+
+def unpack_deferred_addr(addr: int) -> tuple[int, int, int]:
+    """(group, index, byte_offset) of a ``DYN_RED_READ`` address."""
+    return (addr >> 34) & 0xFF, (addr >> 16) & ((1 << 18) - 1), addr & 0xFFFF
 
 
 def _flatten(layout, offset=0, prefix=()):
@@ -430,6 +478,24 @@ def rtl_header_error(header, *, n_ports: int, max_payload: int, group_mask: Valu
     code = Mux(header.length > max_payload, ErrorCode.BAD_LENGTH.value, code)
     code = Mux(~known, ErrorCode.UNKNOWN_OPCODE.value, code)
     return code
+
+
+def rtl_vclass_resp(header) -> Value:
+    """1 when ``header``'s opcode is a response-class message (travels on :data:`VC_RESP`)."""
+    out = Const(0, 1)
+    for op, info in OPCODES.items():
+        if info.vclass == "resp":
+            out = out | (header.opcode == op)
+    return out
+
+
+def rtl_origin_ok(header, origins=("gpu",)) -> Value:
+    """1 when ``header``'s opcode is known and may be sent by one of ``origins`` (see :class:`OpInfo`)."""
+    out = Const(0, 1)
+    for op, info in OPCODES.items():
+        if info.origin in origins:
+            out = out | (header.opcode == op)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------
