@@ -12,15 +12,16 @@ TB = "verif.tb.vc_link"
 
 
 @pytest.mark.parametrize("module,params", [("credit_receiver", {"depth": 2}), ("credit_receiver", {}),
-                                           ("vc_receiver", {})])
+                                           ("vc_receiver", {}), ("vc_receiver", {"credits": [2, 3]})])
 @pytest.mark.parametrize("case", ["test_receiver_random", "test_receiver_overflow", "test_receiver_full_rate"])
 def test_receiver(module, params, case, seed, sim):
     run_cocotb(module, params, test_module=TB, testcase=case, seed=seed, sim=sim)
 
 
+@pytest.mark.parametrize("params", [{}, {"credits": [2, 3]}])
 @pytest.mark.parametrize("case", ["test_sender_random", "test_sender_full_rate", "test_sender_vc_independence"])
-def test_vc_sender(case, seed, sim):
-    run_cocotb("vc_sender", {}, test_module=TB, testcase=case, seed=seed, sim=sim)
+def test_vc_sender(params, case, seed, sim):
+    run_cocotb("vc_sender", params, test_module=TB, testcase=case, seed=seed, sim=sim)
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
