@@ -222,3 +222,4 @@ register("reduction_engine", "hw.switch.reduction_engine:ReductionEngine",
          area_grid=[{"ports": 64, "entries": n} for n in (32, 64, 256)])
 register("ld_reduce_unit", "hw.switch.ld_reduce_unit:LdReduceUnit",
          points=[{"entries": n} for n in (32, 256)], area_grid=[{}])
+register("egress_translator", "hw.switch.egress_translator:EgressTranslator", points=[{"ports": 8}, {"ports": 64}])
