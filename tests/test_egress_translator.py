@@ -33,6 +33,10 @@ def test_line_rate(seed, sim, kinds):
                env={"k": 64, "kinds": kinds})
 
 
+def test_oldest_first(seed, sim):
+    run_cocotb("egress_translator", PARAMS, test_module=TB, testcase="test_oldest_first", seed=seed, sim=sim)
+
+
 def test_hit_under_miss(seed, sim):
     run_cocotb("egress_translator", PARAMS, test_module=TB, testcase="test_hit_under_miss", seed=seed,
                sim=sim)

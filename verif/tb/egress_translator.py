@@ -413,3 +413,45 @@ async def test_errors(dut):
     await env.drain()
     c = env.check_counters()
     assert c["TRANSLATED"] == 0 and c["XLATE_ERRORS"] > 0 and env.stats["drop"] > 0, (c, env.stats)
+
+
+class _Window:
+    """A gate closed during cycles [start, stop) of the cycler (a controlled stall)."""
+
+    def __init__(self, cycler, start, stop):
+        self.cycler, self.start, self.stop = cycler, start, stop
+
+    def open(self):
+        return not self.start <= self.cycler.cycle < self.stop
+
+
+@cocotb.test()
+async def test_oldest_first(dut):
+    """Two packets become ready while ``o`` is busy, the younger one in the lower slot: the older leaves
+    first. F (slot 0, miss 8) leaves and frees slot 0; O (slot 1, miss 30) is older than Y (slot 0 again,
+    miss 40); L (a long pass-through) holds ``o`` stalled while both get their answers."""
+    env = EgressEnv(dut, hit=1.0, errors=0.0)
+    p = env.p
+    lat = [8, 30, 40]
+    env.tr.latency_fn = lambda n: lat[n] if n < len(lat) else TLB_HIT_CYCLES
+    order = []
+    inner = env._on_o
+
+    def on_o(flits, cycle):
+        order.append(Header.decode(flits[0].data & ((1 << 128) - 1)).src)
+        inner(flits, cycle)
+    env.o_col.on_packet = on_o
+    await env.start()
+    rr = lambda src: [Flit(Header(opcode=Opcode.DYN_RED_READ, src=src, tag=src, length=2, dst=p["port"],
+                                  addr=pack_deferred_addr(2, 100 + src, 0)).encode(), last=True)]
+    F, O, Y, L = 0, 1, 2, 4
+    env.send(rr(F))
+    env.send(rr(O))
+    await env.cycler.until(lambda: order == [F], timeout=100, what="F out")
+    now = env.cycler.cycle
+    env.o.gate = _Window(env.cycler, now + 4, now + 90)
+    env.send(rr(Y))
+    env.send([Flit(Header(opcode=Opcode.WRITE, src=L, length=p["max_payload"], dst=p["port"]).encode())] +
+             [Flit(k, last=(k == p["max_payload"])) for k in range(1, p["max_payload"] + 1)])
+    await env.drain()
+    assert order == [F, L, O, Y], order
