@@ -37,6 +37,21 @@ def test_oldest_first(seed, sim):
     run_cocotb("egress_translator", PARAMS, test_module=TB, testcase="test_oldest_first", seed=seed, sim=sim)
 
 
+def test_line_rate_slots(seed, sim):
+    """The slot count the contract gives for line rate: 5 slots hold it, 4 do not (the test must fail)."""
+    env = {"k": 32, "kinds": ["rr"]}
+    run_cocotb("egress_translator", {**PARAMS, "slots": 5}, test_module=TB, testcase="test_line_rate",
+               seed=seed, sim=sim, env=env)
+    r = run_cocotb("egress_translator", {**PARAMS, "slots": 4}, test_module=TB, testcase="test_line_rate",
+                   seed=seed, sim=sim, env=env, check=False, quiet=True)
+    assert (r.tests, r.failed) == (1, 1), r
+
+
+def test_overflow(seed, sim):
+    run_cocotb("egress_translator", {**PARAMS, "max_payload": 4}, test_module=TB, testcase="test_overflow",
+               seed=seed, sim=sim)
+
+
 def test_hit_under_miss(seed, sim):
     run_cocotb("egress_translator", PARAMS, test_module=TB, testcase="test_hit_under_miss", seed=seed,
                sim=sim)

@@ -22,10 +22,11 @@ Contract
   Packets leave whole (``o`` carries one packet at a time) and cut-through: a packet starts leaving as
   soon as its header is translated, its payload may still be arriving.
 * Latency (no stalls): a packet that needs no translation leaves 1 cycle after its header is accepted on
-  ``i``; a translated one ``3 + hit latency`` cycles after (1 cycle into the ``tr.req`` queue, the AL-TLB's
-  3-cycle hit, 1 cycle to register the answer): **5 cycles** header in -> header out at an AL-TLB hit.
+  ``i``; a translated one ``1 + hit latency`` cycles after (the request reaches ``tr.req`` in the cycle
+  the header is accepted, the AL-TLB answers 3 cycles later, 1 cycle to register the answer): **4
+  cycles** header in -> header out at an AL-TLB hit.
 * Throughput: one flit per cycle in and out while translations hit, header-only packets included. A
-  header-only packet holds its slot for 5 cycles at a hit, so line rate needs ``slots >= 6``; the default
+  header-only packet holds its slot for 4 cycles at a hit, so line rate needs ``slots >= 5``; the default
   8 leaves room for a few slower answers. A miss holds its slot until answered; ``slots`` is how many
   packets can wait under misses before ``i`` backpressures.
 * Errors: a translation error on ``DYN_ST`` drops the packet whole and sends ``ERROR{dst=src, src=port,
@@ -35,7 +36,7 @@ Contract
   the packet is dropped silently. Each is counted in ``XLATE_ERRORS``. A ``tr.resp`` whose tag names no
   slot waiting for a translation is ignored. ``tr.resp`` is always ready.
 * Framing: a packet longer than its slot (more than ``max_payload + 1`` flits, which the request
-  network never forwards) keeps its first ``max_payload`` flits and its last one, marked ``poison``.
+  network never forwards) keeps its first ``max_payload`` flits (header included) and its last one, marked ``poison``.
 * ``counters``: 32-bit, indexed by :class:`EgressCounter`.
 """
 
@@ -53,7 +54,7 @@ from .translate_if import TAG_BITS, TranslateRequest, translate_signature
 __all__ = ["EgressTranslator", "EgressCounter", "MAX_SLOTS", "HIT_LATENCY"]
 
 MAX_SLOTS = 64          # the age matrix is slots x slots
-HIT_LATENCY = 5         # header in -> header out at a 3-cycle AL-TLB hit, no stalls
+HIT_LATENCY = 4         # header in -> header out at a 3-cycle AL-TLB hit, no stalls
 
 
 class EgressCounter(py_enum.IntEnum):
@@ -69,7 +70,7 @@ class EgressTranslator(wiring.Component):
 
     Parameters: ``port`` (0..ports-1), ``ports`` (2..64), ``flit_width`` (128/256/512), ``max_payload``
     (payload flits per packet, 1..31), ``slots`` (packet buffers and outstanding translations, 2..64;
-    >= 6 for line rate at a 3-cycle hit).
+    >= 5 for line rate at a 3-cycle hit).
 
     Ports: ``i`` (flit stream in), ``o`` (flit stream to the GPU), ``err`` (error packets, response class),
     ``tr`` (AL-TLB client), ``counters``.
@@ -166,8 +167,15 @@ class EgressTranslator(wiring.Component):
             req.group.eq(Mux(is_st, h.route.dyn.group, deferred.group)),
             req.index.eq(Mux(is_st, h.route.dyn.index, deferred.index)),
             req.dst.eq(self.port), req.src.eq(h.src), req.tag.eq(free_idx),
-            trq.w_data.eq(req), trq.w_en.eq(take & head & (is_st | is_rr)),
         ]
+        # The request goes straight to ``tr.req`` when the queue is empty (no added latency) and into
+        # the queue otherwise or when ``tr.req`` is not ready; either way it is offered until taken.
+        self.new_req = new_req = Signal()
+        m.d.comb += new_req.eq(take & head & (is_st | is_rr))
+        self.bypass = bypass = Signal()
+        m.d.comb += [bypass.eq(new_req & ~trq.r_rdy & self.tr.req.ready),
+                     trq.w_data.eq(req), trq.w_en.eq(new_req & ~bypass)]
+        self.new_req_payload = req
         with m.If(take):
             m.d.sync += [in_active.eq(~i.payload.last), in_slot.eq(slot)]
             with m.If(i.payload.last):
@@ -195,7 +203,9 @@ class EgressTranslator(wiring.Component):
     def _translations(self, m):
         S = self.slots
         trq, tr = self._trq, self.tr
-        m.d.comb += [tr.req.valid.eq(trq.r_rdy), tr.req.payload.eq(trq.r_data), trq.r_en.eq(tr.req.ready),
+        m.d.comb += [tr.req.valid.eq(trq.r_rdy | self.new_req),
+                     tr.req.payload.eq(Mux(trq.r_rdy, trq.r_data, self.new_req_payload)),
+                     trq.r_en.eq(tr.req.ready),
                      tr.resp.ready.eq(1)]
         rtag = tr.resp.payload.tag
         for s in range(S):

@@ -65,8 +65,13 @@ def request_key(h: Header) -> tuple[int, int] | None:
     return None
 
 
-def expected_outcome(flits: list[Flit], *, port: int, flit_width: int, answer_fn) -> tuple[str, list[Flit]]:
-    """What the egress must do with one input packet: ("o", flits), ("err", flits) or ("drop", [])."""
+def expected_outcome(flits: list[Flit], *, port: int, flit_width: int, capacity: int, answer_fn
+                     ) -> tuple[str, list[Flit]]:
+    """What the egress must do with one input packet: ("o", flits), ("err", flits) or ("drop", []).
+
+    A packet longer than ``capacity`` flits keeps its first ``capacity - 1`` and its last, poisoned."""
+    if len(flits) > capacity:
+        flits = flits[:capacity - 1] + [Flit(flits[-1].data, True, True)]
     hbits = flits[0].data & ((1 << 128) - 1)
     upper = flits[0].data >> 128
     h = Header.decode(hbits)
@@ -211,7 +216,8 @@ class EgressEnv:
         return answer(g, i, s, d, errors=self.errors)
 
     def _on_in(self, flits, cycle):
-        kind, out = expected_outcome(flits, port=self.port, flit_width=self.fw, answer_fn=self._answer)
+        kind, out = expected_outcome(flits, port=self.port, flit_width=self.fw,
+                                     capacity=self.p["max_payload"] + 1, answer_fn=self._answer)
         h = Header.decode(flits[0].data & ((1 << 128) - 1))
         translated = request_key(h) is not None
         self.stats[kind if not (kind == "o" and translated) else "translated"] += 1
@@ -455,3 +461,22 @@ async def test_oldest_first(dut):
              [Flit(k, last=(k == p["max_payload"])) for k in range(1, p["max_payload"] + 1)])
     await env.drain()
     assert order == [F, L, O, Y], order
+
+
+@cocotb.test()
+async def test_overflow(dut):
+    """Packets longer than a slot (never forwarded by the request network): the first ``max_payload``
+    flits and the last one, poisoned; the slot is reused correctly afterwards."""
+    env = EgressEnv(dut, hit=0.8, errors=0.0, stall=0.2)
+    p = env.p
+    rng = tbenv.rng("overflow")
+    await env.start()
+    for n in range(40):
+        pkt = random_packet(rng, p, srcs=[1, 2, 3], kinds=["st", "write", "rr"])
+        if n % 2 == 0:
+            extra = rng.randint(1, 4) + p["max_payload"] + 1 - len(pkt)
+            pkt = [Flit(f.data) for f in pkt] + [Flit(rng.getrandbits(p["flit_width"])) for _ in range(extra)]
+            pkt[-1] = Flit(pkt[-1].data, True)
+        env.send(pkt)
+    await env.drain()
+    env.check_counters()
