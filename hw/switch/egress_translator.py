@@ -41,6 +41,7 @@ Contract
 """
 
 import enum as py_enum
+from types import SimpleNamespace
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, memory, stream, wiring
@@ -103,46 +104,47 @@ class EgressTranslator(wiring.Component):
     # -----------------------------------------------------------------------------------------------------
     def elaborate(self, platform):
         m = Module()
+        st = SimpleNamespace()    # the datapath's signals, shared by the sub-blocks below
         S, C = self.slots, self.capacity
         fl = flit_layout(self.flit_width)
         m.submodules.mem = mem = memory.Memory(shape=fl, depth=S * C, init=[])
-        self._wp = mem.write_port()
-        self._rp = mem.read_port(domain="comb")   # cut-through: a flit is readable the cycle after its write
+        st.wp = mem.write_port()
+        st.rp = mem.read_port(domain="comb")   # cut-through: a flit is readable the cycle after its write
         # TR queue: the translation request of each accepted header (never full: one entry per busy slot).
-        m.submodules.trq = self._trq = fifo.SyncFIFO(width=data.Layout.cast(TranslateRequest).size, depth=S)
-        m.submodules.errq = self._errq = fifo.SyncFIFO(width=fl.size, depth=2)
-        self._slot_state(m)
-        self._input(m)
-        self._translations(m)
-        self._select(m)
-        self._output(m)
-        self._count(m)
+        m.submodules.trq = st.trq = fifo.SyncFIFO(width=data.Layout.cast(TranslateRequest).size, depth=S)
+        m.submodules.errq = st.errq = fifo.SyncFIFO(width=fl.size, depth=2)
+        self._slot_state(m, st)
+        self._input(m, st)
+        self._translations(m, st)
+        self._select(m, st)
+        self._output(m, st)
+        self._count(m, st)
         return m
 
     # Per-slot state (registers; the payload flits are in the memory).
-    def _slot_state(self, m):
+    def _slot_state(self, m, st):
         S = self.slots
-        self.busy = Signal(S)          # holds a packet
-        self.gone = Signal(S)          # its departure has started (or it was dropped)
-        self.needs = Signal(S)         # needs a translation (DYN_ST / DYN_RED_READ)
-        self.done = Signal(S)          # translation answered
-        self.poisoned = Signal(S)      # its last flit arrived poisoned
-        self.src = Array(Signal(6, name=f"src{s}") for s in range(S))
-        self.code = Array(Signal(8, name=f"code{s}") for s in range(S))
-        self.row = Array(Signal(48, name=f"row{s}") for s in range(S))
+        st.busy = Signal(S)          # holds a packet
+        st.gone = Signal(S)          # its departure has started (or it was dropped)
+        st.needs = Signal(S)         # needs a translation (DYN_ST / DYN_RED_READ)
+        st.done = Signal(S)          # translation answered
+        st.poisoned = Signal(S)      # its last flit arrived poisoned
+        st.src = Array(Signal(6, name=f"src{s}") for s in range(S))
+        st.code = Array(Signal(8, name=f"code{s}") for s in range(S))
+        st.row = Array(Signal(48, name=f"row{s}") for s in range(S))
         # older[s] bit t: slot t was allocated before slot s (valid while both are busy).
-        self.older = [Signal(S, name=f"older{s}") for s in range(S)]
+        st.older = [Signal(S, name=f"older{s}") for s in range(S)]
 
     # ---- Input: allocate a slot per head flit, write the flits, queue the translation request.
-    def _input(self, m):
+    def _input(self, m, st):
         S, C = self.slots, self.capacity
-        i, wp, trq = self.i, self._wp, self._trq
-        self.in_active = in_active = Signal()          # between a head flit and its packet's last flit
-        self.in_slot = in_slot = Signal(range(S))
-        self.in_count = in_count = Signal(range(C + 1))  # flits of in_slot final in memory (readable)
+        i, wp, trq = self.i, st.wp, st.trq
+        st.in_active = in_active = Signal()          # between a head flit and its packet's last flit
+        st.in_slot = in_slot = Signal(range(S))
+        st.in_count = in_count = Signal(range(C + 1))  # flits of in_slot final in memory (readable)
         in_over = Signal()                             # a non-last flit already landed at position C-1
 
-        free_any, free_idx = first_set(m, ~self.busy, name="free")
+        free_any, free_idx = first_set(m, ~st.busy, name="free")
         h = Signal(HeaderLayout)
         m.d.comb += h.eq(i.payload.data[:HEADER_BITS])
         is_st = h.opcode == Opcode.DYN_ST
@@ -170,102 +172,102 @@ class EgressTranslator(wiring.Component):
         ]
         # The request goes straight to ``tr.req`` when the queue is empty (no added latency) and into
         # the queue otherwise or when ``tr.req`` is not ready; either way it is offered until taken.
-        self.new_req = new_req = Signal()
+        st.new_req = new_req = Signal()
         m.d.comb += new_req.eq(take & head & (is_st | is_rr))
-        self.bypass = bypass = Signal()
+        st.bypass = bypass = Signal()
         m.d.comb += [bypass.eq(new_req & ~trq.r_rdy & self.tr.req.ready),
                      trq.w_data.eq(req), trq.w_en.eq(new_req & ~bypass)]
-        self.new_req_payload = req
+        st.new_req_payload = req
         with m.If(take):
             m.d.sync += [in_active.eq(~i.payload.last), in_slot.eq(slot)]
             with m.If(i.payload.last):
                 m.d.sync += [in_over.eq(0), in_count.eq(0)]
-                m.d.sync += self.poisoned.bit_select(slot, 1).eq(poison)
+                m.d.sync += st.poisoned.bit_select(slot, 1).eq(poison)
             with m.Elif(at_end):
                 m.d.sync += in_over.eq(1)              # overflow: keep overwriting position C-1
             with m.Else():
                 m.d.sync += in_count.eq(pos + 1)
-        self.alloc = alloc = Signal(S)                 # one-hot: the slot taken this cycle
+        st.alloc = alloc = Signal(S)                 # one-hot: the slot taken this cycle
         m.d.comb += alloc.eq(Mux(take & head, Const(1, S) << free_idx, 0))
         for s in range(S):
             with m.If(alloc[s]):
                 m.d.sync += [
-                    self.busy[s].eq(1), self.gone[s].eq(0), self.done[s].eq(0),
-                    self.needs[s].eq(is_st | is_rr), self.src[s].eq(h.src),
-                    self.code[s].eq(0), self.older[s].eq(self.busy),
+                    st.busy[s].eq(1), st.gone[s].eq(0), st.done[s].eq(0),
+                    st.needs[s].eq(is_st | is_rr), st.src[s].eq(h.src),
+                    st.code[s].eq(0), st.older[s].eq(st.busy),
                 ]
             for t in range(S):
                 if t != s:
                     with m.If(alloc[t]):
-                        m.d.sync += self.older[s][t].eq(0)
+                        m.d.sync += st.older[s][t].eq(0)
 
     # ---- Translations: requests from the queue, answers matched by tag (= slot), in any order.
-    def _translations(self, m):
+    def _translations(self, m, st):
         S = self.slots
-        trq, tr = self._trq, self.tr
-        m.d.comb += [tr.req.valid.eq(trq.r_rdy | self.new_req),
-                     tr.req.payload.eq(Mux(trq.r_rdy, trq.r_data, self.new_req_payload)),
+        trq, tr = st.trq, self.tr
+        m.d.comb += [tr.req.valid.eq(trq.r_rdy | st.new_req),
+                     tr.req.payload.eq(Mux(trq.r_rdy, trq.r_data, st.new_req_payload)),
                      trq.r_en.eq(tr.req.ready),
                      tr.resp.ready.eq(1)]
         rtag = tr.resp.payload.tag
         for s in range(S):
-            hit = tr.resp.valid & (rtag == s) & self.busy[s] & self.needs[s] & ~self.done[s]
+            hit = tr.resp.valid & (rtag == s) & st.busy[s] & st.needs[s] & ~st.done[s]
             with m.If(hit):
-                m.d.sync += [self.done[s].eq(1), self.code[s].eq(tr.resp.payload.code),
-                             self.row[s].eq(tr.resp.payload.addr)]
+                m.d.sync += [st.done[s].eq(1), st.code[s].eq(tr.resp.payload.code),
+                             st.row[s].eq(tr.resp.payload.addr)]
 
     # ---- Selection: the oldest slot ready to leave with no older pending slot of its source.
-    def _select(self, m):
+    def _select(self, m, st):
         S = self.slots
         pending = Signal(S)
-        m.d.comb += pending.eq(self.busy & ~self.gone)
+        m.d.comb += pending.eq(st.busy & ~st.gone)
         complete = Signal(S)         # every flit has arrived
         for s in range(S):
-            m.d.comb += complete[s].eq(self.busy[s] & ~(self.in_active & (self.in_slot == s)))
+            m.d.comb += complete[s].eq(st.busy[s] & ~(st.in_active & (st.in_slot == s)))
         is_err = Signal(S)
         eligible = Signal(S)
-        self.other_older = other_older = Signal(S)   # an older pending slot of another source exists
+        st.other_older = other_older = Signal(S)   # an older pending slot of another source exists
         for s in range(S):
-            same = Cat(*(self.src[t] == self.src[s] for t in range(S)))
-            older = self.older[s] & pending
+            same = Cat(*(st.src[t] == st.src[s] for t in range(S)))
+            older = st.older[s] & pending
             blocked = (older & same).any()
             m.d.comb += [
                 other_older[s].eq((older & ~same).any()),
-                is_err[s].eq(self.needs[s] & (self.code[s] != 0)),
-                eligible[s].eq(pending[s] & ~blocked & (~self.needs[s] | self.done[s]) &
-                               (~is_err[s] | (complete[s] & self._errq.w_rdy))),
+                is_err[s].eq(st.needs[s] & (st.code[s] != 0)),
+                eligible[s].eq(pending[s] & ~blocked & (~st.needs[s] | st.done[s]) &
+                               (~is_err[s] | (complete[s] & st.errq.w_rdy))),
             ]
         oldest = Signal(S)
         for s in range(S):
-            m.d.comb += oldest[s].eq(eligible[s] & ~(self.older[s] & eligible).any())
-        self.pick_any = Signal()
-        self.pick = Signal(range(S))
-        self.pick_err = Signal()
-        m.d.comb += [self.pick_any.eq(eligible.any()), self.pick.eq(onehot_to_index(oldest)),
-                     self.pick_err.eq((oldest & is_err).any())]
+            m.d.comb += oldest[s].eq(eligible[s] & ~(st.older[s] & eligible).any())
+        st.pick_any = Signal()
+        st.pick = Signal(range(S))
+        st.pick_err = Signal()
+        m.d.comb += [st.pick_any.eq(eligible.any()), st.pick.eq(onehot_to_index(oldest)),
+                     st.pick_err.eq((oldest & is_err).any())]
 
     # ---- Output: one packet at a time on ``o``; error packets on ``err``.
-    def _output(self, m):
+    def _output(self, m, st):
         S, C = self.slots, self.capacity
-        o, rp, errq = self.o, self._rp, self._errq
+        o, rp, errq = self.o, st.rp, st.errq
         cur_active = Signal()
         cur_slot = Signal(range(S))
         cur_idx = Signal(range(C))
         idle = ~cur_active
         rd_slot = Signal(range(S))
         rd_idx = Signal(range(C))
-        m.d.comb += [rd_slot.eq(Mux(idle, self.pick, cur_slot)), rd_idx.eq(Mux(idle, 0, cur_idx)),
+        m.d.comb += [rd_slot.eq(Mux(idle, st.pick, cur_slot)), rd_idx.eq(Mux(idle, 0, cur_idx)),
                      rp.addr.eq(rd_slot * C + rd_idx)]
-        avail = ~(self.in_active & (self.in_slot == rd_slot)) | (rd_idx < self.in_count)
-        self.commit = commit = Signal()     # a packet starts on ``o`` (its slot is committed)
-        self.drop = drop = Signal()         # an error slot is resolved (error packet or silent drop)
-        m.d.comb += [commit.eq(idle & self.pick_any & ~self.pick_err),
-                     drop.eq(idle & self.pick_any & self.pick_err)]
+        avail = ~(st.in_active & (st.in_slot == rd_slot)) | (rd_idx < st.in_count)
+        st.commit = commit = Signal()     # a packet starts on ``o`` (its slot is committed)
+        st.drop = drop = Signal()         # an error slot is resolved (error packet or silent drop)
+        m.d.comb += [commit.eq(idle & st.pick_any & ~st.pick_err),
+                     drop.eq(idle & st.pick_any & st.pick_err)]
 
         # The rewritten header of the flit read (used when rd_idx == 0).
         hin = Signal(HeaderLayout)
         m.d.comb += hin.eq(rp.data.data[:HEADER_BITS])
-        row = self.row[rd_slot]
+        row = st.row[rd_slot]
         flit_bytes = self.flit_width // 8
         wr = Signal(HeaderLayout)
         m.d.comb += [wr.opcode.eq(Opcode.WRITE), wr.src.eq(hin.src), wr.tag.eq(hin.tag),
@@ -278,7 +280,7 @@ class EgressTranslator(wiring.Component):
                      rr.route.uni.dst.eq(self.port), rr.route.uni.xtag.eq(hin.route.uni.xtag),
                      rr.route.uni.addr.eq(row + deferred.byte_offset)]
         is_st = hin.opcode == Opcode.DYN_ST
-        translate = (rd_idx == 0) & self.needs.bit_select(rd_slot, 1)
+        translate = (rd_idx == 0) & st.needs.bit_select(rd_slot, 1)
         fl = flit_layout(self.flit_width)
         out = Signal(fl)
         new_hdr = Mux(translate, Mux(is_st, wr.as_value(), rr.as_value()), rp.data.data[:HEADER_BITS])
@@ -292,47 +294,47 @@ class EgressTranslator(wiring.Component):
             with m.Else():
                 m.d.sync += [cur_active.eq(1), cur_slot.eq(rd_slot), cur_idx.eq(rd_idx + 1)]
         with m.Elif(commit):
-            m.d.sync += [cur_active.eq(1), cur_slot.eq(self.pick), cur_idx.eq(0)]
+            m.d.sync += [cur_active.eq(1), cur_slot.eq(st.pick), cur_idx.eq(0)]
 
         # Error packets: the request's header fields, header only.
         e_st, e_rr = Signal(HeaderLayout), Signal(HeaderLayout)
         for e in (e_st, e_rr):
             m.d.comb += [e.src.eq(self.port), e.tag.eq(hin.tag), e.route.uni.dst.eq(hin.src),
-                         e.route.uni.code.as_value().eq(self.code[rd_slot])]
+                         e.route.uni.code.as_value().eq(st.code[rd_slot])]
         m.d.comb += [e_st.opcode.eq(Opcode.ERROR), e_rr.opcode.eq(Opcode.RED_READ_RESP),
                      e_rr.length.eq(hin.length), e_rr.etype.eq(hin.etype), e_rr.redop.eq(hin.redop),
                      e_rr.route.uni.xtag.eq(hin.route.uni.xtag)]
         ef = Signal(fl)
         m.d.comb += [ef.data.eq(Mux(is_st, e_st.as_value(), e_rr.as_value())), ef.last.eq(1), errq.w_data.eq(ef),
-                     errq.w_en.eq(drop & ~self.poisoned.bit_select(self.pick, 1))]
+                     errq.w_en.eq(drop & ~st.poisoned.bit_select(st.pick, 1))]
         m.d.comb += [self.err.valid.eq(errq.r_rdy), self.err.payload.eq(errq.r_data),
                      errq.r_en.eq(self.err.ready)]
 
         freed = Signal(S)
         m.d.comb += freed.eq(Mux(sent & rp.data.last, Const(1, S) << rd_slot, 0) |
-                             Mux(drop, Const(1, S) << self.pick, 0))
+                             Mux(drop, Const(1, S) << st.pick, 0))
         started = Signal(S)
-        m.d.comb += started.eq(Mux(commit | drop, Const(1, S) << self.pick, 0))
+        m.d.comb += started.eq(Mux(commit | drop, Const(1, S) << st.pick, 0))
         for s in range(S):
             with m.If(started[s]):
-                m.d.sync += self.gone[s].eq(1)
+                m.d.sync += st.gone[s].eq(1)
             with m.If(freed[s]):
-                m.d.sync += self.busy[s].eq(0)
-        self.freed = freed
+                m.d.sync += st.busy[s].eq(0)
+        st.freed = freed
 
     # ---- Counters.
-    def _count(self, m):
+    def _count(self, m, st):
         S = self.slots
         c = self.counters
-        needs_pick = self.needs.bit_select(self.pick, 1)
-        ovt = self.other_older.bit_select(self.pick, 1)
+        needs_pick = st.needs.bit_select(st.pick, 1)
+        ovt = st.other_older.bit_select(st.pick, 1)
         m.d.sync += [
-            c[EgressCounter.TRANSLATED].eq(c[EgressCounter.TRANSLATED] + (self.commit & needs_pick)),
-            c[EgressCounter.PASSED].eq(c[EgressCounter.PASSED] + (self.commit & ~needs_pick)),
-            c[EgressCounter.XLATE_ERRORS].eq(c[EgressCounter.XLATE_ERRORS] + self.drop),
-            c[EgressCounter.OVERTAKES].eq(c[EgressCounter.OVERTAKES] + ((self.commit | self.drop) & ovt)),
+            c[EgressCounter.TRANSLATED].eq(c[EgressCounter.TRANSLATED] + (st.commit & needs_pick)),
+            c[EgressCounter.PASSED].eq(c[EgressCounter.PASSED] + (st.commit & ~needs_pick)),
+            c[EgressCounter.XLATE_ERRORS].eq(c[EgressCounter.XLATE_ERRORS] + st.drop),
+            c[EgressCounter.OVERTAKES].eq(c[EgressCounter.OVERTAKES] + ((st.commit | st.drop) & ovt)),
         ]
         occ = Signal(range(S + 1))
-        m.d.comb += occ.eq(sum(self.busy[s] for s in range(S)))
+        m.d.comb += occ.eq(sum(st.busy[s] for s in range(S)))
         with m.If(occ > c[EgressCounter.MAX_OCCUPANCY]):
             m.d.sync += c[EgressCounter.MAX_OCCUPANCY].eq(occ)
