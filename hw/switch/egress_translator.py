@@ -47,7 +47,7 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..arbiter import first_set, onehot_to_index, or_reduce
+from ..arbiter import first_set, onehot_to_index
 from ..packet import (DEFAULT_FLIT_WIDTH, FLIT_WIDTHS, HEADER_BITS, MAX_LENGTH, MAX_PORTS, DeferredAddr,
                       ErrorCode, HeaderLayout, Opcode, flit_layout)
 from .translate_if import TAG_BITS, TranslateRequest, translate_signature
@@ -233,7 +233,7 @@ class EgressTranslator(wiring.Component):
             blocked = (older & same).any()
             m.d.comb += [
                 other_older[s].eq((older & ~same).any()),
-                is_err[s].eq(st.needs[s] & (st.code[s] != 0)),
+                is_err[s].eq(st.needs[s] & (st.code[s] != ErrorCode.NONE.value)),
                 eligible[s].eq(pending[s] & ~blocked & (~st.needs[s] | st.done[s]) &
                                (~is_err[s] | (complete[s] & st.errq.w_rdy))),
             ]

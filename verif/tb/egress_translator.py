@@ -29,7 +29,6 @@ from hw.switch.translate_if import TranslateRequest, TranslateResponse
 
 from verif.harness import tbenv
 from verif.harness.cycler import Agent, Cycler
-from verif.harness.gates import Gate
 from verif.harness.stream import StreamDriver, StreamMonitor, record_cycles
 from verif.harness.structs import Port, pack, unpack
 
