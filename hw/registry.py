@@ -229,3 +229,4 @@ register("packet_merge", "hw.packet_stream:PacketMerge", defaults={"n_in": 3}, p
 register("packet_split", "hw.packet_stream:VcClassSplit", points=[{}],
          doc="PacketSplit with a fixed example select: requests to o[0], responses to o[1]")
 register("tlb_fill_bridge", "hw.switch.tlb_fill_bridge:TlbFillBridge", points=[{}])
+register("egress_translator", "hw.switch.egress_translator:EgressTranslator", points=[{"ports": 8}, {"ports": 64}])
