@@ -168,17 +168,22 @@ class GpuNic(wiring.Component):
             rr.arrival.ready.eq(1),          # never valid (no token window)
         ]
 
-        # ---- memory writes of both paths: round robin per flit, so neither waits behind the other
+        # ---- memory writes of both paths: round robin per flit, so neither waits behind the other. A
+        # write offered and not taken keeps the output (stream rule: the payload may not change) even if
+        # the other path turns valid meanwhile.
         mw = self.mem_wr
         last = Signal()                      # the path that wrote last (1 = response path)
+        held = Signal()                      # the write offered last cycle was not taken
+        owner = Signal()                     # ... and came from this path
         pick = Signal()
         m.d.comb += [
-            pick.eq(Mux(rq.mem_wr.valid & rr.mem_wr.valid, ~last, rr.mem_wr.valid)),
+            pick.eq(Mux(held, owner, Mux(rq.mem_wr.valid & rr.mem_wr.valid, ~last, rr.mem_wr.valid))),
             mw.valid.eq(rq.mem_wr.valid | rr.mem_wr.valid),
             mw.payload.eq(Mux(pick, rr.mem_wr.payload, rq.mem_wr.payload)),
             rq.mem_wr.ready.eq(mw.ready & ~pick),
             rr.mem_wr.ready.eq(mw.ready & pick),
         ]
+        m.d.sync += [held.eq(mw.valid & ~mw.ready), owner.eq(pick)]
         with m.If(mw.valid & mw.ready):
             m.d.sync += last.eq(pick)
 
