@@ -2,6 +2,7 @@
 
 import pytest
 
+from hw.gpu_nic.nic import GpuNic
 from hw.gpu_nic.receive_path import ReceivePath, pack_token_meta, unpack_token_meta
 from hw.gpu_nic.request_gen import RequestGenerator
 from hw.gpu_nic.token_tracker import TokenTracker
@@ -22,6 +23,12 @@ BAD = [
     (ReceivePath, {"tile_size": 3}, "tile_size"),
     (ReceivePath, {"experts": 300}, "experts"),
     (ReceivePath, {"read_depth": 4}, "read_depth"),
+    (ReceivePath, {"accept": "both"}, "accept"),
+    (RequestGenerator, {"link": "vc"}, "link"),
+    (GpuNic, {"credits": 0}, "credits"),
+    (GpuNic, {"rx_credits": 16}, "credits"),
+    (GpuNic, {"mm_index_bits": 2}, "index_bits"),
+    (GpuNic, {"tiles": 256, "tile_size": 512}, "tiles"),
 ]
 
 

@@ -28,7 +28,6 @@ Tests:
 """
 
 import collections
-import dataclasses
 
 import cocotb
 
@@ -564,7 +563,6 @@ async def test_response_under_request_stall(dut):
     await env.cycler.start()
     # Combine tags in flight: K DYN_LD_REDUCE requests leave on VC 0 (their tags are bound).
     K = min(6, p["tags"])
-    outs = []
     for k in range(K):
         env.post(Desc(op=DescOp.LD_REDUCE.value, mask=(1 << PORT) | 1, index=k, group=0, addr=OUT_BASE + k * 0x400,
                       length=4, etype=EType.U32.value, redop=RedOp.ADD.value))
