@@ -176,8 +176,9 @@ N_REMOTE_CODES = 16        # ErrorCode values counted one by one in remote_codes
 
 
 def _one_of(m, name, op, ops, accept) -> Signal:
-    """1 when ``op`` is one of the ``ops`` this instance accepts. A signal (left undriven, so 0, when none
-    is accepted) rather than a constant: a constant condition in an ``If`` chain becomes a constant case
+    """1 when ``op`` is one of the ``ops`` this instance accepts (a named signal, for waveforms; left
+    undriven, so 0, when none is accepted). Yosys folds such a 0, so the ``If`` chains below leave out the
+    branches an instance cannot take (:func:`_chain`): a constant-0 branch would become a constant case
     pattern in the generated Verilog, which the linter flags."""
     sig = Signal(name=name)
     ops = [o for o in ops if o in accept]
