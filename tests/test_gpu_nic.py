@@ -1,6 +1,7 @@
 """The composed GPU NIC on its 2-VC DySHARP link (see verif/tb/gpu_nic.py): loopback dispatch/combine in
 both modes with the request packets compared bit for bit, the NIC serving every downlink opcode against
-its reference model (memory manager included), and VC 1 responses committing while VC 0 is stalled."""
+its reference model (memory manager included), VC 1 responses committing while VC 0 is stalled, and the
+switch's translated dispatch (TLB fills answered, rows landing, tiles ready)."""
 
 import pytest
 
@@ -23,3 +24,8 @@ def test_serve(seed, sim):
 def test_response_under_request_stall(seed, sim):
     run_cocotb("gpu_nic", PARAMS, test_module="verif.tb.gpu_nic", testcase="test_response_under_request_stall",
                seed=seed, sim=sim)
+
+
+def test_translated_dispatch(seed, sim):
+    run_cocotb("gpu_nic", PARAMS, test_module="verif.tb.gpu_nic", testcase="test_translated_dispatch", seed=seed,
+               sim=sim, env={"tokens": 20})
