@@ -234,3 +234,5 @@ register("dysharp_switch", "hw.switch.dysharp_switch:DySharpSwitch",
          points=[{"ports": n} for n in (4, 8, 16, 32, 64)], area_grid=[{"ports": 4}, {"ports": 8}],
          doc="The integrated DySHARP switch: request and response networks, and per port an AL-TLB, an egress "
              "translator and a reduction engine")
+register("system", "hw.system:System", points=[{"gpus": n} for n in (4, 8, 16)],
+         doc="The system top: G GPU NICs on one DySHARP switch")
