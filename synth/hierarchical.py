@@ -39,6 +39,7 @@ from contextlib import contextmanager
 
 from hw import registry
 from hw.switch.allocator import ISlipAllocator
+from hw.vc_link import VcReceiver, VcSender
 
 __all__ = ["HIER_MIN_PORTS", "HIER_MARGIN", "VALIDATION_POINT", "applies", "parts", "area_point", "validate"]
 
@@ -85,8 +86,8 @@ def dysharp_parts(params: dict) -> list[tuple[str, str, dict, int]]:
         ("egress", "hw.switch.egress_translator:EgressTranslator",
          {"port": 0, "ports": N, "flit_width": W, "max_payload": P, "slots": params["egress_slots"]}, N),
         ("fill", "hw.switch.tlb_fill_bridge:TlbFillBridge", {"port": 0, "ports": N, "flit_width": W}, N),
-        ("vc_rx", "hw.vc_link:VcReceiver", {"credits": [L, L], "flit_width": W}, N),
-        ("vc_tx", "hw.vc_link:VcSender", {"credits": [G, G], "flit_width": W}, N),
+        ("vc_rx", "synth.hierarchical:_VcReceiver", {"credits": L, "flit_width": W}, N),
+        ("vc_tx", "synth.hierarchical:_VcSender", {"credits": G, "flit_width": W}, N),
         ("net_rx", "hw.credit:CreditReceiver", {"depth": _NET_OUT_DEPTH, "flit_width": W}, 2 * N),
         ("req_tx", "hw.credit:CreditSender", {"credits": params["credits"], "flit_width": W}, N),
         ("resp_tx", "hw.credit:CreditSender", {"credits": params["resp_credits"], "flit_width": W}, N),
@@ -131,6 +132,21 @@ class _Allocator(ISlipAllocator):
 
 
 @contextmanager
+class _VcReceiver(VcReceiver):
+    """A VC receiver with the same credits on both channels, as one integer (a list-valued parameter would
+    put brackets into the file names, which OpenSTA's Tcl reads as commands)."""
+
+    def __init__(self, *, credits: int, flit_width: int = 128):
+        super().__init__(credits=(credits, credits), flit_width=flit_width)
+
+
+class _VcSender(VcSender):
+    """A VC sender with the same credits on both channels (see :class:`_VcReceiver`)."""
+
+    def __init__(self, *, credits: int, flit_width: int = 128):
+        super().__init__(credits=(credits, credits), flit_width=flit_width)
+
+
 def _part_modules(module: str, plist):
     """Register each part as a (hidden) registry module for the duration, so that it is generated,
     cached and synthesized by exactly the flat flow's code."""
