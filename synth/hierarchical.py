@@ -131,7 +131,6 @@ class _Allocator(ISlipAllocator):
         super().__init__(n_ports, iterations)
 
 
-@contextmanager
 class _VcReceiver(VcReceiver):
     """A VC receiver with the same credits on both channels, as one integer (a list-valued parameter would
     put brackets into the file names, which OpenSTA's Tcl reads as commands)."""
@@ -147,6 +146,7 @@ class _VcSender(VcSender):
         super().__init__(credits=(credits, credits), flit_width=flit_width)
 
 
+@contextmanager
 def _part_modules(module: str, plist):
     """Register each part as a (hidden) registry module for the duration, so that it is generated,
     cached and synthesized by exactly the flat flow's code."""
