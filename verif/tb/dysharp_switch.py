@@ -1,0 +1,650 @@
+"""cocotb testbench of the integrated DySHARP switch (:mod:`hw.switch.dysharp_switch`).
+
+The environment plays the GPUs: on every port a :class:`verif.harness.vc_link.VcLinkSource` into ``rx``
+(requests on VC 0, the GPU's answers on VC 1, flit-interleaved, random gaps), a
+:class:`verif.harness.vc_link.VcLinkSink` on ``tx`` (``gpu_credits`` flits of receive buffer per VC,
+credits returned after random delays, credit and VC-class checks) and a GPU model
+(:class:`verif.models.dysharp_gpu.DySharpGpu`: memory, asymmetric memory manager, responder with its own
+random memory latency). Every delivery is checked by :class:`verif.models.dysharp_switch.DySharpSwitchModel`
+as it arrives (translated addresses, payloads, ordering per pair, bit-exact reduction results, error
+responses), and the test ends with :meth:`DySharpSwitchModel.finish` (everything expected came) and exact
+checks of the status counters.
+
+Layout used by every test: dispatch group ``G_DISP`` (``dymultimem.st``, memory-manager layout 0,
+allocation on first touch), combine group ``G_COMB`` (``dymultimem.ld_reduce``, layout 1), both with all
+ports as members; GPU ``d``'s rows start at ``(d + 1) << 32`` (+ ``1 << 31`` for layout 1) with a row
+stride of ``64 + 8 d`` flits, so no two GPUs share a layout. Every source uses its own indices, so the
+memory managers' isolation (an index belongs to the source that allocated it) never refuses good traffic.
+Static groups 0..3 have random member masks. Address regions: unicast writes ``1 << 40``, ``MM_ST``
+``2 << 40``, static reductions read ``3 << 40``, reads ``4 << 40``: nothing a test reads is ever written.
+
+Settings (``DYSHARP_ENV``): ``packets`` (per port), ``gap``, ``stall``, ``burst``, ``lat`` (max memory
+latency), ``timeout`` (cycles before a drain fails), plus per-test ones named in each test.
+"""
+
+import collections
+import functools
+
+import cocotb
+import numpy as np
+
+from hw import registry
+from hw.packet import N_VCS, EType, ErrorCode, Header, Opcode, Packet, RedOp
+
+from verif.harness import tbenv
+from verif.harness.cycler import Cycler
+from verif.harness.stream import StreamDriver
+from verif.harness.structs import fields, pack, unpack
+from verif.harness.vc_link import VcLinkSink, VcLinkSource
+from verif.models.dysharp_gpu import DySharpGpu
+from verif.models.dysharp_switch import DySharpSwitchModel, order_sensitive
+from verif.models.memory_manager import SET_GROUP, MemoryManagerSpec
+from verif.models.reduction import random_lanes
+
+G_DISP, G_COMB, G_FOREIGN, G_FAULT, G_SMALL = 1, 2, 3, 4, 5
+ROWS = 1 << 16
+SMALL_ROWS = 16
+REGION_WRITE, REGION_MM, REGION_STATIC_RED, REGION_READ = 1 << 40, 2 << 40, 3 << 40, 4 << 40
+INDEX_SPAN = 4096          # indices of source s: s * INDEX_SPAN + k
+TARGET_GROUP, TARGET_TLB = 0, 1
+ETYPES = (EType.BF16, EType.FP16, EType.FP32, EType.S32, EType.U32)
+OPS = (RedOp.ADD, RedOp.MIN, RedOp.MAX)
+
+
+def mask_of(ports) -> int:
+    return sum(1 << p for p in ports)
+
+
+class DySharpEnv:
+    """GPUs on every port, the configuration driver, the reference model and the status reader."""
+
+    def __init__(self, dut, *, gap=0.2, stall=0.3, burst=2.0, lat=40, silent_red_read=(), silent_tlb_fill=()):
+        self.dut = dut
+        self.p = p = tbenv.params()
+        self.s = tbenv.settings()
+        self.n = p["ports"]
+        self.w = p["flit_width"]
+        self.max_payload = p["max_payload"]
+        self.cycler = Cycler(dut)
+        self.rng = tbenv.rng("env")
+        self.np_rng = np.random.default_rng(tbenv.seed())
+        self.sources, self.sinks, self.gpus = [], [], []
+        for i in range(self.n):
+            src = VcLinkSource(dut, f"rx__{i}", tbenv.rng(f"src{i}"), credits=p["link_credits"], flit_width=self.w,
+                               gap=gap, burst=burst)
+            lo = self.rng.randint(1, max(1, lat // 4))
+            hi = lo + self.rng.randint(0, lat)
+            mm = MemoryManagerSpec(groups=max(16, p["groups"]), layouts=4, index_bits=18, slots=1 << 16)
+            gpu_np = np.random.default_rng([tbenv.seed(), i])
+            gpu = DySharpGpu(i, src, tbenv.rng(f"gpu{i}"), latency=(lo, hi), flit_width=self.w, mm=mm,
+                             on_delivery=self._on_delivery,
+                             init_word=functools.partial(self._init_word, gpu_np),
+                             silent_red_read=i in silent_red_read, silent_tlb_fill=i in silent_tlb_fill)
+            sink = VcLinkSink(dut, f"tx__{i}", tbenv.rng(f"sink{i}"), credits=p["gpu_credits"], flit_width=self.w,
+                              stall=stall, burst=burst, on_packet=gpu.on_packet, batch=2)
+            self.sources.append(src)
+            self.sinks.append(sink)
+            self.gpus.append(gpu)
+        self.cfg = StreamDriver(dut, "cfg", tbenv.rng("cfg"))
+        self.cycler.add(*self.gpus, *self.sources, *self.sinks, self.cfg)
+        self.model = DySharpSwitchModel(self.n, self.gpus, max_payload=self.max_payload, flit_width=self.w)
+        self.tags = [0] * self.n
+        self.next_index = collections.defaultdict(int)     # (src, group) -> next fresh index offset
+        self.used_index = collections.defaultdict(list)    # (src, group) -> indices in use
+        self.static_groups = {}
+        self._switch_config = None
+        self._status_layout = None
+
+    def _init_word(self, nprng, flit_addr, etype):
+        return random_lanes(nprng, EType(etype), self.w) if etype is not None else 0
+
+    def _on_delivery(self, port, vc, pkt, flits, cycle):
+        self.model.deliver(port, vc, pkt, cycle)
+
+    # ---- configuration
+    def _cfg_layout(self):
+        if self._switch_config is None:
+            from hw.switch.dysharp_switch import SwitchConfig
+            self._switch_config = SwitchConfig
+        return self._switch_config
+
+    def static_group(self, handle: int, mask: int) -> None:
+        self.cfg.send(pack(self._cfg_layout(), target=TARGET_GROUP, group__handle=handle, group__mask=mask))
+        self.model.configure_static(handle, mask)
+        self.static_groups[handle] = mask
+
+    def tlb_group(self, group: int, mask: int, rows: int, port=None) -> None:
+        """SET on every port's AL-TLB (or ``port``'s)."""
+        self.cfg.send(pack(self._cfg_layout(), target=TARGET_TLB, port=port or 0, all=int(port is None),
+                           tlb__op=0, tlb__group=group, tlb__mask=mask, tlb__rows=rows))
+        self.model.configure_tlb(port, group, mask, rows)
+
+    def mm_group(self, group: int, *, layout: int, alloc: int = 1, gpus=None) -> None:
+        for d in gpus if gpus is not None else range(self.n):
+            base = ((d + 1) << 32) + (layout << 30)
+            self.gpus[d].mm.command(SET_GROUP, group, valid=1, alloc=alloc, layout=layout, base=base,
+                                    stride=64 + 8 * d)
+
+    async def setup(self, *, static_groups=4):
+        """Reset, then the standard configuration (see the module docstring)."""
+        await self.cycler.start()
+        everyone = (1 << self.n) - 1
+        self.mm_group(G_DISP, layout=0)
+        self.mm_group(G_COMB, layout=1)
+        self.tlb_group(G_DISP, everyone, ROWS)
+        self.tlb_group(G_COMB, everyone, ROWS)
+        for h in range(static_groups):
+            mask = 0
+            while bin(mask).count("1") < 2:
+                mask = self.rng.getrandbits(self.n)
+            self.static_group(h, mask)
+        await self.cycler.until(lambda: self.cfg.idle, timeout=200, what="configuration writes")
+        await self.cycler.cycles(4)
+
+    # ---- status
+    def status(self) -> dict:
+        """The status port decoded with its layout (dotted field names -> ints)."""
+        if self._status_layout is None:
+            comp = registry.get("dysharp_switch").build(**self.p)
+            self._status_layout = comp.signature.members["status"].shape
+        return unpack(self._status_layout, int(self.dut.status.value))
+
+    # ---- traffic
+    def tag(self, src) -> int:
+        t = self.tags[src] & 0xFF
+        self.tags[src] += 1
+        return t
+
+    def index(self, src, group, *, fresh=None, pool=None) -> int:
+        """An index of ``src`` in ``group``: a fresh one (``fresh``), or one it used (of its last ``pool``)."""
+        used = self.used_index[(src, group)]
+        if fresh is None:
+            fresh = not used or self.rng.random() < 0.4
+        if fresh:
+            k = self.next_index[(src, group)]
+            self.next_index[(src, group)] += 1
+            if k >= INDEX_SPAN:
+                raise ValueError(f"source {src} ran out of indices in group {group}")
+            idx = src * INDEX_SPAN + k
+            used.append(idx)
+            return idx
+        return self.rng.choice(used[-(pool or len(used)):])
+
+    def send(self, src, packet: Packet) -> None:
+        pkt = self.model.inject(src, packet)
+        self.sources[src].send(pkt)
+
+    def payload(self, n) -> list[int]:
+        return [self.rng.getrandbits(self.w) for _ in range(n)]
+
+    def random_mask(self, src=None, *, max_fanout=None, allow_self=True) -> int:
+        ports = [p for p in range(self.n) if allow_self or p != src]
+        k = self.rng.randint(1, min(len(ports), max_fanout or len(ports)))
+        return mask_of(self.rng.sample(ports, k))
+
+    def unicast(self, src, dst=None, length=None):
+        dst = self.rng.randrange(self.n) if dst is None else dst
+        length = self.rng.randint(0, self.max_payload) if length is None else length
+        addr = REGION_WRITE + self.rng.randrange(1 << 20) * 16
+        self.send(src, Packet(Header(opcode=Opcode.WRITE, src=src, tag=self.tag(src), dst=dst, length=length,
+                                     addr=addr), self.payload(length)))
+
+    def read(self, src, dst=None):
+        dst = self.rng.randrange(self.n) if dst is None else dst
+        length = self.rng.randint(1, self.max_payload)
+        addr = REGION_READ + self.rng.randrange(1 << 20) * 16
+        self.send(src, Packet(Header(opcode=Opcode.READ, src=src, tag=self.tag(src), dst=dst, length=length,
+                                     addr=addr)))
+
+    def mm_st(self, src, handle=None):
+        handle = self.rng.choice(sorted(self.static_groups)) if handle is None else handle
+        length = self.rng.randint(1, self.max_payload)
+        addr = REGION_MM + self.rng.randrange(1 << 20) * 16
+        self.send(src, Packet(Header(opcode=Opcode.MM_ST, src=src, tag=self.tag(src), length=length,
+                                     group=handle, addr=addr), self.payload(length)))
+
+    def dyn_st(self, src, *, group=G_DISP, mask=None, index=None, offset=None, length=None, fresh=None):
+        mask = self.random_mask(src) if mask is None else mask
+        index = self.index(src, group, fresh=fresh) if index is None else index
+        length = self.rng.randint(1, self.max_payload) if length is None else length
+        offset = self.rng.randint(0, 64 - length) if offset is None else offset
+        self.send(src, Packet(Header(opcode=Opcode.DYN_ST, src=src, tag=self.tag(src), length=length, group=group,
+                                     mask=mask, index=index, offset=offset), self.payload(length)))
+
+    def ld_reduce(self, src, *, group=G_COMB, mask=None, index=None, offset=None, length=None, etype=None,
+                  op=None, fresh=None):
+        etype = self.rng.choice(ETYPES) if etype is None else etype
+        op = self.rng.choice(OPS) if op is None else op
+        if mask is None:
+            mask = self.random_mask(src, max_fanout=4 if order_sensitive(etype, op) else None)
+        index = self.index(src, group, fresh=fresh, pool=8) if index is None else index
+        length = self.rng.randint(1, self.max_payload) if length is None else length
+        offset = self.rng.randint(0, 64 - length) if offset is None else offset
+        self.send(src, Packet(Header(opcode=Opcode.DYN_LD_REDUCE, src=src, tag=self.tag(src), length=length,
+                                     etype=etype, redop=op, group=group, mask=mask, index=index, offset=offset)))
+
+    def mm_ld_reduce(self, src, handle=None, *, etype=None, op=None, length=None):
+        etype = self.rng.choice(ETYPES) if etype is None else etype
+        op = self.rng.choice(OPS) if op is None else op
+        if handle is None:
+            ok = [h for h, m in self.static_groups.items()
+                  if not order_sensitive(etype, op) or bin(m).count("1") <= 4]
+            handle = self.rng.choice(ok) if ok else None
+            if handle is None:
+                op = RedOp.MAX
+                handle = self.rng.choice(sorted(self.static_groups))
+        length = self.rng.randint(1, self.max_payload) if length is None else length
+        addr = REGION_STATIC_RED + self.rng.randrange(1 << 12) * 16 * 16
+        self.send(src, Packet(Header(opcode=Opcode.MM_LD_REDUCE, src=src, tag=self.tag(src), length=length,
+                                     etype=etype, redop=op, group=handle, addr=addr)))
+
+    def mixed(self, src, kinds=None):
+        """One random packet of the mix."""
+        kinds = kinds or {"unicast": 3, "read": 1, "mm_st": 2, "dyn_st": 4, "ld_reduce": 2, "mm_ld_reduce": 1}
+        kind = self.rng.choices(list(kinds), weights=list(kinds.values()))[0]
+        getattr(self, kind)(src)
+
+    # ---- ending
+    def quiet(self) -> bool:
+        return all(g.idle for g in self.gpus) and self.model.outstanding == 0
+
+    async def drain(self, timeout=None, what="all deliveries"):
+        timeout = timeout or self.s.get("timeout", 200000)
+        try:
+            await self.cycler.until(self.quiet, timeout=timeout, what=what)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{self.model.outstanding} outstanding:\n"
+                                 f"{self.model.describe_outstanding()}\n"
+                                 f"sources pending {[[s.pending(v) for v in range(N_VCS)] for s in self.sources]}, "
+                                 f"credits {[s.credits for s in self.sources]}") from None
+        await self.cycler.cycles(40)     # anything extra shows up now as unexpected
+        self.model.finish()
+        for k in self.sinks:
+            assert k.idle, f"{k.name}: a packet was left unterminated"
+
+    def log_summary(self, what):
+        m = self.model
+        self.dut._log.info(
+            f"{what}: {self.cycler.cycle} cycles; writes {m.writes}, RED_READs {m.matched['red_read']}, "
+            f"responses {m.matched['response']}, reductions {len(m.reductions)}, errors "
+            f"{ {c.name: n for c, n in m.errors.items()} }, fills {[len(g.fills) for g in self.gpus]}")
+
+
+# ---- status counters --------------------------------------------------------------------------------------
+
+def counter(st: dict, *names, port=None) -> int:
+    """The status field whose dotted name ends with one of ``names`` (per ``port`` if given)."""
+    found = _find(st, names, port)
+    if found is None:
+        raise KeyError(f"no status field for {names} (port {port}); fields: {', '.join(list(st)[:60])} ...")
+    return st[found]
+
+
+@functools.lru_cache(maxsize=None)
+def _match(keys: tuple, names: tuple, port) -> str | None:
+    for name in names:
+        for k in keys:
+            parts = k.split(".")
+            if port is not None and str(port) not in parts:
+                continue
+            if port is None and any(p.isdigit() for p in parts):
+                continue
+            if k == name or k.endswith("." + name):
+                return k
+    return None
+
+
+def _find(st, names, port):
+    return _match(tuple(st), tuple(names), port)
+
+
+def tlb_counters(env, port) -> dict:
+    from hw.switch.al_tlb import TlbCounter
+    st = env.status()
+    return {c.name: _tlb_field(st, port, c) for c in TlbCounter}
+
+
+def _tlb_field(st, port, c):
+    for pattern in (f"tlb.{port}.{c.value}", f"port.{port}.tlb.{c.value}", f"ports.{port}.tlb.{c.value}",
+                    f"tlb.{port}.{c.name.lower()}", f"port.{port}.tlb.{c.name.lower()}"):
+        if pattern in st:
+            return st[pattern]
+    raise KeyError(f"no AL-TLB counter {c.name} of port {port} in the status; fields: "
+                   f"{', '.join(k for k in st if 'tlb' in k)[:800]}")
+
+
+def check_fills_match_misses(env):
+    """Each primary miss of port d's AL-TLB is one TLB_FILL that GPU d received."""
+    for d in range(env.n):
+        c = tlb_counters(env, d)
+        assert c["MISSES"] == len(env.gpus[d].fills), \
+            f"port {d}: AL-TLB MISSES {c['MISSES']} but GPU {d} received {len(env.gpus[d].fills)} TLB_FILLs"
+        assert c["BAD_RESPONSES"] == 0 and c["STALE_RESPONSES"] == 0, f"port {d}: AL-TLB counters {c}"
+
+
+# ---- tests ------------------------------------------------------------------------------------------------
+
+@cocotb.test()
+async def test_traffic(dut):
+    """Mixed unicast, reads, static multimem.st, dymultimem.st and both ld_reduce kinds on every port at
+    once, random gaps on every rx link, random credit stalls on both VCs of every tx link, random memory
+    latency per GPU."""
+    s = tbenv.settings()
+    env = DySharpEnv(dut, gap=s.get("gap", 0.2), stall=s.get("stall", 0.3), burst=s.get("burst", 2.0),
+                     lat=s.get("lat", 40))
+    await env.setup()
+    for _ in range(s.get("packets", 24)):
+        for src in range(env.n):
+            env.mixed(src)
+    await env.drain()
+    env.log_summary("traffic")
+    assert env.model.writes > 0 and env.model.matched["red_read"] > 0
+    check_fills_match_misses(env)
+    for d in range(env.n):
+        c = tlb_counters(env, d)
+        errs = sum(c[k] for k in ("ISOLATION", "OUT_OF_BOUNDS", "TLB_FAULT", "TIMEOUT", "READ_TIMEOUTS"))
+        assert errs == 0, f"port {d}: AL-TLB error counters {c}"
+
+
+@cocotb.test()
+async def test_reduce_types(dut):
+    """dymultimem and static ld_reduce for every element type and op, from every port, under stalls: each
+    result bit-exact for the arrival order of its contributions."""
+    s = tbenv.settings()
+    env = DySharpEnv(dut, gap=s.get("gap", 0.1), stall=s.get("stall", 0.2), lat=s.get("lat", 30))
+    await env.setup()
+    combos = [(e, o) for e in ETYPES for o in OPS]
+    for k, (etype, op) in enumerate(combos * s.get("rounds", 1)):
+        src = k % env.n
+        env.ld_reduce(src, etype=etype, op=op)
+        env.mm_ld_reduce((src + 1) % env.n, etype=etype, op=op)
+    await env.drain()
+    env.log_summary("reduce_types")
+    seen = {(EType(r.etype), RedOp(r.op)) for r in env.model.reductions if r.done and r.code == 0}
+    assert seen == set(combos), f"combinations never completed: {set(combos) - seen}"
+    multi = [r for r in env.model.reductions if order_sensitive(r.etype, r.op) and len(r.dests) > 1]
+    env.dut._log.info(f"order-sensitive reductions: {len(multi)}, arrival orders "
+                      f"{collections.Counter(r.order == tuple(sorted(r.dests)) for r in multi)}")
+
+
+@cocotb.test()
+async def test_tlb(dut):
+    """Cold misses and coalescing (each source stores a whole row, ``row_packets`` packets at one index,
+    to every port at once), then a miss storm (every store a new index)."""
+    s = tbenv.settings()
+    env = DySharpEnv(dut, gap=0.0, stall=s.get("stall", 0.1), lat=s.get("lat", 60))
+    await env.setup()
+    everyone = (1 << env.n) - 1
+    rows = s.get("rows", 2)
+    per_row = s.get("row_packets", 4)
+    for r in range(rows):
+        for src in range(env.n):
+            index = env.index(src, G_DISP, fresh=True)
+            for k in range(per_row):
+                env.dyn_st(src, mask=everyone, index=index, offset=4 * k, length=4)
+    await env.drain()
+    cold = [tlb_counters(env, d) for d in range(env.n)]
+    keys = rows * env.n
+    for d, c in enumerate(cold):
+        assert c["MISSES"] == keys, f"port {d}: {c['MISSES']} misses, expected {keys} cold misses: {c}"
+        assert c["HITS"] + c["COALESCED"] == keys * (per_row - 1), f"port {d}: {c}"
+        assert c["FILLS"] == keys, f"port {d}: {c}"
+    coalesced = sum(c["COALESCED"] for c in cold)
+    assert coalesced > 0, f"no miss coalesced: {cold}"
+    check_fills_match_misses(env)
+    env.log_summary("tlb cold")
+    # Miss storm: every store a fresh key, at every port.
+    storm = s.get("storm", 6)
+    for _ in range(storm):
+        for src in range(env.n):
+            env.dyn_st(src, mask=everyone, fresh=True, length=1)
+    await env.drain()
+    for d in range(env.n):
+        c = tlb_counters(env, d)
+        assert c["MISSES"] - cold[d]["MISSES"] == storm * env.n, f"port {d}: storm misses: {c} (before {cold[d]})"
+        assert c["HITS"] == cold[d]["HITS"] and c["COALESCED"] == cold[d]["COALESCED"], f"port {d}: {c}"
+    check_fills_match_misses(env)
+    env.log_summary("tlb storm")
+    env.dut._log.info(f"AL-TLB port 0 counters: {tlb_counters(env, 0)}")
+
+
+@cocotb.test()
+async def test_fill_timeout(dut):
+    """GPU ``silent`` never answers a TLB_FILL: its port answers every store copy and ld_reduce that
+    needs it with TIMEOUT, nothing hangs, and traffic that does not need it flows."""
+    s = tbenv.settings()
+    f = s.get("silent", 1)
+    env = DySharpEnv(dut, gap=0.1, stall=0.2, lat=20, silent_tlb_fill={f})
+    await env.setup()
+    for _ in range(s.get("packets", 4)):
+        for src in range(env.n):
+            env.dyn_st(src, fresh=True, mask=env.random_mask(src) | (1 << f))
+            env.ld_reduce(src, fresh=True, mask=env.random_mask(src) | (1 << f), etype=EType.S32, op=RedOp.ADD)
+            env.dyn_st(src, mask=env.random_mask(src) & ~(1 << f) or (1 << ((f + 1) % env.n)))
+            env.unicast(src)
+    await env.drain()
+    env.log_summary("fill_timeout")
+    assert env.model.errors[ErrorCode.TIMEOUT] > 0
+    c = tlb_counters(env, f)
+    assert c["READ_TIMEOUTS"] == len(env.gpus[f].fills) > 0, f"port {f}: {c}; fills {len(env.gpus[f].fills)}"
+    assert c["TIMEOUT"] >= c["READ_TIMEOUTS"], c
+
+
+async def _bad_run(dut, kind):
+    s = tbenv.settings()
+    silent_red = {s.get("silent", 1)} if kind == "silent_red_read" else ()
+    env = DySharpEnv(dut, gap=0.1, stall=0.2, lat=s.get("lat", 30), silent_red_read=silent_red)
+    await env.setup()
+    everyone = (1 << env.n) - 1
+    bad_src = 0
+    env.mm_group(G_FOREIGN, layout=2)
+    env.tlb_group(G_FOREIGN, everyone & ~(1 << bad_src), ROWS)
+    env.mm_group(G_FAULT, layout=3, alloc=0)
+    env.tlb_group(G_FAULT, everyone, ROWS)
+    env.mm_group(G_SMALL, layout=2)
+    env.tlb_group(G_SMALL, everyone, SMALL_ROWS)
+    await env.cycler.until(lambda: env.cfg.idle, timeout=200, what="configuration writes")
+    await env.cycler.cycles(4)
+    others = everyone & ~(1 << bad_src)
+    rounds = s.get("rounds", 3)
+    dup_port = 1 % env.n
+    if kind == "duplicate":
+        # GPU dup_port answers each RED_READ twice (the copy with other data) and fast; the others answer
+        # late, so the entry is still waiting when the copy arrives.
+        g = env.gpus[dup_port]
+        g.latency = (1, 4)
+        for d in range(env.n):
+            if d != dup_port:
+                env.gpus[d].latency = (150, 200)
+
+        def dup(h, resp):
+            return [Packet(resp.header, env.payload(len(resp.payload)))]
+        g.red_read_hook = dup
+    for r in range(rounds):
+        for src in range(env.n):
+            env.mixed(src)
+            if src != bad_src:
+                continue
+            if kind == "foreign":
+                env.dyn_st(src, group=G_FOREIGN, mask=others, index=src * INDEX_SPAN + r)
+                env.ld_reduce(src, group=G_FOREIGN, mask=others, index=src * INDEX_SPAN + r, etype=EType.S32,
+                              op=RedOp.MAX)
+            elif kind == "bounds":
+                env.dyn_st(src, group=G_SMALL, mask=env.random_mask(src), index=SMALL_ROWS + r)
+                env.ld_reduce(src, group=G_SMALL, mask=env.random_mask(src), index=SMALL_ROWS + 7 * r + 1,
+                              etype=EType.FP32, op=RedOp.MIN)
+                env.dyn_st(src, group=G_SMALL, mask=env.random_mask(src), index=r)   # in bounds: delivered
+            elif kind == "fault":
+                env.dyn_st(src, group=G_FAULT, mask=env.random_mask(src), index=src * INDEX_SPAN + r)
+                env.ld_reduce(src, group=G_FAULT, mask=env.random_mask(src), index=src * INDEX_SPAN + 100 + r,
+                              etype=EType.BF16, op=RedOp.MAX)
+            elif kind == "silent_red_read":
+                f = s.get("silent", 1)
+                env.ld_reduce(src, mask=env.random_mask(src) | (1 << f), etype=EType.FP16, op=RedOp.MAX)
+                env.mm_ld_reduce(src, handle=_static_with(env, f), etype=EType.S32, op=RedOp.ADD)
+            elif kind == "duplicate":
+                env.ld_reduce(src, mask=everyone, etype=EType.U32, op=RedOp.ADD, length=4)
+    await env.drain()
+    env.log_summary(f"bad input {kind}")
+    return env
+
+
+def _static_with(env, port):
+    for h, m in sorted(env.static_groups.items()):
+        if m >> port & 1:
+            return h
+    h = max(env.static_groups) + 1
+    env.static_group(h, (1 << port) | 1)
+    return h
+
+
+@cocotb.test()
+async def test_bad_input(dut):
+    """One kind of bad input (setting ``kind``) from port 0 among good mixed traffic on every port: the
+    right error responses, nothing written for it, everything else delivered exactly."""
+    s = tbenv.settings()
+    kind = s["kind"]
+    valid = ("foreign", "bounds", "fault", "silent_red_read", "stale", "duplicate")
+    assert kind in valid, f"unknown kind {kind!r}; valid: {valid}"
+    if kind == "stale":
+        await _stale(dut)
+        return
+    env = await _bad_run(dut, kind)
+    code = {"foreign": ErrorCode.ISOLATION, "bounds": ErrorCode.OUT_OF_BOUNDS, "fault": ErrorCode.TLB_FAULT,
+            "silent_red_read": ErrorCode.TIMEOUT, "duplicate": None}[kind]
+    if code is not None:
+        assert env.model.errors[code] > 0, f"no {code.name} was expected: the test did not inject its input"
+    st = env.status()
+    if kind == "duplicate":
+        dups = counter(st, "duplicates")
+        want = sum(1 for r in env.model.reductions if r.src == 0 and r.code == 0 and 1 % env.n in r.dests)
+        assert dups == want > 0, f"duplicates = {dups}, expected {want}"
+
+
+async def _stale(dut):
+    """A contribution for an entry that has completed and been freed: counted as stale, dropped, nothing
+    else happens; the traffic around it is unaffected."""
+    s = tbenv.settings()
+    env = DySharpEnv(dut, gap=0.1, stall=0.2, lat=s.get("lat", 30))
+    await env.setup()
+    for src in range(env.n):
+        env.ld_reduce(src, etype=EType.S32, op=RedOp.ADD, length=3)
+    await env.drain()
+    # Every GPU now sends a copy of one of its answers again: the entries are all free.
+    copies = 0
+    for g in env.gpus:
+        if g.red_read_resps:
+            _, resp, _ = g.red_read_resps[0]
+            g.inject(resp, delay=env.rng.randint(0, 20))
+            copies += 1
+    for _ in range(s.get("rounds", 3)):
+        for src in range(env.n):
+            env.mixed(src)
+    await env.drain()
+    env.log_summary("stale")
+    st = env.status()
+    stale = counter(st, "stale")
+    assert stale >= copies > 0, f"stale = {stale} after {copies} late contributions"
+    env.dut._log.info(f"stale = {stale} for {copies} late 3-flit contributions")
+
+
+@cocotb.test()
+async def test_deadlock(dut):
+    """Every GPU issues ld_reduce at full rate (no gaps) while it answers the others' RED_READs, its
+    receive side backpressured at random on both VCs: everything completes."""
+    s = tbenv.settings()
+    env = DySharpEnv(dut, gap=0.0, stall=s.get("stall", 0.5), burst=s.get("burst", 4.0), lat=s.get("lat", 20))
+    await env.setup()
+    for k in range(s.get("reductions", 24)):
+        for src in range(env.n):
+            if k % 3 == 2:
+                env.mm_ld_reduce(src, etype=EType.FP32, op=RedOp.MAX, length=env.max_payload)
+            else:
+                env.ld_reduce(src, mask=env.random_mask(src, allow_self=True), length=env.max_payload,
+                              etype=env.rng.choice([EType.S32, EType.BF16]), op=RedOp.MAX)
+    await env.drain(timeout=s.get("timeout", 100000), what="every reduction under full load")
+    env.log_summary("deadlock")
+    st = env.status()
+    done = sum(1 for r in env.model.reductions if r.done)
+    assert done == len(env.model.reductions)
+    env.dut._log.info(f"max buffered flits per VC at the GPUs: {[k.max_buffered for k in env.sinks]}")
+    _ = st
+
+
+# ---- the link agents alone, on a loopback -----------------------------------------------------------------
+
+def vc_loop_component(*, flit_width=128, delay=3):
+    """A stand-in DUT for the agents: ``rx__0`` (a 2-VC link in) is ``tx__0`` (a 2-VC link out) delayed by
+    ``delay`` cycles, and ``tx__0``'s credit returns come back on ``rx__0`` ``delay`` cycles later."""
+    from amaranth.hdl import Module, Signal
+    from amaranth.lib import data, wiring
+    from amaranth.lib.wiring import In, Out
+
+    from hw.credit import CREDIT_RETURN_BITS
+    from hw.packet import flit_layout
+
+    link = wiring.Signature({"valid": Out(1), "vc": Out(1), "flit": Out(flit_layout(flit_width)),
+                             "credit": In(data.ArrayLayout(CREDIT_RETURN_BITS, N_VCS))})
+
+    class VcLoop(wiring.Component):
+        def __init__(self):
+            super().__init__({"rx": In(link).array(1), "tx": Out(link).array(1)})
+
+        def elaborate(self, platform):
+            m = Module()
+            fwd = [self.rx[0].valid, self.rx[0].vc, self.rx[0].flit]
+            back = self.tx[0].credit
+            for _ in range(delay):
+                nf = [Signal.like(s) for s in fwd]
+                nb = Signal.like(back)
+                m.d.sync += [a.eq(b) for a, b in zip(nf, fwd)] + [nb.eq(back)]
+                fwd, back = nf, nb
+            m.d.comb += [self.tx[0].valid.eq(fwd[0]), self.tx[0].vc.eq(fwd[1]), self.tx[0].flit.eq(fwd[2]),
+                         self.rx[0].credit.eq(back)]
+            return m
+
+    return VcLoop()
+
+
+@cocotb.test()
+async def test_vc_loopback(dut):
+    """VcLinkSource -> delay line -> VcLinkSink: per-VC packets arrive intact and in order, flits of the two
+    VCs interleave, credits are never exceeded; with ``cheat`` the source ignores credits and the sink must
+    raise."""
+    s = tbenv.settings()
+    credits = s.get("credits", 4)
+    rng = tbenv.rng("loop")
+    got = [[], []]
+    cyc = Cycler(dut)
+    src = VcLinkSource(dut, "rx__0", tbenv.rng("src"), credits=credits, gap=s.get("gap", 0.2), burst=2.0,
+                       ignore_credits=s.get("cheat", False))
+    sink = VcLinkSink(dut, "tx__0", tbenv.rng("sink"), credits=credits, stall=(s.get("stall", 0.4), 0.1),
+                      burst=3.0, on_packet=lambda v, flits, c: got[v].append(Packet.from_flits(flits)), batch=2)
+    switches = [0]
+    last = [None]
+
+    def watch(c):
+        if dut.tx__0__valid.value == 1:
+            v = int(dut.tx__0__vc.value)
+            if last[0] is not None and v != last[0]:
+                switches[0] += 1
+            last[0] = v
+    cyc.watchers.append(watch)
+    cyc.add(src, sink)
+    await cyc.start()
+    sent = [[], []]
+    for k in range(s.get("packets", 60)):
+        if rng.random() < 0.5:
+            h = Header(opcode=Opcode.WRITE, src=0, tag=k & 0xFF, dst=rng.randrange(4), length=rng.randint(0, 6),
+                       addr=rng.randrange(1 << 20) * 16)
+        else:
+            h = Header(opcode=Opcode.RED_READ_RESP, src=0, tag=k & 0xFF, dst=rng.randrange(4),
+                       length=rng.randint(0, 6))
+        p = Packet(h, [rng.getrandbits(128) for _ in range(h.length)])
+        v = 0 if h.opcode == Opcode.WRITE.value else 1
+        sent[v].append(p)
+        src.send(p)
+    await cyc.until(lambda: sum(map(len, got)) == sum(map(len, sent)), timeout=20000, what="every packet")
+    assert got == sent, "per-VC packets differ"
+    assert switches[0] > 10, f"the VCs hardly interleaved ({switches[0]} switches)"
+    dut._log.info(f"loopback: {cyc.cycle} cycles, {switches[0]} VC switches, max buffered {sink.max_buffered}")
