@@ -1,0 +1,310 @@
+"""The DySHARP switch: the NVSwitch datapath with, at every port, an AL-TLB, an egress stage that translates
+and rewrites, and a reduction engine -- one synthesizable top that multicasts, translates and reduces.
+
+Per port ``i`` (see ``docs/architecture.md`` for the picture and the cycles per stage)::
+
+    rx[i] -> VcReceiver -VC0-> IngressCheck -> PacketSplit --ld_reduce--> engine[i].req
+                                                       \\-others-> PacketMerge(+ engine[i].rd) -> reqnet.rx[i]
+                        -VC1-> IngressCheck -> PacketSplit --TLB_FILL_RESP--> fill[i] -> AlTlb[i].mem
+                                                       \\-others-> PacketMerge(+ egress[i].err) -> respnet.rx[i]
+    reqnet.tx[i]  -> CreditReceiver -> PacketSplit --ERROR--> (VC1 merge)
+                                             \\-others-> EgressTranslator[i] (AlTlb[i]) -> PacketMerge(fill[i] first) -VC0-> tx[i]
+    respnet.tx[i] -> CreditReceiver -> PacketSplit --RED_READ_RESP--> engine[i].resp
+                                             \\-others-> PacketMerge(+ engine[i].out, errors) -VC1-> tx[i]
+
+What each request does
+----------------------
+* Unicast, static ``multimem.st``: routed by the request network (``dst``, or the static group table) and
+  delivered unchanged.
+* ``dymultimem.st``: sent once by its source, replicated by the request network's crossbar to the ``mask``
+  ports; at each destination's egress the AL-TLB of that port translates (group, index, destination) into
+  that GPU's row address and the packet leaves as ``WRITE`` at ``row + offset * flit_bytes``.
+* ``dymultimem.ld_reduce`` / ``multimem.ld_reduce``: the requester port's engine allocates a buffer entry
+  and sends one read per destination through the request network: ``DYN_RED_READ`` (untranslated: group,
+  index, byte offset) for ``dymultimem``, translated into ``RED_READ`` at the destination's egress;
+  ``RED_READ`` at the group offset for static ``multimem``. The destinations' ``RED_READ_RESP`` come back
+  through the response network to the requester port and are reduced there; one ``RED_RESP`` (or ``ERROR``)
+  leaves to the requester.
+
+Translation happens at the destination's port, for stores and reductions alike: each AL-TLB then caches the
+layout of one GPU only (its capacity is not shared by N layouts), every miss is fetched over that GPU's own
+link (``TLB_FILL``/``TLB_FILL_RESP``, no fill ever crosses the crossbar), and a ``d``-way request gets its
+``d`` translations in one cycle on ``d`` ports.
+
+Message classes and deadlock freedom
+------------------------------------
+Requests (``WRITE``, ``READ``, ``MM_ST``, ``DYN_ST``, ``*LD_REDUCE``, ``RED_READ``, ``DYN_RED_READ``,
+``TLB_FILL``) and responses (``READ_RESP``, ``RED_READ_RESP``, ``RED_RESP``, ``TLB_FILL_RESP``, ``ERROR``)
+never share a buffer: each link has two virtual channels with their own credits (:mod:`hw.vc_link`) and
+inside the switch they use two separate datapaths, the request network and the response network (two
+:class:`NVSwitch` instances). The argument:
+
+1. Every response sink consumes unconditionally: a GPU's response receive (required of the GPU side), the
+   reduction engine's contribution port (its buffer entry was allocated when the read was sent), the AL-TLB's
+   fill port (an MSHR waits for it; the bridge buffers the one cycle a config write holds it off).
+2. So the response network drains: its inputs wait only for its outputs, which wait only for those sinks.
+   Responses made inside the switch (egress translation errors, the engines' results, header errors of the
+   request network, refused packets) enter response paths only.
+3. Request resources wait only for response resources: a translation miss waits for a fill response, an
+   ``ld_reduce`` waits for a buffer entry that contributions (or the timeout) free, a ``READ`` at a GPU waits
+   for its response channel. Fill requests join the request channel of link ``i`` after the egress stage,
+   ahead of the packets that wait for them, so the waiting traffic cannot block them.
+4. No cycle exists, so no protocol deadlock; timeouts (AL-TLB, reduction buffer) bound every wait on a
+   silent GPU.
+
+Ordering guarantee
+------------------
+Packets from one source to one destination leave in the order the source sent them: the request network
+keeps per-pair order (:mod:`hw.switch.input_unit`), the egress stage keeps per-source order while letting
+other sources' hits overtake a miss (:mod:`hw.switch.egress_translator`), and the merges and the link keep
+stream order. The GPU receive path's reliance on a token row's metadata flit arriving last holds. Requests
+and responses are not ordered with each other; reads of one ``ld_reduce`` are not ordered with anything.
+
+Configuration and status
+------------------------
+``cfg`` (:class:`SwitchConfig`, always ready): ``GROUP`` writes the static group table of the request
+network and of every engine; ``TLB`` writes one port's AL-TLB group configuration, or every port's with
+``all``. A ``port`` past the last, or an undefined target, counts ``cfg_errors`` and changes nothing.
+``status`` (:func:`status_layout`) carries every counter per port and the totals over ports.
+"""
+
+import enum as py_enum
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.wiring import In, Out, connect, flipped
+
+from ..credit import CreditReceiver, CreditSender
+from ..packet import (DEFAULT_FLIT_WIDTH, MAX_LENGTH, MAX_PORTS, N_VCS, VC_REQ, VC_RESP, Opcode,
+                      flit_layout)
+from ..packet_stream import PacketMerge, PacketSplit
+from ..vc_link import VcReceiver, VcSender, vc_link_signature
+from .al_tlb import N_COUNTERS as N_TLB_COUNTERS, AlTlb, TlbConfig
+from .egress_translator import EgressCounter, EgressTranslator
+from .group_table import GroupWrite
+from .ingress_check import IngressCheck
+from .nvswitch import N_ERROR_CODES, NVSwitch
+from .reduction_engine import ENGINE_COUNTERS, ReductionEngine
+from .tlb_fill_bridge import TlbFillBridge
+
+__all__ = ["DySharpSwitch", "SwitchConfig", "CfgTarget", "IngressCounter", "status_layout",
+           "port_status_layout"]
+
+# Receive FIFO between each network's output and the egress stages (covers the 2-cycle credit loop).
+_NET_OUT_DEPTH = 4
+
+
+class CfgTarget(enum.Enum, shape=2):
+    GROUP = 0   #: static multimem group table (request network and every engine)
+    TLB = 1     #: AL-TLB group configuration of ``port`` (or every port with ``all``)
+
+
+class SwitchConfig(data.Struct):
+    target: CfgTarget
+    port: 6
+    all: 1
+    group: GroupWrite
+    tlb: TlbConfig
+
+
+class IngressCounter(py_enum.IntEnum):
+    REFUSED_REQ = 0     #: packets refused on the request channel (wrong class or a switch-only opcode)
+    REFUSED_RESP = 1    #: ... on the response channel
+    LINK_OVERFLOWS = 2  #: flits the GPU sent without a credit (dropped)
+    BAD_FILLS = 3       #: malformed TLB_FILL_RESP packets (dropped)
+
+
+def port_status_layout() -> data.StructLayout:
+    """Counters of one port: AL-TLB (:class:`~hw.switch.al_tlb.TlbCounter`), reduction engine (``in_use``
+    and :data:`~hw.switch.reduction_engine.ENGINE_COUNTERS`), egress stage (:class:`EgressCounter`) and
+    ingress (:class:`IngressCounter`)."""
+    return data.StructLayout({
+        "tlb": data.ArrayLayout(32, N_TLB_COUNTERS),
+        "engine": data.StructLayout({name: 32 for name in ("in_use", *ENGINE_COUNTERS)}),
+        "egress": data.ArrayLayout(32, len(EgressCounter)),
+        "ingress": data.ArrayLayout(32, len(IngressCounter)),
+    })
+
+
+def status_layout(ports: int) -> data.StructLayout:
+    """``port[i]`` and ``total`` (sums over ports; ``egress[MAX_OCCUPANCY]`` and ``engine.in_use`` total
+    are sums too), the two networks' error counters per :class:`~hw.packet.ErrorCode`, ``cfg_errors``."""
+    ps = port_status_layout()
+    return data.StructLayout({
+        "port": data.ArrayLayout(ps, ports),
+        "total": ps,
+        "req_net": data.ArrayLayout(32, N_ERROR_CODES),
+        "resp_net": data.ArrayLayout(32, N_ERROR_CODES),
+        "cfg_errors": 32,
+    })
+
+
+def _is(*ops):
+    def select(h):
+        hit = 0
+        for op in ops:
+            hit = hit | (h.opcode == op)
+        return hit
+    return select
+
+
+class DySharpSwitch(wiring.Component):
+    """Parameters: ``ports`` (4..64), ``credits``/``resp_credits`` (request/response network input cells per
+    port), ``link_credits`` (per virtual channel: the switch's receive FIFO on each link), ``gpu_credits``
+    (per virtual channel: the GPU's receive buffers), ``flit_width``, ``max_payload``, ``groups`` (static
+    and AL-TLB group handles), ``tlb_entries``, ``tlb_mshrs``, ``tlb_timeout``, ``red_entries``,
+    ``red_timeout``, ``egress_slots``.
+
+    Ports: ``rx[i]``/``tx[i]`` (:func:`~hw.vc_link.vc_link_signature`, GPU to switch and back), ``cfg``
+    (:class:`SwitchConfig`), ``status`` (:func:`status_layout`).
+    """
+
+    def __init__(self, *, ports: int = 8, credits: int = 256, resp_credits: int = 256, link_credits: int = 8,
+                 gpu_credits: int = 32, flit_width: int = DEFAULT_FLIT_WIDTH, max_payload: int = 16,
+                 groups: int = 16, tlb_entries: int = 64, tlb_mshrs: int = 8, tlb_timeout: int = 8192,
+                 red_entries: int = 64, red_timeout: int = 8192, egress_slots: int = 8):
+        if not isinstance(ports, int) or not 4 <= ports <= MAX_PORTS:
+            raise ValueError(f"ports must be an integer in 4..{MAX_PORTS}, got {ports!r}")
+        for name, v, lo, hi in (("link_credits", link_credits, 2, 256), ("gpu_credits", gpu_credits, 1, 1024)):
+            if not isinstance(v, int) or not lo <= v <= hi:
+                raise ValueError(f"{name} must be an integer in {lo}..{hi}, got {v!r}")
+        if not isinstance(max_payload, int) or not 1 <= max_payload <= MAX_LENGTH:
+            raise ValueError(f"max_payload must be an integer in 1..{MAX_LENGTH}, got {max_payload!r}")
+        self.ports = ports
+        self.flit_width = flit_width
+        self.link_credits = link_credits
+        self.gpu_credits = gpu_credits
+        self.credits = credits
+        self.resp_credits = resp_credits
+        # Build the parts now: their constructors validate the remaining parameters.
+        net = dict(ports=ports, out_credits=_NET_OUT_DEPTH, flit_width=flit_width, max_payload=max_payload)
+        self.reqnet = NVSwitch(credits=credits, groups=groups, **net)
+        self.respnet = NVSwitch(credits=resp_credits, groups=1, **net)
+        self.tlbs = [AlTlb(ports=ports, groups=groups, entries=tlb_entries, mshrs=tlb_mshrs,
+                           timeout=tlb_timeout) for _ in range(ports)]
+        self.engines = [ReductionEngine(ports=ports, entries=red_entries, max_length=max_payload,
+                                        flit_width=flit_width, timeout=red_timeout, groups=groups,
+                                        defer_translation=True) for _ in range(ports)]
+        self.egress = [EgressTranslator(port=i, ports=ports, flit_width=flit_width, max_payload=max_payload,
+                                        slots=egress_slots) for i in range(ports)]
+        link = vc_link_signature(flit_width)
+        super().__init__({
+            "rx": In(link).array(ports),
+            "tx": Out(link).array(ports),
+            "cfg": In(stream.Signature(SwitchConfig)),
+            "status": Out(status_layout(ports)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        N, W = self.ports, self.flit_width
+        m.submodules.reqnet = reqnet = self.reqnet
+        m.submodules.respnet = respnet = self.respnet
+        self._configure(m)
+        for i in range(N):
+            self._port(m, i)
+        st = self.status
+        m.d.comb += [st.req_net.eq(reqnet.err_count), st.resp_net.eq(respnet.err_count)]
+        for name, field in port_status_layout():
+            for k in range(len(st.total[name].as_value()) // 32):
+                bits = slice(32 * k, 32 * (k + 1))
+                m.d.comb += st.total[name].as_value()[bits].eq(
+                    sum(st.port[i][name].as_value()[bits] for i in range(N)))
+        return m
+
+    def _configure(self, m):
+        c = self.cfg
+        N = self.ports
+        m.d.comb += c.ready.eq(1)
+        group = c.valid & (c.payload.target == CfgTarget.GROUP)
+        tlb = c.valid & (c.payload.target == CfgTarget.TLB)
+        m.d.comb += [self.reqnet.cfg.valid.eq(group), self.reqnet.cfg.payload.eq(c.payload.group)]
+        for i in range(N):
+            e, t = self.engines[i], self.tlbs[i]
+            m.d.comb += [e.cfg.valid.eq(group), e.cfg.payload.eq(c.payload.group),
+                         t.cfg.valid.eq(tlb & (c.payload.all | (c.payload.port == i))),
+                         t.cfg.payload.eq(c.payload.tlb)]
+        bad = c.valid & ((c.payload.target.as_value() > CfgTarget.TLB.value) |
+                         (tlb & ~c.payload.all & (c.payload.port >= N)))
+        cfg_errors = Signal(32)
+        m.d.sync += cfg_errors.eq(cfg_errors + bad)
+        m.d.comb += self.status.cfg_errors.eq(cfg_errors + self.reqnet.cfg_errors)
+
+    def _port(self, m, i):
+        W, fl = self.flit_width, flit_layout(self.flit_width)
+        reqnet, respnet = self.reqnet, self.respnet
+        sub = m.submodules
+        tlb, eng, egr = self.tlbs[i], self.engines[i], self.egress[i]
+        sub[f"tlb{i}"], sub[f"engine{i}"], sub[f"egress{i}"] = tlb, eng, egr
+        sub[f"fill{i}"] = fill = TlbFillBridge(port=i, ports=self.ports, flit_width=W)
+        connect(m, tlb.mem, fill.mem)
+        connect(m, egr.tr, tlb.tr)
+
+        # ---- from the GPU
+        sub[f"rxl{i}"] = rxl = VcReceiver(credits=(self.link_credits,) * N_VCS, flit_width=W)
+        connect(m, flipped(self.rx[i]), rxl.link)
+        sub[f"chk_req{i}"] = chk_req = IngressCheck(port=i, vc=VC_REQ, flit_width=W)
+        sub[f"chk_resp{i}"] = chk_resp = IngressCheck(port=i, vc=VC_RESP, flit_width=W)
+        connect(m, rxl.o[VC_REQ], chk_req.i)
+        connect(m, rxl.o[VC_RESP], chk_resp.i)
+
+        sub[f"split_req{i}"] = split_req = PacketSplit(flit_width=W, n_out=2,
+                                                       select=_is(Opcode.DYN_LD_REDUCE, Opcode.MM_LD_REDUCE))
+        connect(m, chk_req.o, split_req.i)
+        connect(m, split_req.o[1], eng.req)
+        sub[f"into_req{i}"] = into_req = PacketMerge(flit_width=W, n_in=2)
+        connect(m, split_req.o[0], into_req.i[0])
+        connect(m, eng.rd, into_req.i[1])
+        sub[f"send_req{i}"] = send_req = CreditSender(credits=self.credits, flit_width=W)
+        connect(m, into_req.o, send_req.i)
+        connect(m, send_req.link, reqnet.rx[i])
+
+        sub[f"split_resp{i}"] = split_resp = PacketSplit(flit_width=W, n_out=2, select=_is(Opcode.TLB_FILL_RESP))
+        connect(m, chk_resp.o, split_resp.i)
+        connect(m, split_resp.o[1], fill.rx)
+        sub[f"into_resp{i}"] = into_resp = PacketMerge(flit_width=W, n_in=2)
+        connect(m, split_resp.o[0], into_resp.i[0])
+        connect(m, egr.err, into_resp.i[1])
+        sub[f"send_resp{i}"] = send_resp = CreditSender(credits=self.resp_credits, flit_width=W)
+        connect(m, into_resp.o, send_resp.i)
+        connect(m, send_resp.link, respnet.rx[i])
+
+        # ---- to the GPU
+        sub[f"from_req{i}"] = from_req = CreditReceiver(depth=_NET_OUT_DEPTH, flit_width=W)
+        connect(m, reqnet.tx[i], from_req.link)
+        sub[f"split_out{i}"] = split_out = PacketSplit(flit_width=W, n_out=2, select=_is(Opcode.ERROR))
+        connect(m, from_req.o, split_out.i)
+        connect(m, split_out.o[0], egr.i)
+        sub[f"out_req{i}"] = out_req = PacketMerge(flit_width=W, n_in=2, priority=True)
+        connect(m, fill.tx, out_req.i[0])
+        connect(m, egr.o, out_req.i[1])
+
+        sub[f"from_resp{i}"] = from_resp = CreditReceiver(depth=_NET_OUT_DEPTH, flit_width=W)
+        connect(m, respnet.tx[i], from_resp.link)
+        sub[f"split_red{i}"] = split_red = PacketSplit(flit_width=W, n_out=2, select=_is(Opcode.RED_READ_RESP))
+        connect(m, from_resp.o, split_red.i)
+        connect(m, split_red.o[1], eng.resp)
+        sub[f"out_resp{i}"] = out_resp = PacketMerge(flit_width=W, n_in=5)
+        connect(m, split_red.o[0], out_resp.i[0])
+        connect(m, eng.out, out_resp.i[1])
+        connect(m, split_out.o[1], out_resp.i[2])
+        connect(m, chk_req.err, out_resp.i[3])
+        connect(m, chk_resp.err, out_resp.i[4])
+
+        sub[f"txl{i}"] = txl = VcSender(credits=(self.gpu_credits,) * N_VCS, flit_width=W)
+        connect(m, out_req.o, txl.i[VC_REQ])
+        connect(m, out_resp.o, txl.i[VC_RESP])
+        connect(m, txl.link, flipped(self.tx[i]))
+
+        # ---- status
+        ps = self.status.port[i]
+        m.d.comb += [ps.tlb.eq(tlb.counters), ps.egress.eq(egr.counters)]
+        for name in ("in_use", *ENGINE_COUNTERS):
+            m.d.comb += ps.engine[name].eq(getattr(eng, name))
+        ic = IngressCounter
+        m.d.comb += [
+            ps.ingress[ic.REFUSED_REQ].eq(chk_req.refused),
+            ps.ingress[ic.REFUSED_RESP].eq(chk_resp.refused),
+            ps.ingress[ic.LINK_OVERFLOWS].eq(rxl.overflows + from_req.overflows + from_resp.overflows),
+            ps.ingress[ic.BAD_FILLS].eq(fill.bad),
+        ]
