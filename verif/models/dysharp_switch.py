@@ -105,6 +105,7 @@ class Reduction:
     rtags: dict = dataclasses.field(default_factory=dict)   # dst -> buffer tag seen on its RED_READ
     order: tuple | None = None                              # arrival order that explains the result
     done: bool = False
+    failed: int = 0        # destinations whose translation fails
 
 
 class _Exact:
@@ -234,6 +235,9 @@ class DySharpSwitchModel:
         self.errors = collections.Counter()       # ErrorCode -> responses expected
         self.stale_uncertain = False              # contributions may arrive after an abort
         self.writes = 0
+        # What the status counters must show, per port.
+        self.xlate = [collections.Counter() for _ in range(n_ports)]    # translation requests by result code
+        self.passed = collections.Counter()       # port -> packets its egress passes unchanged
 
     # ---- configuration (mirrors what the testbench writes to the switch and the GPUs)
     def configure_static(self, handle: int, mask: int) -> None:
@@ -283,6 +287,7 @@ class DySharpSwitchModel:
         op = Opcode(h.opcode)
         if op in (Opcode.WRITE, Opcode.READ):
             self.ordered[(port, h.dst)].append(_Exact(pkt))
+            self.passed[h.dst] += 1
             if op == Opcode.READ:
                 data = self.gpus[h.dst].data_at(h.addr, h.length)
                 self._respond(port, Packet(Header(opcode=Opcode.READ_RESP, src=h.dst, dst=port, tag=h.tag,
@@ -290,9 +295,11 @@ class DySharpSwitchModel:
         elif op == Opcode.MM_ST:
             for d in self.members(self.static[h.group]):
                 self.ordered[(port, d)].append(_Exact(pkt))
+                self.passed[d] += 1
         elif op == Opcode.DYN_ST:
             for d in self.members(h.mask):
                 code = self.translation(d, h.group, h.index, port)
+                self.xlate[d][code] += 1
                 if code == _NONE:
                     self.ordered[(port, d)].append(_Store(d, pkt))
                 else:
@@ -315,15 +322,21 @@ class DySharpSwitchModel:
                       h.addr if static else 0, h.length, h.etype, h.redop)
         codes = {}
         for d in dests:
-            codes[d] = _NONE if static else self.translation(d, h.group, h.index, port)
+            if static:
+                codes[d] = _NONE
+                self.passed[d] += 1
+            else:
+                codes[d] = self.translation(d, h.group, h.index, port)
+                self.xlate[d][codes[d]] += 1
         r.readers = {d for d in dests if codes[d] == _NONE}
         failing = {c for c in codes.values() if c != _NONE}
         if len(failing) > 1:
             raise ValueError(f"ld_reduce {h!r}: destinations fail with different codes {failing}; which one "
                              f"aborts first is timing: keep one failure kind per request")
+        r.failed = len([c for c in codes.values() if c != _NONE])
         if failing:
             r.code = failing.pop()
-            if r.readers:
+            if r.readers or r.failed > 1:
                 self.stale_uncertain = True
         elif any(self.gpus[d].silent_red_read for d in dests):
             r.code = ErrorCode.TIMEOUT.value

@@ -28,13 +28,12 @@ import functools
 import cocotb
 import numpy as np
 
-from hw import registry
 from hw.packet import N_VCS, EType, ErrorCode, Header, Opcode, Packet, RedOp
 
 from verif.harness import tbenv
 from verif.harness.cycler import Cycler
 from verif.harness.stream import StreamDriver
-from verif.harness.structs import fields, pack, unpack
+from verif.harness.structs import pack
 from verif.harness.vc_link import VcLinkSink, VcLinkSource
 from verif.models.dysharp_gpu import DySharpGpu
 from verif.models.dysharp_switch import DySharpSwitchModel, order_sensitive
@@ -145,9 +144,10 @@ class DySharpEnv:
     def status(self) -> dict:
         """The status port decoded with its layout (dotted field names -> ints)."""
         if self._status_layout is None:
-            comp = registry.get("dysharp_switch").build(**self.p)
-            self._status_layout = comp.signature.members["status"].shape
-        return unpack(self._status_layout, int(self.dut.status.value))
+            from hw.switch.dysharp_switch import status_layout
+            self._status_layout = flat_fields(status_layout(self.n))
+        bits = int(self.dut.status.value)
+        return {k: (bits >> off) & ((1 << w) - 1) for k, (off, w) in self._status_layout.items()}
 
     # ---- traffic
     def tag(self, src) -> int:
@@ -272,45 +272,90 @@ class DySharpEnv:
 
 # ---- status counters --------------------------------------------------------------------------------------
 
-def counter(st: dict, *names, port=None) -> int:
-    """The status field whose dotted name ends with one of ``names`` (per ``port`` if given)."""
-    found = _find(st, names, port)
-    if found is None:
-        raise KeyError(f"no status field for {names} (port {port}); fields: {', '.join(list(st)[:60])} ...")
-    return st[found]
+def flat_fields(layout, offset=0, prefix="") -> dict:
+    """Dotted name -> (offset, width) of every leaf of a struct/array layout (array elements by index:
+    ``port.3.tlb.0``)."""
+    from amaranth.lib import data
+    out = {}
+    lay = data.Layout.cast(layout)
+    for name, field in lay:
+        shape = field.shape
+        key = f"{prefix}{name}"
+        if isinstance(shape, data.Layout) or (isinstance(shape, type) and issubclass(shape, (data.Struct, data.Union))):
+            out.update(flat_fields(shape, offset + field.offset, key + "."))
+        else:
+            out[key] = (offset + field.offset, field.width)
+    return out
 
 
-@functools.lru_cache(maxsize=None)
-def _match(keys: tuple, names: tuple, port) -> str | None:
-    for name in names:
-        for k in keys:
-            parts = k.split(".")
-            if port is not None and str(port) not in parts:
-                continue
-            if port is None and any(p.isdigit() for p in parts):
-                continue
-            if k == name or k.endswith("." + name):
-                return k
-    return None
-
-
-def _find(st, names, port):
-    return _match(tuple(st), tuple(names), port)
+def counter(st: dict, name: str, port=None) -> int:
+    """An engine counter (``stale``, ``duplicates``, ...) of ``port``, or the total over ports."""
+    key = f"total.engine.{name}" if port is None else f"port.{port}.engine.{name}"
+    if key not in st:
+        raise KeyError(f"no status field {key}; engine fields: {[k for k in st if k.startswith('total.engine')]}")
+    return st[key]
 
 
 def tlb_counters(env, port) -> dict:
     from hw.switch.al_tlb import TlbCounter
     st = env.status()
-    return {c.name: _tlb_field(st, port, c) for c in TlbCounter}
+    return {c.name: st[f"port.{port}.tlb.{c.value}"] for c in TlbCounter}
 
 
-def _tlb_field(st, port, c):
-    for pattern in (f"tlb.{port}.{c.value}", f"port.{port}.tlb.{c.value}", f"ports.{port}.tlb.{c.value}",
-                    f"tlb.{port}.{c.name.lower()}", f"port.{port}.tlb.{c.name.lower()}"):
-        if pattern in st:
-            return st[pattern]
-    raise KeyError(f"no AL-TLB counter {c.name} of port {port} in the status; fields: "
-                   f"{', '.join(k for k in st if 'tlb' in k)[:800]}")
+def check_counters(env, *, duplicates=0, stale=0):
+    """Every status counter the model can predict exactly, per port: AL-TLB (misses = fills the GPU got,
+    error answers by code), egress (translated / passed / translation errors), engine (completed, aborts,
+    timeouts, duplicates, stale unless the test made it timing-dependent, nothing refused), ingress and
+    network error counters (no bad packet was sent), ``cfg_errors``. ``stale`` None: not checked."""
+    from hw.switch.al_tlb import TlbCounter
+    from hw.switch.dysharp_switch import IngressCounter
+    from hw.switch.egress_translator import EgressCounter
+    st = env.status()
+    m = env.model
+    problems = []
+
+    def expect(key, want):
+        if st[key] != want:
+            problems.append(f"{key} = {st[key]}, expected {want}")
+
+    E = ErrorCode
+    for d in range(env.n):
+        x = m.xlate[d]
+        tlb = f"port.{d}.tlb."
+        expect(tlb + str(TlbCounter.MISSES.value), len(env.gpus[d].fills))
+        for c, code in ((TlbCounter.ISOLATION, E.ISOLATION), (TlbCounter.OUT_OF_BOUNDS, E.OUT_OF_BOUNDS),
+                        (TlbCounter.TLB_FAULT, E.TLB_FAULT), (TlbCounter.TIMEOUT, E.TIMEOUT)):
+            expect(tlb + str(c.value), x[code.value])
+        silent = env.gpus[d].silent_tlb_fill
+        expect(tlb + str(TlbCounter.READ_TIMEOUTS.value), len(env.gpus[d].fills) if silent else 0)
+        for c in (TlbCounter.BAD_RESPONSES, TlbCounter.STALE_RESPONSES, TlbCounter.CFG_ERRORS,
+                  TlbCounter.BUFFER_FULL, TlbCounter.OTHER_ERRORS):
+            expect(tlb + str(c.value), 0)
+        eg = f"port.{d}.egress."
+        errors = sum(n for code, n in x.items() if code != 0)
+        expect(eg + str(EgressCounter.TRANSLATED.value), x[0])
+        expect(eg + str(EgressCounter.XLATE_ERRORS.value), errors)
+        expect(eg + str(EgressCounter.PASSED.value), m.passed[d])
+        mine = [r for r in m.reductions if r.src == d]
+        en = f"port.{d}.engine."
+        expect(en + "completed", sum(1 for r in mine if r.code == 0))
+        expect(en + "aborts", sum(1 for r in mine if r.code != 0 and r.failed))
+        expect(en + "timeouts", sum(1 for r in mine if r.code == E.TIMEOUT.value and not r.failed))
+        expect(en + "in_use", 0)
+        for name in ("mismatches", "bad_requests", "bad_responses"):
+            expect(en + name, 0)
+        for c in IngressCounter:
+            expect(f"port.{d}.ingress.{c.value}", 0)
+    if duplicates is not None:
+        expect("total.engine.duplicates", duplicates)
+    if stale is not None and not m.stale_uncertain:
+        expect("total.engine.stale", stale)
+    for net in ("req_net", "resp_net"):
+        for k in range(len([f for f in st if f.startswith(net + ".")])):
+            expect(f"{net}.{k}", 0)
+    expect("cfg_errors", 0)
+    if problems:
+        raise AssertionError("status counters differ from the model:\n  " + "\n  ".join(problems))
 
 
 def check_fills_match_misses(env):
@@ -339,11 +384,7 @@ async def test_traffic(dut):
     await env.drain()
     env.log_summary("traffic")
     assert env.model.writes > 0 and env.model.matched["red_read"] > 0
-    check_fills_match_misses(env)
-    for d in range(env.n):
-        c = tlb_counters(env, d)
-        errs = sum(c[k] for k in ("ISOLATION", "OUT_OF_BOUNDS", "TLB_FAULT", "TIMEOUT", "READ_TIMEOUTS"))
-        assert errs == 0, f"port {d}: AL-TLB error counters {c}"
+    check_counters(env)
 
 
 @cocotb.test()
@@ -363,6 +404,7 @@ async def test_reduce_types(dut):
     seen = {(EType(r.etype), RedOp(r.op)) for r in env.model.reductions if r.done and r.code == 0}
     assert seen == set(combos), f"combinations never completed: {set(combos) - seen}"
     multi = [r for r in env.model.reductions if order_sensitive(r.etype, r.op) and len(r.dests) > 1]
+    check_counters(env)
     env.dut._log.info(f"order-sensitive reductions: {len(multi)}, arrival orders "
                       f"{collections.Counter(r.order == tuple(sorted(r.dests)) for r in multi)}")
 
@@ -405,6 +447,7 @@ async def test_tlb(dut):
         assert c["HITS"] == cold[d]["HITS"] and c["COALESCED"] == cold[d]["COALESCED"], f"port {d}: {c}"
     check_fills_match_misses(env)
     env.log_summary("tlb storm")
+    check_counters(env)
     env.dut._log.info(f"AL-TLB port 0 counters: {tlb_counters(env, 0)}")
 
 
@@ -428,6 +471,7 @@ async def test_fill_timeout(dut):
     c = tlb_counters(env, f)
     assert c["READ_TIMEOUTS"] == len(env.gpus[f].fills) > 0, f"port {f}: {c}; fills {len(env.gpus[f].fills)}"
     assert c["TIMEOUT"] >= c["READ_TIMEOUTS"], c
+    check_counters(env)
 
 
 async def _bad_run(dut, kind):
@@ -457,12 +501,13 @@ async def _bad_run(dut, kind):
             if d != dup_port:
                 env.gpus[d].latency = (150, 200)
 
-        def dup(h, resp):
-            return [Packet(resp.header, env.payload(len(resp.payload)))]
+        def dup(h, resp):   # only port 0's reductions (all of them read every port)
+            return [Packet(resp.header, env.payload(len(resp.payload)))] if h.src == bad_src else []
         g.red_read_hook = dup
+    no_reduce = {"unicast": 3, "read": 1, "mm_st": 2, "dyn_st": 4}
     for r in range(rounds):
         for src in range(env.n):
-            env.mixed(src)
+            env.mixed(src, no_reduce if kind == "duplicate" and src == bad_src else None)
             if src != bad_src:
                 continue
             if kind == "foreign":
@@ -515,10 +560,18 @@ async def test_bad_input(dut):
     if code is not None:
         assert env.model.errors[code] > 0, f"no {code.name} was expected: the test did not inject its input"
     st = env.status()
+    want = 0
     if kind == "duplicate":
         dups = counter(st, "duplicates")
-        want = sum(1 for r in env.model.reductions if r.src == 0 and r.code == 0 and 1 % env.n in r.dests)
+        want = sum(1 for r in env.model.reductions if r.src == 0)
         assert dups == want > 0, f"duplicates = {dups}, expected {want}"
+    if kind == "foreign":
+        # (the model refuses any write it does not expect; this names the foreign group's rows directly)
+        for g in env.gpus:
+            lo = ((g.port + 1) << 32) + (2 << 30)
+            hit = [h for h, _, _ in g.writes if lo <= h.addr < lo + (1 << 30)]
+            assert not hit, f"GPU {g.port}: the foreign group's rows were written: {hit[:2]}"
+    check_counters(env, duplicates=want)
 
 
 async def _stale(dut):
@@ -545,6 +598,7 @@ async def _stale(dut):
     st = env.status()
     stale = counter(st, "stale")
     assert stale >= copies > 0, f"stale = {stale} after {copies} late contributions"
+    check_counters(env, stale=None)
     env.dut._log.info(f"stale = {stale} for {copies} late 3-flit contributions")
 
 
@@ -564,11 +618,10 @@ async def test_deadlock(dut):
                               etype=env.rng.choice([EType.S32, EType.BF16]), op=RedOp.MAX)
     await env.drain(timeout=s.get("timeout", 100000), what="every reduction under full load")
     env.log_summary("deadlock")
-    st = env.status()
     done = sum(1 for r in env.model.reductions if r.done)
     assert done == len(env.model.reductions)
+    check_counters(env)
     env.dut._log.info(f"max buffered flits per VC at the GPUs: {[k.max_buffered for k in env.sinks]}")
-    _ = st
 
 
 # ---- the link agents alone, on a loopback -----------------------------------------------------------------
