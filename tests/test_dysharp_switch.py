@@ -86,7 +86,7 @@ def test_deadlock_8_ports(seed, sim):
 
 # ---- the link agents on a loopback --------------------------------------------------------------------------
 
-def _loop(seed, env, tmp_name):
+def _loop(seed, env, tmp_name, rtl=None):
     """Build the loopback stand-in (verif.tb.dysharp_switch.vc_loop_component) with Icarus and run the
     agents' test on it; returns (tests, failed)."""
     import json
@@ -100,9 +100,10 @@ def _loop(seed, env, tmp_name):
     from verif.tb.dysharp_switch import vc_loop_component
 
     require_simulator("icarus")
-    bdir = (REPO / "build" / "sim" / "icarus" / "vc_loop").resolve()
+    name = "vc_loop" if rtl is None else f"vc_loop_rtl_{rtl[0]}_{rtl[1]}"
+    bdir = (REPO / "build" / "sim" / "icarus" / name).resolve()
     bdir.mkdir(parents=True, exist_ok=True)
-    comp = vc_loop_component()
+    comp = vc_loop_component(rtl=rtl)
     vpath = bdir / "vc_loop.v"
     text = verilog.convert(comp, name="vc_loop", emit_src=False)
     if not vpath.exists() or vpath.read_text() != text:
@@ -125,6 +126,13 @@ def _loop(seed, env, tmp_name):
 
 def test_vc_agents_loopback(seed):
     tests, failed = _loop(seed, {"packets": 80}, "ok")
+    assert (tests, failed) == (1, 0)
+
+
+@pytest.mark.parametrize("rx, tx", [(2, 3), (8, 32)])
+def test_vc_agents_on_the_switch_link_ends(rx, tx, seed):
+    """The agents against the RTL link ends the switch uses (VcReceiver -> VcSender)."""
+    tests, failed = _loop(seed, {"packets": 80, "credits": rx, "out_credits": tx}, f"rtl{rx}", rtl=(rx, tx))
     assert (tests, failed) == (1, 0)
 
 

@@ -626,9 +626,11 @@ async def test_deadlock(dut):
 
 # ---- the link agents alone, on a loopback -----------------------------------------------------------------
 
-def vc_loop_component(*, flit_width=128, delay=3):
+def vc_loop_component(*, flit_width=128, delay=3, rtl=None):
     """A stand-in DUT for the agents: ``rx__0`` (a 2-VC link in) is ``tx__0`` (a 2-VC link out) delayed by
-    ``delay`` cycles, and ``tx__0``'s credit returns come back on ``rx__0`` ``delay`` cycles later."""
+    ``delay`` cycles, and ``tx__0``'s credit returns come back on ``rx__0`` ``delay`` cycles later. With
+    ``rtl=(rx_credits, tx_credits)`` the loop is the switch's own link ends instead: ``rx__0`` ->
+    :class:`hw.vc_link.VcReceiver` -> :class:`hw.vc_link.VcSender` -> ``tx__0``."""
     from amaranth.hdl import Module, Signal
     from amaranth.lib import data, wiring
     from amaranth.lib.wiring import In, Out
@@ -645,6 +647,15 @@ def vc_loop_component(*, flit_width=128, delay=3):
 
         def elaborate(self, platform):
             m = Module()
+            if rtl is not None:
+                from hw.vc_link import VcReceiver, VcSender
+                m.submodules.rxl = rxl = VcReceiver(credits=(rtl[0],) * N_VCS, flit_width=flit_width)
+                m.submodules.txl = txl = VcSender(credits=(rtl[1],) * N_VCS, flit_width=flit_width)
+                wiring.connect(m, wiring.flipped(self.rx[0]), rxl.link)
+                for v in range(N_VCS):
+                    wiring.connect(m, rxl.o[v], txl.i[v])
+                wiring.connect(m, txl.link, wiring.flipped(self.tx[0]))
+                return m
             fwd = [self.rx[0].valid, self.rx[0].vc, self.rx[0].flit]
             back = self.tx[0].credit
             for _ in range(delay):
@@ -666,12 +677,13 @@ async def test_vc_loopback(dut):
     raise."""
     s = tbenv.settings()
     credits = s.get("credits", 4)
+    out_credits = s.get("out_credits", credits)
     rng = tbenv.rng("loop")
     got = [[], []]
     cyc = Cycler(dut)
     src = VcLinkSource(dut, "rx__0", tbenv.rng("src"), credits=credits, gap=s.get("gap", 0.2), burst=2.0,
                        ignore_credits=s.get("cheat", False))
-    sink = VcLinkSink(dut, "tx__0", tbenv.rng("sink"), credits=credits, stall=(s.get("stall", 0.4), 0.1),
+    sink = VcLinkSink(dut, "tx__0", tbenv.rng("sink"), credits=out_credits, stall=(s.get("stall", 0.4), 0.1),
                       burst=3.0, on_packet=lambda v, flits, c: got[v].append(Packet.from_flits(flits)), batch=2)
     switches = [0]
     last = [None]
