@@ -84,6 +84,17 @@ def test_deadlock_8_ports(seed, sim):
     run("test_deadlock", seed, sim, {"ports": 8}, reductions=16)
 
 
+@needs_top
+@pytest.mark.parametrize("sabotage", ["row", "data"])
+def test_scoreboard_catches_a_wrong_reference(sabotage, seed, sim):
+    """The same traffic against a reference made wrong on purpose (translated rows one flit off; one bit of
+    the GPUs' data flipped): the scoreboard must fail the run."""
+    from verif.harness.runner import run_cocotb
+    r = run_cocotb("dysharp_switch", P4, test_module=TB, testcase="test_traffic", seed=seed, sim=sim,
+                   env={"packets": 4, "sabotage": sabotage}, check=False, quiet=True)
+    assert (r.tests, r.failed) == (1, 1)
+
+
 # ---- the link agents on a loopback --------------------------------------------------------------------------
 
 def _loop(seed, env, tmp_name, rtl=None):

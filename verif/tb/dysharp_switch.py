@@ -87,12 +87,26 @@ class DySharpEnv:
         self.cfg = StreamDriver(dut, "cfg", tbenv.rng("cfg"))
         self.cycler.add(*self.gpus, *self.sources, *self.sinks, self.cfg)
         self.model = DySharpSwitchModel(self.n, self.gpus, max_payload=self.max_payload, flit_width=self.w)
+        self._sabotage(self.s.get("sabotage"))
         self.tags = [0] * self.n
         self.next_index = collections.defaultdict(int)     # (src, group) -> next fresh index offset
         self.used_index = collections.defaultdict(list)    # (src, group) -> indices in use
         self.static_groups = {}
         self._switch_config = None
         self._status_layout = None
+
+    def _sabotage(self, what):
+        """Test the test: make the reference wrong on purpose (``row``: every translated row one flit off;
+        ``data``: one bit of every flit a GPU returns flipped in the model's view), so the run must fail."""
+        if what is None:
+            return
+        for g in self.gpus:
+            if what == "row":
+                g.row = lambda group, index, f=g.row: None if f(group, index) is None else f(group, index) + 16
+            elif what == "data":
+                g.data_at = lambda addr, n, f=g.data_at: [w ^ 1 for w in f(addr, n)]
+            else:
+                raise ValueError(f"unknown sabotage {what!r}; valid: row, data")
 
     def _init_word(self, nprng, flit_addr, etype):
         return random_lanes(nprng, EType(etype), self.w) if etype is not None else 0
