@@ -18,7 +18,7 @@ TB = "verif.tb.dysharp_switch"
 
 # One parameter point for the default suite (one Icarus build): small timeouts so that the timeout tests
 # are short, far above what good traffic needs at these loads.
-P4 = {"ports": 4, "tlb_timeout": 512, "red_timeout": 2048}
+P4 = {"ports": 4, "tlb_timeout": 512, "red_timeout": 1024}
 
 
 def _have_top() -> bool:

@@ -24,7 +24,8 @@ own ``latency`` range (``fill_latency`` for TLB fills); answers leave in the ord
 responder never waits on anything the switch does (it answers whatever it has received, whatever its
 own requests are doing), which is the GPU side's part of the deadlock-freedom argument.
 
-Fault injection: ``silent_red_read`` (never answer a ``RED_READ``), ``silent_tlb_fill`` (never answer a
+Fault injection: ``silent_red_read`` (never answer a ``RED_READ``), ``red_read_late`` (answer each
+``RED_READ`` that many cycles later than usual: after its entry timed out), ``silent_tlb_fill`` (never answer a
 ``TLB_FILL``), ``red_read_hook(request_header, response_packet) -> [extra packets]`` (sent right after the
 answer: duplicates), and :meth:`inject` (send any packet later: a contribution for a freed entry).
 """
@@ -48,7 +49,7 @@ class DySharpGpu(Agent):
     def __init__(self, port: int, source, rng, *, latency=(1, 1), fill_latency=None,
                  flit_width: int = 128, mm: MemoryManagerSpec | None = None, memory: GpuMemory | None = None,
                  on_delivery=None, init_word=None, silent_red_read: bool = False,
-                 silent_tlb_fill: bool = False, red_read_hook=None):
+                 silent_tlb_fill: bool = False, red_read_hook=None, red_read_late: int = 0):
         for name, lat in (("latency", latency), ("fill_latency", fill_latency)):
             if lat is not None and (len(lat) != 2 or not 0 <= lat[0] <= lat[1]):
                 raise ValueError(f"{name} must be a (min, max) pair with 0 <= min <= max, got {lat!r}")
@@ -66,6 +67,7 @@ class DySharpGpu(Agent):
         self.silent_red_read = silent_red_read
         self.silent_tlb_fill = silent_tlb_fill
         self.red_read_hook = red_read_hook
+        self.red_read_late = red_read_late
         self.pending = []            # heap of (due cycle, seq, Packet)
         self._seq = 0
         self.cycle = 0
@@ -140,7 +142,9 @@ class DySharpGpu(Agent):
                                      xtag=h.xtag, length=h.length, etype=h.etype, redop=h.redop), data)
                 extra = self.red_read_hook(h, resp) if self.red_read_hook else ()
                 self.red_read_resps.append((h, resp, cycle))
-                self._schedule(resp, self.latency, extra)
+                lat = self.latency if not self.red_read_late else \
+                    (self.latency[0] + self.red_read_late, self.latency[1] + self.red_read_late)
+                self._schedule(resp, lat, extra)
         elif op == Opcode.TLB_FILL.value:
             if h.mask != 1 << self.port or len(flits) != 1 or h.length:
                 raise GpuProtocolError(f"GPU {self.port}: malformed TLB_FILL {h!r} ({len(flits)} flits) at "

@@ -234,6 +234,7 @@ class DySharpSwitchModel:
         self.matched = collections.Counter()
         self.errors = collections.Counter()       # ErrorCode -> responses expected
         self.stale_uncertain = False              # contributions may arrive after an abort
+        self.stale_expected = 0                   # stale contribution flits the engines must count
         self.writes = 0
         # What the status counters must show, per port.
         self.xlate = [collections.Counter() for _ in range(n_ports)]    # translation requests by result code
@@ -338,8 +339,10 @@ class DySharpSwitchModel:
             r.code = failing.pop()
             if r.readers or r.failed > 1:
                 self.stale_uncertain = True
-        elif any(self.gpus[d].silent_red_read for d in dests):
+        elif any(self.gpus[d].silent_red_read or self.gpus[d].red_read_late for d in dests):
             r.code = ErrorCode.TIMEOUT.value
+            # Each late answer reaches a freed entry: one stale count per flit.
+            self.stale_expected += r.length * sum(1 for d in dests if self.gpus[d].red_read_late)
         for d in r.readers:
             self.red_reads[(port, d)].append(_RedRead(r, d))
         self.reductions.append(r)
