@@ -230,3 +230,7 @@ register("packet_split", "hw.packet_stream:VcClassSplit", points=[{}],
          doc="PacketSplit with a fixed example select: requests to o[0], responses to o[1]")
 register("tlb_fill_bridge", "hw.switch.tlb_fill_bridge:TlbFillBridge", points=[{}])
 register("egress_translator", "hw.switch.egress_translator:EgressTranslator", points=[{"ports": 8}, {"ports": 64}])
+register("dysharp_switch", "hw.switch.dysharp_switch:DySharpSwitch",
+         points=[{"ports": n} for n in (4, 8, 16, 32, 64)], area_grid=[{"ports": 4}, {"ports": 8}],
+         doc="The integrated DySHARP switch: request and response networks, and per port an AL-TLB, an egress "
+             "translator and a reduction engine")

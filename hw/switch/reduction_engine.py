@@ -19,14 +19,50 @@ Flow
    error (``ISOLATION``, ``OUT_OF_BOUNDS``, ``TLB_FAULT``, ...) aborts the entry: the source gets
    ``ERROR`` with that code. Static ``multimem``: no translation, every member is read at ``route.mm.addr``
    (NVLS: the same offset on every GPU).
+   With ``defer_translation=True`` the engine does not translate: a ``dymultimem`` read leaves at once
+   as a ``DYN_RED_READ`` whose ``route.uni.addr`` is a :class:`~hw.packet.DeferredAddr`
+   ``{group, index, byte_offset = offset * flit_bytes}`` (every other field as for ``RED_READ``); the
+   destination port's egress translates it and answers a failed translation with an error-coded
+   ``RED_READ_RESP``. ``translate`` stays in the signature, idle (``req.valid`` and ``resp.ready`` 0).
 3. **RED_READ** (``rd``): ``dst`` = the destination, ``src`` = the requester, ``tag``/``route.uni.xtag`` =
    the entry's reduction tag (low/high byte, :func:`~hw.switch.reduction_buffer.rtag_to_header`),
    ``length``/``etype``/``redop`` of the request, ``addr``. The destination answers ``RED_READ_RESP``
-   echoing ``tag``, ``code``, ``length`` and ``etype``, with ``length`` payload flits.
+   (``src`` = itself: the DySHARP switch stamps it with the arrival port) echoing ``tag``, ``xtag``,
+   ``length`` and ``etype``, with ``code`` 0 and ``length`` payload flits, or with an error ``code``.
 4. **Responses** (``resp``): each payload flit becomes a contribution (flit index counted from the
    header). A packet that is not ``RED_READ_RESP`` is dropped and counted in ``bad_responses``; a
    poisoned last flit aborts the entry with ``LENGTH_MISMATCH``; type/length disagreements, stale tags
-   and timeouts are the buffer's (``TYPE_MISMATCH``, ``stale``, ``TIMEOUT``).
+   and timeouts are the buffer's (``TYPE_MISMATCH``, ``stale``, ``TIMEOUT``). A poisoned header-only
+   packet is ignored.
+
+   *Error codes.* A ``RED_READ_RESP`` whose ``route.uni.code`` is not ``NONE`` aborts its entry with that
+   code (the requester gets ``ERROR`` with it, as for any abort; ``aborts`` counts it, or ``stale`` if the
+   entry is no longer in flight); its payload, if any, is dropped. The checks below come first: an
+   error-coded answer that is a duplicate or unasked is only counted.
+
+   *Duplicates and unasked sources.* Per entry the engine keeps which destinations it reads and which of
+   them have answered. When an entry's fan-out starts, ``asked[entry] = {gen, mask}`` (the whole
+   destination mask). A response header reads ``asked`` and ``answered`` at its entry; in the next cycle
+   (a registered read, so the header cycle is never stalled) the verdict: if ``asked`` holds the
+   response's generation (and a nonzero mask), a ``src`` outside the mask is *unasked* (packet dropped
+   whole, ``bad_responses``) and a ``src`` already in ``answered`` (same generation) is a *duplicate*
+   (dropped whole, ``duplicates``), so a duplicate can no longer complete an entry early; otherwise
+   ``answered[entry] = {gen, mask | 1 << src}`` (a row of another generation counts as empty, so nothing
+   is cleared at allocation: the generation tags the row). A response of another generation, or for an
+   entry never allocated, passes untouched: stale tags stay the buffer's business (``stale``). An
+   answer for an entry whose fan-out was aborted after its allocation is passed too (stale in the
+   buffer). A header-only packet followed at once by another header reads the row it just wrote: the
+   ``answered`` read port is transparent.
+
+   *Storage and cost.* ``asked`` and ``answered`` are ``lib.memory`` arrays (SRAM-like, one row per
+   access: ``asked`` 1W at fan-out start + 1R per response header, ``answered`` 1R (transparent) + 1W),
+   ``entries`` rows of ``gen_bits + ports`` bits each (``gen_bits = 16 - ceil(log2(entries))``): per
+   entry ``2 * (gen_bits + ports)`` bits, e.g. 36 bits at 64 entries and 8 ports (2304 bits in all),
+   144 bits at 256 entries and 64 ports (36,864 bits). Flip-flops would cost the same bits plus a
+   ``ports``-wide write decoder per entry; the engine reads one row per cycle, which SRAM gives. The
+   verdict adds 17 bits of registers (source, code, flags) and the 32-bit ``duplicates`` counter. Throughput stays one response flit per cycle; the response
+   link is held only while an error-coded answer's abort waits for the buffer's ``contrib`` (the cycle
+   after a timeout was held up), and payload flits wait behind translation aborts as before.
 5. **Result** (``out``): the buffer's ``RED_RESP``/``ERROR`` packets and the request errors, packet by
    packet.
 
