@@ -13,13 +13,20 @@ checks of the status counters.
 Layout used by every test: dispatch group ``G_DISP`` (``dymultimem.st``, memory-manager layout 0,
 allocation on first touch), combine group ``G_COMB`` (``dymultimem.ld_reduce``, layout 1), both with all
 ports as members; GPU ``d``'s rows start at ``(d + 1) << 32`` (+ ``1 << 31`` for layout 1) with a row
-stride of ``64 + 8 d`` flits, so no two GPUs share a layout. Every source uses its own indices, so the
+stride of ``64 + 8 d`` flits (layout ``L`` at ``+ L << 30``), so no two GPUs share a layout. Every source uses its own indices, so the
 memory managers' isolation (an index belongs to the source that allocated it) never refuses good traffic.
 Static groups 0..3 have random member masks. Address regions: unicast writes ``1 << 40``, ``MM_ST``
 ``2 << 40``, static reductions read ``3 << 40``, reads ``4 << 40``: nothing a test reads is ever written.
 
 Settings (``DYSHARP_ENV``): ``packets`` (per port), ``gap``, ``stall``, ``burst``, ``lat`` (max memory
-latency), ``timeout`` (cycles before a drain fails), plus per-test ones named in each test.
+latency), ``timeout`` (cycles before a drain fails), ``sabotage`` (``row``/``data``: a wrong reference on
+purpose, the run must fail), plus per-test ones named in each test (``kind``, ``reduce``, ``silent``,
+``rounds``, ``reductions``, ``storm``, ...).
+
+Reduction results: packets arrive whole, so the order in which a reduction's contributions reach the
+engine is one permutation of its destinations, the same for all its flits; the model accepts a result iff
+some permutation gives exactly its bits (see :mod:`verif.models.dysharp_switch`). Order-sensitive
+reductions (float add) are kept to at most 4 destinations so that trying every order stays cheap.
 """
 
 import collections
