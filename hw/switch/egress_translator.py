@@ -31,9 +31,10 @@ Contract
   packets can wait under misses before ``i`` backpressures.
 * Errors: a translation error on ``DYN_ST`` drops the packet whole and sends ``ERROR{dst=src, src=port,
   tag, code}`` (header only) on ``err``; on ``DYN_RED_READ`` it sends ``RED_READ_RESP{dst=src, src=port,
-  tag, xtag, length, etype, redop, code}`` (header only) on ``err``. The error packet is made once the
-  whole request has arrived; if its last flit is poisoned (the request network has already answered it)
-  the packet is dropped silently. Each is counted in ``XLATE_ERRORS``. A ``tr.resp`` whose tag names no
+  tag, xtag, etype, redop, code}`` with ``length`` 0 on ``err`` (header only: the response network checks
+  a response's framing against its length). The error packet is made once the whole request has arrived;
+  if its last flit is poisoned (the request network has already answered it) the packet is dropped
+  silently. Each is counted in ``XLATE_ERRORS``. A ``tr.resp`` whose tag names no
   slot waiting for a translation is ignored. ``tr.resp`` is always ready.
 * Framing: a packet longer than its slot (more than ``max_payload + 1`` flits, which the request
   network never forwards) keeps its first ``max_payload`` flits (header included) and its last one, marked ``poison``.
@@ -302,7 +303,7 @@ class EgressTranslator(wiring.Component):
             m.d.comb += [e.src.eq(self.port), e.tag.eq(hin.tag), e.route.uni.dst.eq(hin.src),
                          e.route.uni.code.as_value().eq(st.code[rd_slot])]
         m.d.comb += [e_st.opcode.eq(Opcode.ERROR), e_rr.opcode.eq(Opcode.RED_READ_RESP),
-                     e_rr.length.eq(hin.length), e_rr.etype.eq(hin.etype), e_rr.redop.eq(hin.redop),
+                     e_rr.etype.eq(hin.etype), e_rr.redop.eq(hin.redop),
                      e_rr.route.uni.xtag.eq(hin.route.uni.xtag)]
         ef = Signal(fl)
         m.d.comb += [ef.data.eq(Mux(is_st, e_st.as_value(), e_rr.as_value())), ef.last.eq(1), errq.w_data.eq(ef),

@@ -86,7 +86,7 @@ def expected_outcome(flits: list[Flit], *, port: int, flit_width: int, capacity:
         if is_st:
             e = Header(opcode=Opcode.ERROR, src=port, tag=h.tag, dst=h.src, code=code)
         else:
-            e = Header(opcode=Opcode.RED_READ_RESP, src=port, tag=h.tag, xtag=h.xtag, length=h.length,
+            e = Header(opcode=Opcode.RED_READ_RESP, src=port, tag=h.tag, xtag=h.xtag, length=0,
                        etype=h.etype, redop=h.redop, dst=h.src, code=code)
         return "err", [Flit(e.encode(), last=True)]
     if is_st:
