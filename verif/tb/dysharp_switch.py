@@ -43,8 +43,9 @@ from verif.harness.stream import StreamDriver
 from verif.harness.structs import pack
 from verif.harness.vc_link import VcLinkSink, VcLinkSource
 from verif.models.dysharp_gpu import DySharpGpu
-from verif.models.dysharp_switch import DySharpSwitchModel, order_sensitive
+from verif.models.dysharp_switch import DySharpSwitchModel, _RedRead, order_sensitive, reduce_candidates
 from verif.models.memory_manager import SET_GROUP, MemoryManagerSpec
+from verif.models import reduce_ref as R
 from verif.models.reduction import random_lanes
 
 G_DISP, G_COMB, G_FOREIGN, G_FAULT, G_SMALL = 1, 2, 3, 4, 5
@@ -116,7 +117,25 @@ class DySharpEnv:
                 raise ValueError(f"unknown sabotage {what!r}; valid: row, data")
 
     def _init_word(self, nprng, flit_addr, etype):
-        return random_lanes(nprng, EType(etype), self.w) if etype is not None else 0
+        """Memory contents a reduction reads: for float types mostly moderate values (so that the order of
+        a sum shows in its rounding), a few special values; otherwise any bit patterns."""
+        if etype is None:
+            return 0
+        et = EType(etype)
+        if et not in (EType.BF16, EType.FP16, EType.FP32) or nprng.random() < 0.1:
+            return random_lanes(nprng, et, self.w)
+        bits = 32 if et == EType.FP32 else 16
+        n = self.w // bits
+        vals = nprng.normal(0, 4, size=n).astype(np.float32)
+        if et == EType.FP32:
+            lanes = vals.view(np.uint32).astype(np.uint64)
+        elif et == EType.FP16:
+            lanes = vals.astype(np.float16).view(np.uint16).astype(np.uint64)
+        else:
+            lanes = (vals.view(np.uint32) >> np.uint32(16)).astype(np.uint64)
+        special = np.array(R.special_values(et), dtype=np.uint64)
+        lanes = np.where(nprng.random(n) < 0.03, nprng.choice(special, size=n), lanes)
+        return R.lanes_to_int(lanes, bits)
 
     def _on_delivery(self, port, vc, pkt, flits, cycle):
         self.model.deliver(port, vc, pkt, cycle)
@@ -428,16 +447,27 @@ async def test_reduce_types(dut):
     combos = [(e, o) for e in ETYPES for o in OPS]
     for k, (etype, op) in enumerate(combos * s.get("rounds", 1)):
         src = k % env.n
-        env.ld_reduce(src, etype=etype, op=op)
+        mask = None
+        if order_sensitive(etype, op):
+            # At least 3 contributors: with 2 the float sum is the same in either order.
+            mask = mask_of(env.rng.sample(range(env.n), env.rng.randint(3, min(4, env.n))))
+        env.ld_reduce(src, etype=etype, op=op, mask=mask)
         env.mm_ld_reduce((src + 1) % env.n, etype=etype, op=op)
+    for src in range(env.n):   # fp32 sums over 4 contributors: their bits almost surely depend on the order
+        env.ld_reduce(src, etype=EType.FP32, op=RedOp.ADD, mask=mask_of(env.rng.sample(range(env.n), min(4, env.n))),
+                      length=env.max_payload)
     await env.drain()
     env.log_summary("reduce_types")
     seen = {(EType(r.etype), RedOp(r.op)) for r in env.model.reductions if r.done and r.code == 0}
     assert seen == set(combos), f"combinations never completed: {set(combos) - seen}"
-    multi = [r for r in env.model.reductions if order_sensitive(r.etype, r.op) and len(r.dests) > 1]
+    multi = [r for r in env.model.reductions if order_sensitive(r.etype, r.op) and len(r.dests) > 2]
     check_counters(env)
-    env.dut._log.info(f"order-sensitive reductions: {len(multi)}, arrival orders "
-                      f"{collections.Counter(r.order == tuple(sorted(r.dests)) for r in multi)}")
+    distinct = [r for r in multi if len({tuple(w) for _, w in reduce_candidates(
+        {d: env.gpus[d].data_at(_RedRead(r, d).expected_addr(env.model), r.length) for d in r.dests},
+        r.etype, r.op)}) > 1]
+    env.dut._log.info(f"order-sensitive reductions with 3+ contributors: {len(multi)}, {len(distinct)} of them "
+                      f"with results that differ by order; arrival orders {[r.order for r in distinct]}")
+    assert distinct, "no reduction whose result depends on the arrival order: the check proved nothing"
 
 
 @cocotb.test()
