@@ -529,6 +529,14 @@ async def test_fill_timeout(dut):
             env.dyn_st(src, mask=env.random_mask(src) & ~(1 << f) or (1 << ((f + 1) % env.n)))
             env.unicast(src)
     await env.drain()
+    # A reduction whose read waits on a fill may be answered by its entry's own timeout first; the AL-TLB's
+    # read times out later (and its error answer then reaches a freed entry). Wait for every read.
+    limit = env.cycler.cycle + 4 * env.p["tlb_timeout"] + 2000
+    while tlb_counters(env, f)["READ_TIMEOUTS"] != len(env.gpus[f].fills):
+        assert env.cycler.cycle < limit, f"port {f}: AL-TLB reads never timed out: {tlb_counters(env, f)}"
+        await env.cycler.cycles(16)
+    await env.cycler.cycles(60)
+    env.model.finish()
     env.log_summary("fill_timeout")
     assert env.model.errors[ErrorCode.TIMEOUT] > 0
     c = tlb_counters(env, f)
