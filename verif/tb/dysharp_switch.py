@@ -186,7 +186,8 @@ class DySharpEnv:
         if self._status_layout is None:
             from hw.switch.dysharp_switch import status_layout
             self._status_layout = flat_fields(status_layout(self.n))
-        bits = int(self.dut.status.value)
+        from verif.harness.structs import read_status
+        bits = read_status(self.dut, self.n)
         return {k: (bits >> off) & ((1 << w) - 1) for k, (off, w) in self._status_layout.items()}
 
     # ---- traffic
