@@ -70,11 +70,15 @@ ROLES = [
             "round trip. 64 entries (16 payload rows each, 263-bit fp32 partial rows: 33.7 KB) cover "
             "both; max_length 16."},
     {"role": "multicast logic + extra header handling", "side": "switch", "per": "port",
-     "alternatives": [["dyn_header"], ["header_unit"], ["multicast"]],
-     "absent": "no separate module: dymultimem masks ride the switch's existing multicast (mask-queue) "
-               "path, which Hopper's NVSwitch already has for NVLS, and the egress rewrite of a "
-               "dymultimem header into a per-destination write (translated address + offset x 16) is "
-               "not written as RTL; not counted"},
+     "alternatives": [["egress_translator"]],
+     "points": {"egress_translator": {"ports": 64}},
+     "why": "one per egress port: the rewrite of a dymultimem.st into a WRITE at the destination's row "
+            "address + offset x 16 (and of a DYN_RED_READ into a RED_READ), with 8 packet slots of 17 flits "
+            "so that other sources' hits flow under a miss while each source's order holds "
+            "(hw/switch/egress_translator.py). The multicast itself rides the switch's existing mask queue "
+            "(Hopper's NVLS path). The second message class (the integrated switch's response network and "
+            "VC link ends) is not in this table: synth_reports/integrated_summary.csv states the integrated "
+            "switch minus the plain one at 8 ports."},
     {"role": "token tracker (tile status table)", "side": "gpu", "per": "gpu",
      "alternatives": [["token_tracker"]],
      "points": {"token_tracker": {"experts": 32, "tiles": 16}},
