@@ -13,7 +13,7 @@ Latency and throughput are the blocks'; the top adds no logic. Deadlock freedom 
 
 from amaranth.hdl import Module
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out, connect, flipped
+from amaranth.lib.wiring import In, connect, flipped
 
 from .gpu_nic.nic import GpuNic
 from .packet import DEFAULT_FLIT_WIDTH
@@ -42,10 +42,10 @@ class System(wiring.Component):
                                     link_credits=link_credits, gpu_credits=gpu_credits, **(switch or {}))
         self.nics = [GpuNic(ports=gpus, flit_width=flit_width, max_payload=max_payload, credits=link_credits,
                             rx_credits=gpu_credits, **(nic or {})) for _ in range(gpus)]
-        members = {name: (In if m.flow == In else Out)(m.signature if m.is_signature else m.shape).array(gpus)
-                   for name, m in self.nics[0].signature.members.items() if name not in _LINKS}
-        members["switch_cfg"] = In(self.switch.signature.members["cfg"].signature)
-        members["switch_status"] = Out(self.switch.signature.members["status"].shape)
+        members = {name: m.array(gpus) for name, m in self.nics[0].signature.members.items()
+                   if name not in _LINKS}
+        members["switch_cfg"] = self.switch.signature.members["cfg"]
+        members["switch_status"] = self.switch.signature.members["status"]
         super().__init__(members)
 
     def elaborate(self, platform):
