@@ -3,7 +3,7 @@ switch), checked against numpy.
 
 The layer, its data and the work lists come from :mod:`verif.models.moe_layer` (settings ``model``,
 ``tokens``, ``hidden``, ``seed``, ``scheme``, ``gemm`` = GEMM-1/GEMM-2 cycles per tile overriding the
-derived ones). The testbench plays everything outside the NICs:
+derived ones; ``sabotage=partial`` makes one expert output wrong on purpose, so the run must fail). The testbench plays everything outside the NICs:
 
 * **GPU memory** (:class:`verif.harness.gpu_memory.GpuMemory`) behind each NIC's ``mem_wr``, ``mem_rd_tx``
   and ``mem_rd_rx`` (latency ``lat``), preloaded with the GPU's own token rows.
@@ -264,7 +264,11 @@ class GpuSide(Agent):
             for row in tile["rows"]:
                 x, gates, ids = ml.decode_row(self.row_flits(self.win0 + row * self.stride, L.row_flits),
                                               L.hidden, L.p.dtype)
-                self.add_partial(ml.COMB_BASE // F + row * self.stride, gates[ids.index(e)] * L.expert_out(e, x))
+                v = gates[ids.index(e)] * L.expert_out(e, x)
+                if self.env.sabotage:             # test the test: one wrong expert output, the run must fail
+                    self.env.sabotage = False
+                    v[0] += 0.25
+                self.add_partial(ml.COMB_BASE // F + row * self.stride, v)
             le, t = tile["key"]
             self.cmd.send(pack(TileCommand, op=TileCmdOp.DONE, expert=le, tile=t))
         tile["done"] = cycle
@@ -281,6 +285,7 @@ class SystemEnv:
         self.p = p = tbenv.params()
         self.s = s = tbenv.settings()
         self.scheme = s.get("scheme", "dysharp-basic")
+        self.sabotage = s.get("sabotage") == "partial"
         gemm = s.get("gemm")
         self.L = L = ml.build_layer(model=s.get("model", "deepseek-v3"), gpus=p["gpus"], tokens=s.get("tokens", 16),
                                     hidden=s.get("hidden", 128), seed=s.get("seed", tbenv.seed()),
@@ -458,7 +463,9 @@ async def test_layer(dut):
     fig = {"scheme": env.scheme, "layer": L.describe(), "cycles": env.phase, "flits": total_f, "fills": fills,
            "predicted": pred, "tlb": {"hits": hits, "misses": misses,
                                       "hit_rate": hits / (hits + misses) if hits + misses else None},
-           "tiles_ready": len(env.ready_cycles),
+           "engine": {k.split(".")[-1]: v for k, v in st.items() if k.startswith("total.engine.")},
+           "mm_allocated": [env.counters("mm_counters", g, len(MmCounter))[MmCounter.ALLOCATED] for g in range(L.G)],
+           "tiles_ready": len(env.ready_cycles), "ready_cycles": env.ready_cycles,
            "first_ready": min((r[-1] for r in env.ready_cycles), default=None),
            "last_ready": max((r[-1] for r in env.ready_cycles), default=None)}
     dut._log.info("system layer: %s", json.dumps({k: fig[k] for k in ("scheme", "cycles", "flits", "tlb")}))
