@@ -52,7 +52,7 @@ class System(wiring.Component):
         m = Module()
         m.submodules.switch = sw = self.switch
         connect(m, flipped(self.switch_cfg), sw.cfg)
-        m.d.comb += self.switch_status.eq(sw.status)
+        connect(m, sw.status, flipped(self.switch_status))
         for g, nic in enumerate(self.nics):
             m.submodules[f"gpu{g}"] = nic
             connect(m, nic.tx, sw.rx[g])
