@@ -52,7 +52,7 @@ from verif.harness import tbenv
 from verif.harness.cycler import Agent, Cycler
 from verif.harness.gpu_memory import GpuMemory, MemReadPort, MemWritePort
 from verif.harness.stream import StreamDriver, StreamMonitor
-from verif.harness.structs import Port, pack, unpack
+from verif.harness.structs import Port, pack, read_status, unpack
 from verif.models import moe_layer as ml
 
 F = ml.FLIT_BYTES
@@ -440,7 +440,7 @@ async def test_layer(dut):
         assert mm[MmCounter.ALLOCATED] == routed, f"GPU {g}: {mm[MmCounter.ALLOCATED]} rows allocated, {routed} routed"
         for c in (MmCounter.BUFFER_FULL, MmCounter.TLB_FAULT, MmCounter.ISOLATION, MmCounter.OUT_OF_BOUNDS):
             assert mm[c] == 0, f"GPU {g} memory manager {c.name}: {mm[c]}"
-    bits = int(dut.switch_status.value)
+    bits = read_status(dut, L.G, prefix="switch_status")
     st = {k: (bits >> off) & ((1 << w) - 1) for k, (off, w) in flat_fields(status_layout(L.G)).items()}
     tlb = [st[f"total.tlb.{c.value}"] for c in TlbCounter]
     for c in (TlbCounter.ISOLATION, TlbCounter.OUT_OF_BOUNDS, TlbCounter.TLB_FAULT, TlbCounter.BUFFER_FULL,
