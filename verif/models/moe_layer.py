@@ -1,0 +1,503 @@
+"""One MoE layer over G GPUs as the system testbench runs it: routing, data, the numpy reference, and the
+per-GPU work lists of the three schemes. Independent of the RTL (it imports only packet/descriptor
+definitions and :mod:`sim_models`).
+
+``plan = build_layer(LayerParams(model="deepseek-v3", gpus=4, tokens=64, hidden=128, seed=1))`` gives a
+:class:`MoeLayer`:
+
+* **Routing** from :mod:`sim_models` for the real model: its expert count, top-k and routing rule
+  (``routing_from_spec("auto")``: DeepSeek group-limited routing when the model has ``n_group``, else
+  uniform top-k), contiguous placement over G GPUs (:func:`sim_models.routing.place_experts`), token
+  ``t`` at home GPU ``t // tokens``.
+* **Scaled hidden size.** ``hidden`` replaces the model's hidden size for the data on the wire and the
+  numerics; ``hidden_factor = model.hidden / hidden`` is stated in :meth:`MoeLayer.describe`. GEMM times
+  are the real model's (:class:`sim_models.gemm.GemmModel` on the real ``hidden x expert_ffn`` expert, the
+  scheduler's SM split) divided by ``hidden_factor`` (both link bytes and GEMM work are linear in the
+  hidden size, so their ratio is the real model's) and multiplied by ``links_per_gpu / rtl_links``: the
+  RTL system gives each GPU one switch port, a real GPU has ``links_per_gpu`` (18 on NVLink4), so link
+  time per byte is that much longer in the RTL and GEMM time must be too. Result in port-clock cycles
+  (``switch_clock_ghz`` of the system). ``gemm_cycles`` overrides them (short simulations; stated).
+* **Data.** Token rows ``x`` are integers in -2..2 (exact in FP8 e4m3 and BF16), gate weights are in
+  {1, 1/2, 1/4}, and each expert is a SwiGLU-shaped FFN ``E(x) = W_down (relu(W_gate x) * (W_up x))``
+  whose weights are sparse ternary (one +-1 per row) with ``ffn_compute`` intermediate channels (the
+  numerics only; the GEMM *time* uses the model's real ``expert_ffn``). Every ``E(x)`` is an integer in
+  -4..4, so every partial and full sum ``sum_k g_k E_k(x)`` is a multiple of 1/4 below 32 in magnitude:
+  exact in BF16 (8 significant bits) in any summation order. The reference is therefore bit-exact
+  whatever order the switch reduces in.
+* **Rows on the wire.** A dispatched row is the hidden vector (FP8: ``hidden`` bytes + one FP32 scale per
+  128 channels, all scales 1.0; BF16: ``2 hidden`` bytes), then one flit of gate weights (8 x BF16, in
+  the order of the metadata's experts; DeepEP sends ``topk_weights`` with the token likewise), then the
+  metadata flit (:func:`hw.gpu_nic.receive_path.pack_token_meta`, the top-k global expert ids), last.
+  A combine row is the hidden vector in BF16. Rows occupy ``1 << row_shift`` bytes. Flit ``i`` of a row
+  holds its bytes ``16 i .. 16 i + 15`` little-endian (byte 0 in bits 0-7).
+* **Local pairs never touch a link** (as :mod:`sim_models.traffic` counts): a token's experts on its own
+  home GPU are computed there from its own row (:attr:`GpuWork.local_tiles`, ready at cycle 0) and their
+  partial added at home; masks name remote GPUs only.
+
+Schemes (:data:`SCHEMES`), as descriptor streams (:class:`verif.models.gpu_nic.Desc`, i.e.
+:class:`hw.gpu_nic.request_gen.Descriptor`) per GPU, :class:`GpuWork`:
+
+* ``deepep`` (request generator in unicast mode): dispatch ``STORE`` with the remote mask (one ``WRITE``
+  per destination to ``rbase[G_DISP] + (t << row_shift)``: a symmetric window indexed by the global token
+  id); after all GEMMs each expert GPU *pushes* its pre-summed partial of every remote token home with a
+  unicast ``STORE`` to ``rbase[G_PART] + ((src * N + t) << row_shift)`` (no read requests: what
+  ``traffic.py``'s ``unicast`` combine counts); the home sums its local partial and the pushed ones.
+* ``dysharp-basic`` (dynamic mode): dispatch ``dymultimem.st`` (``DYN_ST``, group ``G_DISP``, index =
+  global token id); after all GEMMs, combine ``dymultimem.ld_reduce`` (group ``G_COMB``, BF16 add) over the
+  remote GPUs holding the token's experts, result at ``OUT_BASE`` + row; the home adds its local partial.
+* ``dysharp``: the same descriptors, fused: dispatch in token order, each combine issued once the token's
+  pairs are released (:attr:`CombineItem.pairs`), in the order the reference token-centric scheduler
+  (:func:`sim_models.scheduler.schedule`) plans (``Schedule.combine_issue``).
+
+Memory manager (per GPU, :meth:`MoeLayer.mm_commands`): ``G_DISP`` in alloc mode on layout 0 at
+``WIN_BASE`` (the compact receive buffer, slot = window row), ``G_COMB`` lookup-only on the same layout at
+``COMB_BASE`` (the expert-output rows, same slot). AL-TLB (:meth:`MoeLayer.tlb_config`): both groups on
+every port, all GPUs members, ``rows`` = N.
+
+Flits (:meth:`MoeLayer.predicted_flits`): :func:`sim_models.traffic.account` of the same routing with the
+rows' real sizes, per GPU per direction per phase, plus the DySHARP switch's AL-TLB fill traffic (one
+header-only ``TLB_FILL`` down and one ``TLB_FILL_RESP`` up the destination's link per translated key
+(group, index, destination); exact when a row is one packet, otherwise when no key is evicted between the
+packets of its row), which ``traffic.py`` does not model.
+"""
+
+import dataclasses
+import math
+import struct
+
+import numpy as np
+
+from hw.gpu_nic.receive_path import pack_token_meta, unpack_token_meta
+from hw.gpu_nic.request_gen import DescOp
+from hw.packet import EType, RedOp
+from sim_models import moe_config, routing as routing_mod, traffic
+from sim_models.gemm import GemmModel
+from sim_models.scheduler import SchedulerParams, schedule, token_row_flits
+from sim_models.system_config import load_system
+
+from verif.models.gpu_nic import Desc
+
+__all__ = ["SCHEMES", "TRAFFIC_SCHEME", "LayerParams", "MoeLayer", "GpuWork", "CombineItem", "ReturnItem",
+           "build_layer", "encode_row", "decode_row", "encode_bf16_row", "decode_bf16_row", "expert_ffn",
+           "G_DISP", "G_COMB", "G_PART", "X_BASE", "WIN_BASE", "COMB_BASE", "OUT_BASE", "PART_BASE",
+           "LOCAL_BASE", "FLIT_BYTES"]
+
+SCHEMES = ("deepep", "dysharp-basic", "dysharp")
+TRAFFIC_SCHEME = {"deepep": "unicast", "dysharp-basic": "dynamic", "dysharp": "dynamic"}
+DTYPES = ("fp8", "bf16")
+FLIT_BYTES = 16
+META_ENTRIES = 8
+
+# Group handles: memory manager + AL-TLB (dynamic) and request-generator rbase entries (unicast).
+G_DISP, G_COMB, G_PART = 0, 1, 1
+# Byte address map, the same on every GPU (regions far apart; rows are 1 << row_shift bytes).
+X_BASE = 0x0100_0000        # the home GPU's own token rows (dispatch source), row = local token
+WIN_BASE = 0x0400_0000      # token window (receive buffer): dysharp slot / deepep global token id
+COMB_BASE = 0x0800_0000     # expert-output (partial) rows, one per window row
+OUT_BASE = 0x0C00_0000      # ld_reduce results at the home GPU, row = local token
+LOCAL_BASE = 0x0E00_0000    # the home's partial of its own local experts, row = local token
+PART_BASE = 0x1000_0000     # deepep: partials pushed home, row = src * N + global token
+
+GATES = (1.0, 0.5, 0.25)
+X_VALUES = (-2, -1, 0, 1, 2)
+# FP8 e4m3 encodings of the integers x may take (sign bit 7, exponent bias 7, 3 mantissa bits).
+_FP8 = {0: 0x00, 1: 0x38, 2: 0x40, -1: 0xB8, -2: 0xC0}
+_FP8_INV = {v: k for k, v in _FP8.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerParams:
+    """What to build. ``tokens`` per GPU; ``hidden`` the scaled hidden size (None: 128); ``dtype`` the
+    dispatch dtype; ``ffn_compute`` intermediate channels of the numerics stand-in; ``system`` the
+    :mod:`sim_models.system_config` entry the GEMM roofline and the link count come from; ``rtl_links``
+    switch ports per GPU in the RTL system; SM split as :class:`sim_models.scheduler.SchedulerParams`;
+    ``gemm_cycles`` = (GEMM-1, GEMM-2) per full tile to override the derived times."""
+    model: str = "deepseek-v3"
+    gpus: int = 4
+    tokens: int = 64
+    hidden: int | None = None
+    seed: int = 1
+    dtype: str = "fp8"
+    tile_size: int = 128
+    max_payload: int = 16
+    ffn_compute: int = 16
+    system: str = "hgx-h100"
+    rtl_links: int = 1
+    dispatch_sms: int = 66
+    combine_sms: int = 66
+    sms_per_tile: int = 33
+    switch_latency: int = 10     # DySHARP switch zero-load latency, AL-TLB hit (docs/architecture.md)
+    rx_latency: int = 18         # receive path: last flit of a row -> arrival (docs/gpu_side.md)
+    notify_cycles: int = 8
+    gemm_cycles: tuple[int, int] | None = None
+
+    def __post_init__(self):
+        def bad(field, what):
+            raise ValueError(f"LayerParams.{field}={getattr(self, field)!r}: {what}")
+        names = moe_config.model_names()
+        if self.model.lower() not in names:
+            raise ValueError(f"unknown model {self.model!r}; valid: {', '.join(names)}")
+        for f in ("gpus", "tokens", "tile_size", "max_payload", "ffn_compute", "rtl_links", "sms_per_tile"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                bad(f, "must be a positive integer")
+        if not 4 <= self.gpus <= 64:
+            bad("gpus", "must be in 4..64 (the system top's range)")
+        if self.tile_size & (self.tile_size - 1):
+            bad("tile_size", "must be a power of two")
+        if self.dtype not in DTYPES:
+            bad("dtype", f"valid: {', '.join(DTYPES)}")
+        if self.gemm_cycles is not None and (len(self.gemm_cycles) != 2 or min(self.gemm_cycles) < 1):
+            bad("gemm_cycles", "must be two positive cycle counts (GEMM-1, GEMM-2)")
+
+
+@dataclasses.dataclass
+class CombineItem:
+    """A home GPU's combine of one token: ``desc`` (a ``LD_REDUCE``; None when the token has no remote
+    expert) may issue once every (gpu, global expert) in ``pairs`` (its remote pairs) is released;
+    ``planned`` is the scheduler's issue cycle (``dysharp``; -1 otherwise)."""
+    token: int
+    desc: Desc | None
+    pairs: list
+    planned: int = -1
+
+
+@dataclasses.dataclass
+class ReturnItem:
+    """deepep: expert GPU ``gpu`` pushes its pre-summed partial of ``token`` to the token's home."""
+    token: int
+    gpu: int
+    desc: Desc
+    pairs: list
+
+
+@dataclasses.dataclass
+class GpuWork:
+    """One GPU's part of the layer under one scheme."""
+    gpu: int
+    dispatch: list              # Desc, in issue order
+    combine: list               # CombineItem (dynamic schemes), in issue order
+    returns: list               # ReturnItem (deepep), in issue order
+    local_tiles: list           # (global expert, [tokens]) tiles computed from the GPU's own rows
+    home_tokens: list           # global ids of the tokens at home here
+
+
+def fp8_bytes(values) -> bytes:
+    return bytes(_FP8[int(v)] for v in values)
+
+
+def bf16_bits(values) -> np.ndarray:
+    """BF16 bit patterns of ``values`` (which must be exactly representable: checked)."""
+    f = np.asarray(values, dtype=np.float32)
+    bits = f.view(np.uint32)
+    if np.any(bits & 0xFFFF):
+        raise ValueError("value not exactly representable in BF16")
+    return (bits >> 16).astype(np.uint16)
+
+
+def bf16_values(bits) -> np.ndarray:
+    return (np.asarray(bits, dtype=np.uint32) << 16).view(np.float32)
+
+
+def _to_flits(data: bytes, n: int) -> list[int]:
+    data = data.ljust(n * FLIT_BYTES, b"\0")
+    return [int.from_bytes(data[i * FLIT_BYTES:(i + 1) * FLIT_BYTES], "little") for i in range(n)]
+
+
+def _from_flits(flits) -> bytes:
+    return b"".join(int(f).to_bytes(FLIT_BYTES, "little") for f in flits)
+
+
+def x_flits(hidden: int, dtype: str) -> int:
+    return math.ceil(traffic.payload_bytes(hidden, dtype) / FLIT_BYTES)
+
+
+def encode_row(x, gates, experts, dtype: str) -> list[int]:
+    """Flits of a dispatched row: hidden vector, gate flit, metadata flit (see the module docstring)."""
+    h = len(x)
+    if dtype == "fp8":
+        body = fp8_bytes(x) + struct.pack("<f", 1.0) * math.ceil(h / traffic.SCALE_GROUP)
+    else:
+        body = bf16_bits(x).astype("<u2").tobytes()
+    g = np.zeros(META_ENTRIES, dtype=np.float32)
+    g[:len(gates)] = gates
+    return (_to_flits(body, x_flits(h, dtype)) + _to_flits(bf16_bits(g).astype("<u2").tobytes(), 1)
+            + [pack_token_meta(experts)])
+
+
+def decode_row(flits, hidden: int, dtype: str):
+    """(x as float64, gate weights, global expert ids) of a row's flits, inverse of :func:`encode_row`."""
+    n = x_flits(hidden, dtype)
+    body = _from_flits(flits[:n])
+    if dtype == "fp8":
+        x = np.array([_FP8_INV[b] for b in body[:hidden]], dtype=np.float64)
+    else:
+        x = bf16_values(np.frombuffer(body[:2 * hidden], dtype="<u2")).astype(np.float64)
+    experts = unpack_token_meta(flits[n + 1])
+    g = bf16_values(np.frombuffer(_from_flits([flits[n]]), dtype="<u2"))[:len(experts)].astype(np.float64)
+    return x, g, experts
+
+
+def encode_bf16_row(v) -> list[int]:
+    return _to_flits(bf16_bits(v).astype("<u2").tobytes(), math.ceil(2 * len(v) / FLIT_BYTES))
+
+
+def decode_bf16_row(flits, hidden: int) -> np.ndarray:
+    return bf16_values(np.frombuffer(_from_flits(flits)[:2 * hidden], dtype="<u2")).astype(np.float64)
+
+
+def expert_ffn(w, x) -> np.ndarray:
+    """``E(x) = W_down (relu(W_gate x) * (W_up x))`` for one expert's weights ``w = (gate, up, down)``;
+    ``x`` (..., hidden)."""
+    gate, up, down = w
+    return (np.maximum(x @ gate.T, 0) * (x @ up.T)) @ down.T
+
+
+def _sparse_ternary(rng, rows, cols):
+    m = np.zeros((rows, cols), dtype=np.float64)
+    m[np.arange(rows), rng.integers(0, cols, rows)] = rng.choice((-1.0, 1.0), rows)
+    return m
+
+
+class MoeLayer:
+    """The layer: routing, data, reference, work lists, configuration and flit prediction (module doc)."""
+
+    def __init__(self, p: LayerParams):
+        self.p = p
+        self.cfg = cfg = moe_config.load_model(p.model)
+        self.hidden = h = p.hidden if p.hidden is not None else 128
+        if not isinstance(h, int) or not 16 <= h <= cfg.hidden or h % 16:
+            raise ValueError(f"hidden={h!r} must be a multiple of 16 in 16..{cfg.hidden} (the model's hidden size)")
+        if cfg.routed_experts % p.gpus:
+            raise ValueError(f"{cfg.name}: {cfg.routed_experts} experts do not split over {p.gpus} GPUs; "
+                             f"valid GPU counts: {', '.join(str(g) for g in range(4, 65) if cfg.routed_experts % g == 0)}")
+        if cfg.top_k > META_ENTRIES:
+            raise ValueError(f"{cfg.name}: top-k {cfg.top_k} exceeds the {META_ENTRIES} experts a metadata flit holds")
+        self.hidden_factor = cfg.hidden / h
+        self.G, self.T = p.gpus, p.tokens
+        self.N = N = p.gpus * p.tokens
+        if N > 1 << 18:
+            raise ValueError(f"gpus x tokens = {N} exceeds the 18-bit algebraic index")
+        self.E, self.k = cfg.routed_experts, cfg.top_k
+        rng = np.random.default_rng(p.seed)
+        self.routing = routing_mod.routing_from_spec("auto", N, self.E, self.k, rng, n_group=cfg.n_group,
+                                                     topk_group=cfg.topk_group)
+        self.placement = routing_mod.place_experts(self.E, self.G)
+        self.experts_per_gpu = self.E // self.G
+        self.home = np.arange(N) // self.T
+        self.expert_gpu = self.placement[self.routing]                       # (N, k)
+        self.gates = rng.choice(GATES, size=(N, self.k)).astype(np.float64)
+        self.x = rng.choice(X_VALUES, size=(N, h)).astype(np.float64)
+        f = p.ffn_compute
+        self.weights = [(_sparse_ternary(rng, f, h), _sparse_ternary(rng, f, h), _sparse_ternary(rng, h, f))
+                        for _ in range(self.E)]
+        # Rows.
+        self.row_flits = token_row_flits(h, dtype=p.dtype, meta_flits=2)    # + gate flit + metadata flit
+        self.meta_flit = self.row_flits - 1
+        self.comb_flits = math.ceil(traffic.payload_bytes(h, "bf16") / FLIT_BYTES)
+        self.row_shift = max(4, (max(self.row_flits, self.comb_flits) * FLIT_BYTES - 1).bit_length())
+        self.row_bytes = 1 << self.row_shift
+        self.dest = traffic.TokenDestinations.from_routing(self.routing, self.placement, self.G)
+        self._gemm = None
+
+    # ----------------------------------------------------------------------------------- numerics
+    def expert_out(self, e: int, x) -> np.ndarray:
+        return expert_ffn(self.weights[e], np.asarray(x, dtype=np.float64))
+
+    def pair_output(self, t: int, j: int) -> np.ndarray:
+        """``g_{t,j} * E_{routing[t,j]}(x_t)``."""
+        return self.gates[t, j] * self.expert_out(int(self.routing[t, j]), self.x[t])
+
+    def reference(self) -> np.ndarray:
+        """``out[t] = sum_k g_k E_k(x_t)``, (N, hidden) float64 (exact)."""
+        out = np.zeros((self.N, self.hidden))
+        for j in range(self.k):
+            for e in np.unique(self.routing[:, j]):
+                rows = np.nonzero(self.routing[:, j] == e)[0]
+                out[rows] += self.gates[rows, j, None] * self.expert_out(int(e), self.x[rows])
+        return out
+
+    def partials(self) -> dict:
+        """(gpu, token) -> that GPU's pre-summed partial ``sum over its experts of the token g_k E_k(x_t)``,
+        for every GPU holding at least one of the token's experts (the home's own included)."""
+        out = {}
+        for t in range(self.N):
+            for j in range(self.k):
+                key = (int(self.expert_gpu[t, j]), t)
+                out[key] = out.get(key, 0) + self.pair_output(t, j)
+        return out
+
+    def row(self, t: int) -> list[int]:
+        """Token ``t``'s dispatched row as flits."""
+        return encode_row(self.x[t], self.gates[t], [int(e) for e in self.routing[t]], self.p.dtype)
+
+    def remote_mask(self, t: int) -> int:
+        return int(sum(1 << g for g in sorted(set(int(v) for v in self.expert_gpu[t])) if g != self.home[t]))
+
+    def local_expert_range(self, g: int) -> tuple[int, int]:
+        return g * self.experts_per_gpu, (g + 1) * self.experts_per_gpu
+
+    # ----------------------------------------------------------------------------------- GEMM time
+    def gemm_tile_cycles(self) -> tuple[int, int]:
+        """(GEMM-1, GEMM-2) port-clock cycles of one full tile on one worker (module docstring)."""
+        if self.p.gemm_cycles is not None:
+            return tuple(int(v) for v in self.p.gemm_cycles)
+        s = load_system(self.p.system)
+        gm = GemmModel.for_model(self.cfg, s, self.p.dtype, tile=self.p.tile_size)
+        t1, t2 = gm.times(self.p.tile_size, sm_fraction=self.p.sms_per_tile / s.sms)
+        k = s.switch_clock_ghz * 1e9 * s.links_per_gpu / self.p.rtl_links / self.hidden_factor
+        return max(1, math.ceil(float(t1) * k)), max(1, math.ceil(float(t2) * k))
+
+    def scheduler_params(self) -> SchedulerParams:
+        g1, g2 = self.gemm_tile_cycles()
+        p = self.p
+        return SchedulerParams(tile_size=p.tile_size, row_flits=self.row_flits, max_payload=p.max_payload,
+                               links=p.rtl_links, switch_latency=p.switch_latency, rx_latency=p.rx_latency,
+                               mode="dynamic", gemm1_tile_cycles=g1, gemm2_tile_cycles=g2,
+                               dispatch_sms=p.dispatch_sms, combine_sms=p.combine_sms, sms_per_tile=p.sms_per_tile,
+                               notify_cycles=p.notify_cycles,
+                               combine_issue_cycles=math.ceil(self.comb_flits / p.max_payload))
+
+    def schedule(self):
+        """The reference token-centric scheduler's plan of the fused layer (cached)."""
+        if self._gemm is None:
+            self._gemm = schedule(self.routing, self.placement, self.G, self.scheduler_params(), home=self.home)
+        return self._gemm
+
+    # ----------------------------------------------------------------------------------- work lists
+    def _chunks(self, tokens):
+        ts = self.p.tile_size
+        return [tokens[i:i + ts] for i in range(0, len(tokens), ts)]
+
+    def local_tiles(self, g: int) -> list:
+        """(global expert, [tokens]) tiles of GPU ``g``'s experts over its own tokens, token order."""
+        out = []
+        lo, hi = self.local_expert_range(g)
+        own = range(g * self.T, (g + 1) * self.T)
+        for e in range(lo, hi):
+            toks = [t for t in own if e in self.routing[t]]
+            out.extend((e, c) for c in self._chunks(toks))
+        return out
+
+    def remote_pairs(self, t: int) -> list:
+        return [(int(self.expert_gpu[t, j]), int(self.routing[t, j])) for j in range(self.k)
+                if self.expert_gpu[t, j] != self.home[t]]
+
+    def work(self, scheme: str) -> list[GpuWork]:
+        """Per-GPU work lists of ``scheme`` (see the module docstring)."""
+        if scheme not in SCHEMES:
+            raise ValueError(f"unknown scheme {scheme!r}; valid: {', '.join(SCHEMES)}")
+        rf, cf, rs, N = self.row_flits, self.comb_flits, self.row_shift, self.N
+        if scheme == "deepep" and self.G * N > 1 << 18:
+            raise ValueError(f"deepep: partial rows src * N + t need gpus x N = {self.G * N} <= 2**18 indices")
+        out = []
+        planned = None
+        if scheme == "dysharp":
+            planned = self.schedule().combine_issue
+        for g in range(self.G):
+            home = list(range(g * self.T, (g + 1) * self.T))
+            disp = []
+            for i, t in enumerate(home):
+                m = self.remote_mask(t)
+                if m:
+                    disp.append(Desc(op=DescOp.STORE.value, mask=m, index=t, group=G_DISP,
+                                     addr=X_BASE + (i << rs), length=rf))
+            comb, rets = [], []
+            if scheme == "deepep":
+                lo, hi = self.local_expert_range(g)
+                for t in range(N):
+                    if self.home[t] == g:
+                        continue
+                    pairs = [(g, int(e)) for e in self.routing[t] if lo <= e < hi]
+                    if pairs:
+                        rets.append(ReturnItem(t, g, Desc(op=DescOp.STORE.value, mask=1 << int(self.home[t]),
+                                                          index=g * N + t, group=G_PART,
+                                                          addr=COMB_BASE + (t << rs), length=cf), pairs))
+            else:
+                for i, t in enumerate(home):
+                    m = self.remote_mask(t)
+                    d = Desc(op=DescOp.LD_REDUCE.value, mask=m, index=t, group=G_COMB, addr=OUT_BASE + (i << rs),
+                             length=cf, etype=EType.BF16.value, redop=RedOp.ADD.value) if m else None
+                    comb.append(CombineItem(t, d, self.remote_pairs(t),
+                                            int(planned[t]) if planned is not None else -1))
+                if planned is not None:
+                    comb.sort(key=lambda c: (c.planned, c.token))
+            out.append(GpuWork(g, disp, comb, rets, self.local_tiles(g), home))
+        return out
+
+    # ----------------------------------------------------------------------------------- configuration
+    def mm_commands(self) -> list[dict]:
+        """Memory-manager commands (:class:`hw.gpu_nic.memory_manager.MmCommand` fields), the same on every
+        GPU: the dispatch group allocating on layout 0, the combine group looking up the same layout."""
+        stride = self.row_bytes // FLIT_BYTES
+        return [dict(op=0, group=G_DISP, valid=1, alloc=1, layout=0, base=WIN_BASE, stride=stride),
+                dict(op=0, group=G_COMB, valid=1, alloc=0, layout=0, base=COMB_BASE, stride=stride)]
+
+    def tlb_config(self) -> list[dict]:
+        """AL-TLB group writes (:class:`hw.switch.al_tlb.TlbConfig` fields, op SET), for every port."""
+        mask = (1 << self.G) - 1
+        return [dict(op=0, group=G_DISP, mask=mask, rows=self.N), dict(op=0, group=G_COMB, mask=mask, rows=self.N)]
+
+    def rx_config(self, g: int, scheme: str) -> dict:
+        """:class:`hw.gpu_nic.receive_path.RxConfig` of GPU ``g``: the token window is the compact receive
+        buffer (dynamic: slots) or the symmetric one indexed by global token id (deepep); ``N`` rows."""
+        return dict(port=g, row_shift=self.row_shift, win_base=WIN_BASE, win_rows=self.N, meta_flit=self.meta_flit,
+                    expert_base=self.local_expert_range(g)[0])
+
+    def gen_config(self, g: int, scheme: str) -> dict:
+        """:class:`hw.gpu_nic.request_gen.GenConfig` and ``rbase`` of GPU ``g``."""
+        return dict(port=g, unicast=int(scheme == "deepep"), row_shift=self.row_shift,
+                    rbase={G_DISP: WIN_BASE, G_PART: PART_BASE})
+
+    def tracker_shape(self) -> tuple[int, int]:
+        """(experts, tiles) of the Tile Status Table that holds every GPU's remote arrivals (powers of two)."""
+        experts = 1 << (self.experts_per_gpu - 1).bit_length()
+        most = 1
+        for g in range(self.G):
+            lo, hi = self.local_expert_range(g)
+            remote = (self.home != g)[:, None] & (self.routing >= lo) & (self.routing < hi)
+            counts = np.bincount(self.routing[remote], minlength=self.E)[lo:hi]
+            most = max(most, -(-int(counts.max(initial=0)) // self.p.tile_size))
+        tiles = 1 << (most - 1).bit_length()
+        return experts, max(tiles, 2 if experts == 1 else 1)
+
+    # ----------------------------------------------------------------------------------- flits
+    def predicted_flits(self, scheme: str) -> dict:
+        """Flits per GPU per link direction: ``{phase: {"up": [G], "down": [G]}}`` for ``dispatch`` and
+        ``combine`` from :func:`sim_models.traffic.account` (rows' real sizes, this routing), ``fills``
+        (AL-TLB fill traffic, dynamic schemes only), and ``total``."""
+        if scheme not in SCHEMES:
+            raise ValueError(f"unknown scheme {scheme!r}; valid: {', '.join(SCHEMES)}")
+        tr = traffic.account(self.dest, TRAFFIC_SCHEME[scheme], self.row_flits * FLIT_BYTES,
+                             self.comb_flits * FLIT_BYTES, FLIT_BYTES, self.p.max_payload * FLIT_BYTES)
+        out = {}
+        for phase in ("dispatch", "combine"):
+            ph = getattr(tr, phase)
+            out[phase] = {"up": _flits(ph.up_wire), "down": _flits(ph.down_wire)}
+        hosted = self.dest.remote.sum(axis=0).astype(np.int64)          # remote (token, GPU) pairs per GPU
+        fills = hosted * 2 if TRAFFIC_SCHEME[scheme] == "dynamic" else np.zeros(self.G, dtype=np.int64)
+        out["fills"] = {"up": fills.tolist(), "down": fills.tolist()}     # dispatch key + combine key
+        out["total"] = {d: [sum(out[ph][d][g] for ph in ("dispatch", "combine", "fills")) for g in range(self.G)]
+                        for d in ("up", "down")}
+        return out
+
+    def describe(self) -> dict:
+        g1, g2 = self.gemm_tile_cycles()
+        return {"model": self.cfg.name, "gpus": self.G, "tokens_per_gpu": self.T, "experts": self.E,
+                "top_k": self.k, "group_limited": bool(self.cfg.n_group), "hidden_model": self.cfg.hidden,
+                "hidden": self.hidden, "hidden_factor": self.hidden_factor, "dtype": self.p.dtype,
+                "row_flits": self.row_flits, "comb_flits": self.comb_flits, "row_shift": self.row_shift,
+                "gemm_tile_cycles": [g1, g2], "gemm_overridden": self.p.gemm_cycles is not None,
+                "mean_distinct_gpus": self.dest.mean_distinct_gpus()}
+
+
+def _flits(wire_bytes) -> list[int]:
+    w = np.asarray(wire_bytes, dtype=np.float64)
+    f = np.rint(w / FLIT_BYTES).astype(np.int64)
+    assert np.all(f * FLIT_BYTES == w), "wire bytes are not whole flits"
+    return f.tolist()
+
+
+def build_layer(p: LayerParams | None = None, **kw) -> MoeLayer:
+    """``build_layer(LayerParams(...))`` or ``build_layer(model=..., gpus=..., ...)``."""
+    return MoeLayer(p if p is not None else LayerParams(**kw))

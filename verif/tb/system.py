@@ -1,0 +1,474 @@
+"""cocotb testbench of a whole MoE layer on the system top (:mod:`hw.system`: G GPU NICs on one DySHARP
+switch), checked against numpy.
+
+The layer, its data and the work lists come from :mod:`verif.models.moe_layer` (settings ``model``,
+``tokens``, ``hidden``, ``seed``, ``scheme``, ``gemm`` = GEMM-1/GEMM-2 cycles per tile overriding the
+derived ones; ``sabotage=partial`` makes one expert output wrong on purpose, so the run must fail). The testbench plays everything outside the NICs:
+
+* **GPU memory** (:class:`verif.harness.gpu_memory.GpuMemory`) behind each NIC's ``mem_wr``, ``mem_rd_tx``
+  and ``mem_rd_rx`` (latency ``lat``), preloaded with the GPU's own token rows.
+* **The SMs' descriptors**: the scheme's work lists driven into ``desc[g]``. ``dysharp-basic``/``deepep``:
+  all dispatch descriptors, then at the barrier (every GEMM-2 of every GPU done) all combine descriptors
+  (``deepep``: the expert GPUs' partial pushes). ``dysharp``: dispatch in token order, and each token's
+  ``ld_reduce`` as soon as all its remote (GPU, expert) pairs have been released by the GPUs' Tile Status
+  Tables (+ ``notify_cycles``), ahead of dispatch descriptors not yet taken, ties in the reference
+  scheduler's planned order.
+* **The GEMM stand-in** per GPU: the Tile Status Table's ready tiles (plus the GPU's local tiles, ready at
+  cycle 0) run under the reference token-centric tile policy (:class:`sim_models.scheduler.TilePolicy`,
+  the scheduler's workers and pool join); at a tile's GEMM-2 end the stand-in reads each token row of the
+  tile from the GPU's memory (the window rows the receive path reported, reconstructed from the metadata
+  flits written into the window, in write order), computes ``g_k E_k(x)`` with numpy from the row's own
+  contents (x, gate weights, expert ids), adds it into the token's expert-output row (a GPU holding two of
+  the token's experts pre-sums them there), writes the row into memory and sends ``DONE`` (local tiles:
+  the home's local partial row instead). ``EXPECT`` totals go in at cycle 0 (the count exchange).
+* **Sum at home**: when a token's ``ld_reduce`` result (dynamic) or all its pushed partials (deepep)
+  have landed in the home's memory, its output is that plus the home's local partial.
+
+Checks: every home GPU's output rows equal :meth:`MoeLayer.reference` **bit for bit** (the data make every
+sum exact in BF16, so any reduction order gives the same bits); no error counter of any NIC or of the
+switch moved; each memory manager allocated exactly the rows routed to its GPU; the flits counted on each
+GPU's link, per direction, equal :meth:`MoeLayer.predicted_flits` (``sim_models.traffic`` plus the AL-TLB
+fills), per phase where the phases are in sequence. Figures (cycles per phase, flits, AL-TLB hit rate,
+tile ready cycles) go to the JSON file named by the ``out`` setting.
+"""
+
+import collections
+import heapq
+import json
+
+import cocotb
+import numpy as np
+
+from hw.gpu_nic.memory_manager import MmCommand, MmCounter
+from hw.gpu_nic.receive_path import RxConfig, RxError, unpack_token_meta
+from hw.gpu_nic.request_gen import DescError, GenConfig
+from hw.gpu_nic.token_tracker import TileCmdOp, TileCommand, TileReady, TokenRelease, TrackerError
+from hw.packet import Header, Opcode
+from hw.switch.al_tlb import TlbCounter
+from hw.switch.dysharp_switch import SwitchConfig, status_layout
+from sim_models.scheduler import tile_gemm_times
+
+from verif.harness import tbenv
+from verif.harness.cycler import Agent, Cycler
+from verif.harness.gpu_memory import GpuMemory, MemReadPort, MemWritePort
+from verif.harness.stream import StreamDriver, StreamMonitor
+from verif.harness.structs import Port, pack, read_status, unpack
+from verif.models import moe_layer as ml
+
+F = ml.FLIT_BYTES
+
+
+def flat_fields(layout, offset=0, prefix="") -> dict:
+    """Dotted name -> (offset, width) of every leaf of a struct/array layout (array elements by index)."""
+    from amaranth.lib import data
+    out = {}
+    for name, field in data.Layout.cast(layout):
+        shape = field.shape
+        key = f"{prefix}{name}"
+        if isinstance(shape, data.Layout) or (isinstance(shape, type) and issubclass(shape, (data.Struct, data.Union))):
+            out.update(flat_fields(shape, offset + field.offset, key + "."))
+        else:
+            out[key] = (offset + field.offset, field.width)
+    return out
+
+
+class LayerMemory(GpuMemory):
+    """A GPU memory that tells the testbench about every write (to follow the window and the results)."""
+
+    def __init__(self, on_write):
+        super().__init__()
+        self.on_write = on_write
+
+    def write(self, addr, data):
+        super().write(addr, data)
+        self.on_write(int(addr), int(data))
+
+
+class LinkCounter(Agent):
+    """Flits on one direction of one GPU's link (the system top's internal wires), split into AL-TLB fill
+    traffic (``TLB_FILL``/``TLB_FILL_RESP``) and the rest, per VC head decoded once per packet."""
+
+    def __init__(self, dut, prefix):
+        self.valid = Port(getattr(dut, f"{prefix}__valid"))
+        self.vc = Port(getattr(dut, f"{prefix}__vc"))
+        self.flit = Port(getattr(dut, f"{prefix}__flit"))
+        self.head = [True, True]
+        self.kind = [None, None]
+        self.counts = collections.Counter()
+
+    def sample(self, cycle):
+        if not self.valid.high():
+            return
+        v = self.vc.read()
+        bits = self.flit.read()
+        if self.head[v]:
+            op = Header.decode(bits & ((1 << 128) - 1)).opcode
+            self.kind[v] = "fills" if op in (Opcode.TLB_FILL.value, Opcode.TLB_FILL_RESP.value) else "data"
+        self.counts[self.kind[v]] += 1
+        self.head[v] = bool((bits >> 128) & 1)          # flit layout: data 128, last, poison
+
+
+class Feeder(Agent):
+    """Keeps one descriptor offered on ``desc[g]``: a ready combine first, else the next queued one."""
+
+    def __init__(self, driver):
+        self.driver = driver
+        self.queue = collections.deque()      # dispatch / phase descriptors, in order
+        self.ready = []                       # heap of (ready cycle, planned, token, Desc)
+        self.issued = 0
+
+    def drive(self, cycle):
+        if not self.driver.idle:
+            return
+        if self.ready and self.ready[0][0] <= cycle:
+            d = heapq.heappop(self.ready)[3]
+        elif self.queue:
+            d = self.queue.popleft()
+        else:
+            return
+        self.driver.send(d.pack())
+        self.issued += 1
+
+    @property
+    def idle(self):
+        return self.driver.idle and not self.queue and not self.ready
+
+
+class GpuSide(Agent):
+    """Memory, descriptors, tracker commands and the GEMM stand-in of one GPU."""
+
+    def __init__(self, env, g):
+        self.env, self.g = env, g
+        L = env.L
+        dut = env.dut
+        self.L = L
+        rng = tbenv.rng(f"gpu{g}")
+        self.mem = LayerMemory(self._on_write)
+        stall = env.s.get("stall", 0.0)
+        lat = env.s.get("lat", 10)
+        self.wr = MemWritePort(dut, f"mem_wr__{g}", self.mem, rng, stall=stall)
+        self.rd_tx = MemReadPort(dut, f"mem_rd_tx__{g}", self.mem, rng, latency=lat, stall=stall)
+        self.rd_rx = MemReadPort(dut, f"mem_rd_rx__{g}", self.mem, rng, latency=lat, stall=stall)
+        self.desc = StreamDriver(dut, f"desc__{g}", rng)
+        self.feeder = Feeder(self.desc)
+        self.cmd = StreamDriver(dut, f"cmd__{g}", rng)
+        self.mm_cfg = StreamDriver(dut, f"mm_cfg__{g}", rng)
+        self.ready_mon = StreamMonitor(dut, f"ready__{g}", rng, on_item=self._on_ready)
+        self.release_mon = StreamMonitor(dut, f"release__{g}", rng, on_item=self._on_release)
+        self.agents = [self.wr, self.rd_tx, self.rd_rx, self.feeder, self.desc, self.cmd, self.mm_cfg,
+                       self.ready_mon, self.release_mon, self]
+        rs = L.row_shift
+        self.win0 = ml.WIN_BASE // F
+        self.out0 = ml.OUT_BASE // F
+        self.part0 = ml.PART_BASE // F
+        self.stride = 1 << (rs - 4)
+        self.lo, self.hi = L.local_expert_range(g)
+        self.slot_rows = collections.defaultdict(list)        # local expert -> window rows, arrival order
+        self.landed = collections.Counter()                   # result / partial row -> flits written
+        self.acc = {}                                         # flit address of a row -> float64 partial
+        # own rows, the dispatch source
+        for i, t in enumerate(range(g * L.T, (g + 1) * L.T)):
+            for f, word in enumerate(L.row(t)):
+                self.mem.words[ml.X_BASE // F + (i << (rs - 4)) + f] = word
+        # tiles: local ones ready at cycle 0, the table's as they come
+        self.tiles = []           # dicts: kind, expert (global), rows / tokens, ready, key
+        self.done = 0
+        self.due = []             # (GEMM-2 end, index)
+        self.done_idx = set()
+        self.remote_counts = self._remote_counts()
+        ts = L.p.tile_size
+        self.n_tiles = len(L.local_tiles(g)) + sum(-(-n // ts) for n in self.remote_counts)
+        for e, toks in L.local_tiles(g):
+            self._add_tile(dict(kind="local", expert=e, tokens=toks, ready=0, key=None))
+
+    def _remote_counts(self):
+        L, g = self.L, self.g
+        remote = (L.home != g)[:, None] & (L.routing >= self.lo) & (L.routing < self.hi)
+        return np.bincount(L.routing[remote] - self.lo, minlength=self.hi - self.lo).tolist()
+
+    # ---------------------------------------------------------------------------- memory observation
+    def _on_write(self, addr, data):
+        L = self.L
+        rel = addr - self.win0
+        if 0 <= rel < L.N * self.stride:
+            row, within = divmod(rel, self.stride)
+            if within == L.meta_flit:
+                for e in unpack_token_meta(data):
+                    if self.lo <= e < self.hi:
+                        self.slot_rows[e - self.lo].append(row)
+            return
+        for base in (self.out0, self.part0):
+            rel = addr - base
+            if 0 <= rel < L.G * L.N * self.stride:
+                self.landed[(base, rel // self.stride)] += 1
+                return
+
+    def row_flits(self, flit_addr, n):
+        return [self.mem.read(flit_addr + i) for i in range(n)]
+
+    def add_partial(self, flit_addr, v):
+        acc = self.acc.get(flit_addr)
+        acc = v.copy() if acc is None else acc + v
+        self.acc[flit_addr] = acc
+        for i, w in enumerate(ml.encode_bf16_row(acc)):
+            self.mem.write(flit_addr + i, w)
+
+    # ---------------------------------------------------------------------------- tracker and GEMM
+    def _add_tile(self, tile):
+        self.tiles.append(tile)
+        env = self.env
+        n = len(self.tiles)
+        ready = np.array([[t["ready"] for t in self.tiles]], dtype=np.float64)
+        sp = env.sp
+        w = np.ones((1, n))
+        times = tile_gemm_times(ready, w * sp.gemm1_tile_cycles, w * sp.gemm2_tile_cycles,
+                                w * sp.gemm2_joined_cycles if sp.join_pools else None,
+                                workers1=sp.dispatch_workers, workers2=sp.combine_workers, n_tiles=self.n_tiles,
+                                join_not_before=0)
+        ends = times.gemm2_end[0]
+        self.due = sorted((int(ends[i]), i) for i in range(n) if i not in self.done_idx)
+        tile["gemm1_end"] = int(times.gemm1_end[0][n - 1])
+
+    def _on_ready(self, payload, cycle):
+        r = unpack(TileReady, payload)
+        e, t, n = r["expert"], r["tile"], r["count"]
+        ts = self.L.p.tile_size
+        rows = self.slot_rows[e][t * ts:t * ts + n]
+        assert len(rows) == n, f"GPU {self.g}: tile ({e}, {t}) ready with {n} tokens, {len(rows)} rows seen"
+        self._add_tile(dict(kind="rtl", expert=self.lo + e, rows=rows, ready=cycle, key=(e, t)))
+        self.env.ready_cycles.append((self.g, e, t, n, cycle))
+
+    def _on_release(self, payload, cycle):
+        r = unpack(TokenRelease, payload)
+        slot = r["tile"] * self.L.p.tile_size + r["slot"]
+        row = self.slot_rows[r["expert"]][slot]
+        t = self.env.token_of_row(self.row_flits(self.win0 + row * self.stride, self.L.row_flits))
+        self.env.released(self.g, self.lo + r["expert"], t, cycle)
+
+    def drive(self, cycle):
+        while self.due and self.due[0][0] <= cycle:
+            _, i = self.due.pop(0)
+            self.done_idx.add(i)
+            self._finish(self.tiles[i], cycle)
+
+    def _finish(self, tile, cycle):
+        L, rs = self.L, self.L.row_shift
+        e = tile["expert"]
+        if tile["kind"] == "local":
+            for t in tile["tokens"]:
+                i = t - self.g * L.T
+                x, gates, ids = ml.decode_row(self.row_flits(ml.X_BASE // F + (i << (rs - 4)), L.row_flits),
+                                              L.hidden, L.p.dtype)
+                self.add_partial(ml.LOCAL_BASE // F + (i << (rs - 4)), gates[ids.index(e)] * L.expert_out(e, x))
+        else:
+            for row in tile["rows"]:
+                x, gates, ids = ml.decode_row(self.row_flits(self.win0 + row * self.stride, L.row_flits),
+                                              L.hidden, L.p.dtype)
+                v = gates[ids.index(e)] * L.expert_out(e, x)
+                if self.env.sabotage:             # test the test: one wrong expert output, the run must fail
+                    self.env.sabotage = False
+                    v[0] += 0.25
+                self.add_partial(ml.COMB_BASE // F + row * self.stride, v)
+            le, t = tile["key"]
+            self.cmd.send(pack(TileCommand, op=TileCmdOp.DONE, expert=le, tile=t))
+        tile["done"] = cycle
+        self.done += 1
+
+    @property
+    def gemm_done(self):
+        return self.done == self.n_tiles
+
+
+class SystemEnv:
+    def __init__(self, dut):
+        self.dut = dut
+        self.p = p = tbenv.params()
+        self.s = s = tbenv.settings()
+        self.scheme = s.get("scheme", "dysharp-basic")
+        self.sabotage = s.get("sabotage") == "partial"
+        gemm = s.get("gemm")
+        self.L = L = ml.build_layer(model=s.get("model", "deepseek-v3"), gpus=p["gpus"], tokens=s.get("tokens", 16),
+                                    hidden=s.get("hidden", 128), seed=s.get("seed", tbenv.seed()),
+                                    tile_size=p["nic"].get("tile_size", 128),
+                                    gemm_cycles=tuple(gemm) if gemm else None)
+        self.sp = L.scheduler_params()
+        self.work = L.work(self.scheme)
+        self.cycler = Cycler(dut)
+        self.gpus = [GpuSide(self, g) for g in range(L.G)]
+        self.links = {(g, d): LinkCounter(dut, f"{'rx' if d == 'up' else 'tx'}__{g}") for g in range(L.G)
+                      for d in ("up", "down")}
+        self.switch_cfg = StreamDriver(dut, "switch_cfg", tbenv.rng("swcfg"))
+        for gs in self.gpus:
+            self.cycler.add(*gs.agents)
+        self.cycler.add(self.switch_cfg, *self.links.values())
+        self.rows = {}
+        for t in range(L.N):
+            key = tuple(L.row(t))
+            assert key not in self.rows, f"tokens {self.rows[key]} and {t} have the same row"
+            self.rows[key] = t
+        self.pending = {t: collections.Counter(L.remote_pairs(t)) for t in range(L.N)}
+        self.left = sum(1 for t in range(L.N) if self.pending[t])
+        self.released_at = {}
+        self.ready_cycles = []
+        self.phase = {}
+        self.combine_items = {c.token: c for w in self.work for c in w.combine}
+        self.snap = None
+
+    def token_of_row(self, flits):
+        return self.rows[tuple(flits)]
+
+    def released(self, g, e, t, cycle):
+        pend = self.pending[t]
+        assert pend[(g, e)] == 1, f"release of ({g}, {e}) for token {t}, which is not pending"
+        pend[(g, e)] -= 1
+        if not +pend:
+            self.left -= 1
+            self.released_at[t] = cycle
+            if self.scheme == "dysharp":
+                c = self.combine_items[t]
+                heapq.heappush(self.gpus[int(self.L.home[t])].feeder.ready,
+                               (cycle + self.sp.notify_cycles, c.planned, t, c.desc))
+
+    def configure(self):
+        dut, L = self.dut, self.L
+        for g in range(L.G):
+            gc = L.gen_config(g, self.scheme)
+            getattr(dut, f"gen_cfg__{g}").value = pack(GenConfig, port=g, unicast=gc["unicast"],
+                                                       row_shift=gc["row_shift"])
+            groups = self.p["nic"].get("groups", 4)
+            getattr(dut, f"rbase__{g}").value = sum(gc["rbase"].get(i, 0) << (48 * i) for i in range(groups))
+            getattr(dut, f"rx_cfg__{g}").value = pack(RxConfig, **L.rx_config(g, self.scheme))
+            getattr(dut, f"dyn_base__{g}").value = 0
+            getattr(dut, f"clear__{g}").value = 0
+            for c in L.mm_commands():
+                self.gpus[g].mm_cfg.send(pack(MmCommand, **c))
+            for e, n in enumerate(self.gpus[g].remote_counts):
+                self.gpus[g].cmd.send(pack(TileCommand, op=TileCmdOp.EXPECT, expert=e, count=n))
+        for c in L.tlb_config():
+            self.switch_cfg.send(pack(SwitchConfig, target=1, port=0, all=1, tlb__op=c["op"], tlb__group=c["group"],
+                                      tlb__mask=c["mask"], tlb__rows=c["rows"]))
+
+    def flits(self):
+        return {d: [self.links[(g, d)].counts["data"] + self.links[(g, d)].counts["fills"] for g in range(self.L.G)]
+                for d in ("up", "down")}, \
+            {d: [self.links[(g, d)].counts["fills"] for g in range(self.L.G)] for d in ("up", "down")}
+
+    def counters(self, name, g, n):
+        bits = int(getattr(self.dut, f"{name}__{g}").value)
+        return [(bits >> (32 * i)) & 0xFFFFFFFF for i in range(n)]
+
+    def complete(self):
+        L = self.L
+        if self.scheme == "deepep":
+            return all(self.gpus[int(L.home[r.token])].landed[(ml.PART_BASE // F, r.desc.index)] == L.comb_flits
+                       for w in self.work for r in w.returns)
+        return all(self.gpus[w.gpu].landed[(ml.OUT_BASE // F, c.token - w.gpu * L.T)] == L.comb_flits
+                   for w in self.work for c in w.combine if c.desc is not None)
+
+    def outputs(self):
+        """(N, hidden) outputs read from each home GPU's memory (+ its local partial)."""
+        L, rs = self.L, self.L.row_shift
+        out = np.zeros((L.N, L.hidden))
+        srcs = collections.defaultdict(list)
+        for w in self.work:
+            for r in w.returns:
+                srcs[r.token].append(r.desc.index)
+        for t in range(L.N):
+            h = int(L.home[t])
+            gs = self.gpus[h]
+            i = t - h * L.T
+            local = gs.acc.get(ml.LOCAL_BASE // F + (i << (rs - 4)))
+            acc = np.zeros(L.hidden, dtype=np.float32) if local is None else \
+                ml.decode_bf16_row(gs.row_flits(ml.LOCAL_BASE // F + (i << (rs - 4)), L.comb_flits), L.hidden)
+            if self.scheme == "deepep":
+                rows = [gs.row_flits(ml.PART_BASE // F + (idx << (rs - 4)), L.comb_flits) for idx in srcs[t]]
+            elif self.combine_items[t].desc is not None:
+                rows = [gs.row_flits(ml.OUT_BASE // F + (i << (rs - 4)), L.comb_flits)]
+            else:
+                rows = []
+            for r in rows:
+                acc = acc + ml.decode_bf16_row(r, L.hidden)
+            out[t] = acc
+        return out
+
+
+@cocotb.test()
+async def test_layer(dut):
+    env = SystemEnv(dut)
+    L, s = env.L, env.s
+    timeout = s.get("timeout", 400_000)
+    await env.cycler.start()
+    env.configure()
+    await env.cycler.until(lambda: all(g.mm_cfg.idle and g.cmd.idle for g in env.gpus) and env.switch_cfg.idle,
+                           timeout=1000, what="configuration")
+    await env.cycler.cycles(4)
+    t0 = env.cycler.cycle
+    for w, gs in zip(env.work, env.gpus):
+        gs.feeder.queue.extend(w.dispatch)
+    await env.cycler.until(lambda: env.left == 0 and all(g.gemm_done for g in env.gpus), timeout=timeout,
+                           what=f"dispatch and GEMMs ({env.left} tokens not released)")
+    env.phase["dispatch_gemm"] = env.cycler.cycle - t0
+    if env.scheme != "dysharp":
+        env.snap = env.flits()
+        t1 = env.cycler.cycle
+        for w, gs in zip(env.work, env.gpus):
+            gs.feeder.queue.extend(c.desc for c in w.combine if c.desc is not None)
+            gs.feeder.queue.extend(r.desc for r in w.returns)
+    await env.cycler.until(env.complete, timeout=timeout, what="combine results")
+    total = env.cycler.cycle - t0
+    if env.scheme != "dysharp":
+        env.phase["combine"] = env.cycler.cycle - t1
+    env.phase["total"] = total
+    await env.cycler.cycles(50)          # let anything stray show up in the counters
+
+    # ---- numerics: every home GPU's output rows equal the numpy layer, bit for bit
+    ref = L.reference()
+    out = env.outputs()
+    bad = [t for t in range(L.N) if not np.array_equal(out[t], ref[t])]
+    assert not bad, f"{len(bad)} tokens differ from the reference, first {bad[:5]}: " \
+                    f"got {out[bad[0]][:8]}, want {ref[bad[0]][:8]}"
+
+    # ---- no error anywhere; the memory managers allocated exactly the routed rows
+    for g in range(L.G):
+        for name, n in (("gen_errors", len(DescError)), ("rx_errors", len(RxError)), ("rsp_errors", len(RxError)),
+                        ("tracker_errors", len(TrackerError))):
+            assert not any(env.counters(name, g, n)), f"GPU {g} {name}: {env.counters(name, g, n)}"
+        assert not any(int(v) for v in env.counters("remote_codes", g, 8)[1:]), \
+            f"GPU {g} remote error codes {env.counters('remote_codes', g, 8)}"
+        mm = env.counters("mm_counters", g, len(MmCounter))
+        routed = int(L.dest.remote[:, g].sum()) if env.scheme != "deepep" else 0
+        assert mm[MmCounter.ALLOCATED] == routed, f"GPU {g}: {mm[MmCounter.ALLOCATED]} rows allocated, {routed} routed"
+        for c in (MmCounter.BUFFER_FULL, MmCounter.TLB_FAULT, MmCounter.ISOLATION, MmCounter.OUT_OF_BOUNDS):
+            assert mm[c] == 0, f"GPU {g} memory manager {c.name}: {mm[c]}"
+    bits = read_status(dut, L.G, prefix="switch_status")
+    st = {k: (bits >> off) & ((1 << w) - 1) for k, (off, w) in flat_fields(status_layout(L.G)).items()}
+    tlb = [st[f"total.tlb.{c.value}"] for c in TlbCounter]
+    for c in (TlbCounter.ISOLATION, TlbCounter.OUT_OF_BOUNDS, TlbCounter.TLB_FAULT, TlbCounter.BUFFER_FULL,
+              TlbCounter.TIMEOUT, TlbCounter.BAD_RESPONSES, TlbCounter.CFG_ERRORS):
+        assert tlb[c] == 0, f"AL-TLB {c.name}: {tlb[c]}"
+    net_err = [st[f"req_net.{i}"] for i in range(1, 8)] + [st[f"resp_net.{i}"] for i in range(1, 8)]
+    assert not any(net_err), f"switch network errors {net_err}"
+
+    # ---- flits per GPU per direction equal the traffic model's
+    pred = L.predicted_flits(env.scheme)
+    total_f, fills = env.flits()
+    assert fills == pred["fills"], f"AL-TLB fill flits {fills}, predicted {pred['fills']}"
+    assert total_f == pred["total"], f"link flits {total_f}, predicted {pred['total']}"
+    if env.snap is not None:
+        disp, disp_fills = env.snap
+        want = {d: [pred["dispatch"][d][g] + (pred["fills"][d][g] // 2) for g in range(L.G)] for d in ("up", "down")}
+        assert disp == want, f"dispatch-phase flits {disp}, predicted {want}"
+
+    hits, misses = tlb[TlbCounter.HITS], tlb[TlbCounter.MISSES]
+    fig = {"scheme": env.scheme, "layer": L.describe(), "cycles": env.phase, "flits": total_f, "fills": fills,
+           "predicted": pred, "tlb": {"hits": hits, "misses": misses,
+                                      "hit_rate": hits / (hits + misses) if hits + misses else None},
+           "engine": {k.split(".")[-1]: v for k, v in st.items() if k.startswith("total.engine.")},
+           "mm_allocated": [env.counters("mm_counters", g, len(MmCounter))[MmCounter.ALLOCATED] for g in range(L.G)],
+           "tiles_ready": len(env.ready_cycles), "ready_cycles": env.ready_cycles,
+           "first_ready": min((r[-1] for r in env.ready_cycles), default=None),
+           "last_ready": max((r[-1] for r in env.ready_cycles), default=None)}
+    dut._log.info("system layer: %s", json.dumps({k: fig[k] for k in ("scheme", "cycles", "flits", "tlb")}))
+    if s.get("out"):
+        with open(s["out"], "w") as f:
+            json.dump(fig, f, indent=1)
