@@ -142,3 +142,55 @@ def test_loopback_credits_and_backpressure(loop_sim):
     assert not np.array_equal(runs[0].activity, runs[2].activity)
     both = (runs[0].activity[:, 0] & (SENT_VC0 | SENT_VC1))
     assert set(np.unique(both)) <= {0, SENT_VC0, SENT_VC1}     # one flit per cycle per link
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The bench on the DySHARP switch (N = 4)
+
+def _have_top():
+    from hw import registry
+    try:
+        registry.get("dysharp_switch")
+        return True
+    except Exception:
+        return False
+
+
+needs_top = pytest.mark.skipif(not _have_top(), reason="dysharp_switch is not registered yet")
+
+
+@needs_top
+def test_bench_dispatch_n4_matches_plain_switch():
+    from verif.bench import dysharp_switch as bench
+
+    kw = dict(cycles=800, warmup=700, drain=400)
+    a = bench.measure_dispatch(4, 1, "hit", **kw)          # the scoreboard runs inside
+    b = bench.measure_dispatch(4, 1, "hit", **kw)
+    a.pop("loop_s"), b.pop("loop_s")
+    assert a == b                                          # a seed gives the same run, cycle for cycle
+    assert a["deliveries"] > 0 and a["fills"] > 0
+    # Warm AL-TLB (no miss in the window): translation costs no throughput against the NVSwitch on the
+    # same packets (the DySHARP egress's slots even buffer a little more).
+    assert a["hit_rate"] == 1.0 and a["tlb_window"]["misses"] == 0
+    assert a["egress"] >= a["switch_egress"] - 0.01 and a["ingress"] >= a["switch_ingress"] - 0.01
+    assert a["switch_egress"] > 0.9
+    # DeepSeek-like rows of 29 packets, every row new: about one primary miss per row and destination.
+    m = bench.measure_dispatch(4, 2, "miss", **kw)
+    assert 0.9 < m["hit_rate_primary_run"] < 1.0 and m["hit_rate_run"] < m["hit_rate_primary_run"]
+    assert m["stores"] > m["stores_complete"] > 0 and m["egress"] > 0.3
+
+
+@needs_top
+def test_bench_combine_and_zero_load_n4():
+    from verif.bench import dysharp_switch as bench
+
+    c = bench.measure_combine(4, 2, 150, cycles=800, warmup=700)
+    assert c["results"] > 0 and 0 < c["results_per_requester"] <= c["bound_results"] * 1.05
+    assert 0 < c["contrib_per_uplink"] <= c["contrib_bound"] + 1e-9
+    assert 0 < c["occupancy_max"] <= c["red_entries"]
+    z = bench.measure_zero_load(4, 150)
+    st = z["ld_reduce_stages"]
+    assert z["ld_reduce_warm"] == sum(st.values())
+    assert st["gpu_read_and_send"] >= 150 + 16
+    assert min(z["store_hit"]) >= min(z["plain_switch_all"])
+    assert min(z["store_miss"]) > max(z["store_hit"]) + 100   # the fill latency shows on a miss
