@@ -25,7 +25,9 @@ Points (N = ``--ports``; 256-B packets, i.e. 16 payload flits):
   other points: the GPUs' response queues take that long to settle); per read latency: results
   per cycle per requester, contribution flits per cycle per uplink (VC 1), buffer occupancy (``status``:
   each engine's ``in_use``, sampled every 16 cycles) and the entries Little's law asks for.
-* **Fused**: dispatch (fanout 4, hit regime) and combine (d = 4) at once: both link directions per VC.
+* **Fused**: dispatch (fanout 4, hit regime) and combine (d = 4) at once, offered at the mix that fills
+  both link directions exactly in the fluid limit (:func:`fused_loads`: 0.188 store flits/cycle and 0.81x
+  the combine bound per GPU): the utilization of both directions per VC.
 * **Zero load**: a translated store that hits (and the miss before it) against the plain switch, and a
   warm ``ld_reduce`` (d = 2) broken down by stage.
 """
@@ -321,12 +323,14 @@ def _occupancy(log, n, w0, w1):
     return (float(occ.mean()) if occ.size else None, int(occ.max()) if occ.size else None)
 
 
-def measure_combine(n: int, d: int, read_latency: int, *, cycles: int = 2000, warmup: int = 1000, drain: int = 0,
+def measure_combine(n: int, d: int, read_latency: int, *, cycles: int = 2000, warmup: int = 1000, drain: int | None = None,
                     load: float = 1.1, fill_latency: int = 100, seed: int = 1, red_entries=None,
                     tlb_entries: int = 64, build_root: str = "build") -> dict:
     from verif.harness.fastsim import check_vc
 
     rng = np.random.default_rng([seed, n, d, read_latency, 3])
+    if drain is None:     # long enough for the window's requests to finish (their latencies are measured)
+        drain = 3000 + 2 * read_latency
     rows = combine_rows(n, tlb_entries)
     pkts = combine_packets(n, d, load=load, arrival_cycles=warmup + cycles, rng=rng, rows=rows)
     vt, _ = assemble(n, pkts, warmup + cycles + drain, rng, fill_latency=fill_latency, read_latency=read_latency,
@@ -359,12 +363,27 @@ def measure_combine(n: int, d: int, read_latency: int, *, cycles: int = 2000, wa
     }
 
 
+def fused_loads(fanout: int, d: int) -> tuple[float, float]:
+    """(dispatch flits/cycle per GPU, combine requests as a fraction of the uplink bound) at which both link
+    directions are exactly full in the fluid limit: uplink ``a + c (1 + 17 d) = 1`` (stores, requests and
+    contributions), downlink ``f a + c (17 + d) = 1`` (the stores' copies, results and RED_READs)."""
+    per = 1 + PAYLOAD
+    c = (fanout - 1) / (fanout * (1 + per * d) - per - d)
+    a = 1 - c * (1 + per * d)
+    if not (0 < a and 0 < c):
+        raise ValueError(f"no mix of dispatch fanout {fanout} and combine d={d} fills both directions")
+    return a, c * (1 + per * d)
+
+
 def measure_fused(n: int, fanout: int = 4, d: int = 4, read_latency: int = 150, *, cycles: int = 2000,
-                  warmup: int = 1000, drain: int = 0, dispatch_load: float = 1.0, combine_load: float = 1.1,
-                  fill_latency: int = 100, seed: int = 1, red_entries=None, tlb_entries: int = 64,
-                  build_root: str = "build") -> dict:
+                  warmup: int = 1000, drain: int = 0, dispatch_load: float | None = None,
+                  combine_load: float | None = None, fill_latency: int = 100, seed: int = 1, red_entries=None,
+                  tlb_entries: int = 64, build_root: str = "build") -> dict:
     from verif.harness.fastsim import check_vc
 
+    a, c = fused_loads(fanout, d)
+    dispatch_load = a if dispatch_load is None else dispatch_load
+    combine_load = c if combine_load is None else combine_load
     rng = np.random.default_rng([seed, n, fanout, d, 4])
     rows = combine_rows(n, tlb_entries, 0.5)
     pkts = dispatch_packets(n, fanout, "hit", load=dispatch_load, arrival_cycles=warmup + cycles, rng=rng,
@@ -379,12 +398,14 @@ def measure_fused(n: int, fanout: int = 4, d: int = 4, read_latency: int = 150, 
     done = [k for k, r in rep.result_record.items() if w0 <= log.rx["first"][r] < w1]
     stores_in = sum(1 for k, _, _ in rep.store_latency if w0 <= log.sent[k] < w1)
     return {
-        "fanout": fanout, "contributors": d, "read_latency": read_latency,
+        "fanout": fanout, "contributors": d, "read_latency": read_latency, "dispatch_load": dispatch_load,
+        "combine_load": combine_load,
         "uplink_vc0": _rate(act, SENT_VC0), "uplink_vc1": _rate(act, SENT_VC1),
         "uplink_busy": float(((act & (SENT_VC0 | SENT_VC1)) != 0).mean()),
         "downlink_vc0": _rate(act, RECV_VC0), "downlink_vc1": _rate(act, RECV_VC1),
         "downlink_busy": float(((act & (RECV_VC0 | RECV_VC1)) != 0).mean()),
         "results_per_requester": len(done) / (cycles * n), "store_deliveries_in_window": stores_in,
+        "store_flits_per_egress": stores_in * (1 + PAYLOAD) / (cycles * n),
         "sim_cycles": log.run_cycles, "loop_s": log.loop_ns * 1e-9,
     }
 
@@ -599,13 +620,16 @@ def markdown(report: dict) -> str:
             lines += [table(rows, ["d", "read lat.", "results/req", "bound", "contrib/uplink", "min", "bound",
                                    "entries used", "entries", "latency mean/min", "Little"]), ""]
         if r["fused"]:
-            lines += [f"**N={n}, fused mix** (dispatch fanout 4 + combine d = 4 at once): link utilization per "
-                      "direction and VC (flits/cycle per port):", ""]
+            x0 = r["fused"][0]
+            lines += [f"**N={n}, fused mix** (dispatch fanout 4 at {x0['dispatch_load']:.3f} flits/cycle + combine "
+                      f"d = 4 at {x0['combine_load']:.3f}x its bound, per GPU: the mix that fills both directions "
+                      "in the fluid limit): link utilization per direction and VC (flits/cycle per port), results "
+                      "per cycle per requester and stores delivered per cycle per egress:", ""]
             rows = [[x["read_latency"], _f(x["uplink_vc0"]), _f(x["uplink_vc1"]), _f(x["uplink_busy"]),
                      _f(x["downlink_vc0"]), _f(x["downlink_vc1"]), _f(x["downlink_busy"]),
-                     _f(x["results_per_requester"], ".4f")] for x in r["fused"]]
+                     _f(x["results_per_requester"], ".4f"), _f(x["store_flits_per_egress"])] for x in r["fused"]]
             lines += [table(rows, ["read lat.", "up VC0", "up VC1", "up total", "down VC0", "down VC1",
-                                   "down total", "results/req"]), ""]
+                                   "down total", "results/req", "store flits/egress"]), ""]
         for z in r["zero_load"]:
             st = z["ld_reduce_stages"]
             lines += [f"**N={n}, zero load** (read latency {z['read_latency']}, fill latency {z['fill_latency']}): "
@@ -619,7 +643,7 @@ def markdown(report: dict) -> str:
 
 
 STUDY_ARGS = {"quick": ["--ports", "8", "--fanouts", "1,4", "--contributors", "2", "--read-latencies", "150",
-                        "--cycles", "1000", "--warmup", "600"],
+                        "--cycles", "1000"],
               "default": [], "full": ["--full"]}
 FULL_ONLY = {"quick": "N = 16, fanouts 2 and 8, d = 1 and 4, read latency 800",
              "default": "6000-cycle windows, d = 8 and the fused mix at every read latency"}
