@@ -11,12 +11,13 @@ so backpressure never drops a flit; a receiver that sees a flit without credit c
 """
 
 from amaranth.hdl import Elaboratable, Module, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .packet import DEFAULT_FLIT_WIDTH, flit_layout
 
-__all__ = ["credit_link_signature", "CreditSender", "CREDIT_RETURN_BITS", "CREDIT_RETURN_MAX"]
+__all__ = ["credit_link_signature", "CreditSender", "CreditReceiver", "CREDIT_RETURN_BITS",
+           "CREDIT_RETURN_MAX"]
 
 CREDIT_RETURN_BITS = 2
 CREDIT_RETURN_MAX = (1 << CREDIT_RETURN_BITS) - 1
@@ -61,4 +62,51 @@ class CreditSender(wiring.Component):
             self.link.flit.eq(self.i.payload),
         ]
         m.d.sync += self.credits_left.eq(self.credits_left - send + self.link.credit)
+        return m
+
+
+class CreditReceiver(wiring.Component):
+    """The receiving end of a credit link: a ``depth``-flit FIFO turned back into a ``lib.stream``.
+
+    Ports: ``link`` (credit link in), ``o`` (stream out), ``overflows`` (32-bit count of dropped flits).
+    The upstream :class:`CreditSender` must be built with ``credits=depth``.
+
+    * Latency 1 (a flit received in cycle t is on ``o`` in cycle t+1). Throughput one flit per cycle with
+      ``depth >= 2`` (a credit spent in cycle t is usable again in t+2).
+    * One credit is returned (``link.credit`` = 1, combinationally) in each cycle a flit leaves ``o``.
+    * ``o.valid`` depends only on the FIFO's state, never on ``o.ready``.
+    * Bad input: a flit that arrives while the FIFO is full (the sender had no credit) is dropped and
+      counted in ``overflows``; the FIFO's contents are unaffected.
+    """
+
+    def __init__(self, *, depth: int, flit_width: int = DEFAULT_FLIT_WIDTH):
+        if not isinstance(depth, int) or not 1 <= depth <= 4096:
+            raise ValueError(f"depth must be an integer in 1..4096, got {depth!r}")
+        self.depth = depth
+        self.flit_width = flit_width
+        layout = flit_layout(flit_width)   # validates flit_width
+        self._width = layout.size
+        super().__init__({
+            "link": In(credit_link_signature(flit_width)),
+            "o": Out(stream.Signature(layout)),
+            "overflows": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.fifo = q = fifo.SyncFIFO(width=self._width, depth=self.depth)
+        pop = Signal()
+        m.d.comb += [
+            q.w_en.eq(self.link.valid),
+            q.w_data.eq(self.link.flit.as_value()),
+            self.o.valid.eq(q.r_rdy),
+            self.o.payload.eq(q.r_data),
+            pop.eq(q.r_rdy & self.o.ready),
+            q.r_en.eq(self.o.ready),
+            self.link.credit.eq(pop),
+        ]
+        # w_rdy ignores a read in the same cycle; a sender that holds a credit never finds the FIFO full
+        # at the start of a cycle, so this counts exactly the protocol violations.
+        with m.If(self.link.valid & ~q.w_rdy):
+            m.d.sync += self.overflows.eq(self.overflows + 1)
         return m

@@ -218,7 +218,19 @@ register("reduction_buffer", "hw.switch.reduction_buffer:ReductionBuffer",
 register("linear_translator", "hw.switch.linear_translator:LinearTranslator",
          points=[{"ports": n} for n in (8, 32, 64)])
 register("reduction_engine", "hw.switch.reduction_engine:ReductionEngine",
-         points=[{"entries": n} for n in (32, 256)],
+         points=[{"entries": n} for n in (32, 256)] + [{"entries": 32, "defer_translation": True}],
          area_grid=[{"ports": 64, "entries": n} for n in (32, 64, 256)])
 register("ld_reduce_unit", "hw.switch.ld_reduce_unit:LdReduceUnit",
          points=[{"entries": n} for n in (32, 256)], area_grid=[{}])
+register("credit_receiver", "hw.credit:CreditReceiver", defaults={"depth": 8}, points=[{"depth": 8}])
+register("vc_sender", "hw.vc_link:VcSender", defaults={"credits": [8, 8]}, points=[{}])
+register("vc_receiver", "hw.vc_link:VcReceiver", defaults={"credits": [8, 8]}, points=[{}])
+register("packet_merge", "hw.packet_stream:PacketMerge", defaults={"n_in": 3}, points=[{"n_in": 3}])
+register("packet_split", "hw.packet_stream:VcClassSplit", points=[{}],
+         doc="PacketSplit with a fixed example select: requests to o[0], responses to o[1]")
+register("tlb_fill_bridge", "hw.switch.tlb_fill_bridge:TlbFillBridge", points=[{}])
+register("egress_translator", "hw.switch.egress_translator:EgressTranslator", points=[{"ports": 8}, {"ports": 64}])
+register("dysharp_switch", "hw.switch.dysharp_switch:DySharpSwitch",
+         points=[{"ports": n} for n in (4, 8, 16, 32, 64)], area_grid=[{"ports": 4}, {"ports": 8}],
+         doc="The integrated DySHARP switch: request and response networks, and per port an AL-TLB, an egress "
+             "translator and a reduction engine")

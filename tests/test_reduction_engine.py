@@ -37,3 +37,44 @@ def test_timeout(seed, sim):
 def test_full(params, seed, sim):
     _run("ld_reduce_unit", "test_full", dict(params, ports=4, rows=4096), seed, sim,
          extra=8 if params.get("outstanding") != 1 else 3)
+
+
+DEFER = {"ports": 8, "entries": 32, "defer_translation": True}
+
+
+def test_traffic_deferred(seed, sim):
+    """defer_translation: every read is a bit-checked DYN_RED_READ (or RED_READ for static groups), the
+    translate port is never used, results bit-exact."""
+    _run("reduction_engine", "test_traffic", DEFER, seed, sim, requests=30)
+
+
+def test_errors_deferred(seed, sim):
+    """defer_translation: translation failures come back as error-coded RED_READ_RESPs from the
+    destinations' egress."""
+    _run("reduction_engine", "test_errors", DEFER, seed, sim, rounds=1)
+
+
+@pytest.mark.parametrize("module,params", [
+    ("reduction_engine", {"ports": 8, "entries": 32}),
+    ("reduction_engine", DEFER),
+    ("ld_reduce_unit", {"ports": 4, "entries": 16, "rows": 4096}),
+], ids=["engine", "deferred", "unit"])
+def test_bad_answers(module, params, seed, sim):
+    """Error-coded answers, duplicated answers, answers from ports that were not asked."""
+    _run(module, "test_bad_answers", params, seed, sim)
+
+
+@pytest.mark.parametrize("value", [1, 0, "yes", None])
+def test_defer_translation_must_be_bool(value):
+    from hw.switch.reduction_engine import ReductionEngine
+    with pytest.raises(ValueError, match="defer_translation must be a bool"):
+        ReductionEngine(defer_translation=value)
+
+
+def test_duplicates_counter_exported():
+    from hw.switch.ld_reduce_unit import LdReduceUnit
+    from hw.switch.reduction_engine import ENGINE_COUNTERS, ReductionEngine
+    assert ENGINE_COUNTERS[-1] == "duplicates"
+    for dut in (ReductionEngine(), LdReduceUnit()):
+        assert "duplicates" in dut.signature.members and "bad_responses" in dut.signature.members
+        dut._MustUse__silence = True     # built only to look at its signature

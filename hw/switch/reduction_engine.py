@@ -19,14 +19,50 @@ Flow
    error (``ISOLATION``, ``OUT_OF_BOUNDS``, ``TLB_FAULT``, ...) aborts the entry: the source gets
    ``ERROR`` with that code. Static ``multimem``: no translation, every member is read at ``route.mm.addr``
    (NVLS: the same offset on every GPU).
+   With ``defer_translation=True`` the engine does not translate: a ``dymultimem`` read leaves at once
+   as a ``DYN_RED_READ`` whose ``route.uni.addr`` is a :class:`~hw.packet.DeferredAddr`
+   ``{group, index, byte_offset = offset * flit_bytes}`` (every other field as for ``RED_READ``); the
+   destination port's egress translates it and answers a failed translation with an error-coded
+   ``RED_READ_RESP``. ``translate`` stays in the signature, idle (``req.valid`` and ``resp.ready`` 0).
 3. **RED_READ** (``rd``): ``dst`` = the destination, ``src`` = the requester, ``tag``/``route.uni.xtag`` =
    the entry's reduction tag (low/high byte, :func:`~hw.switch.reduction_buffer.rtag_to_header`),
    ``length``/``etype``/``redop`` of the request, ``addr``. The destination answers ``RED_READ_RESP``
-   echoing ``tag``, ``code``, ``length`` and ``etype``, with ``length`` payload flits.
+   (``src`` = itself: the DySHARP switch stamps it with the arrival port) echoing ``tag``, ``xtag``,
+   ``length`` and ``etype``, with ``code`` 0 and ``length`` payload flits, or with an error ``code``.
 4. **Responses** (``resp``): each payload flit becomes a contribution (flit index counted from the
    header). A packet that is not ``RED_READ_RESP`` is dropped and counted in ``bad_responses``; a
    poisoned last flit aborts the entry with ``LENGTH_MISMATCH``; type/length disagreements, stale tags
-   and timeouts are the buffer's (``TYPE_MISMATCH``, ``stale``, ``TIMEOUT``).
+   and timeouts are the buffer's (``TYPE_MISMATCH``, ``stale``, ``TIMEOUT``). A poisoned header-only
+   packet is ignored.
+
+   *Error codes.* A ``RED_READ_RESP`` whose ``route.uni.code`` is not ``NONE`` aborts its entry with that
+   code (the requester gets ``ERROR`` with it, as for any abort; ``aborts`` counts it, or ``stale`` if the
+   entry is no longer in flight); its payload, if any, is dropped. The checks below come first: an
+   error-coded answer that is a duplicate or unasked is only counted.
+
+   *Duplicates and unasked sources.* Per entry the engine keeps which destinations it reads and which of
+   them have answered. When an entry's fan-out starts, ``asked[entry] = {gen, mask}`` (the whole
+   destination mask). A response header reads ``asked`` and ``answered`` at its entry; in the next cycle
+   (a registered read, so the header cycle is never stalled) the verdict: if ``asked`` holds the
+   response's generation (and a nonzero mask), a ``src`` outside the mask is *unasked* (packet dropped
+   whole, ``bad_responses``) and a ``src`` already in ``answered`` (same generation) is a *duplicate*
+   (dropped whole, ``duplicates``), so a duplicate can no longer complete an entry early; otherwise
+   ``answered[entry] = {gen, mask | 1 << src}`` (a row of another generation counts as empty, so nothing
+   is cleared at allocation: the generation tags the row). A response of another generation, or for an
+   entry never allocated, passes untouched: stale tags stay the buffer's business (``stale``). An
+   answer for an entry whose fan-out was aborted after its allocation is passed too (stale in the
+   buffer). A header-only packet followed at once by another header reads the row it just wrote: the
+   ``answered`` read port is transparent.
+
+   *Storage and cost.* ``asked`` and ``answered`` are ``lib.memory`` arrays (SRAM-like, one row per
+   access: ``asked`` 1W at fan-out start + 1R per response header, ``answered`` 1R (transparent) + 1W),
+   ``entries`` rows of ``gen_bits + ports`` bits each (``gen_bits = 16 - ceil(log2(entries))``): per
+   entry ``2 * (gen_bits + ports)`` bits, e.g. 36 bits at 64 entries and 8 ports (2304 bits in all),
+   144 bits at 256 entries and 64 ports (36,864 bits). Flip-flops would cost the same bits plus a
+   ``ports``-wide write decoder per entry; the engine reads one row per cycle, which SRAM gives. The
+   verdict adds 17 bits of registers (source, code, flags) and the 32-bit ``duplicates`` counter. Throughput stays one response flit per cycle; the response
+   link is held only while an error-coded answer's abort waits for the buffer's ``contrib`` (the cycle
+   after a timeout was held up), and payload flits wait behind translation aborts as before.
 5. **Result** (``out``): the buffer's ``RED_RESP``/``ERROR`` packets and the request errors, packet by
    packet.
 
@@ -40,7 +76,7 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arbiter import first_set
-from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, MAX_LENGTH, MAX_PORTS, EType, ErrorCode,
+from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, MAX_LENGTH, MAX_PORTS, DeferredAddr, EType, ErrorCode,
                       HeaderLayout, Opcode, RedOp, flit_layout, rtl_header_error)
 from .group_table import GroupTable, GroupWrite
 from .reduction_buffer import BUFFER_COUNTERS, RTAG_BITS, ReductionBuffer, status_members
@@ -49,22 +85,25 @@ from .translate_if import translate_signature
 __all__ = ["ReductionEngine", "ENGINE_COUNTERS"]
 
 # The buffer's counters plus the engine's own (requests and responses it refused).
-ENGINE_COUNTERS = BUFFER_COUNTERS + ("bad_requests", "bad_responses")
+ENGINE_COUNTERS = BUFFER_COUNTERS + ("bad_requests", "bad_responses", "duplicates")
 
 
 class ReductionEngine(wiring.Component):
     """Parameters: ``ports`` (4..64), ``entries``, ``max_length``, ``flit_width``, ``timeout``,
     ``outstanding`` (see :class:`ReductionBuffer`), ``groups`` (static group-table entries, 1..256),
-    ``translate_slots`` (outstanding translations, 2..256).
+    ``translate_slots`` (outstanding translations, 2..256), ``defer_translation`` (bool: ``dymultimem``
+    reads leave untranslated as ``DYN_RED_READ``; ``translate`` stays idle).
 
     Ports: ``req``, ``resp`` (flit streams in), ``rd``, ``out`` (flit streams out), ``translate`` (AL-TLB
     client), ``cfg`` (static group writes), ``in_use``, counters ``stale``, ``mismatches``, ``aborts``,
-    ``timeouts``, ``completed``, ``bad_requests``, ``bad_responses``.
+    ``timeouts``, ``completed``, ``bad_requests``, ``bad_responses``, ``duplicates``.
     """
 
     def __init__(self, *, ports: int = 8, entries: int = 64, max_length: int = 16,
                  flit_width: int = DEFAULT_FLIT_WIDTH, timeout: int = 8192, outstanding: int | None = None,
-                 groups: int = 16, translate_slots: int = 16):
+                 groups: int = 16, translate_slots: int = 16, defer_translation: bool = False):
+        if not isinstance(defer_translation, bool):
+            raise ValueError(f"defer_translation must be a bool, got {defer_translation!r}")
         if not isinstance(ports, int) or not 4 <= ports <= MAX_PORTS:
             raise ValueError(f"ports must be an integer in 4..{MAX_PORTS}, got {ports!r}")
         if not isinstance(translate_slots, int) or not 2 <= translate_slots <= 256:
@@ -80,6 +119,9 @@ class ReductionEngine(wiring.Component):
         self.flit_width = flit_width
         self.groups = groups
         self.translate_slots = translate_slots
+        self.defer_translation = defer_translation
+        self.entries = entries
+        self.entry_bits = max(1, (entries - 1).bit_length())
         fl = flit_layout(flit_width)
         super().__init__({
             "req": In(stream.Signature(fl)),
@@ -175,33 +217,24 @@ class ReductionEngine(wiring.Component):
             with m.If(last_dst):
                 m.d.sync += fo_valid.eq(0)
 
-        # Translation slots, reused in order; a slot's context says what its response is for.
-        ctx_layout = data.StructLayout({"rtag": RTAG_BITS, "dst": 6, "src": 6, "length": 5, "etype": EType,
-                                        "op": RedOp, "offset": 10})
-        m.submodules.ctx = ctx = memory.Memory(shape=ctx_layout, depth=S, init=[])
-        ctx_w = ctx.write_port()
-        ctx_r = ctx.read_port(domain="comb")
-        slot_busy = Signal(S)
-        next_slot = Signal(range(S))
-        tq = self.translate.req
-        m.d.comb += [
-            tq.valid.eq(fo_valid & ~fo.static & ~slot_busy.bit_select(next_slot, 1)),
-            tq.payload.group.eq(fo.group), tq.payload.index.eq(fo.index), tq.payload.dst.eq(dst),
-            tq.payload.src.eq(fo.src), tq.payload.tag.eq(next_slot),
-        ]
-        t_issue = tq.valid & tq.ready
-        m.d.comb += [
-            ctx_w.addr.eq(next_slot), ctx_w.en.eq(t_issue),
-            ctx_w.data.rtag.eq(fo_rtag), ctx_w.data.dst.eq(dst), ctx_w.data.src.eq(fo.src),
-            ctx_w.data.length.eq(fo.length), ctx_w.data.etype.eq(fo.etype), ctx_w.data.op.eq(fo.op),
-            ctx_w.data.offset.eq(fo.offset),
-        ]
-        with m.If(t_issue):
-            m.d.sync += next_slot.eq(Mux(next_slot == S - 1, 0, next_slot + 1))
+        # Response tracking (see the module docstring): when an entry's fan-out starts, its generation and
+        # destination mask go to ``asked``; ``answered`` holds, per entry, the sources that have answered,
+        # tagged with the generation they answered (a row of another generation counts as empty, so
+        # nothing needs clearing at allocation).
+        EB, N = self.entry_bits, self.entries
+        GB = RTAG_BITS - EB
+        track_layout = data.StructLayout({"gen": GB, "mask": P})
+        m.submodules.asked = asked = memory.Memory(shape=track_layout, depth=N, init=[])
+        m.submodules.answered = answered = memory.Memory(shape=track_layout, depth=N, init=[])
+        ask_w = asked.write_port()
+        info_r = Signal(info_layout)
+        m.d.comb += [info_r.eq(info.r_data),
+                     ask_w.addr.eq(buf.grant.payload.rtag[0:EB]), ask_w.data.gen.eq(buf.grant.payload.rtag[EB:]),
+                     ask_w.data.mask.eq(info_r.mask), ask_w.en.eq(load)]
 
-        def red_read(rtag, dst_port, src, length, etype, op, addr):
+        def red_read(opcode, rtag, dst_port, src, length, etype, op, addr):
             hdr = Signal(HeaderLayout)
-            m.d.comb += [hdr.opcode.eq(Opcode.RED_READ), hdr.src.eq(src), hdr.tag.eq(rtag[0:8]),
+            m.d.comb += [hdr.opcode.as_value().eq(opcode), hdr.src.eq(src), hdr.tag.eq(rtag[0:8]),
                          hdr.length.eq(length), hdr.etype.eq(etype), hdr.redop.eq(op),
                          hdr.route.uni.dst.eq(dst_port), hdr.route.uni.xtag.eq(rtag[8:16]),
                          hdr.route.uni.addr.eq(addr)]
@@ -209,72 +242,173 @@ class ReductionEngine(wiring.Component):
             m.d.comb += [f.data.eq(hdr.as_value()), f.last.eq(1)]
             return f
 
-        static_flit = red_read(fo_rtag, dst, fo.src, fo.length, fo.etype, fo.op, fo.addr)
-        static_valid = fo_valid & fo.static
-
-        # ---- 3. Translation responses -> RED_READ, or an abort of the entry.
-        tr = self.translate.resp
-        m.d.comb += ctx_r.addr.eq(tr.payload.tag)
-        c = ctx_r.data
-        tr_ok = tr.payload.code == ErrorCode.NONE
         flit_bytes = W // 8
-        dyn_flit = red_read(c.rtag, c.dst, c.src, c.length, c.etype, c.op,
-                            (tr.payload.addr + c.offset * flit_bytes)[0:48])
-        dyn_valid = tr.valid & tr_ok
-        abort_valid = tr.valid & ~tr_ok
-
-        # RED_READ merge (translated first) into the rd FIFO.
         m.submodules.rdq = rdq = fifo.SyncFIFO(width=flit_bits, depth=2)
-        m.d.comb += [
-            rdq.w_en.eq((dyn_valid | static_valid) & rdq.w_rdy),
-            rdq.w_data.eq(Mux(dyn_valid, dyn_flit.as_value(), static_flit.as_value())),
-            self.rd.valid.eq(rdq.r_rdy), self.rd.payload.eq(rdq.r_data), rdq.r_en.eq(self.rd.ready),
-        ]
-        static_issue = static_valid & ~dyn_valid & rdq.w_rdy
-        m.d.comb += issued.eq(t_issue | static_issue)
-        abort_taken = Signal()
-        tr_taken = Mux(tr_ok, rdq.w_rdy, abort_taken)
-        m.d.comb += tr.ready.eq(tr_taken)
-        set_busy = Mux(t_issue, Const(1, S) << next_slot, 0)
-        clr_busy = Mux(tr.valid & tr_taken, Const(1, S) << tr.payload.tag, 0)
-        m.d.sync += slot_busy.eq((slot_busy | set_busy) & ~clr_busy)
+        m.d.comb += [self.rd.valid.eq(rdq.r_rdy), self.rd.payload.eq(rdq.r_data), rdq.r_en.eq(self.rd.ready)]
+        # Translation aborts for section 4 (none when translation is deferred).
+        t_abort_valid = Signal()
+        t_abort_rtag = Signal(RTAG_BITS)
+        t_abort_code = Signal(8)
+        t_abort_taken = Signal()
+
+        if self.defer_translation:
+            # Every read leaves straight from the fan-out: static ones as RED_READ at route.mm.addr,
+            # dymultimem ones as DYN_RED_READ naming the row; the destination's egress translates.
+            deferred = Signal(DeferredAddr)
+            m.d.comb += [deferred.group.eq(fo.group), deferred.index.eq(fo.index),
+                         deferred.byte_offset.eq(fo.offset * flit_bytes)]
+            direct_flit = red_read(Mux(fo.static, Opcode.RED_READ.value, Opcode.DYN_RED_READ.value), fo_rtag,
+                                   dst, fo.src, fo.length, fo.etype, fo.op,
+                                   Mux(fo.static, fo.addr, deferred.as_value()))
+            m.d.comb += [rdq.w_en.eq(fo_valid & rdq.w_rdy), rdq.w_data.eq(direct_flit),
+                         issued.eq(fo_valid & rdq.w_rdy)]
+        else:
+            # Translation slots, reused in order; a slot's context says what its response is for.
+            ctx_layout = data.StructLayout({"rtag": RTAG_BITS, "dst": 6, "src": 6, "length": 5, "etype": EType,
+                                            "op": RedOp, "offset": 10})
+            m.submodules.ctx = ctx = memory.Memory(shape=ctx_layout, depth=S, init=[])
+            ctx_w = ctx.write_port()
+            ctx_r = ctx.read_port(domain="comb")
+            slot_busy = Signal(S)
+            next_slot = Signal(range(S))
+            tq = self.translate.req
+            m.d.comb += [
+                tq.valid.eq(fo_valid & ~fo.static & ~slot_busy.bit_select(next_slot, 1)),
+                tq.payload.group.eq(fo.group), tq.payload.index.eq(fo.index), tq.payload.dst.eq(dst),
+                tq.payload.src.eq(fo.src), tq.payload.tag.eq(next_slot),
+            ]
+            t_issue = tq.valid & tq.ready
+            m.d.comb += [
+                ctx_w.addr.eq(next_slot), ctx_w.en.eq(t_issue),
+                ctx_w.data.rtag.eq(fo_rtag), ctx_w.data.dst.eq(dst), ctx_w.data.src.eq(fo.src),
+                ctx_w.data.length.eq(fo.length), ctx_w.data.etype.eq(fo.etype), ctx_w.data.op.eq(fo.op),
+                ctx_w.data.offset.eq(fo.offset),
+            ]
+            with m.If(t_issue):
+                m.d.sync += next_slot.eq(Mux(next_slot == S - 1, 0, next_slot + 1))
+
+            static_flit = red_read(Opcode.RED_READ.value, fo_rtag, dst, fo.src, fo.length, fo.etype, fo.op,
+                                   fo.addr)
+            static_valid = fo_valid & fo.static
+
+            # ---- 3. Translation responses -> RED_READ, or an abort of the entry.
+            tr = self.translate.resp
+            m.d.comb += ctx_r.addr.eq(tr.payload.tag)
+            c = ctx_r.data
+            tr_ok = tr.payload.code == ErrorCode.NONE
+            dyn_flit = red_read(Opcode.RED_READ.value, c.rtag, c.dst, c.src, c.length, c.etype, c.op,
+                                (tr.payload.addr + c.offset * flit_bytes)[0:48])
+            dyn_valid = tr.valid & tr_ok
+            m.d.comb += [t_abort_valid.eq(tr.valid & ~tr_ok), t_abort_rtag.eq(c.rtag),
+                         t_abort_code.eq(tr.payload.code)]
+
+            # RED_READ merge (translated first) into the rd FIFO.
+            m.d.comb += [
+                rdq.w_en.eq((dyn_valid | static_valid) & rdq.w_rdy),
+                rdq.w_data.eq(Mux(dyn_valid, dyn_flit.as_value(), static_flit.as_value())),
+            ]
+            static_issue = static_valid & ~dyn_valid & rdq.w_rdy
+            m.d.comb += issued.eq(t_issue | static_issue)
+            tr_taken = Mux(tr_ok, rdq.w_rdy, t_abort_taken)
+            m.d.comb += tr.ready.eq(tr_taken)
+            set_busy = Mux(t_issue, Const(1, S) << next_slot, 0)
+            clr_busy = Mux(tr.valid & tr_taken, Const(1, S) << tr.payload.tag, 0)
+            m.d.sync += slot_busy.eq((slot_busy | set_busy) & ~clr_busy)
 
         # ---- 4. Responses -> contributions.
         rs = self.resp
         rh = Signal(HeaderLayout)
         m.d.comb += rh.eq(rs.payload.data[0:HEADER_BITS])
-        in_payload = Signal()
-        dropping = Signal()
+        in_payload = Signal()          # past the header of a RED_READ_RESP
+        dropping = Signal()            # past the header of another packet: its flits are dropped
         r_rtag = Signal(RTAG_BITS)
         r_len = Signal(5)
         r_etype = Signal(3)
         r_k = Signal(5)
-        is_payload = rs.valid & in_payload
+        r_src = Signal(6)
+        r_code = Signal(8)
+        r_in_range = Signal()
+        vcyc = Signal()                # the cycle after a RED_READ_RESP header: its tracking rows are out
+        r_drop = Signal()              # the verdict on the packet, for its flits after that cycle
+        rh_rtag = Cat(rh.tag, rh.route.uni.xtag)
+        hdr_take = Signal()
+        ask_r = asked.read_port()
+        ans_w = answered.write_port()
+        ans_r = answered.read_port(transparent_for=(ans_w,))
+        m.d.comb += [ask_r.addr.eq(rh_rtag[0:EB]), ask_r.en.eq(hdr_take),
+                     ans_r.addr.eq(rh_rtag[0:EB]), ans_r.en.eq(hdr_take)]
+
+        # The verdict, in the cycle after the header (the rows are registered reads).
         cb = buf.contrib
         cp = cb.payload
-        # Aborts from translation go first; a response payload flit waits for a free slot.
-        with m.If(abort_valid):
-            m.d.comb += [cb.valid.eq(1), cp.rtag.eq(c.rtag), cp.abort.eq(1), cp.code.eq(tr.payload.code)]
-            m.d.comb += abort_taken.eq(cb.ready)
-        with m.Elif(is_payload):
+        ask_d, ans_d = ask_r.data, ans_r.data
+        r_gen = r_rtag[EB:RTAG_BITS]
+        tracked = Signal()
+        src_asked = Signal()
+        same_gen = Signal()
+        unasked = Signal()
+        dup = Signal()
+        m.d.comb += [
+            tracked.eq(r_in_range & (ask_d.gen == r_gen) & (ask_d.mask != 0)),
+            src_asked.eq((r_src < P) & (ask_d.mask >> r_src)[0]),
+            same_gen.eq(ans_d.gen == r_gen),
+            unasked.eq(tracked & ~src_asked),
+            dup.eq(tracked & src_asked & same_gen & (ans_d.mask >> r_src)[0]),
+        ]
+        v_drop = unasked | dup
+        errored = r_code != ErrorCode.NONE.value
+        v_abort = Signal()            # an error-coded answer: abort its entry with that code
+        v_hold = Signal()             # ... and the contribution port cannot take it this cycle
+        v_done = Signal()
+        m.d.comb += [v_abort.eq(vcyc & ~v_drop & errored), v_hold.eq(v_abort & ~cb.ready),
+                     v_done.eq(vcyc & ~v_hold)]
+        drop_now = Mux(vcyc, v_drop | errored, r_drop)
+        m.d.comb += [
+            ans_w.addr.eq(r_rtag[0:EB]), ans_w.data.gen.eq(r_gen),
+            ans_w.data.mask.eq(Mux(same_gen, ans_d.mask, 0) | (Const(1, P) << r_src)[0:P]),
+            ans_w.en.eq(v_done & tracked & ~v_drop),
+        ]
+        with m.If(v_done):
+            m.d.sync += r_drop.eq(v_drop | errored)
+
+        is_payload = rs.valid & in_payload
+        # Contribution port: a response's abort first (it holds the response link while it waits), then
+        # translation aborts, then payload flits (which wait for a free slot).
+        with m.If(v_abort):
+            m.d.comb += [cb.valid.eq(1), cp.rtag.eq(r_rtag), cp.abort.eq(1), cp.code.eq(r_code)]
+        if not self.defer_translation:
+            with m.Elif(t_abort_valid):
+                m.d.comb += [cb.valid.eq(1), cp.rtag.eq(t_abort_rtag), cp.abort.eq(1),
+                             cp.code.eq(t_abort_code)]
+                m.d.comb += t_abort_taken.eq(cb.ready)
+        with m.Elif(is_payload & ~drop_now):
             poison = rs.payload.last & rs.payload.poison
             m.d.comb += [cb.valid.eq(1), cp.rtag.eq(r_rtag), cp.flit.eq(r_k), cp.length.eq(r_len),
                          cp.etype.eq(r_etype), cp.data.eq(rs.payload.data), cp.abort.eq(poison),
                          cp.code.eq(Mux(poison, ErrorCode.LENGTH_MISMATCH.value, 0))]
-        m.d.comb += rs.ready.eq(Mux(in_payload, ~abort_valid & cb.ready, 1))
+        m.d.comb += rs.ready.eq(Mux(in_payload, Mux(drop_now, ~v_hold, ~t_abort_valid & cb.ready),
+                                    dropping | ~v_hold))
         take = rs.valid & rs.ready
         is_resp = rh.opcode == Opcode.RED_READ_RESP
+        m.d.comb += hdr_take.eq(take & ~in_payload & ~dropping)
         with m.If(take):
             with m.If(in_payload | dropping):
                 m.d.sync += r_k.eq(Mux(r_k == MAX_LENGTH, r_k, r_k + 1))
                 with m.If(rs.payload.last):
                     m.d.sync += [in_payload.eq(0), dropping.eq(0)]
             with m.Else():
-                m.d.sync += [r_rtag.eq(Cat(rh.tag, rh.route.uni.xtag)), r_len.eq(rh.length),
+                m.d.sync += [r_rtag.eq(rh_rtag), r_len.eq(rh.length), r_src.eq(rh.src),
+                             r_code.eq(rh.route.uni.code.as_value()),
+                             r_in_range.eq(rh_rtag[0:EB] < N if N < 1 << EB else 1),
                              r_etype.eq(rh.etype.as_value()), r_k.eq(0),
                              in_payload.eq(is_resp & ~rs.payload.last),
                              dropping.eq(~is_resp & ~rs.payload.last)]
-        m.d.sync += self.bad_responses.eq(self.bad_responses + (take & ~in_payload & ~dropping & ~is_resp))
+        # A poisoned header-only packet has been answered by whoever poisoned it: ignored.
+        m.d.sync += vcyc.eq(v_hold | (hdr_take & is_resp & ~(rs.payload.last & rs.payload.poison)))
+        m.d.sync += [
+            self.bad_responses.eq(self.bad_responses + (hdr_take & ~is_resp) + (v_done & unasked)),
+            self.duplicates.eq(self.duplicates + (v_done & dup)),
+        ]
 
         # ---- 5. Results: buffer packets and request errors, packet by packet, into the out FIFO.
         m.submodules.outq = outq = fifo.SyncFIFO(width=flit_bits, depth=2)

@@ -7,10 +7,17 @@ The environment plays every other party:
 * sources inject ``dymultimem``/static ``multimem.ld_reduce`` requests (random masks, lengths, element
   types, ops; malformed ones on demand) on ``req`` with random gaps;
 * the translator model (engine only) answers translations after random latencies, out of order;
-* the destinations take ``RED_READ`` packets from ``rd`` (random stalls), check them (one per destination
-  of the mask, the translated address, the request's length/type), and answer ``RED_READ_RESP`` after a
-  random per-packet latency with data from a deterministic memory model; the answers share the ``resp``
-  link packet by packet, so they come back reordered across destinations and requests;
+* the destinations take ``RED_READ`` packets from ``rd`` (random stalls), check them bit for bit (one per
+  destination of the mask, the translated address, the request's length/type/op, the reduction tag), and
+  answer ``RED_READ_RESP`` after a random per-packet latency with data from a deterministic memory model;
+  the answers share the ``resp`` link packet by packet, so they come back reordered across destinations
+  and requests;
+* with ``defer_translation`` the engine sends ``DYN_RED_READ`` (row named by a ``DeferredAddr``) and must
+  never use ``translate``; the destination side then plays the egress translator too: a read whose
+  translation would fail is answered with a header-only error-coded ``RED_READ_RESP``;
+* on demand destinations answer with an error code (with or without payload), answer twice, or a port
+  that was not asked answers; these come early and the entry's other answers late, so the entry is
+  certainly still live (a duplicate that were counted would complete it early with a wrong sum);
 * ``out`` is drained with random stalls.
 
 :class:`verif.models.reduction.ReductionBufferModel` sees every contribution in the order ``resp``
@@ -26,7 +33,8 @@ import cocotb
 import numpy as np
 from amaranth.lib import data
 
-from hw.packet import EType, ErrorCode, Flit, Header, Opcode, Packet, RedOp, pack_flit, unpack_flit
+from hw.packet import (EType, ErrorCode, Flit, Header, Opcode, Packet, RedOp, pack_deferred_addr, pack_flit,
+                       unpack_flit)
 from hw.switch.group_table import GroupWrite
 from hw.switch.linear_translator import BaseWrite
 from hw.switch.reduction_buffer import rtag_from_header, rtag_to_header
@@ -155,6 +163,11 @@ class Req:
         self.silent = set()      # destinations that never answer
         self.bad_resp = {}       # dst -> "etype" | "poison"
         self.expect_timeout = False
+        self.err_resp = {}       # dst -> (code, with_payload): that destination answers with an error code
+        self.dup = set()         # destinations that answer twice (the second copy right after the first)
+        self.unasked = []        # ports not in the mask that answer anyway
+        self.late = False        # answers not involved in the above come LATE cycles later
+        self.unasked_sent = False
 
 
 class EngineEnv:
@@ -165,6 +178,7 @@ class EngineEnv:
         self.P = p["ports"]
         self.W = p["flit_width"]
         self.max_length = p["max_length"]
+        self.defer = bool(p.get("defer_translation", False))
         self.rows = p.get("rows", 4096)
         self.rng = np.random.default_rng(tbenv.seed())
         self.lat = lat
@@ -200,12 +214,17 @@ class EngineEnv:
         self.expected_counts = collections.Counter()
         self.max_in_use = 0
         self.req_refused = 0
+        self.resp_stalls = 0      # cycles with resp valid and not ready
         self.cycler.watchers.append(self._watch)
 
     def _watch(self, cycle):
         self.max_in_use = max(self.max_in_use, int(self.dut.in_use.value))
+        if self.defer:
+            assert int(self.dut.translate__req__valid.value) == 0, "translate used with defer_translation"
         if int(self.dut.req__valid.value) and not int(self.dut.req__ready.value):
             self.req_refused += 1
+        if int(self.dut.resp__valid.value) and not int(self.dut.resp__ready.value):
+            self.resp_stalls += 1
 
     async def start(self, *, static_groups=4, unconfigured=()):
         await self.cycler.start()
@@ -257,12 +276,22 @@ class EngineEnv:
                 offset = int(rng.integers(0, 1024))
                 h = Header(opcode=Opcode.DYN_LD_REDUCE, src=src, tag=tag, length=length, etype=etype,
                            redop=op, group=int(rng.integers(0, 256)), mask=mask, index=index, offset=offset)
-                addrs = {d: (self.bases.get(d, 0) + index * ROW_BYTES + offset * (self.W // 8)) % (1 << 48)
-                         for d in dsts}
+                addrs = {d: self.dyn_addr(d, index, offset, h.group) for d in dsts}
             if not any((src, d, a) in self.by_addr for d, a in addrs.items()):
                 break
         r = Req(h, dsts)
         r.addrs = addrs
+        return r
+
+    def dyn_addr(self, d, index, offset, group):
+        """The address a dymultimem read to ``d`` must carry: translated, or the deferred row name."""
+        if self.defer:
+            return pack_deferred_addr(group, index, offset * (self.W // 8))
+        return (self.bases.get(d, 0) + index * ROW_BYTES + offset * (self.W // 8)) % (1 << 48)
+
+    def fix_addrs(self, r: Req) -> Req:
+        """Recompute a dymultimem request's read addresses after a test edited its header or mask."""
+        r.addrs = {d: self.dyn_addr(d, r.h.index, r.h.offset, r.h.group) for d in r.dsts}
         return r
 
     def inject(self, r: Req, flits=None) -> None:
@@ -296,10 +325,16 @@ class EngineEnv:
                     self.errors[(h.src, h.group, h.index, d)] = r.doomed
             if r.doomed is not None:
                 r.failing = set(fails)
-                self.sb.expect(key, Packet(Header(opcode=Opcode.ERROR, src=h.src, tag=h.tag, dst=h.src,
-                                                  code=r.doomed)))
-                self.expected_counts["aborts"] += 1
-                self.expected_counts["stale"] += len(fails) - 1
+                if self.defer:
+                    # The destinations' egress answers with the code; the model sees those aborts.
+                    for d in fails:
+                        r.err_resp[d] = (r.doomed.value, False)
+                    r.doomed = None
+                else:
+                    self.sb.expect(key, Packet(Header(opcode=Opcode.ERROR, src=h.src, tag=h.tag, dst=h.src,
+                                                      code=r.doomed)))
+                    self.expected_counts["aborts"] += 1
+                    self.expected_counts["stale"] += len(fails) - 1
             elif r.expect_timeout:
                 self.sb.expect(key, "TIMEOUT")
         for f in flits:
@@ -310,16 +345,19 @@ class EngineEnv:
         g = np.random.default_rng([dst, addr + k * (self.W // 8), tbenv.seed()])
         return random_lanes(g, etype, self.W)
 
+    LATE = 400
+
     def _on_read(self, word, cycle):
         f = unpack_flit(word, self.W)
         h = Header.decode(f.data)
-        assert f.last and h.opcode == Opcode.RED_READ.value, f"rd carried {h} (last={f.last})"
+        read_op = Opcode.DYN_RED_READ if self.defer else Opcode.RED_READ
+        assert f.last and not f.poison and h.opcode in (Opcode.RED_READ.value, read_op.value), \
+            f"rd carried {h} (last={f.last}, poison={f.poison})"
         r = self.by_addr.get((h.src, h.dst, h.addr))
         assert r is not None, f"RED_READ for no request (wrong address or destination?): {h}"
         assert h.dst not in r.read_seen, f"second RED_READ to destination {h.dst}: {h}"
-        assert h.dst not in r.failing, f"RED_READ to {h.dst} although its translation failed: {h}"
+        assert self.defer or h.dst not in r.failing, f"RED_READ to {h.dst} although its translation failed: {h}"
         r.read_seen.add(h.dst)
-        assert (h.length, h.etype, h.redop) == (r.h.length, r.h.etype, r.h.redop), f"{h} for {r.h}"
         rtag = rtag_from_header(h)
         if r.rtag is None:
             r.rtag = rtag
@@ -327,9 +365,39 @@ class EngineEnv:
                 self.model.allocate(rtag, src=r.h.src, tag=r.h.tag, etype=r.h.etype, op=r.h.redop,
                                     length=r.h.length, expected=len(r.dsts))
         assert rtag == r.rtag, f"RED_READs of one request carry different tags {rtag:#x}, {r.rtag:#x}"
+        # Every bit of the read: the opcode for the request's kind, its fields, nothing else set.
+        static = r.h.opcode == Opcode.MM_LD_REDUCE.value
+        want = Header(opcode=Opcode.RED_READ if static else read_op, src=r.h.src, dst=h.dst, length=r.h.length,
+                      etype=r.h.etype, redop=r.h.redop, addr=r.addrs[h.dst], **rtag_to_header(rtag))
+        assert f.data == want.encode(), f"read {h} ({f.data:#x}), expected {want} ({want.encode():#x})"
         if r.doomed is not None or h.dst in r.silent:
             return
         etype = r.h.etype
+        due = cycle + int(self.rng.integers(self.lat[0], self.lat[1] + 1))
+        early = h.dst in r.dup or h.dst in r.err_resp
+        if r.late and not early:
+            due += self.LATE
+        if r.unasked and not r.unasked_sent:
+            # Ports that were not asked answer right after the first read (the entry is live: the real
+            # answers are late).
+            r.unasked_sent = True
+            for i, u in enumerate(r.unasked):
+                hdr = Header(opcode=Opcode.RED_READ_RESP, src=u, dst=h.src, length=h.length, etype=etype,
+                             redop=h.redop, addr=h.addr, **rtag_to_header(rtag))
+                payload = [self.gpu_data(u, h.addr, k, etype) for k in range(h.length)]
+                self.resp.schedule(cycle + 2 + i, Packet(hdr, payload).flits(self.W), ("unasked", rtag, hdr))
+        if h.dst in r.err_resp:
+            code, with_payload = r.err_resp[h.dst]
+            hdr = Header(opcode=Opcode.RED_READ_RESP, src=h.dst, dst=h.src, length=h.length, etype=etype,
+                         redop=h.redop, code=code, **rtag_to_header(rtag))
+            payload = [int(self.rng.integers(0, 1 << 62)) for _ in range(h.length)] if with_payload else []
+            flits = Packet(hdr, payload).flits(self.W)
+            self.resp.schedule(due, flits, ("err", rtag, hdr))
+            if h.dst in r.dup:
+                # Right behind it (same due time): the duplicate's header reads the tracking row the
+                # error answer writes in that very cycle.
+                self.resp.schedule(due, list(flits), ("dup_after_err", rtag, hdr))
+            return
         bad = r.bad_resp.get(h.dst)
         resp_etype = (etype + 1) % 5 if bad == "etype" else etype
         payload = [self.gpu_data(h.dst, h.addr, k, etype) for k in range(h.length)]
@@ -338,8 +406,9 @@ class EngineEnv:
         flits = Packet(hdr, payload).flits(self.W)
         if bad == "poison":
             flits[-1] = Flit(flits[-1].data, last=True, poison=True)
-        due = cycle + int(self.rng.integers(self.lat[0], self.lat[1] + 1))
         self.resp.schedule(due, flits, ("resp", rtag, hdr))
+        if h.dst in r.dup:
+            self.resp.schedule(due + 3, list(flits), ("dup", rtag, hdr))
 
     def _on_req_accept(self, word, cycle):
         f = unpack_flit(word, self.W)
@@ -355,6 +424,21 @@ class EngineEnv:
                 self.expected_counts["bad_responses"] += 1
             return
         _, rtag, hdr = info
+        if kind in ("dup", "unasked", "dup_after_err"):
+            # Dropped whole by the engine. The scenario keeps the entry live until they have passed (a
+            # duplicate of an error answer follows it at once, before the entry can be reused).
+            if k == 0:
+                assert kind == "dup_after_err" or rtag in self.model.live, \
+                    f"{kind} answer {hdr} arrived after its entry finished"
+                self.expected_counts["bad_responses" if kind == "unasked" else "duplicates"] += 1
+            return
+        if kind == "err":
+            # The header aborts the entry with its code; any payload is dropped.
+            if k == 0:
+                pkt = self.model.contribute(Contribution(rtag, 0, 0, 0, abort=True, code=hdr.code))
+                if pkt is not None:
+                    self.sb.expect((pkt.header.dst, pkt.header.tag), pkt)
+            return
         if k == 0:
             return
         if flit.poison:
@@ -369,6 +453,8 @@ class EngineEnv:
         self.resp.schedule(due, packet.flits(self.W), ("junk",))
 
     def send_stale(self, due, rtag, length=2):
+        """A RED_READ_RESP for ``rtag``: use generation 0 of an entry (no entry is allocated 2**gen_bits
+        times in a test), so that it is stale in the buffer and not tracked by the engine."""
         hdr = Header(opcode=Opcode.RED_READ_RESP, src=0, dst=0, length=length, etype=EType.FP32, **rtag_to_header(rtag))
         payload = [int(self.rng.integers(0, 1 << 62)) for _ in range(length)]
         self.resp.schedule(due, Packet(hdr, payload).flits(self.W), ("resp", rtag, hdr))
@@ -403,7 +489,8 @@ class EngineEnv:
         self.sb.observe(key, pkt, cycle=cycle)
 
     def counters(self):
-        names = ("stale", "mismatches", "aborts", "timeouts", "completed", "bad_requests", "bad_responses")
+        names = ("stale", "mismatches", "aborts", "timeouts", "completed", "bad_requests", "bad_responses",
+                 "duplicates")
         vals = {n: getattr(self.dut, n).value for n in names}
         bad = {n: str(v) for n, v in vals.items() if not v.is_resolvable}
         assert not bad, f"unresolved (X/Z) status counters: {bad}"
@@ -421,7 +508,8 @@ class EngineEnv:
                 "aborts": self.model.aborts + self.expected_counts["aborts"],
                 "timeouts": self.model.timeouts, "completed": self.model.completed,
                 "bad_requests": self.expected_counts["bad_requests"],
-                "bad_responses": self.expected_counts["bad_responses"]}
+                "bad_responses": self.expected_counts["bad_responses"],
+                "duplicates": self.expected_counts["duplicates"]}
         assert got == want, f"status counters {got}, expected {want}"
         assert int(self.dut.in_use.value) == 0, "entries still in use after draining"
 
@@ -444,6 +532,8 @@ async def test_traffic(dut):
     await env.drain()
     dut._log.info(f"{env.model.completed} reductions; max {env.max_in_use} in flight")
     assert env.max_in_use >= min(4, s.get("requests", 40) // 4), f"only {env.max_in_use} in flight at once"
+    # No translation aborts, no timeouts: the response link is never held up (one flit per cycle).
+    assert env.resp_stalls == 0, f"resp not ready in {env.resp_stalls} cycles with a flit waiting"
 
 
 @cocotb.test()
@@ -462,8 +552,7 @@ async def test_errors(dut):
             if not r.dsts:
                 r.dsts = [0]
             r.h.mask = sum(1 << d for d in r.dsts)
-            r.addrs = {d: r.addrs.get(d, (env.bases[d] + r.h.index * ROW_BYTES + r.h.offset * (env.W // 8))
-                                      % (1 << 48)) for d in r.dsts}
+            env.fix_addrs(r)
         return r
 
     for rnd in range(s.get("rounds", 2)):
@@ -503,14 +592,11 @@ async def test_errors(dut):
         if (env.P - 1) not in r.dsts:
             r.dsts = sorted(r.dsts[:2] + [env.P - 1])
             r.h.mask = sum(1 << d for d in r.dsts)
-            r.addrs = {d: (env.bases.get(d, 0) + r.h.index * ROW_BYTES + r.h.offset * (env.W // 8)) % (1 << 48)
-                       for d in r.dsts}
+            env.fix_addrs(r)
         env.inject(r)
         r = fix_dsts(good(static=False))
         r.h.index = env.rows + int(rng.integers(0, 100))
-        r.addrs = {d: (env.bases[d] + r.h.index * ROW_BYTES + r.h.offset * (env.W // 8)) % (1 << 48)
-                   for d in r.dsts}
-        env.inject(r)
+        env.inject(env.fix_addrs(r))
         if not env.unit:     # an arbitrary AL-TLB fault, only the Python translator can make one
             r = fix_dsts(good(static=False))
             r.doomed = ErrorCode.TLB_FAULT
@@ -526,7 +612,7 @@ async def test_errors(dut):
         now = env.cycler.cycle
         env.send_junk(now + 50, Packet(Header(opcode=Opcode.READ_RESP, src=1, dst=0, length=2), [1, 2]))
         env.send_junk(now + 60, Packet(Header(opcode=Opcode.WRITE, src=1, dst=0, length=0, addr=16), []))
-        env.send_stale(now + 70, int(rng.integers(0, 1 << 16)))
+        env.send_stale(now + 70, int(rng.integers(0, env.p["entries"])))
         await env.cycler.cycles(100)
     await env.drain()
     dut._log.info(f"expected counters {dict(env.expected_counts)}; model stale {env.model.stale}")
@@ -561,3 +647,46 @@ async def test_full(dut):
     limit = env.p["outstanding"] or env.p["entries"]
     assert env.max_in_use == limit, f"max in use {env.max_in_use}, expected {limit}"
     assert env.req_refused > 0, "req was never backpressured"
+
+
+@cocotb.test()
+async def test_bad_answers(dut):
+    """Among good traffic: destinations answering with an error code (header only, or with a payload that
+    must be dropped; once twice back to back), duplicated answers, answers from ports that were not asked. An error code aborts its
+    entry with that code (ERROR to the requester; the others' answers are then stale); a duplicate is
+    dropped whole and counted in ``duplicates``, an unasked port's answer in ``bad_responses``; neither
+    contributes, so the result is the reduction of the distinct contributions in arrival order."""
+    env, s = _env(dut, gap=0.0, stall=0.1, lat=[10, 60])     # gap 0: answers back to back
+    await env.start()
+    rng = env.rng
+    codes = [ErrorCode.TLB_FAULT, ErrorCode.ISOLATION, ErrorCode.OUT_OF_BOUNDS]
+    for _ in range(s.get("rounds", 3)):
+        for _ in range(3):
+            env.inject(env.make_request())
+        # Error-coded answers: header only, and with a payload.
+        for with_payload in (False, True):
+            r = env.make_request(static=bool(rng.random() < 0.3), fanout=int(rng.integers(1, 4)))
+            d = int(rng.choice(r.dsts))
+            r.err_resp[d] = (int(rng.choice(codes).value), with_payload)
+            if not with_payload:
+                r.dup = {d}          # the error answer twice, back to back
+            env.inject(r)
+        # A duplicated answer (fan-out >= 2 so the entry is live when it arrives).
+        r = env.make_request(static=False, fanout=int(rng.integers(2, env.P + 1)))
+        r.dup = {int(rng.choice(r.dsts))}
+        r.late = True
+        env.inject(r)
+        # Answers from ports that were not asked: one inside 0..ports-1, one beyond.
+        r = env.make_request(static=False, fanout=int(rng.integers(1, env.P)))
+        others = [p for p in range(env.P) if p not in r.dsts]
+        r.unasked = [int(rng.choice(others))] + ([int(rng.integers(env.P, 64))] if env.P < 64 else [])
+        r.late = True
+        env.inject(r)
+        await env.cycler.cycles(150)
+    await env.drain()
+    dut._log.info(f"expected counters {dict(env.expected_counts)}; model aborts {env.model.aborts}, "
+                  f"stale {env.model.stale}")
+    assert env.expected_counts["duplicates"] == 2 * s.get("rounds", 3)
+    assert env.model.aborts == 2 * s.get("rounds", 3)
+    # Dropping, verdicts and aborts cost no response cycle here (no translation aborts, no timeouts).
+    assert env.resp_stalls == 0, f"resp not ready in {env.resp_stalls} cycles with a flit waiting"

@@ -1,0 +1,97 @@
+"""Zero-load latency of the integrated DySHARP switch, stage totals asserted cycle for cycle (Amaranth
+simulator, 4 ports): the figures of docs/architecture.md."""
+
+from amaranth.sim import Simulator
+
+from hw.packet import EType, Header, Opcode, Packet, RedOp
+from hw.switch.dysharp_switch import CfgTarget, DySharpSwitch
+
+N, L, FILL = 4, 20, 0x1000
+
+
+def _run(sends):
+    """Drive ``sends`` [(cycle, port, vc, Packet)] into the switch; GPUs answer TLB_FILL and RED_READ after
+    ``L`` cycles. Returns [(cycle, port, vc, Header)] of every packet header the switch sent."""
+    dut = DySharpSwitch(ports=N, credits=32, resp_credits=32)
+    out = []
+
+    async def tb(ctx):
+        ctx.set(dut.cfg.valid, 1)
+        ctx.set(dut.cfg.payload, {"target": CfgTarget.TLB, "all": 1,
+                                  "tlb": {"op": 0, "group": 1, "mask": (1 << N) - 1, "rows": 1024}})
+        await ctx.tick()
+        ctx.set(dut.cfg.payload, {"target": CfgTarget.GROUP, "group": {"handle": 2, "mask": 0b0010}})
+        await ctx.tick()
+        ctx.set(dut.cfg.valid, 0)
+        queue = {i: [] for i in range(N)}
+        for t, port, vc, p in sends:
+            queue[port].append([t, vc, p.flits()])
+        credits = [[8, 8] for _ in range(N)]
+        head = [True] * N
+        for cyc in range(400):
+            for i in range(N):
+                ctx.set(dut.rx[i].valid, 0)
+                ctx.set(dut.tx[i].credit.as_value(), 0)
+                queue[i].sort(key=lambda e: e[0])
+                if queue[i] and queue[i][0][0] <= cyc and credits[i][queue[i][0][1]] > 0:
+                    e = queue[i][0]
+                    f = e[2].pop(0)
+                    credits[i][e[1]] -= 1
+                    if not e[2]:
+                        queue[i].pop(0)
+                    ctx.set(dut.rx[i].valid, 1)
+                    ctx.set(dut.rx[i].vc, e[1])
+                    ctx.set(dut.rx[i].flit, {"data": f.data, "last": f.last})
+            for i in range(N):
+                if ctx.get(dut.tx[i].valid):
+                    vc, fd = ctx.get(dut.tx[i].vc), ctx.get(dut.tx[i].flit)
+                    ctx.set(dut.tx[i].credit.as_value(), 1 << (2 * vc))
+                    if head[i]:
+                        h = Header.decode(fd.data)
+                        out.append((cyc, i, vc, h))
+                        if h.opcode == Opcode.TLB_FILL.value:
+                            r = Header(opcode=Opcode.TLB_FILL_RESP, tag=h.tag, dst=i, addr=FILL)
+                            queue[i].append([cyc + L, 1, Packet(r).flits()])
+                        if h.opcode == Opcode.RED_READ.value:
+                            r = Header(opcode=Opcode.RED_READ_RESP, dst=h.src, tag=h.tag, xtag=h.xtag,
+                                       length=h.length, etype=h.etype, redop=h.redop)
+                            queue[i].append([cyc + L, 1, Packet(r, [7] * h.length).flits()])
+                    head[i] = bool(fd.last)
+                cr = ctx.get(dut.rx[i].credit.as_value())
+                credits[i][0] += cr & 3
+                credits[i][1] += cr >> 2
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(tb)
+    sim.run()
+    return out
+
+
+def _dyn_st(offset):
+    return Packet(Header(opcode=Opcode.DYN_ST, tag=offset, length=1, group=1, mask=0b0010, index=5,
+                         offset=offset), [0xA0 + offset])
+
+
+def test_zero_load_latency():
+    sends = [(0, 0, 0, _dyn_st(0)),                        # cold: AL-TLB miss
+             (60, 0, 0, _dyn_st(1)),                       # warm: hit
+             (120, 0, 0, Packet(Header(opcode=Opcode.WRITE, tag=3, length=1, dst=1, addr=0x40), [0xC])),
+             (180, 0, 0, Packet(Header(opcode=Opcode.DYN_LD_REDUCE, tag=4, length=1, group=1, mask=0b0010,
+                                       index=5, etype=EType.S32, redop=RedOp.ADD))),
+             (300, 0, 0, Packet(Header(opcode=Opcode.MM_LD_REDUCE, tag=5, length=1, group=2, addr=0x80,
+                                       etype=EType.S32, redop=RedOp.ADD)))]
+    out = _run(sends)
+    seen = [(c, port, vc, Opcode(h.opcode).name, h.tag if h.opcode != Opcode.RED_READ.value else None,
+             h.addr if Opcode(h.opcode) in (Opcode.WRITE, Opcode.RED_READ) else None) for c, port, vc, h in out]
+    assert seen == [
+        (9, 1, 0, "TLB_FILL", 0, None),                  # miss: the fill leaves 9 cycles after the header
+        (36, 1, 0, "WRITE", 0, FILL),                    # 7 cycles after the fill response went in (29)
+        (70, 1, 0, "WRITE", 1, FILL + 16),               # hit: 10 cycles, row + offset x 16
+        (127, 1, 0, "WRITE", 3, 0x40),                   # no translation: 7 cycles
+        (194, 1, 0, "RED_READ", None, FILL),             # ld_reduce header in -> RED_READ out: 14
+        (229, 0, 1, "RED_RESP", 4, None),                # RED_READ_RESP in (214) -> RED_RESP out: 15
+        (311, 1, 0, "RED_READ", None, 0x80),             # static: no translation, 11
+        (346, 0, 1, "RED_RESP", 5, None),
+    ], seen
