@@ -192,5 +192,16 @@ def test_bench_combine_and_zero_load_n4():
     st = z["ld_reduce_stages"]
     assert z["ld_reduce_warm"] == sum(st.values())
     assert st["gpu_read_and_send"] >= 150 + 16
-    assert min(z["store_hit"]) >= min(z["plain_switch_all"])
+    assert min(z["store_hit"]) >= min(z["plain_switch"])
     assert min(z["store_miss"]) > max(z["store_hit"]) + 100   # the fill latency shows on a miss
+
+
+def test_bench_rejects_bad_arguments(capsys):
+    from dysharp.cli import main
+
+    assert main(["bench", "dysharp_switch", "--skip", "dispatch,bogus"]) == 2
+    assert "--skip takes dispatch, combine, fused, zero" in capsys.readouterr().err
+    assert main(["bench", "dysharp_switch", "--ports", "3"]) == 2
+    assert "--ports must be in 4..64" in capsys.readouterr().err
+    assert main(["bench", "dysharp_switch", "--fanouts", "1,x"]) == 2
+    assert "--fanouts expects comma-separated integers" in capsys.readouterr().err

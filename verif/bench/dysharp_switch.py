@@ -462,8 +462,8 @@ def measure_zero_load(n: int, read_latency: int = 150, *, fill_latency: int = 10
     t_reads = max(int(log.rx["last"][r]) for r in reads)
     t_resp = max(int(x["last"]) for x in resp)
     return {
-        "store_hit": hit, "store_miss": miss, "plain_switch": plain_lat[1::2] if len(plain_lat) == 6 else plain_lat,
-        "plain_switch_all": plain_lat, "fill_latency": fill_latency, "read_latency": read_latency,
+        "store_hit": hit, "store_miss": miss, "plain_switch": plain_lat, "fill_latency": fill_latency,
+        "read_latency": read_latency,
         "ld_reduce_cold": rep.result_latency[0][1], "ld_reduce_warm": dict(rep.result_latency)[warm],
         "ld_reduce_stages": {
             "request_to_reads": t_reads - sent,
@@ -538,6 +538,10 @@ def run(args) -> int:
         raise ValueError(f"--skip takes dispatch, combine, fused, zero; got {sorted(skip)}")
     if any(x < 0 for x in lats) or args.fill_latency < 0:
         raise ValueError("latencies must be >= 0")
+    if min(fanouts) < 1 or min(ds) < 1:
+        raise ValueError("--fanouts and --contributors must be >= 1")
+    if args.cycles < 100 or args.warmup < 0:
+        raise ValueError("--cycles must be >= 100 and --warmup >= 0")
     cycles = 6000 if args.full and args.cycles == 2000 else args.cycles
     if args.full:
         ds = sorted(set(ds) | {8})
@@ -634,7 +638,7 @@ def markdown(report: dict) -> str:
             st = z["ld_reduce_stages"]
             lines += [f"**N={n}, zero load** (read latency {z['read_latency']}, fill latency {z['fill_latency']}): "
                       f"translated store, header in to header out, hit {sorted(set(z['store_hit']))} cycles "
-                      f"(plain NVSwitch {sorted(set(z['plain_switch_all']))}), miss {sorted(set(z['store_miss']))}; "
+                      f"(plain NVSwitch {sorted(set(z['plain_switch']))}), miss {sorted(set(z['store_miss']))}; "
                       f"ld_reduce (d = 2) request to result header cold {z['ld_reduce_cold']}, warm "
                       f"{z['ld_reduce_warm']} = request to reads at the GPUs {st['request_to_reads']} + GPU read and "
                       f"send {st['gpu_read_and_send']} + last contribution to result {st['last_contribution_to_result']}.",
