@@ -486,11 +486,12 @@ def add_arguments(p) -> None:
                    help="cycles from a TLB_FILL's arrival at the GPU to its response (default: 100)")
     p.add_argument("--red-entries", type=int, default=None,
                    help="reduction buffer entries per port (default: the module's default)")
-    p.add_argument("--cycles", type=int, default=2000, help="measured cycles per point (default: 2000)")
-    p.add_argument("--warmup", type=int, default=1000, help="warm-up cycles per point (default: 1000)")
+    p.add_argument("--cycles", type=int, default=4000, help="measured cycles per point (default: 4000)")
+    p.add_argument("--warmup", type=int, default=3000,
+                   help="warm-up cycles per point (default: 3000; twice that for combine)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--full", action="store_true", help="the bigger grid: 6000 measured cycles, d up to 8, "
-                                                       "fused mix at both read latencies")
+    p.add_argument("--full", action="store_true", help="the bigger grid: 12000 measured cycles, d up to 8, "
+                                                       "fused mix at every read latency")
     p.add_argument("--skip", default="", help="comma-separated parts to leave out: dispatch, combine, fused, zero")
     p.add_argument("--jobs", type=int, default=None,
                    help="worker processes for the independent points (default: 2, or the CPU count if less)")
@@ -542,7 +543,7 @@ def run(args) -> int:
         raise ValueError("--fanouts and --contributors must be >= 1")
     if args.cycles < 100 or args.warmup < 0:
         raise ValueError("--cycles must be >= 100 and --warmup >= 0")
-    cycles = 6000 if args.full and args.cycles == 2000 else args.cycles
+    cycles = 12000 if args.full and args.cycles == 4000 else args.cycles
     if args.full:
         ds = sorted(set(ds) | {8})
     out = Path(args.out)
@@ -647,10 +648,10 @@ def markdown(report: dict) -> str:
 
 
 STUDY_ARGS = {"quick": ["--ports", "8", "--fanouts", "1,4", "--contributors", "2", "--read-latencies", "150",
-                        "--cycles", "1000"],
+                        "--cycles", "2000", "--warmup", "1500"],
               "default": [], "full": ["--full"]}
 FULL_ONLY = {"quick": "N = 16, fanouts 2 and 8, d = 1 and 4, read latency 800",
-             "default": "6000-cycle windows, d = 8 and the fused mix at every read latency"}
+             "default": "12000-cycle windows, d = 8 and the fused mix at every read latency"}
 
 
 def study(args, out_dir) -> str:
