@@ -205,7 +205,7 @@ register("request_gen", "hw.gpu_nic.request_gen:RequestGenerator",
          points=[{"ports": 8}, {"ports": 32, "tags": 64}], area_grid=[{"ports": 8}, {"ports": 64}])
 register("receive_path", "hw.gpu_nic.receive_path:ReceivePath",
          points=[{}, {"experts": 8, "tile_size": 64, "tags": 64}])
-register("gpu_nic", "hw.gpu_nic.nic:GpuNic", points=[{}])
+register("gpu_nic", "hw.gpu_nic.nic:GpuNic", points=[{}, {"ports": 16, "experts": 8, "tiles": 4, "tile_size": 4}])
 register("group_table", "hw.switch.group_table:GroupTable", defaults={"n_ports": 8},
          points=[{"entries": e} for e in (4, 16, 64)],
          area_grid=[{"entries": e} for e in (4, 16, 64, 256)],
@@ -234,3 +234,5 @@ register("dysharp_switch", "hw.switch.dysharp_switch:DySharpSwitch",
          points=[{"ports": n} for n in (4, 8, 16, 32, 64)], area_grid=[{"ports": 4}, {"ports": 8}],
          doc="The integrated DySHARP switch: request and response networks, and per port an AL-TLB, an egress "
              "translator and a reduction engine")
+register("system", "hw.system:System", points=[{"gpus": n} for n in (4, 8, 16)],
+         doc="The system top: G GPU NICs on one DySHARP switch")

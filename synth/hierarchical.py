@@ -18,6 +18,17 @@ point small enough to flatten (``VALIDATION_POINT``: 4 ports, 32 input cells): t
 1.98% below the flat area (181,240 vs 184,905 um^2; arrays equal, random logic 26,004 vs 29,669 um^2,
 the difference being the top's glue); ``tests/test_elab.py`` asserts it within ``HIER_MARGIN`` (5%).
 
+The integrated DySHARP switch (``dysharp_switch``, from ``DYSHARP_HIER_MIN_PORTS`` ports: a flat 8-port top is
+~11 MB of Verilog and 0.87 M cells, past what the WebAssembly yosys can hold) is costed the same way:
+
+    area = request network + response network (each an NVSwitch, itself hierarchical from 16 ports)
+           + N x (AL-TLB + reduction engine + egress translator + fill bridge + VC receiver + VC sender
+                  + 2 network-output receivers + 2 credit senders + 2 ingress checks + 3 two-way merges
+                  + one five-way merge).
+
+It leaves out the four packet splits per port (a register and a mux each), the status totals' adders and
+the configuration decode.
+
 Critical path: the maximum over the parts, each register-to-register inside its part with its ports
 unconstrained (OpenSTA's input/output delay 0). A path that crosses parts (input-unit register ->
 crossbar -> egress array) is therefore not timed whole; the figure is a lower bound of the flat one and
@@ -28,6 +39,7 @@ from contextlib import contextmanager
 
 from hw import registry
 from hw.switch.allocator import ISlipAllocator
+from hw.vc_link import VcReceiver, VcSender
 
 __all__ = ["HIER_MIN_PORTS", "HIER_MARGIN", "VALIDATION_POINT", "applies", "parts", "area_point", "validate"]
 
@@ -36,15 +48,53 @@ __all__ = ["HIER_MIN_PORTS", "HIER_MARGIN", "VALIDATION_POINT", "applies", "part
 HIER_MIN_PORTS = 16
 
 SWITCH_MODULES = ("switch", "switch_fifo")
+NVSWITCH_FACTORY = "hw.switch.nvswitch:NVSwitch"
+DYSHARP_MODULES = ("dysharp_switch",)
+DYSHARP_HIER_MIN_PORTS = 8
 
 # The point on which flat and hierarchical area are compared, and the margin they must agree within.
 VALIDATION_POINT = {"ports": 4, "credits": 32}
 HIER_MARGIN = 0.05
 
 
+def _is_switch(module: str) -> bool:
+    return module in SWITCH_MODULES or (module in registry.MODULES and
+                                        registry.MODULES[module].factory == NVSWITCH_FACTORY)
+
+
 def applies(module: str, params: dict, min_ports: int = HIER_MIN_PORTS) -> bool:
     """Whether ``dysharp area`` costs this point hierarchically."""
-    return module in SWITCH_MODULES and params.get("ports", 0) >= min_ports
+    if module in DYSHARP_MODULES:
+        return params.get("ports", 0) >= min(min_ports, DYSHARP_HIER_MIN_PORTS)
+    return _is_switch(module) and params.get("ports", 0) >= min_ports
+
+
+def dysharp_parts(params: dict) -> list[tuple[str, str, dict, int]]:
+    """(part name, factory, parameters, count) of a ``dysharp_switch`` at ``params`` (as it builds them)."""
+    from hw.switch.dysharp_switch import _NET_OUT_DEPTH
+    N, W, P = params["ports"], params["flit_width"], params["max_payload"]
+    net = {"ports": N, "out_credits": _NET_OUT_DEPTH, "flit_width": W, "max_payload": P}
+    L, G = params["link_credits"], params["gpu_credits"]
+    return [
+        ("reqnet", NVSWITCH_FACTORY, {**net, "credits": params["credits"], "groups": params["groups"]}, 1),
+        ("respnet", NVSWITCH_FACTORY, {**net, "credits": params["resp_credits"], "groups": 2}, 1),
+        ("tlb", "hw.switch.al_tlb:AlTlb", {"ports": N, "groups": params["groups"], "entries": params["tlb_entries"],
+                                           "mshrs": params["tlb_mshrs"], "timeout": params["tlb_timeout"]}, N),
+        ("engine", "hw.switch.reduction_engine:ReductionEngine",
+         {"ports": N, "entries": params["red_entries"], "max_length": P, "flit_width": W,
+          "timeout": params["red_timeout"], "groups": params["groups"], "defer_translation": True}, N),
+        ("egress", "hw.switch.egress_translator:EgressTranslator",
+         {"port": 0, "ports": N, "flit_width": W, "max_payload": P, "slots": params["egress_slots"]}, N),
+        ("fill", "hw.switch.tlb_fill_bridge:TlbFillBridge", {"port": 0, "ports": N, "flit_width": W}, N),
+        ("vc_rx", "synth.hierarchical:_VcReceiver", {"credits": L, "flit_width": W}, N),
+        ("vc_tx", "synth.hierarchical:_VcSender", {"credits": G, "flit_width": W}, N),
+        ("net_rx", "hw.credit:CreditReceiver", {"depth": _NET_OUT_DEPTH, "flit_width": W}, 2 * N),
+        ("req_tx", "hw.credit:CreditSender", {"credits": params["credits"], "flit_width": W}, N),
+        ("resp_tx", "hw.credit:CreditSender", {"credits": params["resp_credits"], "flit_width": W}, N),
+        ("check", "hw.switch.ingress_check:IngressCheck", {"port": 0, "vc": 0, "flit_width": W}, 2 * N),
+        ("merge2", "hw.packet_stream:PacketMerge", {"n_in": 2, "flit_width": W}, 3 * N),
+        ("merge5", "hw.packet_stream:PacketMerge", {"n_in": 5, "flit_width": W}, N),
+    ]
 
 
 def _egress_depth(params: dict) -> int:
@@ -81,6 +131,21 @@ class _Allocator(ISlipAllocator):
         super().__init__(n_ports, iterations)
 
 
+class _VcReceiver(VcReceiver):
+    """A VC receiver with the same credits on both channels, as one integer (a list-valued parameter would
+    put brackets into the file names, which OpenSTA's Tcl reads as commands)."""
+
+    def __init__(self, *, credits: int, flit_width: int = 128):
+        super().__init__(credits=(credits, credits), flit_width=flit_width)
+
+
+class _VcSender(VcSender):
+    """A VC sender with the same credits on both channels (see :class:`_VcReceiver`)."""
+
+    def __init__(self, *, credits: int, flit_width: int = 128):
+        super().__init__(credits=(credits, credits), flit_width=flit_width)
+
+
 @contextmanager
 def _part_modules(module: str, plist):
     """Register each part as a (hidden) registry module for the duration, so that it is generated,
@@ -111,7 +176,7 @@ def area_point(module: str, point: dict, **kw):
 
     spec = registry.get(module)
     params = spec.resolve(point)
-    plist = parts(params)
+    plist = dysharp_parts(params) if module in DYSHARP_MODULES else parts(params)
     quiet = kw.get("quiet", False)
     if not quiet:
         print(f"[area] {module} {point}: hierarchical ({', '.join(f'{n} x{c}' for n, _, _, c in plist)})",
@@ -146,8 +211,10 @@ def area_point(module: str, point: dict, **kw):
         "hierarchical": {"parts": [{"part": name, "count": count, "params": prm,
                                     "area_um2": r["area_um2"], "critical_path_ps": r["critical_path_ps"],
                                     "verilog_mb": r["verilog_mb"]} for name, prm, count, r in results],
-                         "omitted": "switch-top glue (ownership, space/admit, error counters); "
-                                    "cross-part optimisation; paths across parts"},
+                         "omitted": ("packet splits, status totals, configuration decode"
+                                     if module in DYSHARP_MODULES else
+                                     "switch-top glue (ownership, space/admit, error counters)")
+                                    + "; cross-part optimisation; paths across parts"},
     }
     if not quiet:
         print(f"[area] {module} {point}: {result['area_um2']:.0f} um^2 (sum of parts)", flush=True)

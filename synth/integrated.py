@@ -2,24 +2,12 @@
 (NVSwitch) at the same port count, beside the sum-of-blocks figure the overhead table used before the
 integrated top existed (AL-TLB + reduction engine per port, no egress rewrite, no second message class).
 
-``dysharp area --integrated PORTS`` (or :func:`integrated_rows` from a report) synthesizes what is missing
-(cached like every area point) and writes ``synth_reports/integrated_summary.csv``.
+:func:`write_integrated` (called by the area report when both points are at hand) synthesizes what is
+missing (cached like every area point) and writes ``synth_reports/integrated_summary.csv``.
 """
 
-from hw import registry
 
-__all__ = ["integrated_rows", "block_points", "write_integrated"]
-
-
-def block_points(ports: int) -> dict[str, dict]:
-    """The per-port blocks of ``dysharp_switch`` at its defaults, as registered modules and points."""
-    d = registry.get("dysharp_switch").resolve({"ports": ports})
-    return {
-        "al_tlb": {"ports": ports, "groups": d["groups"], "entries": d["tlb_entries"], "mshrs": d["tlb_mshrs"],
-                   "timeout": d["tlb_timeout"]},
-        "reduction_engine": {"ports": ports, "entries": d["red_entries"], "max_length": d["max_payload"],
-                             "timeout": d["red_timeout"], "groups": d["groups"], "defer_translation": True},
-    }
+__all__ = ["integrated_rows", "write_integrated"]
 
 
 def _area(module, point):
@@ -32,26 +20,39 @@ def _fields(r) -> dict:
             "arrays_um2": r["arrays_um2"], "transistors": r["transistors_logic"]}
 
 
+_BEFORE = ("tlb", "engine")     # the blocks the sum-of-blocks overhead counted per port
+
+
 def integrated_rows(ports: int = 8) -> list[dict]:
-    """Rows: the integrated top, the plain switch, their difference (the DySHARP addition), and the old
-    sum of blocks (``ports`` x (AL-TLB + reduction engine) at the integrated top's parameters)."""
-    top = _fields(_area("dysharp_switch", {"ports": ports}))
-    plain = _fields(_area("switch", {"ports": ports}))
+    """Rows: the integrated top, the plain switch, their difference (the DySHARP addition) and its parts,
+    and the old sum of blocks (``ports`` x (AL-TLB + reduction engine) at the integrated top's parameters).
+    The integrated top's area is its hierarchical sum of parts from ``DYSHARP_HIER_MIN_PORTS`` ports."""
+    res = _area("dysharp_switch", {"ports": ports})
+    top, plain = _fields(res), _fields(_area("switch", {"ports": ports}))
+    parts = {p["part"]: p for p in (res.get("hierarchical") or {}).get("parts", [])}
+
+    def row(name, v, note):
+        return {"design": name, "ports": ports, **v, "pct_of_plain": 100 * v["area_um2"] / plain["area_um2"],
+                "note": note}
+
+    rows = [row("dysharp_switch (integrated)", top, "sum of parts" if parts else "flat"),
+            row("switch (plain NVSwitch)", plain, "flat")]
     add = {k: top[k] - plain[k] for k in top}
-    blocks = {m: _fields(_area(m, p)) for m, p in block_points(ports).items()}
-    summed = {k: ports * sum(b[k] for b in blocks.values()) for k in top}
-    rows = []
-    for name, v, note in (
-            ("dysharp_switch (integrated)", top, "request + response networks, per port AL-TLB, egress "
-             "translator, reduction engine, fill bridge, 2-VC link ends"),
-            ("switch (plain NVSwitch)", plain, "one network, no DySHARP blocks"),
-            ("DySHARP addition = integrated - plain", add, "includes the response network (the second message "
-             "class), the VC buffers, the egress rewrite and the plumbing"),
-            ("sum of blocks (before)", summed, f"{ports} x ({' + '.join(blocks)}) at the same parameters; no "
-             "egress rewrite, no second message class")):
-        row = {"design": name, "ports": ports, **v,
-               "pct_of_plain": 100 * v["area_um2"] / plain["area_um2"], "note": note}
-        rows.append(row)
+    rows.append(row("DySHARP addition = integrated - plain", add,
+                    "the response network (second message class), VC buffers, egress rewrite, plumbing"))
+    if parts:
+        def part_area(names):
+            return {"area_um2": sum(parts[n]["count"] * parts[n]["area_um2"] for n in names if n in parts),
+                    "seq_um2": None, "logic_um2": None, "arrays_um2": None, "transistors": None}
+        for label, names in (("  response network", ("respnet",)), ("  AL-TLBs", ("tlb",)),
+                             ("  reduction engines", ("engine",)), ("  egress translators", ("egress",)),
+                             ("  links, fills, merges, checks", ("fill", "vc_rx", "vc_tx", "net_rx", "req_tx",
+                                                                 "resp_tx", "check", "merge2", "merge5"))):
+            rows.append(row(label, part_area(names), ", ".join(f"{n} x{parts[n]['count']}" for n in names
+                                                                if n in parts)))
+        rows.append(row("sum of blocks (before)", part_area(_BEFORE),
+                        f"{ports} x (AL-TLB + reduction engine) at the same parameters: no egress rewrite, no "
+                        "second message class"))
     return rows
 
 
@@ -66,8 +67,9 @@ def write_integrated(out="synth_reports", ports: int = 8) -> str:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     _write_csv(out / "integrated_summary.csv", rows)
-    table = [[r["design"], f"{r['area_um2'] / 1e6:.3f}", f"{r['logic_um2'] / 1e6:.3f}",
-              f"{r['seq_um2'] / 1e6:.3f}", f"{r['arrays_um2'] / 1e6:.3f}", f"{r['pct_of_plain']:.1f}%"]
-             for r in rows]
+    def mm2(x):
+        return "" if x is None else f"{x / 1e6:.3f}"
+    table = [[r["design"], mm2(r["area_um2"]), mm2(r["logic_um2"]), mm2(r["seq_um2"]), mm2(r["arrays_um2"]),
+              f"{r['pct_of_plain']:.1f}%", r["note"]] for r in rows]
     return tabulate(table, headers=["design", "area mm^2 (45 nm)", "logic", "sequential", "arrays",
-                                    "of the plain switch"], tablefmt="github", disable_numparse=True)
+                                    "of the plain switch", "note"], tablefmt="github", disable_numparse=True)

@@ -1,19 +1,21 @@
 """Zero-load latency of the integrated DySHARP switch, stage totals asserted cycle for cycle (Amaranth
-simulator, 4 ports): the figures of docs/architecture.md."""
+simulator, 4 ports): the figures of docs/architecture.md; and the ingress check's refusals."""
 
 from amaranth.sim import Simulator
 
 from hw.packet import EType, Header, Opcode, Packet, RedOp
-from hw.switch.dysharp_switch import CfgTarget, DySharpSwitch
+from hw.switch.dysharp_switch import CfgTarget, DySharpSwitch, IngressCounter
 
 N, L, FILL = 4, 20, 0x1000
 
 
-def _run(sends):
+def _run(sends, cycles=400):
     """Drive ``sends`` [(cycle, port, vc, Packet)] into the switch; GPUs answer TLB_FILL and RED_READ after
-    ``L`` cycles. Returns [(cycle, port, vc, Header)] of every packet header the switch sent."""
+    ``L`` cycles. Returns [(cycle, port, vc, Header)] of every packet header the switch sent, and the
+    ingress counters per port."""
     dut = DySharpSwitch(ports=N, credits=32, resp_credits=32)
     out = []
+    ingress = []
 
     async def tb(ctx):
         ctx.set(dut.cfg.valid, 1)
@@ -28,7 +30,7 @@ def _run(sends):
             queue[port].append([t, vc, p.flits()])
         credits = [[8, 8] for _ in range(N)]
         head = [True] * N
-        for cyc in range(400):
+        for cyc in range(cycles):
             for i in range(N):
                 ctx.set(dut.rx[i].valid, 0)
                 ctx.set(dut.tx[i].credit.as_value(), 0)
@@ -61,12 +63,13 @@ def _run(sends):
                 credits[i][0] += cr & 3
                 credits[i][1] += cr >> 2
             await ctx.tick()
+        ingress.extend(list(ctx.get(dut.status.port[i].ingress)) for i in range(N))
 
     sim = Simulator(dut)
     sim.add_clock(1e-9)
     sim.add_testbench(tb)
     sim.run()
-    return out
+    return out, ingress
 
 
 def _dyn_st(offset):
@@ -82,7 +85,7 @@ def test_zero_load_latency():
                                        index=5, etype=EType.S32, redop=RedOp.ADD))),
              (300, 0, 0, Packet(Header(opcode=Opcode.MM_LD_REDUCE, tag=5, length=1, group=2, addr=0x80,
                                        etype=EType.S32, redop=RedOp.ADD)))]
-    out = _run(sends)
+    out, _ = _run(sends)
     seen = [(c, port, vc, Opcode(h.opcode).name, h.tag if h.opcode != Opcode.RED_READ.value else None,
              h.addr if Opcode(h.opcode) in (Opcode.WRITE, Opcode.RED_READ) else None) for c, port, vc, h in out]
     assert seen == [
@@ -95,3 +98,22 @@ def test_zero_load_latency():
         (311, 1, 0, "RED_READ", None, 0x80),             # static: no translation, 11
         (346, 0, 1, "RED_RESP", 5, None),
     ], seen
+
+
+def test_ingress_refuses_wrong_class_and_switch_only_opcodes():
+    """A GPU may not send a switch-only opcode (RED_READ, TLB_FILL, DYN_RED_READ), nor a request on the
+    response channel or a response on the request channel: each is dropped whole and answered with an
+    ERROR(UNKNOWN_OPCODE) on the sender's response channel, and counted; the good packet after it flows."""
+    bad = [(0, 0, 0, Packet(Header(opcode=Opcode.RED_READ, tag=11, length=1, dst=1, addr=0x40))),
+           (0, 1, 0, Packet(Header(opcode=Opcode.TLB_FILL, tag=12, group=1, index=3, mask=0b0100))),
+           (0, 2, 1, Packet(Header(opcode=Opcode.WRITE, tag=13, length=2, dst=3, addr=0x80), [1, 2])),
+           (0, 3, 0, Packet(Header(opcode=Opcode.READ_RESP, tag=14, length=1, dst=0), [5])),
+           (20, 0, 0, Packet(Header(opcode=Opcode.WRITE, tag=15, length=1, dst=2, addr=0xC0), [9]))]
+    out, ingress = _run(bad, cycles=80)
+    got = sorted((port, vc, Opcode(h.opcode).name, h.tag, h.code, h.dst) for _, port, vc, h in out)
+    unknown = 1   # ErrorCode.UNKNOWN_OPCODE
+    assert got == [(0, 1, "ERROR", 11, unknown, 0), (1, 1, "ERROR", 12, unknown, 1),
+                   (2, 0, "WRITE", 15, 0, 2),
+                   (2, 1, "ERROR", 13, unknown, 2), (3, 1, "ERROR", 14, unknown, 3)], got
+    assert [row[IngressCounter.REFUSED_REQ] for row in ingress] == [1, 1, 0, 1]
+    assert [row[IngressCounter.REFUSED_RESP] for row in ingress] == [0, 0, 1, 0]

@@ -2,6 +2,7 @@
 
 import pytest
 
+from hw.gpu_nic.nic import GpuNic
 from hw.gpu_nic.receive_path import ReceivePath, pack_token_meta, unpack_token_meta
 from hw.gpu_nic.request_gen import RequestGenerator
 from hw.gpu_nic.token_tracker import TokenTracker
@@ -22,6 +23,12 @@ BAD = [
     (ReceivePath, {"tile_size": 3}, "tile_size"),
     (ReceivePath, {"experts": 300}, "experts"),
     (ReceivePath, {"read_depth": 4}, "read_depth"),
+    (ReceivePath, {"accept": "both"}, "accept"),
+    (RequestGenerator, {"link": "vc"}, "link"),
+    (GpuNic, {"credits": 0}, "credits"),
+    (GpuNic, {"rx_credits": 16}, "credits"),
+    (GpuNic, {"mm_index_bits": 2}, "index_bits"),
+    (GpuNic, {"tiles": 256, "tile_size": 512}, "tiles"),
 ]
 
 
@@ -48,3 +55,19 @@ def test_bench_rejects_bad_arguments(argv, msg, capsys):
     from dysharp.cli import main
     assert main(["bench", "token_tracker"] + argv) == 2
     assert msg in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore:.*created but never used")
+def test_links_fit_the_dysharp_switch():
+    """GpuNic's tx/rx connect to a DySharpSwitch port as they are, and its default credits are the switch's
+    (uplink credits = the switch's link_credits, receive buffers = its gpu_credits)."""
+    from amaranth.hdl import Module
+    from amaranth.lib.wiring import connect
+
+    from hw.switch.dysharp_switch import DySharpSwitch
+    sw = DySharpSwitch(ports=4)
+    nic = GpuNic(ports=4)
+    assert (nic.credits, nic.rx_credits) == (sw.link_credits, sw.gpu_credits)
+    m = Module()
+    connect(m, nic.tx, sw.rx[1])
+    connect(m, sw.tx[1], nic.rx)

@@ -1,27 +1,57 @@
-"""The GPU's NVLink interface, composed: request generator + receive path + token tracker.
+"""The GPU's NVLink interface toward the DySHARP switch, composed: request generator, two receive paths
+(one per virtual channel), memory manager and token tracker on one 2-VC link (:mod:`hw.vc_link`).
 
-Wiring (everything else is a port):
+Wiring (everything else is a port)::
 
-* the receive path's read responses (``rsp``) share the uplink with generated packets (``gen.aux``);
-* combine tags: ``gen.tag_issue -> rx.tag_issue`` and ``rx.tag_busy -> gen.tag_busy``;
-* token arrivals: ``rx.arrival`` (local expert, tile) -> ``tracker.arrival``; the receive path's slots
-  per expert are the tracker's capacity (``max_slots = tiles * tile_size``).
+    desc -> RequestGenerator (link="stream") ----------------------------------> VcSender.i[0] --\\
+    rx VC 0 -> ReceivePath(accept="req")  --rsp (READ_RESP, RED_READ_RESP)--> PacketMerge --> i[1] --> tx
+                 |  fill (TLB_FILL)  --> MemoryManager.mem.req                      ^
+                 |                      MemoryManager.mem.resp --> TLB_FILL_RESP ---/
+                 |  arrival --> TokenTracker
+    rx VC 1 -> ReceivePath(accept="resp") (READ_RESP / RED_RESP by tag, ERROR)
+    both receive paths' mem_wr --> round-robin merge --> mem_wr
 
-Ports: ``desc`` (descriptors), ``gen_cfg``/``rbase`` and ``rx_cfg``/``dyn_base`` (configuration), ``clear``
-(new layer: the receive path's slot pointers), ``tx``/``rx`` (credit links to and from the switch),
-``mem_wr``, ``mem_rd_tx`` (payload fetch), ``mem_rd_rx`` (read answers), ``cmd``/``ready``/``release``
-(the tracker), ``gen_errors``/``rx_errors``/``tracker_errors``. Latencies and throughput are the blocks'
-(see their modules); this adds no logic of its own.
+* Requests the generator makes (``DYN_ST``, ``DYN_LD_REDUCE``, unicast ``WRITE``/``READ``) go on VC 0;
+  the GPU's responses (``READ_RESP``/``RED_READ_RESP`` from the request path, ``TLB_FILL_RESP`` from the
+  memory manager) on VC 1, merged packet by packet (round robin).
+* The VC link's two channels are demultiplexed straight into the two receive paths' credit links: each
+  path's ingress buffer is that VC's receive buffer (``rx_credits`` flits each, the credits the switch's
+  ``VcSender`` toward this GPU must hold: the switch's ``gpu_credits``), and its credit returns are that
+  VC's. The uplink's ``VcSender`` holds ``credits`` per VC (the switch's ``link_credits``).
+* Combine tags: ``gen.tag_issue`` binds to the response path, whose ``tag_busy`` stalls the generator.
+* ``TLB_FILL{route.dyn.group, route.dyn.index, src, tag}`` becomes the backing request ``{group, index,
+  dst = rx_cfg.port, src, tag}``; the manager's answer becomes the header-only
+  ``TLB_FILL_RESP{dst = src = rx_cfg.port, tag, route.uni.addr, route.uni.code}`` (``last`` = 1, other bits 0).
+
+Deadlock freedom (the switch's argument needs the GPU's response receive to consume unconditionally):
+the two classes never share a buffer. The response path (VC 1) only writes memory and frees tags; it
+emits nothing, so it waits on nothing but ``mem_wr``, which the merge serves round robin (a write of the
+request path never holds it for more than a cycle at a time). The request path (VC 0) may wait for the
+uplink's VC 1 (a ``READ``/``RED_READ`` answer, a ``TLB_FILL`` answer through the memory manager): a
+request waits on a response resource, never the reverse, and the switch's response network always
+drains. So a stalled VC 0 (its buffer full, its credits at 0) never stops a VC 1 response from
+committing (tested: ``tests/test_gpu_nic.py::test_response_under_request_stall``).
+
+Ports: ``desc`` (descriptors), ``gen_cfg``/``rbase``, ``rx_cfg``/``dyn_base`` (configuration; both
+receive paths take ``rx_cfg``, the response path with no token window), ``mm_cfg`` (memory-manager
+commands, :class:`~hw.gpu_nic.memory_manager.MmCommand`), ``clear`` (new layer: slot pointers),
+``tx``/``rx`` (VC links to and from the switch), ``mem_wr``, ``mem_rd_tx`` (payload fetch), ``mem_rd_rx``
+(read answers), ``cmd``/``ready``/``release`` (the tracker), ``gen_errors``, ``rx_errors`` (request path),
+``rsp_errors`` (response path), ``remote_codes`` (``ERROR`` packets received, per code), ``tracker_errors``,
+``mm_counters``. Latencies and throughput are the blocks'; the glue adds none (the ``mem_wr`` merge and
+the ``TLB_FILL_RESP`` former are combinational).
 """
 
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
-from ..credit import credit_link_signature
-from ..packet import DEFAULT_FLIT_WIDTH
+from ..packet import DEFAULT_FLIT_WIDTH, N_VCS, Opcode
+from ..packet_stream import PacketMerge
+from ..vc_link import VcSender, vc_link_signature
 from .memory_if import BYTE_ADDR_BITS, mem_read_signature, mem_write_signature
-from .receive_path import ReceivePath, RxConfig, RxError
+from .memory_manager import N_MM_COUNTERS, MemoryManager, MmCommand
+from .receive_path import N_REMOTE_CODES, ReceivePath, RxConfig, RxError, header_value
 from .request_gen import DescError, Descriptor, GenConfig, RequestGenerator
 from .token_tracker import TileCommand, TileReady, TokenRelease, TokenTracker, TrackerError
 
@@ -29,33 +59,47 @@ __all__ = ["GpuNic"]
 
 
 class GpuNic(wiring.Component):
-    """GPU NVLink interface: request generator, receive path and token tracker, wired together.
+    """GPU NVLink interface for the DySHARP switch (see the module docstring).
 
-    Parameters: ``ports``, ``flit_width``, ``max_payload``, ``credits`` (uplink), ``rx_credits`` (downlink
-    buffer), ``fetch_depth``, ``read_depth``, ``groups``, ``tags``, ``experts``, ``tiles``, ``tile_size``
-    (validated by the blocks; ``tiles * tile_size`` <= 65536).
+    Parameters: ``ports``, ``flit_width``, ``max_payload``, ``credits`` (uplink credits per VC: the
+    switch's ``link_credits``), ``rx_credits`` (receive buffer per VC, >= ``max_payload`` + 1: the switch's
+    ``gpu_credits``), ``fetch_depth``, ``read_depth``, ``groups``, ``tags``, ``experts``, ``tiles``,
+    ``tile_size`` (``tiles * tile_size`` <= 65536), and the memory manager's ``mm_groups``,
+    ``mm_layouts``, ``mm_index_bits``, ``mm_slots``, ``mm_epoch_bits``; validated by the blocks.
     """
 
     def __init__(self, *, ports: int = 8, flit_width: int = DEFAULT_FLIT_WIDTH, max_payload: int = 16,
-                 credits: int = 32, rx_credits: int = 40, fetch_depth: int = 48, read_depth: int = 48,
-                 groups: int = 4, tags: int = 32, experts: int = 32, tiles: int = 16, tile_size: int = 128):
+                 credits: int = 8, rx_credits: int = 32, fetch_depth: int = 48, read_depth: int = 48,
+                 groups: int = 4, tags: int = 32, experts: int = 32, tiles: int = 16, tile_size: int = 128,
+                 mm_groups: int = 16, mm_layouts: int = 4, mm_index_bits: int = 10, mm_slots: int = 1024,
+                 mm_epoch_bits: int = 8):
         if not isinstance(tiles, int) or not isinstance(tile_size, int) or tiles * tile_size > 65536:
             raise ValueError(f"tiles * tile_size must be at most 65536 slots per expert, got {tiles} x {tile_size}")
+        if not isinstance(credits, int) or isinstance(credits, bool) or not 1 <= credits <= 4096:
+            raise ValueError(f"credits (uplink credits per VC) must be an integer in 1..4096, got {credits!r}")
+        self.flit_width = flit_width
+        self.credits = credits
+        self.rx_credits = rx_credits
         self.gen = RequestGenerator(ports=ports, flit_width=flit_width, max_payload=max_payload, credits=credits,
-                                    fetch_depth=fetch_depth, groups=groups, tags=tags)
-        self.rxp = ReceivePath(flit_width=flit_width, credits=rx_credits, max_payload=max_payload,
-                               experts=experts, tile_size=tile_size, max_slots=tiles * tile_size, groups=groups,
-                               tags=tags, read_depth=read_depth)
+                                    fetch_depth=fetch_depth, groups=groups, tags=tags, link="stream")
+        rx_kw = dict(flit_width=flit_width, credits=rx_credits, max_payload=max_payload, experts=experts,
+                     tile_size=tile_size, max_slots=tiles * tile_size, groups=groups, tags=tags,
+                     read_depth=read_depth)
+        self.rxq = ReceivePath(accept="req", **rx_kw)
+        self.rxr = ReceivePath(accept="resp", **rx_kw)
         self.tracker = TokenTracker(experts=experts, tiles=tiles, tile_size=tile_size)
+        self.mm = MemoryManager(groups=mm_groups, layouts=mm_layouts, index_bits=mm_index_bits, slots=mm_slots,
+                                epoch_bits=mm_epoch_bits)
         super().__init__({
             "desc": In(stream.Signature(Descriptor)),
             "gen_cfg": In(GenConfig),
             "rbase": In(data.ArrayLayout(BYTE_ADDR_BITS, groups)),
             "rx_cfg": In(RxConfig),
             "dyn_base": In(data.ArrayLayout(BYTE_ADDR_BITS, groups)),
+            "mm_cfg": In(stream.Signature(MmCommand)),
             "clear": In(1),
-            "tx": Out(credit_link_signature(flit_width)),
-            "rx": In(credit_link_signature(flit_width)),
+            "tx": Out(vc_link_signature(flit_width)),
+            "rx": In(vc_link_signature(flit_width)),
             "mem_wr": Out(mem_write_signature(flit_width)),
             "mem_rd_tx": Out(mem_read_signature(flit_width)),
             "mem_rd_rx": Out(mem_read_signature(flit_width)),
@@ -64,39 +108,102 @@ class GpuNic(wiring.Component):
             "release": Out(stream.Signature(TokenRelease)),
             "gen_errors": Out(data.ArrayLayout(32, len(DescError))),
             "rx_errors": Out(data.ArrayLayout(32, len(RxError))),
+            "rsp_errors": Out(data.ArrayLayout(32, len(RxError))),
+            "remote_codes": Out(data.ArrayLayout(32, N_REMOTE_CODES)),
             "tracker_errors": Out(data.ArrayLayout(32, len(TrackerError))),
+            "mm_counters": Out(data.ArrayLayout(32, N_MM_COUNTERS)),
         })
 
     def elaborate(self, platform):
         m = Module()
-        gen, rx, tr = self.gen, self.rxp, self.tracker
+        gen, rq, rr, tr, mm = self.gen, self.rxq, self.rxr, self.tracker, self.mm
         m.submodules.gen = gen
-        m.submodules.rx = rx
+        m.submodules.rx_req = rq
+        m.submodules.rx_rsp = rr
         m.submodules.tracker = tr
+        m.submodules.mm = mm
+        m.submodules.sender = sender = VcSender(credits=(self.credits,) * N_VCS, flit_width=self.flit_width)
+        m.submodules.rsp_merge = rsp_merge = PacketMerge(flit_width=self.flit_width, n_in=2)
+
+        # ---- uplink: requests on VC 0, responses (read answers, TLB fill answers) on VC 1
         connect(m, flipped(self.desc), gen.desc)
-        connect(m, gen.tx, flipped(self.tx))
         connect(m, gen.mem_rd, flipped(self.mem_rd_tx))
-        connect(m, flipped(self.rx), rx.rx)
-        connect(m, rx.mem_wr, flipped(self.mem_wr))
-        connect(m, rx.mem_rd, flipped(self.mem_rd_rx))
-        connect(m, rx.rsp, gen.aux)
-        connect(m, gen.tag_issue, rx.tag_issue)
+        connect(m, gen.tx, sender.i[0])
+        connect(m, rq.rsp, rsp_merge.i[0])
+        connect(m, rsp_merge.o, sender.i[1])
+        connect(m, sender.link, flipped(self.tx))
+
+        # ---- TLB fills: request path -> memory manager -> header-only TLB_FILL_RESP
+        connect(m, rq.fill, mm.mem.req)
+        connect(m, flipped(self.mm_cfg), mm.cfg)
+        ans = mm.mem.resp.payload
+        fr = rsp_merge.i[1]
+        port = self.rx_cfg.port
+        m.d.comb += [
+            fr.valid.eq(mm.mem.resp.valid),
+            fr.payload.data.eq(header_value(opcode=Opcode.TLB_FILL_RESP.value, src=port, dst=port, tag=ans.tag,
+                                            addr=ans.addr, code=ans.code.as_value())),
+            fr.payload.last.eq(1),
+            mm.mem.resp.ready.eq(fr.ready),
+        ]
+
+        # ---- downlink: each VC straight into its own receive path (its buffer, its credits)
+        link = self.rx
+        for v, path in enumerate((rq, rr)):
+            m.d.comb += [
+                path.rx.valid.eq(link.valid & (link.vc == v)),
+                path.rx.flit.eq(link.flit),
+                link.credit[v].eq(path.rx.credit),
+            ]
+        connect(m, rq.mem_rd, flipped(self.mem_rd_rx))
+        connect(m, gen.tag_issue, rr.tag_issue)
+        m.d.comb += [
+            rq.cfg.eq(self.rx_cfg),
+            rr.cfg.eq(self.rx_cfg),
+            rr.cfg.win_rows.eq(0),           # responses never carry token rows
+            rq.dyn_base.eq(self.dyn_base),
+            rr.dyn_base.eq(self.dyn_base),
+            rq.clear.eq(self.clear),
+            rr.clear.eq(self.clear),
+            rr.arrival.ready.eq(1),          # never valid (no token window)
+        ]
+
+        # ---- memory writes of both paths: round robin per flit, so neither waits behind the other. A
+        # write offered and not taken keeps the output (stream rule: the payload may not change) even if
+        # the other path turns valid meanwhile.
+        mw = self.mem_wr
+        last = Signal()                      # the path that wrote last (1 = response path)
+        held = Signal()                      # the write offered last cycle was not taken
+        owner = Signal()                     # ... and came from this path
+        pick = Signal()
+        m.d.comb += [
+            pick.eq(Mux(held, owner, Mux(rq.mem_wr.valid & rr.mem_wr.valid, ~last, rr.mem_wr.valid))),
+            mw.valid.eq(rq.mem_wr.valid | rr.mem_wr.valid),
+            mw.payload.eq(Mux(pick, rr.mem_wr.payload, rq.mem_wr.payload)),
+            rq.mem_wr.ready.eq(mw.ready & ~pick),
+            rr.mem_wr.ready.eq(mw.ready & pick),
+        ]
+        m.d.sync += [held.eq(mw.valid & ~mw.ready), owner.eq(pick)]
+        with m.If(mw.valid & mw.ready):
+            m.d.sync += last.eq(pick)
+
+        # ---- tracker and status
         connect(m, flipped(self.cmd), tr.cmd)
         connect(m, tr.ready, flipped(self.ready))
         connect(m, tr.release, flipped(self.release))
         m.d.comb += [
             gen.cfg.eq(self.gen_cfg),
             gen.rbase.eq(self.rbase),
-            gen.tag_busy.eq(rx.tag_busy),
-            rx.cfg.eq(self.rx_cfg),
-            rx.dyn_base.eq(self.dyn_base),
-            rx.clear.eq(self.clear),
-            tr.arrival.valid.eq(rx.arrival.valid),
-            tr.arrival.payload.expert.eq(rx.arrival.payload.expert),
-            tr.arrival.payload.tile.eq(rx.arrival.payload.tile),
-            rx.arrival.ready.eq(tr.arrival.ready),
+            gen.tag_busy.eq(rr.tag_busy),
+            tr.arrival.valid.eq(rq.arrival.valid),
+            tr.arrival.payload.expert.eq(rq.arrival.payload.expert),
+            tr.arrival.payload.tile.eq(rq.arrival.payload.tile),
+            rq.arrival.ready.eq(tr.arrival.ready),
             self.gen_errors.eq(gen.err_count),
-            self.rx_errors.eq(rx.err_count),
+            self.rx_errors.eq(rq.err_count),
+            self.rsp_errors.eq(rr.err_count),
+            self.remote_codes.eq(rr.remote_codes),
             self.tracker_errors.eq(tr.err_count),
+            self.mm_counters.eq(mm.counters),
         ]
         return m

@@ -32,12 +32,30 @@ next slot of that expert (a bump pointer per local expert, in arrival order; ``c
 the next layer) and reports ``arrival`` = (local expert, tile = slot / ``tile_size``, slot, row): one per
 cycle, the token tracker's input. A slot past ``max_slots`` is counted (``SLOT_OVERFLOW``), not reported.
 
+Message classes (``accept``)
+---------------------------
+On a DySHARP (2-VC) link a GPU runs one receive path per virtual channel, so the two classes never share a
+buffer (:class:`hw.gpu_nic.nic.GpuNic`). ``accept`` says which opcodes this instance takes; any other is
+dropped and counted ``UNKNOWN_OPCODE``:
+
+* ``"all"`` (default): every opcode above (a single-channel link);
+* ``"req"`` (VC 0): ``WRITE``, ``MM_ST``, ``DYN_ST``, ``READ``, ``RED_READ``, and ``TLB_FILL`` (a header-only
+  backing read from the switch's AL-TLB), which leaves on ``fill`` as a
+  :class:`~hw.switch.backing_if.BackingRequest` ``{group = route.dyn.group, index = route.dyn.index,
+  dst = cfg.port, src = src (the GPU whose request missed), tag}`` for the memory manager;
+* ``"resp"`` (VC 1): ``READ_RESP``, ``RED_RESP``, ``ERROR``. This instance never emits anything (no
+  ``rsp``, ``fill`` or memory reads), so it depends on nothing but ``mem_wr``.
+
+Every ``ERROR`` taken is also counted by its code in ``remote_codes[code]`` (entry 0: code ``NONE`` or an
+undefined code >= 16).
+
 Contract
 --------
 * Ports: ``rx`` (credit link from the switch), ``cfg``/``dyn_base`` (configuration), ``mem_wr``,
   ``mem_rd``, ``rsp`` (flit stream: read responses, to the uplink), ``arrival`` (stream of
   :class:`TokenArrival`), ``tag_issue`` (stream in, always ready), ``tag_busy``, ``clear``, ``err_count``
-  (per :class:`RxError`).
+  (per :class:`RxError`), ``fill`` (stream of ``BackingRequest``; ``accept="req"`` only),
+  ``remote_codes`` (16 counters).
 * Credits: one per ingress-buffer flit, returned as flits leave the buffer. A flit sent without credit
   is dropped and counted (``CREDIT_OVERFLOW``) and its packet is dropped.
 * Backpressure on ``mem_wr``, ``mem_rd``, ``rsp`` and ``arrival`` stalls the commit; nothing is lost.
@@ -56,12 +74,13 @@ from ..arbiter import first_set
 from ..credit import credit_link_signature
 from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, MAX_LENGTH, HeaderLayout, Opcode, UnicastRoute,
                       flit_layout, rtl_payload_flits)
+from ..switch.backing_if import BackingRequest
 from .memory_if import BYTE_ADDR_BITS, flit_addr_bits, flit_shift, mem_read_signature, mem_write_signature
 from .packet_builder import PacketBuilder
 from .request_gen import TagIssue
 
-__all__ = ["RxConfig", "TokenArrival", "RxError", "ReceivePath", "META_ENTRIES", "pack_token_meta",
-           "unpack_token_meta"]
+__all__ = ["RxConfig", "TokenArrival", "RxError", "ReceivePath", "META_ENTRIES", "N_REMOTE_CODES",
+           "pack_token_meta", "unpack_token_meta", "header_value"]
 
 META_ENTRIES = 8           # experts listed in a token's metadata flit (top-k <= 8)
 _META_EXPERT_BITS = 15     # global expert id
@@ -118,18 +137,24 @@ def unpack_token_meta(bits: int) -> list[int]:
     return out
 
 
-def _header_value(**fields) -> Value:
+def header_value(**fields) -> Value:
     """A unicast-route header as one expression (``Cat`` in layout order, zeros elsewhere): field-wise
     assignments would leave the unused bits driven by a constant-only process, which Yosys writes as an
-    empty ``always`` block (a lint failure)."""
+    empty ``always`` block (a lint failure). Fields: ``opcode``, ``src``, ``tag``, ``length``, ``etype``,
+    ``redop`` and the unicast route's ``dst``, ``code``, ``addr``, ``xtag``; the ones not given are 0."""
     hl = data.Layout.cast(HeaderLayout)
     uni = data.Layout.cast(UnicastRoute)
     where = {name: (hl[name].offset, hl[name].width) for name in ("opcode", "src", "tag", "length", "etype",
                                                                   "redop")}
-    for name in ("dst", "xtag"):
+    for name in ("dst", "code", "addr", "xtag"):
         where[name] = (hl["route"].offset + uni[name].offset, uni[name].width)
+    unknown = set(fields) - set(where)
+    if unknown:
+        raise ValueError(f"header_value: no unicast header field {sorted(unknown)}")
     parts, pos = [], 0
     for name, (off, width) in sorted(where.items(), key=lambda kv: kv[1][0]):
+        if name not in fields:
+            continue
         if off > pos:
             parts.append(Const(0, off - pos))
         parts.append(Value.cast(fields[name])[:width])
@@ -142,6 +167,43 @@ def _header_value(**fields) -> Value:
 _LAND_ADDR = (Opcode.WRITE, Opcode.MM_ST, Opcode.DYN_ST)
 _LAND_TAG = (Opcode.READ_RESP, Opcode.RED_RESP)
 _READS = (Opcode.READ, Opcode.RED_READ)
+_ACCEPT = {
+    "all": frozenset(_LAND_ADDR + _LAND_TAG + _READS + (Opcode.ERROR,)),
+    "req": frozenset(_LAND_ADDR + _READS + (Opcode.TLB_FILL,)),
+    "resp": frozenset(_LAND_TAG + (Opcode.ERROR,)),
+}
+N_REMOTE_CODES = 16        # ErrorCode values counted one by one in remote_codes
+
+
+def _one_of(m, name, op, ops, accept) -> Signal:
+    """1 when ``op`` is one of the ``ops`` this instance accepts (a named signal, for waveforms; left
+    undriven, so 0, when none is accepted). Yosys folds such a 0, so the ``If`` chains below leave out the
+    branches an instance cannot take (:func:`_chain`): a constant-0 branch would become a constant case
+    pattern in the generated Verilog, which the linter flags."""
+    sig = Signal(name=name)
+    ops = [o for o in ops if o in accept]
+    if ops:
+        m.d.comb += sig.eq(Cat(*(op == o for o in ops)).any())
+    return sig
+
+
+def _chain(m, branches) -> None:
+    """An ``If``/``Elif`` chain of ``(condition, body)``; a ``None`` condition leaves its branch out and
+    ``True`` is the ``Else``."""
+    first = True
+    for cond, body in branches:
+        if cond is None:
+            continue
+        if cond is True:
+            ctx = m.Else() if not first else None
+        else:
+            ctx = m.If(cond) if first else m.Elif(cond)
+        if ctx is None:
+            body()
+        else:
+            with ctx:
+                body()
+        first = False
 
 
 class ReceivePath(wiring.Component):
@@ -150,7 +212,8 @@ class ReceivePath(wiring.Component):
     Parameters: ``flit_width``, ``credits`` (ingress buffer flits, >= ``max_payload`` + 1),
     ``max_payload`` (1..31), ``experts`` (local experts, 1..256), ``tile_size`` and ``max_slots`` (powers
     of two; slots per local expert), ``groups`` (``dyn_base`` entries), ``tags`` (combine tags, power of
-    two 4..256), ``read_depth`` (read-response payload buffer, >= ``max_payload``).
+    two 4..256), ``read_depth`` (read-response payload buffer, >= ``max_payload``), ``accept`` (``"all"``,
+    ``"req"`` or ``"resp"``: the opcodes taken, see the module docstring).
 
     Latency: a packet's last flit in at cycle t -> its header is processed at t+1 and its payload written
     from t+2, one flit per cycle; the metadata flit written at t -> ``arrival`` valid at t+1.
@@ -158,8 +221,10 @@ class ReceivePath(wiring.Component):
 
     def __init__(self, *, flit_width: int = DEFAULT_FLIT_WIDTH, credits: int = 40, max_payload: int = 16,
                  experts: int = 32, tile_size: int = 128, max_slots: int = 4096, groups: int = 4,
-                 tags: int = 32, read_depth: int = 48):
+                 tags: int = 32, read_depth: int = 48, accept: str = "all"):
         flit_layout(flit_width)
+        if accept not in _ACCEPT:
+            raise ValueError(f"accept must be one of {sorted(_ACCEPT)}, got {accept!r}")
         if not isinstance(max_payload, int) or not 1 <= max_payload <= MAX_LENGTH:
             raise ValueError(f"max_payload must be an integer in 1..{MAX_LENGTH}, got {max_payload!r}")
         if not isinstance(credits, int) or not max_payload + 1 <= credits <= 1024:
@@ -188,6 +253,7 @@ class ReceivePath(wiring.Component):
         self.groups = groups
         self.tags = tags
         self.read_depth = read_depth
+        self.accept = accept
         super().__init__({
             "rx": In(credit_link_signature(flit_width)),
             "cfg": In(RxConfig),
@@ -200,6 +266,8 @@ class ReceivePath(wiring.Component):
             "tag_busy": Out(tags),
             "clear": In(1),
             "err_count": Out(data.ArrayLayout(32, len(RxError))),
+            "fill": Out(stream.Signature(BackingRequest)),
+            "remote_codes": Out(data.ArrayLayout(32, N_REMOTE_CODES)),
         })
 
     def elaborate(self, platform):
@@ -284,10 +352,12 @@ class ReceivePath(wiring.Component):
         hdr = HeaderLayout(flits.r_data[:HEADER_BITS])
         st = data.View(status_l, status.r_data)
         op = hdr.opcode
-        is_land_addr = Cat(op == o for o in _LAND_ADDR).any()
-        is_land_tag = Cat(op == o for o in _LAND_TAG).any()
-        is_read = Cat(op == o for o in _READS).any()
-        is_error = op == Opcode.ERROR
+        acc = _ACCEPT[self.accept]
+        is_land_addr = _one_of(m, "is_land_addr", op, _LAND_ADDR, acc)
+        is_land_tag = _one_of(m, "is_land_tag", op, _LAND_TAG, acc)
+        is_read = _one_of(m, "is_read", op, _READS, acc)
+        is_error = _one_of(m, "is_error", op, (Opcode.ERROR,), acc)
+        is_fill = _one_of(m, "is_fill", op, (Opcode.TLB_FILL,), acc)
         expected_n = Signal(6)
         m.d.comb += expected_n.eq(rtl_payload_flits(hdr) + 1)
         tag_known = Signal()
@@ -308,6 +378,7 @@ class ReceivePath(wiring.Component):
         with m.Else():
             m.d.comb += land.eq(hdr.route.uni.addr >> fsh)
 
+        remote = Signal()           # an ERROR is taken this cycle
         writing = Signal()          # committing a packet's payload
         dropping = Signal()         # discarding a packet's remaining flits
         left = Signal(nbits)
@@ -336,7 +407,7 @@ class ReceivePath(wiring.Component):
         # The response to a READ / RED_READ.
         typed = op == Opcode.RED_READ
         job_hdr = Signal(HEADER_BITS)
-        m.d.comb += job_hdr.eq(_header_value(
+        m.d.comb += job_hdr.eq(header_value(
             opcode=Mux(typed, Opcode.RED_READ_RESP.value, Opcode.READ_RESP.value), src=self.cfg.port,
             tag=hdr.tag, length=hdr.length, etype=Mux(typed, hdr.etype.as_value(), 0),
             redop=Mux(typed, hdr.redop.as_value(), 0), dst=hdr.src, xtag=hdr.route.uni.xtag))
@@ -358,29 +429,36 @@ class ReceivePath(wiring.Component):
         with m.Elif(status.r_rdy):
             # A packet's header: decide what to do with the whole packet.
             reason = Signal(len(RxError))
-            with m.If(st.long):
-                m.d.comb += reason.eq(Mux(hdr.length > self.max_payload, 1 << RxError.BAD_LENGTH,
-                                          1 << RxError.LENGTH_MISMATCH))
-            with m.Elif(st.bad):
-                m.d.comb += reason.eq(1 << RxError.POISONED)
-            with m.Elif(~(is_land_addr | is_land_tag | is_read | is_error)):
-                m.d.comb += reason.eq(1 << RxError.UNKNOWN_OPCODE)
-            with m.Elif(hdr.length > self.max_payload):
-                m.d.comb += reason.eq(1 << RxError.BAD_LENGTH)
-            with m.Elif(st.n != expected_n):
-                m.d.comb += reason.eq(1 << RxError.LENGTH_MISMATCH)
-            with m.Elif((op == Opcode.DYN_ST) & (hdr.route.dyn.group >= self.groups)):
-                m.d.comb += reason.eq(1 << RxError.BAD_GROUP)
-            with m.Elif(is_land_tag & ~tag_known):
-                m.d.comb += reason.eq(1 << RxError.UNKNOWN_TAG)
+            acc_tag = any(o in acc for o in _LAND_TAG)
+
+            def set_reason(value):
+                def body():
+                    m.d.comb += reason.eq(value)
+                return body
+            # Only the branches this instance can take: a branch on a constant-0 condition becomes a
+            # constant case pattern in the generated Verilog (a lint failure).
+            _chain(m, [
+                (st.long, set_reason(Mux(hdr.length > self.max_payload, 1 << RxError.BAD_LENGTH,
+                                         1 << RxError.LENGTH_MISMATCH))),
+                (st.bad, set_reason(1 << RxError.POISONED)),
+                (~(is_land_addr | is_land_tag | is_read | is_error | is_fill),
+                 set_reason(1 << RxError.UNKNOWN_OPCODE)),
+                (hdr.length > self.max_payload, set_reason(1 << RxError.BAD_LENGTH)),
+                (st.n != expected_n, set_reason(1 << RxError.LENGTH_MISMATCH)),
+                ((op == Opcode.DYN_ST) & (hdr.route.dyn.group >= self.groups) if Opcode.DYN_ST in acc else None,
+                 set_reason(1 << RxError.BAD_GROUP)),
+                (is_land_tag & ~tag_known if acc_tag else None, set_reason(1 << RxError.UNKNOWN_TAG)),
+            ])
             for e in (RxError.POISONED, RxError.UNKNOWN_OPCODE, RxError.BAD_LENGTH, RxError.LENGTH_MISMATCH,
                       RxError.BAD_GROUP, RxError.UNKNOWN_TAG):
                 m.d.comb += err[e].eq(reason[e])
             take = Signal()
-            with m.If(reason != 0):
+
+            def do_drop():
                 m.d.comb += take.eq(1)
                 m.d.sync += [dropping.eq(st.n > 1), left.eq(st.n - 1)]
-            with m.Elif(is_read):
+
+            def do_read():
                 # Answer: fetch the rows and queue the response header (both queues must have room).
                 ok = builder.fetch.ready & builder.emit.ready
                 m.d.comb += [
@@ -392,17 +470,40 @@ class ReceivePath(wiring.Component):
                     builder.emit.payload.n.eq(hdr.length),
                     take.eq(ok),
                 ]
-            with m.Elif(is_error):
-                m.d.comb += [take.eq(1), err[RxError.REMOTE_ERROR].eq(1)]
+
+            def do_fill():
+                # A TLB fill: one backing request to the memory manager (waits for it to be taken).
+                m.d.comb += [self.fill.valid.eq(1), take.eq(self.fill.ready)]
+
+            def do_error():
+                m.d.comb += [take.eq(1), err[RxError.REMOTE_ERROR].eq(1), remote.eq(1)]
                 with m.If(tag_known):
                     m.d.comb += clr_bit.eq(Const(1, self.tags) << hdr.tag)
-            with m.Else():
+
+            def do_write():
                 m.d.comb += take.eq(1)
                 m.d.sync += [writing.eq(st.n > 1), left.eq(st.n - 1), waddr.eq(land), wtag.eq(hdr.tag),
                              wfree.eq(is_land_tag)]
                 with m.If(is_land_tag & (st.n == 1)):
                     m.d.comb += clr_bit.eq(Const(1, self.tags) << hdr.tag)
+            _chain(m, [
+                (reason != 0, do_drop),
+                (is_read if any(o in acc for o in _READS) else None, do_read),
+                (is_fill if Opcode.TLB_FILL in acc else None, do_fill),
+                (is_error if Opcode.ERROR in acc else None, do_error),
+                (True, do_write),
+            ])
             m.d.comb += [status.r_en.eq(take), flits.r_en.eq(take)]
+
+        fp = self.fill.payload
+        m.d.comb += [fp.group.eq(hdr.route.dyn.group), fp.index.eq(hdr.route.dyn.index), fp.dst.eq(self.cfg.port),
+                     fp.src.eq(hdr.src), fp.tag.eq(hdr.tag)]
+        code = hdr.route.uni.code.as_value()
+        code_ix = Signal(range(N_REMOTE_CODES))
+        m.d.comb += code_ix.eq(Mux(code < N_REMOTE_CODES, code, 0))
+        for k in range(N_REMOTE_CODES):
+            with m.If(remote & (code_ix == k)):
+                m.d.sync += self.remote_codes[k].eq(self.remote_codes[k] + 1)
 
         # ------------------------------------------------------------ token arrivals
         head = data.View(meta_l, metaq.r_data)

@@ -34,7 +34,8 @@ Contract
 --------
 * Ports: ``desc`` (stream in), ``cfg``/``rbase`` (configuration, static while busy), ``mem_rd``,
   ``aux`` (packets to merge onto the uplink, e.g. the receive path's read responses), ``tx`` (credit
-  link to the switch), ``tag_issue`` (stream out), ``tag_busy`` (in), ``err_count`` (per
+  link to the switch; with ``link="stream"`` a plain flit stream instead, for a caller that puts it on a
+  VC link's request channel), ``tag_issue`` (stream out), ``tag_busy`` (in), ``err_count`` (per
   :class:`DescError`).
 * Throughput: one packet command per cycle from the descriptor walker (descriptors back to back, no
   bubble), one flit per cycle on ``tx`` while credits last. ``aux`` and generated packets share the
@@ -103,14 +104,18 @@ class RequestGenerator(wiring.Component):
     Parameters: ``ports`` (switch ports, 2..64: the valid mask bits), ``flit_width``, ``max_payload``
     (flits per packet, 1..31), ``credits`` (uplink credits, 1..1024), ``fetch_depth`` (payload read-ahead
     buffer, >= ``max_payload``), ``groups`` (``rbase`` entries, 1..256), ``tags`` (combine tags, a power of
-    two in 4..256).
+    two in 4..256), ``link`` (``"credit"``: ``tx`` is a credit link with ``credits`` credits;
+    ``"stream"``: ``tx`` is a flit stream, ``credits`` unused; packets are the same either way).
 
     Latency: a descriptor accepted in cycle t has its first packet command at t+1; a header-only packet
     reaches ``tx`` at t+3 (planner, command queue, emitter), a payload packet once its data is fetched.
     """
 
     def __init__(self, *, ports: int = 8, flit_width: int = DEFAULT_FLIT_WIDTH, max_payload: int = 16,
-                 credits: int = 32, fetch_depth: int = 48, groups: int = 4, tags: int = 32):
+                 credits: int = 32, fetch_depth: int = 48, groups: int = 4, tags: int = 32,
+                 link: str = "credit"):
+        if link not in ("credit", "stream"):
+            raise ValueError(f"link must be 'credit' or 'stream', got {link!r}")
         if not isinstance(ports, int) or not 2 <= ports <= MAX_PORTS:
             raise ValueError(f"ports must be an integer in 2..{MAX_PORTS}, got {ports!r}")
         flit_layout(flit_width)
@@ -132,13 +137,15 @@ class RequestGenerator(wiring.Component):
         self.fetch_depth = fetch_depth
         self.groups = groups
         self.tags = tags
+        self.link = link
         super().__init__({
             "desc": In(stream.Signature(Descriptor)),
             "cfg": In(GenConfig),
             "rbase": In(data.ArrayLayout(BYTE_ADDR_BITS, groups)),
             "mem_rd": Out(mem_read_signature(flit_width)),
             "aux": In(stream.Signature(flit_layout(flit_width))),
-            "tx": Out(credit_link_signature(flit_width)),
+            "tx": Out(credit_link_signature(flit_width) if link == "credit"
+                      else stream.Signature(flit_layout(flit_width))),
             "tag_issue": Out(stream.Signature(TagIssue)),
             "tag_busy": In(tags),
             "err_count": Out(data.ArrayLayout(32, len(DescError))),
@@ -254,8 +261,12 @@ class RequestGenerator(wiring.Component):
             m.d.sync += [busy.eq(1), d.eq(nd), rem.eq(nd.mask[:self.ports]), off.eq(0), copy_base.eq(nd.addr)]
 
         # ------------------------------------------------------------ uplink: merge with aux, credits
-        m.submodules.sender = sender = CreditSender(credits=self.credits, flit_width=self.flit_width)
-        connect(m, sender.link, wiring.flipped(self.tx))
+        if self.link == "credit":
+            m.submodules.sender = sender = CreditSender(credits=self.credits, flit_width=self.flit_width)
+            connect(m, sender.link, wiring.flipped(self.tx))
+            out = sender.i
+        else:
+            out = self.tx
         srcs = [builder.o, self.aux]
         lock = Signal(2)          # 1 = generated packet, 2 = aux packet, 0 = choose at the next header
         prefer_aux = Signal()
@@ -268,7 +279,6 @@ class RequestGenerator(wiring.Component):
             m.d.comb += pick.eq(1)
         with m.Elif(srcs[1].valid):
             m.d.comb += pick.eq(2)
-        out = sender.i
         for k, s in enumerate(srcs, start=1):
             with m.If(pick == k):
                 m.d.comb += [out.valid.eq(s.valid), out.payload.eq(s.payload), s.ready.eq(out.ready)]

@@ -65,7 +65,8 @@ Configuration and status
 ``cfg`` (:class:`SwitchConfig`, always ready): ``GROUP`` writes the static group table of the request
 network and of every engine; ``TLB`` writes one port's AL-TLB group configuration, or every port's with
 ``all``. A ``port`` past the last, or an undefined target, counts ``cfg_errors`` and changes nothing.
-``status`` (:func:`status_layout`) carries every counter per port and the totals over ports.
+``status`` (:func:`status_signature`) carries every counter per port and the totals over ports, one
+port per member; :func:`status_ports` gives their offsets in the one :func:`status_layout` vector.
 """
 
 import enum as py_enum
@@ -88,7 +89,7 @@ from .reduction_engine import ENGINE_COUNTERS, ReductionEngine
 from .tlb_fill_bridge import TlbFillBridge
 
 __all__ = ["DySharpSwitch", "SwitchConfig", "CfgTarget", "IngressCounter", "status_layout",
-           "port_status_layout"]
+           "port_status_layout", "status_signature", "status_ports"]
 
 # Receive FIFO between each network's output and the egress stages (covers the 2-cycle credit loop).
 _NET_OUT_DEPTH = 4
@@ -139,6 +140,32 @@ def status_layout(ports: int) -> data.StructLayout:
     })
 
 
+def status_signature(ports: int) -> wiring.Signature:
+    """The ``status`` interface: one port per member of :func:`status_layout`, ``port`` one per switch port
+    (a single status vector would pass Amaranth's 65,536-bit limit on one signal at 64 ports)."""
+    ps = port_status_layout()
+    return wiring.Signature({
+        "port": Out(ps).array(ports),
+        "total": Out(ps),
+        "req_net": Out(data.ArrayLayout(32, N_ERROR_CODES)),
+        "resp_net": Out(data.ArrayLayout(32, N_ERROR_CODES)),
+        "cfg_errors": Out(32),
+    })
+
+
+def status_ports(ports: int, prefix: str = "status") -> list[tuple[str, int, int]]:
+    """(Verilog port name, bit offset in :func:`status_layout`, width) of every ``status`` port, in
+    layout order: concatenating them (each value shifted to its offset) gives the :func:`status_layout`
+    vector that the testbenches decode."""
+    layout = status_layout(ports)
+    ps = port_status_layout().size
+    out = [(f"{prefix}__port__{i}", layout["port"].offset + i * ps, ps) for i in range(ports)]
+    for name in ("total", "req_net", "resp_net", "cfg_errors"):
+        f = layout[name]
+        out.append((f"{prefix}__{name}", f.offset, f.width))
+    return out
+
+
 def _is(*ops):
     def select(h):
         hit = 0
@@ -156,7 +183,7 @@ class DySharpSwitch(wiring.Component):
     ``red_timeout``, ``egress_slots``.
 
     Ports: ``rx[i]``/``tx[i]`` (:func:`~hw.vc_link.vc_link_signature`, GPU to switch and back), ``cfg``
-    (:class:`SwitchConfig`), ``status`` (:func:`status_layout`).
+    (:class:`SwitchConfig`), ``status`` (:func:`status_signature`).
     """
 
     def __init__(self, *, ports: int = 8, credits: int = 256, resp_credits: int = 256, link_credits: int = 8,
@@ -194,7 +221,7 @@ class DySharpSwitch(wiring.Component):
             "rx": In(link).array(ports),
             "tx": Out(link).array(ports),
             "cfg": In(stream.Signature(SwitchConfig)),
-            "status": Out(status_layout(ports)),
+            "status": Out(status_signature(ports)),
         })
 
     def elaborate(self, platform):

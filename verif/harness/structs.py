@@ -12,7 +12,7 @@ import functools
 
 from amaranth.lib import data
 
-__all__ = ["fields", "pack", "unpack", "field", "width", "Port"]
+__all__ = ["fields", "pack", "unpack", "field", "width", "Port", "read_status"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -138,3 +138,13 @@ class Port:
             self.handle.value = bits
         else:
             _cocotb_handle._schedule_write(self.handle, self._set_str, _DEPOSIT, bits)
+
+
+def read_status(dut, ports: int, prefix: str = "status") -> int:
+    """The DySHARP switch's status as one :func:`hw.switch.dysharp_switch.status_layout` vector, read from
+    its per-member ports (``<prefix>__port__<i>``, ``<prefix>__total``, ...; see ``status_ports``)."""
+    from hw.switch.dysharp_switch import status_ports
+    bits = 0
+    for name, offset, _width in status_ports(ports, prefix):
+        bits |= int(getattr(dut, name).value) << offset
+    return bits

@@ -3,7 +3,10 @@
 * :func:`request_packets`: the packets (:class:`hw.packet.Packet`) and tag bindings a descriptor must
   produce in the request generator, in order, in dynamic or unicast mode.
 * :class:`RxModel`: what the receive path must do with each packet: memory writes, read responses, token
-  arrivals, error counts and outstanding tags.
+  arrivals, error counts and outstanding tags; ``accept`` = ``"all"``/``"req"``/``"resp"`` as the RTL's.
+* :class:`NicModel`: the composed NIC (:class:`hw.gpu_nic.nic.GpuNic`) on a 2-VC link: a request-path and a
+  response-path :class:`RxModel` and the memory manager's spec
+  (:class:`verif.models.memory_manager.MemoryManagerSpec`) answering ``TLB_FILL``.
 
 Both are independent of the RTL: they build headers with :class:`hw.packet.Header` and read payload from
 a :class:`verif.harness.gpu_memory.GpuMemory`.
@@ -18,10 +21,22 @@ from hw.packet import EType, Header, Opcode, Packet, RedOp, payload_flits
 
 from verif.harness.structs import pack
 
-__all__ = ["Desc", "desc_error", "request_packets", "RxModel", "RxConfigValues", "FLIT_BYTES", "row_packets"]
+__all__ = ["Desc", "desc_error", "request_packets", "RxModel", "RxConfigValues", "FLIT_BYTES", "row_packets",
+           "NicModel", "ACCEPT"]
 
 FLIT_BYTES = 16
 ADDR_MASK = (1 << 48) - 1
+
+_LAND_ADDR = {Opcode.WRITE.value, Opcode.MM_ST.value, Opcode.DYN_ST.value}
+_LAND_TAG = {Opcode.READ_RESP.value, Opcode.RED_RESP.value}
+_READS = {Opcode.READ.value, Opcode.RED_READ.value}
+#: The opcodes a receive path takes, per ``accept`` (the RTL's :class:`hw.gpu_nic.receive_path.ReceivePath`).
+ACCEPT = {
+    "all": frozenset(_LAND_ADDR | _LAND_TAG | _READS | {Opcode.ERROR.value}),
+    "req": frozenset(_LAND_ADDR | _READS | {Opcode.TLB_FILL.value}),
+    "resp": frozenset(_LAND_TAG | {Opcode.ERROR.value}),
+}
+N_REMOTE_CODES = 16
 
 
 @dataclasses.dataclass
@@ -108,7 +123,10 @@ class RxModel:
     """The receive path's expected behaviour, packet by packet (in commit order)."""
 
     def __init__(self, cfg: RxConfigValues, *, memory, experts: int, tile_size: int, max_slots: int, groups: int,
-                 tags: int, max_payload: int):
+                 tags: int, max_payload: int, accept: str = "all"):
+        if accept not in ACCEPT:
+            raise ValueError(f"accept must be one of {sorted(ACCEPT)}, got {accept!r}")
+        self.accept = ACCEPT[accept]
         self.cfg = cfg
         self.memory = memory             # GpuMemory: the expected image (and the data reads return)
         self.experts, self.tile_size, self.max_slots = experts, tile_size, max_slots
@@ -119,6 +137,8 @@ class RxModel:
         self.responses: list[Packet] = []
         self.arrivals: list[tuple] = []  # (local expert, tile, slot, row)
         self.writes = 0
+        self.fills: list[Header] = []    # TLB_FILL headers passed to the memory manager, in order
+        self.remote_codes = [0] * N_REMOTE_CODES
 
     def bind(self, tag: int, byte_addr: int) -> None:
         self.bound[tag] = byte_addr // FLIT_BYTES
@@ -127,8 +147,7 @@ class RxModel:
         self.slots = [0] * self.experts
 
     def _known(self, op) -> bool:
-        return op in (Opcode.WRITE.value, Opcode.MM_ST.value, Opcode.DYN_ST.value, Opcode.READ.value,
-                      Opcode.RED_READ.value, Opcode.READ_RESP.value, Opcode.RED_RESP.value, Opcode.ERROR.value)
+        return op in self.accept
 
     def receive(self, flits) -> str:
         """Apply one packet (list of :class:`hw.packet.Flit`); returns what happened (for logs)."""
@@ -157,8 +176,12 @@ class RxModel:
                         xtag=h.xtag)
             self.responses.append(Packet(rh, data))
             return "read"
+        if op == Opcode.TLB_FILL.value:
+            self.fills.append(h)
+            return "fill"
         if op == Opcode.ERROR.value:
             self.errors["REMOTE_ERROR"] += 1
+            self.remote_codes[h.code if h.code < N_REMOTE_CODES else 0] += 1
             self.bound.pop(h.tag, None)
             return "error"
         if op == Opcode.DYN_ST.value:
@@ -216,3 +239,42 @@ def row_packets(*, opcode, src, row, row_flits, meta_experts, max_payload, rng, 
         out.append(Packet(h, data[off:off + n]))
     return out
 
+
+
+class NicModel:
+    """The composed NIC on a DySHARP link, packet by packet per virtual channel.
+
+    ``receive(vc, flits)`` applies a downlink packet to the request path (VC 0) or the response path
+    (VC 1, no token window); a ``TLB_FILL`` is served at once by ``mm`` (a
+    :class:`verif.models.memory_manager.MemoryManagerSpec`: the manager takes fills one at a time in
+    arrival order, so serving in order is exact) and its ``TLB_FILL_RESP`` appended to ``fill_responses``.
+    ``read_responses`` are the request path's ``READ_RESP``/``RED_READ_RESP`` in order. Both paths write
+    ``memory``; their relative order is not modelled (tests keep their address ranges apart).
+    """
+
+    def __init__(self, cfg: RxConfigValues, *, memory, mm, experts: int, tile_size: int, max_slots: int,
+                 groups: int, tags: int, max_payload: int):
+        kw = dict(memory=memory, experts=experts, tile_size=tile_size, max_slots=max_slots, groups=groups,
+                  tags=tags, max_payload=max_payload)
+        self.cfg = cfg
+        self.req = RxModel(cfg, accept="req", **kw)
+        self.rsp = RxModel(dataclasses.replace(cfg, win_rows=0), accept="resp", **kw)
+        self.mm = mm
+        self.fill_responses: list[Packet] = []
+
+    @property
+    def read_responses(self) -> list[Packet]:
+        return self.req.responses
+
+    def bind(self, tag: int, byte_addr: int) -> None:
+        self.rsp.bind(tag, byte_addr)
+
+    def receive(self, vc: int, flits) -> str:
+        what = (self.req if vc == 0 else self.rsp).receive(flits)
+        if what == "fill":
+            h = self.req.fills[-1]
+            addr, code = self.mm.serve(h.group, h.index, h.src)
+            port = self.cfg.port
+            self.fill_responses.append(Packet(Header(opcode=Opcode.TLB_FILL_RESP, src=port, dst=port, tag=h.tag,
+                                                     addr=addr, code=code), []))
+        return what

@@ -1,35 +1,54 @@
-"""cocotb testbench of the composed GPU NIC (:mod:`hw.gpu_nic.nic`) in loopback through a small Python
-switch: dispatch and combine end to end, in dynamic and unicast modes.
+"""cocotb testbench of the composed GPU NIC (:mod:`hw.gpu_nic.nic`) on its 2-VC DySHARP link.
 
-The testbench's switch delivers to this GPU (port ``PORT``) whatever is addressed to it (``DYN_ST`` with
-its mask bit, ``WRITE``/``READ``/responses with ``dst`` = ``PORT``) and plays the other GPUs and the
-in-switch reduction: a ``DYN_LD_REDUCE`` becomes a ``RED_READ`` to this GPU (at the row of ``index``,
-the symmetric layout) plus made-up contributions from the other GPUs in the mask, summed as u32 lanes into
-a ``RED_RESP``; a ``READ`` to another GPU is answered with that GPU's made-up row.
+The testbench plays the switch on both links (``tx``: the NIC's uplink, ``rx``: its downlink), through the
+small VC-link agents below (:class:`VcSource`, :class:`VcSink`; minimal local drivers, because the shared
+agents of ``verif/harness/vc_link.py`` were not on ``main`` when this was written). Every uplink packet
+is checked to travel on its opcode's VC, within that VC's credits.
 
-Checks: every dispatched token this GPU hosts lands in its token-window row intact (metadata flit
-included); the token tracker, fed by the receive path's arrivals, emits exactly the expected tiles (full
-ones, and each expert's partial last tile after ``EXPECT``), each expert's tiles in fill order; every
-combine result lands at its address with the expected value; the dynamic dispatch uses fewer uplink
-flits than the unicast one; no error counter moves. Random stalls on the links and memory ports.
+Tests:
+
+* ``test_loopback`` -- dispatch and combine end to end through a Python switch that also plays the other
+  GPUs and the in-switch u32 reduction, dynamic and unicast: every uplink request packet equals, bit for
+  bit and in order, what :func:`verif.models.gpu_nic.request_packets` builds for the descriptors; every
+  token row lands in its window row; the token tracker emits exactly the expected tiles in fill order;
+  ``ld_reduce`` round trips (``DYN_LD_REDUCE`` -> ``RED_READ`` on VC 0 answered from memory on VC 1 ->
+  ``RED_RESP`` on VC 1 landing by tag) and the unicast ``READ`` baseline; exact dispatch flit counts; no
+  error counter moves.
+* ``test_serve`` -- the NIC as a switch's GPU under random traffic and random stalls on every interface,
+  checked against :class:`verif.models.gpu_nic.NicModel`: requests on VC 0 (``WRITE``/``MM_ST``/``DYN_ST``
+  committed, ``READ``/``RED_READ`` answered on VC 1 with memory data, bit for bit, ``TLB_FILL`` answered
+  by the memory manager, its ``TLB_FILL_RESP`` bit for bit against
+  :class:`verif.models.memory_manager.MemoryManagerSpec` including every error code), combine responses
+  on VC 1 (``RED_RESP`` landing by tag, ``ERROR`` with random codes counted per code), wrong-class packets
+  dropped and counted; the memory image, every counter and the manager's counters equal the model's.
+* ``test_response_under_request_stall`` -- the no-shared-buffer property: the NIC's VC 1 uplink credits
+  are held at 0 and a flood of ``READ``s fills its VC 0 receive buffer (the downlink's VC 0 credits reach 0
+  and stay there); ``RED_RESP``s sent on VC 1 must still commit to memory and free their tags. Then the
+  credits are released and every ``READ`` answer must come out intact.
+* ``test_translated_dispatch`` -- the switch's dispatch as this GPU sees it: ``TLB_FILL`` per token answered
+  with the window row the memory manager allocates, then the row as translated ``WRITE``s there; rows
+  land intact and the tracker emits exactly the expected tiles.
 """
 
 import collections
 
 import cocotb
 
-from hw.gpu_nic.receive_path import RxConfig, pack_token_meta
-from hw.gpu_nic.request_gen import DescOp, GenConfig
-from hw.gpu_nic.token_tracker import TileCommand, TileCmdOp, TileReady
-from hw.packet import EType, Header, Opcode, Packet, RedOp
+from hw.credit import CREDIT_RETURN_BITS
+from hw.gpu_nic.memory_manager import MmCommand, MmCounter
+from hw.gpu_nic.receive_path import N_REMOTE_CODES, RxConfig, RxError, pack_token_meta
+from hw.gpu_nic.request_gen import DescError, DescOp, GenConfig
+from hw.gpu_nic.token_tracker import TileCmdOp, TileCommand, TileReady, TrackerError
+from hw.packet import N_VCS, EType, ErrorCode, Flit, Header, Opcode, Packet, RedOp, flit_layout, pack_flit, vc_of
 
 from verif.harness import tbenv
-from verif.harness.credit import CreditSink, CreditSource
-from verif.harness.cycler import Cycler
+from verif.harness.cycler import Agent, Cycler
+from verif.harness.gates import Gate
 from verif.harness.gpu_memory import GpuMemory, MemReadPort, MemWritePort, default_word
-from verif.models.gpu_nic import FLIT_BYTES, Desc
 from verif.harness.stream import StreamDriver, StreamMonitor
-from verif.harness.structs import pack, unpack
+from verif.harness.structs import Port, pack, unpack
+from verif.models.gpu_nic import FLIT_BYTES, Desc, NicModel, RxConfigValues, request_packets
+from verif.models.memory_manager import EPOCH_RESET, SET_GROUP, MemoryManagerSpec
 
 PORT = 2
 ROW_FLITS = 20
@@ -37,7 +56,186 @@ ROW_SHIFT = 9
 WIN_BASE = 0x40_0000
 SRC_BASE = 0x100_0000
 OUT_BASE = 0x200_0000
-EXPERT_BASE = 16
+OTHER = 0x10_0000_0000       # test_serve: plain writes and reads (request path only)
+DYN_BASE = (WIN_BASE, 0x20_0000_0000, 0x30_0000_0000, 0x40_0000_0000)
+MM_BASE = (0x50_0000_0000, 0x60_0000_0000)
+_CMASK = (1 << CREDIT_RETURN_BITS) - 1
+
+
+# ----------------------------------------------------------------------------------------------- agents
+
+class VcSource(Agent):
+    """Sends packets into a VC link receiver (``<prefix>__valid/__vc/__flit/__credit``): one queue and one
+    credit count per VC, a random pick among the VCs that can send, random ``valid`` gaps."""
+
+    def __init__(self, dut, prefix, rng, *, credits, gap=0.0, flit_width=128):
+        self.valid = Port(getattr(dut, f"{prefix}__valid"))
+        self.vc = Port(getattr(dut, f"{prefix}__vc"))
+        self.flit = Port(getattr(dut, f"{prefix}__flit"))
+        self.credit = Port(getattr(dut, f"{prefix}__credit"))
+        self.credits = list(credits)
+        self.rng = rng
+        self.gate = Gate(rng, gap)
+        self.flit_width = flit_width
+        self.queues = [collections.deque() for _ in range(N_VCS)]
+        self.valid.write(0)
+
+    def send(self, packet, vc=None):
+        flits = packet.flits(self.flit_width) if isinstance(packet, Packet) else list(packet)
+        vc = vc_of(Header.decode(flits[0].data).opcode) if vc is None else vc
+        for f in flits:
+            self.queues[vc].append(self.flit.encode(pack_flit(f, self.flit_width)))
+
+    @property
+    def idle(self):
+        return not any(self.queues)
+
+    def drive(self, cycle):
+        can = [v for v in range(N_VCS) if self.queues[v] and self.credits[v] > 0]
+        if can and self.gate.open():
+            v = self.rng.choice(can)
+            self.flit.write_bits(self.queues[v].popleft())
+            self.vc.write(v)
+            self.valid.write(1)
+            self.credits[v] -= 1
+        else:
+            self.valid.write(0)
+
+    def sample(self, cycle):
+        bits = self.credit.read()
+        for v in range(N_VCS):
+            self.credits[v] += (bits >> (CREDIT_RETURN_BITS * v)) & _CMASK
+
+
+class VcSink(Agent):
+    """The receiving end of a VC link sender: ``credits[v]`` buffered flits per VC, credits returned (one
+    per cycle per VC) when that VC's gate is open and it is not held (``hold[v]``). Raises on a flit sent
+    without a credit or a packet on the wrong VC for its opcode; ``on_packet(vc, flits, cycle)``."""
+
+    def __init__(self, dut, prefix, rng, *, credits, stall=0.0, on_packet=None, flit_width=128):
+        self.name = prefix
+        self.valid = Port(getattr(dut, f"{prefix}__valid"))
+        self.vc = Port(getattr(dut, f"{prefix}__vc"))
+        self.flit = Port(getattr(dut, f"{prefix}__flit"))
+        self.credit = Port(getattr(dut, f"{prefix}__credit"))
+        layout = flit_layout(flit_width)
+        self._off = tuple(layout[n].offset for n in ("data", "last", "poison"))
+        self._mask = (1 << flit_width) - 1
+        self.gates = [Gate(rng, stall) for _ in range(N_VCS)]
+        self.hold = [False] * N_VCS
+        self.available = list(credits)
+        self.to_return = [0] * N_VCS
+        self.returning = [0] * N_VCS
+        self.partial = [[] for _ in range(N_VCS)]
+        self.flits = [0] * N_VCS
+        self.on_packet = on_packet
+        self.credit.write(0)
+
+    def drive(self, cycle):
+        word = 0
+        for v in range(N_VCS):
+            n = 1 if self.to_return[v] and not self.hold[v] and self.gates[v].open() else 0
+            self.returning[v] = n
+            word |= n << (CREDIT_RETURN_BITS * v)
+        self.credit.write(word)
+
+    def sample(self, cycle):
+        if self.valid.high():
+            v = self.vc.read()
+            assert self.available[v] > 0, f"{self.name}: flit on VC {v} without a credit at cycle {cycle}"
+            self.available[v] -= 1
+            self.to_return[v] += 1
+            self.flits[v] += 1
+            bits = self.flit.read()
+            d, l, p = self._off
+            f = Flit((bits >> d) & self._mask, bool((bits >> l) & 1), bool((bits >> p) & 1))
+            part = self.partial[v]
+            if not part:
+                h = Header.decode(f.data)
+                assert vc_of(h.opcode) == v, f"{self.name}: {h!r} on VC {v} at cycle {cycle}"
+            part.append(f)
+            if f.last:
+                self.partial[v] = []
+                if self.on_packet:
+                    self.on_packet(v, part, cycle)
+        for v in range(N_VCS):
+            self.to_return[v] -= self.returning[v]
+            self.available[v] += self.returning[v]
+
+
+def bits_of(packet_or_flits):
+    flits = packet_or_flits.flits() if isinstance(packet_or_flits, Packet) else packet_or_flits
+    return [(f.data, f.last, f.poison) for f in flits]
+
+
+# ----------------------------------------------------------------------------------------------- env
+
+class NicEnv:
+    def __init__(self, dut, *, unicast=False, stall=0.2, on_uplink=None):
+        self.dut = dut
+        self.p = p = tbenv.params()
+        self.unicast = unicast
+        self.cycler = Cycler(dut)
+        self.mem = GpuMemory(p["flit_width"])
+        self.on_uplink = on_uplink
+        self.desc = StreamDriver(dut, "desc", tbenv.rng("desc"), gap=stall)
+        self.up = VcSink(dut, "tx", tbenv.rng("tx"), credits=(p["credits"],) * N_VCS, stall=stall,
+                         on_packet=self._uplink)
+        self.down = VcSource(dut, "rx", tbenv.rng("rx"), credits=(p["rx_credits"],) * N_VCS, gap=stall)
+        self.wr = MemWritePort(dut, "mem_wr", self.mem, tbenv.rng("wr"), stall=stall)
+        self.rd_tx = MemReadPort(dut, "mem_rd_tx", self.mem, tbenv.rng("rdtx"), latency=12, stall=stall, gap=stall)
+        self.rd_rx = MemReadPort(dut, "mem_rd_rx", self.mem, tbenv.rng("rdrx"), latency=12, stall=stall, gap=stall)
+        self.cmd = StreamDriver(dut, "cmd", tbenv.rng("cmd"), gap=stall)
+        self.mm_cfg = StreamDriver(dut, "mm_cfg", tbenv.rng("mmcfg"), gap=stall)
+        self.ready = []
+        self.ready_mon = StreamMonitor(dut, "ready", tbenv.rng("ready"), stall=stall,
+                                       on_item=lambda b, c: self.ready.append(b))
+        self.release_mon = StreamMonitor(dut, "release", tbenv.rng("rel"), stall=stall)
+        self.cycler.add(self.desc, self.up, self.down, self.wr, self.rd_tx, self.rd_rx, self.cmd, self.mm_cfg,
+                        self.ready_mon, self.release_mon)
+        # The generator's packets, expected in order on VC 0 (request_packets), and its tag bindings.
+        self.expect_req = collections.deque()
+        self.bindings = collections.deque()
+        self.next_tag = 0
+        self.rbase = [WIN_BASE, 0, 0, 0][:p["groups"]]
+        dut.gen_cfg.value = pack(GenConfig, port=PORT, unicast=int(unicast), row_shift=ROW_SHIFT)
+        dut.rbase.value = WIN_BASE                                  # group 0: the symmetric token window
+        self.rx_cfg = RxConfigValues(port=PORT, row_shift=ROW_SHIFT, win_base=WIN_BASE, win_rows=256,
+                                     meta_flit=ROW_FLITS - 1, expert_base=16, dyn_base=DYN_BASE)
+        c = self.rx_cfg
+        dut.rx_cfg.value = pack(RxConfig, port=c.port, row_shift=c.row_shift, win_base=c.win_base,
+                                win_rows=c.win_rows, meta_flit=c.meta_flit, expert_base=c.expert_base)
+        dut.dyn_base.value = sum(b << (48 * i) for i, b in enumerate(DYN_BASE[:p["groups"]]))
+        dut.clear.value = 0
+
+    def post(self, d: Desc):
+        """Queue a descriptor and its expected uplink packets."""
+        pkts, binds, self.next_tag = request_packets(
+            d, port=PORT, unicast=self.unicast, row_shift=ROW_SHIFT, rbase=self.rbase,
+            max_payload=self.p["max_payload"], memory=self.mem, tags=self.p["tags"], next_tag=self.next_tag)
+        self.expect_req.extend(pkts)
+        self.bindings.extend(binds)
+        self.desc.send(d.pack())
+
+    def _uplink(self, vc, flits, cycle):
+        if vc == 0:
+            assert self.expect_req, f"cycle {cycle}: unexpected request on the uplink: {Header.decode(flits[0].data)}"
+            want = self.expect_req.popleft()
+            assert bits_of(flits) == bits_of(want), \
+                f"cycle {cycle}: uplink request {Packet.from_flits(flits)} differs from the model's {want}"
+        if self.on_uplink:
+            self.on_uplink(vc, flits, cycle)
+
+    def counters(self, name, n):
+        bits = int(getattr(self.dut, name).value)
+        return [(bits >> (32 * i)) & 0xFFFFFFFF for i in range(n)]
+
+    def errors(self):
+        return {"gen_errors": self.counters("gen_errors", len(DescError)),
+                "rx_errors": self.counters("rx_errors", len(RxError)),
+                "rsp_errors": self.counters("rsp_errors", len(RxError)),
+                "remote_codes": self.counters("remote_codes", N_REMOTE_CODES),
+                "tracker_errors": self.counters("tracker_errors", len(TrackerError))}
 
 
 def remote_word(gpu, flit_addr):
@@ -52,8 +250,13 @@ def add_u32(words):
     return out
 
 
+# ----------------------------------------------------------------------------------------------- loopback
+
 class LoopSwitch:
-    """The testbench's switch: see the module docstring."""
+    """The loopback test's switch: delivers to this GPU (port ``PORT``) whatever is addressed to it, on its
+    opcode's VC, and plays the other GPUs and the in-switch reduction (a ``DYN_LD_REDUCE`` becomes a
+    ``RED_READ`` to this GPU plus made-up contributions of the others, summed as u32 lanes into a
+    ``RED_RESP``; a ``READ`` of another GPU is answered with that GPU's made-up row)."""
 
     def __init__(self, env):
         self.env = env
@@ -61,26 +264,28 @@ class LoopSwitch:
         self.next_entry = 0
         self.dispatch_flits = 0
 
-    def on_packet(self, flits, cycle):
-        env = self.env
+    def deliver(self, flits):
+        self.env.down.send(flits)
+
+    def on_packet(self, vc, flits, cycle):
         h = Header.decode(flits[0].data)
         op = h.opcode
         if op in (Opcode.DYN_ST.value, Opcode.WRITE.value):
             self.dispatch_flits += len(flits)
         if op == Opcode.DYN_ST.value:
             if h.mask >> PORT & 1:
-                env.deliver(flits)
+                self.deliver(flits)
         elif op in (Opcode.WRITE.value, Opcode.READ_RESP.value):
             if h.dst == PORT:
-                env.deliver(flits)
+                self.deliver(flits)
         elif op == Opcode.READ.value:
             if h.dst == PORT:
-                env.deliver(flits)
+                self.deliver(flits)
             else:
                 base = h.addr // FLIT_BYTES
                 data = [remote_word(h.dst, base + i) for i in range(h.length)]
-                env.deliver(Packet(Header(opcode=Opcode.READ_RESP, src=h.dst, tag=h.tag, length=h.length, dst=PORT),
-                                   data).flits())
+                self.deliver(Packet(Header(opcode=Opcode.READ_RESP, src=h.dst, tag=h.tag, length=h.length, dst=PORT),
+                                    data).flits())
         elif op == Opcode.DYN_LD_REDUCE.value:
             entry = self.next_entry
             self.next_entry = (self.next_entry + 1) & 0xFF
@@ -89,61 +294,17 @@ class LoopSwitch:
                        for g in range(8) if h.mask >> g & 1 and g != PORT]
             self.entries[entry] = (h, contrib)
             assert h.mask >> PORT & 1, "the test always includes the requester"
-            env.deliver(Packet(Header(opcode=Opcode.RED_READ, src=PORT, tag=entry, length=h.length,
-                                      etype=h.etype, redop=h.redop, dst=PORT, addr=base * FLIT_BYTES), []).flits())
+            self.deliver(Packet(Header(opcode=Opcode.RED_READ, src=PORT, tag=entry, length=h.length,
+                                       etype=h.etype, redop=h.redop, dst=PORT, addr=base * FLIT_BYTES), []).flits())
         elif op == Opcode.RED_READ_RESP.value:
+            assert h.dst == PORT, f"RED_READ_RESP to {h.dst}, the RED_READ came from {PORT}"
             req, contrib = self.entries.pop(h.tag)
             own = [f.data for f in flits[1:]]
             result = [add_u32([own[i]] + [c[i] for c in contrib]) for i in range(req.length)]
-            env.deliver(Packet(Header(opcode=Opcode.RED_RESP, src=PORT, tag=req.tag, length=req.length,
-                                      etype=req.etype, redop=req.redop, dst=PORT), result).flits())
+            self.deliver(Packet(Header(opcode=Opcode.RED_RESP, src=PORT, tag=req.tag, length=req.length,
+                                       etype=req.etype, redop=req.redop, dst=PORT), result).flits())
         else:
             raise AssertionError(f"cycle {cycle}: unexpected packet on the uplink: {h}")
-
-
-class NicEnv:
-    def __init__(self, dut, *, unicast, stall):
-        self.dut = dut
-        self.p = p = tbenv.params()
-        self.unicast = unicast
-        self.cycler = Cycler(dut)
-        self.mem = GpuMemory(p["flit_width"])
-        self.switch = LoopSwitch(self)
-        self.desc = StreamDriver(dut, "desc", tbenv.rng("desc"), gap=stall)
-        self.tx = CreditSink(dut, "tx", tbenv.rng("tx"), credits=p["credits"], stall=stall,
-                             on_packet=self.switch.on_packet)
-        self.rx = CreditSource(dut, "rx", tbenv.rng("rx"), credits=p["rx_credits"], gap=stall)
-        self.wr = MemWritePort(dut, "mem_wr", self.mem, tbenv.rng("wr"), stall=stall)
-        self.rd_tx = MemReadPort(dut, "mem_rd_tx", self.mem, tbenv.rng("rdtx"), latency=12, stall=stall, gap=stall)
-        self.rd_rx = MemReadPort(dut, "mem_rd_rx", self.mem, tbenv.rng("rdrx"), latency=12, stall=stall, gap=stall)
-        self.cmd = StreamDriver(dut, "cmd", tbenv.rng("cmd"), gap=stall)
-        self.ready = []
-        self.ready_mon = StreamMonitor(dut, "ready", tbenv.rng("ready"), stall=stall,
-                                       on_item=lambda b, c: self.ready.append(b))
-        self.released = 0
-        self.release_mon = StreamMonitor(dut, "release", tbenv.rng("rel"), stall=stall,
-                                         on_item=lambda b, c: self._released())
-        self.cycler.add(self.desc, self.tx, self.rx, self.wr, self.rd_tx, self.rd_rx, self.cmd, self.ready_mon,
-                        self.release_mon)
-        dut.gen_cfg.value = pack(GenConfig, port=PORT, unicast=int(unicast), row_shift=ROW_SHIFT)
-        dut.rbase.value = WIN_BASE                                  # group 0: the symmetric token window
-        dut.rx_cfg.value = pack(RxConfig, port=PORT, row_shift=ROW_SHIFT, win_base=WIN_BASE, win_rows=256,
-                                       meta_flit=ROW_FLITS - 1, expert_base=EXPERT_BASE)
-        dut.dyn_base.value = WIN_BASE
-        dut.clear.value = 0
-
-    def _released(self):
-        self.released += 1
-
-    def deliver(self, flits):
-        self.rx.send(flits)
-
-    def errors(self):
-        out = {}
-        for name, width in (("gen_errors", 4), ("rx_errors", 9), ("tracker_errors", 6)):
-            bits = int(getattr(self.dut, name).value)
-            out[name] = [(bits >> (32 * i)) & 0xFFFFFFFF for i in range(width)]
-        return out
 
 
 @cocotb.test()
@@ -151,6 +312,8 @@ async def test_loopback(dut):
     s = tbenv.settings()
     unicast = bool(s.get("unicast", 0))
     env = NicEnv(dut, unicast=unicast, stall=s.get("stall", 0.2))
+    switch = LoopSwitch(env)
+    env.on_uplink = switch.on_packet
     p = env.p
     E, L = p["experts"], p["tile_size"]
     rng = tbenv.rng("loop")
@@ -162,7 +325,7 @@ async def test_loopback(dut):
     for x in range(n_tokens):
         experts = sorted(rng.sample(range(64), 4))
         if x % 3 == 0:
-            experts = sorted(set(experts[:3] + [EXPERT_BASE + rng.randrange(E)]))
+            experts = sorted(set(experts[:3] + [16 + rng.randrange(E)]))
         gpus = {e // 8 for e in experts}             # 8 experts per GPU, 8 GPUs: this GPU hosts 16..23
         mask = sum(1 << g for g in gpus)
         src = SRC_BASE + x * (1 << ROW_SHIFT)
@@ -170,13 +333,12 @@ async def test_loopback(dut):
             env.mem.write(src // FLIT_BYTES + i, rng.getrandbits(128))
         env.mem.write(src // FLIT_BYTES + ROW_FLITS - 1, pack_token_meta(experts))
         tokens.append((x, experts, mask, src))
-        env.desc.send(Desc(op=DescOp.STORE.value, mask=mask, index=x, group=0, addr=src, length=ROW_FLITS).pack())
-    # Expected tiles: slots in arrival (= token) order per local expert; totals via EXPECT.
+        env.post(Desc(op=DescOp.STORE.value, mask=mask, index=x, group=0, addr=src, length=ROW_FLITS))
     slots = collections.Counter()
     for x, experts, mask, src in tokens:
         for e in experts:
-            if EXPERT_BASE <= e < EXPERT_BASE + E:
-                slots[e - EXPERT_BASE] += 1
+            if 16 <= e < 16 + E:
+                slots[e - 16] += 1
     expected_tiles = set()
     for e, n in slots.items():
         for t in range(0, n, L):
@@ -206,8 +368,8 @@ async def test_loopback(dut):
         cmask = (1 << PORT) | (1 << (5 + k % 3))
         length = rng.randint(1, 2 * p["max_payload"])
         out = OUT_BASE + k * 0x1000
-        env.desc.send(Desc(op=DescOp.LD_REDUCE.value, mask=cmask, index=x, group=0, addr=out, length=length,
-                           etype=EType.U32.value, redop=RedOp.ADD.value).pack())
+        env.post(Desc(op=DescOp.LD_REDUCE.value, mask=cmask, index=x, group=0, addr=out, length=length,
+                      etype=EType.U32.value, redop=RedOp.ADD.value))
         checks.append((x, cmask, length, out))
     expected_words = {}
     for x, cmask, length, out in checks:
@@ -223,16 +385,290 @@ async def test_loopback(dut):
 
     def landed():
         return all(env.mem.words.get(a) == v for a, v in expected_words.items())
-    await env.cycler.until(lambda: landed() and env.desc.idle and env.rx.idle, timeout=60000,
+    await env.cycler.until(lambda: landed() and env.desc.idle and env.down.idle, timeout=60000,
                            what="combine results")
     await env.cycler.cycles(30)
+    assert not env.expect_req, f"{len(env.expect_req)} expected request packets never left the uplink"
     errors = env.errors()
     assert not any(any(v) for v in errors.values()), f"error counters moved: {errors}"
-    # Uplink flits of the dispatch: one copy per token, or one per destination GPU.
     per_copy = ROW_FLITS + -(-ROW_FLITS // p["max_payload"])
     copies = sum(bin(mask).count("1") if unicast else 1 for _, _, mask, _ in tokens)
-    assert env.switch.dispatch_flits == copies * per_copy, \
-        f"{env.switch.dispatch_flits} dispatch flits on the uplink, expected {copies * per_copy}"
+    assert switch.dispatch_flits == copies * per_copy, \
+        f"{switch.dispatch_flits} dispatch flits on the uplink, expected {copies * per_copy}"
     dut._log.info(f"{'unicast' if unicast else 'dynamic'}: {n_tokens} tokens dispatched with "
-                  f"{env.switch.dispatch_flits} uplink flits; {len(expected_tiles)} tiles ready; "
-                  f"{len(checks)} combines landed")
+                  f"{switch.dispatch_flits} uplink flits (VC 0 {env.up.flits[0]}, VC 1 {env.up.flits[1]}); "
+                  f"{len(expected_tiles)} tiles ready; {len(checks)} combines landed")
+
+
+# ----------------------------------------------------------------------------------------------- serve
+
+class ServeEnv(NicEnv):
+    """The NIC as the switch's GPU: downlink traffic of every kind, checked against :class:`NicModel`."""
+
+    def __init__(self, dut, *, stall):
+        super().__init__(dut, stall=stall, on_uplink=None)
+        p = self.p
+        self.on_uplink = self._on_uplink
+        self.spec = MemoryManagerSpec(groups=p["mm_groups"], layouts=p["mm_layouts"], index_bits=p["mm_index_bits"],
+                                      slots=p["mm_slots"], epoch_bits=p["mm_epoch_bits"])
+        self.model = NicModel(self.rx_cfg, memory=GpuMemory(p["flit_width"]), mm=self.spec, experts=p["experts"],
+                              tile_size=p["tile_size"], max_slots=p["tiles"] * p["tile_size"], groups=p["groups"],
+                              tags=p["tags"], max_payload=p["max_payload"])
+        self.rng = tbenv.rng("serve")
+        self.read_resp = []           # observed VC 1 packets
+        self.fill_resp = []
+        self.combines = 0             # DYN_LD_REDUCE seen and answered
+        self.sent = collections.Counter()
+
+    def mm_command(self, op, **kw):
+        self.spec.command(op, **kw)
+        self.mm_cfg.send(pack(MmCommand, op=op, **kw))
+
+    def send(self, vc, packet, kind):
+        flits = packet.flits() if isinstance(packet, Packet) else list(packet)
+        self.model.receive(vc, flits)
+        self.down.send(flits, vc=vc)
+        self.sent[kind] += 1
+
+    def _on_uplink(self, vc, flits, cycle):
+        h = Header.decode(flits[0].data)
+        if vc == 1:
+            (self.fill_resp if h.opcode == Opcode.TLB_FILL_RESP.value else self.read_resp).append(flits)
+            return
+        assert h.opcode == Opcode.DYN_LD_REDUCE.value
+        tag, addr = self.bindings.popleft()
+        self.model.bind(tag, addr)
+        self.combines += 1
+        # Answer as the switch would: the reduced row, or an ERROR (an aborted reduction) with a code.
+        if self.rng.random() < 0.25:
+            code = self.rng.choice([c.value for c in ErrorCode if c.value])
+            self.send(1, Packet(Header(opcode=Opcode.ERROR, src=PORT, tag=h.tag, dst=PORT, code=code), []), "error")
+        else:
+            data = [self.rng.getrandbits(128) for _ in range(h.length)]
+            self.send(1, Packet(Header(opcode=Opcode.RED_RESP, src=PORT, tag=h.tag, length=h.length, etype=h.etype,
+                                       redop=h.redop, dst=PORT), data), "red_resp")
+
+
+def serve_packet(env, kind):
+    rng, p = env.rng, env.p
+    P = p["max_payload"]
+    n = rng.randint(0, P)
+    data = [rng.getrandbits(128) for _ in range(n)]
+    src = rng.randrange(8)
+    addr = OTHER + (rng.getrandbits(14) << 4)
+    if kind == "write":
+        return 0, Packet(Header(opcode=Opcode.WRITE, src=src, tag=rng.getrandbits(8), length=n, dst=PORT, addr=addr),
+                         data)
+    if kind == "mm_st":
+        return 0, Packet(Header(opcode=Opcode.MM_ST, src=src, length=n, group=rng.randrange(4), addr=addr), data)
+    if kind == "dyn_st":
+        return 0, Packet(Header(opcode=Opcode.DYN_ST, src=src, length=n, group=rng.randrange(1, p["groups"]),
+                                mask=1 << PORT, index=rng.getrandbits(8), offset=rng.getrandbits(4)), data)
+    if kind in ("read", "red_read"):
+        red = kind == "red_read"
+        h = Header(opcode=Opcode.RED_READ if red else Opcode.READ, src=src, tag=rng.getrandbits(8),
+                   xtag=rng.getrandbits(8), length=n, dst=PORT, addr=addr)
+        if red:
+            h.etype, h.redop = rng.choice(list(EType)), rng.choice(list(RedOp))
+        return 0, Packet(h, [])
+    if kind == "tlb_fill":
+        group = rng.choice([0, 0, 0, 1, 1, 2, 200])       # alloc, lookup, unconfigured, out of range
+        index = rng.randrange(1 << p["mm_index_bits"]) if rng.random() < 0.1 else rng.randrange(24)
+        if rng.random() < 0.05:
+            index = (1 << p["mm_index_bits"]) + rng.randrange(100)      # OUT_OF_BOUNDS
+        return 0, Packet(Header(opcode=Opcode.TLB_FILL, src=rng.choice([src, 1]), tag=rng.getrandbits(8), group=group,
+                                mask=1 << PORT, index=index), [])
+    if kind == "wrong_class":
+        # A response-class packet on VC 0, or a request on VC 1: dropped and counted (UNKNOWN_OPCODE).
+        if rng.random() < 0.5:
+            return 0, Packet(Header(opcode=rng.choice([Opcode.ERROR, Opcode.TLB_FILL_RESP]), src=src, dst=PORT), [])
+        return 1, Packet(Header(opcode=rng.choice([Opcode.READ, Opcode.RED_READ_RESP]), src=src, dst=PORT), [])
+    raise ValueError(kind)
+
+
+@cocotb.test()
+async def test_serve(dut):
+    s = tbenv.settings()
+    env = ServeEnv(dut, stall=s.get("stall", 0.3))
+    p = env.p
+    await env.cycler.start()
+    # The memory manager: group 0 allocates (dispatch), group 1 looks up the same layout (combine).
+    env.mm_command(SET_GROUP, group=0, valid=1, alloc=1, layout=0, base=MM_BASE[0], stride=32)
+    env.mm_command(SET_GROUP, group=1, valid=1, alloc=0, layout=0, base=MM_BASE[1], stride=32)
+    await env.cycler.until(lambda: env.mm_cfg.idle, timeout=200, what="memory-manager configuration")
+    kinds = ["write", "mm_st", "dyn_st", "read", "red_read", "tlb_fill", "tlb_fill", "wrong_class"]
+    weights = [3, 1, 1, 3, 3, 4, 0, 1]
+    n = s.get("packets", 160)
+    rng = env.rng
+    m = env.model
+    combines = 0
+
+    def all_answered():
+        return (env.down.idle and env.desc.idle and env.combines == combines and
+                len(env.read_resp) == len(m.read_responses) and len(env.fill_resp) == len(m.fill_responses) and
+                len(env.wr.writes) >= m.req.writes + m.rsp.writes)
+    for phase in range(2):
+        if phase:
+            # A new layer: the layout's slots retire. The manager takes commands between fills, so the model
+            # applies it when everything before it has been answered.
+            env.mm_command(EPOCH_RESET, layout=0)
+            await env.cycler.until(lambda: env.mm_cfg.idle, timeout=200, what="the epoch reset")
+        for k in range(phase * n // 2, (phase + 1) * n // 2):
+            if rng.random() < 0.15:
+                length = rng.randint(1, 2 * p["max_payload"])
+                env.post(Desc(op=DescOp.LD_REDUCE.value, mask=(1 << PORT) | 1, index=k, group=0,
+                              addr=OUT_BASE + k * 0x400, length=length, etype=EType.U32.value,
+                              redop=RedOp.ADD.value))
+                combines += -(-length // p["max_payload"])
+            vc, pk = serve_packet(env, rng.choices(kinds, weights)[0])
+            env.send(vc, pk, f"{Opcode(pk.header.opcode).name}@vc{vc}")
+        await env.cycler.until(
+            all_answered, timeout=80000,
+            what=f"every answer ({len(env.read_resp)}/{len(m.read_responses)} read responses, {len(env.fill_resp)}/"
+                 f"{len(m.fill_responses)} fill responses, {env.combines}/{combines} combines)")
+    await env.cycler.cycles(40)
+    for what, got, want in (("read response", env.read_resp, m.read_responses),
+                            ("TLB_FILL_RESP", env.fill_resp, m.fill_responses)):
+        assert len(got) == len(want), f"{len(got)} {what}s on VC 1, expected {len(want)}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert bits_of(g) == bits_of(w), f"{what} {i}: {Packet.from_flits(g)} differs from the model's {w}"
+    a, b = env.mem.words, m.req.memory.words
+    wrong = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    assert not wrong, (f"{len(wrong)} memory flits differ from the model; first at flit {wrong[0]:#x}: DUT "
+                       f"{a.get(wrong[0])!r}, model {b.get(wrong[0])!r}")
+    assert len(env.wr.writes) == m.req.writes + m.rsp.writes
+    errors = env.errors()
+    for name, model in (("rx_errors", m.req), ("rsp_errors", m.rsp)):
+        want = [model.errors.get(e.name, 0) for e in RxError]
+        assert errors[name] == want, f"{name} {errors[name]}, expected {want}"
+    assert errors["remote_codes"] == m.rsp.remote_codes, \
+        f"remote_codes {errors['remote_codes']}, expected {m.rsp.remote_codes}"
+    assert not any(errors["gen_errors"]) and not any(errors["tracker_errors"]), errors
+    mm = env.counters("mm_counters", len(MmCounter))
+    want = [env.spec.counters.get(c, 0) for c in MmCounter]
+    assert mm == want, f"mm_counters {mm}, expected {want}"
+    codes = collections.Counter(Header.decode(f[0].data).code for f in env.fill_resp)
+    assert codes[ErrorCode.NONE.value] and codes[ErrorCode.TLB_FAULT.value], f"fill answers by code: {codes}"
+    dut._log.info(f"served {sum(env.sent.values())} downlink packets {dict(env.sent)}; "
+                  f"{len(env.read_resp)} read answers, {len(env.fill_resp)} fill answers by code {dict(codes)}; "
+                  f"{combines} combines; rx_errors {errors['rx_errors']}, rsp_errors {errors['rsp_errors']}")
+
+
+# ----------------------------------------------------------------------------------------------- VC independence
+
+@cocotb.test()
+async def test_response_under_request_stall(dut):
+    env = ServeEnv(dut, stall=0.0)
+    p = env.p
+    rng = env.rng
+    resp_up = []
+    env.on_uplink = lambda vc, flits, cycle: resp_up.append(flits) if vc == 1 else None
+    await env.cycler.start()
+    # Combine tags in flight: K DYN_LD_REDUCE requests leave on VC 0 (their tags are bound).
+    K = min(6, p["tags"])
+    for k in range(K):
+        env.post(Desc(op=DescOp.LD_REDUCE.value, mask=(1 << PORT) | 1, index=k, group=0, addr=OUT_BASE + k * 0x400,
+                      length=4, etype=EType.U32.value, redop=RedOp.ADD.value))
+    await env.cycler.until(lambda: not env.expect_req and env.desc.idle, timeout=2000, what="the combine requests")
+    binds = list(env.bindings)
+    # Hold the NIC's VC 1 uplink credits: once its few credits are spent, no response can leave.
+    env.up.hold[1] = True
+    n_reads = p["rx_credits"] + 4 * p["credits"] + 16
+    for i in range(n_reads):
+        env.send(0, Packet(Header(opcode=Opcode.READ, src=5, tag=i & 0xFF, length=p["max_payload"], dst=PORT,
+                                  addr=OTHER + i * 0x100), []), "read")
+    # The VC 0 receive buffer fills: the downlink's VC 0 credits reach 0 and stay there.
+    await env.cycler.until(lambda: env.down.credits[0] == 0 and not env.down.queues[1], timeout=5000,
+                           what="the VC 0 downlink credits exhausted")
+    await env.cycler.cycles(200)
+    assert env.down.credits[0] == 0 and env.down.queues[0], "VC 0 drained although its answers cannot leave"
+    stuck = env.up.flits[1]
+    assert stuck <= p["credits"], f"{stuck} flits left on VC 1 with {p['credits']} credits"
+    # Responses on VC 1 must still commit.
+    expected = {}
+    for tag, addr in binds:
+        data = [rng.getrandbits(128) for _ in range(4)]
+        env.model.bind(tag, addr)
+        env.send(1, Packet(Header(opcode=Opcode.RED_RESP, src=PORT, tag=tag, length=4, etype=EType.U32.value,
+                                  dst=PORT), data), "red_resp")
+        for i, w in enumerate(data):
+            expected[addr // FLIT_BYTES + i] = w
+    t0 = env.cycler.cycle
+    await env.cycler.until(lambda: all(env.mem.words.get(a) == w for a, w in expected.items()), timeout=2000,
+                           what="the VC 1 responses committed while VC 0 is stalled")
+    took = env.cycler.cycle - t0
+    assert env.down.credits[0] == 0 and env.down.queues[0], "VC 0 was not stalled while the responses landed"
+    assert env.up.flits[1] == stuck, "a response left on VC 1 without a credit"
+    rsp = env.errors()["rsp_errors"]
+    assert not any(rsp), f"response path errors {rsp}"
+    dut._log.info(f"VC 0 stalled ({len(env.down.queues[0])} flits waiting, credits 0); {len(binds)} RED_RESPs "
+                  f"committed in {took} cycles")
+    # Release the VC 1 credits: every READ is answered, intact and in order.
+    env.up.hold[1] = False
+    m = env.model
+    await env.cycler.until(lambda: env.down.idle and len(resp_up) == len(m.read_responses), timeout=40000,
+                           what=f"the READ answers ({len(resp_up)}/{len(m.read_responses)})")
+    for i, (g, w) in enumerate(zip(resp_up, m.read_responses)):
+        assert bits_of(g) == bits_of(w), f"READ answer {i}: {Packet.from_flits(g)} differs from {w}"
+
+
+# ----------------------------------------------------------------------------------------------- translated dispatch
+
+@cocotb.test()
+async def test_translated_dispatch(dut):
+    """The DySHARP switch's dispatch, as this GPU sees it: per token a ``TLB_FILL`` (the AL-TLB's miss for
+    (dispatch group, token index) from the source GPU), answered by the memory manager with the row it
+    allocates in the token window (layout base = ``win_base``, stride = one row), then the token row as
+    translated ``WRITE``s at that address. Checks: every fill answer equals the spec's (bit for bit), a
+    second fill of the same index answers the same row, every row lands intact there, and the tracker
+    (fed by the metadata flits) emits exactly the expected tiles."""
+    s = tbenv.settings()
+    env = ServeEnv(dut, stall=s.get("stall", 0.2))
+    p = env.p
+    E, L, P = p["experts"], p["tile_size"], p["max_payload"]
+    rng = tbenv.rng("xlate")
+    await env.cycler.start()
+    env.mm_command(SET_GROUP, group=0, valid=1, alloc=1, layout=0, base=WIN_BASE, stride=(1 << ROW_SHIFT) // 16)
+    await env.cycler.until(lambda: env.mm_cfg.idle, timeout=200, what="memory-manager configuration")
+    n_tokens = s.get("tokens", 20)
+    slots = collections.Counter()
+    rows = {}
+    first = 0
+    for t in range(n_tokens):
+        index, src = rng.randrange(1 << p["mm_index_bits"]), rng.randrange(8)
+        while index in rows:
+            index = rng.randrange(1 << p["mm_index_bits"])
+        experts = sorted(set([16 + rng.randrange(E)] + rng.sample(range(64), 3)))
+        for e in experts:
+            if 16 <= e < 16 + E:
+                slots[e - 16] += 1
+        for _ in range(2 if t % 4 == 0 else 1):      # every fourth index is looked up twice
+            env.send(0, Packet(Header(opcode=Opcode.TLB_FILL, src=src, tag=t, group=0, mask=1 << PORT, index=index),
+                               []), "tlb_fill")
+        await env.cycler.until(lambda: len(env.fill_resp) == len(env.model.fill_responses), timeout=2000,
+                               what=f"token {t}'s fill answer")
+        for got, want in zip(env.fill_resp[first:], env.model.fill_responses[first:]):
+            assert bits_of(got) == bits_of(want), f"fill answer {Packet.from_flits(got)} differs from {want}"
+            h = Header.decode(got[0].data)
+            assert h.code == ErrorCode.NONE.value and h.addr == WIN_BASE + t * (1 << ROW_SHIFT), h
+        first = len(env.fill_resp)
+        rows[index] = h.addr
+        data = [rng.getrandbits(128) for _ in range(ROW_FLITS - 1)] + [pack_token_meta(experts)]
+        for off in range(0, ROW_FLITS, P):
+            n = min(P, ROW_FLITS - off)
+            env.send(0, Packet(Header(opcode=Opcode.WRITE, src=src, length=n, dst=PORT, addr=h.addr + off * FLIT_BYTES),
+                               data[off:off + n]), "write")
+    expected_tiles = {(e, k // L, min(L, n - k)) for e, n in slots.items() for k in range(0, n, L)}
+    for e in range(E):
+        env.cmd.send(pack(TileCommand, op=TileCmdOp.EXPECT, expert=e, count=slots[e]))
+    await env.cycler.until(lambda: len(env.ready) == len(expected_tiles) and env.down.idle, timeout=20000,
+                           what=f"{len(expected_tiles)} ready tiles")
+    await env.cycler.cycles(30)
+    got_tiles = {(g["expert"], g["tile"], g["count"]) for g in (unpack(TileReady, b) for b in env.ready)}
+    assert got_tiles == expected_tiles, f"ready tiles {sorted(got_tiles)}, expected {sorted(expected_tiles)}"
+    assert env.mem.words == env.model.req.memory.words, "token rows did not land at their translated rows"
+    mm = env.counters("mm_counters", len(MmCounter))
+    assert mm[MmCounter.ALLOCATED] == n_tokens and mm[MmCounter.FOUND] == -(-n_tokens // 4), mm
+    errors = env.errors()
+    assert not any(any(v) for v in errors.values()), f"error counters moved: {errors}"
+    dut._log.info(f"{n_tokens} tokens translated by the memory manager and landed; {len(expected_tiles)} tiles ready")

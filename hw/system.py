@@ -1,0 +1,69 @@
+"""The system top: ``gpus`` GPU NICs (:class:`~hw.gpu_nic.nic.GpuNic`) on one DySHARP switch
+(:class:`~hw.switch.dysharp_switch.DySharpSwitch`), GPU ``g`` on switch port ``g``.
+
+Composition only: ``nic[g].tx -> switch.rx[g]`` and ``switch.tx[g] -> nic[g].rx`` (2-VC links). Every other
+port of a NIC is a port of the system, as an array over GPUs (``desc[g]``, ``mem_wr[g]``, ``cmd[g]``, ...,
+the GPU memories and the SMs stay outside: the testbench's), and the switch's ``cfg`` and ``status`` are the
+system's ``switch_cfg`` and ``switch_status``. The credits on each link are matched: the NIC's uplink
+holds the switch's ``link_credits`` per VC, the switch's downlink sender the NIC's ``rx_credits``.
+Latency and throughput are the blocks'; the top adds no logic. Deadlock freedom is the switch's argument
+(``hw/switch/dysharp_switch.py``) with the NIC's response receive consuming unconditionally
+(``hw/gpu_nic/nic.py``).
+"""
+
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, connect, flipped
+
+from .gpu_nic.nic import GpuNic
+from .packet import DEFAULT_FLIT_WIDTH
+from .switch.dysharp_switch import DySharpSwitch
+
+__all__ = ["System"]
+
+_LINKS = ("tx", "rx")
+
+
+class System(wiring.Component):
+    """Parameters: ``gpus`` (4..64), ``flit_width``, ``max_payload``, ``link_credits`` (per VC, GPU to
+    switch), ``gpu_credits`` (per VC, switch to GPU), ``nic`` (dict of further :class:`GpuNic` parameters),
+    ``switch`` (dict of further :class:`DySharpSwitch` parameters)."""
+
+    def __init__(self, *, gpus: int = 8, flit_width: int = DEFAULT_FLIT_WIDTH, max_payload: int = 16,
+                 link_credits: int = 8, gpu_credits: int = 32, nic: dict | None = None,
+                 switch: dict | None = None):
+        if not isinstance(gpus, int) or isinstance(gpus, bool) or not 4 <= gpus <= 64:
+            raise ValueError(f"gpus must be an integer in 4..64 (one switch port each), got {gpus!r}")
+        for name, extra in (("nic", nic), ("switch", switch)):
+            if extra is not None and not isinstance(extra, dict):
+                raise ValueError(f"{name} must be a dict of parameters, got {extra!r}")
+        self.gpus = gpus
+        self.switch = DySharpSwitch(ports=gpus, flit_width=flit_width, max_payload=max_payload,
+                                    link_credits=link_credits, gpu_credits=gpu_credits, **(switch or {}))
+        self.nics = [GpuNic(ports=gpus, flit_width=flit_width, max_payload=max_payload, credits=link_credits,
+                            rx_credits=gpu_credits, **(nic or {})) for _ in range(gpus)]
+        members = {name: m.array(gpus) for name, m in self.nics[0].signature.members.items()
+                   if name not in _LINKS}
+        members["switch_cfg"] = self.switch.signature.members["cfg"]
+        members["switch_status"] = self.switch.signature.members["status"]
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.switch = sw = self.switch
+        connect(m, flipped(self.switch_cfg), sw.cfg)
+        connect(m, sw.status, flipped(self.switch_status))
+        for g, nic in enumerate(self.nics):
+            m.submodules[f"gpu{g}"] = nic
+            connect(m, nic.tx, sw.rx[g])
+            connect(m, sw.tx[g], nic.rx)
+            for name, member in nic.signature.members.items():
+                if name in _LINKS:
+                    continue
+                if member.is_signature:
+                    connect(m, flipped(getattr(self, name)[g]), getattr(nic, name))
+                elif member.flow == In:
+                    m.d.comb += getattr(nic, name).eq(getattr(self, name)[g])
+                else:
+                    m.d.comb += getattr(self, name)[g].eq(getattr(nic, name))
+        return m
