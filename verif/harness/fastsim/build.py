@@ -14,6 +14,7 @@ traffic file, runs the binary and returns the :class:`~verif.harness.fastsim.fil
 """
 
 import hashlib
+import importlib
 import os
 import re
 import subprocess
@@ -199,12 +200,31 @@ def _assign_from_words(dst: str, width: int) -> str:
     return f"    t->{dst} = w[0];"
 
 
-def _read_to_words(src: str, width: int) -> str:
+def _read_to_words(src: str, width: int, word: int = 0) -> str:
+    """C++ statement copying Verilator member ``src`` (``width`` bits) to ``out[word...]``."""
     if width > 64:
-        return f"    std::memcpy(out, t->{src}.data(), sizeof(t->{src}));"
+        return f"    std::memcpy(out + {word}, t->{src}.data(), sizeof(t->{src}));"
     if width > 32:
-        return f"    out[0] = uint32_t(t->{src}); out[1] = uint32_t(uint64_t(t->{src}) >> 32);"
-    return f"    out[0] = uint32_t(t->{src});"
+        return (f"    out[{word}] = uint32_t(t->{src}); "
+                f"out[{word + 1}] = uint32_t(uint64_t(t->{src}) >> 32);")
+    return f"    out[{word}] = uint32_t(t->{src});"
+
+
+def status_members(ports: dict, status_ports=None) -> tuple[list, int]:
+    """([(Verilog port, bit offset, width)], total bits) of the status vector the harness samples: the
+    design's ``status_ports`` list (one port per member, e.g. :func:`hw.switch.dysharp_switch.status_ports`),
+    else a single ``status`` output, else none."""
+    if status_ports is not None:
+        members = [(name, off, width) for name, off, width in status_ports]
+        for name, off, width in members:
+            if ports.get(name, ("", 0))[0] != "output" or ports[name][1] != width:
+                raise FastsimBuildError(f"status member {name} ({width} bits) is not an output of the design")
+            if off % 32:
+                raise FastsimBuildError(f"status member {name} is at bit {off}, not 32-bit aligned")
+        return members, max((off + width for _, off, width in members), default=0)
+    if ports.get("status", ("", 0))[0] == "output":
+        return [("status", 0, ports["status"][1])], ports["status"][1]
+    return [], 0
 
 
 def header_field_decls() -> str:
@@ -218,7 +238,7 @@ def header_field_decls() -> str:
 
 
 def render_vc_main(top: str, ports: dict, n: int, flit_width: int, link_credits: int, gpu_credits: int,
-                   rows: int = 1 << 18) -> str:
+                   rows: int = 1 << 18, status_ports=None) -> str:
     """The C++ main of the two-VC harness (``vc_main.cpp``) for ``top``'s ports."""
     from hw.packet import ErrorCode, Opcode
 
@@ -254,12 +274,11 @@ def render_vc_main(top: str, ports: dict, n: int, flit_width: int, link_credits:
         width = ports["cfg__payload"][1]
         cfg_words = -(-width // 32)
         drive = [f"    t->cfg___05Fvalid = valid;", "    if (!w) return;", _assign_from_words("cfg___05Fpayload", width)]
-    status_words = 0
+    members, status_bits = status_members(ports, status_ports)
+    status_words = -(-status_bits // 32)
     read = ["    (void)t; (void)out;"]
-    if ports.get("status", ("", 0))[0] == "output":
-        width = ports["status"][1]
-        status_words = -(-width // 32)
-        read = [_read_to_words("status", width)]
+    if members:
+        read = [_read_to_words(cxx_name(name), width, off // 32) for name, off, width in members]
     zero = []
     for name, (d, width) in sorted(ports.items()):
         if d != "input" or name in ("clk", "rst") or name in need:
@@ -348,8 +367,14 @@ def build_vc(module: str, params: dict | None = None, *, build_root: str | os.Pa
     n = full["ports"]
     flit_width = full.get("flit_width", 128)
     ports = top_ports(vpath.read_text(), module)
-    main = render_vc_main(module, ports, n, flit_width, link_credits, gpu_credits)
+    sp = None
+    if verilog is None:
+        # A design whose status is one port per member names them (hw.switch.dysharp_switch.status_ports).
+        mod = importlib.import_module(spec.component_class().__module__)
+        if hasattr(mod, "status_ports") and "status" not in ports:
+            sp = mod.status_ports(n)
+    main = render_vc_main(module, ports, n, flit_width, link_credits, gpu_credits, status_ports=sp)
     binary, build_s = _compile(module, params, vpath, main, build_root, VC_VERILATOR_FLAGS)
     cfg_words = -(-ports["cfg__payload"][1] // 32) if "cfg__payload" in ports else 0
-    status_words = -(-ports["status"][1] // 32) if ports.get("status", ("", 0))[0] == "output" else 0
+    status_words = -(-status_members(ports, sp)[1] // 32)
     return VcFastSim(module, full, binary, n, flit_words(flit_width), build_s, cfg_words, status_words)
