@@ -10,6 +10,7 @@ BENCHES = {
     "al_tlb": ("verif.bench.al_tlb", "AL-TLB hit latency, translations/cycle, miss penalty, hit rate vs CAM size, CAM cells"),
     "token_tracker": ("verif.bench.token_tracker", "GPU side: tile table rate/latency, dynamic vs unicast uplink flits, cells vs depth"),
     "elab": ("verif.bench.elab", "Verilog generation time, size and peak memory against the switch's port count"),
+    "dysharp_switch": ("verif.bench.dysharp_switch", "DySHARP switch: dispatch vs NVSwitch, combine at the uplink bound, fused mix, zero-load latency"),
     "reduction": ("verif.bench.reduction", "in-switch reduction: ALU conformance, buffer absorption, ld_reduce throughput vs entries"),
 }
 

@@ -5,11 +5,19 @@ Python builds the traffic (numpy arrays: per packet its arrival cycle, source po
 cocotb agents :class:`~verif.harness.credit.CreditSource`/:class:`~verif.harness.credit.CreditSink`, and
 logs every delivered packet to a binary file (:class:`SimLog`) that :func:`check_delivery` checks against
 the reference model's destinations after the run.
+
+The two-VC harness (:func:`build_vc`, template ``vc_main.cpp``) drives components whose links carry a
+request and a response virtual channel (the DySHARP switch): per port it models the GPU side (per-VC
+credits, random credit stalls, a responder for ``TLB_FILL``/``RED_READ``/``READ`` with a first-touch
+memory layout) and logs every packet each GPU received; :func:`check_vc` checks the log after the run.
 """
 
-from .build import FastSim, FastsimBuildError, FastsimRunError, build
-from .files import SimLog, Traffic, read_log, read_traffic, write_log, write_traffic
-from .scoreboard import DeliveryReport, ScoreboardError, check_delivery
+from .build import FastSim, FastsimBuildError, FastsimRunError, VcFastSim, build, build_vc
+from .files import (GpuGroup, SimLog, Traffic, VcLog, VcTraffic, read_log, read_traffic, read_vc_log, write_log,
+                    write_traffic, write_vc_traffic)
+from .scoreboard import DeliveryReport, ScoreboardError, VcReport, check_delivery, check_vc
 
 __all__ = ["build", "FastSim", "FastsimBuildError", "FastsimRunError", "Traffic", "SimLog", "read_log",
-           "write_log", "read_traffic", "write_traffic", "check_delivery", "DeliveryReport", "ScoreboardError"]
+           "write_log", "read_traffic", "write_traffic", "check_delivery", "DeliveryReport", "ScoreboardError",
+           "build_vc", "VcFastSim", "VcTraffic", "VcLog", "GpuGroup", "read_vc_log", "write_vc_traffic", "check_vc",
+           "VcReport"]

@@ -14,6 +14,12 @@ loop (wall clock), the same in process CPU time; then
 int64 sent[P] (cycle the packet's first flit left its source, -1 if never), uint8 delivered[C][ports]
 (1: a flit left that tx port in that cycle, row 0 is cycle 1), and R packed records (:data:`record_dtype`),
 one per packet delivered on a tx port, in delivery order.
+
+The two-VC harness (``vc_main.cpp``, the DySHARP switch) has its own pair: :class:`VcTraffic`
+(``DYSVTR01``: the packets with their VC, the GPU models' memory-manager groups and first-touch preloads,
+the ``cfg`` words, fill and read latencies, random-backpressure probability and seed) and :class:`VcLog`
+(``DYSVLG01``: every packet each GPU received with all its flits, every response it sent, per-cycle link
+activity per VC and direction, and ``status`` samples); the layouts are in their writer and reader.
 """
 
 import dataclasses
@@ -24,7 +30,8 @@ import numpy as np
 
 from hw.packet import DEFAULT_FLIT_WIDTH, flit_layout
 
-__all__ = ["Traffic", "SimLog", "flit_words", "flag_bits", "record_dtype", "fnv_words", "fnv_packets",
+__all__ = ["Traffic", "SimLog", "VcTraffic", "VcLog", "GpuGroup", "write_vc_traffic", "read_vc_log",
+           "vc_word", "vc_rx_dtype", "vc_tx_dtype", "pack_packets", "flit_words", "flag_bits", "record_dtype", "fnv_words", "fnv_packets",
            "write_traffic", "read_traffic", "write_log", "read_log", "flit_to_words", "words_to_int"]
 
 TRAFFIC_MAGIC = b"DYSTRF01"
@@ -204,3 +211,203 @@ def read_log(path: str | Path) -> SimLog:
     if len(records) != R:
         raise ValueError(f"{path} is truncated ({len(records)} of {R} records)")
     return SimLog(ports, words, run, loop_ns, sent, delivered, records, cpu_ns)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Two-VC links (vc_main.cpp): the DySHARP switch with a model of each GPU's side of its link
+
+VC_TRAFFIC_MAGIC = b"DYSVTR01"
+VC_LOG_MAGIC = b"DYSVLG01"
+STALL_ONE = 1 << 16          # VcTraffic.stall is a probability in units of 1/65536
+#: bits of VcLog.activity[cycle - 1, port]
+SENT_VC0, SENT_VC1, RECV_VC0, RECV_VC1 = 1, 2, 4, 8
+
+
+def vc_word(gpu: int, byte_addr: int) -> int:
+    """The 128-bit data the GPU model answers for the flit at ``byte_addr`` of GPU ``gpu`` (its C++ twin is
+    ``gpu_word`` in ``vc_main.cpp``): :func:`verif.harness.gpu_memory.default_word` of the flit address
+    ``((gpu + 1) << 40) ^ (byte_addr >> 4)``, so that equal addresses on different GPUs differ."""
+    from verif.harness.gpu_memory import default_word
+
+    return default_word(((gpu + 1) << 40) ^ (int(byte_addr) >> 4), 128)
+
+
+@functools.lru_cache(maxsize=None)
+def vc_rx_dtype() -> np.dtype:
+    return np.dtype([("first", "<i8"), ("last", "<i8"), ("port", "<i4"), ("vc", "<i4"), ("nflits", "<i4"),
+                     ("poison", "<i4"), ("flit0", "<i8")])
+
+
+@functools.lru_cache(maxsize=None)
+def vc_tx_dtype(words: int) -> np.dtype:
+    return np.dtype([("first", "<i8"), ("last", "<i8"), ("port", "<i4"), ("vc", "<i4"), ("nflits", "<i4"),
+                     ("pad", "<i4"), ("ready", "<i8"), ("head", "<u4", (words,))])
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuGroup:
+    """One group binding of every GPU's memory manager model (:class:`~verif.models.memory_manager.MemoryManagerSpec`
+    ``SET_GROUP``): ``alloc`` groups allocate a slot on a row's first touch, the others only look up;
+    row address ``base + slot * stride * 16``."""
+    group: int
+    alloc: bool
+    layout: int = 0
+    base: int = 0
+    stride: int = 1024      # 16-byte units per row (16 KB rows)
+    valid: bool = True
+
+
+@dataclasses.dataclass
+class VcTraffic:
+    """What a two-VC run injects and how the GPU models answer (see ``vc_main.cpp``).
+
+    Packets: arrival cycle (non-decreasing, >= 1), source port, VC, pre-encoded flits, as :class:`Traffic`.
+    ``groups``/``preloads`` set up every GPU's memory manager model (a preload ``(port, group, index, src)``
+    is a first touch before cycle 1, in list order); ``cfg`` are the words of the DUT's ``cfg`` payload,
+    written one per cycle after reset; ``stall`` is the probability (1/65536 units) that a GPU returns no
+    credit on a VC in a cycle (seeded by ``seed``); ``status_period`` > 0 samples the ``status`` output every
+    that many cycles (it is always sampled once after the run)."""
+    ports: int
+    words: int
+    arrival: np.ndarray      # int64[P]
+    src: np.ndarray          # int32[P]
+    vc: np.ndarray           # int32[P]
+    first: np.ndarray        # int64[P]
+    nflits: np.ndarray       # int32[P]
+    flits: np.ndarray        # uint32[F, words]
+    run_cycles: int
+    groups: tuple = ()       # GpuGroup
+    preloads: np.ndarray | None = None   # int64[Q, 4]: port, group, index, src
+    cfg: np.ndarray | None = None        # uint32[K, cfg words]
+    fill_latency: int = 100
+    read_latency: int = 150
+    stall: int = 0
+    seed: int = 1
+    status_period: int = 0
+
+    def __post_init__(self):
+        P = len(self.arrival)
+        for name in ("src", "vc", "first", "nflits"):
+            if len(getattr(self, name)) != P:
+                raise ValueError(f"traffic: {name} has {len(getattr(self, name))} entries, arrival has {P}")
+        if self.flits.ndim != 2 or self.flits.shape[1] != self.words:
+            raise ValueError(f"traffic: flits must be [F, {self.words}] words, got {self.flits.shape}")
+        if P:
+            if self.arrival.min() < 1 or np.any(np.diff(self.arrival) < 0):
+                raise ValueError("traffic: arrival cycles start at 1 and must be non-decreasing")
+            if self.src.min() < 0 or self.src.max() >= self.ports:
+                raise ValueError(f"traffic: source ports must be in 0..{self.ports - 1}")
+            if not np.isin(self.vc, (0, 1)).all():
+                raise ValueError("traffic: vc must be 0 or 1")
+            if self.nflits.min() < 1 or (self.first + self.nflits).max() > len(self.flits):
+                raise ValueError("traffic: packet flit ranges fall outside the flit array")
+        for name in ("fill_latency", "read_latency"):
+            if not 0 <= getattr(self, name) < 1 << 40:
+                raise ValueError(f"traffic: {name} must be >= 0, got {getattr(self, name)}")
+        if not 0 <= self.stall < STALL_ONE:
+            raise ValueError(f"traffic: stall must be in 0..{STALL_ONE - 1} (units of 1/65536)")
+        if self.preloads is not None and (self.preloads.ndim != 2 or self.preloads.shape[1] != 4):
+            raise ValueError("traffic: preloads must be [Q, 4] (port, group, index, src)")
+
+    @property
+    def packets(self) -> int:
+        return len(self.arrival)
+
+    def packet_words(self, k: int) -> np.ndarray:
+        return self.flits[self.first[k]:self.first[k] + self.nflits[k]]
+
+
+def write_vc_traffic(t: VcTraffic, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    groups = np.array([[g.group, int(g.valid), int(g.alloc), g.layout, g.base, g.stride] for g in t.groups],
+                      "<i8").reshape(-1, 6)
+    pre = np.zeros((0, 4), "<i8") if t.preloads is None else np.ascontiguousarray(t.preloads, "<i8")
+    cfg = np.zeros((0, 0), "<u4") if t.cfg is None else np.ascontiguousarray(t.cfg, "<u4")
+    with open(path, "wb") as f:
+        f.write(VC_TRAFFIC_MAGIC)
+        np.array([t.ports, t.words, t.packets, len(t.flits), t.run_cycles, len(groups), len(pre), len(cfg),
+                  cfg.shape[1] if cfg.ndim == 2 else 0, t.fill_latency, t.read_latency, t.stall, t.seed,
+                  t.status_period, 0, 0], "<i8").tofile(f)
+        np.ascontiguousarray(t.arrival, "<i8").tofile(f)
+        np.ascontiguousarray(t.src, "<i4").tofile(f)
+        np.ascontiguousarray(t.vc, "<i4").tofile(f)
+        np.ascontiguousarray(t.first, "<i8").tofile(f)
+        np.ascontiguousarray(t.nflits, "<i4").tofile(f)
+        np.ascontiguousarray(t.flits, "<u4").tofile(f)
+        groups.tofile(f)
+        pre.tofile(f)
+        cfg.tofile(f)
+    return path
+
+
+@dataclasses.dataclass
+class VcLog:
+    """What a two-VC run did, per GPU: ``sent[P]`` (cycle each traffic packet's first flit left, -1 never),
+    ``activity[C, ports]`` (:data:`SENT_VC0` ... bits per cycle), ``rx`` (:func:`vc_rx_dtype`, one record per
+    packet a GPU received, in completion order; its flits are ``rxflits[flit0:flit0 + nflits]``), ``tx``
+    (:func:`vc_tx_dtype`, one record per response the GPU models sent, in send order), ``status`` samples
+    (``status_cycles[K]``, ``status[K, words]``; the last row is the end state), ``unsent`` (responses still
+    waiting at the end)."""
+    ports: int
+    words: int
+    run_cycles: int
+    loop_ns: int
+    loop_cpu_ns: int
+    sent: np.ndarray
+    activity: np.ndarray
+    rx: np.ndarray
+    rxflits: np.ndarray
+    tx: np.ndarray
+    status_cycles: np.ndarray
+    status: np.ndarray
+    unsent: int = 0
+
+    @property
+    def cycles_per_s(self) -> float:
+        return self.run_cycles / (self.loop_ns * 1e-9) if self.loop_ns else float("nan")
+
+    @property
+    def cycles_per_cpu_s(self) -> float:
+        return self.run_cycles / (self.loop_cpu_ns * 1e-9) if self.loop_cpu_ns else float("nan")
+
+    def packet(self, r: int) -> np.ndarray:
+        """The flits (uint32[n, words]) of received record ``r``."""
+        rec = self.rx[r]
+        return self.rxflits[rec["flit0"]:rec["flit0"] + rec["nflits"]]
+
+
+def read_vc_log(path: str | Path) -> VcLog:
+    with open(path, "rb") as f:
+        if f.read(8) != VC_LOG_MAGIC:
+            raise ValueError(f"{path} is not a fastsim VC log file")
+        ports, words, P, R, T, F, run, S, K, loop_ns, cpu_ns, unsent = (int(x) for x in np.fromfile(f, "<i8", 12))
+        sent = np.fromfile(f, "<i8", P)
+        activity = np.fromfile(f, "u1", run * ports).reshape(run, ports)
+        rx = np.fromfile(f, vc_rx_dtype(), R)
+        rxflits = np.fromfile(f, "<u4", F * words).reshape(F, words)
+        tx = np.fromfile(f, vc_tx_dtype(words), T)
+        status_cycles = np.fromfile(f, "<i8", K)
+        status = np.fromfile(f, "<u4", K * S).reshape(K, S)
+    if len(status) != K or len(tx) != T:
+        raise ValueError(f"{path} is truncated")
+    return VcLog(ports, words, run, loop_ns, cpu_ns, sent, activity, rx, rxflits, tx, status_cycles, status, unsent)
+
+
+def pack_packets(packets, flit_width: int = DEFAULT_FLIT_WIDTH) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first[P], nflits[P], flits[F, words]) of :class:`hw.packet.Packet` objects, in the Verilator word
+    order of :func:`hw.packet.flit_layout`."""
+    from hw.packet import pack_flit
+
+    words = flit_words(flit_width)
+    nflits = np.array([1 + len(p.payload) for p in packets], np.int32)
+    first = np.zeros(len(packets), np.int64)
+    if len(packets):
+        first[1:] = np.cumsum(nflits)[:-1]
+    flits = np.zeros((int(nflits.sum()), words), np.uint32)
+    row = 0
+    for p in packets:
+        for f in p.flits(flit_width):
+            flits[row] = flit_to_words(pack_flit(f, flit_width), words)
+            row += 1
+    return first, nflits, flits
