@@ -85,7 +85,7 @@ def test_study_help_lists_steps_and_scopes(capsys):
     with pytest.raises(SystemExit):
         main(["study", "--help"])
     out = capsys.readouterr().out
-    for step in ("verilog", "lint", "switch", "al_tlb", "reduction", "gpu_side", "area_power", "estimate"):
+    for step in ("verilog", "lint", "switch", "al_tlb", "reduction", "dysharp_switch", "gpu_side", "area_power", "estimate"):
         assert step in out
     assert "--quick" in out and "--full" in out
 

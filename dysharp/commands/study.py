@@ -30,6 +30,7 @@ STEPS = [
     ("switch", "dysharp.study_steps:switch_bench_step", "switch throughput and latency"),
     ("al_tlb", "verif.bench.al_tlb:study_step", "AL-TLB latency, miss penalty, hit rate, CAM cells"),
     ("reduction", "verif.bench.reduction:study_step", "in-switch reduction: ALU, buffer, throughput"),
+    ("dysharp_switch", "verif.bench.dysharp_switch:study", "integrated DySHARP switch: dispatch, combine, fused"),
     ("gpu_side", "verif.bench.token_tracker:study_step", "GPU side: tile table, request generator"),
     ("area_power", "synth.study_step:area_power_step", "area and power (yosys, Nangate45, CACTI)"),
     # Last: the estimator reads the calibration figures the RTL steps wrote.

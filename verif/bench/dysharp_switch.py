@@ -655,5 +655,5 @@ FULL_ONLY = {"quick": "N = 16, fanouts 2 and 8, d = 1 and 4, read latency 800",
 
 
 def study(args, out_dir) -> str:
-    """``dysharp study`` step (not wired into the study yet): the bench in the study's scope."""
+    """The ``dysharp_switch`` step of ``dysharp study``: the bench in the study's scope."""
     return study_run(sys.modules[__name__], args, out_dir, "dysharp_switch")
