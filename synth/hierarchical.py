@@ -77,7 +77,9 @@ def dysharp_parts(params: dict) -> list[tuple[str, str, dict, int]]:
     L, G = params["link_credits"], params["gpu_credits"]
     return [
         ("reqnet", NVSWITCH_FACTORY, {**net, "credits": params["credits"], "groups": params["groups"]}, 1),
-        ("respnet", NVSWITCH_FACTORY, {**net, "credits": params["resp_credits"], "groups": 2}, 1),
+        ("respnet", NVSWITCH_FACTORY, {**net, "credits": params["resp_credits"], "groups": 2,
+                                       **({"iterations": params["resp_iterations"]}
+                                          if params.get("resp_iterations", 1) != 1 else {})}, 1),
         ("tlb", "hw.switch.al_tlb:AlTlb", {"ports": N, "groups": params["groups"], "entries": params["tlb_entries"],
                                            "mshrs": params["tlb_mshrs"], "timeout": params["tlb_timeout"]}, N),
         ("engine", "hw.switch.reduction_engine:ReductionEngine",

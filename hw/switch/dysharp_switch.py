@@ -180,7 +180,8 @@ class DySharpSwitch(wiring.Component):
     port), ``link_credits`` (per virtual channel: the switch's receive FIFO on each link), ``gpu_credits``
     (per virtual channel: the GPU's receive buffers), ``flit_width``, ``max_payload``, ``groups`` (static
     and AL-TLB group handles), ``tlb_entries``, ``tlb_mshrs``, ``tlb_timeout``, ``red_entries``,
-    ``red_timeout``, ``egress_slots``.
+    ``red_timeout``, ``egress_slots``, ``resp_iterations`` (iSLIP iterations per cycle of the response
+    network, 1..4: combine converges every contribution of a request onto its requester's port).
 
     Ports: ``rx[i]``/``tx[i]`` (:func:`~hw.vc_link.vc_link_signature`, GPU to switch and back), ``cfg``
     (:class:`SwitchConfig`), ``status`` (:func:`status_signature`).
@@ -189,7 +190,7 @@ class DySharpSwitch(wiring.Component):
     def __init__(self, *, ports: int = 8, credits: int = 256, resp_credits: int = 256, link_credits: int = 8,
                  gpu_credits: int = 32, flit_width: int = DEFAULT_FLIT_WIDTH, max_payload: int = 16,
                  groups: int = 16, tlb_entries: int = 64, tlb_mshrs: int = 8, tlb_timeout: int = 8192,
-                 red_entries: int = 64, red_timeout: int = 8192, egress_slots: int = 8):
+                 red_entries: int = 64, red_timeout: int = 8192, egress_slots: int = 8, resp_iterations: int = 1):
         if not isinstance(ports, int) or not 4 <= ports <= MAX_PORTS:
             raise ValueError(f"ports must be an integer in 4..{MAX_PORTS}, got {ports!r}")
         for name, v, lo, hi in (("link_credits", link_credits, 2, 256), ("gpu_credits", gpu_credits, 1, 1024)):
@@ -208,7 +209,7 @@ class DySharpSwitch(wiring.Component):
         self.reqnet = NVSwitch(credits=credits, groups=groups, **net)
         # The response network routes by dst only; its group table is idle (2 entries: a 1-entry table has a
         # zero-width address).
-        self.respnet = NVSwitch(credits=resp_credits, groups=2, **net)
+        self.respnet = NVSwitch(credits=resp_credits, groups=2, iterations=resp_iterations, **net)
         self.tlbs = [AlTlb(ports=ports, groups=groups, entries=tlb_entries, mshrs=tlb_mshrs,
                            timeout=tlb_timeout) for _ in range(ports)]
         self.engines = [ReductionEngine(ports=ports, entries=red_entries, max_length=max_payload,
