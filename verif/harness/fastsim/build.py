@@ -118,18 +118,24 @@ class FastSim:
         if traffic.ports != self.ports or traffic.words != self.words:
             raise ValueError(f"traffic for {traffic.ports} ports x {traffic.words} words does not fit "
                              f"{self.module} ({self.ports} ports x {self.words} words)")
-        workdir = Path(workdir or self.binary.parent / "runs")
-        workdir.mkdir(parents=True, exist_ok=True)
-        tpath = write_traffic(traffic, workdir / f"{tag}-{os.getpid()}.traffic")
-        lpath = workdir / f"{tag}-{os.getpid()}.log.bin"
-        proc = subprocess.run([str(self.binary), str(tpath), str(lpath)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise FastsimRunError(f"{self.binary.name} ({self.module} {self.params}) exited with "
-                                  f"{proc.returncode}: {proc.stderr.strip() or proc.stdout.strip()}")
-        log = read_log(lpath)
-        tpath.unlink()
-        lpath.unlink()
-        return log
+        return _run_binary(self, traffic, workdir, tag, write_traffic, read_log, ("traffic", "log.bin"))
+
+
+def _run_binary(sim, traffic, workdir, tag, write, read, exts):
+    """Write ``traffic`` with ``write``, run ``sim.binary`` on it, read its log with ``read`` and remove both
+    files (the credit and the 2-VC harness differ only in their file formats)."""
+    workdir = Path(workdir or sim.binary.parent / "runs")
+    workdir.mkdir(parents=True, exist_ok=True)
+    tpath = write(traffic, workdir / f"{tag}-{os.getpid()}.{exts[0]}")
+    lpath = workdir / f"{tag}-{os.getpid()}.{exts[1]}"
+    proc = subprocess.run([str(sim.binary), str(tpath), str(lpath)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise FastsimRunError(f"{sim.binary.name} ({sim.module} {sim.params}) exited with "
+                              f"{proc.returncode}: {proc.stderr.strip() or proc.stdout.strip()}")
+    log = read(lpath)
+    tpath.unlink()
+    lpath.unlink()
+    return log
 
 
 def _compile(module: str, params: dict, vpath: Path, main: str, build_root: Path,
@@ -322,18 +328,7 @@ class VcFastSim:
         if traffic.cfg is not None and len(traffic.cfg) and traffic.cfg.shape[1] != self.cfg_words:
             raise ValueError(f"traffic's cfg words are {traffic.cfg.shape[1]} wide, {self.module}'s cfg payload "
                              f"takes {self.cfg_words}")
-        workdir = Path(workdir or self.binary.parent / "runs")
-        workdir.mkdir(parents=True, exist_ok=True)
-        tpath = write_vc_traffic(traffic, workdir / f"{tag}-{os.getpid()}.vtraffic")
-        lpath = workdir / f"{tag}-{os.getpid()}.vlog.bin"
-        proc = subprocess.run([str(self.binary), str(tpath), str(lpath)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise FastsimRunError(f"{self.binary.name} ({self.module} {self.params}) exited with "
-                                  f"{proc.returncode}: {proc.stderr.strip() or proc.stdout.strip()}")
-        log = read_vc_log(lpath)
-        tpath.unlink()
-        lpath.unlink()
-        return log
+        return _run_binary(self, traffic, workdir, tag, write_vc_traffic, read_vc_log, ("vtraffic", "vlog.bin"))
 
 
 def build_vc(module: str, params: dict | None = None, *, build_root: str | os.PathLike = "build",
