@@ -15,6 +15,7 @@ import hashlib
 import importlib
 import inspect
 import json
+import re
 import os
 from pathlib import Path
 from typing import Any
@@ -146,8 +147,15 @@ def hw_source_hash() -> str:
 
 
 def point_slug(params: dict[str, Any], defaults: dict[str, Any]) -> str:
-    """Short file-name-safe description of the non-default parameters of a point."""
-    parts = [f"{k}{v}" for k, v in sorted(params.items()) if defaults.get(k) != v]
+    """Short file-name-safe description of the non-default parameters of a point (nested dicts, tuples and
+    lists are flattened: no spaces, quotes or braces, which make and some shells cannot take)."""
+    def text(v):
+        if isinstance(v, dict):
+            return "-".join(f"{k}{text(x)}" for k, x in sorted(v.items()))
+        if isinstance(v, (list, tuple)):
+            return "x".join(text(x) for x in v)
+        return re.sub(r"[^A-Za-z0-9.+-]", "", str(v))
+    parts = [f"{k}{text(v)}" for k, v in sorted(params.items()) if defaults.get(k) != v]
     return "_".join(parts) if parts else "default"
 
 

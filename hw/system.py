@@ -6,20 +6,31 @@ port of a NIC is a port of the system, as an array over GPUs (``desc[g]``, ``mem
 the GPU memories and the SMs stay outside: the testbench's), and the switch's ``cfg`` and ``status`` are the
 system's ``switch_cfg`` and ``switch_status``. The credits on each link are matched: the NIC's uplink
 holds the switch's ``link_credits`` per VC, the switch's downlink sender the NIC's ``rx_credits``.
+``probe`` taps every link for the testbench's counters and utilization plots (``valid``, ``vc``, ``last``
+and the opcode field of the flit, meaningful on a packet's head flit; element ``2g`` is GPU ``g``'s uplink,
+``2g + 1`` its downlink): wires only, so a build with only the top-level ports public can count flits.
 Latency and throughput are the blocks'; the top adds no logic. Deadlock freedom is the switch's argument
 (``hw/switch/dysharp_switch.py``) with the NIC's response receive consuming unconditionally
 (``hw/gpu_nic/nic.py``).
 """
 
 from amaranth.hdl import Module
-from amaranth.lib import wiring
-from amaranth.lib.wiring import In, connect, flipped
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out, connect, flipped
 
 from .gpu_nic.nic import GpuNic
-from .packet import DEFAULT_FLIT_WIDTH
+from .packet import DEFAULT_FLIT_WIDTH, HEADER_BITS, HeaderLayout, Opcode
 from .switch.dysharp_switch import DySharpSwitch
 
-__all__ = ["System"]
+__all__ = ["System", "LinkProbe"]
+
+
+class LinkProbe(data.Struct):
+    """One link as the probe shows it each cycle; ``opcode`` is the flit's opcode field (a head flit's)."""
+    valid: 1
+    vc: 1
+    last: 1
+    opcode: Opcode
 
 _LINKS = ("tx", "rx")
 
@@ -46,6 +57,7 @@ class System(wiring.Component):
                    if name not in _LINKS}
         members["switch_cfg"] = self.switch.signature.members["cfg"]
         members["switch_status"] = self.switch.signature.members["status"]
+        members["probe"] = Out(data.ArrayLayout(LinkProbe, 2 * gpus))
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -57,6 +69,9 @@ class System(wiring.Component):
             m.submodules[f"gpu{g}"] = nic
             connect(m, nic.tx, sw.rx[g])
             connect(m, sw.tx[g], nic.rx)
+            for probe, link in ((self.probe[2 * g], nic.tx), (self.probe[2 * g + 1], sw.tx[g])):
+                m.d.comb += [probe.valid.eq(link.valid), probe.vc.eq(link.vc), probe.last.eq(link.flit.last),
+                             probe.opcode.eq(data.View(HeaderLayout, link.flit.data[:HEADER_BITS]).opcode)]
             for name, member in nic.signature.members.items():
                 if name in _LINKS:
                     continue

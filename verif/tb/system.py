@@ -38,6 +38,7 @@ import json
 
 import cocotb
 import numpy as np
+from amaranth.lib import data
 
 from hw.gpu_nic.memory_manager import MmCommand, MmCounter
 from hw.gpu_nic.receive_path import RxConfig, RxError, unpack_token_meta
@@ -46,6 +47,7 @@ from hw.gpu_nic.token_tracker import TileCmdOp, TileCommand, TileReady, TokenRel
 from hw.packet import Header, Opcode
 from hw.switch.al_tlb import TlbCounter
 from hw.switch.dysharp_switch import SwitchConfig, status_layout
+from hw.system import LinkProbe
 from sim_models.scheduler import tile_gemm_times
 
 from verif.harness import tbenv
@@ -84,28 +86,49 @@ class LayerMemory(GpuMemory):
         self.on_write(int(addr), int(data))
 
 
-class LinkCounter(Agent):
-    """Flits on one direction of one GPU's link (the system top's internal wires), split into AL-TLB fill
-    traffic (``TLB_FILL``/``TLB_FILL_RESP``) and the rest, per VC head decoded once per packet."""
+class LinkCounters(Agent):
+    """Flits on both directions of every GPU's link, from the system top's ``probe`` (one read per cycle),
+    split into AL-TLB fill traffic (``TLB_FILL``/``TLB_FILL_RESP``, told by a packet's head opcode) and the
+    rest, in total and per ``bin`` cycles (the utilization plot). Keys are ``(g, "up" | "down")``."""
 
-    def __init__(self, dut, prefix):
-        self.valid = Port(getattr(dut, f"{prefix}__valid"))
-        self.vc = Port(getattr(dut, f"{prefix}__vc"))
-        self.flit = Port(getattr(dut, f"{prefix}__flit"))
-        self.head = [True, True]
-        self.kind = [None, None]
-        self.counts = collections.Counter()
+    FILLS = (Opcode.TLB_FILL.value, Opcode.TLB_FILL_RESP.value)
+
+    def __init__(self, dut, gpus, bin_cycles=64):
+        self.port = Port(dut.probe)
+        self.G = gpus
+        self.bin = bin_cycles
+        self.fields = flat_fields(LinkProbe)
+        self.width = data.Layout.cast(LinkProbe).size
+        self.links = [(g, d) for g in range(gpus) for d in ("up", "down")]
+        self.head = {(k, v): True for k in self.links for v in range(2)}
+        self.kind = {}
+        self.counts = {k: collections.Counter() for k in self.links}
+        self.series = {k: [] for k in self.links}       # flits per bin
+        self.t0 = None
+
+    def start(self, cycle):
+        self.t0 = cycle
 
     def sample(self, cycle):
-        if not self.valid.high():
+        bits = self.port.read()
+        if not bits:
             return
-        v = self.vc.read()
-        bits = self.flit.read()
-        if self.head[v]:
-            op = Header.decode(bits & ((1 << 128) - 1)).opcode
-            self.kind[v] = "fills" if op in (Opcode.TLB_FILL.value, Opcode.TLB_FILL_RESP.value) else "data"
-        self.counts[self.kind[v]] += 1
-        self.head[v] = bool((bits >> 128) & 1)          # flit layout: data 128, last, poison
+        w, (vo, _), (co, _), (lo, _), (oo, ow) = self.width, self.fields["valid"], self.fields["vc"], \
+            self.fields["last"], self.fields["opcode"]
+        b = None if self.t0 is None or cycle < self.t0 else (cycle - self.t0) // self.bin
+        for i, k in enumerate(self.links):
+            p = bits >> (i * w)
+            if not (p >> vo) & 1:
+                continue
+            hv = (k, (p >> co) & 1)
+            if self.head[hv]:
+                self.kind[hv] = "fills" if ((p >> oo) & ((1 << ow) - 1)) in self.FILLS else "data"
+            self.counts[k][self.kind[hv]] += 1
+            self.head[hv] = bool((p >> lo) & 1)
+            if b is not None:
+                s = self.series[k]
+                s.extend([0] * (b + 1 - len(s)))
+                s[b] += 1
 
 
 class Feeder(Agent):
@@ -295,12 +318,11 @@ class SystemEnv:
         self.work = L.work(self.scheme)
         self.cycler = Cycler(dut)
         self.gpus = [GpuSide(self, g) for g in range(L.G)]
-        self.links = {(g, d): LinkCounter(dut, f"{'rx' if d == 'up' else 'tx'}__{g}") for g in range(L.G)
-                      for d in ("up", "down")}
+        self.links = LinkCounters(dut, L.G, s.get("bin", 64))
         self.switch_cfg = StreamDriver(dut, "switch_cfg", tbenv.rng("swcfg"))
         for gs in self.gpus:
             self.cycler.add(*gs.agents)
-        self.cycler.add(self.switch_cfg, *self.links.values())
+        self.cycler.add(self.switch_cfg, self.links)
         self.rows = {}
         for t in range(L.N):
             key = tuple(L.row(t))
@@ -349,9 +371,9 @@ class SystemEnv:
                                       tlb__mask=c["mask"], tlb__rows=c["rows"]))
 
     def flits(self):
-        return {d: [self.links[(g, d)].counts["data"] + self.links[(g, d)].counts["fills"] for g in range(self.L.G)]
-                for d in ("up", "down")}, \
-            {d: [self.links[(g, d)].counts["fills"] for g in range(self.L.G)] for d in ("up", "down")}
+        c = self.links.counts
+        return {d: [c[(g, d)]["data"] + c[(g, d)]["fills"] for g in range(self.L.G)] for d in ("up", "down")}, \
+            {d: [c[(g, d)]["fills"] for g in range(self.L.G)] for d in ("up", "down")}
 
     def counters(self, name, g, n):
         bits = int(getattr(self.dut, f"{name}__{g}").value)
@@ -403,6 +425,7 @@ async def test_layer(dut):
                            timeout=1000, what="configuration")
     await env.cycler.cycles(4)
     t0 = env.cycler.cycle
+    env.links.start(t0)
     for w, gs in zip(env.work, env.gpus):
         gs.feeder.queue.extend(w.dispatch)
     await env.cycler.until(lambda: env.left == 0 and all(g.gemm_done for g in env.gpus), timeout=timeout,
@@ -465,6 +488,8 @@ async def test_layer(dut):
                                       "hit_rate": hits / (hits + misses) if hits + misses else None},
            "engine": {k.split(".")[-1]: v for k, v in st.items() if k.startswith("total.engine.")},
            "mm_allocated": [env.counters("mm_counters", g, len(MmCounter))[MmCounter.ALLOCATED] for g in range(L.G)],
+           "utilization": {"bin": env.links.bin, **{d: [env.links.series[(g, d)] for g in range(L.G)]
+                                                     for d in ("up", "down")}},
            "tiles_ready": len(env.ready_cycles), "ready_cycles": env.ready_cycles,
            "first_ready": min((r[-1] for r in env.ready_cycles), default=None),
            "last_ready": max((r[-1] for r in env.ready_cycles), default=None)}
