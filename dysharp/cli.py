@@ -16,6 +16,9 @@ COMMANDS = {
     "bench": ("dysharp.commands.bench",
               "Measure one hardware block in simulation (switch, AL-TLB, reduction, GPU side) and write its "
               "figures to build/bench/."),
+    "system": ("dysharp.commands.system",
+               "Run a whole MoE layer on G GPU NICs and the DySHARP switch (deepep, dysharp-basic, dysharp): "
+               "numpy check, cycles, flits, link-utilization plot and the estimator's prediction."),
     "estimate": ("dysharp.commands.estimate",
                  "Estimate an MoE layer's time with DySHARP against DeepEP, NVLS and other baselines."),
     "area": ("dysharp.commands.area",
@@ -41,6 +44,7 @@ typical use:
   dysharp verilog -m switch --set ports=16
   dysharp bench al_tlb         one benchmark; figures in build/bench/al_tlb.json
   dysharp estimate --model deepseek-v3 --system gh200-nvl32
+  dysharp system --gpus 8 --tokens 256   a whole MoE layer in RTL, three schemes; build/system/
 
 output: Verilog in build/verilog/, benchmark JSON in build/bench/, area and power in synth_reports/,
 the study report and its step times in build/report/, tool logs of study steps in build/logs/.

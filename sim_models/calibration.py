@@ -20,7 +20,13 @@ How each figure enters the model (see ``docs/estimator.md``):
 * ``reduce_last_to_result_cycles`` -- added to every in-switch-reduced combine.
 * ``tracker_updates_per_cycle`` -- token-tracker updates per cycle per link (one per arriving packet):
   caps the fused pipeline's dispatch arrival rate.
-* ``tracker_ready_latency_cycles`` -- added to every tile's ready time in the fused pipeline.
+* ``tracker_ready_latency_cycles`` -- added to every tile's ready time in the fused pipeline (``dysharp
+  system``'s fused run when present: last row landed in GPU memory to the tile's ready, measured in the
+  whole system; else the token tracker's own benchmark).
+* ``tlb_misses_per_key`` -- AL-TLB misses per translated key (group, index, destination) under the MoE
+  layer's traffic (``dysharp system``): 1.0 means compulsory misses only. When present it replaces
+  ``tlb_hit_rate`` by ``1 - misses_per_key / packets per row`` at the model's real row size (the scaled
+  RTL rows are one packet each, so their own hit rate says nothing about full-size rows).
 * ``reqgen_uplink_flit_ratio`` -- dynamic/unicast uplink flits measured on the request generator; a
   consistency check against this model's own count (reported, not used).
 * ``tlb_backing_latency_cycles``, ``reduce_alu_latency_cycles`` -- reported for context.
@@ -47,7 +53,8 @@ FIGURES = {
     "reduce_flits_per_cycle": ("reduction", 1.0, "issue 5: one contribution flit per cycle per engine"),
     "reduce_last_to_result_cycles": ("reduction", 8.0, "assumption"),
     "tracker_updates_per_cycle": ("token_tracker", 1.0, "issue 6: one arrival per cycle sustained"),
-    "tracker_ready_latency_cycles": ("token_tracker", 4.0, "assumption"),
+    "tracker_ready_latency_cycles": (("system", "token_tracker"), 4.0, "assumption"),
+    "tlb_misses_per_key": ("system", None, "tlb_hit_rate (no per-key figure)"),
     "reqgen_uplink_flit_ratio": ("token_tracker", None, "computed by this model (check only)"),
 }
 
@@ -75,16 +82,18 @@ class Calibration:
         return load_calibration(None)
 
 
-def load_calibration(bench_dir="build/bench") -> "Calibration":
+def load_calibration(bench_dir="build/bench", exclude=()) -> "Calibration":
     """Figures from ``<bench_dir>/<name>.json`` where present, documented defaults elsewhere.
 
     ``bench_dir`` may be a list of folders, searched in order (the first file found for a benchmark wins).
-    A file that exists but is not valid JSON, or a figure that is not a finite non-negative number, is an
+    A figure may name several benchmarks (a tuple, first found wins); ``exclude`` leaves benchmarks out
+    (to compare an estimate without them). A file that exists but is not valid JSON, or a figure that is not a finite non-negative number, is an
     error (``ValueError`` naming the file and field), so a broken benchmark never silently falls back."""
     values, sources = {}, {}
     loaded = {}
     dirs = [] if bench_dir is None else ([bench_dir] if isinstance(bench_dir, (str, Path)) else list(bench_dir))
-    for stem in sorted({f for f, _, _ in FIGURES.values()}):
+    stems = {st for f, _, _ in FIGURES.values() for st in ((f,) if isinstance(f, str) else f)}
+    for stem in sorted(stems - set(exclude)):
         for folder in dirs:
             path = Path(folder) / f"{stem}.json"
             if not path.exists():
@@ -100,8 +109,10 @@ def load_calibration(bench_dir="build/bench") -> "Calibration":
                 raise ValueError(f"{path}: 'calibration' must be an object")
             loaded[stem] = (path, cal)
             break
-    for name, (stem, default, why) in FIGURES.items():
-        if stem in loaded and name in loaded[stem][1]:
+    for name, (stems_of, default, why) in FIGURES.items():
+        stem = next((st for st in ((stems_of,) if isinstance(stems_of, str) else stems_of)
+                     if st in loaded and name in loaded[st][1]), None)
+        if stem is not None:
             path, cal = loaded[stem]
             v = cal[name]
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):

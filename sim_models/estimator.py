@@ -191,6 +191,10 @@ class _Context:
         sw_cycles = cal.get("switch_zero_load_latency_cycles", s.switch_latency_ns * 1e-9 * self.clock)
         self.l_trav = (2 * s.link_latency_ns * 1e-9 + sw_cycles / self.clock) * ls
         hr = cal.get("tlb_hit_rate")
+        mpk = cal.get("tlb_misses_per_key")
+        if mpk is not None:   # the whole system's misses per key, at this model's packets per row
+            row_packets = math.ceil(payload_bytes(model.hidden, p.dtype) / MAX_PAYLOAD) + 1   # + metadata
+            hr = max(0.0, 1.0 - mpk / row_packets)
         self.l_tlb = (cal.get("tlb_hit_latency_cycles") + (1 - hr) * cal.get("tlb_miss_penalty_cycles")) \
             / self.clock * ls
         self.l_red = cal.get("reduce_last_to_result_cycles") / self.clock * ls

@@ -20,7 +20,7 @@ import numpy as np
 from . import routing as rt
 from .traffic import TokenDestinations
 
-__all__ = ["Workload", "build_workload", "parse_placement"]
+__all__ = ["Workload", "build_workload", "workload_from_routing", "parse_placement"]
 
 
 def parse_placement(spec: str) -> tuple[str, int]:
@@ -150,6 +150,18 @@ def build_workload(experts: int, k: int, gpus: int, tokens_per_gpu: int, *, rout
         pl = rt.ExpertPlacement(rt.place_experts(experts, gpus, kind, prng, uneven=True), gpus)
     dest = TokenDestinations.from_routing(ids, pl, gpus)
     return _structure(ids, pl, dest, gpus, tokens_per_gpu, tile)
+
+
+def workload_from_routing(ids: np.ndarray, placement, gpus: int, tile: int = 128) -> Workload:
+    """The workload of a given routing (``ids``: (tokens, k) global expert ids, token ``t`` at home
+    ``t // (tokens / gpus)``) under a given placement (an :class:`~sim_models.routing.ExpertPlacement` or
+    the expert -> GPU array of a one-instance placement): what an RTL run drew, for the estimator."""
+    ids = np.asarray(ids)
+    if ids.ndim != 2 or ids.shape[0] % gpus:
+        raise ValueError(f"routing must be (tokens, k) with tokens a multiple of {gpus} GPUs, got {ids.shape}")
+    pl = placement if isinstance(placement, rt.ExpertPlacement) else rt.ExpertPlacement(np.asarray(placement), gpus)
+    dest = TokenDestinations.from_routing(ids, pl, gpus)
+    return _structure(ids, pl, dest, gpus, ids.shape[0] // gpus, tile)
 
 
 def _structure(ids, pl, dest, gpus, tpg, tile) -> Workload:

@@ -12,12 +12,16 @@ import pytest
 
 from verif.harness.runner import run_cocotb
 
-# 64 local experts per GPU (DeepSeek-V3 over 4 GPUs); at 16 tokens per GPU every expert has one tile.
-PARAMS = {"gpus": 4, "nic": {"experts": 64, "tiles": 1, "tile_size": 128, "mm_index_bits": 8, "mm_slots": 256}}
+from verif.models.moe_layer import build_layer
+
 LAYER = {"model": "deepseek-v3", "tokens": 16, "hidden": 128, "gemm": [64, 32]}
+# The system top sized for the layer (as `dysharp system` builds it, so both share one build): 64 local
+# experts per GPU (DeepSeek-V3 over 4 GPUs), one tile each at 16 tokens per GPU.
+PARAMS = build_layer(model="deepseek-v3", gpus=4, tokens=16, hidden=128).system_params()
 
 
 def run(scheme, seed, sim, tmp_path, check=True, **env):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     out = tmp_path / f"{scheme}.json"
     r = run_cocotb("system", PARAMS, test_module="verif.tb.system", testcase="test_layer", seed=seed, sim=sim,
                    env={**LAYER, "scheme": scheme, "out": str(out), **env}, check=check)
@@ -57,3 +61,25 @@ def test_sabotage_fails(seed, sim, tmp_path):
     """Test the test: one expert output made wrong on purpose must fail the numerical check."""
     r = run("dysharp-basic", seed, sim, tmp_path, check=False, sabotage="partial")
     assert not isinstance(r, dict) and r.failed == 1
+
+
+def test_silent_gpu_times_out_naming_tokens(seed, sim, tmp_path):
+    """A GPU that stops answering reads mid-run ends the run with a timeout naming the unfinished tokens
+    (no hang, no result)."""
+    r = run_cocotb("system", PARAMS, test_module="verif.tb.system", testcase="test_layer", seed=seed, sim=sim,
+                   env={**LAYER, "scheme": "dysharp-basic", "silent": [1, 1000], "timeout": 1500}, check=False,
+                   quiet=True)
+    assert r.failed == 1
+    text = r.log_file.read_text()
+    assert "GPU 1 stopped answering at cycle 1000" in text and "unfinished tokens, first [" in text
+
+
+@pytest.mark.slow
+def test_skip_changes_nothing(seed, sim, tmp_path):
+    """Skipping quiet cycles (GEMM waits) gives the same cycle counts, flits and figures as stepping
+    every cycle, on a layer long enough to skip (GEMM 400/200 cycles per tile)."""
+    a = run("dysharp", seed, sim, tmp_path / "a", gemm=[400, 200])
+    b = run("dysharp", seed, sim, tmp_path / "b", gemm=[400, 200], skip=False)
+    assert a["sim"]["skipped"] > 0 and b["sim"]["skipped"] == 0
+    for k in ("cycles", "flits", "fills", "tlb", "ready_cycles", "utilization"):
+        assert a[k] == b[k], k

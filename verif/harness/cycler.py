@@ -5,11 +5,18 @@ the ``ReadOnly`` phase, every agent's ``sample()`` reads the settled values. A `
 seen high together in ``sample()`` is a transfer at the next edge. One coroutine stepping all agents is
 several times faster under cocotb than one coroutine per interface, and it gives every agent the same,
 unambiguous view of a cycle.
+
+**Skipping quiet stretches.** ``skipper(cycle)``, when set, is asked after each cycle's samples how many
+cycles the testbench may leave the DUT alone (0: none). Then, right after the next edge, every agent's
+``park()`` (if it has one) lowers its ``ready`` outputs, and the model runs that many cycles at compiled
+speed with no agent stepped; cycle numbers stay exact. A DUT output that turns valid meanwhile is held by
+its stream's backpressure and seen after the skip (``on_resume`` may count such a case). The skipper must
+only skip when the testbench has nothing to send and expects nothing before its next own event.
 """
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import ReadOnly, RisingEdge
+from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
 __all__ = ["Cycler", "Agent"]
 
@@ -34,6 +41,10 @@ class Cycler:
         self.cycle = 0
         self.watchers = []
         self._task = None
+        self.skipper = None       # cycle -> cycles to leave the DUT alone (see the module docstring)
+        self.on_resume = None     # called after a skip, before the agents drive
+        self.skipped = 0          # cycles skipped in total
+        self._skip = 0
 
     def add(self, *agents: Agent) -> None:
         self.agents.extend(agents)
@@ -58,6 +69,17 @@ class Cycler:
         while True:
             await edge
             self.cycle += 1
+            if self._skip:
+                n, self._skip = self._skip, 0
+                for a in agents:
+                    park = getattr(a, "park", None)
+                    if park is not None:
+                        park()
+                await ClockCycles(self.clk, n)
+                self.cycle += n
+                self.skipped += n
+                if self.on_resume is not None:
+                    self.on_resume()
             cycle = self.cycle
             for a in agents:
                 a.drive(cycle)
@@ -66,6 +88,8 @@ class Cycler:
                 a.sample(cycle)
             for w in self.watchers:
                 w(cycle)
+            if self.skipper is not None:
+                self._skip = max(0, int(self.skipper(cycle)))
 
     async def cycles(self, n: int) -> None:
         for _ in range(n):

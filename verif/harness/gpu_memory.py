@@ -58,6 +58,9 @@ class MemWritePort(Agent):
     def drive(self, cycle):
         self.mon.drive(cycle)
 
+    def park(self):
+        self.mon.park()
+
     def sample(self, cycle):
         self.mon.sample(cycle)
 
@@ -87,6 +90,9 @@ class MemReadPort(Agent):
     @property
     def idle(self) -> bool:
         return self.current is None and not self.pending
+
+    def park(self):
+        self.req.park()
 
     def drive(self, cycle):
         self.req.drive(cycle)

@@ -41,7 +41,8 @@ class CocotbFailure(AssertionError):
 
 
 class RunResult:
-    def __init__(self, tests: int, failed: int, results_xml: Path, build_dir: Path):
+    def __init__(self, tests: int, failed: int, results_xml: Path, build_dir: Path, log_file: Path | None = None):
+        self.log_file = log_file
         self.tests = tests
         self.failed = failed
         self.results_xml = results_xml
@@ -274,7 +275,7 @@ def run_cocotb(module: str, params: dict | None = None, *, test_module: str, tes
         raise CocotbFailure(f"cocotb {test_module} on {module} with {sim} produced no results "
                             f"(simulator crashed?); see {bdir}")
     tests, failed = get_results(results_xml)
-    result = RunResult(tests, failed, results_xml, bdir)
+    result = RunResult(tests, failed, results_xml, bdir, log_file)
     if check and (failed or tests == 0):
         what = f"{test_module}" + (f"::{testcase}" if testcase else "")
         raise CocotbFailure(

@@ -82,14 +82,21 @@ class StreamMonitor(Agent):
         self.count = 0
         self._ready_now = True
         self._held = None     # payload presented but not taken last cycle
+        self.seen_valid = False   # valid at the last sample
 
     def drive(self, cycle):
         self._ready_now = self.gate.open()
         if self.ready is not None:
             self.ready.write(int(self._ready_now))
 
+    def park(self):
+        """Hold the DUT off (ready low) while the testbench skips cycles (:class:`Cycler`)."""
+        if self.ready is not None:
+            self._ready_now = False
+            self.ready.write(0)
+
     def sample(self, cycle):
-        valid = self.valid.high()
+        valid = self.seen_valid = self.valid.high()
         if self._held is not None:
             if not valid:
                 raise StreamProtocolError(f"{self.name}: valid dropped at cycle {cycle} before the payload "

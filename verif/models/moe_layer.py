@@ -342,6 +342,10 @@ class MoeLayer:
         """(GEMM-1, GEMM-2) port-clock cycles of one full tile on one worker (module docstring)."""
         if self.p.gemm_cycles is not None:
             return tuple(int(v) for v in self.p.gemm_cycles)
+        return self.derived_gemm_tile_cycles()
+
+    def derived_gemm_tile_cycles(self) -> tuple[int, int]:
+        """(GEMM-1, GEMM-2) cycles of one full tile from the real model (whether or not overridden)."""
         s = load_system(self.p.system)
         gm = GemmModel.for_model(self.cfg, s, self.p.dtype, tile=self.p.tile_size)
         t1, t2 = gm.times(self.p.tile_size, sm_fraction=self.p.sms_per_tile / s.sms)
@@ -460,6 +464,17 @@ class MoeLayer:
             most = max(most, -(-int(counts.max(initial=0)) // self.p.tile_size))
         tiles = 1 << (most - 1).bit_length()
         return experts, max(tiles, 2 if experts == 1 else 1)
+
+    def system_params(self) -> dict:
+        """Parameters of the system top (:class:`hw.system.System`) that hold this layer: the Tile Status
+        Table's shape, the memory manager's table (the algebraic index is the global token id) and its
+        receive buffer (the most rows routed to one GPU), rounded up to powers of two so that layers of
+        one shape share a build."""
+        experts, tiles = self.tracker_shape()
+        rows = int(self.dest.remote.sum(axis=0).max(initial=1))
+        return {"gpus": self.G, "nic": {"experts": experts, "tiles": tiles, "tile_size": self.p.tile_size,
+                                        "mm_index_bits": max(4, (self.N - 1).bit_length()),
+                                        "mm_slots": 1 << max(4, (rows - 1).bit_length())}}
 
     # ----------------------------------------------------------------------------------- flits
     def predicted_flits(self, scheme: str) -> dict:

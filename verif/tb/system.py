@@ -35,6 +35,7 @@ tile ready cycles) go to the JSON file named by the ``out`` setting.
 import collections
 import heapq
 import json
+import time
 
 import cocotb
 import numpy as np
@@ -105,14 +106,18 @@ class LinkCounters(Agent):
         self.counts = {k: collections.Counter() for k in self.links}
         self.series = {k: [] for k in self.links}       # flits per bin
         self.t0 = None
+        self.valid_mask = sum(1 << (i * self.width + self.fields["valid"][0]) for i in range(len(self.links)))
+        self.quiet = 0                                   # cycles since a flit was last on any link
 
     def start(self, cycle):
         self.t0 = cycle
 
     def sample(self, cycle):
         bits = self.port.read()
-        if not bits:
+        if not bits & self.valid_mask:
+            self.quiet += 1
             return
+        self.quiet = 0
         w, (vo, _), (co, _), (lo, _), (oo, ow) = self.width, self.fields["valid"], self.fields["vc"], \
             self.fields["last"], self.fields["opcode"]
         b = None if self.t0 is None or cycle < self.t0 else (cycle - self.t0) // self.bin
@@ -188,6 +193,7 @@ class GpuSide(Agent):
         self.lo, self.hi = L.local_expert_range(g)
         self.slot_rows = collections.defaultdict(list)        # local expert -> window rows, arrival order
         self.landed = collections.Counter()                   # result / partial row -> flits written
+        self.arrived = {}                                     # window row -> cycle its metadata flit landed
         self.acc = {}                                         # flit address of a row -> float64 partial
         # own rows, the dispatch source
         for i, t in enumerate(range(g * L.T, (g + 1) * L.T)):
@@ -216,6 +222,7 @@ class GpuSide(Agent):
         if 0 <= rel < L.N * self.stride:
             row, within = divmod(rel, self.stride)
             if within == L.meta_flit:
+                self.arrived[row] = self.env.cycler.cycle
                 for e in unpack_token_meta(data):
                     if self.lo <= e < self.hi:
                         self.slot_rows[e - self.lo].append(row)
@@ -259,7 +266,7 @@ class GpuSide(Agent):
         rows = self.slot_rows[e][t * ts:t * ts + n]
         assert len(rows) == n, f"GPU {self.g}: tile ({e}, {t}) ready with {n} tokens, {len(rows)} rows seen"
         self._add_tile(dict(kind="rtl", expert=self.lo + e, rows=rows, ready=cycle, key=(e, t)))
-        self.env.ready_cycles.append((self.g, e, t, n, cycle))
+        self.env.ready_cycles.append((self.g, e, t, n, cycle, cycle - max(self.arrived[r] for r in rows)))
 
     def _on_release(self, payload, cycle):
         r = unpack(TokenRelease, payload)
@@ -268,7 +275,15 @@ class GpuSide(Agent):
         t = self.env.token_of_row(self.row_flits(self.win0 + row * self.stride, self.L.row_flits))
         self.env.released(self.g, self.lo + r["expert"], t, cycle)
 
+    def silence(self):
+        """Fault: from now on this GPU's memory accepts read requests and never answers them."""
+        for port in (self.rd_tx, self.rd_rx):
+            port.latency = 1 << 62
+            port.pending = collections.deque((1 << 62, d) for _, d in port.pending)
+
     def drive(self, cycle):
+        if self.env.silent and self.env.silent[0] == self.g and cycle == self.env.silent[1]:
+            self.silence()
         while self.due and self.due[0][0] <= cycle:
             _, i = self.due.pop(0)
             self.done_idx.add(i)
@@ -309,6 +324,7 @@ class SystemEnv:
         self.s = s = tbenv.settings()
         self.scheme = s.get("scheme", "dysharp-basic")
         self.sabotage = s.get("sabotage") == "partial"
+        self.silent = s.get("silent")          # [GPU, cycle]: that GPU stops answering reads (fault)
         gemm = s.get("gemm")
         self.L = L = ml.build_layer(model=s.get("model", "deepseek-v3"), gpus=p["gpus"], tokens=s.get("tokens", 16),
                                     hidden=s.get("hidden", 128), seed=s.get("seed", tbenv.seed()),
@@ -335,6 +351,51 @@ class SystemEnv:
         self.phase = {}
         self.combine_items = {c.token: c for w in self.work for c in w.combine}
         self.snap = None
+        self.skip_interrupted = 0
+        self.quiet = 0
+        if s.get("skip", True):
+            self.cycler.skipper = self.skip
+            self.cycler.on_resume = self.resumed
+
+    QUIET = 64        # fully quiet cycles before a skip (longer than any work inside the DUT takes to show)
+
+    def skip(self, cycle) -> int:
+        """Cycles the DUT may be left alone: none until the whole system has been quiet for ``QUIET``
+        cycles (no flit on any link, no descriptor, command or memory read pending, no DUT output valid:
+        the quiet stretch covers the latency of any work still inside the DUT); then until one cycle
+        before the next testbench event (a GEMM end, a combine becoming ready)."""
+        if not self._quiet_now():
+            self.quiet = 0
+            return 0
+        self.quiet += 1
+        if self.quiet < self.QUIET:
+            return 0
+        nxt = None
+        for gs in self.gpus:
+            f = gs.feeder
+            for t in ([gs.due[0][0]] if gs.due else []) + ([f.ready[0][0]] if f.ready else []):
+                nxt = t if nxt is None else min(nxt, t)
+        return 0 if nxt is None else max(0, nxt - cycle - 2)
+
+    def _quiet_now(self) -> bool:
+        if self.links.quiet == 0 or not self.switch_cfg.idle:
+            return False
+        for gs in self.gpus:
+            f = gs.feeder
+            if f.queue or not f.driver.idle or not gs.cmd.idle or not gs.mm_cfg.idle or not gs.rd_tx.idle \
+                    or not gs.rd_rx.idle or gs.wr.mon.seen_valid or gs.rd_tx.req.seen_valid \
+                    or gs.rd_rx.req.seen_valid or gs.ready_mon.seen_valid or gs.release_mon.seen_valid:
+                return False
+            if f.ready and f.ready[0][0] <= self.cycler.cycle:
+                return False
+        return True
+
+    def resumed(self):
+        """After a skip: a DUT output already valid means the DUT was not idle (counted, reported)."""
+        gs_valid = any(p.valid.high() for gs in self.gpus for p in (gs.wr.mon, gs.rd_tx.req, gs.rd_rx.req,
+                                                                    gs.ready_mon, gs.release_mon))
+        if gs_valid or self.links.port.read() & self.links.valid_mask:
+            self.skip_interrupted += 1
 
     def token_of_row(self, flits):
         return self.rows[tuple(flits)]
@@ -379,6 +440,24 @@ class SystemEnv:
         bits = int(getattr(self.dut, f"{name}__{g}").value)
         return [(bits >> (32 * i)) & 0xFFFFFFFF for i in range(n)]
 
+    def unfinished(self) -> list[int]:
+        """Tokens whose combine result (or, deepep, one of whose pushed partials) has not fully landed."""
+        L = self.L
+        if self.scheme == "deepep":
+            return sorted({r.token for w in self.work for r in w.returns
+                           if self.gpus[int(L.home[r.token])].landed[(ml.PART_BASE // F, r.desc.index)] != L.comb_flits})
+        return sorted(c.token for w in self.work for c in w.combine if c.desc is not None
+                      and self.gpus[w.gpu].landed[(ml.OUT_BASE // F, c.token - w.gpu * L.T)] != L.comb_flits)
+
+    async def wait(self, predicate, timeout, phase, left):
+        """Wait for ``predicate``; on timeout fail naming the phase and the unfinished tokens ``left()``."""
+        try:
+            await self.cycler.until(predicate, timeout=timeout, what=phase)
+        except AssertionError as e:
+            toks = left()
+            silent = f" (GPU {self.silent[0]} stopped answering at cycle {self.silent[1]})" if self.silent else ""
+            raise AssertionError(f"{e}{silent}: {len(toks)} unfinished tokens, first {toks[:20]}") from None
+
     def complete(self):
         L = self.L
         if self.scheme == "deepep":
@@ -416,6 +495,7 @@ class SystemEnv:
 
 @cocotb.test()
 async def test_layer(dut):
+    wall0 = time.perf_counter()
     env = SystemEnv(dut)
     L, s = env.L, env.s
     timeout = s.get("timeout", 400_000)
@@ -428,8 +508,8 @@ async def test_layer(dut):
     env.links.start(t0)
     for w, gs in zip(env.work, env.gpus):
         gs.feeder.queue.extend(w.dispatch)
-    await env.cycler.until(lambda: env.left == 0 and all(g.gemm_done for g in env.gpus), timeout=timeout,
-                           what=f"dispatch and GEMMs ({env.left} tokens not released)")
+    await env.wait(lambda: env.left == 0 and all(g.gemm_done for g in env.gpus), timeout, "dispatch and GEMMs",
+                   lambda: [t for t in range(L.N) if +env.pending[t]])
     env.phase["dispatch_gemm"] = env.cycler.cycle - t0
     if env.scheme != "dysharp":
         env.snap = env.flits()
@@ -437,12 +517,15 @@ async def test_layer(dut):
         for w, gs in zip(env.work, env.gpus):
             gs.feeder.queue.extend(c.desc for c in w.combine if c.desc is not None)
             gs.feeder.queue.extend(r.desc for r in w.returns)
-    await env.cycler.until(env.complete, timeout=timeout, what="combine results")
+    await env.wait(env.complete, timeout, "combine results", env.unfinished)
     total = env.cycler.cycle - t0
     if env.scheme != "dysharp":
         env.phase["combine"] = env.cycler.cycle - t1
     env.phase["total"] = total
     await env.cycler.cycles(50)          # let anything stray show up in the counters
+
+    assert env.skip_interrupted == 0, f"{env.skip_interrupted} skips of quiet cycles found the DUT busy " \
+                                      f"afterwards (the cycle counts would be off): the skip condition is wrong"
 
     # ---- numerics: every home GPU's output rows equal the numpy layer, bit for bit
     ref = L.reference()
@@ -491,8 +574,13 @@ async def test_layer(dut):
            "utilization": {"bin": env.links.bin, **{d: [env.links.series[(g, d)] for g in range(L.G)]
                                                      for d in ("up", "down")}},
            "tiles_ready": len(env.ready_cycles), "ready_cycles": env.ready_cycles,
-           "first_ready": min((r[-1] for r in env.ready_cycles), default=None),
-           "last_ready": max((r[-1] for r in env.ready_cycles), default=None)}
+           "first_ready": min((r[4] for r in env.ready_cycles), default=None),
+           "last_ready": max((r[4] for r in env.ready_cycles), default=None),
+           "tile_ready_latency": {"mean": float(np.mean([r[5] for r in env.ready_cycles])) if env.ready_cycles
+                                  else None, "max": max((r[5] for r in env.ready_cycles), default=None)},
+           "sim": {"cycles": env.cycler.cycle, "wall_s": time.perf_counter() - wall0,
+                   "skipped": env.cycler.skipped, "skip_interrupted": env.skip_interrupted}}
+    fig["sim"]["cycles_per_s"] = fig["sim"]["cycles"] / fig["sim"]["wall_s"]
     dut._log.info("system layer: %s", json.dumps({k: fig[k] for k in ("scheme", "cycles", "flits", "tlb")}))
     if s.get("out"):
         with open(s["out"], "w") as f:

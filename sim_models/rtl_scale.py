@@ -1,0 +1,64 @@
+"""The estimator's prediction of an RTL system run (``dysharp system``), in port-clock cycles.
+
+An RTL run is a scaled layer (:mod:`verif.models.moe_layer`): hidden size ``H`` instead of the model's
+(``hidden_factor = model.hidden / H``), one switch port per GPU instead of ``links_per_gpu`` links, and
+GEMM times that are the real model's divided by ``hidden_factor`` and multiplied by
+``links_per_gpu / rtl_links``, so that compute and communication keep the real ratio. :func:`scaled_configs`
+states the same configuration to the estimator:
+
+* the model with ``hidden = H`` (the wire bytes and the GEMM work are linear in it);
+* a system of ``gpus`` GPUs with ``rtl_links`` links of exactly one switch port (``port_bytes_per_cycle``
+  at ``switch_clock_ghz``; link efficiency = the unicast payload efficiency, so the estimator's wire rate
+  is one flit per cycle, as in the RTL);
+* the GPU's FLOP/s and HBM bandwidth scaled by ``rtl_links / links_per_gpu`` (the GEMM-time rule above);
+* a run whose GEMM times are overridden (``gemm_cycles``) scales both rates once more, by the ratio of
+  the overridden to the derived per-tile time;
+* no link latency and no kernel overhead (the RTL links are wires and the testbench launches no kernels),
+  the switch latency of the DySHARP switch (``switch_latency`` cycles, docs/architecture.md);
+
+and :func:`predict_cycles` runs :func:`sim_models.estimator.estimate` on the RTL run's own routing and
+placement (:func:`sim_models.workload.workload_from_routing`), converting seconds to cycles.
+"""
+
+import dataclasses
+
+from hw.packet import payload_efficiency
+
+from .estimator import MAX_PAYLOAD, Params, estimate
+from .moe_config import load_model
+from .system_config import load_system
+from .workload import workload_from_routing
+
+__all__ = ["scaled_configs", "predict_cycles"]
+
+
+def scaled_configs(model: str, gpus: int, hidden: int, system: str = "hgx-h100", rtl_links: int = 1,
+                   switch_latency: int = 10, gemm_scale: float = 1.0):
+    """(ModelConfig, SystemConfig) of the RTL run's scaled configuration (module docstring); ``gemm_scale``
+    further divides the GEMM rates (a run whose GEMM times are overridden: override / derived)."""
+    m = load_model(model)
+    s = load_system(system)
+    k = rtl_links / s.links_per_gpu / gemm_scale
+    pe = payload_efficiency(MAX_PAYLOAD, scheme="unicast", flit_bytes=s.port_bytes_per_cycle,
+                            max_payload_bytes=MAX_PAYLOAD)
+    ms = dataclasses.replace(m, hidden=hidden)
+    ss = dataclasses.replace(s, name=f"{s.name}-rtl", gpus=gpus, links_per_gpu=rtl_links,
+                             link_gbps=s.port_bytes_per_cycle * s.switch_clock_ghz, link_efficiency=pe,
+                             bf16_tflops=s.bf16_tflops * k, fp8_tflops=s.fp8_tflops * k, hbm_tbps=s.hbm_tbps * k,
+                             switch_latency_ns=switch_latency / s.switch_clock_ghz, link_latency_ns=0.0,
+                             kernel_overhead_us=0.0)
+    return ms, ss
+
+
+def predict_cycles(layer, schemes, calibration=None) -> dict:
+    """``{scheme: {"total", "dispatch", "gemm", "combine"}}`` in cycles for a
+    :class:`verif.models.moe_layer.MoeLayer` (its model, G, tokens, hidden, dtype, tile and routing)."""
+    p = layer.p
+    scale = sum(layer.gemm_tile_cycles()) / sum(layer.derived_gemm_tile_cycles())
+    ms, ss = scaled_configs(p.model, layer.G, layer.hidden, p.system, p.rtl_links, p.switch_latency, scale)
+    wl = workload_from_routing(layer.routing, layer.placement, layer.G, tile=p.tile_size)
+    est = estimate(ms, ss, Params(tokens_per_gpu=layer.T, dtype=p.dtype, tile=p.tile_size, gpus=layer.G,
+                                  seed=p.seed), calibration=calibration, schemes=list(schemes), workload=wl)
+    f = ss.switch_clock_ghz * 1e9
+    return {s: {k: getattr(est.results[s], k) * f for k in ("total", "dispatch", "gemm", "combine")}
+            for s in schemes}

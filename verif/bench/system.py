@@ -1,0 +1,358 @@
+"""``dysharp system``: one MoE layer on the system top (G GPU NICs on one DySHARP switch), per scheme.
+
+Each scheme is one cocotb run of :mod:`verif.tb.system` on the same RTL (``system`` at the layer's
+:meth:`~verif.models.moe_layer.MoeLayer.system_params`), Verilator by default. The testbench checks every
+home GPU's output rows bit for bit against numpy, every error counter, and each GPU's link flits per
+direction against ``sim_models.traffic`` (a failed check fails the run, naming the seed). This command
+then writes, under ``--out`` (default ``build/system/``):
+
+* ``<point>.json``: per scheme the testbench's figures (cycles per phase, flits per link direction per
+  GPU, AL-TLB hits and misses, reduction-engine counters, tile ready cycles and latencies, link
+  utilization per ``bin`` cycles, simulated cycles/s), the estimator's prediction of the same scaled
+  configuration (:func:`sim_models.rtl_scale.predict_cycles`) and the calibration figures;
+* ``<point>.png``: both link directions' utilization over time, one panel per scheme;
+* ``build/bench/system.json``: the calibration figures the estimator reads (:mod:`sim_models.calibration`):
+  the AL-TLB misses per translated key under MoE traffic and the tile ready latency (last row landed -> tile ready) of the
+  fused run; and how much they move the full-scale estimate (DeepSeek-V3 on the default system).
+
+Bad arguments (model, scheme, GPU count, tokens, hidden size) are refused with the valid values. A GPU
+that stops answering (``--silent-gpu G --silent-at CYCLE``, a fault) ends its run with a timeout that
+names the unfinished tokens.
+"""
+
+import dataclasses
+import json
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from verif.bench.common import table
+
+SCHEMES = ("deepep", "dysharp-basic", "dysharp")
+DEFAULTS = {"model": "deepseek-v3", "gpus": 8, "tokens": 256, "hidden": 128, "seed": 1}
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--model", default=DEFAULTS["model"], help="model configuration (default: deepseek-v3)")
+    p.add_argument("--gpus", type=int, default=DEFAULTS["gpus"], help="GPUs G, one switch port each (default: 8)")
+    p.add_argument("--tokens", type=int, default=DEFAULTS["tokens"], help="tokens per GPU (default: 256)")
+    p.add_argument("--hidden", type=int, default=DEFAULTS["hidden"],
+                   help="scaled hidden size, a multiple of 16 (default: 128; GEMM times scale with it)")
+    p.add_argument("--scheme", default="all",
+                   help=f"comma-separated schemes or 'all' (default); valid: {', '.join(SCHEMES)}")
+    p.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="routing and data seed (default: 1)")
+    p.add_argument("--sim", default=None, help="simulator: verilator (default when installed) or icarus")
+    p.add_argument("--gemm", default=None, metavar="G1,G2",
+                   help="override the GEMM-1/GEMM-2 cycles per full tile (default: derived from the model)")
+    p.add_argument("--timeout", type=int, default=None,
+                   help="cycles a phase may take before the run fails (default: 4x the prediction + 20000)")
+    p.add_argument("--silent-gpu", type=int, default=None, help="fault: this GPU stops answering reads")
+    p.add_argument("--silent-at", type=int, default=2000, help="cycle at which --silent-gpu goes silent")
+    p.add_argument("--jobs", type=int, default=None, help="schemes run at once (default: 2, or fewer CPUs)")
+    p.add_argument("--bin", type=int, default=None, help="cycles per utilization bin (default: about 200 bins)")
+    p.add_argument("--out", default="build/system", help="output folder (default: build/system)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    model: str
+    gpus: int
+    tokens: int
+    hidden: int
+    seed: int
+    gemm: tuple | None = None
+
+    @property
+    def slug(self) -> str:
+        g = f"_gemm{self.gemm[0]}x{self.gemm[1]}" if self.gemm else ""
+        return f"{self.model}_g{self.gpus}_t{self.tokens}_h{self.hidden}_s{self.seed}{g}"
+
+    def layer(self):
+        from verif.models import moe_layer as ml
+        return ml.build_layer(model=self.model, gpus=self.gpus, tokens=self.tokens, hidden=self.hidden,
+                              seed=self.seed, gemm_cycles=self.gemm)
+
+
+def parse_schemes(text: str) -> list[str]:
+    names = list(SCHEMES) if text.strip() == "all" else [s.strip() for s in text.split(",") if s.strip()]
+    bad = [s for s in names if s not in SCHEMES]
+    if bad or not names:
+        raise ValueError(f"--scheme {text!r}: unknown scheme {', '.join(bad) or '(none)'}; "
+                         f"valid: {', '.join(SCHEMES)} or all")
+    return names
+
+
+def check_point(model: str, gpus: int, tokens: int, hidden: int, seed: int, gemm: str | None) -> Point:
+    """A :class:`Point`, or ``ValueError`` naming the argument and its valid values."""
+    from sim_models import moe_config
+    names = moe_config.model_names()
+    if model.lower() not in names:
+        raise ValueError(f"--model {model!r} is unknown; valid: {', '.join(names)}")
+    cfg = moe_config.load_model(model.lower())
+    valid_g = [g for g in range(4, 65) if cfg.routed_experts % g == 0]
+    if gpus not in valid_g:
+        raise ValueError(f"--gpus {gpus}: {cfg.name} needs G in 4..64 dividing its {cfg.routed_experts} experts; "
+                         f"valid: {', '.join(map(str, valid_g))}")
+    max_t = (1 << 18) // gpus
+    if not 1 <= tokens <= max_t:
+        raise ValueError(f"--tokens {tokens}: must be in 1..{max_t} per GPU (G x tokens <= 2^18, "
+                         f"the algebraic index)")
+    if not (16 <= hidden <= cfg.hidden and hidden % 16 == 0):
+        raise ValueError(f"--hidden {hidden}: must be a multiple of 16 in 16..{cfg.hidden} ({cfg.name}'s hidden size)")
+    if seed < 0:
+        raise ValueError(f"--seed {seed}: must be >= 0")
+    g = None
+    if gemm is not None:
+        try:
+            g = tuple(int(x) for x in gemm.split(","))
+        except ValueError:
+            g = ()
+        if len(g) != 2 or min(g) < 1:
+            raise ValueError(f"--gemm {gemm!r}: must be two positive cycle counts G1,G2")
+    return Point(model.lower(), gpus, tokens, hidden, seed, g)
+
+
+def run_scheme(point: Point, scheme: str, sim: str, out: Path, timeout: int, bin_cycles: int,
+               silent: tuple | None) -> dict:
+    """One cocotb run; the testbench's figures, or ``{"failed": message}``."""
+    from verif.harness.runner import CocotbFailure, run_cocotb
+    L = point.layer()
+    f = out / f"{point.slug}.{scheme}.json"
+    f.unlink(missing_ok=True)
+    env = {"model": point.model, "tokens": point.tokens, "hidden": point.hidden, "seed": point.seed,
+           "scheme": scheme, "out": str(f.resolve()), "timeout": timeout, "bin": bin_cycles}
+    if point.gemm:
+        env["gemm"] = list(point.gemm)
+    if silent is not None:
+        env["silent"] = list(silent)
+    t0 = time.perf_counter()
+    try:
+        run_cocotb("system", L.system_params(), test_module="verif.tb.system", testcase="test_layer",
+                   seed=point.seed, sim=sim, env=env, quiet=True)
+    except CocotbFailure as e:
+        return {"scheme": scheme, "failed": _failure_reason(e)}
+    fig = json.loads(f.read_text())
+    fig["sim"]["run_wall_s"] = time.perf_counter() - t0
+    return fig
+
+
+def _failure_reason(e) -> str:
+    """The assertion a failed cocotb run stopped on (from its log), else the failure itself."""
+    text = str(e)
+    log = next((w for w in text.split() if w.endswith(".txt") and Path(w).exists()), None)
+    if log:
+        for line in Path(log).read_text(errors="replace").splitlines():
+            if "AssertionError" in line or "timeout:" in line:
+                return line.strip()
+    return text
+
+
+def calibration_figures(figs: dict) -> dict:
+    """Estimator calibration from the runs: AL-TLB misses per translated key under MoE traffic (dynamic
+    schemes; keys = the predicted fills, one per (group, index, destination)) and the fused run's mean
+    tile ready latency."""
+    cal = {}
+    keys = sum(sum(f["predicted"]["fills"]["down"]) for s, f in figs.items() if s != "deepep")
+    misses = sum(f["tlb"]["misses"] for s, f in figs.items() if s != "deepep")
+    if keys:
+        cal["tlb_misses_per_key"] = misses / keys
+    fused = figs.get("dysharp") or figs.get("dysharp-basic")
+    if fused and fused["tile_ready_latency"]["mean"] is not None:
+        cal["tracker_ready_latency_cycles"] = fused["tile_ready_latency"]["mean"]
+    return cal
+
+
+def full_scale_shift(bench_dir: Path) -> dict:
+    """DeepSeek-V3 on the default system, prefill: the estimate without and with the system calibration."""
+    from sim_models.calibration import load_calibration
+    from sim_models.estimator import Params, estimate
+    from sim_models.moe_config import load_model
+    from sim_models.system_config import load_system
+    m, s = load_model("deepseek-v3"), load_system("gh200-nvl32")
+    base = [d for d in ("build/bench",) if Path(d).exists()]
+    without = load_calibration([d for d in base], exclude=("system",))
+    with_ = load_calibration([str(bench_dir)] + base)
+    out = {}
+    for name, cal in (("without", without), ("with", with_)):
+        e = estimate(m, s, Params(), calibration=cal, schemes=["deepep", "dysharp"])
+        out[name] = {k: e.results[k].total * 1e6 for k in ("deepep", "dysharp")}
+    out["dysharp_change"] = out["with"]["dysharp"] / out["without"]["dysharp"] - 1
+    out["speedup_without"] = out["without"]["deepep"] / out["without"]["dysharp"]
+    out["speedup_with"] = out["with"]["deepep"] / out["with"]["dysharp"]
+    return out
+
+
+def plot(figs: dict, path: Path, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    names = [s for s in SCHEMES if s in figs]
+    fig, axes = plt.subplots(len(names), 1, figsize=(9, 2.4 * len(names)), sharex=True, squeeze=False)
+    for ax, s in zip(axes[:, 0], names):
+        u = figs[s]["utilization"]
+        b = u["bin"]
+        for d, colour in (("up", "tab:blue"), ("down", "tab:orange")):
+            series = u[d]
+            n = max(len(x) for x in series)
+            a = np.zeros((len(series), n))
+            for g, x in enumerate(series):
+                a[g, :len(x)] = x
+            ax.plot(np.arange(n) * b, a.mean(axis=0) / b, colour, lw=1,
+                    label=f"{'GPU -> switch' if d == 'up' else 'switch -> GPU'} (mean over GPUs)")
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("flits/cycle")
+        ax.set_title(f"{s}: {figs[s]['cycles']['total']:,} cycles", fontsize=9, loc="left")
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=8, loc="upper right")
+    axes[-1, 0].set_xlabel("cycle (from the first dispatch descriptor)")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run(args) -> int:
+    from sim_models.rtl_scale import predict_cycles
+    from verif.harness.runner import SIMULATORS, verilator_env
+    schemes = parse_schemes(args.scheme)
+    point = check_point(args.model, args.gpus, args.tokens, args.hidden, args.seed, args.gemm)
+    sim = args.sim or os.environ.get("SIM") or ("verilator" if verilator_env() else "icarus")
+    if sim not in SIMULATORS:
+        raise ValueError(f"--sim {sim!r}: valid: {', '.join(SIMULATORS)}")
+    if args.silent_gpu is not None and not 0 <= args.silent_gpu < point.gpus:
+        raise ValueError(f"--silent-gpu {args.silent_gpu}: must be a GPU in 0..{point.gpus - 1}")
+    if args.jobs is not None and args.jobs < 1:
+        raise ValueError(f"--jobs {args.jobs}: must be >= 1")
+    L = point.layer()
+    pred = predict_cycles(L, schemes)
+    longest = max(p["total"] for p in pred.values())
+    timeout = args.timeout or int(4 * longest) + 20_000
+    bin_cycles = args.bin or max(16, int(longest / 200))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    silent = None if args.silent_gpu is None else (args.silent_gpu, args.silent_at)
+    d = L.describe()
+    print(f"{d['model']}: G={point.gpus}, {point.tokens} tokens/GPU, hidden {point.hidden} "
+          f"(x{d['hidden_factor']:.0f} scaled down), GEMM {d['gemm_tile_cycles'][0]}/{d['gemm_tile_cycles'][1]} "
+          f"cycles per tile{' (overridden)' if point.gemm else ''}; schemes {', '.join(schemes)} on {sim}")
+    # Build once, before the schemes run side by side.
+    from verif.harness.runner import sim_build
+    t0 = time.perf_counter()
+    sim_build("system", L.system_params(), sim=sim)
+    build_s = time.perf_counter() - t0
+    jobs = args.jobs or min(2, os.cpu_count() or 1, len(schemes))
+    t0 = time.perf_counter()
+    if jobs == 1:
+        results = [run_scheme(point, s, sim, out, timeout, bin_cycles, silent) for s in schemes]
+    else:
+        with ProcessPoolExecutor(jobs) as ex:
+            results = list(ex.map(run_scheme, [point] * len(schemes), schemes, [sim] * len(schemes),
+                                  [out] * len(schemes), [timeout] * len(schemes), [bin_cycles] * len(schemes),
+                                  [silent] * len(schemes)))
+    runs_s = time.perf_counter() - t0
+    failed = {r["scheme"]: r["failed"] for r in results if "failed" in r}
+    figs = {r["scheme"]: r for r in results if "failed" not in r}
+    for s, why in failed.items():
+        print(f"{s}: FAILED: {why}")
+    if not figs:
+        return 1
+    report = {"point": dataclasses.asdict(point), "layer": d, "sim": sim, "build_s": build_s, "runs_wall_s": runs_s,
+              "jobs": jobs, "schemes": figs, "failed": failed, "predicted": pred}
+    rows = []
+    for s in schemes:
+        if s not in figs:
+            continue
+        f, p = figs[s], pred[s]
+        c = f["cycles"]
+        up = sum(f["flits"]["up"]) / (point.gpus * c["total"])
+        down = sum(f["flits"]["down"]) / (point.gpus * c["total"])
+        rows.append([s, f"{c['total']:,}", f"{c['dispatch_gemm']:,}", f"{c['combine']:,}" if "combine" in c else "fused",
+                     f"{p['total']:,.0f}", f"{100 * (c['total'] / p['total'] - 1):+.1f}%",
+                     f"{up:.3f}", f"{down:.3f}",
+                     "-" if f["tlb"]["hit_rate"] is None else f"{f['tlb']['hit_rate']:.3f}",
+                     f"{f['sim']['cycles_per_s']:,.0f}"])
+    print(table(rows, ["scheme", "measured cycles", "dispatch+GEMM", "combine", "predicted", "measured vs predicted",
+                       "up util.", "down util.", "TLB hit rate", "sim cycles/s"]))
+    if "dysharp" in figs:
+        for s in ("deepep", "dysharp-basic"):
+            if s in figs:
+                print(f"speedup of dysharp over {s}: measured {figs[s]['cycles']['total'] / figs['dysharp']['cycles']['total']:.3f}x, "
+                      f"predicted {pred[s]['total'] / pred['dysharp']['total']:.3f}x")
+    cal = calibration_figures(figs)
+    report["calibration"] = cal
+    bench = Path("build/bench")
+    bench.mkdir(parents=True, exist_ok=True)
+    (bench / "system.json").write_text(json.dumps({"calibration": cal, "point": dataclasses.asdict(point)}, indent=1))
+    try:
+        report["full_scale"] = fs = full_scale_shift(bench)
+        print(f"calibration from this run: {', '.join(f'{k} = {v:.3g}' for k, v in cal.items())}; DeepSeek-V3 "
+              f"on gh200-nvl32 (prefill): DySHARP {fs['without']['dysharp']:.1f} -> {fs['with']['dysharp']:.1f} us "
+              f"({100 * fs['dysharp_change']:+.2f}%), speedup over DeepEP {fs['speedup_without']:.3f}x -> "
+              f"{fs['speedup_with']:.3f}x")
+    except (ValueError, OSError) as e:
+        print(f"full-scale shift not computed: {e}")
+    png = out / f"{point.slug}.png"
+    plot(figs, png, f"{d['model']}, G={point.gpus}, {point.tokens} tokens/GPU, hidden {point.hidden}: link utilization")
+    report["png"] = png.name
+    js = out / f"{point.slug}.json"
+    js.write_text(json.dumps(report, indent=1))
+    print(f"build {build_s:.0f} s, runs {runs_s:.0f} s ({jobs} at once); wrote {js} and {png}")
+    return 1 if failed else 0
+
+
+def markdown(report: dict) -> str:
+    """The study report's section: measured against predicted per scheme, the plot, the calibration."""
+    pt, d = report["point"], report["layer"]
+    cmd = (f"dysharp system --model {pt['model']} --gpus {pt['gpus']} --tokens {pt['tokens']} --hidden {pt['hidden']} "
+           f"--seed {pt['seed']}" + (f" --gemm {pt['gemm'][0]},{pt['gemm'][1]}" if pt.get("gemm") else ""))
+    lines = ["## Whole MoE layer in RTL (`dysharp system`)", "",
+             f"Command: `{cmd}` on {report['sim']}. {d['model']}, G = {pt['gpus']}, {pt['tokens']} tokens per GPU, "
+             f"hidden {pt['hidden']} (scaled down x{d['hidden_factor']:.0f}), GEMM {d['gemm_tile_cycles'][0]}/"
+             f"{d['gemm_tile_cycles'][1]} cycles per tile. Every scheme's outputs equal numpy bit for bit and its "
+             f"link flits equal `sim_models.traffic`'s.", ""]
+    rows = []
+    for s in SCHEMES:
+        f = report["schemes"].get(s)
+        if f is None:
+            continue
+        p = report["predicted"][s]
+        c = f["cycles"]
+        rows.append([s, f"{c['total']:,}", f"{c['dispatch_gemm']:,}", f"{c['combine']:,}" if "combine" in c else "fused",
+                     f"{p['total']:,.0f}", f"{100 * (c['total'] / p['total'] - 1):+.1f}%",
+                     f"{sum(f['flits']['up']):,}", f"{sum(f['flits']['down']):,}",
+                     "-" if f["tlb"]["hit_rate"] is None else f"{f['tlb']['hit_rate']:.3f}",
+                     f"{f['sim']['cycles_per_s']:,.0f}"])
+    lines.append(table(rows, ["scheme", "cycles", "dispatch + GEMM", "combine", "estimator", "measured vs estimator",
+                              "flits up", "flits down", "TLB hit rate", "sim cycles/s"]))
+    for s, why in report.get("failed", {}).items():
+        lines.append(f"\n**{s} failed**: {why}")
+    if report.get("png"):
+        lines += ["", f"![link utilization]({report['png']})"]
+    cal = report.get("calibration", {})
+    fs = report.get("full_scale")
+    if cal and fs:
+        lines += ["", f"Calibration written to `build/bench/system.json`: "
+                      f"{', '.join(f'`{k}` = {v:.3g}' for k, v in cal.items())}. It moves DeepSeek-V3 on "
+                      f"gh200-nvl32 (prefill) from {fs['without']['dysharp']:.1f} to {fs['with']['dysharp']:.1f} us "
+                      f"({100 * fs['dysharp_change']:+.2f}%); DySHARP over DeepEP {fs['speedup_without']:.3f}x -> "
+                      f"{fs['speedup_with']:.3f}x."]
+    return "\n".join(lines)
+
+
+STUDY_ARGS = {"quick": ["--gpus", "4", "--tokens", "16", "--gemm", "64,32"], "default": [], "full": []}
+
+
+def study(args, out_dir) -> str:
+    """The ``system`` step of ``dysharp study``: the layer at the study's scope, all three schemes."""
+    import argparse
+    from dysharp.commands.study import scope_of
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    sargs = p.parse_args(["--out", str(Path(out_dir) / "system")] + STUDY_ARGS[scope_of(args)])
+    run(sargs)
+    pt = check_point(sargs.model, sargs.gpus, sargs.tokens, sargs.hidden, sargs.seed, sargs.gemm)
+    report = json.loads((Path(sargs.out) / f"{pt.slug}.json").read_text())
+    report["png"] = f"system/{report['png']}"          # relative to the report
+    return markdown(report)
