@@ -17,7 +17,7 @@ from hw.gpu_nic.memory_if import flit_addr_bits, mem_write_layout
 from verif.harness.cycler import Agent
 from verif.harness.gates import Gate
 from verif.harness.stream import StreamMonitor
-from verif.harness.structs import unpack
+from verif.harness.structs import Port, fields
 
 __all__ = ["default_word", "GpuMemory", "MemWritePort", "MemReadPort"]
 
@@ -47,13 +47,16 @@ class MemWritePort(Agent):
     def __init__(self, dut, prefix: str, memory: GpuMemory, rng, *, stall: float = 0.0, burst: float = 1.0):
         self.memory = memory
         self.layout = mem_write_layout(memory.flit_width)
+        f = fields(self.layout)
+        (self._ao, aw), (self._do, dw) = f["addr"], f["data"]
+        self._am, self._dm = (1 << aw) - 1, (1 << dw) - 1
         self.writes = []
         self.mon = StreamMonitor(dut, prefix, rng, stall=stall, burst=burst, on_item=self._on_item)
 
     def _on_item(self, payload, cycle):
-        f = unpack(self.layout, payload)
-        self.memory.write(f["addr"], f["data"])
-        self.writes.append((f["addr"], f["data"], cycle))
+        addr, data = (payload >> self._ao) & self._am, (payload >> self._do) & self._dm
+        self.memory.write(addr, data)
+        self.writes.append((addr, data, cycle))
 
     def drive(self, cycle):
         self.mon.drive(cycle)
@@ -74,14 +77,14 @@ class MemReadPort(Agent):
         self.latency = latency
         self.addr_mask = (1 << flit_addr_bits(memory.flit_width)) - 1
         self.req = StreamMonitor(dut, f"{prefix}__req", rng, stall=stall, burst=burst, on_item=self._on_req)
-        self.valid = getattr(dut, f"{prefix}__resp__valid")
-        self.payload = getattr(dut, f"{prefix}__resp__payload")
-        self.ready = getattr(dut, f"{prefix}__resp__ready")
+        self.valid = Port(getattr(dut, f"{prefix}__resp__valid"))
+        self.payload = Port(getattr(dut, f"{prefix}__resp__payload"))
+        self.ready = Port(getattr(dut, f"{prefix}__resp__ready"))
         self.gate = Gate(rng, gap, burst)
         self.pending = collections.deque()     # (due cycle, data)
         self.current = None
         self.requests = 0
-        self.valid.value = 0
+        self.valid.write(0)
 
     def _on_req(self, addr, cycle):
         self.requests += 1
@@ -98,12 +101,12 @@ class MemReadPort(Agent):
         self.req.drive(cycle)
         if self.current is None and self.pending and self.pending[0][0] <= cycle and self.gate.open():
             self.current = self.pending.popleft()[1]
-            self.payload.value = self.current
-            self.valid.value = 1
+            self.payload.write(self.current)
+            self.valid.write(1)
         elif self.current is None:
-            self.valid.value = 0
+            self.valid.write(0)
 
     def sample(self, cycle):
         self.req.sample(cycle)
-        if self.current is not None and self.ready.value == 1:
+        if self.current is not None and self.ready.high():
             self.current = None

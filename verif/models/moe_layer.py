@@ -41,7 +41,9 @@ Schemes (:data:`SCHEMES`), as descriptor streams (:class:`verif.models.gpu_nic.D
   per destination to ``rbase[G_DISP] + (t << row_shift)``: a symmetric window indexed by the global token
   id); after all GEMMs each expert GPU *pushes* its pre-summed partial of every remote token home with a
   unicast ``STORE`` to ``rbase[G_PART] + ((src * N + t) << row_shift)`` (no read requests: what
-  ``traffic.py``'s ``unicast`` combine counts); the home sums its local partial and the pushed ones.
+  ``traffic.py``'s ``unicast`` combine counts), interleaved over the homes with each GPU starting at the
+  next GPU (no incast: every home receives from one GPU at a time); the home sums its local partial and
+  the pushed ones.
 * ``dysharp-basic`` (dynamic mode): dispatch ``dymultimem.st`` (``DYN_ST``, group ``G_DISP``, index =
   global token id); after all GEMMs, combine ``dymultimem.ld_reduce`` (group ``G_COMB``, BF16 add) over the
   remote GPUs holding the token's experts, result at ``OUT_BASE`` + row; the home adds its local partial.
@@ -417,6 +419,9 @@ class MoeLayer:
                         rets.append(ReturnItem(t, g, Desc(op=DescOp.STORE.value, mask=1 << int(self.home[t]),
                                                           index=g * N + t, group=G_PART,
                                                           addr=COMB_BASE + (t << rs), length=cf), pairs))
+                # Interleaved over homes, each GPU starting at the next one (DeepEP's combine sends to all
+                # ranks at once): in token order every GPU would push to the same home at once (incast).
+                rets.sort(key=lambda r: (r.token % self.T, (int(self.home[r.token]) - g - 1) % self.G))
             else:
                 for i, t in enumerate(home):
                     m = self.remote_mask(t)

@@ -1,0 +1,56 @@
+"""``dysharp system``: bad arguments are refused with the valid values (no simulation starts); the
+estimator's prediction of the scaled configuration; the calibration figures a run hands the estimator."""
+
+import json
+
+import pytest
+
+from dysharp.cli import main
+from sim_models.calibration import load_calibration
+from verif.bench.system import calibration_figures
+from verif.models.moe_layer import build_layer
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "gpt-5"], "--model 'gpt-5' is unknown; valid: dbrx, deepseek-v2, deepseek-v3"),
+    (["--gpus", "6"], "--gpus 6: deepseek-v3 needs G in 4..64 dividing its 256 experts; valid: 4, 8, 16, 32, 64"),
+    (["--model", "mixtral-8x7b", "--gpus", "16"], "mixtral-8x7b needs G in 4..64 dividing its 8 experts; valid: 4, 8"),
+    (["--tokens", "0"], "--tokens 0: must be in 1..32768"),
+    (["--gpus", "64", "--tokens", "5000"], "--tokens 5000: must be in 1..4096"),
+    (["--hidden", "100"], "--hidden 100: must be a multiple of 16 in 16..7168"),
+    (["--hidden", "8192"], "--hidden 8192"),
+    (["--scheme", "nvls"], "valid: deepep, dysharp-basic, dysharp or all"),
+    (["--seed", "-1"], "--seed -1: must be >= 0"),
+    (["--gemm", "5"], "--gemm '5': must be two positive cycle counts"),
+    (["--silent-gpu", "8"], "--silent-gpu 8: must be a GPU in 0..7"),
+    (["--sim", "vcs"], "--sim 'vcs': valid: icarus, verilator"),
+])
+def test_bad_arguments(argv, message, capsys):
+    assert main(["system", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+
+
+def test_prediction_of_the_scaled_configuration():
+    """The estimator on the RTL run's configuration: the fused pipeline is predicted faster than both
+    sequential schemes, and the sequential totals are at least their phases' sum of bulk times."""
+    from sim_models.rtl_scale import predict_cycles
+    L = build_layer(model="deepseek-v3", gpus=4, tokens=16, hidden=128, seed=1, gemm_cycles=(64, 32))
+    p = predict_cycles(L, ["deepep", "dysharp-basic", "dysharp"])
+    assert p["dysharp"]["total"] < min(p["deepep"]["total"], p["dysharp-basic"]["total"])
+    for s in ("deepep", "dysharp-basic"):
+        assert p[s]["total"] >= p[s]["dispatch"] + p[s]["combine"]
+
+
+def test_calibration_figures_reach_the_estimator(tmp_path):
+    figs = {"dysharp": {"tlb": {"misses": 30}, "predicted": {"fills": {"down": [10, 20]}},
+                        "tile_ready_latency": {"mean": 6.5}},
+            "deepep": {"tlb": {"misses": 0}, "predicted": {"fills": {"down": [0, 0]}},
+                       "tile_ready_latency": {"mean": 1.0}}}
+    cal = calibration_figures(figs)
+    assert cal == {"tlb_misses_per_key": 1.0, "tracker_ready_latency_cycles": 6.5}
+    (tmp_path / "system.json").write_text(json.dumps({"calibration": cal}))
+    c = load_calibration(tmp_path)
+    assert c.get("tlb_misses_per_key") == 1.0 and c.get("tracker_ready_latency_cycles") == 6.5
+    assert c.sources["tracker_ready_latency_cycles"].endswith("system.json")
+    assert load_calibration(tmp_path, exclude=("system",)).get("tlb_misses_per_key") is None
