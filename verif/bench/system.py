@@ -164,22 +164,25 @@ def calibration_figures(figs: dict) -> dict:
 
 
 def full_scale_shift(bench_dir: Path) -> dict:
-    """DeepSeek-V3 on the default system, prefill: the estimate without and with the system calibration."""
+    """DeepSeek-V3 on gh200-nvl32, prefill and decode: the estimate without and with the system
+    calibration (the block benchmarks' figures, where present, in both)."""
     from sim_models.calibration import load_calibration
     from sim_models.estimator import Params, estimate
     from sim_models.moe_config import load_model
     from sim_models.system_config import load_system
     m, s = load_model("deepseek-v3"), load_system("gh200-nvl32")
     base = [d for d in ("build/bench",) if Path(d).exists()]
-    without = load_calibration([d for d in base], exclude=("system",))
-    with_ = load_calibration([str(bench_dir)] + base)
+    cals = {"without": load_calibration(base, exclude=("system",)), "with": load_calibration([str(bench_dir)] + base)}
     out = {}
-    for name, cal in (("without", without), ("with", with_)):
-        e = estimate(m, s, Params(), calibration=cal, schemes=["deepep", "dysharp"])
-        out[name] = {k: e.results[k].total * 1e6 for k in ("deepep", "dysharp")}
-    out["dysharp_change"] = out["with"]["dysharp"] / out["without"]["dysharp"] - 1
-    out["speedup_without"] = out["without"]["deepep"] / out["without"]["dysharp"]
-    out["speedup_with"] = out["with"]["deepep"] / out["with"]["dysharp"]
+    for mode in ("prefill", "decode"):
+        r = {}
+        for name, cal in cals.items():
+            e = estimate(m, s, Params(mode=mode), calibration=cal, schemes=["deepep", "dysharp"])
+            r[name] = {k: e.results[k].total * 1e6 for k in ("deepep", "dysharp")}
+        r["dysharp_change"] = r["with"]["dysharp"] / r["without"]["dysharp"] - 1
+        r["speedup_without"] = r["without"]["deepep"] / r["without"]["dysharp"]
+        r["speedup_with"] = r["with"]["deepep"] / r["with"]["dysharp"]
+        out[mode] = r
     return out
 
 
@@ -286,13 +289,16 @@ def run(args) -> int:
     report["calibration"] = cal
     bench = Path("build/bench")
     bench.mkdir(parents=True, exist_ok=True)
-    (bench / "system.json").write_text(json.dumps({"calibration": cal, "point": dataclasses.asdict(point)}, indent=1))
+    if cal:   # a run without a dynamic scheme has nothing to calibrate: an earlier file stays
+        (bench / "system.json").write_text(json.dumps({"calibration": cal, "point": dataclasses.asdict(point)},
+                                                      indent=1))
     try:
         report["full_scale"] = fs = full_scale_shift(bench)
         print(f"calibration from this run: {', '.join(f'{k} = {v:.3g}' for k, v in cal.items())}; DeepSeek-V3 "
-              f"on gh200-nvl32 (prefill): DySHARP {fs['without']['dysharp']:.1f} -> {fs['with']['dysharp']:.1f} us "
-              f"({100 * fs['dysharp_change']:+.2f}%), speedup over DeepEP {fs['speedup_without']:.3f}x -> "
-              f"{fs['speedup_with']:.3f}x")
+              f"on gh200-nvl32: " + "; ".join(
+                  f"{mode} DySHARP {r['without']['dysharp']:.2f} -> {r['with']['dysharp']:.2f} us "
+                  f"({100 * r['dysharp_change']:+.3f}%), over DeepEP {r['speedup_without']:.3f}x -> "
+                  f"{r['speedup_with']:.3f}x" for mode, r in fs.items()))
     except (ValueError, OSError) as e:
         print(f"full-scale shift not computed: {e}")
     png = out / f"{point.slug}.png"
@@ -336,10 +342,11 @@ def markdown(report: dict) -> str:
     fs = report.get("full_scale")
     if cal and fs:
         lines += ["", f"Calibration written to `build/bench/system.json`: "
-                      f"{', '.join(f'`{k}` = {v:.3g}' for k, v in cal.items())}. It moves DeepSeek-V3 on "
-                      f"gh200-nvl32 (prefill) from {fs['without']['dysharp']:.1f} to {fs['with']['dysharp']:.1f} us "
-                      f"({100 * fs['dysharp_change']:+.2f}%); DySHARP over DeepEP {fs['speedup_without']:.3f}x -> "
-                      f"{fs['speedup_with']:.3f}x."]
+                      f"{', '.join(f'`{k}` = {v:.3g}' for k, v in cal.items())}. DeepSeek-V3 on gh200-nvl32 "
+                      "without and with it: " + "; ".join(
+                          f"{mode}: DySHARP {r['without']['dysharp']:.2f} -> {r['with']['dysharp']:.2f} us "
+                          f"({100 * r['dysharp_change']:+.3f}%), over DeepEP {r['speedup_without']:.3f}x -> "
+                          f"{r['speedup_with']:.3f}x" for mode, r in fs.items()) + "."]
     return "\n".join(lines)
 
 
