@@ -47,7 +47,7 @@ from hw.gpu_nic.request_gen import DescError, GenConfig
 from hw.gpu_nic.token_tracker import TileCmdOp, TileCommand, TileReady, TokenRelease, TrackerError
 from hw.packet import Header, Opcode
 from hw.switch.al_tlb import TlbCounter
-from hw.switch.dysharp_switch import SwitchConfig, status_layout
+from hw.switch.dysharp_switch import SwitchConfig, port_status_layout, status_layout
 from hw.system import LinkProbe
 from sim_models.scheduler import tile_gemm_times
 
@@ -134,6 +134,28 @@ class LinkCounters(Agent):
                 s = self.series[k]
                 s.extend([0] * (b + 1 - len(s)))
                 s[b] += 1
+
+
+class Occupancy(Agent):
+    """Reduction-buffer entries in use over the whole switch (``switch_status.total.engine.in_use``),
+    sampled at the first stepped cycle of every ``bin`` cycles from ``start`` (skipped quiet stretches have
+    nothing in flight): ``[cycle from start, entries]`` pairs and their maximum."""
+
+    def __init__(self, dut, bin_cycles):
+        self.port = Port(dut.switch_status__total)
+        self.off, w = flat_fields(port_status_layout())["engine.in_use"]
+        self.mask = (1 << w) - 1
+        self.bin = bin_cycles
+        self.series = []
+        self.t0 = None
+
+    def start(self, cycle):
+        self.t0 = self.next = cycle
+
+    def sample(self, cycle):
+        if self.t0 is not None and cycle >= self.next:
+            self.series.append([cycle - self.t0, (self.port.read() >> self.off) & self.mask])
+            self.next = self.t0 + ((cycle - self.t0) // self.bin + 1) * self.bin
 
 
 class Feeder(Agent):
@@ -335,10 +357,11 @@ class SystemEnv:
         self.cycler = Cycler(dut)
         self.gpus = [GpuSide(self, g) for g in range(L.G)]
         self.links = LinkCounters(dut, L.G, s.get("bin", 64))
+        self.occupancy = Occupancy(dut, s.get("bin", 64))
         self.switch_cfg = StreamDriver(dut, "switch_cfg", tbenv.rng("swcfg"))
         for gs in self.gpus:
             self.cycler.add(*gs.agents)
-        self.cycler.add(self.switch_cfg, self.links)
+        self.cycler.add(self.switch_cfg, self.links, self.occupancy)
         self.rows = {}
         for t in range(L.N):
             key = tuple(L.row(t))
@@ -515,6 +538,7 @@ async def test_layer(dut):
     await env.cycler.cycles(4)
     t0 = env.cycler.cycle
     env.links.start(t0)
+    env.occupancy.start(t0)
     for w, gs in zip(env.work, env.gpus):
         gs.feeder.queue.extend(w.dispatch)
     await env.wait(lambda: env.left == 0 and all(g.gemm_done for g in env.gpus), timeout, "dispatch and GEMMs",
@@ -579,6 +603,8 @@ async def test_layer(dut):
            "predicted": pred, "tlb": {"hits": hits, "misses": misses,
                                       "hit_rate": hits / (hits + misses) if hits + misses else None},
            "engine": {k.split(".")[-1]: v for k, v in st.items() if k.startswith("total.engine.")},
+           "red_buffer_in_use": {"bin": env.occupancy.bin, "series": env.occupancy.series,
+                                 "max": max((v for _, v in env.occupancy.series), default=0)},
            "mm_allocated": [env.counters("mm_counters", g, len(MmCounter))[MmCounter.ALLOCATED] for g in range(L.G)],
            "utilization": {"bin": env.links.bin, **{d: [env.links.series[(g, d)] for g in range(L.G)]
                                                      for d in ("up", "down")}},
