@@ -609,6 +609,9 @@ async def test_layer(dut):
            "utilization": {"bin": env.links.bin, **{d: [env.links.series[(g, d)] for g in range(L.G)]
                                                      for d in ("up", "down")}},
            "tiles_ready": len(env.ready_cycles), "ready_cycles": env.ready_cycles,
+           "pipeline": {"fill": min((r[4] for r in env.ready_cycles), default=t0) - t0,
+                        "last_gemm_done": max(t["done"] for gs in env.gpus for t in gs.tiles) - t0,
+                        "drain": total - (max(t["done"] for gs in env.gpus for t in gs.tiles) - t0)},
            "first_ready": min((r[4] for r in env.ready_cycles), default=None),
            "last_ready": max((r[4] for r in env.ready_cycles), default=None),
            "tile_ready_latency": {"mean": float(np.mean([r[5] for r in env.ready_cycles])) if env.ready_cycles
