@@ -481,7 +481,7 @@ def estimate(model: ModelConfig, system: SystemConfig, params: Params = Params()
         results[name] = _sum([_run_pass(ctx, spec, ps, traffic[ps.name][spec.traffic], sms) for ps in passes])
     compute_only = sum(float(np.max(ctx.gpu_gemm)) * ps.gemm_factor for ps in passes)
     k = model.top_k
-    closed = expected_distinct_gpus(model.routed_experts, ep, k) if model.routed_experts % ep == 0 else float("nan")
+    closed = expected_distinct_gpus(model.routed_experts, ep, k)
     return Estimate(model, sysx, params, ep, wl.tokens_per_gpu, routing, wl.mean_distinct_gpus(), closed,
                     results, traffic["forward"], cal, compute_only)
 

@@ -79,8 +79,12 @@ def dispatch_order(routing: np.ndarray, placement: np.ndarray, src_gpu: int) -> 
 
 
 def expected_distinct_gpus(experts: int, gpus: int, k: int) -> float:
-    per = experts // gpus
-    return gpus * (1.0 - math.comb(experts - per, k) / math.comb(experts, k))
+    """Closed-form mean number of distinct GPUs a token's k experts land on under uniform top-k routing,
+    ``sum_g 1 - C(E - n_g, k) / C(E, k)`` over the GPUs' expert counts ``n_g`` (the balanced blocks of
+    :func:`place_experts`, which differ by at most one when ``gpus`` does not divide ``experts``)."""
+    counts = np.bincount((np.arange(experts) * gpus) // experts, minlength=gpus)
+    total = math.comb(experts, k)
+    return float(sum(1.0 - math.comb(experts - int(n), k) / total for n in counts))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -201,7 +205,7 @@ TRACE_FORMAT = """\
 A routing trace is a NumPy ``.npy`` file holding one 2-D integer array of shape (tokens, k): row t is the
 top-k expert ids of token t (any order, distinct within a row, each in [0, routed_experts)). Tokens are
 assigned to GPUs in contiguous blocks: token t belongs to GPU t // (tokens // G); trailing tokens that do not
-fill a block are dropped. Write one with ``numpy.save(path, ids)`` or :func:`save_trace`."""
+fill a block are dropped. Write one with ``numpy.save(path, ids)`` or ``sim_models.routing.save_trace``."""
 
 
 def save_trace(path, routing: np.ndarray) -> None:
@@ -214,8 +218,11 @@ def load_trace(path, experts: int | None = None, k: int | None = None) -> np.nda
     """Read a routing trace (format: :data:`TRACE_FORMAT`) and validate it against the model."""
     try:
         arr = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
+    except OSError as e:
         raise ValueError(f"cannot read routing trace {str(path)!r}: {e}") from None
+    except ValueError:    # not an .npy array (numpy then talks of pickled data)
+        raise ValueError(f"routing trace {str(path)!r} is not a NumPy .npy array file. "
+                         + TRACE_FORMAT.replace("``", "").replace("\n", " ")) from None
     _validate_trace(arr, experts, str(path), k)
     return arr.astype(np.int64)
 

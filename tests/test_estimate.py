@@ -196,3 +196,34 @@ def test_study_step_and_cli_sweep(tmp_path, capsys, request):
     assert re.search(r"\| deepseek-v3 +\| gh200-nvl32 +\|", md)
     assert main(["estimate", "--sweep", "--quick", "--out", str(tmp_path / "cli")]) == 0
     assert "main sweep" in capsys.readouterr().out
+
+
+def test_gpu_counts_it_cannot_take_as_given_get_a_notice(tmp_path, capsys):
+    """More GPUs than the NVLink domain or the experts, or an uneven expert split: a printed notice, and the
+    closed-form D for the uneven split (sum over the GPUs' own expert counts)."""
+    from sim_models.routing import expected_distinct_gpus
+    common = ["estimate", "--schemes", "deepep", "--tokens", "64", "--out", str(tmp_path), "--bench-dir", str(tmp_path)]
+    assert main(common + ["--gpus", "512"]) == 0
+    out = capsys.readouterr().out
+    assert "--gpus 512 exceeds the 32 GPUs of gh200-nvl32" in out
+    assert "expert parallelism is capped at deepseek-v3's 256 routed experts" in out and "256 GPUs" in out
+    assert main(common + ["--gpus", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "256 experts do not split evenly over 3 GPUs: 1 of them hold 86 experts and 2 hold 85" in out
+    d3 = expected_distinct_gpus(256, 3, 8)
+    assert f"closed form for uniform routing: {d3:.2f}" in out and 2.8 < d3 < 3.0
+    # even split: the same as the textbook G (1 - C(E - E/G, k) / C(E, k))
+    from math import comb
+    assert expected_distinct_gpus(256, 8, 8) == pytest.approx(8 * (1 - comb(224, 8) / comb(256, 8)))
+    assert main(common + ["--gpus", "8"]) == 0
+    assert "notice" not in capsys.readouterr().out
+
+
+def test_bad_seed_and_a_text_file_as_trace_are_named(tmp_path, capsys):
+    assert main(["estimate", "--seed", "-1", "--out", str(tmp_path)]) == 2
+    assert "--seed must be >= 0" in capsys.readouterr().err
+    trace = tmp_path / "trace.txt"
+    trace.write_text("0 1 2 3 4 5 6 7\n")
+    assert main(["estimate", "--routing", f"trace:{trace}", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "is not a NumPy .npy array file" in err and "pickled" not in err and "numpy.save(path, ids)" in err

@@ -62,6 +62,8 @@ def params_from_args(args) -> Params:
         raise ValueError(f"--tile must be in 1..4096 tokens, got {args.tile}")
     if args.gpus is not None and args.gpus < 2:
         raise ValueError(f"--gpus must be >= 2, got {args.gpus}")
+    if args.seed < 0:
+        raise ValueError(f"--seed must be >= 0 (a NumPy seed), got {args.seed}")
     if not 0 < args.gemm_efficiency <= 1:
         raise ValueError(f"--gemm-efficiency must be in (0, 1], got {args.gemm_efficiency}")
     if args.comm_sms < 0:
@@ -90,7 +92,7 @@ def format_estimate(e: Estimate) -> str:
              f"{e.gpus} GPUs in the expert-parallel group ({e.system.description}); routing `{e.routing}` "
              f"(seed {p.seed}), placement `{p.placement}`, dispatch {p.dtype} / combine bf16, tile {p.tile}.",
              f"Distinct destination GPUs per token: measured {e.measured_d:.2f}"
-             + (f" (closed form for uniform routing: {e.closed_form_d:.2f})" if e.closed_form_d == e.closed_form_d else "")
+             + f" (closed form for uniform routing: {e.closed_form_d:.2f})"
              + f"; all GEMMs with no communication: {e.compute_only * 1e6:.1f} us.",
              "",
              "| scheme | layer us | dispatch us | GEMM us | combine us | exposed us | comm SMs | DySHARP speedup |",
@@ -122,10 +124,34 @@ def format_calibration(cal) -> str:
     return "\n".join(lines)
 
 
+def notices(model, system, gpus: int | None) -> list[str]:
+    """What the estimate does with a GPU count it cannot take as given (printed before the result)."""
+    out = []
+    if gpus is None:
+        return out
+    if gpus > system.gpus:
+        out.append(f"notice: --gpus {gpus} exceeds the {system.gpus} GPUs of {system.name}'s NVLink domain; the "
+                   f"estimate assumes one switched domain of {min(gpus, model.routed_experts)} GPUs with "
+                   f"{system.name}'s links and switch.")
+    if gpus > model.routed_experts:
+        out.append(f"notice: expert parallelism is capped at {model.name}'s {model.routed_experts} routed experts "
+                   f"(one per GPU): the estimate covers one expert-parallel group of {model.routed_experts} GPUs; "
+                   f"the other {gpus - model.routed_experts} GPUs would hold data-parallel replicas and are not modelled.")
+    elif model.routed_experts % gpus:
+        lo, hi = model.routed_experts // gpus, -(-model.routed_experts // gpus)
+        n_hi = model.routed_experts % gpus
+        out.append(f"notice: {model.routed_experts} experts do not split evenly over {gpus} GPUs: "
+                   f"{n_hi} of them hold {hi} experts and {gpus - n_hi} hold {lo} (contiguous balanced blocks); "
+                   f"the busiest GPU sets the GEMM time.")
+    return out
+
+
 def run(args) -> int:
     params = params_from_args(args)
     model = load_model(args.model)
     system = load_system(args.system)
+    for line in notices(model, system, args.gpus):
+        print(line)
     schemes = _schemes(args.schemes)
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
