@@ -19,6 +19,9 @@ COMMANDS = {
     "system": ("dysharp.commands.system",
                "Run a whole MoE layer on G GPU NICs and the DySHARP switch (deepep, dysharp-basic, dysharp): "
                "numpy check, cycles, flits, link-utilization plot and the estimator's prediction."),
+    "formal": ("dysharp.commands.formal",
+               "Prove the blocks' invariants (credit link, ...) with SymbiYosys and z3: a table of properties, "
+               "proofs and covers."),
     "estimate": ("dysharp.commands.estimate",
                  "Estimate an MoE layer's time with DySHARP against DeepEP, NVLS and other baselines."),
     "area": ("dysharp.commands.area",

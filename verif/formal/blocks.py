@@ -1,0 +1,11 @@
+"""The formal harnesses ``dysharp formal`` knows: name -> (what, harness factory, prove depth, cover depth).
+
+Depths: ``depth`` is the k of k-induction and the bound of the base case (a bounded proof of that many
+cycles from reset when induction does not close); ``cover`` bounds the search for each ``Cover``."""
+
+from .credit_link import CreditLinkHarness
+
+BLOCKS = {
+    "credit_link": ("credit link: CreditSender -> CreditReceiver (4 credits), any traffic and stalls",
+                    lambda: CreditLinkHarness(4), 8, 12),
+}

