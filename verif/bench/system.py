@@ -218,6 +218,25 @@ def plot(figs: dict, path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def scheme_table(figs: dict, pred: dict, gpus: int) -> str:
+    """Measured against predicted, per scheme run (Markdown): cycles per phase, the estimator, link
+    utilization per direction (flits per GPU per cycle), AL-TLB hit rate, reduction entries, drain, speed."""
+    rows = []
+    for s in SCHEMES:
+        if s not in figs:
+            continue
+        f, p, c = figs[s], pred[s], figs[s]["cycles"]
+        rows.append([s, f"{c['total']:,}", f"{c['dispatch_gemm']:,}", f"{c['combine']:,}" if "combine" in c else "fused",
+                     f"{p['total']:,.0f}", f"{100 * (c['total'] / p['total'] - 1):+.1f}%",
+                     *(f"{sum(f['flits'][d]) / (gpus * c['total']):.3f}" for d in ("up", "down")),
+                     "-" if f["tlb"]["hit_rate"] is None else f"{f['tlb']['hit_rate']:.3f}",
+                     str(f["red_buffer_in_use"]["max"]), f"{f['pipeline']['drain']:,}",
+                     f"{f['sim']['cycles_per_s']:,.0f}"])
+    return table(rows, ["scheme", "cycles", "dispatch + GEMM", "combine", "estimator", "measured vs estimator",
+                        "up util.", "down util.", "TLB hit rate", "red. entries (max)", "cycles after the last GEMM",
+                        "sim cycles/s"])
+
+
 def run(args) -> int:
     from sim_models.calibration import load_calibration
     from sim_models.rtl_scale import predict_cycles
@@ -267,23 +286,7 @@ def run(args) -> int:
         return 1
     report = {"point": dataclasses.asdict(point), "layer": d, "sim": sim, "build_s": build_s, "runs_wall_s": runs_s,
               "jobs": jobs, "schemes": figs, "failed": failed, "predicted": pred}
-    rows = []
-    for s in schemes:
-        if s not in figs:
-            continue
-        f, p = figs[s], pred[s]
-        c = f["cycles"]
-        up = sum(f["flits"]["up"]) / (point.gpus * c["total"])
-        down = sum(f["flits"]["down"]) / (point.gpus * c["total"])
-        rows.append([s, f"{c['total']:,}", f"{c['dispatch_gemm']:,}", f"{c['combine']:,}" if "combine" in c else "fused",
-                     f"{p['total']:,.0f}", f"{100 * (c['total'] / p['total'] - 1):+.1f}%",
-                     f"{up:.3f}", f"{down:.3f}",
-                     "-" if f["tlb"]["hit_rate"] is None else f"{f['tlb']['hit_rate']:.3f}",
-                     str(f["red_buffer_in_use"]["max"]), f"{f['pipeline']['drain']:,}",
-                     f"{f['sim']['cycles_per_s']:,.0f}"])
-    print(table(rows, ["scheme", "measured cycles", "dispatch+GEMM", "combine", "predicted", "measured vs predicted",
-                       "up util.", "down util.", "TLB hit rate", "red. entries (max)", "after last GEMM",
-                       "sim cycles/s"]))
+    print(scheme_table(figs, pred, point.gpus))
     if "dysharp" in figs:
         for s in ("deepep", "dysharp-basic"):
             if s in figs:
@@ -324,22 +327,7 @@ def markdown(report: dict) -> str:
              f"hidden {pt['hidden']} (scaled down x{d['hidden_factor']:.0f}), GEMM {d['gemm_tile_cycles'][0]}/"
              f"{d['gemm_tile_cycles'][1]} cycles per tile. Every scheme's outputs equal numpy bit for bit and its "
              f"link flits equal `sim_models.traffic`'s.", ""]
-    rows = []
-    for s in SCHEMES:
-        f = report["schemes"].get(s)
-        if f is None:
-            continue
-        p = report["predicted"][s]
-        c = f["cycles"]
-        rows.append([s, f"{c['total']:,}", f"{c['dispatch_gemm']:,}", f"{c['combine']:,}" if "combine" in c else "fused",
-                     f"{p['total']:,.0f}", f"{100 * (c['total'] / p['total'] - 1):+.1f}%",
-                     f"{sum(f['flits']['up']):,}", f"{sum(f['flits']['down']):,}",
-                     "-" if f["tlb"]["hit_rate"] is None else f"{f['tlb']['hit_rate']:.3f}",
-                     str(f["red_buffer_in_use"]["max"]), f"{f['pipeline']['drain']:,}",
-                     f"{f['sim']['cycles_per_s']:,.0f}"])
-    lines.append(table(rows, ["scheme", "cycles", "dispatch + GEMM", "combine", "estimator", "measured vs estimator",
-                              "flits up", "flits down", "TLB hit rate", "red. entries (max)",
-                              "cycles after the last GEMM", "sim cycles/s"]))
+    lines.append(scheme_table(report["schemes"], report["predicted"], pt["gpus"]))
     for s, why in report.get("failed", {}).items():
         lines.append(f"\n**{s} failed**: {why}")
     if report.get("png"):

@@ -17,7 +17,8 @@ __all__ = ["fields", "pack", "unpack", "field", "width", "Port", "read_status"]
 
 @functools.lru_cache(maxsize=None)
 def fields(layout) -> dict[str, tuple[int, int]]:
-    """Dotted field name -> (offset, width) for every leaf field."""
+    """Dotted field name -> (offset, width) for every leaf field (array elements by index, e.g.
+    ``port.3.tlb.0``)."""
     out = {}
 
     def walk(lay, offset, prefix):
@@ -25,9 +26,9 @@ def fields(layout) -> dict[str, tuple[int, int]]:
             shape = field.shape
             if isinstance(shape, data.Layout) or (isinstance(shape, type) and
                                                   issubclass(shape, (data.Struct, data.Union))):
-                walk(shape, offset + field.offset, prefix + name + ".")
-            else:
-                out[prefix + name] = (offset + field.offset, field.width)
+                walk(shape, offset + field.offset, f"{prefix}{name}.")
+            else:   # array elements are named by their index
+                out[f"{prefix}{name}"] = (offset + field.offset, field.width)
     walk(layout, 0, "")
     return out
 

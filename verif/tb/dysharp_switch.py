@@ -40,7 +40,7 @@ from hw.packet import N_VCS, EType, ErrorCode, Header, Opcode, Packet, RedOp
 from verif.harness import tbenv
 from verif.harness.cycler import Cycler
 from verif.harness.stream import StreamDriver
-from verif.harness.structs import pack
+from verif.harness.structs import fields, pack
 from verif.harness.vc_link import VcLinkSink, VcLinkSource
 from verif.models.dysharp_gpu import DySharpGpu
 from verif.models.dysharp_switch import DySharpSwitchModel, _RedRead, order_sensitive, reduce_candidates
@@ -185,7 +185,7 @@ class DySharpEnv:
         """The status port decoded with its layout (dotted field names -> ints)."""
         if self._status_layout is None:
             from hw.switch.dysharp_switch import status_layout
-            self._status_layout = flat_fields(status_layout(self.n))
+            self._status_layout = fields(status_layout(self.n))
         from verif.harness.structs import read_status
         bits = read_status(self.dut, self.n)
         return {k: (bits >> off) & ((1 << w) - 1) for k, (off, w) in self._status_layout.items()}
@@ -312,22 +312,6 @@ class DySharpEnv:
 
 
 # ---- status counters --------------------------------------------------------------------------------------
-
-def flat_fields(layout, offset=0, prefix="") -> dict:
-    """Dotted name -> (offset, width) of every leaf of a struct/array layout (array elements by index:
-    ``port.3.tlb.0``)."""
-    from amaranth.lib import data
-    out = {}
-    lay = data.Layout.cast(layout)
-    for name, field in lay:
-        shape = field.shape
-        key = f"{prefix}{name}"
-        if isinstance(shape, data.Layout) or (isinstance(shape, type) and issubclass(shape, (data.Struct, data.Union))):
-            out.update(flat_fields(shape, offset + field.offset, key + "."))
-        else:
-            out[key] = (offset + field.offset, field.width)
-    return out
-
 
 def counter(st: dict, name: str, port=None) -> int:
     """An engine counter (``stale``, ``duplicates``, ...) of ``port``, or the total over ports."""

@@ -55,24 +55,10 @@ from verif.harness import tbenv
 from verif.harness.cycler import Agent, Cycler
 from verif.harness.gpu_memory import GpuMemory, MemReadPort, MemWritePort
 from verif.harness.stream import StreamDriver, StreamMonitor
-from verif.harness.structs import Port, pack, read_status, unpack
+from verif.harness.structs import Port, fields, pack, read_status, unpack
 from verif.models import moe_layer as ml
 
 F = ml.FLIT_BYTES
-
-
-def flat_fields(layout, offset=0, prefix="") -> dict:
-    """Dotted name -> (offset, width) of every leaf of a struct/array layout (array elements by index)."""
-    from amaranth.lib import data
-    out = {}
-    for name, field in data.Layout.cast(layout):
-        shape = field.shape
-        key = f"{prefix}{name}"
-        if isinstance(shape, data.Layout) or (isinstance(shape, type) and issubclass(shape, (data.Struct, data.Union))):
-            out.update(flat_fields(shape, offset + field.offset, key + "."))
-        else:
-            out[key] = (offset + field.offset, field.width)
-    return out
 
 
 class LayerMemory(GpuMemory):
@@ -98,7 +84,7 @@ class LinkCounters(Agent):
         self.port = Port(dut.probe)
         self.G = gpus
         self.bin = bin_cycles
-        self.fields = flat_fields(LinkProbe)
+        self.fields = fields(LinkProbe)
         self.width = data.Layout.cast(LinkProbe).size
         self.links = [(g, d) for g in range(gpus) for d in ("up", "down")]
         self.head = {(k, v): True for k in self.links for v in range(2)}
@@ -143,7 +129,7 @@ class Occupancy(Agent):
 
     def __init__(self, dut, bin_cycles):
         self.port = Port(dut.switch_status__total)
-        self.off, w = flat_fields(port_status_layout())["engine.in_use"]
+        self.off, w = fields(port_status_layout())["engine.in_use"]
         self.mask = (1 << w) - 1
         self.bin = bin_cycles
         self.series = []
@@ -580,7 +566,7 @@ async def test_layer(dut):
         for c in (MmCounter.BUFFER_FULL, MmCounter.TLB_FAULT, MmCounter.ISOLATION, MmCounter.OUT_OF_BOUNDS):
             assert mm[c] == 0, f"GPU {g} memory manager {c.name}: {mm[c]}"
     bits = read_status(dut, L.G, prefix="switch_status")
-    st = {k: (bits >> off) & ((1 << w) - 1) for k, (off, w) in flat_fields(status_layout(L.G)).items()}
+    st = {k: (bits >> off) & ((1 << w) - 1) for k, (off, w) in fields(status_layout(L.G)).items()}
     tlb = [st[f"total.tlb.{c.value}"] for c in TlbCounter]
     for c in (TlbCounter.ISOLATION, TlbCounter.OUT_OF_BOUNDS, TlbCounter.TLB_FAULT, TlbCounter.BUFFER_FULL,
               TlbCounter.TIMEOUT, TlbCounter.BAD_RESPONSES, TlbCounter.CFG_ERRORS):
