@@ -393,17 +393,20 @@ class SystemEnv:
         for gs in self.gpus:
             f = gs.feeder
             if f.queue or not f.driver.idle or not gs.cmd.idle or not gs.mm_cfg.idle or not gs.rd_tx.idle \
-                    or not gs.rd_rx.idle or gs.wr.mon.seen_valid or gs.rd_tx.req.seen_valid \
-                    or gs.rd_rx.req.seen_valid or gs.ready_mon.seen_valid or gs.release_mon.seen_valid:
+                    or not gs.rd_rx.idle or any(m.seen_valid for m in self._outputs(gs)):
                 return False
             if f.ready and f.ready[0][0] <= self.cycler.cycle:
                 return False
         return True
 
+    @staticmethod
+    def _outputs(gs):
+        """The monitors of a GPU's DUT outputs: a valid one means work inside the DUT."""
+        return gs.wr.mon, gs.rd_tx.req, gs.rd_rx.req, gs.ready_mon, gs.release_mon
+
     def resumed(self):
         """After a skip: a DUT output already valid means the DUT was not idle (counted, reported)."""
-        gs_valid = any(p.valid.high() for gs in self.gpus for p in (gs.wr.mon, gs.rd_tx.req, gs.rd_rx.req,
-                                                                    gs.ready_mon, gs.release_mon))
+        gs_valid = any(m.valid.high() for gs in self.gpus for m in self._outputs(gs))
         if gs_valid or self.links.port.read() & self.links.valid_mask:
             self.skip_interrupted += 1
 
