@@ -40,6 +40,9 @@ def add_arguments(p) -> None:
                           "applies to every selected module that has it (default: each module's defaults)")
     pts.add_argument("--points", action="store_true",
                      help="export each module's standard parameter points (as `dysharp verilog --points`)")
+    pts.add_argument("--architecture", action="store_true",
+                     help="export each module at the point the 64-port DySHARP addition counts it at "
+                          "(synth/scaling.py ROLES; modules outside the addition at their defaults)")
     p.add_argument("--verilog-dir", default="build/verilog",
                    help="Verilog cache the cores copy from (default: build/verilog)")
 
@@ -53,7 +56,7 @@ def package_version() -> str:
         return tomllib.loads(pyproject.read_text())["project"]["version"]
 
 
-def export_points(modules, point_texts, standard=False) -> list[tuple[str, dict]]:
+def export_points(modules, point_texts, standard=False, architecture=False) -> list[tuple[str, dict]]:
     """[(module, overrides)] for the selection, deduplicated; raises ValueError naming a bad module,
     parameter name or value (the checks of ``dysharp verilog --set``)."""
     names = modules or sorted(registry.MODULES)
@@ -61,6 +64,9 @@ def export_points(modules, point_texts, standard=False) -> list[tuple[str, dict]
         registry.get(n)
     if standard:
         candidates = [(n, dict(pt)) for n in names for pt in registry.get(n).points]
+    elif architecture:
+        from synth.scaling import architecture_point
+        candidates = [(n, architecture_point(n) or {}) for n in names]
     else:
         candidates = []
         for text in point_texts or [""]:
@@ -161,7 +167,7 @@ def export_fusesoc(points, out, verilog_dir="build/verilog", quiet=False) -> lis
 
 
 def run(args) -> int:
-    points = export_points(args.module, args.point, args.points)
+    points = export_points(args.module, args.point, args.points, args.architecture)
     cores = export_fusesoc(points, args.out, args.verilog_dir)
     print(f"export: {len(cores)} core(s) in {args.out}; lint one with "
           f"`fusesoc --cores-root {args.out} run --target lint <name>`")
