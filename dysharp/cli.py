@@ -28,6 +28,7 @@ COMMANDS = {
              "Synthesize modules to Nangate45 gates (yosys, CACTI) and report their area in synth_reports/."),
     "power": ("dysharp.commands.power",
               "Estimate modules' power from simulated switching activity and report it in synth_reports/."),
+    "export": ("dysharp.commands.export", "Package modules as FuseSoC cores (Verilog + Verilator lint target)."),
     "efficiency": ("dysharp.commands.efficiency",
                    "Print the packet format's payload efficiency: dynamic against explicit addressing."),
 }

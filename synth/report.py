@@ -14,7 +14,7 @@ from tabulate import tabulate
 
 from hw import registry
 
-from . import scaling, tools
+from . import scaling, timing, tools
 
 __all__ = ["write_reports", "overhead", "AREA_JSON", "POWER_JSON"]
 
@@ -286,6 +286,8 @@ def write_reports(out="synth_reports", area_points=None, power=None, commands=No
             "verilog_mb", "synth_s"]
     summary = [{k: s.get(k, "") for k in cols} for s in summary]
     _write_csv(out / "area_summary.csv", summary)
+    # The critical paths scaled to N5 against the port clock: timing_summary.csv (synth/timing.py).
+    timing_md = timing.write_timing(out / "area_summary.csv", out) if summary else ""
     _write_csv(out / "area.csv", summary)
     _write_csv(out / "arrays.csv", arrays)
     prows = []
@@ -323,7 +325,8 @@ def write_reports(out="synth_reports", area_points=None, power=None, commands=No
             "transistors", "logic_mm2_n5", "sram_mm2_n5", "area_mm2_n5", "power_mw_45", "power_mw_n5",
             "power_gated_mw_n5", "note")} for r in ov["rows"] + totals])
     plots = _plots(out, area_points, power)
-    md = _markdown(area_points, arrays, power, crosscheck, ov, plots, commands)
+    md = _markdown(area_points, arrays, power, crosscheck, ov, plots, commands) + (
+        "\n" + timing_md if timing_md else "")
     (out / "report.md").write_text(md)
     return md
 

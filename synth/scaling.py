@@ -15,12 +15,21 @@ Factors (all stated in the report)
   814 mm^2, NVIDIA H100 whitepaper): 25.1e9 / (80e9 / 814 mm^2) = 255 mm^2. The addition is reported
   both against that estimated area and against the transistor count (node-independent: our count is
   the library-free CMOS count of the logic plus 6 transistors per SRAM bit).
+* **Delay, 45 nm -> 7 nm.** Stillmaker & Baas (as above), Table 5: delay factor
+  ``D(V) = a3 V^3 + a2 V^2 + a1 V + a0``, HP 45 nm (PTM) ``[-501.6, 1567, -1619, 566.1]`` at its nominal
+  1.0 V = 12.50, HP 7 nm (ITRS-based) ``[-28.58, 76.6, -70.26, 24.69]`` at its nominal 0.7 V = 3.239:
+  delay x 0.2591 (3.86x faster). The fit is evaluated at the models' nominal voltages, not at Nangate45's
+  1.1 V characterization corner (the 45 nm cubic rises again above 1.0 V: 13.64 at 1.1 V).
+* **Delay, N7 -> N5.** TSMC's N5 announcement: "15% faster at the same power" than N7 -> delay x 1/1.15.
+  Total 45 nm -> N5: x 0.2253. Both are process figures for gate delay; wire delay scales worse, so the
+  scaled paths are optimistic for wire-dominated paths (the crossbar).
 * **GPU side.** The token tracker (and request generator / receive path) sit in each GPU; they are
   reported per GPU against an H100 (80 billion transistors, 814 mm^2).
 """
 
 __all__ = ["LOGIC_AREA", "SRAM_AREA", "ENERGY", "NVSWITCH", "H100", "to_n5", "ROLES", "resolve_roles",
-           "architecture_point"]
+           "architecture_point", "DELAY_45_TO_7", "DELAY_N7_TO_N5", "DELAY", "PORT_CLOCK_GHZ", "PORT_PERIOD_PS",
+           "delay_to_n5", "STILLMAKER_DELAY", "DELAY_SOURCE"]
 
 LOGIC_AREA = 0.059 / 1.84         # 45 nm -> 7 nm (Stillmaker & Baas) -> N5 (logic density 1.84x)
 SRAM_AREA = (0.027 / 0.346) / 1.3  # 45 nm -> 7 nm bit cell -> N5 (SRAM density 1.3x)
@@ -29,6 +38,29 @@ NVSWITCH = {"transistors": 25.1e9, "ports": 64, "area_mm2": 25.1e9 / (80e9 / 814
             "source": "25.1 B transistors (NVIDIA Hopper whitepaper); area estimated at H100's 4N "
                       "density (80 B transistors / 814 mm^2)"}
 H100 = {"transistors": 80e9, "area_mm2": 814.0, "source": "NVIDIA H100 whitepaper"}
+
+
+def _stillmaker_delay(coeffs, vdd: float) -> float:
+    """Stillmaker & Baas's relative delay ``a3 V^3 + a2 V^2 + a1 V + a0`` (Table 5 coefficients)."""
+    a3, a2, a1, a0 = coeffs
+    return a3 * vdd ** 3 + a2 * vdd ** 2 + a1 * vdd + a0
+
+
+# Stillmaker & Baas, Integration 58 (2017), Table 5, delay columns: (coefficients a3..a0, nominal Vdd).
+STILLMAKER_DELAY = {"HP45": ((-501.6, 1567, -1619, 566.1), 1.0), "HP7": ((-28.58, 76.6, -70.26, 24.69), 0.7)}
+DELAY_45_TO_7 = _stillmaker_delay(*STILLMAKER_DELAY["HP7"]) / _stillmaker_delay(*STILLMAKER_DELAY["HP45"])  # 0.2591
+DELAY_N7_TO_N5 = 1 / 1.15         # TSMC N5: "15% faster at the same power" than N7
+DELAY = DELAY_45_TO_7 * DELAY_N7_TO_N5   # 45 nm -> N5: 0.2253
+PORT_CLOCK_GHZ = 1.5625           # one NVLink4 port's flit clock (16 B per cycle)
+PORT_PERIOD_PS = 1000 / PORT_CLOCK_GHZ   # 640 ps
+DELAY_SOURCE = (f"45->7 nm x{DELAY_45_TO_7:.4f} (Stillmaker & Baas 2017, Table 5 delay fits: HP 7 nm at 0.7 V "
+                f"over HP 45 nm at 1.0 V), N7->N5 x1/1.15 (TSMC N5: 15% faster at the same power): "
+                f"x{DELAY:.4f}")
+
+
+def delay_to_n5(ps: float) -> float:
+    """A Nangate45 (45 nm) path delay in ps -> the same path at N5, in ps (x :data:`DELAY`)."""
+    return ps * DELAY
 
 
 def to_n5(logic_um2: float, sram_um2: float, power_mw: float) -> dict:

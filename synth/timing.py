@@ -1,0 +1,139 @@
+"""Timing at the N5 port clock: each block's 45 nm critical path scaled to N5, against 0.64 ns.
+
+Input: the area flow's ``area_summary.csv`` (OpenSTA's register-to-register critical path in Nangate45,
+column ``critical_path_ps``). Output: ``timing_summary.csv`` beside it, with per (module, point) the
+45 nm path, the path scaled by :func:`synth.scaling.delay_to_n5`, the slack against the 1.5625 GHz port
+clock (640 ps) and whether it meets it, and the same table in Markdown. :func:`synth.report.write_reports`
+(``dysharp area``, ``dysharp study``) calls :func:`write_timing` after it writes ``area_summary.csv``;
+``python -m synth.timing`` regenerates the table from the committed CSV without synthesizing anything.
+"""
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+from tabulate import tabulate
+
+from . import scaling
+
+__all__ = ["REQUIRED", "COLUMNS", "read_area_summary", "timing_rows", "markdown", "write_timing", "main"]
+
+REQUIRED = ("module", "point", "status", "critical_path_ps")
+COLUMNS = ["module", "point", "critical_path_ps_45", "critical_path_ps_n5", "slack_ps", "meets", "note"]
+
+
+def read_area_summary(path) -> list[dict]:
+    """The rows of an ``area_summary.csv``; ValueError naming the file when it lacks a needed column."""
+    path = Path(path)
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            columns = reader.fieldnames or []
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file (run `dysharp area` to write it)") from None
+    missing = [c for c in REQUIRED if c not in columns]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {', '.join(missing)} (has: {', '.join(columns) or 'none'}); "
+                         f"expected the area_summary.csv that `dysharp area` writes")
+    return rows
+
+
+def timing_rows(area_rows: list[dict], period_ps: float = scaling.PORT_PERIOD_PS, source: str = "") -> list[dict]:
+    """One row per area row: the 45 nm path, the N5 path, the slack against ``period_ps`` and whether it
+    meets it (``yes``/``no``; ``n/a`` with the reason when the point has no timed path)."""
+    if period_ps <= 0:
+        raise ValueError(f"the clock period must be positive, got {period_ps} ps")
+    out = []
+    for i, r in enumerate(area_rows, start=2):   # line 1 is the header
+        missing = [c for c in REQUIRED if c not in r]
+        if missing:
+            raise ValueError(f"{source or 'area summary'} line {i}: missing column(s) {', '.join(missing)}")
+        row = {"module": r["module"], "point": r["point"], "critical_path_ps_45": "", "critical_path_ps_n5": "",
+               "slack_ps": "", "meets": "n/a", "note": ""}
+        text = (r["critical_path_ps"] or "").strip()
+        if r["status"] != "ok":
+            row["note"] = "not synthesized: " + r["status"].split(";")[0].removeprefix("skipped: ")
+        elif not text:
+            row["note"] = (f"no register-to-register path timed (timing: {r.get('timing') or 'none'}): "
+                           "arrays only")
+        else:
+            try:
+                ps45 = float(text)
+            except ValueError:
+                raise ValueError(f"{source or 'area summary'} line {i} ({r['module']} {r['point']}): "
+                                 f"critical_path_ps is not a number: {text!r}") from None
+            if ps45 <= 0:
+                raise ValueError(f"{source or 'area summary'} line {i} ({r['module']} {r['point']}): "
+                                 f"critical_path_ps must be positive, got {ps45}")
+            ps5 = scaling.delay_to_n5(ps45)
+            slack = period_ps - ps5
+            row.update(critical_path_ps_45=ps45, critical_path_ps_n5=ps5, slack_ps=slack,
+                       meets="yes" if slack >= 0 else "no")
+        out.append(row)
+    return out
+
+
+def markdown(rows: list[dict], period_ps: float = scaling.PORT_PERIOD_PS) -> str:
+    """The timing table in Markdown, with the scaling it used."""
+    def ps(x):
+        return "-" if x == "" else f"{x:,.0f}"
+
+    table = tabulate([[r["module"], r["point"], ps(r["critical_path_ps_45"]), ps(r["critical_path_ps_n5"]),
+                       "-" if r["slack_ps"] == "" else f"{r['slack_ps']:+,.0f}", r["meets"], r["note"]]
+                      for r in rows],
+                     headers=["module", "point", "45 nm path ps", "N5 path ps", f"slack ps at {period_ps:.0f}",
+                              "meets", "note"], tablefmt="github", disable_numparse=True)
+    timed = [r for r in rows if r["meets"] in ("yes", "no")]
+    misses = sorted({r["module"] for r in timed if r["meets"] == "no"})
+    return "\n".join([
+        f"### Timing at the N5 port clock ({1000 / period_ps:g} GHz, {period_ps:.0f} ps)", "",
+        f"OpenSTA's 45 nm critical path (Nangate45, register to register incl. clock-to-Q and setup) scaled "
+        f"by {scaling.DELAY_SOURCE}. Gate-delay factors: paths dominated by wires scale worse.", "",
+        table, "",
+        f"{len(timed) - sum(r['meets'] == 'no' for r in timed)} of {len(timed)} timed points meet "
+        f"{period_ps:.0f} ps; modules with a point that misses: {', '.join(misses) or 'none'}.", ""])
+
+
+def _csv_value(v):
+    return f"{v:.1f}" if isinstance(v, float) else v
+
+
+def write_timing(area_csv, out_dir=None, period_ps: float = scaling.PORT_PERIOD_PS) -> str:
+    """Read ``area_csv``, write ``timing_summary.csv`` into ``out_dir`` (default: beside it), return the
+    Markdown table."""
+    area_csv = Path(area_csv)
+    rows = timing_rows(read_area_summary(area_csv), period_ps, source=str(area_csv))
+    out_dir = Path(out_dir) if out_dir is not None else area_csv.parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "timing_summary.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: _csv_value(r[k]) for k in COLUMNS})
+    return markdown(rows, period_ps)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m synth.timing", description=__doc__.split("\n\n")[0])
+    p.add_argument("--area-csv", default="synth_reports/area_summary.csv",
+                   help="area summary to read (default: synth_reports/area_summary.csv)")
+    p.add_argument("--out", default=None, help="folder for timing_summary.csv (default: beside --area-csv)")
+    p.add_argument("--clock-ghz", type=float, default=scaling.PORT_CLOCK_GHZ,
+                   help=f"clock to meet (default: {scaling.PORT_CLOCK_GHZ}, the NVLink4 port clock)")
+    args = p.parse_args(argv)
+    try:
+        if args.clock_ghz <= 0:
+            raise ValueError(f"--clock-ghz must be positive, got {args.clock_ghz}")
+        md = write_timing(args.area_csv, args.out, 1000 / args.clock_ghz)
+    except ValueError as e:
+        print(f"synth.timing: error: {e}", file=sys.stderr)
+        return 2
+    print(md)
+    print(f"wrote {Path(args.out or Path(args.area_csv).parent) / 'timing_summary.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
