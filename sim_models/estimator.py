@@ -358,13 +358,21 @@ def _pipeline_inputs(ctx: _Context, tr: SchemeTraffic, kind: str, ps: _Pass, f1:
     valid = inst >= 0
     n_rows = np.where(valid, wl.inst_rows[np.maximum(inst, 0)], 0)
     c1, m1, c2, m2 = ctx.gemm.tile_parts(n_rows, per_tile_weights=ctx.p.per_tile_weights)
-    # Compute scales with the stage's SMs; concurrent stages split HBM in the same proportion as the SMs.
-    both = f1 + f2 if not barrier else f1
-    h1, h2 = (f1 / both, f2 / both) if not barrier else (1.0, 1.0)
     fx = ps.gemm_factor
-    w1 = np.where(valid, np.maximum(c1 / f1, m1 / h1) * fx, 0.0)
-    w2 = np.where(valid, np.maximum(c2 / f2, m2 / h2) * fx, 0.0)
-    w2_tail = np.where(valid, np.maximum(c2 / both, m2) * fx, 0.0) if not barrier else w2
+    z = lambda a: np.where(valid, a * fx, 0.0)
+    if barrier:
+        # COMET-like phases: GEMM-1 and GEMM-2 never run together on a GPU, so each has all of HBM.
+        w1, w2 = z(np.maximum(c1 / f1, m1)), z(np.maximum(c2 / f2, m2))
+        w2_tail = w2
+        hbm = {}
+    else:
+        # Fused stages: compute scales with each stage's SMs; HBM is shared only while both run
+        # (pipeline.SharedHbmGemm: processor sharing, weighted by SMs; an idle stage's share goes to the other).
+        both = f1 + f2
+        w1, w2 = z(np.maximum(c1 / f1, m1)), z(np.maximum(c2 / f2, m2))      # durations without contention
+        w2_tail = z(np.maximum(c2 / both, m2))
+        hbm = dict(tile_c1=z(c1 / f1), tile_m1=z(m1), tile_c2=z(c2 / f2), tile_m2=z(m2),
+                   tile_c2_tail=z(c2 / both), hbm_share1=f1 / both)
     reduced = kind != "unicast"
     pr = rem.astype(float)
     ld, lc = ctx.latencies(kind, tiled=True)
@@ -379,7 +387,7 @@ def _pipeline_inputs(ctx: _Context, tr: SchemeTraffic, kind: str, ps: _Pass, f1:
         token_req_up=c.comb_request_up(d).astype(float) if reduced else np.zeros(len(d)),
         up_rate=np.full(G, ctx.rate), dn_rate=np.full(G, ctx.rate), reduce_rate=np.full(G, ctx.reduce_rate),
         reduced=reduced, barrier=barrier, latency_dispatch=ld, latency_combine=lc,
-        start_overhead=ctx.ko * (2 if barrier else 1), slots=ctx.p.slots)
+        start_overhead=ctx.ko * (2 if barrier else 1), slots=ctx.p.slots, **hbm)
 
 
 def _run_pass(ctx: _Context, spec: SchemeSpec, ps: _Pass, tr: SchemeTraffic, sms: int) -> SchemeResult:
