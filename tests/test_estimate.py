@@ -67,7 +67,15 @@ def test_dysharp_basic_alone_gives_no_speedup_and_fusion_does(small):
     m, s, wl = small
     e, tot = _totals(m, s, wl)
     assert tot["dysharp-basic"] == pytest.approx(tot["deepep"], rel=0.03)
-    assert e.speedup("deepep") > 1.3 and e.speedup("ccfuser") > 1.05
+    # Issue 14: the tile-level schemes re-read an expert's weights per tile unless L2 still holds them (16
+    # experts per GPU interleave, L2 holds 10): the fused lead over DeepEP is smaller than with the weights
+    # read once per expert (weight_reuse="expert", the earlier model, where it was > 1.3).
+    # (Before issue 14 also > 1.05 over CCFuser: with both fused pipelines HBM-bound on the re-read weights,
+    # DySHARP's fewer communication SMs buy nothing and its ld_reduce combine tail costs 4%.)
+    assert e.speedup("deepep") > 1.1
+    e_once, _ = _totals(m, s, wl, weight_reuse="expert")
+    assert e_once.speedup("deepep") > 1.3 and e_once.speedup("deepep") > e.speedup("deepep")
+    assert e_once.speedup("ccfuser") > 1.0
     # the fused pipeline's busiest link direction carries ~(1 + D) / (2 D) of the sequential traffic
     fwd = e.traffic["dynamic"]
     assert np.all(fwd.totals()["up_wire"] < (fwd.dispatch.down_wire + fwd.combine.up_wire))
