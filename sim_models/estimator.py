@@ -95,9 +95,9 @@ class Params:
     dualpipe_sms: int = 20                   # DeepSeek-V3's communication SMs under DualPipe
     explicit_sm_fraction: float = 0.15       # SMs lost to address computation with explicit addressing
     per_tile_weights: bool = False           # tile-level schemes re-read expert weights per tile, no L2 reuse
-    weight_reuse: str = "l2"                 # tile-level schemes: "l2" (a tile re-reads its expert's weights
-                                             # unless the previous tile on its GPU was the same expert and they
-                                             # fit in L2) or "expert" (once per expert, the pre-issue-14 model)
+    weight_reuse: str = "expert"             # tile-level schemes' weight traffic: "expert" (once per expert,
+                                             # its tiles scheduled as one grouped GEMM's M-blocks) or "l2" (tiles
+                                             # in ready order, each re-reads its expert's weights unless L2 holds them)
     block_m: int = 64                        # tensor-core M block (rows): Hopper wgmma is 64 rows per warpgroup
     block_n: int = 128                       # CTA block N (DeepGEMM's usual BLOCK_N)
     bandwidth_scale: float = 1.0             # scales links, switch datapath and reduction engines
@@ -349,12 +349,20 @@ def _chunk_gemm(ctx: _Context, rows: np.ndarray, sm_fraction: float, factor: flo
 def _tile_weight_reads(ctx: _Context) -> tuple[np.ndarray, np.ndarray]:
     """Fraction of its expert's GEMM-1 / GEMM-2 weights each tile reads from HBM, per (GPU, tile position).
 
-    ``l2`` (default): the GPU's L2 holds the weights of the experts its pools used last (LRU over whole
+    ``l2``: the GPU's L2 holds the weights of the experts its pools used last (LRU over whole
     experts, GEMM-1 and GEMM-2 weights together, ``l2_mb`` of the system): a tile whose expert is still
     resident reads nothing from HBM, any other tile reads its expert's weights again. The pools take tiles
     in ready order, so the reuse depends on how the tiles of the experts interleave. ``expert``: once per
-    expert, spread over its tiles (every scheme orders its tiles expert by expert: a bound).
+    expert, spread over its tiles (default: the kernel co-schedules an expert's ready tiles like a grouped
+    GEMM's M-blocks, so they share one stream of its weights).
     ``per_tile_weights``: every tile, no L2."""
+    if getattr(ctx, "_weight_reads", None) is not None:      # one tile order per layer: computed once
+        return ctx._weight_reads
+    ctx._weight_reads = _weight_reads(ctx)
+    return ctx._weight_reads
+
+
+def _weight_reads(ctx: _Context) -> tuple[np.ndarray, np.ndarray]:
     wl, gm = ctx.wl, ctx.gemm
     inst = wl.tile_inst
     valid = inst >= 0

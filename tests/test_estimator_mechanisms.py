@@ -157,11 +157,12 @@ def test_deepgemm_validation_rows():
     assert sum(err) < sum(err_old)
 
 
-def _ctx(l2_mb, tile=64, **kw):
+def _ctx(l2_mb, tile=64, weight_reuse="l2", **kw):
     m, s = load_model("qwen3-30b-a3b"), load_system("hgx-h200").replace(l2_mb=l2_mb)
     wl = build_workload(m.routed_experts, m.top_k, 8, 256, routing="uniform", seed=1, tile=tile)
     cal = load_calibration("/nonexistent-bench-dir")
-    return E._Context(m, s, E.Params(tokens_per_gpu=256, routing="uniform", seed=1, tile=tile, **kw), cal, wl), wl
+    p = E.Params(tokens_per_gpu=256, routing="uniform", seed=1, tile=tile, weight_reuse=weight_reuse, **kw)
+    return E._Context(m, s, p, cal, wl), wl
 
 
 def test_weight_reads_follow_l2():
@@ -173,7 +174,7 @@ def test_weight_reads_follow_l2():
     none, _ = _ctx(0.0)
     r0, _ = E._tile_weight_reads(none)
     assert r0.sum(axis=1).tolist() == valid.sum(axis=1).tolist()      # no L2: every tile reads them
-    mid, _ = _ctx(50.0)
+    mid, _ = _ctx(50.0, weight_reuse="l2")
     rm, _ = E._tile_weight_reads(mid)
     assert np.all(r1.sum(axis=1) <= rm.sum(axis=1)) and np.all(rm.sum(axis=1) <= r0.sum(axis=1))
     once, _ = _ctx(50.0, weight_reuse="expert")
@@ -182,14 +183,18 @@ def test_weight_reads_follow_l2():
 
 
 def test_small_tiles_cost_more_than_large():
-    """The issue's ordering: with per-tile weight traffic and 64-row MMA blocks, 32-token tiles are slower
-    than 128, which are no faster than 512, for the fused pipeline on a compute-heavy layer."""
+    """The issue's ordering no longer favours small tiles: 64-row MMA blocks make 32-token tiles the slowest;
+    with each tile re-reading its expert's weights (``l2``) the ordering is 32 > 128 > 512."""
     m, s = load_model("deepseek-v3"), load_system("hgx-h200")
     t = {}
-    for tile in (32, 128, 512):
-        e = E.estimate(m, s, E.Params(tokens_per_gpu=1024, tile=tile, seed=0), schemes=["dysharp"])
-        t[tile] = e.results["dysharp"].total
-    assert t[32] > t[128] >= t[512]
+    for reuse in ("expert", "l2"):
+        for tile in (32, 128, 512):
+            e = E.estimate(m, s, E.Params(tokens_per_gpu=1024, tile=tile, seed=0, weight_reuse=reuse),
+                           schemes=["dysharp"])
+            t[reuse, tile] = e.results["dysharp"].total
+    assert t["expert", 32] > max(t["expert", 128], t["expert", 512])
+    assert t["l2", 32] > t["l2", 128] > t["l2", 512]
+    assert all(t["l2", k] >= t["expert", k] * (1 - 1e-9) for k in (32, 128, 512))
 
 
 def test_bad_gemm_parameters_are_named():

@@ -40,8 +40,8 @@ def add_arguments(p) -> None:
     p.add_argument("--per-tile-weights", action="store_true",
                    help="tile-level schemes re-read expert weights for every tile")
     p.add_argument("--weight-reuse", default=Params.weight_reuse, choices=("l2", "expert"),
-                   help="tile-level schemes: l2 (a tile re-reads its expert's weights unless L2 holds them; "
-                        "default) or expert (once per expert: the bound of an expert-ordered schedule)")
+                   help="tile-level schemes' weight traffic: expert (once per expert, default) or l2 (tiles in "
+                        "ready order, each re-reads its expert's weights unless L2 still holds them)")
     p.add_argument("--bench-dir", default="build/bench", help="RTL benchmark JSON folder (calibration)")
     p.add_argument("--sweep", action="store_true", help="run the model x system sweep and sensitivity plots")
     p.add_argument("--quick", action="store_true", help="with --sweep: fewer models and sensitivity points")
