@@ -28,6 +28,7 @@ Every figure comes from the model and system configs, the calibration figures an
 ``docs/estimator.md`` lists each assumption with its source. Nothing is fitted to a published speedup.
 """
 
+import collections
 import dataclasses
 import math
 
@@ -50,6 +51,7 @@ __all__ = ["MODES", "SCHEMES", "BASELINES", "ABLATIONS", "FULL", "Params", "Sche
 
 MODES = ("prefill", "decode", "training")
 DEFAULT_TOKENS = {"prefill": 4096, "training": 4096, "decode": 64}
+WEIGHT_REUSE = ("l2", "expert")
 MAX_PAYLOAD = 256          # bytes of payload per packet (hw.packet's default max_payload_bytes)
 
 
@@ -92,7 +94,12 @@ class Params:
     comm_sms: int = 24                       # SMs a DeepEP-like kernel needs to keep the links busy
     dualpipe_sms: int = 20                   # DeepSeek-V3's communication SMs under DualPipe
     explicit_sm_fraction: float = 0.15       # SMs lost to address computation with explicit addressing
-    per_tile_weights: bool = False           # tile-level schemes re-read expert weights per tile
+    per_tile_weights: bool = False           # tile-level schemes re-read expert weights per tile, no L2 reuse
+    weight_reuse: str = "expert"             # tile-level schemes' weight traffic: "expert" (once per expert,
+                                             # its tiles scheduled as one grouped GEMM's M-blocks) or "l2" (tiles
+                                             # in ready order, each re-reads its expert's weights unless L2 holds them)
+    block_m: int = 64                        # tensor-core M block (rows): Hopper wgmma is 64 rows per warpgroup
+    block_n: int = 128                       # CTA block N (DeepGEMM's usual BLOCK_N)
     bandwidth_scale: float = 1.0             # scales links, switch datapath and reduction engines
     latency_scale: float = 1.0               # scales every latency and kernel overhead
     gpus: int | None = None                  # override the system's GPU count
@@ -114,6 +121,11 @@ class Params:
         for f in ("gemm_efficiency", "mem_efficiency"):
             if not 0 < getattr(self, f) <= 1:
                 bad(f, "must be in (0, 1]")
+        if self.weight_reuse not in WEIGHT_REUSE:
+            bad("weight_reuse", f"valid: {', '.join(WEIGHT_REUSE)}")
+        for f in ("block_m", "block_n"):
+            if not (isinstance(getattr(self, f), int) and 1 <= getattr(self, f) <= 1024):
+                bad(f, "must be an integer in 1..1024")
         if not 0 <= self.explicit_sm_fraction < 1:
             bad("explicit_sm_fraction", "must be in [0, 1)")
         if self.bandwidth_scale <= 0:
@@ -201,11 +213,13 @@ class _Context:
         self.l_trk = cal.get("tracker_ready_latency_cycles") / self.clock * ls
         self.ko = s.kernel_overhead_us * 1e-6 * ls
         self.gemm = GemmModel.for_model(model, s, p.dtype, gemm_efficiency=p.gemm_efficiency,
-                                        mem_efficiency=p.mem_efficiency, tile=p.tile)
-        # Per-GPU GEMM time on all SMs (forward), and the totals of each stage.
+                                        mem_efficiency=p.mem_efficiency, tile=p.tile, block_m=p.block_m,
+                                        block_n=p.block_n, sms=s.sms)
+        # Per-GPU GEMM time on all SMs (forward): one grouped launch per GEMM over the GPU's experts
+        # (tile and wave quantisation, each expert's weights once); the totals of each stage.
         t1, t2 = self.gemm.times(wl.inst_rows)
         self.inst_t1, self.inst_t2 = t1, t2
-        self.gpu_gemm = np.bincount(wl.inst_gpu, weights=t1 + t2, minlength=self.G)
+        self.gpu_gemm = np.add(*self.gemm.launch_times(wl.inst_rows, wl.inst_gpu, self.G))
         self.w1_total, self.w2_total = float(t1.sum()), float(t2.sum())
 
     def latencies(self, kind: str, tiled: bool) -> tuple[float, float]:
@@ -323,11 +337,59 @@ def _peer_chunks(ctx: _Context, tr: SchemeTraffic, groups: int, sm_fraction: flo
 
 
 def _chunk_gemm(ctx: _Context, rows: np.ndarray, sm_fraction: float, factor: float) -> np.ndarray:
-    """Per-chunk GEMM time of the busiest GPU, from rows per (instance, chunk)."""
-    t1, t2 = ctx.gemm.times(rows, sm_fraction)
-    per_gpu = np.zeros((ctx.G, rows.shape[1]))
-    np.add.at(per_gpu, ctx.wl.inst_gpu, (t1 + t2) * factor)
-    return per_gpu.max(axis=0)
+    """Per-chunk GEMM time of the busiest GPU, from rows per (instance, chunk): each chunk is one grouped
+    launch per GPU (its own waves; weights read once per expert per chunk)."""
+    out = np.zeros(rows.shape[1])
+    for c in range(rows.shape[1]):
+        t1, t2 = ctx.gemm.launch_times(rows[:, c], ctx.wl.inst_gpu, ctx.G, sm_fraction)
+        out[c] = float(np.max(t1 + t2)) * factor
+    return out
+
+
+def _tile_weight_reads(ctx: _Context) -> tuple[np.ndarray, np.ndarray]:
+    """Fraction of its expert's GEMM-1 / GEMM-2 weights each tile reads from HBM, per (GPU, tile position).
+
+    ``l2``: the GPU's L2 holds the weights of the experts its pools used last (LRU over whole
+    experts, GEMM-1 and GEMM-2 weights together, ``l2_mb`` of the system): a tile whose expert is still
+    resident reads nothing from HBM, any other tile reads its expert's weights again. The pools take tiles
+    in ready order, so the reuse depends on how the tiles of the experts interleave. ``expert``: once per
+    expert, spread over its tiles (default: the kernel co-schedules an expert's ready tiles like a grouped
+    GEMM's M-blocks, so they share one stream of its weights).
+    ``per_tile_weights``: every tile, no L2."""
+    if getattr(ctx, "_weight_reads", None) is not None:      # one tile order per layer: computed once
+        return ctx._weight_reads
+    ctx._weight_reads = _weight_reads(ctx)
+    return ctx._weight_reads
+
+
+def _weight_reads(ctx: _Context) -> tuple[np.ndarray, np.ndarray]:
+    wl, gm = ctx.wl, ctx.gemm
+    inst = wl.tile_inst
+    valid = inst >= 0
+    if ctx.p.per_tile_weights:
+        one = valid.astype(float)
+        return one, one
+    if ctx.p.weight_reuse == "expert":
+        n = np.maximum(-(-wl.inst_rows // wl.tile), 1)
+        r = np.where(valid, 1.0 / n[np.maximum(inst, 0)], 0.0)
+        return r, r
+    wbytes = 3 * gm.hidden * gm.ffn * gm.weight_bytes          # GEMM-1 (h x 2f) + GEMM-2 (f x h)
+    slots = int(ctx.s.l2_mb * 1e6 // wbytes)                    # whole experts L2 holds
+    r = valid.astype(float)
+    if slots >= 1:
+        for g in range(inst.shape[0]):
+            lru = collections.OrderedDict()
+            row = inst[g]
+            for k in range(int(valid[g].sum())):
+                e = int(row[k])
+                if e in lru:
+                    r[g, k] = 0.0
+                    lru.move_to_end(e)
+                else:
+                    lru[e] = None
+                    if len(lru) > slots:
+                        lru.popitem(last=False)
+    return r, r
 
 
 def _chains(disp, gemm, comb, ko):
@@ -356,15 +418,22 @@ def _pipeline_inputs(ctx: _Context, tr: SchemeTraffic, kind: str, ps: _Pass, f1:
     # Tiles: per-tile GEMM times on the SMs each stage has.
     inst = wl.tile_inst
     valid = inst >= 0
-    n_rows = np.where(valid, wl.inst_rows[np.maximum(inst, 0)], 0)
-    c1, m1, c2, m2 = ctx.gemm.tile_parts(n_rows, per_tile_weights=ctx.p.per_tile_weights)
-    # Compute scales with the stage's SMs; concurrent stages split HBM in the same proportion as the SMs.
-    both = f1 + f2 if not barrier else f1
-    h1, h2 = (f1 / both, f2 / both) if not barrier else (1.0, 1.0)
+    c1, m1, c2, m2 = ctx.gemm.tile_work(np.where(valid, wl.tile_rows, 0), _tile_weight_reads(ctx))
     fx = ps.gemm_factor
-    w1 = np.where(valid, np.maximum(c1 / f1, m1 / h1) * fx, 0.0)
-    w2 = np.where(valid, np.maximum(c2 / f2, m2 / h2) * fx, 0.0)
-    w2_tail = np.where(valid, np.maximum(c2 / both, m2) * fx, 0.0) if not barrier else w2
+    z = lambda a: np.where(valid, a * fx, 0.0)
+    if barrier:
+        # COMET-like phases: GEMM-1 and GEMM-2 never run together on a GPU, so each has all of HBM.
+        w1, w2 = z(np.maximum(c1 / f1, m1)), z(np.maximum(c2 / f2, m2))
+        w2_tail = w2
+        hbm = {}
+    else:
+        # Fused stages: compute scales with each stage's SMs; HBM is shared only while both run
+        # (pipeline.SharedHbmGemm: processor sharing, weighted by SMs; an idle stage's share goes to the other).
+        both = f1 + f2
+        w1, w2 = z(np.maximum(c1 / f1, m1)), z(np.maximum(c2 / f2, m2))      # durations without contention
+        w2_tail = z(np.maximum(c2 / both, m2))
+        hbm = dict(tile_c1=z(c1 / f1), tile_m1=z(m1), tile_c2=z(c2 / f2), tile_m2=z(m2),
+                   tile_c2_tail=z(c2 / both), hbm_share1=f1 / both)
     reduced = kind != "unicast"
     pr = rem.astype(float)
     ld, lc = ctx.latencies(kind, tiled=True)
@@ -379,7 +448,7 @@ def _pipeline_inputs(ctx: _Context, tr: SchemeTraffic, kind: str, ps: _Pass, f1:
         token_req_up=c.comb_request_up(d).astype(float) if reduced else np.zeros(len(d)),
         up_rate=np.full(G, ctx.rate), dn_rate=np.full(G, ctx.rate), reduce_rate=np.full(G, ctx.reduce_rate),
         reduced=reduced, barrier=barrier, latency_dispatch=ld, latency_combine=lc,
-        start_overhead=ctx.ko * (2 if barrier else 1), slots=ctx.p.slots)
+        start_overhead=ctx.ko * (2 if barrier else 1), slots=ctx.p.slots, **hbm)
 
 
 def _run_pass(ctx: _Context, spec: SchemeSpec, ps: _Pass, tr: SchemeTraffic, sms: int) -> SchemeResult:
@@ -421,8 +490,11 @@ def _run_pass(ctx: _Context, spec: SchemeSpec, ps: _Pass, tr: SchemeTraffic, sms
         f1, f2 = frac * share, frac * (1 - share)
         barrier = False
     res = run_pipeline(_pipeline_inputs(ctx, tr, kind, ps, f1, f2, barrier))
-    gemm = float(np.max(np.bincount(ctx.wl.inst_gpu, weights=np.add(*ctx.gemm.times(ctx.wl.inst_rows, frac)),
-                                    minlength=ctx.G))) * ps.gemm_factor
+    # GEMM busy time: the roofline of the tiles' total work on the SMs the scheme leaves to GEMMs (their
+    # compute on those SMs, or their HBM traffic, whichever is longer; busiest GPU).
+    valid = ctx.wl.tile_inst >= 0
+    c1, m1, c2, m2 = ctx.gemm.tile_work(np.where(valid, ctx.wl.tile_rows, 0), _tile_weight_reads(ctx))
+    gemm = float(np.max(np.maximum((c1 + c2).sum(axis=1) / frac, (m1 + m2).sum(axis=1)))) * ps.gemm_factor
     return SchemeResult(spec.name, res.total, disp, gemm, comb, max(0.0, res.total - gemm), sms,
                         {"dispatch_end": res.dispatch_end})
 

@@ -9,9 +9,26 @@ An expert FFN is GEMM-1 (gate and up projections, ``hidden x 2*ffn``) then GEMM-
 with bytes = the expert's weights (read ``weight_reads`` times) + the activations in and out. The
 compute dtype is the dispatch dtype (FP8 GEMMs when dispatch is FP8, as in DeepSeek-V3; BF16 otherwise);
 outputs and the intermediate activation are BF16.
+
+**Tile-aware model** (``block_m`` set; what the estimator uses, issue 14): a GEMM runs as CTA blocks of
+``block_m x block_n`` outputs, each looping over K.
+
+* *Tensor-core tile quantisation*: a GEMM of M rows costs ``ceil(M / block_m) * block_m`` rows of MMA work
+  (a Hopper ``wgmma`` is 64 rows per warpgroup; DeepGEMM's contiguous layout aligns each expert's segment
+  to its M block), not a multiple of the scheduler's tile.
+* *Wave quantisation* (:meth:`launch_times`): a grouped launch's blocks (summed over its experts) run in
+  ``ceil(blocks / SMs)`` waves of one block time each (``2 block_m block_n K / (peak / SMs * efficiency)``);
+  a persistent fused kernel instead streams blocks of successive tiles, so :meth:`tile_work` is fluid.
+* *Weight traffic*: a grouped launch reads each expert's weights once (its M-blocks run together and share
+  them through L2); a tile of a tile-level scheme reads its expert's weights again unless they are still in
+  L2 (``weight_reads`` per tile, decided by the caller from the tile order): the roofline of M.
+
+Without ``block_m`` the model is the earlier one (rows padded to ``tile``, no waves), which the RTL-scaled
+layer model (``verif.models.moe_layer``) still uses.
 """
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -29,6 +46,9 @@ class GemmModel:
     gemm_efficiency: float = 0.6
     mem_efficiency: float = 0.75
     tile: int = 128
+    block_m: int | None = None     # tensor-core M block (rows); None: pad to ``tile`` (the earlier model)
+    block_n: int = 128             # CTA block N (output columns)
+    sms: int = 0                   # SMs of the GPU (wave quantisation of launches); 0: no waves
 
     def __post_init__(self):
         for f in ("gemm_efficiency", "mem_efficiency"):
@@ -37,6 +57,23 @@ class GemmModel:
                 raise ValueError(f"{f} must be in (0, 1], got {v}")
         if self.tile < 1:
             raise ValueError(f"tile must be >= 1 token, got {self.tile}")
+        if self.block_m is not None and self.block_m < 1:
+            raise ValueError(f"block_m must be >= 1 row, got {self.block_m}")
+        if self.block_n < 1 or self.sms < 0:
+            raise ValueError(f"block_n must be >= 1 and sms >= 0, got {self.block_n}, {self.sms}")
+
+    def padded(self, rows):
+        """Rows of MMA work for a GEMM of ``rows`` rows: a multiple of ``block_m`` (else of ``tile``)."""
+        q = self.block_m or self.tile
+        return -(-np.asarray(rows) // q) * q
+
+    def blocks(self, rows, n: int):
+        """CTA blocks of a GEMM of ``rows`` rows and ``n`` output columns."""
+        return -(-np.asarray(rows) // (self.block_m or self.tile)) * -(-n // self.block_n)
+
+    def block_time(self, k: int) -> float:
+        """Seconds of one CTA block (``block_m x block_n`` outputs, depth ``k``) on one SM."""
+        return 2.0 * (self.block_m or self.tile) * self.block_n * k / (self.peak_flops / self.sms * self.gemm_efficiency)
 
     def tiles(self, rows):
         return -(-np.asarray(rows) // self.tile)
@@ -45,7 +82,7 @@ class GemmModel:
         """(compute GEMM-1, memory GEMM-1, compute GEMM-2, memory GEMM-2) seconds for ``rows`` tokens on one
         expert, with all SMs and all of HBM (the two roofline terms, before taking the max)."""
         rows = np.asarray(rows, dtype=np.float64)
-        padded = self.tiles(rows) * self.tile
+        padded = self.padded(rows)
         h, f = self.hidden, self.ffn
         comp = self.peak_flops * self.gemm_efficiency
         mem = self.hbm_bytes_per_s * self.mem_efficiency
@@ -77,6 +114,59 @@ class GemmModel:
             return self.parts(np.where(rows > 0, full, 0))
         return tuple(x / n for x in self.parts(rows))
 
+    def tile_work(self, tile_rows, weight_reads):
+        """(compute GEMM-1, memory GEMM-1, compute GEMM-2, memory GEMM-2) seconds of each tile of a
+        tile-level scheme with all SMs and all of HBM: the tile's own rows, padded to ``block_m``, and
+        ``weight_reads`` (per tile and stage: a pair ``(r1, r2)`` of arrays or scalars) of its expert's
+        weights from HBM. Fluid over the SMs: a persistent kernel fills one tile's last wave with the next."""
+        r1, r2 = weight_reads
+        return self.parts_split(tile_rows, r1, r2)
+
+    def parts_split(self, rows, reads1, reads2):
+        """:meth:`parts` with separate weight reads for GEMM-1 and GEMM-2."""
+        c1, m1, _, _ = self.parts(rows, reads1)
+        _, _, c2, m2 = self.parts(rows, reads2)
+        return c1, m1, c2, m2
+
+    def launch_times(self, rows, group, n_groups: int, sm_fraction: float = 1.0):
+        """(GEMM-1, GEMM-2) seconds of one grouped launch per group (a GPU, or one chunk of it) over the
+        experts ``rows`` whose group is ``group``, on ``sm_fraction`` of the SMs: waves of CTA blocks
+        against the launch's bytes (each expert's weights once, its activations in and out). Without
+        ``block_m``/``sms``: the sum of the per-expert rooflines (:meth:`times`)."""
+        rows = np.asarray(rows, dtype=np.float64)
+        group = np.asarray(group)
+        if self.block_m is None or not self.sms:
+            t1, t2 = self.times(rows, sm_fraction)
+            return (np.bincount(group, weights=t1, minlength=n_groups),
+                    np.bincount(group, weights=t2, minlength=n_groups))
+        h, f = self.hidden, self.ffn
+        busy = rows > 0
+        out = []
+        for n, k, out_b in ((2 * f, h, 2), (h, f, 2)):
+            blocks = np.bincount(group, weights=np.where(busy, self.blocks(rows, n), 0).astype(np.float64),
+                                 minlength=n_groups)
+            wts = np.bincount(group, weights=busy.astype(np.float64), minlength=n_groups)
+            act = np.bincount(group, weights=rows, minlength=n_groups)
+            in_b = self.act_bytes if n == 2 * f else 2          # GEMM-2 reads the BF16 intermediate
+            out.append(self._launch(blocks, wts * n * k * self.weight_bytes + act * (k * in_b + n * out_b),
+                                    k, sm_fraction))
+        return out[0], out[1]
+
+    def _launch(self, blocks, nbytes, k: int, sm_fraction: float = 1.0):
+        """Seconds of a launch of ``blocks`` CTA blocks of depth ``k`` moving ``nbytes`` from/to HBM."""
+        s = max(1, int(math.floor(self.sms * sm_fraction + 1e-9)))
+        comp = np.ceil(np.asarray(blocks, dtype=np.float64) / s - 1e-9) * self.block_time(k)
+        return np.maximum(comp, np.asarray(nbytes, dtype=np.float64) / (self.hbm_bytes_per_s * self.mem_efficiency))
+
+    def grouped_gemm(self, groups: int, m: int, n: int, k: int, sm_fraction: float = 1.0) -> float:
+        """Seconds of one grouped GEMM launch of ``groups`` problems ``m x n x k`` (weights ``n x k`` per
+        group in the weight dtype, activations in, BF16 out): DeepGEMM's benchmark shapes."""
+        if self.block_m is None or not self.sms:
+            raise ValueError("grouped_gemm needs the tile-aware model (block_m and sms set)")
+        blocks = groups * int(self.blocks(m, n))
+        nbytes = groups * (n * k * self.weight_bytes + m * (k * self.act_bytes + n * 2))
+        return float(self._launch(blocks, nbytes, k, sm_fraction))
+
     @classmethod
     def for_model(cls, model, system, dtype: str, **kw) -> "GemmModel":
         peak = (system.fp8_tflops if dtype == "fp8" else system.bf16_tflops) * 1e12
@@ -84,3 +174,37 @@ class GemmModel:
         return cls(model.hidden, model.expert_ffn, peak, system.hbm_tbps * 1e12, wb, wb, **kw)
 
 
+
+
+# DeepGEMM's README (github.com/deepseek-ai/DeepGEMM, the FP8 kernels' tables of early 2025, "tested on H800
+# with NVCC 12.8"): (layout, groups, M per group, N, K, published TFLOPS). H800 = H100 SXM's tensor cores
+# (1,979 dense FP8 TFLOPS, 132 SMs) and HBM (3.35 TB/s); the estimator's ``hgx-h100`` system.
+DEEPGEMM_H800 = [
+    ("dense", 1, 64, 4096, 7168, 287), ("dense", 1, 64, 7168, 2048, 295),
+    ("dense", 1, 128, 4096, 7168, 533), ("dense", 1, 128, 7168, 2048, 510),
+    ("dense", 1, 4096, 4096, 7168, 1304), ("dense", 1, 4096, 7168, 2048, 1025),
+    ("contiguous", 4, 8192, 4096, 7168, 1297), ("contiguous", 4, 8192, 7168, 2048, 1099),
+    ("contiguous", 8, 4096, 4096, 7168, 1288), ("contiguous", 8, 4096, 7168, 2048, 1093),
+    ("masked", 1, 1024, 4096, 7168, 1233), ("masked", 1, 1024, 7168, 2048, 925),
+    ("masked", 2, 512, 4096, 7168, 1040), ("masked", 2, 512, 7168, 2048, 916),
+    ("masked", 4, 256, 4096, 7168, 932), ("masked", 4, 256, 7168, 2048, 815),
+]
+
+
+def deepgemm_validation(system, gemm_efficiency: float = 0.6, mem_efficiency: float = 0.75, block_m: int = 64,
+                        block_n: int = 128) -> list[dict]:
+    """The tile-aware model (and the earlier roofline: rows padded to 128, no waves) on DeepGEMM's published
+    FP8 shapes: one row per shape with the published and estimated TFLOPS (useful FLOPs / launch time)."""
+    peak, hbm = system.fp8_tflops * 1e12, system.hbm_tbps * 1e12
+    new = GemmModel(1, 1, peak, hbm, 1, 1, gemm_efficiency, mem_efficiency, 128, block_m, block_n, system.sms)
+    out = []
+    for layout, g, m, n, k, pub in DEEPGEMM_H800:
+        flops = 2.0 * g * m * n * k
+        t_new = new.grouped_gemm(g, m, n, k)
+        # The earlier model: per group max(compute on rows padded to 128, bytes), summed.
+        padded = -(-m // 128) * 128
+        t_old = g * max(2.0 * padded * n * k / (peak * gemm_efficiency),
+                        (n * k + m * (k + 2 * n)) / (hbm * mem_efficiency))
+        out.append({"layout": layout, "groups": g, "m": m, "n": n, "k": k, "published": pub,
+                    "before": flops / t_old / 1e12, "estimate": flops / t_new / 1e12})
+    return out

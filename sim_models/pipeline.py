@@ -40,7 +40,7 @@ import numpy as np
 
 from .scheduler import TilePolicy
 
-__all__ = ["PipelineInputs", "PipelineResult", "run_pipeline"]
+__all__ = ["PipelineInputs", "PipelineResult", "run_pipeline", "SharedHbmGemm"]
 
 
 @dataclasses.dataclass
@@ -73,6 +73,15 @@ class PipelineInputs:
     latency_combine: float = 0.0
     start_overhead: float = 0.0
     slots: int = 300
+    # Shared HBM (fused stages without a barrier; see SharedHbmGemm): per tile, the compute seconds on the
+    # stage's SMs (c1, c2; c2_tail on both pools' SMs) and the memory seconds with all of HBM (m1, m2).
+    # None: tile_w1 / tile_w2 / tile_w2_tail are fixed durations (TilePolicy), as for the barrier schemes.
+    tile_c1: np.ndarray | None = None
+    tile_m1: np.ndarray | None = None
+    tile_c2: np.ndarray | None = None
+    tile_m2: np.ndarray | None = None
+    tile_c2_tail: np.ndarray | None = None
+    hbm_share1: float = 0.5      # GEMM-1's weight in the HBM split while both stages want more than they get
 
 
 @dataclasses.dataclass
@@ -190,6 +199,10 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
     mark = np.zeros(len(cnt), dtype=np.int64)
     barrier_at = np.full(G, np.inf)
     policy = TilePolicy(w1, w2, None if x.barrier else x.tile_w2_tail)
+    hbm = None
+    if x.tile_c1 is not None and not x.barrier:
+        hbm = SharedHbmGemm(x.tile_c1, x.tile_m1, x.tile_c2, x.tile_m2, x.tile_c2_tail, ntiles, x.hbm_share1)
+    hbm_done = False
     p, t = 0.0, 0.0
     dispatch_end = 0.0 if T == 0 else None
     last_activity = 0.0
@@ -250,7 +263,16 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
         else:
             a_up = np.minimum(qu, cap_up)
             a_dn = np.minimum(np.minimum(qd, cap_dn), red_cap)
-        if dirty:
+        if hbm is not None:
+            # Shared-HBM stages: commit the GEMM events up to the slot end (every tile that can be ready
+            # before it is known by now); once dispatch has ended every ready time is known: run to the end.
+            if not hbm_done:
+                f1, f2 = hbm.advance(ready, t_end if p < T else np.inf)
+                f2 = f2.copy()
+                f2[pad] = np.inf
+                hbm_done = p >= T
+            dirty = False
+        elif dirty:
             # The token-centric scheduler's policy on the tiles ready so far (causal: times already in the
             # past do not change as more tiles become ready).
             if x.barrier:
@@ -316,3 +338,120 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
                 t = float(nxt.min()) - dt
     total = x.start_overhead + last_activity + x.latency_combine
     return PipelineResult(total, dispatch_end or 0.0, ready, f1, f2, up_busy, dn_busy, slots_run)
+
+
+class SharedHbmGemm:
+    """GEMM-1 and GEMM-2 of every GPU with the two SM pools sharing the GPU's HBM bandwidth.
+
+    The order is the token-centric policy's (:class:`sim_models.scheduler.TilePolicy` with one worker per
+    pool): GEMM-1 takes the tiles in ready order, GEMM-2 in GEMM-1 completion order, and once a GPU has no
+    GEMM-1 left (all its ``n_tiles`` ready and the last GEMM-1 ended) a GEMM-2 that starts from then on runs
+    on both pools' SMs (``c2_joined``). What differs is the duration: a tile is not a fixed time but work
+    with a compute part ``c`` (seconds on its pool's SMs) and a memory part ``m`` (seconds with all of HBM),
+    and it progresses at ``min(1/c, b/m)`` of itself per second, ``b`` being the fraction of HBM it gets.
+
+    **HBM sharing** (processor sharing among the active stages, weighted max-min fair): a stage alone gets
+    all of HBM. While both stages run, a stage that needs less than its weighted share (its demand at
+    compute speed, ``m/c`` of HBM) gets its demand and the other takes the rest; when both need more, they
+    split HBM by ``share1`` : ``1 - share1`` (their SM counts: each SM keeps a bounded number of loads in
+    flight, so a saturated HBM serves the pools in proportion to the SMs issuing). An idle stage's share
+    is never lost. With ``m = 0`` the times are exactly :class:`TilePolicy`'s with ``w = c``.
+
+    :meth:`advance` is incremental and causal: it commits every event up to ``t_limit`` given the tiles
+    known to be ready, which is exact as long as no tile becomes ready later with a ready time before
+    ``t_limit`` (the pipeline calls it once per time slot, after the slot's new ready times are known).
+    """
+
+    def __init__(self, c1, m1, c2, m2, c2_joined, n_tiles, share1: float):
+        self.c1, self.m1, self.c2, self.m2, self.c2j = (np.asarray(a, dtype=np.float64) for a in
+                                                          (c1, m1, c2, m2, c2_joined))
+        G, NT = self.c1.shape
+        for name, a in (("m1", self.m1), ("c2", self.c2), ("m2", self.m2), ("c2_joined", self.c2j)):
+            if a.shape != (G, NT):
+                raise ValueError(f"{name} must have the shape of c1 {(G, NT)}, got {a.shape}")
+        if not 0 < share1 < 1:
+            raise ValueError(f"share1 must be in (0, 1), got {share1}")
+        self.nt = np.asarray(n_tiles, dtype=np.int64).reshape(G)
+        self.share1 = float(share1)
+        self.now = np.zeros(G)
+        self.i1 = np.zeros(G, dtype=np.int64)        # GEMM-1: tile in progress or next (all before are done)
+        self.i2 = np.zeros(G, dtype=np.int64)
+        self.a1 = np.zeros(G, dtype=bool)            # a tile is in progress
+        self.a2 = np.zeros(G, dtype=bool)
+        self.j2 = np.zeros(G, dtype=bool)            # the GEMM-2 in progress runs on the joined pools
+        self.r1 = np.ones(G)                         # remaining fraction of the tile in progress
+        self.r2 = np.ones(G)
+        self.gemm1_end = np.full((G, NT), np.inf)
+        self.gemm2_end = np.full((G, NT), np.inf)
+        self.events = 0
+
+    @staticmethod
+    def allocate(d1, d2, act1, act2, share1):
+        """HBM fractions (b1, b2) of two stages with demands ``d1``, ``d2`` (fractions of HBM at compute
+        speed; ``inf`` for a memory-only tile), ``act``: the stage runs a tile."""
+        w1, w2 = share1, 1.0 - share1
+        both = act1 & act2
+        fit = d1 + d2 <= 1.0
+        b1 = np.where(both, np.where(fit, d1, np.where(d1 <= w1, d1, np.where(d2 <= w2, 1.0 - np.minimum(d2, 1.0), w1))), 1.0)
+        b2 = np.where(both, np.where(fit, d2, np.where(d2 <= w2, d2, np.where(d1 <= w1, 1.0 - np.minimum(d1, 1.0), w2))), 1.0)
+        return np.where(act1, b1, 0.0), np.where(act2, b2, 0.0)
+
+    def advance(self, ready, t_limit: float):
+        """Commit every start and completion up to ``t_limit`` (``inf``: to the end of the known tiles)."""
+        ready = np.asarray(ready, dtype=np.float64)
+        G, NT = ready.shape
+        g = np.arange(G)
+        nt = self.nt
+        known = np.isfinite(ready).sum(axis=1) >= nt
+        with np.errstate(divide="ignore", invalid="ignore"):
+            while True:
+                live = self.now < t_limit
+                # Starts at the current time of each GPU.
+                k1 = np.minimum(self.i1, NT - 1)
+                st1 = live & ~self.a1 & (self.i1 < nt) & (ready[g, k1] <= self.now)
+                self.a1 |= st1
+                self.r1[st1] = 1.0
+                st2 = live & ~self.a2 & (self.i2 < self.i1)
+                joined = known & (self.i1 >= nt) & ~self.a1
+                self.j2 = np.where(st2, joined, self.j2)
+                self.a2 |= st2
+                self.r2[st2] = 1.0
+                k1 = np.minimum(self.i1, NT - 1)
+                k2 = np.minimum(self.i2, NT - 1)
+                c1, m1 = self.c1[g, k1], self.m1[g, k1]
+                c2 = np.where(self.j2, self.c2j[g, k2], self.c2[g, k2])
+                m2 = self.m2[g, k2]
+                d1 = np.where(c1 > 0, m1 / c1, np.where(m1 > 0, np.inf, 0.0))
+                d2 = np.where(c2 > 0, m2 / c2, np.where(m2 > 0, np.inf, 0.0))
+                b1, b2 = self.allocate(d1, d2, self.a1, self.a2, self.share1)
+                # Progress rates (tile fractions per second): the roofline with the HBM fraction each has.
+                rho1 = 1.0 / np.maximum(c1, np.where(m1 > 0, m1 / np.maximum(b1, 1e-300), 0.0))
+                rho2 = 1.0 / np.maximum(c2, np.where(m2 > 0, m2 / np.maximum(b2, 1e-300), 0.0))
+                dt1 = np.where(self.a1, self.r1 / rho1, np.inf)
+                dt2 = np.where(self.a2, self.r2 / rho2, np.inf)
+                wait1 = np.where(~self.a1 & (self.i1 < nt), ready[g, k1] - self.now, np.inf)
+                step = np.minimum(np.minimum(dt1, dt2), np.minimum(wait1, t_limit - self.now))
+                work = live & np.isfinite(step)
+                if not work.any():
+                    break
+                step = np.where(work, np.maximum(step, 0.0), 0.0)
+                self.events += 1
+                new = self.now + step
+                # Land exactly on a ready time or the limit (a step below the clock's resolution must not
+                # leave the GPU just short of it forever).
+                new = np.where(wait1 <= step, np.maximum(new, ready[g, k1]), new)
+                new = np.where(t_limit - self.now <= step, np.maximum(new, t_limit), new)
+                self.now = np.where(work, new, self.now)
+                fin1 = work & self.a1 & (dt1 <= step)
+                fin2 = work & self.a2 & (dt2 <= step)
+                self.r1 = np.where(self.a1 & work, self.r1 - np.where(np.isfinite(rho1), rho1, 0) * step, self.r1)
+                self.r2 = np.where(self.a2 & work, self.r2 - np.where(np.isfinite(rho2), rho2, 0) * step, self.r2)
+                self.gemm1_end[g[fin1], self.i1[fin1]] = self.now[fin1]
+                self.gemm2_end[g[fin2], self.i2[fin2]] = self.now[fin2]
+                self.i1 += fin1
+                self.i2 += fin2
+                self.a1 &= ~fin1
+                self.a2 &= ~fin2
+            if np.isfinite(t_limit):       # idle GPUs wait until the limit
+                self.now = np.maximum(self.now, t_limit)
+        return self.gemm1_end, self.gemm2_end

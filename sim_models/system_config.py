@@ -29,6 +29,7 @@ class SystemConfig:
     switch_latency_ns: float    # default when the RTL figure is missing
     link_latency_ns: float
     kernel_overhead_us: float
+    l2_mb: float = 0.0          # L2 cache per GPU, MB (tile-level weight reuse; 0: none)
 
     def __post_init__(self):
         def need(cond, field, what):
@@ -39,7 +40,7 @@ class SystemConfig:
                  and getattr(self, f) > 0, f, "must be a positive integer")
         for f in ("link_gbps", "bf16_tflops", "fp8_tflops", "hbm_tbps", "switch_clock_ghz"):
             need(isinstance(getattr(self, f), (int, float)) and getattr(self, f) > 0, f, "must be a positive number")
-        for f in ("switch_latency_ns", "link_latency_ns", "kernel_overhead_us"):
+        for f in ("switch_latency_ns", "link_latency_ns", "kernel_overhead_us", "l2_mb"):
             need(isinstance(getattr(self, f), (int, float)) and getattr(self, f) >= 0, f,
                  "must be a non-negative number")
         need(self.gpus >= 2, "gpus", "must be at least 2 (expert parallelism needs a peer)")

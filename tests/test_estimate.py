@@ -45,10 +45,18 @@ def test_zero_communication_limit_is_compute_time(small):
     e, tot = _totals(m, s, wl, bandwidth_scale=1e7, latency_scale=0.0)
     for n in SEQUENTIAL:
         assert tot[n] == pytest.approx(e.compute_only, rel=1e-5)
+    # The tile engines' floor: their tiles' compute on all SMs, fluid (a persistent kernel streams the blocks
+    # of successive tiles, so it has no grouped launch's last-wave loss, which compute_only includes).
+    from sim_models.estimator import _Context, _tile_weight_reads
+    ctx = _Context(m, s, e.params, e.calibration, wl)
+    c1, _, c2, _ = ctx.gemm.tile_work(np.where(wl.tile_inst >= 0, wl.tile_rows, 0), _tile_weight_reads(ctx))
+    fluid = float(np.max((c1 + c2).sum(axis=1)))
+    assert fluid <= e.compute_only
     for n, r in e.results.items():
         # every scheme's time shrinks to its own GEMM work (on the SMs it leaves to GEMMs, chunked GEMMs
         # included); the two-stage tile pipelines add their fill (stage 2 idles until the first GEMM-1 ends)
-        assert r.gemm >= e.compute_only * (1 - 1e-9)
+        tiled = SCHEMES[n].engine in ("comet", "fused")
+        assert r.gemm >= (fluid if tiled else e.compute_only) * (1 - 1e-9), n
         assert r.gemm * (1 - 1e-9) <= tot[n] <= r.gemm * 1.08, n
 
 
@@ -67,7 +75,13 @@ def test_dysharp_basic_alone_gives_no_speedup_and_fusion_does(small):
     m, s, wl = small
     e, tot = _totals(m, s, wl)
     assert tot["dysharp-basic"] == pytest.approx(tot["deepep"], rel=0.03)
-    assert e.speedup("deepep") > 1.3 and e.speedup("ccfuser") > 1.05
+    assert e.speedup("deepep") > 1.3 and e.speedup("ccfuser") > 1.0
+    # (Before issue 14: > 1.05 over CCFuser. Shared HBM (an idle stage's bandwidth goes to the other) speeds up
+    # CCFuser's HBM-bound tiles more than DySHARP's, whose ld_reduce combine tail stays: 1.045 now.)
+    # With each tile re-reading its expert's weights (16 experts per GPU interleave, L2 holds 10) the fused
+    # lead over DeepEP shrinks.
+    e_l2, _ = _totals(m, s, wl, weight_reuse="l2")
+    assert 1.1 < e_l2.speedup("deepep") < e.speedup("deepep")
     # the fused pipeline's busiest link direction carries ~(1 + D) / (2 D) of the sequential traffic
     fwd = e.traffic["dynamic"]
     assert np.all(fwd.totals()["up_wire"] < (fwd.dispatch.down_wire + fwd.combine.up_wire))

@@ -39,6 +39,9 @@ def add_arguments(p) -> None:
                    help="SMs a DeepEP-like kernel needs to keep the links busy (default 24)")
     p.add_argument("--per-tile-weights", action="store_true",
                    help="tile-level schemes re-read expert weights for every tile")
+    p.add_argument("--weight-reuse", default=Params.weight_reuse, choices=("l2", "expert"),
+                   help="tile-level schemes' weight traffic: expert (once per expert, default) or l2 (tiles in "
+                        "ready order, each re-reads its expert's weights unless L2 still holds them)")
     p.add_argument("--bench-dir", default="build/bench", help="RTL benchmark JSON folder (calibration)")
     p.add_argument("--sweep", action="store_true", help="run the model x system sweep and sensitivity plots")
     p.add_argument("--quick", action="store_true", help="with --sweep: fewer models and sensitivity points")
@@ -71,7 +74,8 @@ def params_from_args(args) -> Params:
     parse_placement(args.placement)
     return Params(mode=args.mode, tokens_per_gpu=args.tokens, routing=args.routing, placement=args.placement,
                   dtype=args.dtype, tile=args.tile, gemm_efficiency=args.gemm_efficiency, comm_sms=args.comm_sms,
-                  per_tile_weights=args.per_tile_weights, gpus=args.gpus, seed=args.seed)
+                  per_tile_weights=args.per_tile_weights,
+                  weight_reuse=getattr(args, "weight_reuse", Params.weight_reuse), gpus=args.gpus, seed=args.seed)
 
 
 def _schemes(text):
