@@ -98,7 +98,8 @@ class Params:
     weight_reuse: str = "expert"             # tile-level schemes' weight traffic: "expert" (once per expert,
                                              # its tiles scheduled as one grouped GEMM's M-blocks) or "l2" (tiles
                                              # in ready order, each re-reads its expert's weights unless L2 holds them)
-    block_m: int = 64                        # tensor-core M block (rows): Hopper wgmma is 64 rows per warpgroup
+    block_m: int | None = 64                 # tensor-core M block (rows): Hopper wgmma is 64 rows per warpgroup;
+    #                                          None: the earlier model (rows padded to the tile, no waves)
     block_n: int = 128                       # CTA block N (DeepGEMM's usual BLOCK_N)
     bandwidth_scale: float = 1.0             # scales links, switch datapath and reduction engines
     latency_scale: float = 1.0               # scales every latency and kernel overhead
@@ -123,9 +124,10 @@ class Params:
                 bad(f, "must be in (0, 1]")
         if self.weight_reuse not in WEIGHT_REUSE:
             bad("weight_reuse", f"valid: {', '.join(WEIGHT_REUSE)}")
-        for f in ("block_m", "block_n"):
-            if not (isinstance(getattr(self, f), int) and 1 <= getattr(self, f) <= 1024):
-                bad(f, "must be an integer in 1..1024")
+        if self.block_m is not None and not (isinstance(self.block_m, int) and 1 <= self.block_m <= 1024):
+            bad("block_m", "must be an integer in 1..1024, or None (the earlier GEMM model)")
+        if not (isinstance(self.block_n, int) and 1 <= self.block_n <= 1024):
+            bad("block_n", "must be an integer in 1..1024")
         if not 0 <= self.explicit_sm_fraction < 1:
             bad("explicit_sm_fraction", "must be in [0, 1)")
         if self.bandwidth_scale <= 0:

@@ -57,8 +57,11 @@ def predict_cycles(layer, schemes, calibration=None) -> dict:
     scale = sum(layer.gemm_tile_cycles()) / sum(layer.derived_gemm_tile_cycles())
     ms, ss = scaled_configs(p.model, layer.G, layer.hidden, p.system, p.rtl_links, p.switch_latency, scale)
     wl = workload_from_routing(layer.routing, layer.placement, layer.G, tile=p.tile_size)
+    # block_m=None: the GEMM model the RTL run's tile cycles come from (MoeLayer.derived_gemm_tile_cycles),
+    # so that measured and predicted differ by the communication and the overlap, not by two GEMM models.
     est = estimate(ms, ss, Params(tokens_per_gpu=layer.T, dtype=p.dtype, tile=p.tile_size, gpus=layer.G,
-                                  seed=p.seed), calibration=calibration, schemes=list(schemes), workload=wl)
+                                  seed=p.seed, block_m=None), calibration=calibration, schemes=list(schemes),
+                   workload=wl)
     f = ss.switch_clock_ghz * 1e9
     return {s: {k: getattr(est.results[s], k) * f for k in ("total", "dispatch", "gemm", "combine")}
             for s in schemes}
