@@ -196,6 +196,29 @@ def test_bench_combine_and_zero_load_n4():
     assert min(z["store_miss"]) > max(z["store_hit"]) + 100   # the fill latency shows on a miss
 
 
+def test_combine_contributors_balanced_over_gpus():
+    """Balanced contributor sets offer every uplink the same reads in any stretch of requests (within one
+    request per requester); random sets do not."""
+    import collections
+
+    import numpy as np
+
+    from verif.bench import dysharp_switch as bench
+
+    def reads(balanced, first, last):
+        pkts = bench.combine_packets(8, 2, load=1.0, arrival_cycles=20000, rng=np.random.default_rng(3), rows=4,
+                                     balanced=balanced)
+        per = collections.Counter(g for c, _, _, h in pkts if first <= c < last for g in range(8)
+                                  if h.mask >> g & 1)
+        return [per[g] for g in range(8)]
+
+    for lo, hi in ((0, 20000), (5000, 9000)):
+        b = reads(True, lo, hi)
+        assert max(b) - min(b) <= 8 * 2, b
+    r = reads(False, 0, 20000)
+    assert max(r) - min(r) > 16, r
+
+
 def test_bench_rejects_bad_arguments(capsys):
     from dysharp.cli import main
 

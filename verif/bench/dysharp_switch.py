@@ -26,7 +26,10 @@ Points (N = ``--ports``; 256-B packets, i.e. 16 payload flits):
   then the engines admit work faster than it drains, the response network's input buffers fill with
   contributions for busy requesters and block the uplinks, and the early window measured that transient:
   0.924 instead of 0.974 at N = 8, d = 4), within ten times the other points' warm-up; ``saturated`` and
-  ``window`` in the JSON say where it opened. Per read latency: results
+  ``window`` in the JSON say where it opened. The window is ``COMBINE_WINDOW_FACTOR`` times ``--cycles``
+  long: one uplink carries a 17-flit contribution about every 17 cycles, so a 4,000-cycle window holds
+  about 230 per uplink, and the minimum over uplinks then mostly measures which GPUs the random
+  destinations favoured in that stretch. Per read latency: results
   per cycle per requester, contribution flits per cycle per uplink (VC 1), buffer occupancy (``status``:
   each engine's ``in_use``, sampled every 16 cycles) and the entries Little's law asks for.
 * **Fused**: dispatch (fanout 4, hit regime) and combine (d = 4) at once, offered at the mix that fills
@@ -117,19 +120,27 @@ def combine_rows(n: int, tlb_entries: int = 64, share: float = 1.0) -> int:
     return max(1, int(tlb_entries * share) // (2 * n))
 
 
-def combine_packets(n: int, d: int, *, load: float, arrival_cycles: int, rng, rows: int) -> list:
+def combine_packets(n: int, d: int, *, load: float, arrival_cycles: int, rng, rows: int,
+                    balanced: bool = True) -> list:
     """``dymultimem.ld_reduce`` requests ``(arrival, src, vc, Header)``: requester ``r`` reads one of its
     ``rows`` rows (index ``COMBINE_BASE + r + n * j``, preloaded at every GPU) at a random 16-flit offset
-    from ``d`` random GPUs, at ``load`` x the uplink bound."""
+    from ``d`` GPUs, at ``load`` x the uplink bound.
+
+    ``balanced`` (the default) draws the contributor sets balanced over the GPUs, as the dispatch masks
+    are: requester ``r``'s ``k``-th request reads the ``d`` GPUs from ``(r + k d) mod n`` on, so every
+    uplink is offered the same contribution load in any stretch of the run. With ``balanced=False`` the
+    sets are random: an uplink's offered load in a window then varies by a few percent (about 30 of 900
+    contributions in 16,000 cycles), and the minimum over uplinks measures that, not the switch."""
     if not 1 <= d <= n:
         raise ValueError(f"contributors must be in 1..{n}, got {d}")
     prob = min(1.0, load / (1 + d * (1 + PAYLOAD)))
     out = []
     for r in range(n):
         for k, c in enumerate(_bernoulli(rng, arrival_cycles, prob)):
+            dests = [(r + k * d + i) % n for i in range(d)] if balanced else rng.permutation(n)[:d]
             out.append((int(c), r, 0, Header(
                 opcode=Opcode.DYN_LD_REDUCE, src=r, tag=k & 0xFF, length=PAYLOAD, etype=EType.S32, redop=RedOp.ADD,
-                group=G_COMBINE, mask=_mask(rng.permutation(n)[:d]), index=COMBINE_BASE + r + n * int(rng.integers(rows)),
+                group=G_COMBINE, mask=_mask(dests), index=COMBINE_BASE + r + n * int(rng.integers(rows)),
                 offset=int(rng.integers(ROW_FLITS // PAYLOAD)) * PAYLOAD)))
     return out
 
@@ -321,6 +332,7 @@ def measure_dispatch(n: int, fanout: int, regime: str, *, cycles: int = 2000, wa
 
 
 COMBINE_WARMUP_FACTOR = 10   # combine's warm-up bound: --warmup x 10 (the window opens when saturated)
+COMBINE_WINDOW_FACTOR = 4   # combine's window: --cycles x 4 (the minimum over uplinks needs long windows)
 SETTLE = 2000      # cycles after every engine's entries are first all busy before a combine window opens
 
 
@@ -378,7 +390,8 @@ def measure_combine(n: int, d: int, read_latency: int, *, cycles: int = 2000, wa
         "results_per_requester": per_req, "bound_results": 1 / (1 + d * (1 + PAYLOAD)),
         "contrib_per_uplink": _rate(act, SENT_VC1), "contrib_per_uplink_min": min(_rate(act, SENT_VC1, True)),
         "contrib_bound": d * (1 + PAYLOAD) / (1 + d * (1 + PAYLOAD)),
-        "uplink_busy": float(((act & (SENT_VC0 | SENT_VC1)) != 0).mean()),
+        "uplink_busy": _rate(act, SENT_VC0 | SENT_VC1),
+        "uplink_busy_min": min(_rate(act, SENT_VC0 | SENT_VC1, True)),
         "downlink_vc0": _rate(act, RECV_VC0), "downlink_vc1": _rate(act, RECV_VC1),
         "occupancy_mean": occ_mean, "occupancy_max": occ_max,
         "latency_mean": statistics.fmean(lat) if lat else None, "latency_p99": _pct(lat, 0.99),
@@ -586,9 +599,10 @@ def run(args) -> int:
             tasks += [("dispatch", n, (f, regime), {**common, **win}) for f in fanouts if f <= n
                       for regime in ("hit", "miss")]
         if "combine" not in skip:
-            # Combine settles slower (the GPUs' response queues grow until the uplinks saturate): twice the
-            # warm-up.
-            tasks += [("combine", n, (d, lat), {**common, **win, "warmup": COMBINE_WARMUP_FACTOR * args.warmup})
+            # Combine settles slower (its window opens at saturation, within 10x the warm-up) and its
+            # per-uplink minimum needs a longer window (COMBINE_WINDOW_FACTOR).
+            tasks += [("combine", n, (d, lat), {**common, "cycles": COMBINE_WINDOW_FACTOR * cycles,
+                                                "warmup": COMBINE_WARMUP_FACTOR * args.warmup})
                       for d in ds if d <= n
                       for lat in lats]
         if "fused" not in skip:
@@ -643,16 +657,19 @@ def markdown(report: dict) -> str:
                                    "ingress DySHARP", "ingress NVSwitch", "mean latency"]), ""]
         if r["combine"]:
             lines += [f"**N={n}, combine** (`ld_reduce`, int32 add, 1.1x the uplink bound offered): results/cycle "
-                      "per requester, contribution flits/cycle per uplink (mean, min over ports; bound "
-                      "d*17/(1+d*17)), engine entries in use (mean/max of per-port samples), request latency "
+                      f"per requester, contribution flits/cycle per uplink (mean, min over ports; bound "
+                      f"d*17/(1+d*17)), uplink busy with requests and contributions (mean, min), in a "
+                      f"{r['combine'][0]['window'][1] - r['combine'][0]['window'][0]}-cycle window opened at "
+                      "saturation; engine entries in use (mean/max of per-port samples), request latency "
                       "(mean/min) and the entries Little's law needs at the bound (bound x min latency):", ""]
             rows = [[x["contributors"], x["read_latency"], _f(x["results_per_requester"], ".4f"),
                      _f(x["bound_results"], ".4f"), _f(x["contrib_per_uplink"]), _f(x["contrib_per_uplink_min"]),
-                     _f(x["contrib_bound"]), f"{_f(x['occupancy_mean'], '.1f')}/{x['occupancy_max']}",
+                     _f(x["contrib_bound"]), f"{_f(x['uplink_busy'])}/{_f(x['uplink_busy_min'])}",
+                     f"{_f(x['occupancy_mean'], '.1f')}/{x['occupancy_max']}",
                      x["red_entries"], f"{_f(x['latency_mean'], '.0f')}/{x['latency_min']}", _f(x["entries_needed"], ".1f")]
                     for x in r["combine"]]
             lines += [table(rows, ["d", "read lat.", "results/req", "bound", "contrib/uplink", "min", "bound",
-                                   "entries used", "entries", "latency mean/min", "Little"]), ""]
+                                   "uplink busy mean/min", "entries used", "entries", "latency mean/min", "Little"]), ""]
         if r["fused"]:
             x0 = r["fused"][0]
             lines += [f"**N={n}, fused mix** (dispatch fanout 4 at {x0['dispatch_load']:.3f} flits/cycle + combine "
