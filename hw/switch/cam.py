@@ -97,6 +97,7 @@ class Cam(wiring.Component):
         keys = [Signal(kw, name=f"key_{i}", reset_less=True) for i in range(E)]
         values = [Signal(vw, name=f"value_{i}", reset_less=True) for i in range(E)]
         plru = Signal(E, name="plru")          # bit n (1..E-1) = node n; 1 = the victim is on the right
+        self.state = (valid, keys, values)     # the contents, for formal harnesses (verif/formal/cam.py)
 
         # ---- write port: compare, target selection -------------------------------------------------
         wv = self.write_valid
