@@ -35,7 +35,7 @@ __all__ = ["CamHarness"]
 
 class CamHarness(wiring.Component):
     """Ports (free inputs of the proof): the CAM's lookup and write inputs. ``cam`` may be replaced (a
-    mutant, to show the proof can fail); it must expose ``state = (valid, keys, values)`` when elaborated."""
+    mutant, to show the proof can fail); ``cam.state`` is its contents ``(valid, keys, values)``."""
 
     def __init__(self, *, entries: int = 16, key_width: int = 5, value_width: int = 4, cam=None):
         self.cam = cam if cam is not None else Cam(entries=entries, key_width=key_width, value_width=value_width)
@@ -49,9 +49,7 @@ class CamHarness(wiring.Component):
         m = Module()
         c = self.cam
         E, kw, vw = c.entries, c.key_width, c.value_width
-        # Elaborate the CAM here so its contents (created in its elaborate) can be named by the properties.
-        c._MustUse__silence = True      # elaborated below, not through m.submodules
-        m.submodules.cam = c.elaborate(platform)
+        m.submodules.cam = c
         valid, keys, values = c.state
         m.d.comb += [c.lookup_valid.eq(self.lookup_valid), c.lookup_key.eq(self.lookup_key),
                      c.write_valid.eq(self.write_valid), c.write_op.eq(self.write_op),
