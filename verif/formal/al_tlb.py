@@ -103,12 +103,13 @@ class AlTlbHarness(wiring.Component):
         out = st.out
         hit_ok = ~st.hit | (v2 & (k2 == st.key) & cam.result_hit & (out.addr == cam.result_value) &
                             (out.code.as_value() == 0))
-        filled_before = Signal()              # a hit whose key was filled, i.e. inserted, earlier
-        with m.If(cam.write_valid & (cam.write_op == CamOp.INSERT)):
+        insert = cam.write_valid & (cam.write_op == CamOp.INSERT)
+        fills_resp = ~insert | (cam.write_value == t.mem.resp.payload.addr)   # the CAM stores what was filled
+        filled_before = Signal()              # a fill (CAM insert) happened earlier
+        with m.If(insert):
             m.d.sync += filled_before.eq(1)
         p.check(m, "a hit returns the CAM's value for its own key (with the CAM proof: the last value filled)",
-                hit_ok & (~cam.write_valid | (cam.write_op != CamOp.INSERT) | (cam.write_value == t.mem.resp.payload.addr)),
-                st.hit & filled_before)
+                hit_ok & fills_resp, st.hit & filled_before)
         return m
 
     def _mshr(self, m, st):
