@@ -59,7 +59,9 @@ class CamHarness(wiring.Component):
 
         ins = self.write_valid & (self.write_op == CamOp.INSERT)
         dup = Cat(valid[i] & valid[j] & (keys[i] == keys[j]) for i in range(E) for j in range(i + 1, E))
-        p.check(m, "never two valid entries for one key", ~dup.any(), c.write_done & c.write_hit & ins)
+        was_ins = Signal()                   # the command write_done/write_hit report was an INSERT
+        m.d.sync += was_ins.eq(ins)
+        p.check(m, "never two valid entries for one key", ~dup.any(), c.write_done & c.write_hit & was_ins)
 
         K = Signal(kw)
         m.d.comb += K.eq(AnyConst(kw))
