@@ -61,10 +61,19 @@ def test_errors(seed, sim):
     run_cocotb("egress_translator", PARAMS, test_module=TB, testcase="test_errors", seed=seed, sim=sim)
 
 
+@pytest.mark.parametrize("params", [PARAMS, {**PARAMS, "flit_width": 256, "row_bytes": 1000, "max_payload": 8}],
+                         ids=["default_row", "short_row_wide"])
+def test_row_bound(seed, sim, params):
+    """Issue 16 defect 3: an access past ``row_bytes`` is OUT_OF_BOUNDS on ``err``, never a rewrite into
+    the next row; one that ends at the row's end is translated (fails on a translator without the check)."""
+    run_cocotb("egress_translator", params, test_module=TB, testcase="test_row_bound", seed=seed, sim=sim)
+
+
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 @pytest.mark.parametrize("kwargs", [{"ports": 1}, {"ports": 65}, {"port": 8}, {"port": -1},
                                     {"flit_width": 64}, {"max_payload": 0}, {"max_payload": 32},
-                                    {"slots": 1}, {"slots": 65}, {"slots": "8"}])
+                                    {"slots": 1}, {"slots": 65}, {"slots": "8"}, {"row_bytes": 0},
+                                    {"row_bytes": (1 << 24) + 1}, {"row_bytes": 14336.0}])
 def test_bad_parameters(kwargs):
     with pytest.raises(ValueError):
         EgressTranslator(**kwargs)

@@ -58,6 +58,7 @@ The cycle-exact Python twin is :class:`sim_models.scheduler.TileTableModel`.
 """
 
 import enum as py_enum
+from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, enum, fifo, memory, stream, wiring
@@ -144,6 +145,8 @@ class TokenTracker(wiring.Component):
     (32-bit counter per :class:`TrackerError`). Latency: arrival accepted at t -> ``ready`` valid at t+2;
     ``DONE`` accepted at t -> first ``release`` at t+2. Throughput: one table operation per cycle.
     """
+
+    _forward = True     # the read-modify-write forwarding (False only in a formal mutant)
 
     def __init__(self, *, experts: int = 32, tiles: int = 16, tile_size: int = 128, ready_depth: int = 4,
                  release_depth: int = 4):
@@ -287,7 +290,7 @@ class TokenTracker(wiring.Component):
         te = Signal(entry)
         ev = Signal(total_l)
         m.d.comb += [
-            te.eq(Mux(tw_valid & (tw_idx == s1_idx), tw_data, tab_r.data)),
+            te.eq(Mux(self._forward & tw_valid & (tw_idx == s1_idx), tw_data, tab_r.data)),
             ev.eq(Mux(ew_valid & (ew_idx == s1_expert), ew_data, ex_r.data)),
         ]
 
@@ -382,6 +385,9 @@ class TokenTracker(wiring.Component):
                 with m.Else():
                     m.d.comb += [e_we.eq(1), e_wd.known.eq(0), e_wd.total.eq(0)]
 
+        # The table's read-modify-write stage, for formal harnesses (verif/formal/token_tracker.py).
+        self.state = SimpleNamespace(s1_valid=s1_valid, s1_op=s1_op, s1_idx=s1_idx, te=te, t_we=t_we, t_wd=t_wd,
+                                     err=err, tw_valid=tw_valid, tw_idx=tw_idx, tw_data=tw_data)
         m.d.comb += [
             tab_w.addr.eq(s1_idx),
             tab_w.data.eq(t_wd),

@@ -55,6 +55,7 @@ Contract
 """
 
 import enum as py_enum
+from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, enum, fifo, memory, stream, wiring
@@ -462,6 +463,10 @@ class AlTlb(wiring.Component):
         clr_new = Mux(alloc_primary, onehot(new_tag), 0)
         m.d.sync += owed.eq((owed & ~clr_late & ~clr_new) | set_owed)
 
+        # Internal state, for formal harnesses (verif/formal/al_tlb.py).
+        self.state = SimpleNamespace(cam=cam, busy=busy, filled=filled, primary=primary, mkey=mkey, mage=mage,
+                                     hit=hit2, key=p2_key, out=out, take_replay=take_replay,
+                                     replay_oh=replay_oh)
         for cnt, inc in incs.items():
             with m.If(inc):
                 m.d.sync += counters[int(cnt)].eq(counters[int(cnt)] + 1)

@@ -88,14 +88,16 @@ class Cam(wiring.Component):
             "write_hit": Out(1),
             "write_evicted": Out(1),
         })
+        # The contents (flip-flops), made here so that a formal harness can name them (verif/formal/).
+        self.state = (Signal(entries, name="valid"),
+                      [Signal(key_width, name=f"key_{i}", reset_less=True) for i in range(entries)],
+                      [Signal(value_width, name=f"value_{i}", reset_less=True) for i in range(entries)])
 
     def elaborate(self, platform):
         m = Module()
         E, L, kw, vw = self.entries, self.levels, self.key_width, self.value_width
 
-        valid = Signal(E, name="valid")
-        keys = [Signal(kw, name=f"key_{i}", reset_less=True) for i in range(E)]
-        values = [Signal(vw, name=f"value_{i}", reset_less=True) for i in range(E)]
+        valid, keys, values = self.state
         plru = Signal(E, name="plru")          # bit n (1..E-1) = node n; 1 = the victim is on the right
 
         # ---- write port: compare, target selection -------------------------------------------------

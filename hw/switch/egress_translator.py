@@ -8,6 +8,11 @@
 * Any other packet passes unchanged, bit for bit (poisoned packets too: the receiver drops them).
 
 The row is ``tr.resp.addr`` for the request ``{group, index, dst=port, src=header.src, tag=slot}``.
+Every row of GPU ``port`` is at most ``row_bytes`` long (the row pitch of its buffers, the same for every
+group): an access that does not fit in its row -- ``(offset + length) * flit_bytes > row_bytes`` for
+``DYN_ST``, ``byte_offset + length * flit_bytes > row_bytes`` for ``DYN_RED_READ`` -- is answered
+``OUT_OF_BOUNDS`` like an index past the group's ``rows`` (when the translation itself succeeds: the
+AL-TLB's own error, e.g. ``ISOLATION``, wins), never as an access into the next row.
 
 Contract
 --------
@@ -53,9 +58,12 @@ from ..packet import (DEFAULT_FLIT_WIDTH, FLIT_WIDTHS, HEADER_BITS, MAX_LENGTH, 
                       ErrorCode, HeaderLayout, Opcode, flit_layout)
 from .translate_if import TAG_BITS, TranslateRequest, translate_signature
 
-__all__ = ["EgressTranslator", "EgressCounter", "MAX_SLOTS", "HIT_LATENCY"]
+__all__ = ["EgressTranslator", "EgressCounter", "MAX_SLOTS", "HIT_LATENCY", "DEFAULT_ROW_BYTES",
+           "MAX_ROW_BYTES"]
 
 MAX_SLOTS = 64          # the age matrix is slots x slots
+DEFAULT_ROW_BYTES = 14336   # one DeepSeek-V3 BF16 row (7168 x 2 B), the longest row of the MoE layouts
+MAX_ROW_BYTES = 1 << 24
 HIT_LATENCY = 4         # header in -> header out at a 3-cycle AL-TLB hit, no stalls
 
 
@@ -72,14 +80,16 @@ class EgressTranslator(wiring.Component):
 
     Parameters: ``port`` (0..ports-1), ``ports`` (2..64), ``flit_width`` (128/256/512), ``max_payload``
     (payload flits per packet, 1..31), ``slots`` (packet buffers and outstanding translations, 2..64;
-    >= 5 for line rate at a 3-cycle hit).
+    >= 5 for line rate at a 3-cycle hit), ``row_bytes`` (the longest row of GPU ``port``'s buffers,
+    1..2**24 bytes; default 14336, a DeepSeek-V3 BF16 row, the :class:`LinearTranslator` default):
+    accesses that run past it are ``OUT_OF_BOUNDS``.
 
     Ports: ``i`` (flit stream in), ``o`` (flit stream to the GPU), ``err`` (error packets, response class),
     ``tr`` (AL-TLB client), ``counters``.
     """
 
     def __init__(self, *, port: int = 0, ports: int = 8, flit_width: int = DEFAULT_FLIT_WIDTH,
-                 max_payload: int = 16, slots: int = 8):
+                 max_payload: int = 16, slots: int = 8, row_bytes: int = DEFAULT_ROW_BYTES):
         if not isinstance(ports, int) or not 2 <= ports <= MAX_PORTS:
             raise ValueError(f"ports must be an integer in 2..{MAX_PORTS}, got {ports!r}")
         if not isinstance(port, int) or not 0 <= port < ports:
@@ -90,6 +100,9 @@ class EgressTranslator(wiring.Component):
             raise ValueError(f"max_payload must be an integer in 1..{MAX_LENGTH}, got {max_payload!r}")
         if not isinstance(slots, int) or not 2 <= slots <= min(MAX_SLOTS, 1 << TAG_BITS):
             raise ValueError(f"slots must be an integer in 2..{MAX_SLOTS}, got {slots!r}")
+        if not isinstance(row_bytes, int) or not 1 <= row_bytes <= MAX_ROW_BYTES:
+            raise ValueError(f"row_bytes must be an integer in 1..{MAX_ROW_BYTES}, got {row_bytes!r}")
+        self.row_bytes = row_bytes
         self.port, self.ports, self.flit_width = port, ports, flit_width
         self.max_payload, self.slots = max_payload, slots
         self.capacity = max_payload + 1        # flits per slot
@@ -130,6 +143,7 @@ class EgressTranslator(wiring.Component):
         st.needs = Signal(S)         # needs a translation (DYN_ST / DYN_RED_READ)
         st.done = Signal(S)          # translation answered
         st.poisoned = Signal(S)      # its last flit arrived poisoned
+        st.oob = Signal(S)           # its access runs past the end of its row (answered OUT_OF_BOUNDS)
         st.src = Array(Signal(6, name=f"src{s}") for s in range(S))
         st.code = Array(Signal(8, name=f"code{s}") for s in range(S))
         st.row = Array(Signal(48, name=f"row{s}") for s in range(S))
@@ -179,6 +193,14 @@ class EgressTranslator(wiring.Component):
         m.d.comb += [bypass.eq(new_req & ~trq.r_rdy & self.tr.req.ready),
                      trq.w_data.eq(req), trq.w_en.eq(new_req & ~bypass)]
         st.new_req_payload = req
+        # Row bound: the access's end byte, (offset + length) flits for DYN_ST, byte_offset + length flits
+        # for DYN_RED_READ, against the row length (a static parameter: the same for every group).
+        fshift = (self.flit_width // 8).bit_length() - 1
+        end = Signal(range(((1 << 16) + MAX_LENGTH) << fshift), name="access_end")
+        m.d.comb += end.eq(Mux(is_st, (h.route.dyn.offset + h.length) << fshift,
+                               deferred.byte_offset + (h.length << fshift)))
+        oob = Signal()
+        m.d.comb += oob.eq(end > self.row_bytes)
         with m.If(take):
             m.d.sync += [in_active.eq(~i.payload.last), in_slot.eq(slot)]
             with m.If(i.payload.last):
@@ -194,7 +216,7 @@ class EgressTranslator(wiring.Component):
             with m.If(alloc[s]):
                 m.d.sync += [
                     st.busy[s].eq(1), st.gone[s].eq(0), st.done[s].eq(0),
-                    st.needs[s].eq(is_st | is_rr), st.src[s].eq(h.src),
+                    st.needs[s].eq(is_st | is_rr), st.src[s].eq(h.src), st.oob[s].eq(oob),
                     st.code[s].eq(0), st.older[s].eq(st.busy),
                 ]
             for t in range(S):
@@ -213,9 +235,11 @@ class EgressTranslator(wiring.Component):
         rtag = tr.resp.payload.tag
         for s in range(S):
             hit = tr.resp.valid & (rtag == s) & st.busy[s] & st.needs[s] & ~st.done[s]
+            code = tr.resp.payload.code.as_value()
             with m.If(hit):
-                m.d.sync += [st.done[s].eq(1), st.code[s].eq(tr.resp.payload.code),
-                             st.row[s].eq(tr.resp.payload.addr)]
+                m.d.sync += [st.done[s].eq(1), st.row[s].eq(tr.resp.payload.addr),
+                             st.code[s].eq(Mux((code == ErrorCode.NONE.value) & st.oob[s],
+                                               ErrorCode.OUT_OF_BOUNDS.value, code))]
 
     # ---- Selection: the oldest slot ready to leave with no older pending slot of its source.
     def _select(self, m, st):

@@ -3,9 +3,16 @@
 Depths: ``depth`` is the k of k-induction and the bound of the base case (a bounded proof of that many
 cycles from reset when induction does not close); ``cover`` bounds the search for each ``Cover``."""
 
+from .al_tlb import AlTlbHarness
+from .cam import CamHarness
 from .credit_link import CreditLinkHarness
+from .token_tracker import TokenTrackerHarness
 
 BLOCKS = {
     "credit_link": ("credit link: CreditSender -> CreditReceiver (4 credits), any traffic and stalls",
                     lambda: CreditLinkHarness(4), 8, 12),
+    "cam": ("CAM: 16 entries, 5-bit keys, 4-bit values, any lookups and writes", lambda: CamHarness(), 3, 6),
+    "al_tlb": ("AL-TLB: 2 ports, 1 group, 16 entries, 2 MSHRs, timeout 16, free backing table and config", lambda: AlTlbHarness(check="cam"), 4, 8),  # noqa: E501
+    "al_tlb_mshr": ("AL-TLB MSHRs: 2 ports, 1 group, 16 entries, 2 MSHRs, timeout 16, free backing table and config", lambda: AlTlbHarness(check="mshr"), 4, 22),  # noqa: E501
+    "token_tracker": ("Tile Status Table: 2 experts x 2 tiles of 4 tokens, any arrivals, commands, stalls", lambda: TokenTrackerHarness(), 4, 16),  # noqa: E501
 }

@@ -64,11 +64,21 @@ def request_key(h: Header) -> tuple[int, int] | None:
     return None
 
 
-def expected_outcome(flits: list[Flit], *, port: int, flit_width: int, capacity: int, answer_fn
-                     ) -> tuple[str, list[Flit]]:
+def access_end(h: Header, flit_width: int) -> int:
+    """The byte after the last one a translated packet touches in its row."""
+    fb = flit_width // 8
+    if h.opcode == Opcode.DYN_ST.value:
+        return (h.offset + h.length) * fb
+    return unpack_deferred_addr(h.addr)[2] + h.length * fb
+
+
+def expected_outcome(flits: list[Flit], *, port: int, flit_width: int, capacity: int, answer_fn,
+                     row_bytes: int) -> tuple[str, list[Flit]]:
     """What the egress must do with one input packet: ("o", flits), ("err", flits) or ("drop", []).
 
-    A packet longer than ``capacity`` flits keeps its first ``capacity - 1`` and its last, poisoned."""
+    A packet longer than ``capacity`` flits keeps its first ``capacity - 1`` and its last, poisoned. A
+    translated access that runs past ``row_bytes`` is an ``OUT_OF_BOUNDS`` error (the translator's own
+    error first)."""
     if len(flits) > capacity:
         flits = flits[:capacity - 1] + [Flit(flits[-1].data, True, True)]
     hbits = flits[0].data & ((1 << 128) - 1)
@@ -78,6 +88,8 @@ def expected_outcome(flits: list[Flit], *, port: int, flit_width: int, capacity:
     if key is None:
         return "o", list(flits)
     row, code = answer_fn(key[0], key[1], h.src, port)
+    if code == ErrorCode.NONE.value and access_end(h, flit_width) > row_bytes:
+        code = ErrorCode.OUT_OF_BOUNDS.value
     poisoned = flits[-1].poison
     is_st = h.opcode == Opcode.DYN_ST.value
     if code != ErrorCode.NONE.value:
@@ -216,7 +228,8 @@ class EgressEnv:
 
     def _on_in(self, flits, cycle):
         kind, out = expected_outcome(flits, port=self.port, flit_width=self.fw,
-                                     capacity=self.p["max_payload"] + 1, answer_fn=self._answer)
+                                     capacity=self.p["max_payload"] + 1, answer_fn=self._answer,
+                                     row_bytes=self.p["row_bytes"])
         h = Header.decode(flits[0].data & ((1 << 128) - 1))
         translated = request_key(h) is not None
         self.stats[kind if not (kind == "o" and translated) else "translated"] += 1
@@ -276,9 +289,21 @@ class EgressEnv:
 # ---------------------------------------------------------------------------------------------------------
 # Stimulus
 
-def random_packet(rng, p, *, srcs, poison=0.0, kinds=None) -> list[Flit]:
-    """One packet as it leaves the request network toward ``p["port"]``."""
+def _row_offset(rng, p, length, unit, inside) -> int:
+    """An offset (in ``unit`` bytes) of a ``length``-flit access: inside the row with probability
+    ``inside``, else any value of the field (``unit`` = flit bytes for DYN_ST's 10-bit field, 1 for the
+    16-bit byte offset)."""
+    fb = p["flit_width"] // 8
+    top = (1 << 10) if unit > 1 else (1 << 16)
+    fits = (p["row_bytes"] - length * fb) // unit + 1
+    return rng.randrange(min(top, fits)) if fits > 0 and rng.random() < inside else rng.randrange(top)
+
+
+def random_packet(rng, p, *, srcs, poison=0.0, kinds=None, inside=0.9) -> list[Flit]:
+    """One packet as it leaves the request network toward ``p["port"]``; a translated one's access fits
+    in its row with probability ``inside``."""
     port, mp = p["port"], p["max_payload"]
+    fb = p["flit_width"] // 8
     kind = rng.choice(kinds or ["st", "st", "rr", "rr", "write", "read", "redread", "fill", "other"])
     src = rng.choice(srcs)
     tag = rng.randrange(256)
@@ -287,13 +312,14 @@ def random_packet(rng, p, *, srcs, poison=0.0, kinds=None) -> list[Flit]:
         length = rng.randint(0, mp)
         h = Header(opcode=Opcode.DYN_ST, src=src, tag=tag, length=length, group=rng.randrange(4),
                    mask=(1 << port) | rng.getrandbits(p["ports"]), index=rng.randrange(1 << 18),
-                   offset=rng.randrange(1 << 10))
+                   offset=_row_offset(rng, p, length, fb, inside))
         payload = length
     elif kind == "rr":
+        length = rng.randint(1, mp)
         h = Header(opcode=Opcode.DYN_RED_READ, src=src, tag=tag, xtag=rng.randrange(256),
-                   length=rng.randint(1, mp), etype=rng.randrange(5), redop=rng.randrange(3), dst=port,
+                   length=length, etype=rng.randrange(5), redop=rng.randrange(3), dst=port,
                    addr=pack_deferred_addr(rng.randrange(256), rng.randrange(1 << 18),
-                                           rng.randrange(1 << 16)))
+                                           _row_offset(rng, p, length, 1, inside)))
     elif kind == "write":
         length = rng.randint(0, mp)
         h = Header(opcode=Opcode.WRITE, src=src, tag=tag, length=length, dst=port, addr=rng.getrandbits(48))
@@ -356,7 +382,7 @@ async def test_line_rate(dut):
     kinds = s.get("kinds", ["rr"])
     flits = 0
     for _ in range(k):
-        pkt = random_packet(rng, p, srcs=list(range(p["ports"])), kinds=kinds)
+        pkt = random_packet(rng, p, srcs=list(range(p["ports"])), kinds=kinds, inside=1.0)
         flits += len(pkt)
         env.send(pkt)
     await env.drain()
@@ -479,3 +505,39 @@ async def test_overflow(dut):
         env.send(pkt)
     await env.drain()
     env.check_counters()
+
+
+@cocotb.test()
+async def test_row_bound(dut):
+    """Issue 16 defect 3: an access that runs past ``row_bytes`` is answered ``OUT_OF_BOUNDS`` (ERROR /
+    RED_READ_RESP on ``err``, counted in ``XLATE_ERRORS``), never rewritten into the next row; one that
+    ends exactly at the row's end is translated. Both kinds, at the bound, one flit past it, and at the
+    largest offset the field holds."""
+    env = EgressEnv(dut, hit=0.7, errors=0.0, stall=0.2)
+    p = env.p
+    fb, rb, port = p["flit_width"] // 8, p["row_bytes"], p["port"]
+    await env.start()
+    cases = []      # (packet, must fit)
+    for n, length in enumerate((1, 4, p["max_payload"])):
+        for off, fits in (((rb // fb) - length, True), ((rb // fb) - length + 1, False), ((1 << 10) - 1, False)):
+            if off < 0 or off >= 1 << 10:
+                continue
+            h = Header(opcode=Opcode.DYN_ST, src=1, tag=n, length=length, group=1, mask=1 << port, index=7 + n,
+                       offset=off)
+            cases.append(([Flit(h.encode())] + [Flit(k + 1, last=(k == length - 1)) for k in range(length)],
+                          fits))
+        for boff, fits in ((rb - length * fb, True), (rb - length * fb + 1, False), ((1 << 16) - 1, False)):
+            if not 0 <= boff < 1 << 16:
+                continue
+            h = Header(opcode=Opcode.DYN_RED_READ, src=2, tag=n, xtag=n, length=length, etype=1, redop=0,
+                       dst=port, addr=pack_deferred_addr(1, 7 + n, boff))
+            cases.append(([Flit(h.encode(), last=True)], fits))
+    for pkt, fits in cases:
+        h = Header.decode(pkt[0].data)
+        assert (access_end(h, p["flit_width"]) <= rb) == fits, (h, rb)
+        env.send(pkt)
+    await env.drain()
+    c = env.check_counters()
+    n_bad = sum(not f for _, f in cases)
+    assert n_bad > 0 and any(f for _, f in cases)
+    assert c["XLATE_ERRORS"] == n_bad and c["TRANSLATED"] == len(cases) - n_bad, (c, len(cases), n_bad)
