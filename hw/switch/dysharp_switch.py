@@ -71,13 +71,13 @@ port per member; :func:`status_ports` gives their offsets in the one :func:`stat
 
 import enum as py_enum
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Shape, Signal
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from ..credit import CreditReceiver, CreditSender
-from ..packet import (DEFAULT_FLIT_WIDTH, MAX_LENGTH, MAX_PORTS, N_VCS, VC_REQ, VC_RESP, Opcode,
-                      flit_layout)
+from ..packet import (DEFAULT_FLIT_WIDTH, MAX_LENGTH, MAX_PORTS, N_VCS, VC_REQ, VC_RESP, DynamicRoute,
+                      Opcode, flit_layout)
 from ..packet_stream import PacketMerge, PacketSplit
 from ..vc_link import VcReceiver, VcSender, vc_link_signature
 from .al_tlb import N_COUNTERS as N_TLB_COUNTERS, AlTlb, TlbConfig
@@ -181,7 +181,9 @@ class DySharpSwitch(wiring.Component):
     (per virtual channel: the GPU's receive buffers), ``flit_width``, ``max_payload``, ``groups`` (static
     and AL-TLB group handles), ``tlb_entries``, ``tlb_mshrs``, ``tlb_timeout``, ``red_entries``,
     ``red_timeout``, ``egress_slots``, ``resp_iterations`` (iSLIP iterations per cycle of the response
-    network, 1..4: combine converges every contribution of a request onto its requester's port).
+    network, 1..4: combine converges every contribution of a request onto its requester's port),
+    ``row_bytes`` (the longest row of any GPU's buffers: a ``dymultimem`` access past it is answered
+    ``OUT_OF_BOUNDS`` by the egress; default: the reach of the 10-bit flit offset, 16 KB at 16-B flits).
 
     Ports: ``rx[i]``/``tx[i]`` (:func:`~hw.vc_link.vc_link_signature`, GPU to switch and back), ``cfg``
     (:class:`SwitchConfig`), ``status`` (:func:`status_signature`).
@@ -190,7 +192,8 @@ class DySharpSwitch(wiring.Component):
     def __init__(self, *, ports: int = 8, credits: int = 256, resp_credits: int = 256, link_credits: int = 8,
                  gpu_credits: int = 32, flit_width: int = DEFAULT_FLIT_WIDTH, max_payload: int = 16,
                  groups: int = 16, tlb_entries: int = 64, tlb_mshrs: int = 8, tlb_timeout: int = 8192,
-                 red_entries: int = 64, red_timeout: int = 8192, egress_slots: int = 8, resp_iterations: int = 1):
+                 red_entries: int = 64, red_timeout: int = 8192, egress_slots: int = 8, resp_iterations: int = 1,
+                 row_bytes: int | None = None):
         if not isinstance(ports, int) or not 4 <= ports <= MAX_PORTS:
             raise ValueError(f"ports must be an integer in 4..{MAX_PORTS}, got {ports!r}")
         for name, v, lo, hi in (("link_credits", link_credits, 2, 256), ("gpu_credits", gpu_credits, 1, 1024)):
@@ -215,8 +218,10 @@ class DySharpSwitch(wiring.Component):
         self.engines = [ReductionEngine(ports=ports, entries=red_entries, max_length=max_payload,
                                         flit_width=flit_width, timeout=red_timeout, groups=groups,
                                         defer_translation=True) for _ in range(ports)]
+        if row_bytes is None:
+            row_bytes = (1 << Shape.cast(data.Layout.cast(DynamicRoute)["offset"].shape).width) * (flit_width // 8)
         self.egress = [EgressTranslator(port=i, ports=ports, flit_width=flit_width, max_payload=max_payload,
-                                        slots=egress_slots) for i in range(ports)]
+                                        slots=egress_slots, row_bytes=row_bytes) for i in range(ports)]
         link = vc_link_signature(flit_width)
         super().__init__({
             "rx": In(link).array(ports),
