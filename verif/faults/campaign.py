@@ -216,7 +216,12 @@ def run_class(cls: FaultClass, *, seed: int = 1, out: str | os.PathLike = "build
     r = run_cocotb("dysharp_switch", PARAMS, test_module=TB, testcase="test_fault", seed=seed, sim=sim,
                    env=env, check=False, quiet=True, build_root=build_root)
     if not path.exists():
-        figures = {"error": f"the scenario wrote no figures (simulator crashed?); log: {r.log_file}"}
+        why = ""
+        if r.log_file and Path(r.log_file).exists():
+            errs = [ln.strip() for ln in Path(r.log_file).read_text(errors="replace").splitlines()
+                    if "Error" in ln and not ln.lstrip().startswith("warning")]
+            why = f": {errs[-1]}" if errs else ""
+        figures = {"error": f"the scenario wrote no figures{why}; log: {r.log_file}"}
     else:
         figures = json.loads(path.read_text())
     problems = judge(cls, figures)

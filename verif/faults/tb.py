@@ -547,9 +547,9 @@ async def sc_fill_garbage(dut, env, s, m):
         resp = Packet(Header(opcode=Opcode.TLB_FILL_RESP, src=f, dst=f, tag=h.tag, addr=addr, code=code))
         flits = resp.flits(env.w)
         if kind == "poison":
-            return [Flit(flits[0].data, True, True)]
+            return [[Flit(flits[0].data, True, True)]]
         if kind == "framing":
-            return [Flit(flits[0].data, False, False), Flit(env.rng.getrandbits(env.w), True, False)]
+            return [[Flit(flits[0].data, False, False), Flit(env.rng.getrandbits(env.w), True, False)]]
         env.gpus[f].inject(resp, delay=late)     # the right answer, after the read timed out
         return []
     env.gpus[f].tlb_fill_garbage = garbage
