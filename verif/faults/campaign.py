@@ -30,7 +30,8 @@ class FaultClass:
     counting: str              # how injected / detected / recovered / lost are counted
     settings: dict = dataclasses.field(default_factory=dict)
     fast: bool = True          # in the default test suite
-    lost_bound: int = 0        # lost data allowed (0 unless the guarantee states a bound; -1: at most injected)
+    lost_bound: int = 0        # lost data allowed (0 unless the guarantee states a bound)
+    lost_per: tuple | None = None   # (figure, k): lost data allowed is k x that figure instead
 
 
 CLASSES: dict[str, FaultClass] = {c.name: c for c in [
@@ -59,7 +60,7 @@ CLASSES: dict[str, FaultClass] = {c.name: c for c in [
         "poison_response",
         "injected: corrupted contributions; detected = recovered: their reductions answered ERROR (entry "
         "freed); lost: results that used a corrupted contribution + good data never delivered",
-        {"rounds": 6, "gpu": 1}),
+        {"rounds": 6, "gpu": 1}, fast=False),
     FaultClass(
         "framing_response",
         "A misframed RED_READ_RESP (one flit short or long) is ended with poison by the response network and "
@@ -78,7 +79,7 @@ CLASSES: dict[str, FaultClass] = {c.name: c for c in [
         "credit_drop_up",
         "injected: credits removed from the returns (3 per VC per port); detected: 0 by design; recovered: 0 "
         "(no credit resync); lost: good packets never delivered; check: sender's credits = credits - drops",
-        {"rounds": 12, "per_port": 3}),
+        {"rounds": 12, "per_port": 3}, fast=False),
     FaultClass(
         "credit_drop_down",
         "A credit return lost on a GPU's downlink (GPU to the switch's sender): as credit_drop_up, measured on "
@@ -91,12 +92,15 @@ CLASSES: dict[str, FaultClass] = {c.name: c for c in [
     FaultClass(
         "credit_dup_up",
         "A credit return duplicated on a GPU's uplink gives the GPU's sender one credit more than the switch's "
-        "receive FIFO has; it stays latent until the sender uses it against a full FIFO, where VcReceiver "
-        "drops the flit and counts LINK_OVERFLOWS (one per duplicate at most).",
+        "receive FIFO has; it stays latent until the sender uses it against a full FIFO: VcReceiver drops "
+        "that flit, counts LINK_OVERFLOWS (one per duplicate at most) and poisons the VC's flits up to the "
+        "next last, so the broken packets are discarded (at most 2 per overflow) and nothing corrupted is "
+        "committed.",
         "credit_dup_up",
         "injected: duplicated credit returns; detected: LINK_OVERFLOWS counted; recovered: 0 (no resync); "
-        "lost: good packets never delivered; check: the sender holds exactly credits + duplicates",
-        {"rounds": 12, "per_port": 3}, fast=False),
+        "lost: flood packets not delivered intact (bound: 2 per overflow); checks: the sender holds exactly "
+        "credits + duplicates, nothing corrupted committed",
+        {"rounds": 12, "per_port": 3}, lost_per=("detected", 2)),
     FaultClass(
         "credit_dup_down",
         "A credit return duplicated on a GPU's downlink lets the switch's sender overrun the GPU's receive "
@@ -105,7 +109,7 @@ CLASSES: dict[str, FaultClass] = {c.name: c for c in [
         "credit_dup_down",
         "injected: duplicated credit returns; detected: flits that arrived at a full GPU buffer; recovered: 0; "
         "lost: packets the GPU discarded (bound: injected)",
-        {"rounds": 12, "per_port": 3}, fast=False, lost_bound=-1),
+        {"rounds": 12, "per_port": 3}, fast=False, lost_per=("injected", 1)),
     FaultClass(
         "silent_combine",
         "A GPU that stops answering RED_READs mid-combine: every ld_reduce that needs it is answered TIMEOUT "
@@ -188,7 +192,7 @@ def judge(cls: FaultClass, figures: dict) -> list[str]:
         problems.append(f"scenario error: {figures['error']}")
     if figures.get("hangs"):
         problems.append(f"{figures['hangs']} hang(s)")
-    bound = figures.get("injected", 0) if cls.lost_bound < 0 else cls.lost_bound
+    bound = cls.lost_bound if cls.lost_per is None else cls.lost_per[1] * figures.get(cls.lost_per[0], 0)
     if figures.get("lost", 0) > bound:
         problems.append(f"lost data {figures['lost']} > bound {bound}")
     if not figures.get("injected"):

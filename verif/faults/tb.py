@@ -416,16 +416,74 @@ async def sc_credit_drop_down(dut, env, s, m):
 
 
 async def sc_credit_dup_up(dut, env, s, m):
+    """Duplicated credit returns to the GPUs' senders under good traffic (latent: the switch's receive FIFO
+    never fills), then the extra credits used: every GPU stops draining its request VC, GPU 0 floods
+    one-payload-flit WRITEs (whose data looks like a WRITE header) until its uplink's request FIFO is full and its extra credits overrun it. Each
+    flood packet must arrive intact or be discarded (poisoned, or refused with an ERROR): nothing
+    corrupted may be committed."""
+    from hw.switch.dysharp_switch import IngressCounter
     done = await _credit_run(env, s, m, link="up", kind="dup")
     st = env.status()
-    from hw.switch.dysharp_switch import IngressCounter
-    ovf = sum(st[f"port.{d}.ingress.{IngressCounter.LINK_OVERFLOWS.value}"] for d in range(env.n))
+    key = f"port.0.ingress.{IngressCounter.LINK_OVERFLOWS.value}"
+    latent = sum(st[f"port.{d}.ingress.{IngressCounter.LINK_OVERFLOWS.value}"] for d in range(env.n))
     lc = env.p["link_credits"]
     extra = [[env.sources[p].credits[v] - lc for v in range(N_VCS)] for p in range(env.n)]
     m["checks"]["each duplicate gives its GPU sender exactly one credit too many"] = all(
         extra[p][v] == done[(p, v)] for p in range(env.n) for v in range(N_VCS))
-    m.update(detected=ovf, recovered=0, lost=0)
-    m["notes"].append(f"switch LINK_OVERFLOWS {ovf}; credits over the receive FIFO per port/VC {extra}")
+    m["checks"]["latent under good traffic (no overflow)"] = latent == 0
+    # ---- the flood: GPU 0's extra VC-0 credits used against a full FIFO
+    flood = {}                     # addr -> Packet sent (around the model)
+    seen = collections.Counter()
+
+    def claim(port, vc, pkt, flits):
+        h = Header.decode(flits[0].data)
+        if h.src != 0 and not (pkt is not None and h.opcode == Opcode.ERROR.value and port == 0):
+            return False
+        if pkt is None:
+            seen["discarded"] += 1
+        elif h.opcode == Opcode.ERROR.value:
+            seen[f"error {_E(h.code).name}" if h.code in _E._value2member_map_ else f"error {h.code}"] += 1
+        elif h.opcode == Opcode.WRITE.value and flood.get(h.addr) == pkt:
+            seen["intact"] += 1
+            del flood[h.addr]
+        else:
+            seen["corrupt"] += 1
+        return True
+    env.claims.append(claim)
+    gates = [k.gates[0] for k in env.sinks]
+    for k in env.sinks:
+        k.gates[0] = _Closed()
+    n_flood = s.get("flood", 240)
+    for k in range(n_flood):
+        addr = REGION_FAULT + k * 16
+        # The data written happens to look like a header-only WRITE to GPU 2: if a lost head flit left it
+        # to be read as a header, a write nobody sent would be committed.
+        word = Header(opcode=Opcode.WRITE, src=0, tag=0, dst=2, length=0, addr=REGION_FAULT + (1 << 39) + k * 16)
+        pkt = Packet(Header(opcode=Opcode.WRITE, src=0, tag=k & 0xFF, dst=1, length=1, addr=addr), [word.encode()])
+        flood[addr] = pkt
+        env.sources[0].send(pkt)
+    limit = env.cycler.cycle + 20 * n_flood
+    while env.status()[key] < done[(0, 0)] and env.sources[0].pending(0) and env.cycler.cycle < limit:
+        await env.cycler.cycles(20)
+    for k, g in zip(env.sinks, gates):
+        k.gates[0] = g
+    await env.settle()
+    # The flood is not the model's: wait until it stops arriving.
+    last = -1
+    while sum(seen.values()) != last:
+        last = sum(seen.values())
+        await env.cycler.cycles(300)
+    ovf = env.status()[key]
+    broken = n_flood - seen["intact"]
+    m["injected"] = sum(done.values())
+    m.update(detected=ovf, recovered=0, lost=broken)
+    m["checks"]["the flood overran the FIFO once per extra credit"] = ovf == done[(0, 0)] > 0
+    m["checks"]["no corrupted packet committed"] = seen["corrupt"] == 0 and \
+        env.committed_faults() == seen["intact"]
+    m["checks"]["packets broken at most 2 per overflow"] = broken <= 2 * ovf
+    m["notes"].append(f"latent LINK_OVERFLOWS under traffic {latent}; credits over the receive FIFO per "
+                      f"port/VC {extra}; flood of {n_flood}: {dict(seen)}, {broken} not delivered intact, "
+                      f"LINK_OVERFLOWS {ovf}")
 
 
 async def sc_credit_dup_down(dut, env, s, m):
