@@ -467,12 +467,14 @@ async def sc_credit_dup_up(dut, env, s, m):
         await env.cycler.cycles(20)
     for k, g in zip(env.sinks, gates):
         k.gates[0] = g
-    await env.settle()
-    # The flood is not the model's: wait until it stops arriving.
-    last = -1
-    while sum(seen.values()) != last:
+    # The flood is not the model's: wait until it stops arriving (within the drain budget), then drain.
+    last, limit = -1, env.cycler.cycle + env.s.get("timeout", 30000)
+    while sum(seen.values()) != last or not all(k.idle for k in env.sinks):
+        if env.cycler.cycle > limit:
+            raise Hang(f"timeout: the flood still arriving after {env.s.get('timeout', 30000)} cycles: {dict(seen)}")
         last = sum(seen.values())
         await env.cycler.cycles(300)
+    await env.settle()
     ovf = env.status()[key]
     broken = n_flood - seen["intact"]
     m["injected"] = sum(done.values())
