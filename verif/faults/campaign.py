@@ -38,9 +38,10 @@ CLASSES: dict[str, FaultClass] = {c.name: c for c in [
     FaultClass(
         "poison_request",
         "A request flit marked poison (link CRC failure) on a GPU's uplink is never committed: its packet "
-        "reaches its receiver ending in poison and is discarded; all other traffic is delivered exactly.",
+        "(a WRITE, or each copy of a dymultimem store, translated at its egress) reaches its receiver ending "
+        "in poison and is discarded; all other traffic is delivered exactly.",
         "poison_request",
-        "injected: corrupted WRITEs sent; detected: delivered poisoned (discarded) or answered with an "
+        "injected: corrupted WRITEs + store copies sent; detected: delivered poisoned (discarded) or answered with an "
         "ERROR; recovered: links hold all credits after the drain; lost: corrupted writes committed + good "
         "packets never delivered",
         {"rounds": 6}),

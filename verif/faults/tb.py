@@ -66,7 +66,7 @@ class FaultEnv(DySharpEnv):
             if claim(port, vc, pkt, flits):
                 return
         h = Header.decode(flits[0].data)
-        if pkt is not None and h.opcode == Opcode.WRITE.value and REGION_FAULT <= h.addr < 2 * REGION_FAULT:
+        if pkt is not None and h.opcode == Opcode.WRITE.value and self._is_fault(h):
             return      # a corrupted write committed: committed_faults() counts it
         if pkt is None and h.tag in self.fault_tags[h.src] and h.opcode in (Opcode.WRITE.value,):
             self.poisoned_seen[port] += 1
@@ -105,9 +105,26 @@ class FaultEnv(DySharpEnv):
         self.sources[src].send(corrupt(pkt.flits(self.w)), vc=0)
         return tag
 
+    def fault_dyn_st(self, src, mask, length, corrupt):
+        """The same for a ``dymultimem.st`` to ``mask`` (group ``G_DISP``, an index no good packet uses): it
+        crosses the request network's multicast and every destination's egress translator."""
+        tag = self.tag(src)
+        if tag in self.fault_tags[src]:
+            raise ValueError(f"source {src} reused fault tag {tag}: send fewer packets per run")
+        self.fault_tags[src].add(tag)
+        index = src * INDEX_SPAN + INDEX_SPAN - 1 - self.rng.randrange(64)
+        pkt = Packet(Header(opcode=Opcode.DYN_ST, src=src, tag=tag, length=length, group=G_DISP, mask=mask,
+                            index=index, offset=0), self.payload(length))
+        self.sources[src].send(corrupt(pkt.flits(self.w)), vc=0)
+        return tag
+
+    def _is_fault(self, h) -> bool:
+        return REGION_FAULT <= h.addr < 2 * REGION_FAULT or h.tag in self.fault_tags[h.src]
+
     def committed_faults(self) -> int:
-        """Writes at :data:`REGION_FAULT` that any GPU committed."""
-        return sum(1 for g in self.gpus for h, _, _ in g.writes if REGION_FAULT <= h.addr < REGION_FAULT + (1 << 40))
+        """Writes of injected faults (at :data:`REGION_FAULT`, or with a fault's source and tag) that any GPU
+        committed."""
+        return sum(1 for g in self.gpus for h, _, _ in g.writes if self._is_fault(h))
 
     async def settle(self, budget=None):
         """Drain with a cycle budget; a budget overrun is a :class:`Hang`."""
@@ -188,7 +205,8 @@ def _link_checks(env, m):
 
 
 async def sc_poison_request(dut, env, s, m):
-    """Corrupted WRITEs (one bit flipped on one flit, that flit ``poison``) among good traffic."""
+    """Corrupted WRITEs and dymultimem stores (one bit flipped on one flit, that flit ``poison``) among good
+    traffic; a store counts once per destination."""
     await env.setup()
     rng = env.rng
     inj = 0
@@ -197,6 +215,9 @@ async def sc_poison_request(dut, env, s, m):
         for src in range(env.n):
             env.fault_write(src, rng.randrange(env.n), rng.randint(0, env.max_payload), poison(rng, env.w))
             inj += 1
+            mask = env.random_mask(src)
+            env.fault_dyn_st(src, mask, rng.randint(1, env.max_payload), poison(rng, env.w))
+            inj += bin(mask).count("1")      # one copy per destination
     await env.settle()
     st = _link_checks(env, m)
     committed = env.committed_faults()
