@@ -75,10 +75,12 @@ CLASSES: dict[str, FaultClass] = {c.name: c for c in [
         "credit_drop_up",
         "A credit return lost on a GPU's uplink (switch to GPU sender) is not detected by the link protocol: "
         "no data is lost, and each drop permanently removes exactly one credit of that VC (the receive FIFO "
-        "keeps a slot the sender never uses) until reset; the VC still runs while credits remain (it would "
-        "stall, undetected, after as many drops as its credits).",
+        "keeps a slot the sender never uses) until reset. Throughput is unchanged while 2 credits remain (the "
+        "credit loop is 2 cycles; measured on GPU 0's request VC: 1.0 flits/cycle at 8, 5 and 2 credits, 0.50 "
+        "at 1); after as many drops as credits the VC stalls, undetected.",
         "credit_drop_up",
-        "injected: credits removed from the returns (3 per VC per port); detected: 0 by design; recovered: 0 "
+        "injected: credits removed from the returns (3 per VC per port, then GPU 0's request VC down to 1); "
+        "detected: 0 by design; recovered: 0 "
         "(no credit resync); lost: good packets never delivered; check: sender's credits = credits - drops",
         {"rounds": 12, "per_port": 3}, fast=False),
     FaultClass(

@@ -356,10 +356,13 @@ class _Closed:
         return False
 
 
-async def _credit_run(env, s, m, *, link, kind):
+async def _credit_run(env, s, m, *, link, kind, measure=None):
     """Drop or duplicate credit returns on every port's ``link`` (``up``: the switch's returns to the GPU's
-    sender; ``down``: the GPU's returns to the switch's sender), ``per_port`` per VC, spread over the run."""
+    sender; ``down``: the GPU's returns to the switch's sender), ``per_port`` per VC, spread over the run.
+    ``measure(env)`` (if given) runs first, before any fault, into ``m["rate_before"]``."""
     await env.setup()
+    if measure is not None:
+        m["rate_before"] = await measure(env)
     per = s.get("per_port", 3)
     done = collections.Counter()
     rng = env.rng
@@ -413,15 +416,53 @@ async def _measure_switch_credits(env, port, vc=0, burst=40):
     return got
 
 
+async def _uplink_rate(env, port=0, n=120):
+    """Measured uplink throughput of GPU ``port``'s request VC: ``n`` header-only WRITEs (to the next port)
+    sent back to back; flits per cycle from the first to the last flit sent."""
+    from verif.harness.gates import Gate
+    src = env.sources[port]
+    gate, src.gate = src.gate, Gate(env.rng, 0.0)
+    start, sent0 = env.cycler.cycle, src.flits_sent[0]
+    for _ in range(n):
+        env.unicast(port, dst=(port + 1) % env.n, length=0)
+    await env.cycler.until(lambda: src.pending(0) == 0, timeout=20 * n, what="the uplink stream")
+    rate = (src.flits_sent[0] - sent0) / max(1, env.cycler.cycle - start)
+    src.gate = gate
+    await env.settle()
+    return rate
+
+
 async def sc_credit_drop_up(dut, env, s, m):
-    done = await _credit_run(env, s, m, link="up", kind="drop")
+    """Credit returns on the uplinks dropped; the GPU 0 uplink's request-VC throughput measured before
+    and after."""
+    done = await _credit_run(env, s, m, link="up", kind="drop", measure=_uplink_rate)
     _link_checks(env, m)
     del m["checks"]["every GPU link holds all its credits again"]
     lc = env.p["link_credits"]
     exact = all(env.sources[p].credits[v] == lc - done[(p, v)] for p in range(env.n) for v in range(N_VCS))
     m["checks"]["each drop costs its VC exactly one credit (GPU sender)"] = exact
+    after = await _uplink_rate(env)
     m.update(detected=0, recovered=0, lost=0)
-    m["notes"].append(f"GPU senders' credits at the end {[s_.credits for s_ in env.sources]} of {lc} per VC")
+    m["throughput"] = {"before": round(m.pop("rate_before"), 3), "after": round(after, 3)}
+    # Where the loss starts: more drops on GPU 0's request VC, down to 2 and 1 credits left.
+    src = env.sources[0]
+    extra = collections.Counter()
+    for left in (2, 1):
+        def filt(v, n, cycle, left=left):
+            if v == 0 and src.credits[0] + n > left and n and sum(extra.values()) < lc:
+                extra[left] += 1
+                return n - 1
+            return n
+        src.credit_filter = filt
+        rate = await _uplink_rate(env)
+        src.credit_filter = None
+        await env.settle()
+        m["throughput"][f"{src.credits[0]} credits"] = round(await _uplink_rate(env), 3)
+    m["injected"] += sum(extra.values())
+    m["notes"].append(f"GPU senders' credits at the end {[s_.credits for s_ in env.sources]} of {lc} per VC; "
+                      f"GPU 0 request-VC uplink throughput, back-to-back header-only WRITEs: "
+                      f"{m['throughput']['before']} flits/cycle with {lc} credits, {m['throughput']['after']} "
+                      f"with {lc - done[(0, 0)]}; then {m['throughput']}")
 
 
 async def sc_credit_drop_down(dut, env, s, m):
