@@ -14,7 +14,6 @@ each true or false) and ``notes``. The test itself fails only when the scenario 
 """
 
 import collections
-import dataclasses
 import json
 import traceback
 from pathlib import Path
@@ -24,7 +23,7 @@ import cocotb
 from hw.packet import N_VCS, EType, ErrorCode, Flit, Header, Opcode, Packet, RedOp
 
 from verif.harness import tbenv
-from verif.tb.dysharp_switch import G_COMB, G_DISP, INDEX_SPAN, ROWS, DySharpEnv, tlb_counters
+from verif.tb.dysharp_switch import G_DISP, INDEX_SPAN, ROWS, DySharpEnv, tlb_counters
 
 REGION_FAULT = 5 << 40      # corrupted writes aim here: no good packet ever writes it
 _E = ErrorCode
@@ -454,7 +453,7 @@ async def sc_credit_drop_up(dut, env, s, m):
                 return n - 1
             return n
         src.credit_filter = filt
-        rate = await _uplink_rate(env)
+        await _uplink_rate(env)        # a stream whose credit returns are dropped
         src.credit_filter = None
         await env.settle()
         m["throughput"][f"{src.credits[0]} credits"] = round(await _uplink_rate(env), 3)
@@ -604,7 +603,6 @@ async def sc_silent_combine(dut, env, s, m):
     g.on_silent = ignored.append
     env.after.append(mark)
     await env.setup()
-    everyone = (1 << env.n) - 1
     for r in range(s.get("rounds", 6)):
         _good_round(env)
         for src in range(env.n):
@@ -729,7 +727,7 @@ async def sc_hostile(dut, env, s, m):
                 env.ld_reduce(bad, group=g, mask=mask, index=idx, etype=EType.S32, op=RedOp.MAX)
                 hostile += 1
     await env.settle()
-    st = _link_checks(env, m)
+    _link_checks(env, m)
     foreign_writes = 0
     for g in env.gpus:
         for layout in (2, 3):
