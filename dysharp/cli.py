@@ -22,6 +22,7 @@ COMMANDS = {
     "formal": ("dysharp.commands.formal",
                "Prove the blocks' invariants (credit link, ...) with SymbiYosys and z3: a table of properties, "
                "proofs and covers."),
+    "faults": ("dysharp.commands.faults", "Run the fault-injection campaign on the DySHARP switch: per fault class its guarantee, injected, detected, recovered, lost data, hangs."),
     "estimate": ("dysharp.commands.estimate",
                  "Estimate an MoE layer's time with DySHARP against DeepEP, NVLS and other baselines."),
     "area": ("dysharp.commands.area",

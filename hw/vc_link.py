@@ -108,7 +108,9 @@ class VcReceiver(wiring.Component):
     * One credit of VC ``v`` is returned (``link.credit[v]`` = 1, combinationally) in each cycle a flit
       leaves ``o[v]``. ``o[v].valid`` depends only on its FIFO's state.
     * Bad input: a flit that arrives while its VC's FIFO is full (the sender had no credit) is dropped and
-      counted in ``overflows``.
+      counted in ``overflows``. The packet it belonged to is then broken, so every later flit of that VC is
+      marked ``poison`` up to and including the next one with ``last``: the switch behind ends the broken
+      packet poisoned (and its receiver drops it) instead of reading a payload flit as a header.
     """
 
     def __init__(self, *, credits: tuple[int, int] = (8, 8), flit_width: int = DEFAULT_FLIT_WIDTH):
@@ -129,10 +131,17 @@ class VcReceiver(wiring.Component):
             q = fifo.SyncFIFO(width=self._width, depth=self.credits[v])
             m.submodules[f"fifo{v}"] = q
             arrive = Signal(name=f"arrive{v}")
+            spoil = Signal(name=f"spoil{v}")      # a flit of this VC was dropped: poison until `last`
+            w_flit = Signal.like(self.link.flit, name=f"w_flit{v}")
+            m.d.comb += [w_flit.eq(self.link.flit), w_flit.poison.eq(self.link.flit.poison | spoil)]
+            with m.If(arrive & ~q.w_rdy):
+                m.d.sync += spoil.eq(1)
+            with m.Elif(arrive & self.link.flit.last):
+                m.d.sync += spoil.eq(0)
             m.d.comb += [
                 arrive.eq(self.link.valid & (self.link.vc == v)),
                 q.w_en.eq(arrive),
-                q.w_data.eq(self.link.flit.as_value()),
+                q.w_data.eq(w_flit.as_value()),
                 self.o[v].valid.eq(q.r_rdy),
                 self.o[v].payload.eq(q.r_data),
                 q.r_en.eq(self.o[v].ready),

@@ -26,7 +26,9 @@ partial multicast pass does not free cells, so a mask-queue head that is still a
 all its remaining destinations at once (``REQ_MASK_ALL``). Header errors are known at the header and the packet is dropped whole. A length field that
 disagrees with the ``last`` framing can only be seen at the packet's end, after forwarding may have begun:
 the switch then ends the packet with ``last`` and ``poison`` set on that flit (the cut-through "stomp" of
-InfiniBand/PCIe) and discards any further flits, and the receiver drops the packet.
+InfiniBand/PCIe) and discards any further flits, and the receiver drops the packet. A flit that arrives
+with ``poison`` already set (its sender, or a link before it, found it corrupt) is forwarded as usual and
+the packet's last flit carries ``poison`` too, so the receiver drops that packet as well.
 
 Every error also queues an ``ERROR`` response to this port. Each queued response holds back one link
 credit until it departs, so the error queue (depth ``credits + 1``) can never overflow.
@@ -171,6 +173,7 @@ class InputUnit(wiring.Component):
         cur_hdr = Signal(cell_shape)          # header cell of the packet being received
         cur_q = Signal(range(max(2, n_uc + 1)))   # its queue (never zero-width)
         cur_written = Signal(range(C + 1))    # its flits written so far
+        cur_poison = Signal()                 # a flit of it arrived poisoned: poison its last flit
 
         new_cell = Signal(cell_shape)        # the next-write cell: this cycle's flit goes here
         new_ok = Signal(init=1)
@@ -244,7 +247,8 @@ class InputUnit(wiring.Component):
                 with m.Else():
                     mismatch = rx.flit.last != (exp == 0)
                     m.d.comb += [write.eq(1), enq.eq(1),
-                                 w_last.eq(rx.flit.last | (exp == 0)), w_poison.eq(mismatch)]
+                                 w_last.eq(rx.flit.last | (exp == 0)), w_poison.eq(mismatch | rx.flit.poison)]
+                    m.d.sync += cur_poison.eq(rx.flit.poison)
                     with m.If(mismatch):
                         m.d.comb += [err_push.eq(1), err_code.eq(ErrorCode.LENGTH_MISMATCH.value)]
                         m.d.sync += dropping.eq(~rx.flit.last)
@@ -254,8 +258,10 @@ class InputUnit(wiring.Component):
             with m.Else():   # payload flit of a stored packet
                 final = cur_left == 1
                 mismatch = rx.flit.last != final
-                m.d.comb += [write.eq(1), w_last.eq(rx.flit.last | final), w_poison.eq(mismatch)]
-                m.d.sync += [cur_left.eq(cur_left - 1), cur_written.eq(cur_written + 1)]
+                m.d.comb += [write.eq(1), w_last.eq(rx.flit.last | final),
+                             w_poison.eq(mismatch | rx.flit.poison | ((rx.flit.last | final) & cur_poison))]
+                m.d.sync += [cur_left.eq(cur_left - 1), cur_written.eq(cur_written + 1),
+                             cur_poison.eq(cur_poison | rx.flit.poison)]
                 with m.If(rx.flit.last | final):
                     m.d.sync += in_pkt.eq(0)
                 with m.If(mismatch):

@@ -53,6 +53,9 @@ class VcLinkSource(Agent):
     ``burst`` shape random idle cycles (:class:`Gate`); ``on_sent(packet_id, cycle)`` is called when a
     packet's first flit leaves. ``interleave`` is the chance per flit of switching to the other VC when
     both could send (1.0 alternates, 0.0 sends VC 0 first whenever it can).
+
+    Fault injection (:mod:`verif.faults`): ``credit_filter(vc, n, cycle) -> n'`` rewrites each non-zero
+    credit return as it arrives (drop or duplicate a credit on the wire).
     """
 
     def __init__(self, dut, prefix: str, rng, *, credits, flit_width: int = 128, gap: float = 0.0,
@@ -73,6 +76,7 @@ class VcLinkSource(Agent):
         self.flits_sent = [0] * N_VCS
         self.packets_sent = [0] * N_VCS
         self.last_vc = 0
+        self.credit_filter = None
         self.valid.write(0)
         self.vc.write(0)
 
@@ -125,7 +129,10 @@ class VcLinkSource(Agent):
         bits = self.credit.read()
         if bits:
             for v in range(N_VCS):
-                self.credits[v] += credit_field(bits, v)
+                n = credit_field(bits, v)
+                if n and self.credit_filter is not None:
+                    n = self.credit_filter(v, n, cycle)
+                self.credits[v] += n
 
 
 class VcLinkSink(Agent):
@@ -137,10 +144,19 @@ class VcLinkSink(Agent):
     ``on_flit(vc, flit, cycle)`` each flit. With ``check_class`` a packet whose opcode belongs to the other
     VC raises :class:`VcClassError`; a flit sent on a VC with no credit left raises
     :class:`CreditProtocolError`.
+
+    Fault injection (:mod:`verif.faults`): ``credit_filter(vc, n, cycle) -> n'`` rewrites the credits put
+    on the wire (the buffer still frees ``n``; ``available`` follows what the sender got). A flit that
+    finds the buffer full (possible only after a duplicated credit) raises :class:`CreditProtocolError`,
+    or with ``overflow="drop"`` is dropped like a GPU receive path does (:mod:`hw.gpu_nic.receive_path`):
+    counted in ``overflows``, and its whole packet is discarded (delivered with ``poison`` on its last
+    flit).
     """
 
     def __init__(self, dut, prefix: str, rng, *, credits, flit_width: int = 128, stall=0.0, burst=1.0,
-                 on_packet=None, on_flit=None, batch: int = 1, check_class: bool = True):
+                 on_packet=None, on_flit=None, batch: int = 1, check_class: bool = True, overflow: str = "raise"):
+        if overflow not in ("raise", "drop"):
+            raise ValueError(f"overflow must be 'raise' or 'drop', got {overflow!r}")
         if not 1 <= batch <= CREDIT_RETURN_MAX:
             raise ValueError(f"batch must be in 1..{CREDIT_RETURN_MAX}, got {batch}")
         self.name = prefix
@@ -161,12 +177,17 @@ class VcLinkSink(Agent):
         self.available = list(self.capacity)     # credits the sender holds, as far as we know
         self.to_return = [0] * N_VCS              # buffered flits whose credit is not yet returned
         self.returning = [0] * N_VCS
+        self.wire = [0] * N_VCS                   # credits put on the wire this cycle (after credit_filter)
         self.max_buffered = [0] * N_VCS
         self.partial = [[] for _ in range(N_VCS)]
         self.on_packet = on_packet
         self.on_flit = on_flit
         self.flits = [0] * N_VCS
         self.packets = [0] * N_VCS
+        self.overflow = overflow
+        self.overflows = [0] * N_VCS
+        self.spoiled = [False] * N_VCS
+        self.credit_filter = None
         self.credit.write(0)
 
     def set_stall(self, vc: int, stall: float, burst: float = 1.0, rng=None) -> None:
@@ -182,7 +203,9 @@ class VcLinkSink(Agent):
         for v in range(N_VCS):
             n = min(self.to_return[v], self.batch) if self.to_return[v] and self.gates[v].open() else 0
             self.returning[v] = n
-            word |= n << (CREDIT_RETURN_BITS * v)
+            wire = self.credit_filter(v, n, cycle) if n and self.credit_filter is not None else n
+            self.wire[v] = wire
+            word |= wire << (CREDIT_RETURN_BITS * v)
         self.credit.write(word)
 
     def sample(self, cycle):
@@ -191,12 +214,23 @@ class VcLinkSink(Agent):
             if self.available[v] <= 0:
                 raise CreditProtocolError(f"{self.name}: flit sent on VC {v} without a credit at cycle {cycle}")
             self.available[v] -= 1
-            self.to_return[v] += 1
-            self.max_buffered[v] = max(self.max_buffered[v], self.to_return[v])
-            self.flits[v] += 1
             bits = self.flit.read()
             d, l, p = self._offsets
             f = Flit((bits >> d) & self._data_mask, bool((bits >> l) & 1), bool((bits >> p) & 1))
+            if self.to_return[v] >= self.capacity[v]:
+                # No room (only after a duplicated credit): the flit is lost, and with it its packet.
+                if self.overflow == "raise":
+                    raise CreditProtocolError(f"{self.name}: flit sent on VC {v} into a full buffer at cycle "
+                                              f"{cycle}")
+                self.overflows[v] += 1
+                self.spoiled[v] = True
+            else:
+                self.to_return[v] += 1
+            self.max_buffered[v] = max(self.max_buffered[v], self.to_return[v])
+            self.flits[v] += 1
+            if self.spoiled[v] and f.last:
+                f = Flit(f.data, True, True)
+                self.spoiled[v] = False
             part = self.partial[v]
             if not part and self.check_class:
                 op = Header.decode(f.data).opcode
@@ -214,4 +248,4 @@ class VcLinkSink(Agent):
         for v in range(N_VCS):
             if self.returning[v]:
                 self.to_return[v] -= self.returning[v]
-                self.available[v] += self.returning[v]
+                self.available[v] += self.wire[v]

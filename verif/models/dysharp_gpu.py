@@ -28,6 +28,11 @@ Fault injection: ``silent_red_read`` (never answer a ``RED_READ``), ``red_read_l
 ``RED_READ`` that many cycles later than usual: after its entry timed out), ``silent_tlb_fill`` (never answer a
 ``TLB_FILL``), ``red_read_hook(request_header, response_packet) -> [extra packets]`` (sent right after the
 answer: duplicates), and :meth:`inject` (send any packet later: a contribution for a freed entry).
+For the fault campaign (:mod:`verif.faults`): ``silent_after`` (answer that many ``RED_READ`` s, then
+stop answering them: a GPU that dies mid-combine; ``on_silent(request_header)`` is told of each one it
+ignores), ``tlb_fill_garbage(request_header) -> [Packet or flit list]`` (sent instead of the answer when
+``silent_tlb_fill``: a fill that returns garbage) and ``answer_hook(packet) -> [Packet or flit list]``
+(rewrites every answer as it leaves: corrupted flits, bad framing).
 """
 
 import heapq
@@ -49,7 +54,8 @@ class DySharpGpu(Agent):
     def __init__(self, port: int, source, rng, *, latency=(1, 1), fill_latency=None,
                  flit_width: int = 128, mm: MemoryManagerSpec | None = None, memory: GpuMemory | None = None,
                  on_delivery=None, init_word=None, silent_red_read: bool = False,
-                 silent_tlb_fill: bool = False, red_read_hook=None, red_read_late: int = 0):
+                 silent_tlb_fill: bool = False, red_read_hook=None, red_read_late: int = 0,
+                 silent_after: int | None = None, on_silent=None, tlb_fill_garbage=None, answer_hook=None):
         for name, lat in (("latency", latency), ("fill_latency", fill_latency)):
             if lat is not None and (len(lat) != 2 or not 0 <= lat[0] <= lat[1]):
                 raise ValueError(f"{name} must be a (min, max) pair with 0 <= min <= max, got {lat!r}")
@@ -68,6 +74,10 @@ class DySharpGpu(Agent):
         self.silent_tlb_fill = silent_tlb_fill
         self.red_read_hook = red_read_hook
         self.red_read_late = red_read_late
+        self.silent_after = silent_after
+        self.on_silent = on_silent
+        self.tlb_fill_garbage = tlb_fill_garbage
+        self.answer_hook = answer_hook
         self.pending = []            # heap of (due cycle, seq, Packet)
         self._seq = 0
         self.cycle = 0
@@ -98,7 +108,9 @@ class DySharpGpu(Agent):
     def drive(self, cycle):
         self.cycle = cycle
         while self.pending and self.pending[0][0] <= cycle:
-            self.source.send(heapq.heappop(self.pending)[2])
+            p = heapq.heappop(self.pending)[2]
+            for x in self.answer_hook(p) if self.answer_hook else (p,):
+                self.source.send(x)
 
     # -- memory helpers
     def _word(self, flit_addr: int, etype: int | None = None) -> int:
@@ -135,6 +147,10 @@ class DySharpGpu(Agent):
             self._schedule(resp, self.latency)
         elif op == Opcode.RED_READ.value:
             self.red_reads.append((h, cycle))
+            if self.silent_after is not None and len(self.red_read_resps) >= self.silent_after:
+                self.silent_red_read = True
+            if self.silent_red_read and self.on_silent:
+                self.on_silent(h)
             if not self.silent_red_read:
                 base = h.addr // self.flit_bytes
                 data = [self._word(base + k, h.etype) for k in range(h.length)]
@@ -151,6 +167,11 @@ class DySharpGpu(Agent):
                                        f"cycle {cycle}")
             if self.silent_tlb_fill:
                 self.fills.append((h, None, None, cycle))
+                if self.tlb_fill_garbage is not None:
+                    due = self.cycle + self.rng.randint(*self.fill_latency)
+                    for p in self.tlb_fill_garbage(h):
+                        heapq.heappush(self.pending, (due, self._seq, p))
+                        self._seq += 1
             else:
                 addr, code = self.mm.serve(h.group, h.index, h.src)
                 self.fills.append((h, addr, code, cycle))

@@ -18,7 +18,7 @@ Settings (``DYSHARP_ENV``): ``flits`` (per VC), ``gap``, ``stall``.
 
 import cocotb
 
-from hw.packet import Flit, N_VCS, pack_flit, unpack_flit
+from hw.packet import Flit, N_VCS, flit_layout, pack_flit, unpack_flit
 
 from verif.harness import tbenv
 from verif.harness.credit import CreditProtocolError, CreditSource
@@ -95,6 +95,11 @@ class ReceiverModel:
         self.popped = [0] * self.nvc     # set by the monitors' callbacks this cycle
         self.overflows = 0
         self.accepted = 0
+        # VcReceiver (two VCs) poisons a VC's flits after an overflow up to the next `last`; CreditReceiver
+        # (one VC) does not.
+        self.spoil = [False] * self.nvc
+        lay = flit_layout(tbenv.params()["flit_width"])
+        self._last, self._poison = 1 << lay["last"].offset, 1 << lay["poison"].offset
 
     def pop(self, v):
         self.popped[v] += 1
@@ -110,11 +115,15 @@ class ReceiverModel:
         if self.valid.high():
             v = self.vc.read() if self.vc else 0
             if self.level[v] < self.depths[v]:
-                self.sb.expect(v, self.flit.read())
+                bits = self.flit.read()
+                self.sb.expect(v, bits | (self._poison if self.spoil[v] else 0))
+                if bits & self._last:
+                    self.spoil[v] = False
                 self.level[v] += 1
                 self.accepted += 1
             else:
                 self.overflows += 1
+                self.spoil[v] = self.vc is not None
         for v in range(self.nvc):
             self.level[v] -= self.popped[v]
             self.popped[v] = 0
