@@ -4,8 +4,11 @@ Depths: ``depth`` is the k of k-induction and the bound of the base case (a boun
 cycles from reset when induction does not close); ``cover`` bounds the search for each ``Cover``."""
 
 from .credit_link import CreditLinkHarness
+from .reduction import ReductionBufferHarness
 
 BLOCKS = {
     "credit_link": ("credit link: CreditSender -> CreditReceiver (4 credits), any traffic and stalls",
                     lambda: CreditLinkHarness(4), 8, 12),
+    "reduction_buffer": ("reduction buffer (2 entries, 2 flits, timeout 4; int32-add datapath): any allocations, contributions, stalls",
+                         lambda: ReductionBufferHarness(), 18, 18),
 }
