@@ -1,7 +1,8 @@
-"""Formal proofs of the reduction buffer (``dysharp formal reduction_buffer``, :mod:`verif.formal.reduction`):
-a fast subset of the properties holds and is covered; an ALU that ignores its ``chain`` operand (a
-contribution right behind another to the same flit loses the first) must fail "exactly the expected
-contributions"; the whole block (every property, depth 18) is a slow test."""
+"""Formal proofs of the reduction buffer (``dysharp formal reduction_buffer``/``reduction_buffer_live``,
+:mod:`verif.formal.reduction`): a fast subset of the properties holds and is covered; an ALU that ignores
+its ``chain`` operand (a contribution right behind another to the same flit loses the first) must fail
+"exactly the expected contributions"; at 2 entries (below the product's floor) the completion FIFO
+refuses an event and an allocation is never answered; both registered blocks are slow tests."""
 
 import pytest
 
@@ -46,9 +47,36 @@ def test_small_parameters_are_checked():
         ReductionBufferHarness(only=("nope",))
 
 
+def test_two_entries_lose_a_completion_event(tmp_path):
+    """At 2 entries the completion FIFO (``SyncFIFOBuffered(depth=2)``: 1 inner row + an output register)
+    refuses an event written in the cycle after another, so that allocation is never answered. From 3
+    entries on it has room (the reduction_buffer_live block), and the product's floor is 16."""
+    h = ReductionBufferHarness(entries=2, only=("answered",))
+    res, _ = run_formal("rb_two", h, h.props, depth=22, cover_depth=1, workdir=tmp_path)
+    assert res[0].proof.startswith("FAILS"), res
+
+
 @pytest.mark.slow
-def test_reduction_buffer_block_holds_and_every_property_is_covered(tmp_path, capsys):
-    assert main(["formal", "reduction_buffer", "--out", str(tmp_path)]) == 0
+@pytest.mark.parametrize("block,depth,n", [("reduction_buffer", 16, 6), ("reduction_buffer_live", 24, 1)])
+def test_reduction_buffer_blocks_hold_and_every_property_is_covered(block, depth, n, tmp_path, capsys):
+    assert main(["formal", block, "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert out.count("holds to depth 18 (bounded model check)") == 7
-    assert out.count("reached at step") == 7 and "NOT REACHED" not in out and "FAILS" not in out
+    assert out.count(f"holds to depth {depth} (bounded model check)") == n
+    assert out.count("reached at step") == n and "NOT REACHED" not in out and "FAILS" not in out
+
+
+def test_reduction_tag_high_byte_is_documented_in_xtag():
+    """Issue 16 defect 2: the reduction tag's high byte travels in ``route.uni.xtag`` (as the engine's RTL
+    puts it), never in ``route.uni.code`` (the responder's error code). The behaviour is checked bit for
+    bit by ``test_reduction_engine.py::test_full[one-at-a-time]`` (entry 0 is reused 19 times, so its
+    tags pass 256 and every RED_READ header is compared with one built by ``rtag_to_header``)."""
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    doc = (root / "docs" / "reduction.md").read_text()
+    assert "`route.uni.xtag` (high byte)" in doc
+    # "high byte ... route.uni.code" within a sentence, or "route.uni.code (high ...)"
+    wrong = re.compile(r"high (byte|8 bits)[^.]{0,80}UNI_CODE|UNI_CODE\W{0,3}\(high", re.IGNORECASE)
+    for path in ("docs/reduction.md", "hw/switch/reduction_buffer.py", "hw/switch/reduction_engine.py"):
+        text = (root / path).read_text().replace("route.uni.code", "UNI_CODE")
+        assert not wrong.search(text), f"{path} says the tag's high byte is in route.uni.code"

@@ -4,11 +4,13 @@ Depths: ``depth`` is the k of k-induction and the bound of the base case (a boun
 cycles from reset when induction does not close); ``cover`` bounds the search for each ``Cover``."""
 
 from .credit_link import CreditLinkHarness
-from .reduction import ReductionBufferHarness
+from .reduction import LIVENESS_KEYS, SAFETY_KEYS, ReductionBufferHarness
 
 BLOCKS = {
     "credit_link": ("credit link: CreditSender -> CreditReceiver (4 credits), any traffic and stalls",
                     lambda: CreditLinkHarness(4), 8, 12),
     "reduction_buffer": ("reduction buffer (2 entries, 2 flits, timeout 4; int32-add datapath): any allocations, contributions, stalls",
-                         lambda: ReductionBufferHarness(), 18, 18),
+                         lambda: ReductionBufferHarness(entries=2, only=SAFETY_KEYS), 16, 16),
+    "reduction_buffer_live": ("reduction buffer, bounded liveness (3 entries, else as reduction_buffer; to a timeout and a full drain)",
+                              lambda: ReductionBufferHarness(only=LIVENESS_KEYS), 24, 24),
 }

@@ -2,12 +2,19 @@
 
 The REAL buffer is instantiated through :class:`SmallReductionBuffer`, which only lowers the parameter
 floor (``entries >= 2``, ``timeout >= 4``; the product floor of 16 entries and 64 cycles exists for the
-silicon, not for the logic): 2 entries, ``max_length`` 2, 128-bit flits, a timeout of 4 cycles. Every
+silicon, not for the logic): 2 or 3 entries, ``max_length`` 2, 128-bit flits, a timeout of 4 cycles. Every
 mechanism is present at that size: entry choice, generations, the 2-row partial memory per entry with both
 forwarding paths, the per-flit counts and touched bits, the timeout scanner and its hold-up, the completion
-FIFO and the drain. Nothing in the control logic depends on the number of entries or flits beyond index
-widths, so the properties generalise to the product sizes; what does not is the length of the bound
-(the proofs are bounded, see :mod:`verif.formal.runner`).
+FIFO and the drain; 3 entries (not a power of two) also exercise the out-of-range entry index. Nothing in
+the control logic depends on the number of entries or flits beyond index widths, so the properties
+generalise to the product sizes; what does not is the length of the bound (the proofs are bounded, see
+:mod:`verif.formal.runner`). One exception, found by this harness: at 2 entries the completion FIFO
+(``SyncFIFOBuffered`` of depth ``entries``: an inner FIFO of ``entries - 1`` rows and an output register)
+refuses a second event written in the cycle after the first, and that entry is never answered
+(``tests/test_formal_reduction.py`` shows it); from 3 entries on it has room, as the buffer's docstring
+says, and the product's floor is 16. So the liveness block (``reduction_buffer_live``) runs at 3 entries;
+the safety properties run at 2 (a third entry makes each step several times dearer for the solver), where
+a lost event only leaves an allocation unanswered, which none of them excludes.
 
 Free inputs: ``alloc`` (valid, ``src``, ``length``, ``expected``, ``etype``), ``grant.ready``,
 ``contrib`` (valid, ``rtag``, ``flit``, ``length``, ``etype``, ``abort``, ``code``) and ``out.ready``: any
@@ -51,14 +58,20 @@ from amaranth.lib.wiring import In
 
 from hw.packet import HEADER_BITS, EType, ErrorCode, HeaderLayout, Opcode, RedOp
 from hw.switch import reduction_buffer as _rb
+from hw.switch import reduction_engine as _re
 from hw.switch.reduce_alu import ReduceALU
 from hw.switch.reduction_buffer import COUNT_BITS, RTAG_BITS, ReductionBuffer
+from hw.switch.reduction_engine import ReductionEngine
 
 from .runner import Properties
 
-__all__ = ["IntAddALU", "SmallReductionBuffer", "ReductionBufferHarness"]
+__all__ = ["IntAddALU", "SmallReductionBuffer", "ReductionBufferHarness", "SmallReductionEngine",
+           "ReductionEngineHarness", "PROPERTY_KEYS", "SAFETY_KEYS",
+           "LIVENESS_KEYS"]
 
 PROPERTY_KEYS = ("once", "exact", "cause", "timeout", "stale", "answered", "framing")
+SAFETY_KEYS = ("once", "exact", "cause", "timeout", "stale", "framing")     # checked to depth 16
+LIVENESS_KEYS = ("answered",)      # needs a longer bound (timeout, scan, drain) but is cheap per step
 SEQ_BITS = 8          # allocation sequence numbers (the requester tag field): no wrap within the bound
 
 
@@ -145,7 +158,7 @@ class ReductionBufferHarness(wiring.Component):
     formal_mode = "bmc"              # induction cannot close without invariants on the SRAM contents
     formal_script = ("memory_map", "opt -full", "opt_dff -sat", "opt_clean")
 
-    def __init__(self, entries: int = 2, max_length: int = 2, timeout: int = 4, liveness_slack: int = 6,
+    def __init__(self, entries: int = 3, max_length: int = 2, timeout: int = 4, liveness_slack: int = 10,
                  alu=IntAddALU, only=None, flit_limit: bool = True):
         unknown = set(only or ()) - set(PROPERTY_KEYS)
         if unknown:
@@ -326,4 +339,158 @@ class ReductionBufferHarness(wiring.Component):
                     (~is_hdr | ((is_resp | is_err) & (o.payload.last == is_err) & (~is_resp | (hdr.length != 0)))) &
                     (~(o_take & in_pkt) | (o.payload.last == (o_idx == o_len - 1))),
                     o_take & in_pkt & o.payload.last & (o_len == 2))
+        return m
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The reduction engine: duplicates and unasked answers never complete an entry early.
+
+class _SmallIntBuffer(SmallReductionBuffer):
+    """The buffer the engine harness builds: lowered floor, int32-add ALU datapath."""
+
+    def __init__(self, **params):
+        super().__init__(alu=IntAddALU, **params)
+
+
+class SmallReductionEngine(ReductionEngine):
+    """The real :class:`ReductionEngine` building a :class:`SmallReductionBuffer` (int32-add datapath) in
+    place of its buffer, so that it accepts 3 entries and a short timeout."""
+
+    def __init__(self, **params):
+        saved, _re.ReductionBuffer = _re.ReductionBuffer, _SmallIntBuffer   # checked and built by this name
+        try:
+            super().__init__(**params)
+        finally:
+            _re.ReductionBuffer = saved
+
+    def elaborate(self, platform):
+        saved, _re.ReductionBuffer = _re.ReductionBuffer, _SmallIntBuffer
+        try:
+            return super().elaborate(platform)
+        finally:
+            _re.ReductionBuffer = saved
+
+
+class ReductionEngineHarness(wiring.Component):
+    """The real :class:`ReductionEngine` (4 ports, 2 entries, ``max_length`` 1, timeout 8,
+    ``defer_translation``: no translation port to model; the buffer through :class:`SmallReductionEngine`)
+    with free ``ld_reduce`` requests and free ``RED_READ_RESP`` traffic.
+
+    Requests: up to ``requests`` header-only ``DYN_LD_REDUCE`` of 1 int32 flit, free destination mask; the
+    harness sets ``src = tag`` = the request's sequence number, so its ``RED_READ`` and its answer name it.
+    Responses: packets of a free header (``src``, rtag, ``length``, ``etype``, error ``code``, ``last``)
+    and payload flits carrying 1 in int32 lane 0, so a ``RED_RESP`` counts the contributions reduced.
+    ``rd.ready`` and ``out.ready`` free.
+
+    Assumption (the network's contract): an answer carrying the chosen request's rtag arrives only after
+    that request's first ``RED_READ`` has left (a destination answers a read it has received; duplicates
+    and answers from destinations that were not asked are free after that). Without it an answer that
+    guesses the tag before the fan-out starts is passed untracked (the engine's documented behaviour).
+
+    Properties: **a RED_RESP only after every asked destination answered, and it reduces exactly one
+    contribution per destination** (a duplicate or unasked answer never completes an entry early nor
+    counts twice); **every request is answered at most once**.
+    """
+
+    formal_engine = "smtbmc yices"
+    formal_mode = "bmc"
+    formal_script = ("memory_map", "opt -full", "opt_dff -sat", "opt_clean")
+
+    def __init__(self, ports: int = 4, entries: int = 2, timeout: int = 8, requests: int = 2,
+                 dup_in_cover: bool = True):
+        self.ports, self.dup_in_cover, self.requests = ports, dup_in_cover, requests
+        self.engine = SmallReductionEngine(ports=ports, entries=entries, max_length=1, flit_width=128,
+                                           timeout=timeout, groups=1, translate_slots=2,
+                                           defer_translation=True)
+        self.props = Properties()
+        super().__init__({
+            "req_valid": In(1), "req_mask": In(ports), "rd_ready": In(1), "out_ready": In(1),
+            "r_valid": In(1), "r_src": In(3), "r_rtag": In(RTAG_BITS), "r_len": In(2), "r_code": In(2),
+            "r_last": In(1), "chosen": In(SEQ_BITS), "target": In(RTAG_BITS),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        P = self.ports
+        m.submodules.eng = e = self.engine
+        EB = e.entry_bits
+
+        # ---- Requests.
+        n_req = Signal(SEQ_BITS)
+        rq = Signal(HeaderLayout)
+        m.d.comb += [rq.opcode.eq(Opcode.DYN_LD_REDUCE), rq.src.eq(n_req), rq.tag.eq(n_req), rq.length.eq(1),
+                     rq.etype.eq(EType.S32), rq.redop.eq(RedOp.ADD), rq.route.dyn.mask.eq(self.req_mask),
+                     e.req.valid.eq(self.req_valid), e.req.payload.data.eq(rq.as_value()),
+                     e.req.payload.last.eq(1), e.rd.ready.eq(self.rd_ready), e.out.ready.eq(self.out_ready),
+                     e.cfg.valid.eq(0)]
+        req_take = e.req.valid & e.req.ready
+        m.d.sync += n_req.eq(n_req + req_take)
+        m.d.comb += Assume(~self.req_valid | (n_req < self.requests))
+
+        first = Signal(init=1)
+        m.d.sync += first.eq(0)
+        k, t = Signal(SEQ_BITS), Signal(RTAG_BITS)
+        k_reg, t_reg = Signal(SEQ_BITS), Signal(RTAG_BITS)
+        m.d.comb += [k.eq(Mux(first, self.chosen, k_reg)), t.eq(Mux(first, self.target, t_reg))]
+        m.d.sync += [k_reg.eq(k), t_reg.eq(t)]
+        mask_k = Signal(P)
+        with m.If(req_take & (n_req == k)):
+            m.d.sync += mask_k.eq(self.req_mask)
+
+        # ---- RED_READs: the first one of request k fixes its rtag (= the free constant t).
+        rdh = Signal(HeaderLayout)
+        m.d.comb += rdh.eq(e.rd.payload.data[0:HEADER_BITS])
+        rd_k = e.rd.valid & e.rd.ready & (rdh.src == k)
+        known = Signal()
+        with m.If(rd_k):
+            m.d.sync += known.eq(1)
+        m.d.comb += Assume(~rd_k | (Cat(rdh.tag, rdh.route.uni.xtag) == t))
+
+        # ---- Responses: header, then payload flits until last.
+        in_pkt = Signal()
+        m.d.comb += Assume(self.r_rtag[EB:] < 4)
+        rh = Signal(HeaderLayout)
+        m.d.comb += [rh.opcode.eq(Opcode.RED_READ_RESP), rh.src.eq(self.r_src), rh.tag.eq(self.r_rtag[0:8]),
+                     rh.route.uni.xtag.eq(self.r_rtag[8:16]), rh.length.eq(self.r_len),
+                     rh.etype.eq(EType.S32), rh.route.uni.code.as_value().eq(self.r_code)]
+        m.d.comb += [e.resp.valid.eq(self.r_valid), e.resp.payload.last.eq(self.r_last),
+                     e.resp.payload.data.eq(Mux(in_pkt, 1, rh.as_value()))]
+        resp_take = e.resp.valid & e.resp.ready
+        with m.If(resp_take):
+            m.d.sync += in_pkt.eq(~self.r_last)
+        hdr_t = resp_take & ~in_pkt & (self.r_rtag == t)
+        m.d.comb += Assume(~(self.r_valid & ~in_pkt & (self.r_rtag == t)) | known)
+        answered = Signal(P)           # destinations of k that sent a good answer (code 0) so far
+        dup_seen = Signal()
+        src_bit = Signal(P)
+        m.d.comb += src_bit.eq(Mux(self.r_src < P, Const(1, P) << self.r_src[0:2], 0))
+        with m.If(hdr_t & (self.r_code == 0)):
+            m.d.sync += answered.eq(answered | src_bit)
+            with m.If((answered & src_bit).any()):
+                m.d.sync += dup_seen.eq(1)
+
+        # ---- Answers on out.
+        o = e.out
+        o_take = o.valid & o.ready
+        oh = Signal(HeaderLayout)
+        m.d.comb += oh.eq(o.payload.data[0:HEADER_BITS])
+        o_in = Signal()
+        o_k = Signal()
+        with m.If(o_take):
+            m.d.sync += o_in.eq(~o.payload.last)
+            with m.If(~o_in):
+                m.d.sync += o_k.eq(oh.tag == k)
+        hdr_k = o_take & ~o_in & (oh.tag == k)
+        resp_k = hdr_k & (oh.opcode == Opcode.RED_RESP)
+        pay_k = o_take & o_in & o_k
+        n_ans = Signal(2)
+        with m.If(hdr_k & (n_ans != 3)):
+            m.d.sync += n_ans.eq(n_ans + 1)
+        expected = sum(mask_k[i] for i in range(P))
+
+        p = self.props
+        p.check(m, "a RED_RESP only after every asked destination answered, one contribution each",
+                (~resp_k | ((mask_k & ~answered) == 0)) & (~pay_k | (o.payload.data[0:32] == expected)),
+                pay_k & (expected == 2) & (dup_seen if self.dup_in_cover else 1))
+        p.check(m, "every request is answered at most once", n_ans <= 1, hdr_k & (expected == 2))
         return m
