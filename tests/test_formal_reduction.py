@@ -2,12 +2,14 @@
 :mod:`verif.formal.reduction`): a fast subset of the properties holds and is covered; an ALU that ignores
 its ``chain`` operand (a contribution right behind another to the same flit loses the first) must fail
 "exactly the expected contributions"; at 2 entries (below the product's floor) the completion FIFO
-refuses an event and an allocation is never answered; both registered blocks are slow tests."""
+refuses an event and an allocation is never answered; the reduction engine completes an entry early when
+an answer guesses its tag before its fan-out starts (outside the network's contract); the registered
+blocks are slow tests."""
 
 import pytest
 
 from dysharp.cli import main
-from verif.formal.reduction import IntAddALU, ReductionBufferHarness, SmallReductionBuffer
+from verif.formal.reduction import IntAddALU, ReductionBufferHarness, ReductionEngineHarness, SmallReductionBuffer
 from verif.formal.runner import run_formal
 
 
@@ -56,8 +58,20 @@ def test_two_entries_lose_a_completion_event(tmp_path):
     assert res[0].proof.startswith("FAILS"), res
 
 
+def test_engine_answer_before_its_read_completes_an_entry_early(tmp_path):
+    """An answer that carries an allocated entry's tag before the entry's fan-out has started (no
+    RED_READ with that tag has left) passes the engine's duplicate/unasked filter untracked and is
+    reduced: with the network's contract dropped, "a RED_RESP only after every asked destination
+    answered" fails. Under the contract it holds (the reduction_engine block)."""
+    h = ReductionEngineHarness(answers_after_reads=False)
+    res, _ = run_formal("re_early", h, h.props, depth=12, cover_depth=1, workdir=tmp_path)
+    by = {r.name: r for r in res}
+    assert by["a RED_RESP only after every asked destination answered, one contribution each"].proof.startswith("FAILS")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("block,depth,n", [("reduction_buffer", 16, 6), ("reduction_buffer_live", 24, 1)])
+@pytest.mark.parametrize("block,depth,n", [("reduction_buffer", 16, 6), ("reduction_buffer_live", 24, 1),
+                                           ("reduction_engine", 20, 2)])
 def test_reduction_buffer_blocks_hold_and_every_property_is_covered(block, depth, n, tmp_path, capsys):
     assert main(["formal", block, "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out

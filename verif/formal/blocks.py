@@ -4,7 +4,7 @@ Depths: ``depth`` is the k of k-induction and the bound of the base case (a boun
 cycles from reset when induction does not close); ``cover`` bounds the search for each ``Cover``."""
 
 from .credit_link import CreditLinkHarness
-from .reduction import LIVENESS_KEYS, SAFETY_KEYS, ReductionBufferHarness
+from .reduction import LIVENESS_KEYS, SAFETY_KEYS, ReductionBufferHarness, ReductionEngineHarness
 
 BLOCKS = {
     "credit_link": ("credit link: CreditSender -> CreditReceiver (4 credits), any traffic and stalls",
@@ -13,4 +13,6 @@ BLOCKS = {
                          lambda: ReductionBufferHarness(entries=2, only=SAFETY_KEYS), 16, 16),
     "reduction_buffer_live": ("reduction buffer, bounded liveness (3 entries, else as reduction_buffer; to a timeout and a full drain)",
                               lambda: ReductionBufferHarness(only=LIVENESS_KEYS), 24, 24),
+    "reduction_engine": ("reduction engine (4 ports, 2 entries, 1 flit, deferred translation): 2 requests, any answers after their reads",
+                         lambda: ReductionEngineHarness(), 20, 20),
 }
