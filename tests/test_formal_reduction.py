@@ -58,6 +58,15 @@ def test_two_entries_lose_a_completion_event(tmp_path):
     assert res[0].proof.startswith("FAILS"), res
 
 
+def test_buffer_relies_on_at_most_expected_contributions_per_flit(tmp_path):
+    """Without the contract (each destination contributes each flit once), a contribution to a flit that
+    has already reached ``expected`` while another flit of its entry is pending is still reduced, and the
+    RED_RESP carries one contribution too many (the buffer has no source field to tell)."""
+    h = ReductionBufferHarness(entries=2, only=("exact",), flit_limit=False)
+    res, _ = run_formal("rb_flit_limit", h, h.props, depth=14, cover_depth=1, workdir=tmp_path)
+    assert res[0].proof.startswith("FAILS"), res
+
+
 def test_engine_answer_before_its_read_completes_an_entry_early(tmp_path):
     """An answer that carries an allocated entry's tag before the entry's fan-out has started (no
     RED_READ with that tag has left) passes the engine's duplicate/unasked filter untracked and is

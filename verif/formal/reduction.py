@@ -33,7 +33,9 @@ Assumptions (the buffer's documented contract with the engine, nothing more):
   ``max_length + 1`` (every larger value is a mismatch like these), ``expected`` at most 3;
 * the chosen allocation (below) gets at most ``expected`` well-formed contributions per flit while it is
   in flight: each destination contributes each flit once, which the engine enforces per destination
-  (its ``asked``/``answered`` masks); the buffer itself has no source field to tell duplicates apart.
+  (its ``asked``/``answered`` masks); the buffer itself has no source field to tell duplicates apart,
+  and without this assumption a contribution to a flit that is already final, while another flit of the
+  entry is pending, is reduced into the result (``flit_limit=False`` shows it).
 
 Ghost state: one allocation ``k`` is chosen by a free input held from the first cycle (so the proof covers
 every allocation); a reference model of it (its rtag from the grant, per-flit contribution counts, how and
