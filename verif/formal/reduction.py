@@ -1,4 +1,5 @@
-"""Formal harness of the reduction buffer (:class:`~hw.switch.reduction_buffer.ReductionBuffer`).
+"""Formal harnesses of the reduction buffer (:class:`~hw.switch.reduction_buffer.ReductionBuffer`, this
+docstring) and of the reduction engine (:class:`ReductionEngineHarness`: duplicates never complete early).
 
 The REAL buffer is instantiated through :class:`SmallReductionBuffer`, which only lowers the parameter
 floor (``entries >= 2``, ``timeout >= 4``; the product floor of 16 entries and 64 cycles exists for the
@@ -14,7 +15,9 @@ refuses a second event written in the cycle after the first, and that entry is n
 (``tests/test_formal_reduction.py`` shows it); from 3 entries on it has room, as the buffer's docstring
 says, and the product's floor is 16. So the liveness block (``reduction_buffer_live``) runs at 3 entries;
 the safety properties run at 2 (a third entry makes each step several times dearer for the solver), where
-a lost event only leaves an allocation unanswered, which none of them excludes.
+a lost event only leaves an allocation unanswered, which none of them excludes. The buffer's ALU
+sub-block is :class:`IntAddALU` (the real ALU's int32-add datapath, same ports, pipeline and operand
+selection; ``alu=None`` builds the real one, at a far higher solver cost).
 
 Free inputs: ``alloc`` (valid, ``src``, ``length``, ``expected``, ``etype``), ``grant.ready``,
 ``contrib`` (valid, ``rtag``, ``flit``, ``length``, ``etype``, ``abort``, ``code``) and ``out.ready``: any
