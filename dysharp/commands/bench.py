@@ -11,6 +11,7 @@ BENCHES = {
     "token_tracker": ("verif.bench.token_tracker", "GPU side: tile table rate/latency, dynamic vs unicast uplink flits, cells vs depth"),
     "elab": ("verif.bench.elab", "Verilog generation time, size and peak memory against the switch's port count"),
     "dysharp_switch": ("verif.bench.dysharp_switch", "DySHARP switch: dispatch vs NVSwitch, combine at the uplink bound, fused mix, zero-load latency"),
+    "soak": ("verif.bench.soak", "DySHARP switch soak: one run of >= 10^6 cycles of mixed dispatch/combine under random stalls, memory latency and TLB misses; 0 lost/duplicated/mismatched, no deadlock"),
     "reduction": ("verif.bench.reduction", "in-switch reduction: ALU conformance, buffer absorption, ld_reduce throughput vs entries"),
 }
 

@@ -17,9 +17,11 @@ one per packet delivered on a tx port, in delivery order.
 
 The two-VC harness (``vc_main.cpp``, the DySHARP switch) has its own pair: :class:`VcTraffic`
 (``DYSVTR01``: the packets with their VC, the GPU models' memory-manager groups and first-touch preloads,
-the ``cfg`` words, fill and read latencies, random-backpressure probability and seed) and :class:`VcLog`
-(``DYSVLG01``: every packet each GPU received with all its flits, every response it sent, per-cycle link
-activity per VC and direction, and ``status`` samples); the layouts are in their writer and reader.
+the ``cfg`` words, fill and read latencies, random-backpressure probability and seed, and in header words
+14 and 15 the latency jitter and sender-stall probability, 0 in files written before them) and
+:class:`VcLog` (``DYSVLG01``: every packet each GPU received with all its flits, every response it sent,
+per-cycle link activity per VC and direction, ``status`` samples and the stall tallies); the layouts are in
+their writer and reader.
 """
 
 import dataclasses
@@ -266,7 +268,10 @@ class VcTraffic:
     is a first touch before cycle 1, in list order); ``cfg`` are the words of the DUT's ``cfg`` payload,
     written one per cycle after reset; ``stall`` is the probability (1/65536 units) that a GPU returns no
     credit on a VC in a cycle (seeded by ``seed``); ``status_period`` > 0 samples the ``status`` output every
-    that many cycles (it is always sampled once after the run)."""
+    that many cycles (it is always sampled once after the run). ``jitter`` > 0 draws each response's latency
+    uniformly from [``fill_latency`` or ``read_latency``, that + ``jitter``] (so a GPU answers out of order);
+    ``send_stall`` is the probability (1/65536 units) that a GPU's sender idles in a cycle. Both 0 (the
+    default) leave a run cycle-identical to one without them."""
     ports: int
     words: int
     arrival: np.ndarray      # int64[P]
@@ -284,6 +289,8 @@ class VcTraffic:
     stall: int = 0
     seed: int = 1
     status_period: int = 0
+    jitter: int = 0
+    send_stall: int = 0
 
     def __post_init__(self):
         P = len(self.arrival)
@@ -301,11 +308,13 @@ class VcTraffic:
                 raise ValueError("traffic: vc must be 0 or 1")
             if self.nflits.min() < 1 or (self.first + self.nflits).max() > len(self.flits):
                 raise ValueError("traffic: packet flit ranges fall outside the flit array")
-        for name in ("fill_latency", "read_latency"):
+        for name in ("fill_latency", "read_latency", "jitter"):
             if not 0 <= getattr(self, name) < 1 << 40:
                 raise ValueError(f"traffic: {name} must be >= 0, got {getattr(self, name)}")
         if not 0 <= self.stall < STALL_ONE:
             raise ValueError(f"traffic: stall must be in 0..{STALL_ONE - 1} (units of 1/65536)")
+        if not 0 <= self.send_stall < STALL_ONE:
+            raise ValueError(f"traffic: send_stall must be in 0..{STALL_ONE - 1} (units of 1/65536)")
         if self.preloads is not None and (self.preloads.ndim != 2 or self.preloads.shape[1] != 4):
             raise ValueError("traffic: preloads must be [Q, 4] (port, group, index, src)")
 
@@ -328,7 +337,7 @@ def write_vc_traffic(t: VcTraffic, path: str | Path) -> Path:
         f.write(VC_TRAFFIC_MAGIC)
         np.array([t.ports, t.words, t.packets, len(t.flits), t.run_cycles, len(groups), len(pre), len(cfg),
                   cfg.shape[1] if cfg.ndim == 2 else 0, t.fill_latency, t.read_latency, t.stall, t.seed,
-                  t.status_period, 0, 0], "<i8").tofile(f)
+                  t.status_period, t.jitter, t.send_stall], "<i8").tofile(f)
         np.ascontiguousarray(t.arrival, "<i8").tofile(f)
         np.ascontiguousarray(t.src, "<i4").tofile(f)
         np.ascontiguousarray(t.vc, "<i4").tofile(f)
@@ -348,7 +357,8 @@ class VcLog:
     packet a GPU received, in completion order; its flits are ``rxflits[flit0:flit0 + nflits]``), ``tx``
     (:func:`vc_tx_dtype`, one record per response the GPU models sent, in send order), ``status`` samples
     (``status_cycles[K]``, ``status[K, words]``; the last row is the end state), ``unsent`` (responses still
-    waiting at the end)."""
+    waiting at the end), ``stalls`` (credit-return draws, of them stalled, sender draws, of them stalled;
+    zeros for a log written before the tallies)."""
     ports: int
     words: int
     run_cycles: int
@@ -362,6 +372,7 @@ class VcLog:
     status_cycles: np.ndarray
     status: np.ndarray
     unsent: int = 0
+    stalls: tuple = (0, 0, 0, 0)
 
     @property
     def cycles_per_s(self) -> float:
@@ -389,9 +400,12 @@ def read_vc_log(path: str | Path) -> VcLog:
         tx = np.fromfile(f, vc_tx_dtype(words), T)
         status_cycles = np.fromfile(f, "<i8", K)
         status = np.fromfile(f, "<u4", K * S).reshape(K, S)
+        tally = np.fromfile(f, "<i8", 4)
     if len(status) != K or len(tx) != T:
         raise ValueError(f"{path} is truncated")
-    return VcLog(ports, words, run, loop_ns, cpu_ns, sent, activity, rx, rxflits, tx, status_cycles, status, unsent)
+    stalls = tuple(int(x) for x in tally) if len(tally) == 4 else (0, 0, 0, 0)
+    return VcLog(ports, words, run, loop_ns, cpu_ns, sent, activity, rx, rxflits, tx, status_cycles, status, unsent,
+                 stalls)
 
 
 def pack_packets(packets, flit_width: int = DEFAULT_FLIT_WIDTH) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -101,6 +101,10 @@ class VcReport:
     red_reads: list              # RED_READs received per port
     other: dict                  # other opcodes received: {(vc, opcode name): count}
     result_record: dict = dataclasses.field(default_factory=dict)   # traffic index -> rx record of its result
+    # Failures by kind (all 0 in a report; a ScoreboardError from check_vc carries them as ``.counts``):
+    # lost (store deliveries, answers and RED_READs missing: counted with ``complete`` only), duplicated
+    # (a WRITE twice, an answer or RED_READ too many), mismatched (anything received wrong or unexpected).
+    counts: dict = dataclasses.field(default_factory=lambda: {"lost": 0, "duplicated": 0, "mismatched": 0})
 
 
 def gpu_layouts(traffic, ports: int):
@@ -175,9 +179,11 @@ def check_vc(traffic, log, *, complete: bool = False, show: int = 5) -> VcReport
     fills = [0] * n
     reads = [0] * n
     other = {}
+    counts = {"lost": 0, "duplicated": 0, "mismatched": 0}
     for r, h in enumerate(rheads):
         port, vc = int(rx["port"][r]), int(rx["vc"][r])
         if rx["poison"][r]:
+            counts["mismatched"] += 1
             errors.append(f"a poisoned packet reached GPU {port} (VC {vc}, cycle {rx['last'][r]}): {h}")
         if vc == 0 and h.opcode == Opcode.TLB_FILL.value:
             fills[port] += 1
@@ -187,6 +193,7 @@ def check_vc(traffic, log, *, complete: bool = False, show: int = 5) -> VcReport
         elif not ((vc == 0 and h.opcode == Opcode.WRITE.value) or (vc == 1 and h.opcode == Opcode.RED_RESP.value)):
             key = (vc, Opcode(h.opcode).name if h.opcode in {o.value for o in Opcode} else str(h.opcode))
             other[key] = other.get(key, 0) + 1
+            counts["mismatched"] += 1
             if other[key] <= show:
                 errors.append(f"GPU {port} received an unexpected {key[1]} on VC {vc} at cycle {rx['last'][r]}: {h}")
 
@@ -223,6 +230,7 @@ def check_vc(traffic, log, *, complete: bool = False, show: int = 5) -> VcReport
             elif log.sent[k] < 0 or rx["first"][r] <= log.sent[k]:
                 what = f"before its store was sent (store #{k})"
         if what:
+            counts["duplicated" if what.startswith("twice") else "mismatched"] += 1
             bad.append(f"GPU {port} cycle {rx['last'][r]}: a WRITE {what}")
             continue
         seen[(port, h.addr)] = r
@@ -235,6 +243,7 @@ def check_vc(traffic, log, *, complete: bool = False, show: int = 5) -> VcReport
     done = sum(1 for k in stores if got.get(k, 0) == heads[k].mask)
     if complete and done != len(stores):
         missing = [k for k in stores if got.get(k, 0) != heads[k].mask]
+        counts["lost"] += sum(bin(heads[k].mask & ~got.get(k, 0)).count("1") for k in missing)
         errors.append(f"{len(missing)} of {len(stores)} stores did not reach every destination (first: " +
                       ", ".join(f"#{k} src {heads[k].src} mask {heads[k].mask:#x} got {got.get(k, 0):#x}"
                                 for k in missing[:show]) + ")")
@@ -255,6 +264,7 @@ def check_vc(traffic, log, *, complete: bool = False, show: int = 5) -> VcReport
         queue = waiting.get((port, h.tag), [])
         k = queue[0] if queue else None
         if k is None or log.sent[k] >= rx["first"][r]:
+            counts["duplicated"] += 1
             bad.append(f"GPU {port} cycle {rx['last'][r]}: a RED_RESP for no outstanding request ({h})")
             continue
         queue.pop(0)
@@ -262,8 +272,10 @@ def check_vc(traffic, log, *, complete: bool = False, show: int = 5) -> VcReport
         want = expected_reduction(t, specs)
         body = [words_to_int(f[:HEAD_WORDS]) for f in log.packet(r)[1:]]
         if h.dst != port or h.length != t.length or h.etype != t.etype or h.redop != t.redop or h.code:
+            counts["mismatched"] += 1
             bad.append(f"GPU {port} cycle {rx['last'][r]}: RED_RESP header {h} for request #{k} {t}")
         elif want is None or body != want:
+            counts["mismatched"] += 1
             bad.append(f"GPU {port} cycle {rx['last'][r]}: RED_RESP data differs from the reduction of request #{k}")
         else:
             results += 1
@@ -274,14 +286,19 @@ def check_vc(traffic, log, *, complete: bool = False, show: int = 5) -> VcReport
     if complete:
         left = [k for q in waiting.values() for k in q]
         unsent = [k for k in reds if log.sent[k] < 0]
+        counts["lost"] += len(left) + len(unsent)
         if left or unsent:
             errors.append(f"{len(left) + len(unsent)} of {len(reds)} ld_reduce requests were not answered")
         want_reads = [sum(1 for k in reds if (heads[k].mask >> d) & 1) for d in range(n)]
+        counts["lost"] += sum(max(0, w - g) for g, w in zip(reads, want_reads))
+        counts["duplicated"] += sum(max(0, g - w) for g, w in zip(reads, want_reads))
         if reads != want_reads:
             errors.append(f"RED_READs received per GPU {reads}, the requests name {want_reads}")
         if log.unsent:
             errors.append(f"{log.unsent} GPU responses were still waiting at the end of the run")
     if errors:
-        raise ScoreboardError("two-VC log fails the scoreboard: " + "; ".join(errors))
+        err = ScoreboardError("two-VC log fails the scoreboard: " + "; ".join(errors))
+        err.counts = counts
+        raise err
     return VcReport(len(stores), len(seen), done, store_lat, len(reds), results, result_lat, fills, reads, other,
-                    result_record)
+                    result_record, counts)

@@ -14,6 +14,13 @@
 //     verif/models/memory_manager.MemoryManagerSpec.serve), RED_READ -> RED_READ_RESP and READ ->
 //     READ_RESP after READ_LATENCY cycles with data word(gpu, addr + 16 k) (word: see gpu_word below and
 //     verif/harness/fastsim/files.vc_word). Responses leave on VC 1 in (ready cycle, creation) order.
+//   * random memory latency (JITTER, header word 14; 0 = off): every response's latency is drawn uniformly
+//     from [FILL_LATENCY or READ_LATENCY, that + JITTER] by a second seeded xorshift, so a GPU answers
+//     different requests out of order;
+//   * random sender stalls (SEND_STALL, header word 15; 0 = off): in a cycle a third xorshift idles the
+//     GPU's sender (both VCs) with probability SEND_STALL/65536, so every link stalls in both directions.
+//     With both words 0 no extra draw is made: a run is cycle-identical to one without these features.
+//     The log ends with the stall tallies (credit-return draws and stalls, sender draws and stalls).
 // Cycle structure as in credit_main.cpp: reset for three edges; the cfg words, one per edge; then per
 // cycle: rising edge, drive (GPU flits and credit returns), falling edge + eval, sample.
 // File formats: verif/harness/fastsim/files.py (VcTraffic, VcLog).
@@ -165,6 +172,17 @@ int main(int argc, char** argv) {
     const int64_t cfg_words = hdr[8], fill_latency = hdr[9], read_latency = hdr[10], stall = hdr[11];
     uint64_t rng = uint64_t(hdr[12]) * 0x9E3779B97F4A7C15ULL + 0x2545F4914F6CDD1DULL;
     const int64_t status_period = hdr[13];
+    const int64_t jitter = hdr[14], send_stall = hdr[15];
+    if (jitter < 0 || send_stall < 0 || send_stall >= 65536) die("traffic file's jitter or sender stall is out of range");
+    // Separate streams: the credit-stall sequence of a seed does not depend on the jitter or sender stalls.
+    uint64_t rng_lat = uint64_t(hdr[12]) * 0xD1B54A32D192ED03ULL + 0x8CB92BA72F3D8DD7ULL;
+    uint64_t rng_send = uint64_t(hdr[12]) * 0xA0761D6478BD642FULL + 0xE7037ED1A0B428DBULL;
+    int64_t tally[4] = {};   // credit-return draws, of them stalled; sender draws, of them stalled
+    auto xorshift = [](uint64_t& r) { r ^= r << 13; r ^= r >> 7; r ^= r << 17; return r; };
+    auto extra_latency = [&]() -> int64_t {
+        if (!jitter) return 0;
+        return int64_t((xorshift(rng_lat) >> 11) % uint64_t(jitter + 1));
+    };
     if (ncfg && cfg_words != CFG_WORDS) die("traffic file's cfg words do not match the design's cfg port");
     std::vector<int64_t> arrival, first;
     std::vector<int32_t> src, vcs, nflits;
@@ -240,7 +258,7 @@ int main(int argc, char** argv) {
             setf(out, F_UNI_DST, port);
             setf(out, F_UNI_CODE, code);
             setf(out, F_UNI_ADDR, addr);
-            latency = fill_latency;
+            latency = fill_latency + extra_latency();
         } else if (op == OP_RED_READ || op == OP_READ) {
             length = int(getf(h, F_LENGTH));
             addr = getf(h, F_UNI_ADDR);
@@ -254,7 +272,7 @@ int main(int argc, char** argv) {
             }
             setf(out, F_UNI_DST, getf(h, F_SRC));
             setf(out, F_UNI_XTAG, getf(h, F_UNI_XTAG));
-            latency = read_latency;
+            latency = read_latency + extra_latency();
         } else {
             return;
         }
@@ -307,6 +325,10 @@ int main(int argc, char** argv) {
         }
         uint8_t* act = &activity[size_t(cycle - 1) * N];
         for (int i = 0; i < N; ++i) {
+            if (send_stall) {
+                ++tally[2];
+                if (int64_t(xorshift(rng_send) >> 48) < send_stall) { ++tally[3]; *p.rx_valid[i] = 0; continue; }
+            }
             bool can[2];
             for (int v = 0; v < 2; ++v) can[v] = !queue[i][v].empty() && credits[i][v] > 0;
             int v = -1;
@@ -350,6 +372,8 @@ int main(int argc, char** argv) {
                 if (stall) {
                     rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
                     stalled = int64_t(rng >> 48) < stall;
+                    ++tally[0];
+                    tally[1] += stalled;
                 }
                 ret[j][v] = (buffered[j][v] > 0 && !stalled) ? 1 : 0;
                 c |= uint8_t(ret[j][v] << (2 * v));
@@ -418,6 +442,7 @@ int main(int argc, char** argv) {
     write_all(lf, txrec.data(), txrec.size());
     write_all(lf, status_cycles.data(), status_cycles.size());
     write_all(lf, status_words.data(), status_words.size());
+    write_all(lf, tally, 4);
     if (std::fclose(lf)) die("cannot write the log file");
     return 0;
 }
