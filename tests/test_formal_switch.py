@@ -31,7 +31,7 @@ def test_receive_path_bad_packets_commit_nothing(tmp_path, capsys):
 @pytest.mark.slow
 def test_receive_path_cli_table(tmp_path, capsys):
     assert main(["formal", "receive_path", "--out", str(tmp_path)]) == 0
-    _assert_all_hold(capsys.readouterr().out, 4, 8)
+    _assert_all_hold(capsys.readouterr().out, 4, 10)
 
 
 def test_receive_path_that_loses_the_poison_bit_fails(tmp_path):

@@ -11,7 +11,7 @@ BLOCKS = {
     "credit_link": ("credit link: CreditSender -> CreditReceiver (4 credits), any traffic and stalls",
                     lambda: CreditLinkHarness(4), 8, 12),
     "receive_path": ("GPU receive path (3 credits, max_payload 2): a poisoned or misframed packet commits nothing",
-                     lambda: ReceivePathHarness(), 8, 8),
+                     lambda: ReceivePathHarness(), 10, 8),
     "switch": ("NVSwitch datapath (4 ports, 2 active; 4 credits, max_payload 1, speedup 1): atomic, lossless",
                lambda: SwitchHarness(), 9, 10),
 }
