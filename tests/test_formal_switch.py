@@ -19,7 +19,7 @@ def _assert_all_hold(out: str, n: int, depth: int):
     assert out.count("reached at step") == n and "NOT REACHED" not in out and "FAILS" not in out, out
 
 
-def test_receive_path_bad_packets_commit_nothing(tmp_path, capsys):
+def test_receive_path_bad_packets_commit_nothing(tmp_path):
     h = ReceivePathHarness()
     res, _ = run_formal("rp", h, h.props, depth=6, cover_depth=6, workdir=tmp_path, **h.formal_options)
     assert len(res) == 4

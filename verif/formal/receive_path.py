@@ -51,12 +51,12 @@ Properties (each with a ``Cover``):
   bad packet has been counted exactly once, and a good one never is. Cover: two bad packets counted.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
 from hw.gpu_nic.memory_if import BYTE_ADDR_BITS
-from hw.gpu_nic.receive_path import META_ENTRIES, ReceivePath, RxError
+from hw.gpu_nic.receive_path import ReceivePath, RxError
 from hw.packet import HEADER_BITS, HeaderLayout, Opcode, rtl_payload_flits
 
 from .runner import Properties
