@@ -85,3 +85,10 @@ def test_switch_with_an_output_queue_that_repeats_flits_fails(tmp_path, monkeypa
     res, _ = run_formal("sw_mutant", h, h.props, depth=7, cover_depth=2, workdir=tmp_path, **h.formal_options)
     assert any(r.proof.startswith("FAILS") for r in res), res
     assert not any(r.ok for r in res)
+
+
+def test_receive_path_that_loses_the_poison_bit_commits_a_poisoned_packet(tmp_path):
+    h = ReceivePathHarness(strip_poison=True, only="commits nothing to memory")
+    res, _ = run_formal("rp_mutant_wr", h, h.props, depth=6, cover_depth=2, workdir=tmp_path, **h.formal_options)
+    assert [r.name for r in res] == ["a poisoned or misframed packet commits nothing to memory"]
+    assert res[0].proof.startswith("FAILS"), res

@@ -58,7 +58,7 @@ from amaranth.lib.wiring import In
 from hw.packet import HEADER_BITS, HeaderLayout, Opcode, rtl_payload_flits
 from hw.switch.nvswitch import NVSwitch
 
-from .runner import Properties
+from .runner import YICES_BMC, Properties
 
 __all__ = ["SwitchHarness"]
 
@@ -81,7 +81,7 @@ class SwitchHarness(wiring.Component):
             ports=4, credits=credits, out_credits=out_credits, max_payload=1, groups=1, speedup=1,
             iterations=1)
         self.props = Properties()
-        self.formal_options = {"engine": "smtbmc yices", "induction": False, "script_extra": "flatten\nmemory_map\nopt -full\nopt_dff -sat\nopt -full"}
+        self.formal_options = dict(YICES_BMC)
         ports = {}
         for i in range(ACTIVE):
             ports.update({f"valid{i}": In(1), f"op{i}": In(2), f"dst{i}": In(1), f"len{i}": In(1),
