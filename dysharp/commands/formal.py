@@ -22,6 +22,7 @@ def run(args) -> int:
     for name in names:
         what, make, depth, cover = BLOCKS[name]
         h = make()
+        # run_formal reads the harness's ``formal_options`` (another engine, a bounded check only).
         results, wall = run_formal(name, h, h.props, depth=depth, cover_depth=cover, workdir=args.out)
         print(f"{name}: {what}")
         for r in results:

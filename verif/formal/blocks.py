@@ -8,6 +8,8 @@ from .cam import CamHarness
 from .credit_link import CreditLinkHarness
 from .token_tracker import TokenTrackerHarness
 from .reduction import LIVENESS_KEYS, SAFETY_KEYS, ReductionBufferHarness, ReductionEngineHarness
+from .receive_path import ReceivePathHarness
+from .switch import SwitchHarness
 
 BLOCKS = {
     "credit_link": ("credit link: CreditSender -> CreditReceiver (4 credits), any traffic and stalls",
@@ -22,4 +24,8 @@ BLOCKS = {
                               lambda: ReductionBufferHarness(only=LIVENESS_KEYS), 24, 24),
     "reduction_engine": ("reduction engine (4 ports, 2 entries, 1 flit, deferred translation): 2 requests, any answers after their reads",
                          lambda: ReductionEngineHarness(), 20, 20),
+    "receive_path": ("GPU receive path (3 credits, max_payload 2): a poisoned or misframed packet commits nothing",
+                     lambda: ReceivePathHarness(), 10, 8),
+    "switch": ("NVSwitch datapath (4 ports, 2 active; 4 credits, max_payload 1, speedup 1): atomic, lossless",
+               lambda: SwitchHarness(), 9, 10),
 }

@@ -159,9 +159,9 @@ class ReductionBufferHarness(wiring.Component):
     :data:`PROPERTY_KEYS` to check. ``flit_limit=False`` drops the at-most-``expected``-per-flit
     assumption (to show that the buffer relies on it)."""
 
-    formal_engine = "smtbmc yices"
-    formal_mode = "bmc"              # induction cannot close without invariants on the SRAM contents
-    formal_script = ("memory_map", "opt -full", "opt_dff -sat", "opt_clean")
+    # A bounded check with yices (induction cannot close without invariants on the SRAM contents).
+    formal_options = {"engine": "smtbmc yices", "induction": False,
+                      "script_extra": "memory_map\nopt -full\nopt_dff -sat\nopt_clean"}
 
     def __init__(self, entries: int = 3, max_length: int = 2, timeout: int = 4, liveness_slack: int = 10,
                  alu=IntAddALU, only=None, flit_limit: bool = True):
@@ -399,9 +399,9 @@ class ReductionEngineHarness(wiring.Component):
     counts twice); **every request is answered at most once**.
     """
 
-    formal_engine = "smtbmc yices"
-    formal_mode = "bmc"
-    formal_script = ("memory_map", "opt -full", "opt_dff -sat", "opt_clean")
+    # A bounded check with yices (induction cannot close without invariants on the SRAM contents).
+    formal_options = {"engine": "smtbmc yices", "induction": False,
+                      "script_extra": "memory_map\nopt -full\nopt_dff -sat\nopt_clean"}
 
     def __init__(self, ports: int = 4, entries: int = 2, timeout: int = 8, requests: int = 2,
                  answers_after_reads: bool = True):

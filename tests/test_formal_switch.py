@@ -1,0 +1,94 @@
+"""Formal proofs of the GPU receive path and the NVSwitch datapath (``dysharp formal receive_path``,
+``dysharp formal switch``): every property holds to its bounded depth and has a reached ``Cover``; a
+mutant (the poison bit lost on the way into the receive path; an output queue that repeats flits in the
+switch) must fail them, so the proofs can fail."""
+
+import pytest
+from amaranth.hdl import Module, Mux
+
+import hw.switch.nvswitch as nvswitch
+from dysharp.cli import main
+from hw.switch.egress_queue import EgressQueue
+from verif.formal.receive_path import ReceivePathHarness
+from verif.formal.runner import run_formal
+from verif.formal.switch import SwitchHarness
+
+
+def _assert_all_hold(out: str, n: int, depth: int):
+    assert out.count(f"holds to depth {depth}") + out.count("proven (k-induction") == n, out
+    assert out.count("reached at step") == n and "NOT REACHED" not in out and "FAILS" not in out, out
+
+
+def test_receive_path_bad_packets_commit_nothing(tmp_path):
+    h = ReceivePathHarness()
+    res, _ = run_formal("rp", h, h.props, depth=6, cover_depth=6, workdir=tmp_path, **h.formal_options)
+    assert len(res) == 4
+    for r in res:
+        assert r.ok, r
+        assert r.proof == "bounded: holds to depth 6 (BMC)" and r.engine == "smtbmc yices"
+
+
+@pytest.mark.slow
+def test_receive_path_cli_table(tmp_path, capsys):
+    assert main(["formal", "receive_path", "--out", str(tmp_path)]) == 0
+    _assert_all_hold(capsys.readouterr().out, 4, 10)
+
+
+def test_receive_path_that_loses_the_poison_bit_fails(tmp_path):
+    h = ReceivePathHarness(strip_poison=True)
+    res, _ = run_formal("rp_mutant", h, h.props, depth=6, cover_depth=2, workdir=tmp_path, **h.formal_options)
+    by = {r.name: r for r in res}
+    assert by["a poisoned or misframed packet commits nothing to memory"].proof.startswith("FAILS") or \
+        by["every bad packet is counted once (POISONED/LENGTH_MISMATCH/BAD_LENGTH/UNKNOWN_OPCODE)"].proof \
+        .startswith("FAILS"), res
+    assert not all(r.ok for r in res)
+
+
+class StuckEgressQueue(EgressQueue):
+    """A broken output queue: its read pointer never advances, so it repeats its first flit."""
+
+    def elaborate(self, platform):
+        from amaranth.hdl import Signal
+        from amaranth.lib import memory
+        m = Module()
+        D = self.depth
+        m.submodules.mem = mem = memory.Memory(shape=self.width, depth=D, init=[])
+        wptr = Signal(range(D))
+        wp = mem.write_port()
+        m.d.comb += [wp.addr.eq(wptr), wp.data.eq(self.w_data[0]), wp.en.eq(self.w_valid[0])]
+        rp = mem.read_port(domain="comb")
+        pop = self.r.valid & self.r.ready
+        m.d.comb += [rp.addr.eq(0), self.r.payload.eq(rp.data), self.r.valid.eq(self.level != 0)]
+        m.d.sync += [wptr.eq(Mux(wptr == D - 1, 0, wptr + self.w_valid[0])),
+                     self.level.eq(self.level + self.w_valid[0] - pop)]
+        return m
+
+
+def test_switch_packets_atomic_and_conserved(tmp_path):
+    h = SwitchHarness()
+    res, _ = run_formal("sw", h, h.props, depth=7, cover_depth=10, workdir=tmp_path, **h.formal_options)
+    assert len(res) == 4
+    for r in res:
+        assert r.ok, r
+        assert r.proof == "bounded: holds to depth 7 (BMC)" and r.engine == "smtbmc yices"
+
+
+@pytest.mark.slow
+def test_switch_cli_table(tmp_path, capsys):
+    assert main(["formal", "switch", "--out", str(tmp_path)]) == 0
+    _assert_all_hold(capsys.readouterr().out, 4, 9)
+
+
+def test_switch_with_an_output_queue_that_repeats_flits_fails(tmp_path, monkeypatch):
+    monkeypatch.setattr(nvswitch, "EgressQueue", StuckEgressQueue)
+    h = SwitchHarness()
+    res, _ = run_formal("sw_mutant", h, h.props, depth=7, cover_depth=2, workdir=tmp_path, **h.formal_options)
+    assert any(r.proof.startswith("FAILS") for r in res), res
+    assert not any(r.ok for r in res)
+
+
+def test_receive_path_that_loses_the_poison_bit_commits_a_poisoned_packet(tmp_path):
+    h = ReceivePathHarness(strip_poison=True, only="commits nothing to memory")
+    res, _ = run_formal("rp_mutant_wr", h, h.props, depth=6, cover_depth=2, workdir=tmp_path, **h.formal_options)
+    assert [r.name for r in res] == ["a poisoned or misframed packet commits nothing to memory"]
+    assert res[0].proof.startswith("FAILS"), res
