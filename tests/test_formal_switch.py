@@ -25,7 +25,7 @@ def test_receive_path_bad_packets_commit_nothing(tmp_path):
     assert len(res) == 4
     for r in res:
         assert r.ok, r
-        assert r.proof == "bounded: holds to depth 6 (BMC)" and r.engine == "smtbmc yices"
+        assert r.proof == "bounded: holds to depth 6 (bounded model check)" and r.engine == "smtbmc yices"
 
 
 @pytest.mark.slow
@@ -70,7 +70,7 @@ def test_switch_packets_atomic_and_conserved(tmp_path):
     assert len(res) == 4
     for r in res:
         assert r.ok, r
-        assert r.proof == "bounded: holds to depth 7 (BMC)" and r.engine == "smtbmc yices"
+        assert r.proof == "bounded: holds to depth 7 (bounded model check)" and r.engine == "smtbmc yices"
 
 
 @pytest.mark.slow

@@ -167,7 +167,7 @@ def _parse(log: str, props: Properties, depth: int, cover_depth: int, work: Path
         elif induction:
             proof = f"proven (k-induction, k = {depth})"
         elif base_pass or not failed:
-            how = "(induction did not close)" if tried_induction else "(BMC)"
+            how = "(induction did not close)" if tried_induction else "(bounded model check)"
             proof = f"bounded: holds to depth {depth} {how}"
         else:
             proof = "not proven (another property failed first)"
