@@ -28,7 +28,7 @@ class LdReduceUnit(wiring.Component):
                  groups: int = 16, translate_slots: int = 16, row_bytes: int = 14336, rows: int = 1 << 18):
         self.engine = ReductionEngine(ports=ports, entries=entries, max_length=max_length,
                                       flit_width=flit_width, timeout=timeout, outstanding=outstanding,
-                                      groups=groups, translate_slots=translate_slots)
+                                      groups=groups, translate_slots=translate_slots, row_bytes=row_bytes)
         try:
             self.translator = LinearTranslator(ports=ports, row_bytes=row_bytes, rows=rows)
         except ValueError:

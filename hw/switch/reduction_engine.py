@@ -17,7 +17,8 @@ Flow
    ``{group, index, dst, src, tag = slot}`` on ``translate`` (``translate_slots`` outstanding, reused in
    order); the response's ``addr + offset * flit_bytes`` is the ``RED_READ`` address. A translation
    error (``ISOLATION``, ``OUT_OF_BOUNDS``, ``TLB_FAULT``, ...) aborts the entry: the source gets
-   ``ERROR`` with that code. Static ``multimem``: no translation, every member is read at ``route.mm.addr``
+   ``ERROR`` with that code; so does a read that does not fit in its row (``(offset + length) *
+   flit_bytes > row_bytes``: ``OUT_OF_BOUNDS``, never a read of the next row). Static ``multimem``: no translation, every member is read at ``route.mm.addr``
    (NVLS: the same offset on every GPU).
    With ``defer_translation=True`` the engine does not translate: a ``dymultimem`` read leaves at once
    as a ``DYN_RED_READ`` whose ``route.uni.addr`` is a :class:`~hw.packet.DeferredAddr`
@@ -91,7 +92,8 @@ ENGINE_COUNTERS = BUFFER_COUNTERS + ("bad_requests", "bad_responses", "duplicate
 class ReductionEngine(wiring.Component):
     """Parameters: ``ports`` (4..64), ``entries``, ``max_length``, ``flit_width``, ``timeout``,
     ``outstanding`` (see :class:`ReductionBuffer`), ``groups`` (static group-table entries, 1..256),
-    ``translate_slots`` (outstanding translations, 2..256), ``defer_translation`` (bool: ``dymultimem``
+    ``translate_slots`` (outstanding translations, 2..256), ``row_bytes`` (the longest row of a GPU's
+    buffers, for translated reads; default the 10-bit offset's reach), ``defer_translation`` (bool: ``dymultimem``
     reads leave untranslated as ``DYN_RED_READ``; ``translate`` stays idle).
 
     Ports: ``req``, ``resp`` (flit streams in), ``rd``, ``out`` (flit streams out), ``translate`` (AL-TLB
@@ -101,7 +103,8 @@ class ReductionEngine(wiring.Component):
 
     def __init__(self, *, ports: int = 8, entries: int = 64, max_length: int = 16,
                  flit_width: int = DEFAULT_FLIT_WIDTH, timeout: int = 8192, outstanding: int | None = None,
-                 groups: int = 16, translate_slots: int = 16, defer_translation: bool = False):
+                 groups: int = 16, translate_slots: int = 16, defer_translation: bool = False,
+                 row_bytes: int | None = None):
         if not isinstance(defer_translation, bool):
             raise ValueError(f"defer_translation must be a bool, got {defer_translation!r}")
         if not isinstance(ports, int) or not 4 <= ports <= MAX_PORTS:
@@ -110,6 +113,11 @@ class ReductionEngine(wiring.Component):
             raise ValueError(f"translate_slots must be an integer in 2..256, got {translate_slots!r}")
         if not isinstance(groups, int) or not 1 <= groups <= 256:
             raise ValueError(f"groups must be an integer in 1..256, got {groups!r}")
+        if row_bytes is None:      # the reach of the 10-bit flit offset
+            row_bytes = (1 << 10) * (flit_width // 8)
+        if not isinstance(row_bytes, int) or not 1 <= row_bytes <= 1 << 24:
+            raise ValueError(f"row_bytes must be an integer in 1..{1 << 24}, got {row_bytes!r}")
+        self.row_bytes = row_bytes
         # The buffer validates the rest.
         self.buffer_params = dict(entries=entries, max_length=max_length, flit_width=flit_width,
                                   timeout=timeout, outstanding=outstanding)
@@ -295,12 +303,15 @@ class ReductionEngine(wiring.Component):
             tr = self.translate.resp
             m.d.comb += ctx_r.addr.eq(tr.payload.tag)
             c = ctx_r.data
-            tr_ok = tr.payload.code == ErrorCode.NONE
+            # A read that does not fit in its row is OUT_OF_BOUNDS, never a read of the next row.
+            oob = (c.offset + c.length) * flit_bytes > self.row_bytes
+            tr_ok = (tr.payload.code == ErrorCode.NONE) & ~oob
             dyn_flit = red_read(Opcode.RED_READ.value, c.rtag, c.dst, c.src, c.length, c.etype, c.op,
                                 (tr.payload.addr + c.offset * flit_bytes)[0:48])
             dyn_valid = tr.valid & tr_ok
             m.d.comb += [t_abort_valid.eq(tr.valid & ~tr_ok), t_abort_rtag.eq(c.rtag),
-                         t_abort_code.eq(tr.payload.code)]
+                         t_abort_code.eq(Mux(tr.payload.code == ErrorCode.NONE, ErrorCode.OUT_OF_BOUNDS.value,
+                                             tr.payload.code))]
 
             # RED_READ merge (translated first) into the rd FIFO.
             m.d.comb += [

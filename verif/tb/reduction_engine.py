@@ -180,6 +180,8 @@ class EngineEnv:
         self.max_length = p["max_length"]
         self.defer = bool(p.get("defer_translation", False))
         self.rows = p.get("rows", 4096)
+        # The row the engine checks a translated read against (the unit's default is its translator's).
+        self.row_bytes = p.get("row_bytes") or (ROW_BYTES if self.unit else 1024 * self.W // 8)
         self.rng = np.random.default_rng(tbenv.seed())
         self.lat = lat
         self.cycler = Cycler(dut)
@@ -273,7 +275,8 @@ class EngineEnv:
                 dsts = sorted(int(x) for x in rng.choice(self.P, size=n, replace=False))
                 mask = sum(1 << d for d in dsts)
                 index = int(rng.integers(0, self.rows))
-                offset = int(rng.integers(0, 1024))
+                # In the row: a read past it is an error case of its own (test_errors).
+                offset = int(rng.integers(0, min(1024, self.row_bytes // (self.W // 8) - length + 1)))
                 h = Header(opcode=Opcode.DYN_LD_REDUCE, src=src, tag=tag, length=length, etype=etype,
                            redop=op, group=int(rng.integers(0, 256)), mask=mask, index=index, offset=offset)
                 addrs = {d: self.dyn_addr(d, index, offset, h.group) for d in dsts}
@@ -314,7 +317,8 @@ class EngineEnv:
             for d in r.dsts:
                 self.by_addr[(h.src, d, r.addrs[d])] = r
             fails = [d for d in r.dsts if d not in self.bases] if h.opcode == Opcode.DYN_LD_REDUCE.value else []
-            if h.opcode == Opcode.DYN_LD_REDUCE.value and h.index >= self.rows:
+            past_row = not self.defer and (h.offset + h.length) * (self.W // 8) > self.row_bytes
+            if h.opcode == Opcode.DYN_LD_REDUCE.value and (h.index >= self.rows or past_row):
                 fails = list(r.dsts)
                 r.doomed = ErrorCode.OUT_OF_BOUNDS
             elif fails:
@@ -597,6 +601,12 @@ async def test_errors(dut):
         r = fix_dsts(good(static=False))
         r.h.index = env.rows + int(rng.integers(0, 100))
         env.inject(env.fix_addrs(r))
+        # A read past the end of its row (the translated path checks it; deferred: the egress does).
+        last = env.row_bytes // (env.W // 8)
+        if not env.defer and last - env.max_length < 1024:
+            r = fix_dsts(good(static=False))
+            r.h.offset = min(1023, last - r.h.length + 1 + int(rng.integers(0, 4)))
+            env.inject(env.fix_addrs(r))
         if not env.unit:     # an arbitrary AL-TLB fault, only the Python translator can make one
             r = fix_dsts(good(static=False))
             r.doomed = ErrorCode.TLB_FAULT
