@@ -14,7 +14,8 @@ link directions at fanout 4 and d = 4, :func:`~verif.bench.dysharp_switch.fused_
   DeepSeek-V3-like rows of 29 packets, every row new, random masks, one stream per fanout in ``--fanouts``
   (their rows relocated to disjoint indices). Every row misses once at each destination's AL-TLB and then
   hits 28 times, so misses and hits are mixed over the whole run;
-* combine: ``dymultimem.ld_reduce`` (int32 add, 16 flits) to ``d`` random GPUs, one stream per ``d`` in
+* combine: ``dymultimem.ld_reduce`` (int32 add, 16 flits) to ``d`` random GPUs (random sets, not the
+  bench's balanced ones: transient hot spots are part of the soak), one stream per ``d`` in
   ``--contributors`` (:func:`~verif.bench.dysharp_switch.combine_packets`), over a pool of
   ``--combine-rows`` preloaded rows per requester: with the default 16, each port's AL-TLB sees 128
   combine keys for its 64 entries (plus the dispatch rows), so combine lookups miss throughout too. Tags
@@ -142,7 +143,7 @@ def soak_traffic(cfg: SoakConfig):
     reds = []
     for d in cfg.contributors:
         reds += dsw.combine_packets(n, d, load=c * cfg.load / len(cfg.contributors), arrival_cycles=arrivals,
-                                    rng=rng, rows=cfg.combine_rows)
+                                    rng=rng, rows=cfg.combine_rows, balanced=False)   # random sets: hot spots
     # Unique tags among each requester's outstanding requests: renumber in send (arrival) order.
     reds.sort(key=lambda p: p[0])
     count = [0] * n
