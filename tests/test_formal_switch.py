@@ -19,13 +19,18 @@ def _assert_all_hold(out: str, n: int, depth: int):
     assert out.count("reached at step") == n and "NOT REACHED" not in out and "FAILS" not in out, out
 
 
-def test_receive_path_bad_packets_commit_nothing(tmp_path):
-    h = ReceivePathHarness()
-    res, _ = run_formal("rp", h, h.props, depth=6, cover_depth=6, workdir=tmp_path, **h.formal_options)
+def _assert_bounded_holds(name, h, depth, cover_depth, workdir):
+    """Every one of the harness's four properties holds to ``depth`` by a yices bounded check."""
+    res, _ = run_formal(name, h, h.props, depth=depth, cover_depth=cover_depth, workdir=workdir,
+                        **h.formal_options)
     assert len(res) == 4
     for r in res:
         assert r.ok, r
-        assert r.proof == "bounded: holds to depth 6 (bounded model check)" and r.engine == "smtbmc yices"
+        assert r.proof == f"bounded: holds to depth {depth} (bounded model check)" and r.engine == "smtbmc yices"
+
+
+def test_receive_path_bad_packets_commit_nothing(tmp_path):
+    _assert_bounded_holds("rp", ReceivePathHarness(), 6, 6, tmp_path)
 
 
 @pytest.mark.slow
@@ -65,12 +70,7 @@ class StuckEgressQueue(EgressQueue):
 
 
 def test_switch_packets_atomic_and_conserved(tmp_path):
-    h = SwitchHarness()
-    res, _ = run_formal("sw", h, h.props, depth=7, cover_depth=10, workdir=tmp_path, **h.formal_options)
-    assert len(res) == 4
-    for r in res:
-        assert r.ok, r
-        assert r.proof == "bounded: holds to depth 7 (bounded model check)" and r.engine == "smtbmc yices"
+    _assert_bounded_holds("sw", SwitchHarness(), 7, 10, tmp_path)
 
 
 @pytest.mark.slow

@@ -203,21 +203,30 @@ def _link_checks(env, m):
     return st
 
 
+async def _fault_rounds(env, s, inject) -> int:
+    """``rounds`` rounds of good traffic, each followed by ``inject(src)`` at every GPU (it returns how many
+    faulty deliveries it made), then settle; the number injected."""
+    await env.setup()
+    inj = 0
+    for _ in range(s.get("rounds", 6)):
+        _good_round(env)
+        for src in range(env.n):
+            inj += inject(src)
+    await env.settle()
+    return inj
+
+
 async def sc_poison_request(dut, env, s, m):
     """Corrupted WRITEs and dymultimem stores (one bit flipped on one flit, that flit ``poison``) among good
     traffic; a store counts once per destination."""
-    await env.setup()
     rng = env.rng
-    inj = 0
-    for r in range(s.get("rounds", 6)):
-        _good_round(env)
-        for src in range(env.n):
-            env.fault_write(src, rng.randrange(env.n), rng.randint(0, env.max_payload), poison(rng, env.w))
-            inj += 1
-            mask = env.random_mask(src)
-            env.fault_dyn_st(src, mask, rng.randint(1, env.max_payload), poison(rng, env.w))
-            inj += bin(mask).count("1")      # one copy per destination
-    await env.settle()
+
+    def inject(src):
+        env.fault_write(src, rng.randrange(env.n), rng.randint(0, env.max_payload), poison(rng, env.w))
+        mask = env.random_mask(src)
+        env.fault_dyn_st(src, mask, rng.randint(1, env.max_payload), poison(rng, env.w))
+        return 1 + bin(mask).count("1")      # the WRITE, and one store copy per destination
+    inj = await _fault_rounds(env, s, inject)
     st = _link_checks(env, m)
     committed = env.committed_faults()
     seen = sum(env.poisoned_seen.values())
@@ -231,16 +240,13 @@ async def sc_poison_request(dut, env, s, m):
 
 async def sc_framing_request(dut, env, s, m):
     """WRITEs whose ``last`` disagrees with ``length`` (one flit short, one flit long) among good traffic."""
-    await env.setup()
     rng = env.rng
-    inj = 0
-    for r in range(s.get("rounds", 6)):
-        _good_round(env)
-        for src in range(env.n):
-            corrupt = truncate if rng.random() < 0.5 else extend(rng)
-            env.fault_write(src, rng.randrange(env.n), rng.randint(1, env.max_payload), corrupt)
-            inj += 1
-    await env.settle()
+
+    def inject(src):
+        corrupt = truncate if rng.random() < 0.5 else extend(rng)
+        env.fault_write(src, rng.randrange(env.n), rng.randint(1, env.max_payload), corrupt)
+        return 1
+    inj = await _fault_rounds(env, s, inject)
     st = _link_checks(env, m)
     committed = env.committed_faults()
     answered = env.fault_errors[_E.LENGTH_MISMATCH]
