@@ -78,3 +78,13 @@ def test_duplicates_counter_exported():
     for dut in (ReductionEngine(), LdReduceUnit()):
         assert "duplicates" in dut.signature.members and "bad_responses" in dut.signature.members
         dut._MustUse__silence = True     # built only to look at its signature
+
+
+@pytest.mark.parametrize("value", [0, -1, 1 << 25, 16.0, "16k"])
+def test_row_bytes_must_be_a_positive_int(value):
+    from hw.switch.dysharp_switch import DySharpSwitch
+    from hw.switch.reduction_engine import ReductionEngine
+    with pytest.raises(ValueError, match="row_bytes must be an integer in 1.."):
+        ReductionEngine(row_bytes=value)
+    with pytest.raises(ValueError, match="row_bytes must be an integer in 1.."):
+        DySharpSwitch(ports=4, row_bytes=value)
