@@ -23,6 +23,22 @@ class ModelConfig:
     shared: int
     moe_layers: int
     layers: int
+    # Attention and non-MoE parts (end-to-end model, ``end_to_end.py``); field meanings in models.toml.
+    attention: str          # "mla" | "gqa"
+    heads: int
+    kv_heads: int
+    head_dim: int           # GQA (0 for MLA)
+    q_lora_rank: int        # MLA (0 for GQA)
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    local_window: int       # 0: every layer attends to the whole context
+    local_kind: str         # "none" | "sliding" | "chunked"
+    local_layers: int       # layers with the local window
+    dense_ffn: int          # intermediate size of the dense (non-MoE) layers
+    shared_ffn: int         # intermediate size of one shared expert
+    vocab: int
     n_group: int = 0       # DeepSeek group-limited routing: expert groups (0 = unrestricted)
     topk_group: int = 0    # groups a token may pick from
 
@@ -41,6 +57,37 @@ class ModelConfig:
             need(0 < self.topk_group <= self.n_group, "topk_group", "must be in 1..n_group")
             need(self.top_k <= self.topk_group * self.routed_experts // self.n_group, "top_k",
                  "must fit in topk_group groups")
+        self._check_attention(need)
+
+    def _check_attention(self, need):
+        def nat(f):
+            v = getattr(self, f)
+            return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+        mla = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+        for f in ("heads", "kv_heads", "head_dim", "local_window", "local_layers", "dense_ffn", "shared_ffn",
+                  "vocab") + mla:
+            need(nat(f), f, "must be a non-negative integer")
+        need(self.attention in ("mla", "gqa"), "attention", "must be 'mla' or 'gqa'")
+        need(self.heads > 0 and self.vocab > 0, "heads" if self.heads <= 0 else "vocab", "must be positive")
+        if self.attention == "gqa":
+            need(self.head_dim > 0, "head_dim", "must be positive for GQA")
+            need(0 < self.kv_heads <= self.heads and self.heads % self.kv_heads == 0, "kv_heads",
+                 "must be positive and divide heads")
+            for f in mla:
+                need(getattr(self, f) == 0, f, "must be 0 for GQA (an MLA dimension)")
+        else:
+            need(self.head_dim == 0, "head_dim", "must be 0 for MLA (use the qk_*/v_head_dim fields)")
+            for f in mla:
+                need(getattr(self, f) > 0, f, "must be positive for MLA")
+        need(self.local_kind in ("none", "sliding", "chunked"), "local_kind", "must be none, sliding or chunked")
+        need((self.local_kind == "none") == (self.local_window == 0), "local_window",
+             "must be 0 exactly when local_kind is 'none'")
+        need(self.local_layers <= self.layers and (self.local_window > 0 or self.local_layers == 0),
+             "local_layers", "must be 0 without a local window and at most layers")
+        need((self.dense_ffn > 0) == (self.layers > self.moe_layers), "dense_ffn",
+             "must be positive exactly when the model has dense layers (layers > moe_layers)")
+        need((self.shared_ffn > 0) == (self.shared > 0), "shared_ffn",
+             "must be positive exactly when the model has shared experts")
 
 
 def _load_table(path: Path) -> dict:
