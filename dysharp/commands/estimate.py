@@ -52,6 +52,11 @@ def add_arguments(p) -> None:
     p.add_argument("--no-cache", action="store_true",
                    help="with --sweep: recompute every estimate (default: reuse build/cache/estimate)")
     p.add_argument("--out", default="build/estimate", help="output folder (default build/estimate)")
+    p.add_argument("--end-to-end", action="store_true",
+                   help="whole-step time (attention, shared experts, dense layers, LM head) next to the MoE layer")
+    p.add_argument("--context", type=int, default=None,
+                   help="with --end-to-end: tokens per sequence (prefill/training, default tokens/GPU) or cached "
+                        "positions per sequence (decode, default 4096)")
 
 
 def params_from_args(args) -> Params:
@@ -174,6 +179,11 @@ def run(args) -> int:
         print()
         print(format_calibration(cal))
         return 0
+    if getattr(args, "end_to_end", False):
+        from .estimate_e2e import run_end_to_end
+        return run_end_to_end(args, model, system, params, cal, schemes)
+    if getattr(args, "context", None) is not None:
+        raise ValueError("--context applies only with --end-to-end")
     e = estimate(model, system, params, cal, schemes)
     print(format_estimate(e))
     print()

@@ -1,0 +1,60 @@
+"""``dysharp estimate --end-to-end``: whole-step time per scheme next to the MoE layer (``sim_models.end_to_end``).
+
+Prints the table (scheme, MoE layer us, step ms, MoE share, MoE-layer and whole-step speedup of DySHARP)
+and writes ``<out>/end_to_end_<model>_<system>_<mode>.json``.
+"""
+
+import dataclasses
+import json
+from pathlib import Path
+
+from tabulate import tabulate
+
+from sim_models.end_to_end import E2EParams, EndToEnd, end_to_end
+from sim_models.estimator import FULL, SCHEMES
+
+
+def e2e_params_from_args(args) -> E2EParams:
+    if args.context is not None and args.context < 1:
+        raise ValueError(f"--context must be >= 1 position per sequence, got {args.context}")
+    return E2EParams(context=args.context)
+
+
+def format_end_to_end(e: EndToEnd) -> str:
+    est, p = e.estimate, e.estimate.params
+    what = "cached positions per sequence" if p.mode == "decode" else "tokens per sequence"
+    pt = e.parts
+    lines = [f"### End to end: {est.model.name} on {est.system.name}, {p.mode}, {est.tokens_per_gpu} tokens/GPU, "
+             f"context {e.context} ({what})", "",
+             f"Per GPU, per layer: attention {pt.attention * 1e6:.1f} us (projections {pt.attention_proj * 1e6:.1f}, "
+             f"core {pt.attention_core * 1e6:.1f}), shared experts {pt.shared * 1e6:.1f} us, router "
+             f"{pt.router * 1e6:.1f} us; dense layer FFN {pt.dense_ffn * 1e6:.1f} us x {e.dense_layers}; "
+             f"LM head {pt.head * 1e6:.1f} us; {e.moe_layers} MoE layers.", ""]
+    rows = [[SCHEMES[n].label, f"{r.moe_layer * 1e6:.1f}", f"{r.step * 1e3:.2f}", f"{r.moe_share:.0%}",
+             f"{r.layer_speedup:.2f}x", f"{r.step_speedup:.2f}x"] for n, r in e.schemes.items()]
+    lines.append(tabulate(rows, headers=["scheme", "MoE layer us", "step ms", "MoE share",
+                                         "DySHARP MoE-layer speedup", "DySHARP whole-step speedup"],
+                          tablefmt="github", disable_numparse=True))
+    lines += ["", "MoE share: MoE layers x routed MoE layer time / step. Shared experts "
+              + ("overlap the routed path's exposed time" if e.params.shared_overlap else "run after the routed path")
+              + "; DualPipe hides its exposed communication under attention and the shared expert"
+              + ("" if e.params.dualpipe_overlap else " (off)") + ". Model: docs/estimator.md, \"End to end\"."]
+    return "\n".join(lines)
+
+
+def run_end_to_end(args, model, system, params, cal, schemes) -> int:
+    e2e = e2e_params_from_args(args)
+    e = end_to_end(model, system, params, e2e, cal, schemes)
+    print(format_end_to_end(e))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"end_to_end_{model.name}_{e.estimate.system.name}_{params.mode}.json"
+    path.write_text(json.dumps({
+        "model": model.name, "system": e.estimate.system.name, "mode": params.mode,
+        "params": dataclasses.asdict(params), "e2e_params": dataclasses.asdict(e2e), "context": e.context,
+        "tokens_per_gpu": e.estimate.tokens_per_gpu, "gpus": e.estimate.gpus,
+        "dense_layers": e.dense_layers, "moe_layers": e.moe_layers, "parts_s": dataclasses.asdict(e.parts),
+        "schemes": {n: dataclasses.asdict(r) for n, r in e.schemes.items()}, "full": FULL,
+        "calibration": {n: {"value": v, "source": s} for n, v, s in cal.status()}}, indent=1))
+    print(f"\nwrote {path}")
+    return 0
