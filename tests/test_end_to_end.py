@@ -201,3 +201,16 @@ def test_cli_end_to_end(tmp_path, capsys):
         assert msg in capsys.readouterr().err
     assert main(["estimate", "--context", "64", "--out", str(tmp_path)]) == 2
     assert "--context applies only with --end-to-end" in capsys.readouterr().err
+    assert main(["estimate", "--shared-serial", "--out", str(tmp_path)]) == 2
+    assert "--shared-serial applies only with --end-to-end" in capsys.readouterr().err
+    # the switches reach the model: shared experts after the routed path never make a step shorter
+    m = ["estimate", "--end-to-end", "--model", "deepseek-v3", "--system", "hgx-h200", "--tokens", "128",
+         "--schemes", "deepep", "--out", str(tmp_path)]
+    steps = []
+    for extra in ([], ["--shared-serial", "--no-dualpipe-overlap"]):
+        assert main(m + extra) == 0
+        capsys.readouterr()
+        data = json.loads((tmp_path / "end_to_end_deepseek-v3_hgx-h200_prefill.json").read_text())
+        assert data["e2e_params"]["shared_overlap"] == (not extra)
+        steps.append(data["schemes"]["deepep"]["step"])
+    assert steps[0] < steps[1]

@@ -57,6 +57,10 @@ def add_arguments(p) -> None:
     p.add_argument("--context", type=int, default=None,
                    help="with --end-to-end: tokens per sequence (prefill/training, default tokens/GPU) or cached "
                         "positions per sequence (decode, default 4096)")
+    p.add_argument("--shared-serial", action="store_true",
+                   help="with --end-to-end: shared experts run after the routed path (default: in its exposed time)")
+    p.add_argument("--no-dualpipe-overlap", action="store_true",
+                   help="with --end-to-end: DualPipe does not hide communication under attention/shared experts")
 
 
 def params_from_args(args) -> Params:
@@ -182,8 +186,9 @@ def run(args) -> int:
     if getattr(args, "end_to_end", False):
         from .estimate_e2e import run_end_to_end
         return run_end_to_end(args, model, system, params, cal, schemes)
-    if getattr(args, "context", None) is not None:
-        raise ValueError("--context applies only with --end-to-end")
+    for flag in ("context", "shared_serial", "no_dualpipe_overlap"):
+        if getattr(args, flag, None) not in (None, False):
+            raise ValueError(f"--{flag.replace('_', '-')} applies only with --end-to-end")
     e = estimate(model, system, params, cal, schemes)
     print(format_estimate(e))
     print()

@@ -17,7 +17,8 @@ from sim_models.estimator import FULL, SCHEMES
 def e2e_params_from_args(args) -> E2EParams:
     if args.context is not None and args.context < 1:
         raise ValueError(f"--context must be >= 1 position per sequence, got {args.context}")
-    return E2EParams(context=args.context)
+    return E2EParams(context=args.context, shared_overlap=not getattr(args, "shared_serial", False),
+                     dualpipe_overlap=not getattr(args, "no_dualpipe_overlap", False))
 
 
 def format_end_to_end(e: EndToEnd) -> str:
