@@ -62,6 +62,7 @@ __all__ = ["E2EParams", "LayerParts", "SchemeStep", "EndToEnd", "end_to_end", "m
            "attention_parts", "DEFAULT_DECODE_CONTEXT"]
 
 DEFAULT_DECODE_CONTEXT = 4096     # cached positions per sequence in decode (assumption: a 4k-token context)
+MIN_SPLIT_K = 256                 # shallowest K slice of a split-K GEMM (assumption)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +77,7 @@ class E2EParams:
     shared_overlap: bool = True           # shared expert inside the routed path's exposed time
     dualpipe_overlap: bool = True         # DualPipe hides exposed comm under attention + shared expert
     kernel_overhead: bool = True          # every non-MoE kernel pays the system's kernel_overhead_us
+    split_k: bool = True                  # dense GEMMs with fewer CTA blocks than SMs split K (cuBLAS/CUTLASS)
 
     def validate(self):
         def bad(field, what):
@@ -162,17 +164,30 @@ def decode_keys(context: int, window: int = 0, kind: str = "none") -> int:
 class _Gemms:
     """Dense GEMM times (forward) through the tile-aware GEMM model, and the kernel count."""
 
-    def __init__(self, system: SystemConfig, params: Params, dtype: str):
+    def __init__(self, system: SystemConfig, params: Params, dtype: str, split_k: bool = True):
+        self.split_k = split_k
         peak = (system.fp8_tflops if dtype == "fp8" else system.bf16_tflops) * 1e12
         wb = 1 if dtype == "fp8" else 2
         self.model = GemmModel(1, 1, peak, system.hbm_tbps * 1e12, wb, wb, params.gemm_efficiency,
                                params.mem_efficiency, params.tile, params.block_m or 64, params.block_n, system.sms)
 
     def __call__(self, m: int, n: int, k: int, groups: int = 1) -> float:
-        """Seconds of ``groups`` GEMMs ``m x n x k`` in one launch (weights ``n x k`` per group)."""
+        """Seconds of ``groups`` GEMMs ``m x n x k`` in one launch (weights ``n x k`` per group): the tile-aware
+        launch roofline (waves of CTA blocks against the launch's bytes). With ``split_k``, a launch of fewer
+        blocks than SMs may split K over the idle SMs (at least ``MIN_SPLIT_K`` deep per split), paying the
+        FP32 partials' round trip through memory; the fastest split count is taken (1: no split)."""
         if m <= 0:
             return 0.0
-        return self.model.grouped_gemm(groups, m, n, k)
+        gm = self.model
+        blocks = groups * int(gm.blocks(m, n))
+        nbytes = groups * (n * k * gm.weight_bytes + m * (k * gm.act_bytes + n * 2))
+        most = max(1, min(gm.sms // blocks, k // MIN_SPLIT_K)) if self.split_k else 1
+
+        def time(splits):
+            extra = groups * splits * m * n * 4 * 2 if splits > 1 else 0
+            comp = math.ceil(blocks * splits / gm.sms) * gm.block_time(math.ceil(k / splits))
+            return max(comp, (nbytes + extra) / (gm.hbm_bytes_per_s * gm.mem_efficiency))
+        return min(time(s) for s in range(1, most + 1))    # the kernel's heuristic picks the best split
 
     def ffn(self, m: int, h: int, f: int) -> float:
         """A SwiGLU FFN: gate and up (``h -> 2f``), then down (``f -> h``)."""
@@ -183,7 +198,7 @@ def attention_parts(model: ModelConfig, system: SystemConfig, params: Params, e2
                     tokens: int, context: int) -> tuple[float, float, float, float, int]:
     """(projection s, core s, core FLOPs, KV bytes read, kernels) of ONE attention layer per GPU, forward,
     averaged over the model's local and global layers."""
-    g = _Gemms(system, params, params.dtype)
+    g = _Gemms(system, params, params.dtype, e2e.split_k)
     m, h, H = model, model.hidden, model.heads
     bf16 = system.bf16_tflops * 1e12
     hbm = system.hbm_tbps * 1e12
@@ -240,7 +255,7 @@ def end_to_end(model: ModelConfig, system: SystemConfig, params: Params = Params
     mode, T = params.mode, params.tokens
     context = e2e.context or (DEFAULT_DECODE_CONTEXT if mode == "decode" else T)
     ko = system.kernel_overhead_us * 1e-6 * params.latency_scale if e2e.kernel_overhead else 0.0
-    g, g16 = _Gemms(system, params, params.dtype), _Gemms(system, params, "bf16")
+    g, g16 = _Gemms(system, params, params.dtype, e2e.split_k), _Gemms(system, params, "bf16", e2e.split_k)
     h = model.hidden
     # Training: backward GEMMs = 2x forward (data + weight gradients), two kernels each.
     gemm_mult, kern_mult = (3.0, 3) if mode == "training" else (1.0, 1)
