@@ -25,14 +25,15 @@ attention and shared expert of the other (DeepSeek-V3 report, DualPipe and the i
 ``attention + shared + moe - min(exposed, attention + shared)`` per MoE layer.
 
 **Modes.** ``prefill``: each GPU's tokens are sequences of ``context`` tokens (default: all its tokens one
-sequence), causal; the LM head runs on each sequence's last token. ``decode``: ``tokens_per_gpu``
+sequence; a context longer than the GPU's tokens prices them as part of such sequences), causal; the LM head runs on each sequence's last token. ``decode``: ``tokens_per_gpu``
 sequences, one new token each, attending to ``context`` cached positions (default 4096); the LM head on
 every token. ``training``: the prefill forward with the LM head on every token, plus the backward: GEMMs 2x
 their forward time (data and weight gradients), the attention core 2.5x its forward FLOPs (FlashAttention's
 convention: recomputation in the backward), at the same efficiencies.
 
 **Attention.** Projections are GEMMs through :class:`gemm.GemmModel` (the tile-aware roofline of the expert
-GEMMs: 64-row blocks, waves, weights once per launch) in the dispatch dtype (FP8 by default: DeepSeek-V3
+GEMMs: 64-row blocks, waves, weights once per launch; a launch that leaves SMs idle may split K, the fastest
+split count taken) in the dispatch dtype (FP8 by default: DeepSeek-V3
 runs its linear layers in FP8); the LM head and the router in BF16 (DeepSeek-V3 keeps the output head and
 the gating in BF16). The core: prefill and training at ``attention_efficiency`` of the BF16 peak
 (FlashAttention-3: 740 TFLOPS = 75% of H100's BF16 peak, forward, long sequences), against its HBM
@@ -252,6 +253,8 @@ def end_to_end(model: ModelConfig, system: SystemConfig, params: Params = Params
     e2e.validate()
     params.validate()
     est = estimate_result or estimate(model, system, params, calibration, schemes)
+    if est.params != params or est.model != model:
+        raise ValueError("estimate_result was computed for other params or another model than the ones given")
     mode, T = params.mode, params.tokens
     context = e2e.context or (DEFAULT_DECODE_CONTEXT if mode == "decode" else T)
     ko = system.kernel_overhead_us * 1e-6 * params.latency_scale if e2e.kernel_overhead else 0.0

@@ -236,3 +236,11 @@ def test_split_k_for_launches_that_leave_sms_idle():
         assert on(*shape) <= off(*shape)
     fp8 = _Gemms(h100, Params(), "fp8", True)
     assert 2 * 64 * 4096 * 7168 / fp8(64, 4096, 7168) / 1e12 == pytest.approx(287.85, abs=0.1)
+
+
+def test_a_reused_estimate_must_match(dsv3):
+    m, p, est = dsv3
+    with pytest.raises(ValueError, match="estimate_result was computed for other params"):
+        end_to_end(m, H200, dataclasses.replace(p, tokens_per_gpu=128), estimate_result=est)
+    with pytest.raises(ValueError, match="another model"):
+        end_to_end(load_model("kimi-k2"), H200, p, estimate_result=est)
