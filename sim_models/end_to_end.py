@@ -36,8 +36,8 @@ GEMMs: 64-row blocks, waves, weights once per launch; a launch that leaves SMs i
 split count taken) in the dispatch dtype (FP8 by default: DeepSeek-V3
 runs its linear layers in FP8); the LM head and the router in BF16 (DeepSeek-V3 keeps the output head and
 the gating in BF16). The core: prefill and training at ``attention_efficiency`` of the BF16 peak
-(FlashAttention-3: 740 TFLOPS = 75% of H100's BF16 peak, forward, long sequences), against its HBM
-traffic; decode is bound by reading the KV cache at ``decode_mem_efficiency`` of HBM (FlashMLA: 3,000 of
+(FlashAttention-3 on H100, forward, head dim 128, 4k tokens: 638 TFLOPS = 0.645 of the BF16 peak; its
+best, 740 TFLOPS = 75%, needs longer sequences), against its HBM traffic; decode is bound by reading the KV cache at ``decode_mem_efficiency`` of HBM (FlashMLA: 3,000 of
 H800's 3,350 GB/s) against its FLOPs at ``decode_compute_efficiency`` (FlashMLA: 580 TFLOPS of 989). MLA
 in prefill decompresses K and V (``kv_b`` GEMM; head dims qk = nope + rope, v); in decode it attends in the
 latent space (weights absorbed: per head ``q_nope x W_UK`` and ``W_UV`` as grouped GEMMs; one shared latent
@@ -70,7 +70,7 @@ MIN_SPLIT_K = 256                 # shallowest K slice of a split-K GEMM (assump
 class E2EParams:
     context: int | None = None            # prefill/training: sequence length (default tokens_per_gpu);
     #                                       decode: cached positions per sequence (default 4096)
-    attention_efficiency: float = 0.75    # FlashAttention-3, BF16 forward on H100: 740 TFLOPS (75%)
+    attention_efficiency: float = 0.645   # FlashAttention-3 forward, head dim 128, 4k tokens: 638 of 989 TFLOPS
     attention_backward_flops: float = 2.5  # backward / forward FLOPs of the attention core (FlashAttention)
     decode_mem_efficiency: float = 0.9    # FlashMLA: 3,000 GB/s of H800's 3,350 (memory-bound decode)
     decode_compute_efficiency: float = 0.59  # FlashMLA: 580 of 989 TFLOPS (compute-bound decode)
