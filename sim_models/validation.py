@@ -32,7 +32,7 @@ DEEPEP_V1 = "github.com/deepseek-ai/DeepEP, docs/legacy.md (V1 README), \"Normal
 DEEPEP_V1_LL = "github.com/deepseek-ai/DeepEP, docs/legacy.md (V1 README), \"Low-latency kernels\" table"
 DEEPEP_V2 = "github.com/deepseek-ai/DeepEP, README.md (V2), \"Performance\" table"
 MISSION = "MISSION.md, \"Public facts\" (NVLink4 / NCCL)"
-DEEPGEMM = "github.com/deepseek-ai/DeepGEMM README (FP8 tables, H800); sim_models/gemm.py DEEPGEMM_H800"
+DEEPGEMM = "github.com/deepseek-ai/DeepGEMM README, FP8 grouped-GEMM tables (H800)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +84,7 @@ SETUPS: list[Setup] = [
           kind="deepep_dispatch_bw", system="nvl72", gpus=8, tokens=8192,
           model=_shape("deepep-bench", 7168, 256, 8),
           note="nvl72's NVLink5 GPU (18 x 50 GB/s) on 8 GPUs; V2 counts local-rank traffic (\"logical "
-               "bandwidth\")"),
+               "bandwidth\") and 96 B of top-k metadata per row (+1.3%, not in the estimate's bytes)"),
     Setup("deepep-v2-combine", "DeepEP normal (V2)", "SM100 (B200) EP8 NVLink, 8192 tokens/GPU, hidden "
           "7168, top-8 of 256, BF16", "combine bottleneck bandwidth (64 SMs)", 740.0, "GB/s", DEEPEP_V2,
           kind="deepep_combine_bw", system="nvl72", gpus=8, tokens=8192,
@@ -100,37 +100,38 @@ SETUPS: list[Setup] = [
           model=_shape("deepep-bench", 7168, 256, 8)),
     Setup("deepep-ll-ep8", "DeepEP low-latency", "H800 EP8, 128 tokens, hidden 7168, top-8, FP8 dispatch",
           "dispatch latency", 77.0, "us", DEEPEP_V1_LL,
-          note="no counterpart: pure RDMA (CX7 400 Gb/s, ~50 GB/s) kernels; the estimator models one "
+          note="pure RDMA (CX7 400 Gb/s, ~50 GB/s) kernels; the estimator models one "
                "NVLink domain, and the published 98 GB/s exceeds one NIC, so it counts traffic that does "
                "not cross the NIC"),
     Setup("nccl-bulk", "NCCL", "8x H100, NVLink4 (18 x 25 GB/s)", "non-allreduce bandwidth per direction",
           370.0, "GB/s", MISSION, kind="allgather_busbw", system="hgx-h100",
           model=_shape("allgather-probe", 7168, 8, 8), tokens=2048, dtype="bf16",
           note="calibration point, not independent: link_efficiency = 370/450 comes from this figure. "
-               "Estimate: an all-gather (every token to all 7 peers, unicast), busbw = S/t x (G-1)/G"),
+               "Estimate: an all-gather (every token to all 7 peers, unicast), busbw = S/t x (G-1)/G "
+               "(nccl-tests doc/PERFORMANCE.md)"),
     Setup("nccl-nvls-allreduce", "NVLS (NCCL)", "8x H100, NVLink4 + NVSwitch SHARP, large messages",
           "allreduce busbw", 480.0, "GB/s", MISSION, kind="nvls_allreduce_busbw", system="hgx-h100",
           model=_shape("allreduce-probe", 7168, 8, 1), tokens=8192, dtype="bf16",
           note="the estimator's NVLS phases: ReduceScatter (multimem.ld_reduce) + AllGather (multimem.st); "
-               "busbw = S/t x 2(G-1)/G"),
+               "busbw = S/t x 2(G-1)/G (github.com/NVIDIA/nccl-tests doc/PERFORMANCE.md)"),
     Setup("tutel-16", "Tutel", "16 A100 (2 nodes), single MoE layer", "speedup over Fairseq MoE", 4.96, "x",
           "Tutel, MLSys 2023 (arXiv 2206.03382), abstract",
-          note="no counterpart: cross-node A100 + InfiniBand (2DH all-to-all, kernel and encode/decode "
+          note="cross-node A100 + InfiniBand (2DH all-to-all, kernel and encode/decode "
                "gains over Fairseq's implementation); the estimator models one NVLink domain and no Fairseq"),
     Setup("tutel-2048", "Tutel", "2,048 A100, single MoE layer", "speedup over Fairseq MoE", 5.75, "x",
-          "Tutel, MLSys 2023 (arXiv 2206.03382), abstract", note="no counterpart (as above)"),
+          "Tutel, MLSys 2023 (arXiv 2206.03382), abstract", note="as for 16 GPUs"),
     Setup("fastermoe", "FasterMoE", "-", "-", None, "-",
           "not found: github.com/laekov/fastmoe doc/fastermoe/README.md describes smart scheduling, "
           "shadowing and the topology-aware gate without figures", note="no published figure found"),
     Setup("comet-layer", "COMET", "8-GPU H800/H100 server, Megatron-LM, single MoE layer",
           "speedup over the baselines (up to)", 1.96, "x",
           "COMET, MLSys 2025 (arXiv 2502.19811), abstract; Doubao team blog 2025-03-10",
-          note="no counterpart: the figure aggregates models, parallel configurations and baselines "
+          note="the figure aggregates models, parallel configurations and baselines "
                "(Megatron-Cutlass/TE, FasterMoE, Tutel) whose per-setup values were not in the sources found"),
     Setup("comet-flux-h800", "COMET (Flux kernels)", "8x H800, TP=8 EP=1, 32 experts top-4, M=8192, K=N=8192",
           "MoE layer0 (AllGather+scatter+GEMM) time", 1.146, "ms",
           "github.com/bytedance/flux docs/performance.md, \"MoE MLP\" table",
-          note="no counterpart: tensor-parallel experts (every GPU holds a slice of every expert); the "
+          note="tensor-parallel experts (every GPU holds a slice of every expert); the "
                "estimator models expert parallelism"),
     Setup("ccfuser", "CCFuser", "-", "-", None, "-", "not found (searched the docs, pages and code corpora)",
           note="no published figure found"),
@@ -237,7 +238,8 @@ def validate(setups=None, cal: Calibration | None = None) -> list[dict]:
         err = error_pct(est, st.published) if est is not None and st.published else None
         row = {"key": st.key, "baseline": st.baseline, "setup": st.setup, "quantity": st.quantity,
                "published": st.published, "unit": st.unit, "source": st.source, "estimate": est,
-               "error_pct": err, "note": st.note, "how": r.get("how", "")}
+               "error_pct": err, "note": st.note, "how": r.get("how", ""), "time_us": r.get("time_us"),
+               "bytes": r.get("bytes")}
         if "before" in r:
             row["before"] = r["before"]
             row["error_before_pct"] = error_pct(r["before"], st.published)
@@ -252,16 +254,20 @@ def _fmt(v, unit):
 
 
 def markdown(rows: list[dict]) -> str:
-    """The validation table (Markdown, via tabulate)."""
+    """The validation table (Markdown, via tabulate), then the numbered notes its rows refer to."""
     from tabulate import tabulate
-    table = []
+    table, notes = [], []
     for r in rows:
-        err = "-" if r["error_pct"] is None else f"{r['error_pct']:+.0f}%"
-        if r.get("error_before_pct") is not None:
-            err += f" (before: {r['error_before_pct']:+.0f}%)"
-        table.append([r["baseline"], r["setup"], r["quantity"],
-                      f"{_fmt(r['published'], r['unit'])} {r['unit']}" if r["published"] is not None else "not found",
-                      r["source"], f"{_fmt(r['estimate'], r['unit'])}" if r["estimate"] is not None else "-",
-                      err if r["estimate"] is not None else r["note"]])
-    return tabulate(table, headers=["baseline", "setup", "published quantity", "published", "source",
-                                    "estimate", "error"], tablefmt="github")
+        ref = ""
+        if r["note"]:
+            notes.append(r["note"])
+            ref = f" [{len(notes)}]"
+        if r["estimate"] is None:
+            est, err = "-", ("no counterpart" if r["published"] is not None else "no figure") + ref
+        else:
+            est, err = _fmt(r["estimate"], r["unit"]), f"{r['error_pct']:+.0f}%{ref}"
+        pub = f"{_fmt(r['published'], r['unit'])} {r['unit']}" if r["published"] is not None else "not found"
+        table.append([r["baseline"], r["setup"], r["quantity"], pub, r["source"], est, err])
+    out = tabulate(table, headers=["baseline", "setup", "quantity", "published", "source", "estimate", "error"],
+                   tablefmt="github")
+    return out + "\n\n" + "\n".join(f"[{i}] {n}" for i, n in enumerate(notes, 1))

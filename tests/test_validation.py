@@ -26,7 +26,9 @@ def test_table_builds_with_every_baseline_and_a_source_per_row(rows):
         if r["estimate"] is None:           # no counterpart: the row says why
             assert r["note"].strip() and r["error_pct"] is None, r["key"]
     md = markdown(rows)
-    assert md.count("\n") == len(rows) + 1 and "| published" in md
+    table, notes = md.split("\n\n")
+    assert table.count("\n") == len(rows) + 1 and "| published" in table
+    assert len(notes.splitlines()) == sum(bool(r["note"]) for r in rows)
     assert sum(r["estimate"] is not None for r in rows) >= 10
 
 
@@ -92,6 +94,7 @@ def test_cli_writes_the_table_and_rejects_bad_input(tmp_path, capsys):
     data = json.loads((tmp_path / "validation.json").read_text())
     assert len(data) == len(SETUPS) and all(r["source"] for r in data)
     assert (tmp_path / "validation.md").read_text().startswith("| baseline")
+    assert "no counterpart [" in out
     assert main(["estimate", "--validate", "--sweep", "--out", str(tmp_path)]) == 2
     assert "--validate and --sweep" in capsys.readouterr().err
     bench = tmp_path / "bench"
