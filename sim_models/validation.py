@@ -171,7 +171,7 @@ def _phases(st: Setup, kind: str, cal: Calibration, params: Params):
     gpus = st.gpus or system.gpus
     sysx = system if gpus == system.gpus else system.replace(gpus=gpus)
     wl = build_workload(model.routed_experts, model.top_k, gpus, st.tokens, routing=st.routing, seed=params.seed,
-                        tile=params.tile)
+                        tile=params.tile, n_group=model.n_group, topk_group=model.topk_group)
     ctx = _Context(model, sysx, params, cal, wl)
     tr = account(wl.dest, kind, payload_bytes(model.hidden, st.dtype), payload_bytes(model.hidden, "bf16"),
                  sysx.port_bytes_per_cycle, MAX_PAYLOAD)

@@ -102,3 +102,14 @@ def test_cli_writes_the_table_and_rejects_bad_input(tmp_path, capsys):
     (bench / "switch.json").write_text("{not json")
     assert main(["estimate", "--validate", "--bench-dir", str(bench), "--out", str(tmp_path)]) == 2
     assert "switch.json" in capsys.readouterr().err
+
+
+def test_deepep_bandwidth_does_not_depend_on_the_routing():
+    """DeepEP's README names DeepSeek-V3's group-limited routing (top-4 of 8 groups), its test routes
+    uniformly: fewer rows per GPU with groups, but the same share of them is the GPU's own, so the bandwidth
+    is the same while the time is not."""
+    st = _setup("deepep-v1-dispatch")
+    grouped = dataclasses.replace(st, routing="group", model=dict(st.model, n_group=8, topk_group=4))
+    a, b = run_setup(st), run_setup(grouped)
+    assert b["time_us"] < 0.85 * a["time_us"]
+    assert b["estimate"] == pytest.approx(a["estimate"], rel=0.01)
