@@ -9,17 +9,18 @@ checked as well as what was.
 The estimator quantities come from the estimator's functions only (no second model): the workload
 (:func:`workload.build_workload`), the traffic accounting (:func:`traffic.account`), the bulk phase times of
 a traffic pattern (``estimator._standalone``: busiest link direction + one traversal's latency), the
-kernel overhead of one phase (``kernel_overhead_us``), the link rate (``estimator._Context.rate``), the
-layer times of :func:`estimator.estimate` and the GEMM model (:func:`gemm.deepgemm_validation`).
+kernel overhead of one phase (``kernel_overhead_us``), the link rate (``estimator._Context.rate``) and the
+GEMM model (:func:`gemm.deepgemm_validation`).
 """
 
 import dataclasses
-import math
 
 import numpy as np
 
+from hw.packet import payload_efficiency
+
 from .calibration import Calibration, load_calibration
-from .estimator import MAX_PAYLOAD, Params, _Context, _standalone, estimate
+from .estimator import MAX_PAYLOAD, Params, _Context, _standalone
 from .gemm import DEEPGEMM_H800, deepgemm_validation
 from .moe_config import ModelConfig, load_model
 from .system_config import load_system
@@ -196,7 +197,6 @@ def run_setup(st: Setup, cal: Calibration | None = None, params: Params | None =
     if st.kind == "link_rate":
         model = _shape("probe", 7168, 8, 1)
         _, _, ctx, _, _ = _phases(dataclasses.replace(st, model=model, tokens=1), "unicast", cal, params)
-        from hw.packet import payload_efficiency
         pe = payload_efficiency(MAX_PAYLOAD, scheme="unicast", flit_bytes=ctx.flit, max_payload_bytes=MAX_PAYLOAD)
         return {"estimate": ctx.rate * pe / 1e9, "how": "payload bytes/s of the estimator's link rate"}
     if st.kind in ("deepep_dispatch_bw", "deepep_combine_bw"):
