@@ -10,7 +10,8 @@ The estimator quantities come from the estimator's functions only (no second mod
 (:func:`workload.build_workload`), the traffic accounting (:func:`traffic.account`), the bulk phase times of
 a traffic pattern (``estimator._standalone``: busiest link direction + one traversal's latency), the
 kernel overhead of one phase (``kernel_overhead_us``), the link rate (``estimator._Context.rate``) and the
-GEMM model (:func:`gemm.deepgemm_validation`).
+GEMM model (:func:`gemm.deepgemm_validation`); a speedup or layer time of a scheme comes from
+:func:`estimator.estimate` itself (one call per setup, shared by the setup's rows).
 """
 
 import dataclasses
@@ -20,14 +21,15 @@ import numpy as np
 from hw.packet import payload_efficiency
 
 from .calibration import Calibration, load_calibration
-from .estimator import MAX_PAYLOAD, Params, _Context, _standalone
+from . import published_comet as comet_fig
+from .estimator import MAX_PAYLOAD, Params, _Context, _standalone, estimate
 from .gemm import DEEPGEMM_H800, deepgemm_validation
 from .moe_config import ModelConfig, load_model
 from .system_config import load_system
 from .traffic import account, payload_bytes
 from .workload import build_workload
 
-__all__ = ["Setup", "SETUPS", "KINDS", "run_setup", "validate", "error_pct", "markdown"]
+__all__ = ["Setup", "SETUPS", "KINDS", "run_setup", "validate", "error_pct", "markdown", "summary"]
 
 DEEPEP_V1 = "github.com/deepseek-ai/DeepEP, docs/legacy.md (V1 README), \"Normal kernels\" table"
 DEEPEP_V1_LL = "github.com/deepseek-ai/DeepEP, docs/legacy.md (V1 README), \"Low-latency kernels\" table"
@@ -123,12 +125,17 @@ SETUPS: list[Setup] = [
           "Tutel, MLSys 2023 (arXiv 2206.03382), abstract", note="as for 16 GPUs"),
     Setup("fastermoe", "FasterMoE", "-", "-", None, "-",
           "not found: github.com/laekov/fastmoe doc/fastermoe/README.md describes smart scheduling, "
-          "shadowing and the topology-aware gate without figures", note="no published figure found"),
+          "shadowing and the topology-aware gate without figures; the artifact (github.com/laekov/fastermoe-ae, "
+          "plotting/fig9-13.py) plots end-to-end speedups from logs it does not contain",
+          note="no published figure of FasterMoE's own found; FasterMoE on one 8-GPU node: the COMET rows "
+               "(COMET's speedup over FasterMoE)"),
     Setup("comet-layer", "COMET", "8-GPU H800/H100 server, Megatron-LM, single MoE layer",
           "speedup over the baselines (up to)", 1.96, "x",
           "COMET, MLSys 2025 (arXiv 2502.19811), abstract; Doubao team blog 2025-03-10",
           note="the figure aggregates models, parallel configurations and baselines "
-               "(Megatron-Cutlass/TE, FasterMoE, Tutel) whose per-setup values were not in the sources found"),
+               "(Megatron-Cutlass/TE, FasterMoE, Tutel); the single-layer figures' per-setup values were not in "
+               "the sources found (the stored paper text ends before its evaluation). Its end-to-end figure's "
+               "expert-parallel panels are the COMET rows below"),
     Setup("comet-flux-h800", "COMET (Flux kernels)", "8x H800, TP=8 EP=1, 32 experts top-4, M=8192, K=N=8192",
           "MoE layer0 (AllGather+scatter+GEMM) time", 1.146, "ms",
           "github.com/bytedance/flux docs/performance.md, \"MoE MLP\" table",
@@ -141,6 +148,41 @@ SETUPS: list[Setup] = [
           note="no measured figure: the README gives the bubble formula; the estimator models DualPipe's "
                "overlap of two micro-batches within a layer, not pipeline bubbles"),
 ]
+def _comet_setups() -> list[Setup]:
+    """COMET's end-to-end figure, expert-parallel panels (:mod:`published_comet`): per model and M, the mean
+    MoE layer time of Megatron-Cutlass and of COMET, and COMET's speedup over Megatron-Cutlass, Tutel and
+    FasterMoE on the MoE layers; the estimator runs its own schemes for the same layer on ``hgx-h800``."""
+    out = []
+    for m in (4096, 8192):
+        for model, spec in comet_fig.MODELS.items():
+            where = f"8x H800 EP8, {model}, {m} tokens/GPU, BF16"
+            src = comet_fig.SOURCE.format(m=m)
+            common = dict(kind=None, system="hgx-h800", model=spec, tokens=m, dtype="bf16")
+            first = not out
+            for sysname in ("Megatron-Cutlass", "COMET"):
+                out.append(Setup(
+                    f"comet-e2e-{model}-{m}-{sysname}-layer", "COMET", where, f"{sysname} MoE layer time (mean)",
+                    comet_fig.layer_ms(model, m, sysname), "ms", src,
+                    **dict(common, kind="layer_time"), extra=dict(scheme=comet_fig.SYSTEMS[sysname]),
+                    note=("(forward latency - attention-only latency) / MoE layers, bars read off the figure "
+                          "(1 px = 1.2 ms at M=4096, 2.2 ms at M=8192); the artifact's shapes (published_comet.py). "
+                          "Estimate: the estimator's layer time of the matching scheme (Megatron-Cutlass: "
+                          "deepep, the sequential all-to-all + grouped GEMM + all-to-all; COMET: comet)")
+                    if first and sysname == "Megatron-Cutlass" else ""))
+            for over in ("Megatron-Cutlass", "Tutel", "FasterMoE"):
+                out.append(Setup(
+                    f"comet-e2e-{model}-{m}-over-{over}", "COMET", where, f"speedup over {over} (MoE layers)",
+                    comet_fig.speedup(model, m, "COMET", over), "x", src,
+                    **dict(common, kind="speedup"),
+                    extra=dict(scheme="comet", over=comet_fig.SYSTEMS[over]),
+                    note=("MoE-layer time of the baseline / COMET's (attention excluded). Estimate: the "
+                          "ratio of the estimator's layer times, deepep / comet, tutel / comet, "
+                          "fastermoe / comet (one estimate() per setup)") if first and over == "Megatron-Cutlass"
+                    else ""))
+    return out
+
+
+SETUPS += _comet_setups()
 # DeepGEMM's grouped FP8 GEMMs (the expert GEMM model's own validation, sim_models/gemm.py).
 SETUPS += [
     Setup(f"deepgemm-{layout}-{g}x{m}-{n}x{k}", "DeepGEMM", f"H800, {layout} {g} x {m} rows, N={n}, K={k}",
@@ -151,7 +193,7 @@ SETUPS += [
 ]
 
 KINDS = ("link_rate", "deepep_dispatch_bw", "deepep_combine_bw", "allgather_busbw", "nvls_allreduce_busbw",
-         "deepgemm")
+         "deepgemm", "layer_time", "speedup")
 
 
 def error_pct(estimate: float, published: float) -> float:
@@ -180,14 +222,43 @@ def _phases(st: Setup, kind: str, cal: Calibration, params: Params):
     return model, wl, ctx, disp + ctx.ko, comb + ctx.ko
 
 
-def run_setup(st: Setup, cal: Calibration | None = None, params: Params | None = None) -> dict:
-    """The estimator's value of ``st``'s quantity (in ``st.unit``) and how it was obtained."""
+def _estimate(st: Setup, cal: Calibration, cache: dict | None):
+    """``estimate()`` of the setup's layer (prefill, its tokens, dtype and routing), shared through ``cache``
+    by the rows of one setup."""
+    key = (repr(st.model), st.system, st.gpus, st.tokens, st.dtype, st.routing)
+    if cache is not None and key in cache:
+        return cache[key]
+    params = Params(tokens_per_gpu=st.tokens, dtype=st.dtype, routing=st.routing, gpus=st.gpus)
+    e = estimate(_model(st.model), load_system(st.system), params, calibration=cal,
+                 schemes=["deepep", "tutel", "fastermoe", "comet"])
+    if cache is not None:
+        cache[key] = e
+    return e
+
+
+def run_setup(st: Setup, cal: Calibration | None = None, params: Params | None = None,
+              cache: dict | None = None) -> dict:
+    """The estimator's value of ``st``'s quantity (in ``st.unit``) and how it was obtained. ``cache`` (a dict)
+    shares one ``estimate()`` among the layer-time and speedup rows of a setup."""
     cal = cal if cal is not None else load_calibration()
     params = params or Params(dtype=st.dtype)
     if st.kind is None:
         return {"estimate": None, "how": st.note}
     if st.kind not in KINDS:
         raise ValueError(f"setup {st.key!r}: unknown kind {st.kind!r}; valid: {', '.join(KINDS)}")
+    if st.kind in ("layer_time", "speedup"):
+        e = _estimate(st, cal, cache)
+        x = st.extra
+        for f in ("scheme",) + (("over",) if st.kind == "speedup" else ()):
+            if x.get(f) not in e.results:
+                raise ValueError(f"setup {st.key!r}: extra[{f!r}]={x.get(f)!r} is not one of the estimated "
+                                 f"schemes ({', '.join(e.results)})")
+        t = e.results[x["scheme"]].total
+        if st.kind == "layer_time":
+            return {"estimate": t * 1e3, "time_us": t * 1e6,
+                    "how": f"estimate(): the {x['scheme']} scheme's layer time"}
+        return {"estimate": e.speedup(x["over"], over=x["scheme"]), "time_us": t * 1e6,
+                "how": f"estimate(): {x['over']} layer time / {x['scheme']} layer time"}
     if st.kind == "deepgemm":
         x = st.extra
         rows = deepgemm_validation(load_system(st.system), params.gemm_efficiency, params.mem_efficiency)
@@ -229,11 +300,11 @@ def run_setup(st: Setup, cal: Calibration | None = None, params: Params | None =
 def validate(setups=None, cal: Calibration | None = None) -> list[dict]:
     """One row per setup: what, published (with source), estimate, signed error %, how."""
     cal = cal if cal is not None else load_calibration()
-    out = []
+    out, cache = [], {}
     for st in (SETUPS if setups is None else setups):
         if not st.source:
             raise ValueError(f"setup {st.key!r} has no source")
-        r = run_setup(st, cal)
+        r = run_setup(st, cal, cache=cache)
         est = r.get("estimate")
         err = error_pct(est, st.published) if est is not None and st.published else None
         row = {"key": st.key, "baseline": st.baseline, "setup": st.setup, "quantity": st.quantity,
@@ -250,11 +321,34 @@ def validate(setups=None, cal: Calibration | None = None) -> list[dict]:
 def _fmt(v, unit):
     if v is None:
         return "-"
-    return f"{v:,.3g}" if unit in ("x", "ms") else f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.1f}"
+    if unit == "x":
+        return f"{v:.2f}"
+    return f"{v:,.3g}" if unit == "ms" else f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.1f}"
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    """Per (baseline, quantity) with two or more estimated rows: the row count, the published and estimated
+    means (geometric for speedups, arithmetic otherwise) and the mean absolute error."""
+    groups = {}
+    for r in rows:
+        if r["estimate"] is not None:
+            groups.setdefault((r["baseline"], r["quantity"], r["unit"]), []).append(r)
+    out = []
+    for (baseline, quantity, unit), rs in groups.items():
+        if len(rs) < 2:
+            continue
+        pub = np.array([r["published"] for r in rs], float)
+        est = np.array([r["estimate"] for r in rs], float)
+        mean = (lambda a: float(np.exp(np.log(a).mean()))) if unit == "x" else (lambda a: float(a.mean()))
+        out.append({"baseline": baseline, "quantity": quantity, "unit": unit, "rows": len(rs),
+                    "published_mean": mean(pub), "estimate_mean": mean(est),
+                    "mean_abs_error_pct": float(np.mean([abs(r["error_pct"]) for r in rs]))})
+    return out
 
 
 def markdown(rows: list[dict]) -> str:
-    """The validation table (Markdown, via tabulate), then the numbered notes its rows refer to."""
+    """The validation table (Markdown, via tabulate), the numbered notes its rows refer to, then the groups of
+    rows that measure one quantity on several setups (:func:`summary`)."""
     from tabulate import tabulate
     table, notes = [], []
     for r in rows:
@@ -270,4 +364,10 @@ def markdown(rows: list[dict]) -> str:
         table.append([r["baseline"], r["setup"], r["quantity"], pub, r["source"], est, err])
     out = tabulate(table, headers=["baseline", "setup", "quantity", "published", "source", "estimate", "error"],
                    tablefmt="github")
-    return out + "\n\n" + "\n".join(f"[{i}] {n}" for i, n in enumerate(notes, 1))
+    sums = [[g["baseline"], g["quantity"], g["rows"], f"{_fmt(g['published_mean'], g['unit'])} {g['unit']}",
+             f"{_fmt(g['estimate_mean'], g['unit'])} {g['unit']}", f"{g['mean_abs_error_pct']:.0f}%"]
+            for g in summary(rows)]
+    means = tabulate(sums, headers=["baseline", "quantity", "rows", "published mean", "estimate mean",
+                                    "mean abs. error"], tablefmt="github")
+    return (out + "\n\n" + "\n".join(f"[{i}] {n}" for i, n in enumerate(notes, 1)) + "\n\n"
+            + "Groups of rows (means: geometric for speedups, arithmetic otherwise):\n\n" + means)

@@ -6,8 +6,11 @@ import json
 import pytest
 
 from dysharp.cli import main
+from sim_models import published_comet as comet_fig
+from sim_models.estimator import Params, estimate
+from sim_models.moe_config import ModelConfig, load_model
 from sim_models.system_config import load_system
-from sim_models.validation import SETUPS, Setup, error_pct, markdown, run_setup, validate
+from sim_models.validation import SETUPS, Setup, error_pct, markdown, run_setup, summary, validate
 
 BASELINES = ("DeepEP", "NVLS", "Tutel", "FasterMoE", "COMET", "CCFuser", "DualPipe")
 
@@ -26,10 +29,11 @@ def test_table_builds_with_every_baseline_and_a_source_per_row(rows):
         if r["estimate"] is None:           # no counterpart: the row says why
             assert r["note"].strip() and r["error_pct"] is None, r["key"]
     md = markdown(rows)
-    table, notes = md.split("\n\n")
+    table, notes, title, means = md.split("\n\n")
     assert table.count("\n") == len(rows) + 1 and "| published" in table
     assert len(notes.splitlines()) == sum(bool(r["note"]) for r in rows)
-    assert sum(r["estimate"] is not None for r in rows) >= 10
+    assert title.startswith("Groups of rows") and means.count("\n") == len(summary(rows)) + 1
+    assert sum(r["estimate"] is not None for r in rows) >= 40
 
 
 def test_errors_are_signed_relative_errors(rows):
@@ -113,3 +117,60 @@ def test_deepep_bandwidth_does_not_depend_on_the_routing():
     a, b = run_setup(st), run_setup(grouped)
     assert b["time_us"] < 0.85 * a["time_us"]
     assert b["estimate"] == pytest.approx(a["estimate"], rel=0.01)
+
+
+# ---- COMET's end-to-end figure (sim_models/published_comet.py) -------------------------------------------------
+
+def _comet_rows(rows):
+    return [r for r in rows if r["key"].startswith("comet-e2e-")]
+
+
+def test_comet_rows_cover_every_reading_with_a_source(rows):
+    cr = _comet_rows(rows)
+    assert len(cr) == 5 * len(comet_fig.READINGS)           # 2 layer times + 3 speedups per (model, M)
+    for r in cr:
+        assert "flux" in r["source"] and "(TP,EP)=(1,8)" in r["source"] and r["estimate"] is not None
+    # The published speedup is the baseline's MoE share over COMET's, each = its bar less the attention bar.
+    x = comet_fig.READINGS[("Phi-3.5-MoE", 4096)]
+    r = next(r for r in cr if r["key"] == "comet-e2e-Phi-3.5-MoE-4096-over-Tutel")
+    assert r["published"] == pytest.approx((x["Tutel"] - x["Attention"]) / (x["COMET"] - x["Attention"]))
+    r = next(r for r in cr if r["key"] == "comet-e2e-Mixtral-8192-COMET-layer")
+    y = comet_fig.READINGS[("Mixtral", 8192)]
+    assert r["published"] == pytest.approx((y["COMET"] - y["Attention"]) / 32)
+
+
+def test_comet_estimates_are_the_estimators_own_ratios(rows):
+    """A speedup row is the ratio of two layer times of one estimate() on the figure's setup (8x H800, EP8,
+    BF16, the artifact's shape, M tokens per GPU); a layer-time row is one of them."""
+    spec = comet_fig.MODELS["Qwen2-MoE"]
+    e = estimate(ModelConfig(**spec), load_system("hgx-h800"), Params(tokens_per_gpu=4096, dtype="bf16"),
+                 schemes=["deepep", "tutel", "fastermoe", "comet"])
+    got = {r["key"]: r["estimate"] for r in _comet_rows(rows)}
+    t = {k: v.total for k, v in e.results.items()}
+    assert got["comet-e2e-Qwen2-MoE-4096-over-Megatron-Cutlass"] == pytest.approx(t["deepep"] / t["comet"])
+    assert got["comet-e2e-Qwen2-MoE-4096-over-Tutel"] == pytest.approx(t["tutel"] / t["comet"])
+    assert got["comet-e2e-Qwen2-MoE-4096-over-FasterMoE"] == pytest.approx(t["fastermoe"] / t["comet"])
+    assert got["comet-e2e-Qwen2-MoE-4096-COMET-layer"] == pytest.approx(t["comet"] * 1e3)
+    assert got["comet-e2e-Qwen2-MoE-4096-Megatron-Cutlass-layer"] == pytest.approx(t["deepep"] * 1e3)
+    # Mixtral is models.toml's entry, the shape the artifact runs.
+    mix = load_model(comet_fig.MODELS["Mixtral"])
+    assert (mix.hidden, mix.routed_experts, mix.top_k, mix.expert_ffn, mix.moe_layers) == (4096, 8, 2, 14336, 32)
+
+
+def test_summary_means():
+    rows = [dict(baseline="B", quantity="q", unit="x", published=p, estimate=e, error_pct=error_pct(e, p))
+            for p, e in ((2.0, 1.0), (8.0, 4.0))]
+    rows.append(dict(baseline="B", quantity="alone", unit="x", published=1.0, estimate=1.0, error_pct=0.0))
+    (g,) = summary(rows)                                     # a single-row group is not summarised
+    assert g["rows"] == 2 and g["published_mean"] == pytest.approx(4.0) and g["estimate_mean"] == pytest.approx(2.0)
+    assert g["mean_abs_error_pct"] == pytest.approx(50.0)
+
+
+def test_comet_bad_input_is_named():
+    with pytest.raises(ValueError, match="no COMET reading.*Grok"):
+        comet_fig.speedup("Grok", 4096, "COMET", "Tutel")
+    with pytest.raises(ValueError, match="unknown system 'Attention'"):
+        comet_fig.moe_ms("Mixtral", 4096, "Attention")
+    st = next(s for s in SETUPS if s.key == "comet-e2e-Mixtral-4096-over-Tutel")
+    with pytest.raises(ValueError, match="extra\\['over'\\]='megablocks'"):
+        run_setup(dataclasses.replace(st, extra=dict(scheme="comet", over="megablocks")))
