@@ -3,7 +3,8 @@
 Source: github.com/bytedance/flux, ``docs/performance.md`` "Figure 1. End-to-end MoE model forward latency"
 (``docs/assets/e2e_latency.png``), the Megatron-LM end-to-end comparison of COMET (MLSys 2025, arXiv
 2502.19811) against Megatron-TE, Megatron-Cutlass, FasterMoE and Tutel. The figure names no GPU; the Doubao
-team's account of the same evaluation places it on an 8-GPU H800 server. Only the panels with
+team's announcement of COMET (as reported at wuwenjie.xyz/wordpress/archives/120816) places the end-to-end
+forward-latency evaluation of Mixtral-8x7B and Qwen2-MoE on an 8-GPU H800 cluster. Only the panels with
 (TP, EP) = (1, 8) are kept: pure expert parallelism over the node, the one the estimator represents (the other
 panels split every expert by tensor parallelism). M is the tokens per GPU (flux docs: "the input token number
 on each GPU is M/TP").
