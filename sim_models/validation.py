@@ -126,7 +126,7 @@ SETUPS: list[Setup] = [
     Setup("fastermoe", "FasterMoE", "-", "-", None, "-",
           "not found: github.com/laekov/fastmoe doc/fastermoe/README.md describes smart scheduling, "
           "shadowing and the topology-aware gate without figures; the artifact (github.com/laekov/fastermoe-ae, "
-          "plotting/fig9-13.py) plots end-to-end speedups from logs it does not contain",
+          "plotting/fig10.py) plots end-to-end speedups over DeepSpeed from logs the repository does not hold",
           note="no published figure of FasterMoE's own found; FasterMoE on one 8-GPU node: the COMET rows "
                "(COMET's speedup over FasterMoE)"),
     Setup("comet-layer", "COMET", "8-GPU H800/H100 server, Megatron-LM, single MoE layer",
