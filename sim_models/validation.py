@@ -121,6 +121,13 @@ SETUPS: list[Setup] = [
           "Tutel, MLSys 2023 (arXiv 2206.03382), abstract",
           note="cross-node A100 + InfiniBand (2DH all-to-all, kernel and encode/decode "
                "gains over Fairseq's implementation); the estimator models one NVLink domain and no Fairseq"),
+    Setup("tutel-8", "Tutel", "8x A100 80 GB (one Azure NDm A100 v4 node), single MoE layer",
+          "speedup over fairseq's MoE", 8.49, "x",
+          "Microsoft Research blog, \"Tutel: An efficient mixture-of-experts implementation for large DNN model "
+          "training\" (2021-11), first section",
+          note="one NVLink node, but the speedup is over fairseq's implementation (Tutel's encode/decode kernels "
+               "and all-to-all against fairseq's); the estimator's baselines are optimised implementations of "
+               "each schedule and it has no fairseq, so no counterpart"),
     Setup("tutel-2048", "Tutel", "2,048 A100, single MoE layer", "speedup over Fairseq MoE", 5.75, "x",
           "Tutel, MLSys 2023 (arXiv 2206.03382), abstract", note="as for 16 GPUs"),
     Setup("fastermoe", "FasterMoE", "-", "-", None, "-",
