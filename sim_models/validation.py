@@ -151,10 +151,15 @@ SETUPS: list[Setup] = [
     Setup("ccfuser", "CCFuser", "-", "-", None, "-", "not found (searched the docs, pages and code corpora)",
           note="no published figure found"),
     Setup("dualpipe", "DualPipe", "-", "pipeline bubble", None, "-",
-          "github.com/deepseek-ai/DualPipe README.md: bubble (PP/2-1)(F&B+B-3W), formulas only",
-          note="no measured figure: the README gives the bubble formula; the estimator models DualPipe's "
-               "overlap of two micro-batches within a layer, not pipeline bubbles"),
+          "github.com/deepseek-ai/DualPipe README.md: bubble (PP/2-1)(F&B+B-3W), formulas only; "
+          "github.com/deepseek-ai/profile-data README.md: traces of DualPipe's chunk overlap at EP64",
+          note="no measured figure: the README gives the bubble formula; the profile-data traces (a forward and "
+               "a backward chunk of 4 MoE layers, EP64 TP1, 4K sequence) are cross-node (RDMA all-to-all) and "
+               "give no single figure; the estimator models DualPipe's overlap of two micro-batches within a "
+               "layer in one NVLink domain, not pipeline bubbles"),
 ]
+
+
 def _comet_setups() -> list[Setup]:
     """COMET's end-to-end figure, expert-parallel panels (:mod:`published_comet`): per model and M, the mean
     MoE layer time of Megatron-Cutlass and of COMET, and COMET's speedup over Megatron-Cutlass, Tutel and
