@@ -61,6 +61,9 @@ def add_arguments(p) -> None:
                    help="with --end-to-end: shared experts run after the routed path (default: in its exposed time)")
     p.add_argument("--no-dualpipe-overlap", action="store_true",
                    help="with --end-to-end: DualPipe does not hide communication under attention/shared experts")
+    p.add_argument("--validate", action="store_true",
+                   help="compare the estimator with the baselines' published figures (sim_models.validation): "
+                        "print the table, write validation.{json,md} under --out")
 
 
 def params_from_args(args) -> Params:
@@ -160,6 +163,8 @@ def notices(model, system, gpus: int | None) -> list[str]:
 
 
 def run(args) -> int:
+    if getattr(args, "validate", False):
+        return _validate(args)
     params = params_from_args(args)
     model = load_model(args.model)
     system = load_system(args.system)
@@ -203,4 +208,20 @@ def run(args) -> int:
         "speedup": {n: e.speedup(n) for n in e.results},
         "calibration": {n: {"value": v, "source": s} for n, v, s in cal.status()}}, indent=1))
     print(f"\nwrote {path}")
+    return 0
+
+
+def _validate(args) -> int:
+    """``--validate``: the published-figure validation table (docs/estimator.md), its JSON and Markdown."""
+    if args.sweep:
+        raise ValueError("--validate and --sweep are separate runs; give one of them")
+    from sim_models.validation import markdown, validate
+    rows = validate(cal=load_calibration(args.bench_dir))
+    table = markdown(rows)
+    print(table)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "validation.json").write_text(json.dumps(rows, indent=1))
+    (out / "validation.md").write_text(table + "\n")
+    print(f"\nwrote {out / 'validation.json'} and {out / 'validation.md'}")
     return 0

@@ -1,0 +1,385 @@
+"""Validation of the estimator against the figures each baseline publishes for its own setup.
+
+Every published setup is data (:data:`SETUPS`: system, model shape, tokens, what is measured, the published
+value, its unit and its source). :func:`validate` runs the estimator's own quantity for each one and returns
+rows ``(setup, published, source, estimate, error %)``; a setup whose published quantity has no counterpart
+in the estimator keeps its row, with the reason instead of an estimate, so the table says what was *not*
+checked as well as what was.
+
+The estimator quantities come from the estimator's functions only (no second model): the workload
+(:func:`workload.build_workload`), the traffic accounting (:func:`traffic.account`), the bulk phase times of
+a traffic pattern (``estimator._standalone``: busiest link direction + one traversal's latency), the
+kernel overhead of one phase (``kernel_overhead_us``), the link rate (``estimator._Context.rate``) and the
+GEMM model (:func:`gemm.deepgemm_validation`); a speedup or layer time of a scheme comes from
+:func:`estimator.estimate` itself (one call per setup, shared by the setup's rows).
+"""
+
+import dataclasses
+
+import numpy as np
+
+from hw.packet import payload_efficiency
+
+from .calibration import Calibration, load_calibration
+from . import published_comet as comet_fig
+from .estimator import MAX_PAYLOAD, Params, _Context, _standalone, estimate
+from .gemm import DEEPGEMM_H800, deepgemm_validation
+from .moe_config import ModelConfig, load_model
+from .system_config import load_system
+from .traffic import account, payload_bytes
+from .workload import build_workload
+
+__all__ = ["Setup", "SETUPS", "KINDS", "run_setup", "validate", "error_pct", "markdown", "summary"]
+
+DEEPEP_V1 = "github.com/deepseek-ai/DeepEP, docs/legacy.md (V1 README), \"Normal kernels\" table"
+DEEPEP_V1_LL = "github.com/deepseek-ai/DeepEP, docs/legacy.md (V1 README), \"Low-latency kernels\" table"
+DEEPEP_V2 = "github.com/deepseek-ai/DeepEP, README.md (V2), \"Performance\" table"
+MISSION = "MISSION.md, \"Public facts\" (NVLink4 / NCCL)"
+DEEPGEMM = "github.com/deepseek-ai/DeepGEMM README, FP8 grouped-GEMM tables (H800)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """One published figure and how to reproduce its quantity with the estimator.
+
+    ``kind`` names the estimator quantity (:data:`KINDS`); ``None`` means no counterpart and ``note`` says
+    why. ``model`` is a model name from ``models.toml`` or a dict of :class:`ModelConfig` fields for a
+    benchmark shape that is not a model."""
+    key: str
+    baseline: str
+    setup: str
+    quantity: str
+    published: float | None
+    unit: str
+    source: str
+    kind: str | None = None
+    system: str = "hgx-h100"
+    model: str | dict | None = None
+    tokens: int = 4096
+    gpus: int | None = None
+    routing: str = "uniform"
+    dtype: str = "fp8"
+    extra: dict = dataclasses.field(default_factory=dict)
+    note: str = ""
+
+
+def _shape(name, hidden, experts, k, ffn=2048):
+    return dict(name=name, hidden=hidden, routed_experts=experts, top_k=k, expert_ffn=ffn, shared=0,
+                moe_layers=1, layers=1)
+
+
+SETUPS: list[Setup] = [
+    Setup("h800-nvlink", "DeepEP", "8x H800, NVLink", "achievable NVLink bandwidth per GPU per direction",
+          160.0, "GB/s", DEEPEP_V1 + " (text: \"H800 (~160 GB/s NVLink maximum bandwidth)\")",
+          kind="link_rate", system="hgx-h800",
+          note="the estimator's bulk unicast payload rate (raw x link_efficiency, set from NCCL on H100)"),
+    Setup("deepep-v1-dispatch", "DeepEP normal", "H800 EP8 intranode, 4096 tokens/GPU, hidden 7168, "
+          "top-8 of 256, FP8", "dispatch bottleneck bandwidth", 153.0, "GB/s", DEEPEP_V1,
+          kind="deepep_dispatch_bw", system="hgx-h800", model=_shape("deepep-bench", 7168, 256, 8),
+          note="DeepEP's tests/legacy/test_intranode.py: received bytes (rows incl. the GPU's own tokens) / "
+               "kernel time, uniform random top-8"),
+    Setup("deepep-v1-combine", "DeepEP normal", "H800 EP8 intranode, 4096 tokens/GPU, hidden 7168, "
+          "top-8 of 256, BF16", "combine bottleneck bandwidth", 158.0, "GB/s", DEEPEP_V1,
+          kind="deepep_combine_bw", system="hgx-h800", model=_shape("deepep-bench", 7168, 256, 8),
+          note="sent BF16 bytes (= the dispatch's received rows) / kernel time"),
+    Setup("deepep-v2-dispatch", "DeepEP normal (V2)", "SM100 (B200) EP8 NVLink, 8192 tokens/GPU, hidden "
+          "7168, top-8 of 256, FP8", "dispatch bottleneck bandwidth (64 SMs)", 726.0, "GB/s", DEEPEP_V2,
+          kind="deepep_dispatch_bw", system="nvl72", gpus=8, tokens=8192,
+          model=_shape("deepep-bench", 7168, 256, 8),
+          note="nvl72's NVLink5 GPU (18 x 50 GB/s) on 8 GPUs; V2 counts local-rank traffic (\"logical "
+               "bandwidth\") and 96 B of top-k metadata per row (+1.3%, not in the estimate's bytes)"),
+    Setup("deepep-v2-combine", "DeepEP normal (V2)", "SM100 (B200) EP8 NVLink, 8192 tokens/GPU, hidden "
+          "7168, top-8 of 256, BF16", "combine bottleneck bandwidth (64 SMs)", 740.0, "GB/s", DEEPEP_V2,
+          kind="deepep_combine_bw", system="nvl72", gpus=8, tokens=8192,
+          model=_shape("deepep-bench", 7168, 256, 8)),
+    Setup("deepep-v2-dispatch-24sm", "DeepEP normal (V2)", "SM100 (B200) EP8 NVLink, 8192 tokens/GPU, "
+          "hidden 7168, top-8 of 256, FP8", "dispatch bottleneck bandwidth (24 SMs)", 643.0, "GB/s", DEEPEP_V2,
+          kind="deepep_dispatch_bw", system="nvl72", gpus=8, tokens=8192,
+          model=_shape("deepep-bench", 7168, 256, 8),
+          note="the estimator's sequential DeepEP moves data at line rate whatever its SM count"),
+    Setup("deepep-v2-combine-24sm", "DeepEP normal (V2)", "SM100 (B200) EP8 NVLink, 8192 tokens/GPU, "
+          "hidden 7168, top-8 of 256, BF16", "combine bottleneck bandwidth (24 SMs)", 675.0, "GB/s", DEEPEP_V2,
+          kind="deepep_combine_bw", system="nvl72", gpus=8, tokens=8192,
+          model=_shape("deepep-bench", 7168, 256, 8)),
+    Setup("deepep-ll-ep8", "DeepEP low-latency", "H800 EP8, 128 tokens, hidden 7168, top-8, FP8 dispatch",
+          "dispatch latency", 77.0, "us", DEEPEP_V1_LL,
+          note="pure RDMA (CX7 400 Gb/s, ~50 GB/s) kernels; the estimator models one "
+               "NVLink domain, and the published 98 GB/s exceeds one NIC, so it counts traffic that does "
+               "not cross the NIC"),
+    Setup("nccl-bulk", "NCCL", "8x H100, NVLink4 (18 x 25 GB/s)", "non-allreduce bandwidth per direction",
+          370.0, "GB/s", MISSION, kind="allgather_busbw", system="hgx-h100",
+          model=_shape("allgather-probe", 7168, 8, 8), tokens=2048, dtype="bf16",
+          note="calibration point, not independent: link_efficiency = 370/450 comes from this figure. "
+               "Estimate: an all-gather (every token to all 7 peers, unicast), busbw = S/t x (G-1)/G "
+               "(nccl-tests doc/PERFORMANCE.md)"),
+    Setup("nccl-nvls-allreduce", "NVLS (NCCL)", "8x H100, NVLink4 + NVSwitch SHARP, large messages",
+          "allreduce busbw", 480.0, "GB/s", MISSION, kind="nvls_allreduce_busbw", system="hgx-h100",
+          model=_shape("allreduce-probe", 7168, 8, 1), tokens=8192, dtype="bf16",
+          note="the estimator's NVLS phases: ReduceScatter (multimem.ld_reduce) + AllGather (multimem.st); "
+               "busbw = S/t x 2(G-1)/G (github.com/NVIDIA/nccl-tests doc/PERFORMANCE.md)"),
+    Setup("tutel-16", "Tutel", "16 A100 (2 nodes), single MoE layer", "speedup over Fairseq MoE", 4.96, "x",
+          "Tutel, MLSys 2023 (arXiv 2206.03382), abstract",
+          note="cross-node A100 + InfiniBand (2DH all-to-all, kernel and encode/decode "
+               "gains over Fairseq's implementation); the estimator models one NVLink domain and no Fairseq"),
+    Setup("tutel-8", "Tutel", "8x A100 80 GB (one Azure NDm A100 v4 node), single MoE layer",
+          "speedup over fairseq's MoE", 8.49, "x",
+          "Microsoft Research blog, \"Tutel: An efficient mixture-of-experts implementation for large DNN model "
+          "training\" (2021-11), first section",
+          note="one NVLink node, but the speedup is over fairseq's implementation (Tutel's encode/decode kernels "
+               "and all-to-all against fairseq's); the estimator's baselines are optimised implementations of "
+               "each schedule and it has no fairseq, so no counterpart"),
+    Setup("tutel-2048", "Tutel", "2,048 A100, single MoE layer", "speedup over Fairseq MoE", 5.75, "x",
+          "Tutel, MLSys 2023 (arXiv 2206.03382), abstract", note="as for 16 GPUs"),
+    Setup("fastermoe", "FasterMoE", "-", "-", None, "-",
+          "not found: github.com/laekov/fastmoe doc/fastermoe/README.md describes smart scheduling, "
+          "shadowing and the topology-aware gate without figures; the artifact (github.com/laekov/fastermoe-ae, "
+          "plotting/fig10.py) plots end-to-end speedups over DeepSpeed from logs the repository does not hold",
+          note="no published figure of FasterMoE's own found; FasterMoE on one 8-GPU node: the COMET rows "
+               "(COMET's speedup over FasterMoE)"),
+    Setup("comet-layer", "COMET", "8-GPU H800/H100 server, Megatron-LM, single MoE layer",
+          "speedup over the baselines (up to)", 1.96, "x",
+          "COMET, MLSys 2025 (arXiv 2502.19811), abstract; Doubao team blog 2025-03-10",
+          note="the figure aggregates models, parallel configurations and baselines "
+               "(Megatron-Cutlass/TE, FasterMoE, Tutel); the single-layer figures' per-setup values were not in "
+               "the sources found (the stored paper text ends before its evaluation). Its end-to-end figure's "
+               "expert-parallel panels are the COMET rows below"),
+    Setup("comet-flux-h800", "COMET (Flux kernels)", "8x H800, TP=8 EP=1, 32 experts top-4, M=8192, K=N=8192",
+          "MoE layer0 (AllGather+scatter+GEMM) time", 1.146, "ms",
+          "github.com/bytedance/flux docs/performance.md, \"MoE MLP\" table",
+          note="tensor-parallel experts (every GPU holds a slice of every expert); the "
+               "estimator models expert parallelism"),
+    Setup("ccfuser", "CCFuser", "-", "-", None, "-", "not found (searched the docs, pages and code corpora)",
+          note="no published figure found"),
+    Setup("dualpipe", "DualPipe", "-", "pipeline bubble", None, "-",
+          "github.com/deepseek-ai/DualPipe README.md: bubble (PP/2-1)(F&B+B-3W), formulas only; "
+          "github.com/deepseek-ai/profile-data README.md: traces of DualPipe's chunk overlap at EP64",
+          note="no measured figure: the README gives the bubble formula; the profile-data traces (a forward and "
+               "a backward chunk of 4 MoE layers, EP64 TP1, 4K sequence) are cross-node (RDMA all-to-all) and "
+               "give no single figure; the estimator models DualPipe's overlap of two micro-batches within a "
+               "layer in one NVLink domain, not pipeline bubbles"),
+]
+
+
+def _comet_setups() -> list[Setup]:
+    """COMET's end-to-end figure, expert-parallel panels (:mod:`published_comet`): per model and M, the mean
+    MoE layer time of Megatron-Cutlass and of COMET, and COMET's speedup over Megatron-Cutlass, Tutel and
+    FasterMoE on the MoE layers; the estimator runs its own schemes for the same layer on ``hgx-h800``."""
+    out = []
+    for m in (4096, 8192):
+        for model, spec in comet_fig.MODELS.items():
+            where = f"8x H800 EP8, {model}, {m} tokens/GPU, BF16"
+            src = comet_fig.SOURCE.format(m=m)
+            common = dict(kind=None, system="hgx-h800", model=spec, tokens=m, dtype="bf16")
+            first = not out
+            for sysname in ("Megatron-Cutlass", "COMET"):
+                out.append(Setup(
+                    f"comet-e2e-{model}-{m}-{sysname}-layer", "COMET", where, f"{sysname} MoE layer time (mean)",
+                    comet_fig.layer_ms(model, m, sysname), "ms", src,
+                    **dict(common, kind="layer_time"), extra=dict(scheme=comet_fig.SYSTEMS[sysname]),
+                    note=("(forward latency - attention-only latency) / MoE layers, bars read off the figure "
+                          "(1 px = 1.2 ms at M=4096, 2.2 ms at M=8192); the artifact's shapes (published_comet.py). "
+                          "Estimate: the estimator's layer time of the matching scheme (Megatron-Cutlass: "
+                          "deepep, the sequential all-to-all + grouped GEMM + all-to-all; COMET: comet)")
+                    if first and sysname == "Megatron-Cutlass" else ""))
+            for over in ("Megatron-Cutlass", "Tutel", "FasterMoE"):
+                out.append(Setup(
+                    f"comet-e2e-{model}-{m}-over-{over}", "COMET", where, f"speedup over {over} (MoE layers)",
+                    comet_fig.speedup(model, m, "COMET", over), "x", src,
+                    **dict(common, kind="speedup"),
+                    extra=dict(scheme="comet", over=comet_fig.SYSTEMS[over]),
+                    note=("MoE-layer time of the baseline / COMET's (attention excluded). Estimate: the "
+                          "ratio of the estimator's layer times, deepep / comet, tutel / comet, "
+                          "fastermoe / comet (one estimate() per setup)") if first and over == "Megatron-Cutlass"
+                    else ""))
+    return out
+
+
+SETUPS += _comet_setups()
+# DeepGEMM's grouped FP8 GEMMs (the expert GEMM model's own validation, sim_models/gemm.py).
+SETUPS += [
+    Setup(f"deepgemm-{layout}-{g}x{m}-{n}x{k}", "DeepGEMM", f"H800, {layout} {g} x {m} rows, N={n}, K={k}",
+          "grouped FP8 GEMM throughput", float(pub), "TFLOPS", DEEPGEMM, kind="deepgemm", system="hgx-h100",
+          extra=dict(layout=layout, groups=g, m=m, n=n, k=k))
+    for layout, g, m, n, k, pub in DEEPGEMM_H800
+    if layout != "dense"
+]
+
+KINDS = ("link_rate", "deepep_dispatch_bw", "deepep_combine_bw", "allgather_busbw", "nvls_allreduce_busbw",
+         "deepgemm", "layer_time", "speedup")
+
+
+def error_pct(estimate: float, published: float) -> float:
+    """Signed error of the estimate relative to the published figure, in percent."""
+    if not (isinstance(published, (int, float)) and published > 0):
+        raise ValueError(f"published figure must be a positive number, got {published!r}")
+    return 100.0 * (estimate - published) / published
+
+
+def _model(spec) -> ModelConfig:
+    return load_model(spec) if isinstance(spec, str) else ModelConfig(**spec)
+
+
+def _phases(st: Setup, kind: str, cal: Calibration, params: Params):
+    """(workload, context, dispatch s, combine s) of one traffic kind: the estimator's bulk phase times
+    (``_standalone``) plus one kernel overhead per phase, as its sequential engine charges them."""
+    model, system = _model(st.model), load_system(st.system)
+    gpus = st.gpus or system.gpus
+    sysx = system if gpus == system.gpus else system.replace(gpus=gpus)
+    wl = build_workload(model.routed_experts, model.top_k, gpus, st.tokens, routing=st.routing, seed=params.seed,
+                        tile=params.tile, n_group=model.n_group, topk_group=model.topk_group)
+    ctx = _Context(model, sysx, params, cal, wl)
+    tr = account(wl.dest, kind, payload_bytes(model.hidden, st.dtype), payload_bytes(model.hidden, "bf16"),
+                 sysx.port_bytes_per_cycle, MAX_PAYLOAD)
+    disp, comb = _standalone(ctx, tr, kind)
+    return model, wl, ctx, disp + ctx.ko, comb + ctx.ko
+
+
+def _estimate(st: Setup, cal: Calibration, cache: dict | None):
+    """``estimate()`` of the setup's layer (prefill, its tokens, dtype and routing), shared through ``cache``
+    by the rows of one setup."""
+    key = (repr(st.model), st.system, st.gpus, st.tokens, st.dtype, st.routing)
+    if cache is not None and key in cache:
+        return cache[key]
+    params = Params(tokens_per_gpu=st.tokens, dtype=st.dtype, routing=st.routing, gpus=st.gpus)
+    e = estimate(_model(st.model), load_system(st.system), params, calibration=cal,
+                 schemes=["deepep", "tutel", "fastermoe", "comet"])
+    if cache is not None:
+        cache[key] = e
+    return e
+
+
+def run_setup(st: Setup, cal: Calibration | None = None, params: Params | None = None,
+              cache: dict | None = None) -> dict:
+    """The estimator's value of ``st``'s quantity (in ``st.unit``) and how it was obtained. ``cache`` (a dict)
+    shares one ``estimate()`` among the layer-time and speedup rows of a setup."""
+    cal = cal if cal is not None else load_calibration()
+    params = params or Params(dtype=st.dtype)
+    if st.kind is None:
+        return {"estimate": None, "how": st.note}
+    if st.kind not in KINDS:
+        raise ValueError(f"setup {st.key!r}: unknown kind {st.kind!r}; valid: {', '.join(KINDS)}")
+    if st.kind in ("layer_time", "speedup"):
+        e = _estimate(st, cal, cache)
+        x = st.extra
+        for f in ("scheme",) + (("over",) if st.kind == "speedup" else ()):
+            if x.get(f) not in e.results:
+                raise ValueError(f"setup {st.key!r}: extra[{f!r}]={x.get(f)!r} is not one of the estimated "
+                                 f"schemes ({', '.join(e.results)})")
+        t = e.results[x["scheme"]].total
+        if st.kind == "layer_time":
+            return {"estimate": t * 1e3, "time_us": t * 1e6,
+                    "how": f"estimate(): the {x['scheme']} scheme's layer time"}
+        return {"estimate": e.speedup(x["over"], over=x["scheme"]), "time_us": t * 1e6,
+                "how": f"estimate(): {x['over']} layer time / {x['scheme']} layer time"}
+    if st.kind == "deepgemm":
+        x = st.extra
+        rows = deepgemm_validation(load_system(st.system), params.gemm_efficiency, params.mem_efficiency)
+        r = next(r for r in rows if (r["layout"], r["groups"], r["m"], r["n"], r["k"])
+                 == (x["layout"], x["groups"], x["m"], x["n"], x["k"]))
+        return {"estimate": r["estimate"], "how": "gemm.deepgemm_validation (useful FLOPs / launch time)"}
+    if st.kind == "link_rate":
+        model = _shape("probe", 7168, 8, 1)
+        _, _, ctx, _, _ = _phases(dataclasses.replace(st, model=model, tokens=1), "unicast", cal, params)
+        pe = payload_efficiency(MAX_PAYLOAD, scheme="unicast", flit_bytes=ctx.flit, max_payload_bytes=MAX_PAYLOAD)
+        return {"estimate": ctx.rate * pe / 1e9, "how": "payload bytes/s of the estimator's link rate"}
+    if st.kind in ("deepep_dispatch_bw", "deepep_combine_bw"):
+        model, wl, ctx, disp, comb = _phases(st, "unicast", cal, params)
+        rows = wl.dest.hit.sum(axis=0).astype(float)          # rows each GPU receives, its own tokens included
+        if st.kind == "deepep_dispatch_bw":
+            nbytes, t = float(rows.mean()) * payload_bytes(model.hidden, st.dtype), disp
+        else:
+            nbytes, t = float(rows.mean()) * payload_bytes(model.hidden, "bf16"), comb
+        return {"estimate": nbytes / t / 1e9, "time_us": t * 1e6, "bytes": nbytes,
+                "how": "DeepEP's bytes (mean rows received per GPU, own tokens included) / the estimator's "
+                       "unicast phase time (deepep engine)"}
+    if st.kind == "allgather_busbw":
+        model, wl, ctx, disp, _ = _phases(st, "unicast", cal, params)
+        G = wl.gpus
+        if not np.all(wl.dest.d_all == G):
+            raise ValueError(f"setup {st.key!r}: the all-gather probe needs every token on every GPU")
+        S = G * st.tokens * payload_bytes(model.hidden, st.dtype)
+        return {"estimate": S / disp * (G - 1) / G / 1e9, "time_us": disp * 1e6, "bytes": S,
+                "how": "unicast dispatch with every token to all G-1 peers = an all-gather of S bytes"}
+    # nvls_allreduce_busbw
+    model, wl, ctx, disp, comb = _phases(st, "nvls", cal, params)
+    G = wl.gpus
+    S = G * st.tokens * payload_bytes(model.hidden, "bf16")
+    t = disp + comb
+    return {"estimate": S / t * 2 * (G - 1) / G / 1e9, "time_us": t * 1e6, "bytes": S,
+            "how": "the nvls scheme's ReduceScatter (combine) + AllGather (dispatch) of S bytes"}
+
+
+def validate(setups=None, cal: Calibration | None = None) -> list[dict]:
+    """One row per setup: what, published (with source), estimate, signed error %, how."""
+    cal = cal if cal is not None else load_calibration()
+    out, cache = [], {}
+    for st in (SETUPS if setups is None else setups):
+        if not st.source:
+            raise ValueError(f"setup {st.key!r} has no source")
+        r = run_setup(st, cal, cache=cache)
+        est = r.get("estimate")
+        err = error_pct(est, st.published) if est is not None and st.published else None
+        row = {"key": st.key, "baseline": st.baseline, "setup": st.setup, "quantity": st.quantity,
+               "published": st.published, "unit": st.unit, "source": st.source, "estimate": est,
+               "error_pct": err, "note": st.note, "how": r.get("how", ""), "time_us": r.get("time_us"),
+               "bytes": r.get("bytes")}
+        if "before" in r:
+            row["before"] = r["before"]
+            row["error_before_pct"] = error_pct(r["before"], st.published)
+        out.append(row)
+    return out
+
+
+def _fmt(v, unit):
+    if v is None:
+        return "-"
+    if unit == "x":
+        return f"{v:.2f}"
+    return f"{v:,.3g}" if unit == "ms" else f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.1f}"
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    """Per (baseline, quantity) with two or more estimated rows: the row count, the published and estimated
+    means (geometric for speedups, arithmetic otherwise) and the mean absolute error."""
+    groups = {}
+    for r in rows:
+        if r["estimate"] is not None:
+            groups.setdefault((r["baseline"], r["quantity"], r["unit"]), []).append(r)
+    out = []
+    for (baseline, quantity, unit), rs in groups.items():
+        if len(rs) < 2:
+            continue
+        pub = np.array([r["published"] for r in rs], float)
+        est = np.array([r["estimate"] for r in rs], float)
+        mean = (lambda a: float(np.exp(np.log(a).mean()))) if unit == "x" else (lambda a: float(a.mean()))
+        out.append({"baseline": baseline, "quantity": quantity, "unit": unit, "rows": len(rs),
+                    "published_mean": mean(pub), "estimate_mean": mean(est),
+                    "mean_abs_error_pct": float(np.mean([abs(r["error_pct"]) for r in rs]))})
+    return out
+
+
+def markdown(rows: list[dict]) -> str:
+    """The validation table (Markdown, via tabulate), the numbered notes its rows refer to, then the groups of
+    rows that measure one quantity on several setups (:func:`summary`)."""
+    from tabulate import tabulate
+    table, notes = [], []
+    for r in rows:
+        ref = ""
+        if r["note"]:
+            notes.append(r["note"])
+            ref = f" [{len(notes)}]"
+        if r["estimate"] is None:
+            est, err = "-", ("no counterpart" if r["published"] is not None else "no figure") + ref
+        else:
+            est, err = _fmt(r["estimate"], r["unit"]), f"{r['error_pct']:+.0f}%{ref}"
+        pub = f"{_fmt(r['published'], r['unit'])} {r['unit']}" if r["published"] is not None else "not found"
+        table.append([r["baseline"], r["setup"], r["quantity"], pub, r["source"], est, err])
+    out = tabulate(table, headers=["baseline", "setup", "quantity", "published", "source", "estimate", "error"],
+                   tablefmt="github")
+    sums = [[g["baseline"], g["quantity"], g["rows"], f"{_fmt(g['published_mean'], g['unit'])} {g['unit']}",
+             f"{_fmt(g['estimate_mean'], g['unit'])} {g['unit']}", f"{g['mean_abs_error_pct']:.0f}%"]
+            for g in summary(rows)]
+    means = tabulate(sums, headers=["baseline", "quantity", "rows", "published mean", "estimate mean",
+                                    "mean abs. error"], tablefmt="github")
+    return (out + "\n\n" + "\n".join(f"[{i}] {n}" for i, n in enumerate(notes, 1)) + "\n\n"
+            + "Groups of rows (means: geometric for speedups, arithmetic otherwise):\n\n" + means)
