@@ -170,10 +170,21 @@ QUICK_TOKENS = 1024          # --quick: the base point's tokens per GPU (prefill
 # ---------------------------------------------------------------------------------------------------------
 # Running points
 
+def _canonical(m: ModelConfig, s: SystemConfig, p: Params) -> Params:
+    """``p`` with the values that equal their defaults written as the defaults (``tokens_per_gpu``, ``gpus``,
+    ``routing``), so equal estimates get equal keys: a grid point at the base value is the base point."""
+    from .estimator import DEFAULT_TOKENS
+    auto = "group" if m.n_group else "uniform"
+    return dataclasses.replace(
+        p, tokens_per_gpu=None if p.tokens_per_gpu == DEFAULT_TOKENS[p.mode] else p.tokens_per_gpu,
+        gpus=None if p.gpus == s.gpus else p.gpus, routing="auto" if p.routing == auto else p.routing)
+
+
 def _run_points(model: str, points: list, jobs: int, scheduler, cache: bool, desc: str) -> list[list[dict]]:
     """Rows (one per scheme) of each (system, params, cal) point; each distinct point is estimated once.
     An unchanged system goes by name, so a point equal to a sweep's shares its cache entry."""
     from dysharp import engine
+    m = load_model(model)
     names = {}
     work, index, labels = [], [], []
     seen = {}
@@ -181,7 +192,7 @@ def _run_points(model: str, points: list, jobs: int, scheduler, cache: bool, des
         if sysc.name not in names:
             names[sysc.name] = load_system(sysc.name)
         sys_arg = sysc.name if sysc == names[sysc.name] else sysc
-        job = (model, sys_arg, params, cal, {})
+        job = (model, sys_arg, _canonical(m, sysc, params), cal, {})
         k = engine.content_key(job)
         if k not in seen:
             seen[k] = len(work)

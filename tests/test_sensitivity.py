@@ -181,3 +181,19 @@ def test_switch_latency_row_overrides_the_rtl_figure(cal):
         sx, px, cx = a.apply(m, s, PARAMS, rtl, v)
         t[v] = estimate(m, sx, px, cx).results["deepep"].total
     assert t[a.high] - t[a.low] == pytest.approx(2 * (a.high - a.low) * 1e-9, rel=1e-6)
+
+
+def test_each_distinct_estimate_runs_once(cal, monkeypatch):
+    """Grid points at the base value (written explicitly or as the default) are one estimate."""
+    from dysharp import engine
+    seen = []
+    real = engine.map_tasks
+
+    def counting(fn, items, **kw):
+        seen.append(len(items))
+        return real(fn, items, **kw)
+    monkeypatch.setattr(engine, "map_tasks", counting)
+    base = Params(routing="uniform", seed=3)            # 4096 tokens: the prefill default
+    rows = sensitivity(MODEL, SYSTEM, base, cal, {"tile": [128], "dtype": ["fp8"], "gpus": [8],
+                                                  "tokens_per_gpu": [4096], "zipf": [0.0]})
+    assert seen == [1] and len(rows) == 5 * len(SCHEMES)
