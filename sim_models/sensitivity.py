@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from .calibration import Calibration, load_calibration
-from .estimator import FULL, SCHEMES, Params
+from .estimator import DEFAULT_TOKENS, FULL, SCHEMES, Params
 from .moe_config import ModelConfig, load_model
 from .sweep import _key, _one, _plt, _save, write_csv
 from .system_config import SystemConfig, load_system
@@ -173,7 +173,6 @@ QUICK_TOKENS = 1024          # --quick: the base point's tokens per GPU (prefill
 def _canonical(m: ModelConfig, s: SystemConfig, p: Params) -> Params:
     """``p`` with the values that equal their defaults written as the defaults (``tokens_per_gpu``, ``gpus``,
     ``routing``), so equal estimates get equal keys: a grid point at the base value is the base point."""
-    from .estimator import DEFAULT_TOKENS
     auto = "group" if m.n_group else "uniform"
     return dataclasses.replace(
         p, tokens_per_gpu=None if p.tokens_per_gpu == DEFAULT_TOKENS[p.mode] else p.tokens_per_gpu,
@@ -353,27 +352,15 @@ def run_tornado(out_dir="build/estimate", model="deepseek-v3", system="gh200-nvl
     t0 = time.time()
     res = tornado(model, system, params, cal, baselines=baselines, jobs=jobs, scheduler=scheduler, cache=cache)
     res["seconds"] = time.time() - t0
-    res["paths"] = {"csv": write_csv_rows(res["rows"], out / "tornado.csv"),
+    res["paths"] = {"csv": write_csv(res["rows"], out / "tornado.csv", columns=()),
                     "json": _write_json(res, out / "tornado.json"),
                     "png": plot_tornado(res, out / "tornado.png")}
     return res
 
 
-def write_csv_rows(rows: list[dict], path: Path) -> Path:
-    import csv
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in r.items()})
-    return path
-
-
 def _write_json(res: dict, path: Path) -> Path:
     keep = {k: v for k, v in res.items() if k != "paths"}
-    path.write_text(json.dumps(keep, indent=1, default=list))
+    path.write_text(json.dumps(keep, indent=1))
     return path
 
 

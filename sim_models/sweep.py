@@ -77,10 +77,11 @@ def main_sweep(models=None, systems=SWEEP_SYSTEMS, params: Params = Params(), ca
     return [r for rows in _map(work, jobs, scheduler, cache, 'estimate sweep') for r in rows]
 
 
-def write_csv(rows: list[dict], path: Path) -> Path:
+def write_csv(rows: list[dict], path: Path, columns=COLUMNS) -> Path:
+    """``rows`` as CSV, ``columns`` first, then the rows' other keys; floats to 4 decimals."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    cols = COLUMNS + [c for c in (rows[0] if rows else {}) if c not in COLUMNS]
+    cols = list(columns) + [c for c in (rows[0] if rows else {}) if c not in columns]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()
