@@ -269,6 +269,15 @@ def tornado(model="deepseek-v3", system="gh200-nvl32", params: Params = Params()
             "assumptions": [dataclasses.asdict(a) for a in assumptions]}
 
 
+def _save_small(plt, fig, path) -> Path:
+    """:func:`sweep._save`, then the PNG reduced to a 64-colour palette (a third of the size, the same
+    picture), so ``docs/img`` holds the build's file as it is."""
+    from PIL import Image
+    path = _save(plt, fig, path)
+    Image.open(path).convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
+    return path
+
+
 def _fmt(v) -> str:
     return f"{v:g}" if isinstance(v, (int, float)) else str(v)
 
@@ -335,7 +344,7 @@ def plot_tornado(result: dict, path: Path) -> Path:
     p = result["point"]
     fig.suptitle(f"What the speedup hangs on: {p['model']} on {p['system']} ({p['gpus']} GPUs), {p['mode']}, "
                  f"{p['tokens_per_gpu']} tokens/GPU, {p['routing']} routing", fontsize=10)
-    return _save(plt, fig, path)
+    return _save_small(plt, fig, path)
 
 
 def run_tornado(out_dir="build/estimate", model="deepseek-v3", system="gh200-nvl32", params: Params = Params(),
@@ -490,7 +499,7 @@ def plot_sensitivity(rows: list[dict], path: Path, baselines=("deepep", "comet",
     axes.flat[0].legend(fontsize=7)
     r0 = rows[0] if rows else {}
     fig.suptitle(title or f"sensitivity: {r0.get('model', '')} on {r0.get('system', '')}", fontsize=10)
-    return _save(plt, fig, path)
+    return _save_small(plt, fig, path)
 
 
 def run_sensitivity(out_dir="build/estimate", model="deepseek-v3", system="gh200-nvl32", params: Params = Params(),
