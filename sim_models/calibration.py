@@ -38,7 +38,10 @@ from pathlib import Path
 
 __all__ = ["FIGURES", "Calibration", "load_calibration"]
 
-# name -> (bench file stem, default, why the default)
+# name -> (bench file stem, default, why the default). Every default is replaced by the RTL's figure when its
+# benchmark has run. Defaults marked "assumption": the tornado (``dysharp estimate --tornado``) moves the hit
+# rate (0.5..1) and the switch latency (50..500 ns); the other latencies are a few cycles (ns) per traversal,
+# far inside the switch-latency row's range, so that row bounds them.
 FIGURES = {
     "switch_zero_load_latency_cycles": ("switch", None,
                                         "the system config's switch_latency_ns (an assumption)"),
@@ -46,9 +49,10 @@ FIGURES = {
                                                     "(McKeown 1999)"),
     "tlb_hit_latency_cycles": ("al_tlb", 2.0, "issue 4's CAM: fixed lookup latency of at most 2 cycles"),
     "tlb_translations_per_cycle": ("al_tlb", 1.0, "one lookup per cycle per port (issue 4's CAM)"),
-    "tlb_miss_penalty_cycles": ("al_tlb", 300.0, "one backing-table read in GPU memory, ~200 ns (assumption)"),
+    "tlb_miss_penalty_cycles": ("al_tlb", 300.0, "one backing-table read in GPU memory, ~200 ns (assumption; "
+                                                 "bounded by the tornado's hit-rate row)"),
     "tlb_backing_latency_cycles": ("al_tlb", 300.0, "as the miss penalty (assumption)"),
-    "tlb_hit_rate": ("al_tlb", 0.9, "assumption (conservative)"),
+    "tlb_hit_rate": ("al_tlb", 0.9, "assumption (conservative; tornado 0.5..1)"),
     "reduce_alu_latency_cycles": ("reduction", 4.0, "assumption"),
     "reduce_flits_per_cycle": ("reduction", 1.0, "issue 5: one contribution flit per cycle per engine"),
     "reduce_last_to_result_cycles": ("reduction", 8.0, "assumption"),

@@ -50,6 +50,8 @@ __all__ = ["MODES", "SCHEMES", "BASELINES", "ABLATIONS", "FULL", "Params", "Sche
            "estimate", "DEFAULT_TOKENS"]
 
 MODES = ("prefill", "decode", "training")
+# Prefill/training: DeepEP README's normal-kernel setting (4096 tokens per batch, DeepSeek-V3/R1 pretraining);
+# decode 64: assumption (DeepEP's low-latency tests use 128 per batch); --sensitivity 512..16384 and 1..256.
 DEFAULT_TOKENS = {"prefill": 4096, "training": 4096, "decode": 64}
 WEIGHT_REUSE = ("l2", "expert")
 MAX_PAYLOAD = 256          # bytes of payload per packet (hw.packet's default max_payload_bytes)
@@ -83,30 +85,41 @@ FULL = "dysharp"
 
 @dataclasses.dataclass(frozen=True)
 class Params:
+    """The estimate's inputs. Each default's source, or the word *assumption* with the range the tornado
+    (``sim_models.sensitivity.ASSUMPTIONS``, ``dysharp estimate --tornado``) moves it over; the table is
+    docs/estimator.md, "Assumptions and their sources"."""
     mode: str = "prefill"
     tokens_per_gpu: int | None = None        # None: DEFAULT_TOKENS[mode]
-    routing: str = "auto"
+    routing: str = "auto"                    # group-limited where the model has a limit (MISSION.md's table),
+    #                                          else uniform; skew: tornado 0..1, --sensitivity 0..1
     placement: str = "contiguous"
-    dtype: str = "fp8"                       # dispatch and GEMM dtype (combine is always BF16)
-    tile: int = 128
-    gemm_efficiency: float = 0.6
-    mem_efficiency: float = 0.75
-    comm_sms: int = 24                       # SMs a DeepEP-like kernel needs to keep the links busy
-    dualpipe_sms: int = 20                   # DeepSeek-V3's communication SMs under DualPipe
-    explicit_sm_fraction: float = 0.15       # SMs lost to address computation with explicit addressing
+    dtype: str = "fp8"                       # dispatch and GEMM dtype (combine is always BF16): DeepSeek-V3
+    #                                          (MISSION.md); --sensitivity compares bf16
+    tile: int = 128                          # MISSION.md: the token tracker's 128-token tile; --sensitivity 32..512
+    gemm_efficiency: float = 0.6             # DeepGEMM README: 1,093-1,297 of 1,979 TFLOPS (0.55-0.66); tornado 0.45..0.75
+    mem_efficiency: float = 0.75             # DeepGEMM README: memory-bound shapes 2.2-2.6 of 3.35 TB/s; tornado 0.6..0.9
+    comm_sms: int = 24                       # SMs a DeepEP-like kernel needs to keep the links busy: DeepEP
+    #                                          README (24 of 132 on H800; MISSION.md 20-24); tornado 0..48
+    dualpipe_sms: int = 20                   # DeepSeek-V3's communication SMs under DualPipe (technical report);
+    #                                          tornado 10..32
+    explicit_sm_fraction: float = 0.15       # SMs lost to address computation with explicit addressing:
+    #                                          MISSION.md 10-20%; tornado 0.10..0.20
     per_tile_weights: bool = False           # tile-level schemes re-read expert weights per tile, no L2 reuse
     weight_reuse: str = "expert"             # tile-level schemes' weight traffic: "expert" (once per expert,
                                              # its tiles scheduled as one grouped GEMM's M-blocks) or "l2" (tiles
                                              # in ready order, each re-reads its expert's weights unless L2 holds them)
+                                             # assumption; the tornado's other end is "l2"
     block_m: int | None = 64                 # tensor-core M block (rows): Hopper wgmma is 64 rows per warpgroup;
     #                                          None: the earlier model (rows padded to the tile, no waves)
     block_n: int = 128                       # CTA block N (DeepGEMM's usual BLOCK_N)
-    bandwidth_scale: float = 1.0             # scales links, switch datapath and reduction engines
-    latency_scale: float = 1.0               # scales every latency and kernel overhead
-    gpus: int | None = None                  # override the system's GPU count
+    bandwidth_scale: float = 1.0             # scales links, switch datapath and reduction engines (a knob, 1 = as given)
+    latency_scale: float = 1.0               # scales every latency and kernel overhead (a knob, 1 = as given)
+    gpus: int | None = None                  # override the system's GPU count; --sensitivity 8..72
     seed: int = 0
-    slots: int = 300                         # time resolution of the tile-level engine
-    tutel_degrees: tuple = (1, 2, 4, 8)
+    slots: int = 300                         # time resolution of the tile-level engine (numerical: 300 vs 1000
+    #                                          slots within 1.1%, docs/estimator.md)
+    tutel_degrees: tuple = (1, 2, 4, 8)      # chunk counts tried (best taken): assumption, the search space of
+    #                                          Tutel's adaptive pipelining degree and of FasterMoE's peer batching
 
     def validate(self):
         def bad(field, what):

@@ -43,11 +43,12 @@ class GemmModel:
     hbm_bytes_per_s: float
     weight_bytes: int          # bytes per weight element (1 for FP8, 2 for BF16)
     act_bytes: int             # bytes per input activation element
-    gemm_efficiency: float = 0.6
-    mem_efficiency: float = 0.75
-    tile: int = 128
-    block_m: int | None = None     # tensor-core M block (rows); None: pad to ``tile`` (the earlier model)
-    block_n: int = 128             # CTA block N (output columns)
+    gemm_efficiency: float = 0.6   # DeepGEMM README: 0.55-0.66 of FP8 peak on MoE shapes (Params; tornado 0.45..0.75)
+    mem_efficiency: float = 0.75   # DeepGEMM README: 2.2-2.6 of 3.35 TB/s memory-bound (Params; tornado 0.6..0.9)
+    tile: int = 128                # MISSION.md's 128-token tile
+    block_m: int | None = None     # tensor-core M block (rows); None: pad to ``tile`` (the earlier model);
+    #                                the estimator passes 64 (Hopper wgmma: 64 rows per warpgroup)
+    block_n: int = 128             # CTA block N (output columns): DeepGEMM's usual BLOCK_N
     sms: int = 0                   # SMs of the GPU (wave quantisation of launches); 0: no waves
 
     def __post_init__(self):

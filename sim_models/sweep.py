@@ -3,8 +3,8 @@ as CSV and plotted with matplotlib (Agg backend) under ``build/estimate/``.
 
 ``main_sweep`` runs one :func:`estimator.estimate` per (model, system) -- every scheme shares that
 layer's routing -- as tasks of :func:`dysharp.engine.map_tasks` (``jobs`` local processes, or the Dask
-cluster at ``scheduler``). ``sensitivity`` varies one input at a time around a base point (GPU count, tokens
-per GPU, Zipf skew, tile size). With ``cache`` an estimate is reused from ``build/cache/estimate`` when
+cluster at ``scheduler``). ``run_sweep`` adds the one-at-a-time sensitivity of :mod:`sensitivity` (GPU
+count, tokens per GPU, Zipf skew, tile size) around DeepSeek-V3. With ``cache`` an estimate is reused from ``build/cache/estimate`` when
 its content key (the ``sim_models`` source with its configs, the model, system, parameters and
 calibration) is unchanged.
 """
@@ -17,10 +17,10 @@ from pathlib import Path
 from .calibration import Calibration, load_calibration
 from .estimator import BASELINES, FULL, SCHEMES, Estimate, Params, estimate
 from .moe_config import load_model, model_names
-from .system_config import load_system
+from .system_config import SystemConfig, load_system
 
-__all__ = ["SWEEP_SYSTEMS", "COLUMNS", "rows_of", "main_sweep", "sensitivity", "write_csv", "plot_speedups",
-           "plot_breakdown", "plot_sensitivity", "markdown_table", "run_sweep"]
+__all__ = ["SWEEP_SYSTEMS", "COLUMNS", "rows_of", "main_sweep", "write_csv", "plot_speedups", "plot_breakdown",
+           "markdown_table", "run_sweep"]
 
 SWEEP_SYSTEMS = ("hgx-h200", "gh200-nvl32", "nvl72")
 COLUMNS = ["model", "system", "gpus", "mode", "tokens_per_gpu", "routing", "placement", "dtype", "tile",
@@ -44,8 +44,11 @@ def rows_of(e: Estimate, **extra) -> list[dict]:
 
 
 def _one(job):
+    """One estimate's rows. ``system`` is a name, or a :class:`SystemConfig` (a system with some fields
+    changed, e.g. by the tornado of :mod:`sensitivity`)."""
     model, system, params, cal, extra = job
-    e = estimate(load_model(model), load_system(system), params, cal)
+    sysc = system if isinstance(system, SystemConfig) else load_system(system)
+    e = estimate(load_model(model), sysc, params, cal)
     return rows_of(e, **extra)
 
 
@@ -58,7 +61,8 @@ def _key(job) -> str:
 def _map(work, jobs, scheduler=None, cache=False, desc="estimate"):
     from dysharp import engine
     store = engine.cache("estimate") if cache else None
-    labels = [" ".join([m, s, *(f"{k}={v}" for k, v in extra.items())]) for m, s, _p, _c, extra in work]
+    labels = [" ".join([m, getattr(s, "name", s), *(f"{k}={v}" for k, v in extra.items())])
+              for m, s, _p, _c, extra in work]
     return engine.map_tasks(_one, work, jobs=jobs, scheduler=scheduler, desc=desc, labels=labels,
                             cache=store, key=_key if cache else None)
 
@@ -73,41 +77,11 @@ def main_sweep(models=None, systems=SWEEP_SYSTEMS, params: Params = Params(), ca
     return [r for rows in _map(work, jobs, scheduler, cache, 'estimate sweep') for r in rows]
 
 
-SENSITIVITY = {
-    "gpus": [8, 16, 32, 64],
-    "tokens_per_gpu": [256, 1024, 4096, 16384],
-    "zipf": [0.0, 0.3, 0.6, 1.0],
-    "tile": [64, 128, 256],
-}
-# --quick: fewer points around a 1024-tokens/GPU base
-QUICK_SENSITIVITY = {"gpus": [8, 16], "tokens_per_gpu": [256, 2048], "zipf": [0.0, 0.6], "tile": [64, 128]}
-
-
-def sensitivity(model: str, system: str, params: Params = Params(), cal: Calibration | None = None,
-                grid: dict | None = None, jobs: int = 1, scheduler: str | None = None,
-                cache: bool = False) -> list[dict]:
-    """One-at-a-time variation around (model, system, params). Rows carry ``param`` and ``value``."""
-    grid = grid or SENSITIVITY
-    cal = cal if cal is not None else load_calibration()
-    m = load_model(model)
-    work = []
-    for g in grid.get("gpus", []):
-        work.append((model, system, dataclasses.replace(params, gpus=g), cal, {"param": "gpus", "value": g}))
-    for t in grid.get("tokens_per_gpu", []):
-        work.append((model, system, dataclasses.replace(params, tokens_per_gpu=t), cal,
-                     {"param": "tokens_per_gpu", "value": t}))
-    for z in grid.get("zipf", []):
-        spec = (f"group-zipf:{z}" if m.n_group else f"zipf:{z}")
-        work.append((model, system, dataclasses.replace(params, routing=spec), cal, {"param": "zipf", "value": z}))
-    for tile in grid.get("tile", []):
-        work.append((model, system, dataclasses.replace(params, tile=tile), cal, {"param": "tile", "value": tile}))
-    return [r for rows in _map(work, jobs, scheduler, cache, 'sensitivity') for r in rows]
-
-
-def write_csv(rows: list[dict], path: Path) -> Path:
+def write_csv(rows: list[dict], path: Path, columns=COLUMNS) -> Path:
+    """``rows`` as CSV, ``columns`` first, then the rows' other keys; floats to 4 decimals."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    cols = COLUMNS + [c for c in (rows[0] if rows else {}) if c not in COLUMNS]
+    cols = list(columns) + [c for c in (rows[0] if rows else {}) if c not in columns]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()
@@ -180,28 +154,6 @@ def plot_breakdown(rows: list[dict], model: str, path: Path) -> Path:
     return _save(plt, fig, path)
 
 
-def plot_sensitivity(rows: list[dict], path: Path, baselines=("deepep", "comet", "ccfuser", "dualpipe")) -> Path:
-    plt = _plt()
-    params = list(dict.fromkeys(r["param"] for r in rows))
-    fig, axes = plt.subplots(1, len(params), figsize=(4.2 * len(params), 3.6), squeeze=False)
-    labels = {"gpus": "GPUs (EP)", "tokens_per_gpu": "tokens per GPU", "zipf": "Zipf exponent",
-              "tile": "tile (tokens)"}
-    for ax, p in zip(axes[0], params):
-        for b in baselines:
-            pts = sorted((r["value"], r["dysharp_speedup"]) for r in rows if r["param"] == p and r["scheme"] == b)
-            ax.plot([a for a, _ in pts], [s for _, s in pts], marker="o", label=SCHEMES[b].label)
-        if p in ("gpus", "tokens_per_gpu"):
-            ax.set_xscale("log", base=2)
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.set_xlabel(labels.get(p, p))
-        ax.set_ylabel("DySHARP speedup (x)")
-    m = rows[0]["model"] if rows else ""
-    s = rows[0]["system"] if rows else ""
-    fig.suptitle(f"sensitivity: {m} on {s}", fontsize=10)
-    axes[0, 0].legend(fontsize=7)
-    return _save(plt, fig, path)
-
-
 def markdown_table(rows: list[dict], baselines=BASELINES) -> str:
     """Models x systems: DySHARP's speedup over each baseline."""
     from tabulate import tabulate
@@ -234,6 +186,7 @@ def run_sweep(out_dir="build/estimate", model="deepseek-v3", params: Params = Pa
     rows = main_sweep(models, systems, params, cal, jobs, scheduler, cache)
     t_main = time.time() - t0
     sens_system = "gh200-nvl32" if "gh200-nvl32" in systems else systems[0]
+    from .sensitivity import QUICK_SENSITIVITY, SENSITIVITY, plot_sensitivity, sensitivity
     t1 = time.time()
     if grid is None:
         grid = QUICK_SENSITIVITY if quick else SENSITIVITY

@@ -42,8 +42,8 @@ __all__ = ["SCHEMES", "DTYPES", "payload_bytes", "TokenDestinations", "WireCosts
 
 SCHEMES = ("unicast", "nvls", "dynamic", "explicit")
 DTYPES = ("bf16", "fp8")
-SCALE_GROUP = 128      # channels per FP8 scale (DeepSeek-V3 fine-grained quantisation)
-SCALE_BYTES = 4        # one FP32 scale
+SCALE_GROUP = 128      # channels per FP8 scale (source: DeepSeek-V3 fine-grained quantisation, 1 x 128 tiles)
+SCALE_BYTES = 4        # one FP32 scale (source: DeepSeek-V3 / DeepEP's FP8 dispatch)
 
 
 def payload_bytes(hidden: int, dtype: str) -> int:

@@ -241,3 +241,16 @@ def test_bad_seed_and_a_text_file_as_trace_are_named(tmp_path, capsys):
     assert main(["estimate", "--routing", f"trace:{trace}", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "is not a NumPy .npy array file" in err and "pickled" not in err and "numpy.save(path, ids)" in err
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--validate", "--end-to-end"], "--validate and --end-to-end are separate runs"),
+    (["--end-to-end", "--sweep"], "--end-to-end and --sweep are separate runs"),
+    (["--end-to-end", "--tornado"], "--end-to-end and --tornado / --sensitivity are separate runs"),
+])
+def test_run_modes_are_exclusive(flags, named, tmp_path, capsys):
+    """--validate, --end-to-end, --sweep and --tornado/--sensitivity are separate runs: two of them is an
+    error naming both, not one silently ignored."""
+    assert main(["estimate", *flags, "--out", str(tmp_path)]) == 2
+    assert named in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

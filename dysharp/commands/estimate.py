@@ -44,6 +44,12 @@ def add_arguments(p) -> None:
                         "ready order, each re-reads its expert's weights unless L2 still holds them)")
     p.add_argument("--bench-dir", default="build/bench", help="RTL benchmark JSON folder (calibration)")
     p.add_argument("--sweep", action="store_true", help="run the model x system sweep and sensitivity plots")
+    p.add_argument("--tornado", action="store_true",
+                   help="DySHARP's speedup over each baseline (--schemes) as each assumed constant moves over its "
+                        "plausible range: build/estimate/tornado.{png,csv,json}; --quick: 1024 tokens/GPU")
+    p.add_argument("--sensitivity", action="store_true",
+                   help="speedup against tile, GPU count, tokens/GPU, routing skew, dtype: build/estimate/"
+                        "sensitivity_*.png, sensitivity_all.csv; --quick: fewer points; --jobs/--scheduler/--no-cache apply")
     p.add_argument("--quick", action="store_true", help="with --sweep: fewer models and sensitivity points")
     p.add_argument("--jobs", type=int, default=None, help="worker processes for --sweep (default: min(2, CPUs))")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
@@ -162,7 +168,19 @@ def notices(model, system, gpus: int | None) -> list[str]:
     return out
 
 
+# The run modes besides a single estimate; each is a separate run (--tornado and --sensitivity go together).
+_RUNS = (("validate", "--validate"), ("end_to_end", "--end-to-end"), ("sweep", "--sweep"),
+         ("tornado", "--tornado / --sensitivity"), ("sensitivity", "--tornado / --sensitivity"))
+
+
+def _check_one_run(args) -> None:
+    given = list(dict.fromkeys(flag for attr, flag in _RUNS if getattr(args, attr, False)))
+    if len(given) > 1:
+        raise ValueError(f"{' and '.join(given)} are separate runs; give one of them")
+
+
 def run(args) -> int:
+    _check_one_run(args)
     if getattr(args, "validate", False):
         return _validate(args)
     params = params_from_args(args)
@@ -174,6 +192,9 @@ def run(args) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     cal = load_calibration(args.bench_dir)
+    if args.tornado or args.sensitivity:
+        from sim_models.sensitivity import run_cli
+        return run_cli(args, model, system, params, cal, schemes)
     if args.sweep:
         from sim_models.sweep import markdown_table, run_sweep
         res = run_sweep(args.out, model=model.name, params=params, cal=cal, quick=args.quick, jobs=args.jobs,
@@ -213,8 +234,6 @@ def run(args) -> int:
 
 def _validate(args) -> int:
     """``--validate``: the published-figure validation table (docs/estimator.md), its JSON and Markdown."""
-    if args.sweep:
-        raise ValueError("--validate and --sweep are separate runs; give one of them")
     from sim_models.validation import markdown, validate
     rows = validate(cal=load_calibration(args.bench_dir))
     table = markdown(rows)
