@@ -1,28 +1,43 @@
-"""The estimator's step in ``dysharp study``: the sweep (CSV + plots) and one example table, calibrated from
-whatever RTL benchmark figures the study has produced so far (``<report>/`` first, then ``build/bench/``)."""
+"""The estimator's step in ``dysharp study``: the sweep (CSV + plots), one example table, the whole-step
+(end-to-end) table, the validation against the baselines' published figures, and what the conclusions hang
+on (tornado and sensitivity plots), calibrated from whatever RTL benchmark figures the study has produced so
+far (``<report>/`` first, then ``build/bench/``)."""
 
+import json
 import os
 from pathlib import Path
 
 from .calibration import load_calibration
+from .end_to_end import end_to_end
 from .estimator import BASELINES, Params, estimate
 from .moe_config import load_model
+from .sensitivity import run_sensitivity, run_tornado, tornado_table
 from .sweep import markdown_table, run_sweep
 from .system_config import load_system
+from .validation import markdown as validation_markdown, validate
 
 
 def estimate_step(args, out_dir: Path) -> str:
     from dysharp.commands.estimate import format_calibration, format_estimate
+    from dysharp.commands.estimate_e2e import format_end_to_end
 
     out_dir = Path(out_dir)
     cal = load_calibration([out_dir, "build/bench"])
     est_dir = out_dir / "estimate"
     quick = bool(getattr(args, "quick", False))
+    q = " --quick" if quick else ""
     res = run_sweep(est_dir, model="deepseek-v3", params=Params(), cal=cal, quick=quick)
-    example = estimate(load_model("deepseek-v3"), load_system("gh200-nvl32"), Params(), cal)
+    model, system = load_model("deepseek-v3"), load_system("gh200-nvl32")
+    example = estimate(model, system, Params(), cal)
+    whole = end_to_end(model, system, Params(), calibration=cal, estimate_result=example)
+    rows = validate(cal=cal)
+    (est_dir / "validation.json").write_text(json.dumps(rows, indent=1))
+    torn = run_tornado(est_dir, cal=cal, quick=quick)
+    sens = run_sensitivity(est_dir, cal=cal, quick=quick)
     rel = {k: os.path.relpath(p, out_dir) for k, p in res["paths"].items()}
+    r = lambda p: os.path.relpath(p, out_dir)   # noqa: E731
     lines = ["## End-to-end MoE layer-time estimate", "",
-             f"Command: `dysharp estimate --sweep{' --quick' if quick else ''}` (main sweep {res['main_s']:.0f} s, "
+             f"Command: `dysharp estimate --sweep{q}` (main sweep {res['main_s']:.0f} s, "
              f"sensitivity {res['sensitivity_s']:.0f} s, {res['jobs']} processes). The model and every "
              "assumption: `docs/estimator.md`.", "",
              format_estimate(example).replace("### ", "### Example: "), "",
@@ -30,7 +45,17 @@ def estimate_step(args, out_dir: Path) -> str:
              markdown_table(res["rows"], BASELINES), "",
              f"![speedups]({rel['speedup_png']})", "",
              f"![time breakdown]({rel['breakdown_png']})", "",
-             f"![sensitivity]({rel['sensitivity_png']})", "",
+             f"![sweep sensitivity]({rel['sensitivity_png']})", "",
              f"Data: `{rel['csv']}`, `{rel['sensitivity_csv']}`.", "",
+             "### Whole step (`dysharp estimate --end-to-end`)", "",
+             format_end_to_end(whole).replace("### ", "#### "), "",
+             "### Validation against the baselines' published figures (`dysharp estimate --validate`)", "",
+             validation_markdown(rows), "",
+             f"### What the conclusions hang on (`dysharp estimate --tornado{q}`, {torn['seconds']:.0f} s)", "",
+             tornado_table(torn), "",
+             f"![tornado]({r(torn['paths']['png'])})", "",
+             f"### Sensitivity (`dysharp estimate --sensitivity{q}`, {sens['seconds']:.0f} s)", "",
+             f"![sensitivity]({r(sens['paths']['all'])})", "",
+             f"Data: `{r(sens['paths']['csv'])}`, `{r(torn['paths']['csv'])}`.", "",
              "### Calibration", "", format_calibration(cal)]
     return "\n".join(lines)

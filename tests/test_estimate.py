@@ -208,6 +208,11 @@ def test_study_step_and_cli_sweep(tmp_path, capsys, request):
     md = estimate_step(argparse.Namespace(quick=True), tmp_path)
     assert "![speedups](estimate/speedup.png)" in md and (tmp_path / "estimate" / "speedup.png").exists()
     assert re.search(r"\| deepseek-v3 +\| gh200-nvl32 +\|", md)
+    for section in ("### Whole step", "### Validation against", "### What the conclusions hang on", "### Sensitivity"):
+        assert section in md
+    assert "![tornado](estimate/tornado.png)" in md and (tmp_path / "estimate" / "tornado.png").exists()
+    assert (tmp_path / "estimate" / "sensitivity_all.png").exists()
+    assert json.loads((tmp_path / "estimate" / "validation.json").read_text())
     assert main(["estimate", "--sweep", "--quick", "--out", str(tmp_path / "cli")]) == 0
     assert "main sweep" in capsys.readouterr().out
 
