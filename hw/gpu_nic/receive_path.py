@@ -218,7 +218,7 @@ class ReceivePath(wiring.Component):
     Latency: a packet's last flit in at cycle t -> its header is processed at t+1 and its payload written
     from t+2, one flit per cycle; the metadata flit written at t -> ``arrival`` valid at t+2 (the token-
     window test is registered). A payload write waits while the metadata queue has no room for one more
-    entry (``arrival`` backpressure). ``err_count`` counts an event one cycle after it.
+    entry (``arrival`` backpressure).
     """
 
     def __init__(self, *, flit_width: int = DEFAULT_FLIT_WIDTH, credits: int = 40, max_payload: int = 16,
@@ -570,10 +570,7 @@ class ReceivePath(wiring.Component):
             with m.Elif(consumed & ~full & (cur_e == e)):
                 m.d.sync += bump[e].eq(bump[e] + 1)
 
-        # Counted a cycle after the event (registered first: the counters' carry chains get a cycle).
-        counted = Signal(len(RxError))
         for e, sig in err.items():
-            m.d.sync += counted[e].eq(sig)
-            with m.If(counted[e]):
+            with m.If(sig):
                 m.d.sync += self.err_count[e].eq(self.err_count[e] + 1)
         return m
