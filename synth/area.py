@@ -40,6 +40,8 @@ __all__ = ["AreaPoint", "grid_points", "parse_grid", "area_point", "run_study", 
            "CLOCK_GHZ"]
 
 CLOCK_GHZ = 1.5625
+STA_VERSION = 2      # bump when the timing step changes (re-times cached points; v2: no cell of the
+                     # rewritten OpenSTA netlist is deleted, see synth.yosys_flow.sta_netlist)
 DEFAULT_PERIOD_PS = 1000.0 / CLOCK_GHZ
 BUILD = Path("build/synth")
 
@@ -152,7 +154,8 @@ def _strip_array_params(netlist_v: Path) -> None:
     text = re.sub(r"\bdysharp_array\b(?!_)", lambda _m: f"dysharp_array_{next(counter)}", "".join(out))
     # Nor does it parse a concatenation as a port connection (yosys writes one where a black box's
     # multi-bit pin is fed by repeated or mixed nets). A black box has no timing arcs, so its pins end no
-    # checked path: leaving them unconnected changes no reported path.
+    # checked path: leaving them unconnected changes no reported path, as long as the logic that fed
+    # them is kept (see yosys_flow.sta_netlist).
     text = re.sub(r"\.(\w+)\(\{[^(){}]*\}\)", r".\1()", text)
     netlist_v.write_text(text)
 
@@ -316,7 +319,7 @@ def area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERIOD_PS
     macs = macros.find_macros(vtext)
     key = {"verilog": _sha(vpath), "flow": yosys_flow.FLOW_VERSION, "liberty": tools.LIBERTY_SHA256,
            "yosys": _yosys_id(), "period_ps": period_ps,
-           "sta": bool(tools.opensta_binary(required=False))}
+           "sta": STA_VERSION if tools.opensta_binary(required=False) else False}
     if macs:
         key["macros"] = [m["module"] for m in macs]
     from dysharp import engine

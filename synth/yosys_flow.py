@@ -189,10 +189,16 @@ def _run_yosys(ys_text: str, workdir: Path, what: str, inputs: dict | None = Non
 def sta_netlist(netlist_v: Path, top: str, liberty_path: Path, workdir: Path) -> Path:
     """The gate-level netlist rewritten for Debian's OpenSTA (2019), whose Verilog reader rejects some of
     the ``assign`` forms yosys writes (part-selects of escaped names inside concatenations): undefined
-    bits tied to zero, nets and ports split into single bits, the same cells and connections."""
+    bits tied to zero, nets and ports split into single bits, the same cells and connections.
+
+    Every cell is kept (``keep``): a black-box pin that was fed by a concatenation is left unconnected
+    (:func:`synth.area._strip_array_params`), and without ``keep`` the clean-up would delete the
+    registers and logic whose only load was that pin (e.g. a reduction ALU writing an SRAM row), so
+    their paths would never be timed."""
     workdir = Path(workdir)
     _run_yosys("\n".join(["read_liberty -lib stdcells.lib", "read_verilog -defer netlist_in.v",
-                          f"hierarchy -top {top}", "setundef -zero", "splitnets -ports", "opt_clean -purge",
+                          f"hierarchy -top {top}", "setundef -zero", "splitnets -ports",
+                          "setattr -set keep 1 t:*", "opt_clean -purge",
                           "write_verilog -noattr -noexpr netlist.v", ""]),
                workdir, f"the OpenSTA netlist of {top}",
                {"stdcells.lib": liberty_path, "netlist_in.v": netlist_v})

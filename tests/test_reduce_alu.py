@@ -37,3 +37,31 @@ def test_random_million(seed, request):
     sim = "verilator" if verilator_env() else "icarus"
     run_cocotb("reduce_alu", {"flit_width": 512}, test_module=TB, testcase="test_random", seed=seed, sim=sim,
                env={"pairs": 1_000_000, "gap": 0.0, "stall": 0.0})
+
+
+# The three-stage accumulate (acc_stages=3): the same checks, latency 4, chained inputs held back.
+PIPELINED = {"acc_stages": 3}
+
+
+def test_pipelined_special_matrix(seed, sim):
+    run_cocotb("reduce_alu", PIPELINED, test_module=TB, testcase="test_special_matrix", seed=seed, sim=sim)
+
+
+def test_pipelined_random(seed, sim):
+    run_cocotb("reduce_alu", PIPELINED, test_module=TB, testcase="test_random", seed=seed, sim=sim,
+               env={"pairs": 4000, "gap": 0.05, "stall": 0.05})
+
+
+def test_pipelined_chain(seed, sim):
+    run_cocotb("reduce_alu", PIPELINED, test_module=TB, testcase="test_chain", seed=seed, sim=sim)
+
+
+def test_pipelined_latency(seed, sim):
+    run_cocotb("reduce_alu", PIPELINED, test_module=TB, testcase="test_latency", seed=seed, sim=sim)
+
+
+def test_bad_acc_stages():
+    from hw.switch.reduce_alu import ReduceALU
+    with pytest.raises(ValueError, match="acc_stages must be 1 or 3"):
+        ReduceALU(acc_stages=2)
+

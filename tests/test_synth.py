@@ -215,3 +215,37 @@ def test_switch_power_and_opensta_crosscheck(request):
     assert p["no_gating"]["pj_per_dispatched_flit"] > 0
     x = power_study.opensta_crosscheck("switch", {"ports": 4}, freq_ghz=1.5625, cycles=300, warmup=100)
     assert x["opensta"]["leakage_mw"] == pytest.approx(x["ours"]["leakage_mw"], rel=1e-3)
+
+
+def test_sta_netlist_keeps_registers_behind_a_dropped_black_box_pin(lib_path, tmp_path):
+    """A register whose only load was an array pin (dropped for OpenSTA when fed by a concatenation) stays
+    in the rewritten netlist, so its input path is still timed."""
+    from synth import yosys_flow
+    src = tmp_path / "in.v"
+    src.write_text("module top(clk, a, b, y);\n  input clk; input a; input b; output y;\n"
+                   "  wire d; wire q; wire q2;\n"
+                   "  AND2_X1 g (.A1(a), .A2(b), .ZN(d));\n"
+                   "  DFF_X1 r (.CK(clk), .D(d), .Q(q));\n"        # q drives nothing (the dropped pin)
+                   "  DFF_X1 s (.CK(clk), .D(a), .Q(q2));\n"
+                   "  assign y = q2;\nendmodule\n")
+    out = yosys_flow.sta_netlist(src, "top", lib_path, tmp_path / "sta").read_text()
+    assert out.count("DFF_X1") == 2 and "AND2_X1" in out, out
+
+
+def test_paths_names_the_registers_of_the_worst_path(lib_path, tmp_path):
+    """``synth.paths`` labels every flip-flop on the reported path with its register (its Q net), and
+    refuses a folder with no netlist."""
+    from synth import paths
+    if not tools.opensta_binary(required=False):
+        pytest.fail("OpenSTA is not installed: apt-get install opensta")
+    (tmp_path / "netlist.v").write_text(
+        "module top(clk, a, y);\n  input clk; input a; output y;\n  wire d; wire src_q; wire dst_q;\n"
+        "  DFF_X1 _1_ (.CK(clk), .D(a), .Q(src_q));\n"
+        "  INV_X1 _2_ (.A(src_q), .ZN(d));\n"
+        "  DFF_X1 _3_ (.CK(clk), .D(d), .Q(dst_q));\n"
+        "  assign y = dst_q;\nendmodule\n")
+    (tmp_path / "timing.tcl").write_text("link_design top\n")
+    text = paths.report(tmp_path, endpoints=5, paths=1)
+    assert "_3_[dst_q]/D" in text and "_1_[src_q]/Q" in text, text
+    with pytest.raises(ValueError, match="no netlist.v"):
+        paths.report(tmp_path / "missing")

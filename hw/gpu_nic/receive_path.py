@@ -216,7 +216,9 @@ class ReceivePath(wiring.Component):
     ``"req"`` or ``"resp"``: the opcodes taken, see the module docstring).
 
     Latency: a packet's last flit in at cycle t -> its header is processed at t+1 and its payload written
-    from t+2, one flit per cycle; the metadata flit written at t -> ``arrival`` valid at t+1.
+    from t+2, one flit per cycle; the metadata flit written at t -> ``arrival`` valid at t+2 (the token-
+    window test is registered). A payload write waits while the metadata queue has no room for one more
+    entry (``arrival`` backpressure).
     """
 
     def __init__(self, *, flit_width: int = DEFAULT_FLIT_WIDTH, credits: int = 40, max_payload: int = 16,
@@ -386,21 +388,38 @@ class ReceivePath(wiring.Component):
         wtag = Signal(8)
         wfree = Signal()            # the packet lands through a tag: free it at the end
 
-        # Token-window test of the flit being written.
+        # Token-window test of a written flit, one cycle after its write (a register stage: the window
+        # arithmetic on the write's own cycle kept the 640 ps clock from closing). Every write needs room
+        # for a metadata entry: the one the stage may push plus its own.
+        wrote = Signal(data.StructLayout({"valid": 1, "rel": abits, "meta": 16 * META_ENTRIES}))
         sh = Signal(6)
         m.d.comb += sh.eq(self.cfg.row_shift - fsh)
-        rel = Signal(abits)
-        m.d.comb += rel.eq(waddr - (self.cfg.win_base >> fsh))
         row = Signal(abits)
-        m.d.comb += row.eq(rel >> sh)
+        m.d.comb += row.eq(wrote.rel >> sh)
         in_row = Signal(abits)
-        m.d.comb += in_row.eq(rel - (row << sh))
+        m.d.comb += in_row.eq(wrote.rel & ~(Const(-1, abits) << sh))
         is_meta = Signal()
-        m.d.comb += is_meta.eq((row < self.cfg.win_rows) & (in_row == self.cfg.meta_flit))
-        meta_l = data.StructLayout({"row": 18, "meta": 16 * META_ENTRIES})
-        m.submodules.metaq = metaq = fifo.SyncFIFO(width=meta_l.size, depth=2)
+        m.d.comb += is_meta.eq(wrote.valid & (row < self.cfg.win_rows) & (in_row == self.cfg.meta_flit))
+        # The queue holds each token's row and its listed experts already made local (id - expert_base,
+        # with a mask of the ones hosted here), so the arrival side starts from registers.
+        meta_l = data.StructLayout({"row": 18, "mask": META_ENTRIES,
+                                    "local": data.ArrayLayout(8, META_ENTRIES)})
+        m.submodules.metaq = metaq = fifo.SyncFIFO(width=meta_l.size, depth=3)
+        meta_room = Signal()
+        m.d.comb += meta_room.eq(metaq.level + wrote.valid < metaq.depth)
         meta_in = Signal(meta_l)
-        m.d.comb += [meta_in.row.eq(row), meta_in.meta.eq(flits.r_data[:16 * META_ENTRIES]), metaq.w_data.eq(meta_in)]
+        for i in range(META_ENTRIES):
+            entry = wrote.meta[16 * i:16 * i + 16]
+            le = Signal(_META_EXPERT_BITS, name=f"meta_local{i}")
+            m.d.comb += [
+                le.eq(entry[:_META_EXPERT_BITS] - self.cfg.expert_base),
+                meta_in.local[i].eq(le),
+                meta_in.mask[i].eq(entry[15] & (entry[:_META_EXPERT_BITS] >= self.cfg.expert_base) &
+                                   (le < self.experts)),
+            ]
+        m.d.comb += [meta_in.row.eq(row), metaq.w_data.eq(meta_in), metaq.w_en.eq(is_meta)]
+        m.d.sync += [wrote.valid.eq(0), wrote.rel.eq(waddr - (self.cfg.win_base >> fsh)),
+                     wrote.meta.eq(flits.r_data[:16 * META_ENTRIES])]
 
         mw = self.mem_wr
         m.d.comb += [mw.payload.addr.eq(waddr), mw.payload.data.eq(flits.r_data)]
@@ -412,11 +431,11 @@ class ReceivePath(wiring.Component):
             tag=hdr.tag, length=hdr.length, etype=Mux(typed, hdr.etype.as_value(), 0),
             redop=Mux(typed, hdr.redop.as_value(), 0), dst=hdr.src, xtag=hdr.route.uni.xtag))
         with m.If(writing):
-            # A metadata flit also needs room in the metadata queue; valid never waits on ready.
-            m.d.comb += mw.valid.eq(flits.r_rdy & (~is_meta | metaq.w_rdy))
+            # Valid never waits on ready.
+            m.d.comb += mw.valid.eq(flits.r_rdy & meta_room)
             with m.If(mw.valid & mw.ready):
-                m.d.comb += [flits.r_en.eq(1), metaq.w_en.eq(is_meta)]
-                m.d.sync += [waddr.eq(waddr + 1), left.eq(left - 1)]
+                m.d.comb += flits.r_en.eq(1)
+                m.d.sync += [waddr.eq(waddr + 1), left.eq(left - 1), wrote.valid.eq(1)]
                 with m.If(left == 1):
                     m.d.sync += writing.eq(0)
                     with m.If(wfree):
@@ -509,20 +528,10 @@ class ReceivePath(wiring.Component):
         head = data.View(meta_l, metaq.r_data)
         lb = self.tile_size.bit_length() - 1
         sb = self.max_slots.bit_length() - 1
-        local = []
-        local_mask = Signal(META_ENTRIES)
-        for i in range(META_ENTRIES):
-            entry = head.meta[16 * i:16 * i + 16]
-            le = Signal(_META_EXPERT_BITS, name=f"meta_local{i}")
-            m.d.comb += [
-                le.eq(entry[:_META_EXPERT_BITS] - self.cfg.expert_base),
-                local_mask[i].eq(entry[15] & (entry[:_META_EXPERT_BITS] >= self.cfg.expert_base) &
-                                 (le < self.experts)),
-            ]
-            local.append(le)
+        local = [head.local[i] for i in range(META_ENTRIES)]
         done = Signal(META_ENTRIES)
         pending = Signal(META_ENTRIES)
-        m.d.comb += pending.eq(Mux(metaq.r_rdy, local_mask & ~done, 0))
+        m.d.comb += pending.eq(Mux(metaq.r_rdy, head.mask & ~done, 0))
         any_pending, pick = first_set(m, pending, name="meta_pick")
         pick_bit = Signal(META_ENTRIES)
         m.d.comb += pick_bit.eq(Const(1, META_ENTRIES) << pick)

@@ -44,6 +44,14 @@ the accumulate step (widen, select the operand, fp32 add/min/max or int op); it 
 loop of a reduction, so it is one cycle and ``chain`` feeds stage 1's own output register back into it.
 Stage 2 converts the partial to the element type. On a stall (``o.valid`` and not ``o.ready``) the whole
 pipeline holds; ``chain`` refers to the last input *accepted*, stalls or gaps in between do not matter.
+
+``acc_stages=3`` splits the accumulate step in three (operand selection, widening, compare/swap and
+alignment | significand add and leading-zero count | normalisation, rounding and special values; the
+one-cycle min/max and int results are delayed to match): latency 4, one flit per cycle, but an input
+with ``chain`` (and not ``first``) is not accepted while the previous operation is in the first two
+accumulate stages, so back-to-back chained operations go one every 3 cycles. The one-cycle form (the
+default) is what the reduction buffer instantiates: its forwarding relies on the one-cycle loop. The
+three-stage form closes the 640 ps port clock (docs/area_power.md, "Timing closure at 640 ps").
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
@@ -107,8 +115,26 @@ def _clz(m, v: Value, width: int, name: str) -> Signal:
     return _named(m, Mux(any_, idx, width), range(width + 1), name)
 
 
-def fp32_add(m, a, b, name: str) -> Signal:
-    """IEEE-754 binary32 ``a + b`` with round-to-nearest-even; NaN results are canonical."""
+def _no_cut(value, width, name):
+    return value
+
+
+def _register_cut(m, enable):
+    """A ``cut`` (see :func:`fp32_add`) that puts a register, loaded while ``enable``, at the boundary."""
+    def cut(value, width, name):
+        r = Signal(width, name=name)
+        with m.If(enable):
+            m.d.sync += r.eq(value)
+        return r
+    return cut
+
+
+def fp32_add(m, a, b, name: str, cut=_no_cut) -> Signal:
+    """IEEE-754 binary32 ``a + b`` with round-to-nearest-even; NaN results are canonical.
+
+    ``cut(value, width, name)`` is called on every value that crosses the two stage boundaries (after
+    the alignment, after the significand add and leading-zero count); a pipelined ALU passes one that
+    registers them, the default leaves the adder combinational."""
     A = _named(m, a, 32, f"{name}_a")
     B = _named(m, b, 32, f"{name}_b")
     a_exp_max = A[23:31] == 0xFF
@@ -138,16 +164,25 @@ def fp32_add(m, a, b, name: str) -> Signal:
     y_sig = _named(m, (y_ext >> shift) | sticky, 27, f"{name}_ysig")
 
     sub = _named(m, X[31] ^ Y[31], 1, f"{name}_sub")
+    # Stage boundary 1: aligned significands and what the later stages need.
+    nan_in = cut(a_nan | b_nan | (a_inf & b_inf & sub), 1, f"{name}_c1_nan")
+    inf_in = cut(a_inf | b_inf, 1, f"{name}_c1_inf")
+    x_sig, y_sig = cut(x_sig, 27, f"{name}_c1_x"), cut(y_sig, 27, f"{name}_c1_y")
+    X, sub, ex_eff = cut(X, 32, f"{name}_c1_X"), cut(sub, 1, f"{name}_c1_sub"), cut(ex_eff, 8, f"{name}_c1_ex")
     # |X| >= |Y| after alignment, so the difference is never negative.
     z = _named(m, Mux(sub, (x_sig - y_sig)[0:28], x_sig + y_sig), 28, f"{name}_z")
 
     # Normalise: one right shift on carry-out, else left by the leading zeros, but not below exponent 1
     # (the result is then subnormal). Left shifts of more than one happen only when the alignment lost
     # no bits (distance <= 1), which is why guard/round/sticky suffice.
-    carry = z[27]
     lz = _clz(m, z[0:27], 27, f"{name}_lz")
     room = _named(m, ex_eff - 1, 8, f"{name}_room")
     lshift = _named(m, Mux(lz > room, room, lz), 5, f"{name}_lsh")
+    # Stage boundary 2: the sum and its normalisation shift.
+    z, lshift = cut(z, 28, f"{name}_c2_z"), cut(lshift, 5, f"{name}_c2_lsh")
+    X, sub, ex_eff = cut(X, 32, f"{name}_c2_X"), cut(sub, 1, f"{name}_c2_sub"), cut(ex_eff, 8, f"{name}_c2_ex")
+    nan_in, inf_in = cut(nan_in, 1, f"{name}_c2_nan"), cut(inf_in, 1, f"{name}_c2_inf")
+    carry = z[27]
     z_left = _named(m, (z[0:27] << lshift)[0:27], 27, f"{name}_zl")
     z_right = Cat(z[0] | z[1], z[2:28])
     zn = _named(m, Mux(carry, z_right, z_left), 27, f"{name}_zn")
@@ -164,9 +199,9 @@ def fp32_add(m, a, b, name: str) -> Signal:
     sign = Mux((magnitude == 0) & sub, 0, X[31])
 
     out = Signal(32, name=f"{name}_sum")
-    with m.If(a_nan | b_nan | (a_inf & b_inf & sub)):
+    with m.If(nan_in):
         m.d.comb += out.eq(_FP32_NAN)
-    with m.Elif(a_inf | b_inf):
+    with m.Elif(inf_in):
         m.d.comb += out.eq(X)          # the infinity has the larger magnitude
     with m.Else():
         m.d.comb += out.eq(Cat(magnitude, sign))
@@ -240,12 +275,15 @@ def narrow_fp16(m, x, name: str) -> Signal:
     return _named(m, Mux(nan, CANONICAL_NAN[EType.FP16], Cat(mag, X[31])), 16, f"{name}_hf")
 
 
-def lane_accumulate(m, acc, b, etype, op, name: str, *, int_lane: bool) -> Signal:
-    """One 32-bit lane: ``op(acc, b)`` for floats (b already widened to fp32) and, on ``int_lane``s, ints."""
-    is_float = (etype == EType.BF16) | (etype == EType.FP16) | (etype == EType.FP32)
-    fadd = fp32_add(m, acc, b, f"{name}_add")
-    fmm = fp32_minmax(m, acc, b, op == RedOp.MAX, f"{name}_mm")
-    fres = Mux((op == RedOp.MIN) | (op == RedOp.MAX), fmm, fadd)
+def lane_accumulate(m, acc, b, etype, op, name: str, *, int_lane: bool, cut=_no_cut) -> Signal:
+    """One 32-bit lane: ``op(acc, b)`` for floats (b already widened to fp32) and, on ``int_lane``s, ints.
+    ``cut``: see :func:`fp32_add`; the one-cycle results (min/max, ints) are delayed to match."""
+    def late(value, width, what):
+        return cut(cut(value, width, f"{name}_c1_{what}"), width, f"{name}_c2_{what}")
+    is_float = late((etype == EType.BF16) | (etype == EType.FP16) | (etype == EType.FP32), 1, "isf")
+    fadd = fp32_add(m, acc, b, f"{name}_add", cut)
+    fmm = late(fp32_minmax(m, acc, b, op == RedOp.MAX, f"{name}_mm"), 32, "mm")
+    fres = Mux(late((op == RedOp.MIN) | (op == RedOp.MAX), 1, "ismm"), fmm, fadd)
     if not int_lane:
         return _named(m, Mux(is_float, fres, 0), 32, f"{name}_out")
     A = _named(m, acc, 32, f"{name}_ia")
@@ -253,7 +291,7 @@ def lane_accumulate(m, acc, b, etype, op, name: str, *, int_lane: bool) -> Signa
     less = Mux(etype == EType.S32, A.as_signed() < B.as_signed(), A < B)
     imin = Mux(less, A, B)
     imax = Mux(less, B, A)
-    ires = Mux(op == RedOp.MIN, imin, Mux(op == RedOp.MAX, imax, (A + B)[0:32]))
+    ires = late(Mux(op == RedOp.MIN, imin, Mux(op == RedOp.MAX, imax, (A + B)[0:32])), 32, "int")
     return _named(m, Mux(is_float, fres, ires), 32, f"{name}_out")
 
 
@@ -274,19 +312,24 @@ class ReduceALU(wiring.Component):
     """Vector reduction ALU over one flit (see the module docstring for formats and pipeline).
 
     Parameters: ``flit_width`` (128/256/512: 8/16/32 16-bit lanes), ``user_width`` (1..64 bits carried
-    alongside each operation). Latency :data:`LATENCY` = 2, throughput one flit per cycle, whole-pipeline
+    alongside each operation), ``acc_stages`` (1 or 3, see the module docstring). Latency ``self.latency``
+    = :data:`LATENCY` + ``acc_stages`` - 1, throughput one flit per cycle (with ``acc_stages=3``, an
+    operation with ``chain`` waits until the previous one has left the accumulate stages), whole-pipeline
     stall on output backpressure.
     """
 
-    def __init__(self, *, flit_width: int = DEFAULT_FLIT_WIDTH, user_width: int = 8):
+    def __init__(self, *, flit_width: int = DEFAULT_FLIT_WIDTH, user_width: int = 8, acc_stages: int = 1):
         flit_layout(flit_width)   # validates flit_width
         if not isinstance(user_width, int) or not 1 <= user_width <= 64:
             raise ValueError(f"user_width must be an integer in 1..64, got {user_width!r}")
+        if acc_stages not in (1, 3):
+            raise ValueError(f"acc_stages must be 1 or 3, got {acc_stages!r}")
         self.flit_width = flit_width
         self.user_width = user_width
+        self.acc_stages = acc_stages
         self.lanes16 = flit_width // 16
         self.lanes32 = flit_width // 32
-        self.latency = LATENCY
+        self.latency = LATENCY + acc_stages - 1
         super().__init__({
             "i": In(stream.Signature(alu_in_layout(flit_width, user_width))),
             "o": Out(stream.Signature(alu_out_layout(flit_width, user_width))),
@@ -298,7 +341,9 @@ class ReduceALU(wiring.Component):
         p = self.i.payload
 
         advance = Signal()
-        m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
+        m.d.comb += advance.eq(~self.o.valid | self.o.ready)
+
+        cut = _no_cut if self.acc_stages == 1 else _register_cut(m, advance)
 
         # Stage 1 registers: the new partial (also the `chain` operand) and what stage 2 needs.
         s1_valid = Signal()
@@ -309,8 +354,15 @@ class ReduceALU(wiring.Component):
         etype = Signal(EType)
         op = Signal(RedOp)
         m.d.comb += [etype.eq(p.etype), op.eq(p.op)]
+        # An operation still in an accumulate stage before s1: a `chain` operand must wait for it.
+        v1 = cut(self.i.valid & self.i.ready, 1, "acc_v1")
+        v2 = cut(v1, 1, "acc_v2")
+        in_flight = (v1 | v2) if self.acc_stages > 1 else Const(0)
+        m.d.comb += self.i.ready.eq(advance & ~(p.chain & ~p.first & in_flight))
+        etype_late = cut(cut(etype, 3, "acc_et1"), 3, "acc_et2")
+        user_late = cut(cut(p.user, self.user_width, "acc_user1"), self.user_width, "acc_user2")
         ident = _named(m, _identity_value(etype, op), 32, "ident")
-        is16 = (etype == EType.BF16) | (etype == EType.FP16)
+        is16 = (etype_late == EType.BF16) | (etype_late == EType.FP16)
         new_acc = []
         for lane in range(L16):
             h = p.data[16 * lane:16 * lane + 16]
@@ -323,15 +375,15 @@ class ReduceALU(wiring.Component):
             b = _named(m, b, 32, f"b{lane}")
             prev = Mux(p.chain, s1_acc[32 * lane:32 * lane + 32], p.acc[32 * lane:32 * lane + 32])
             a = _named(m, Mux(p.first, ident, prev), 32, f"a{lane}")
-            r = lane_accumulate(m, a, b, etype, op, f"l{lane}", int_lane=lane < L32)
+            r = lane_accumulate(m, a, b, etype, op, f"l{lane}", int_lane=lane < L32, cut=cut)
             if lane >= L32:
                 r = Mux(is16, r, 0)
             new_acc.append(r)
 
         with m.If(advance):
-            m.d.sync += s1_valid.eq(self.i.valid)
-            with m.If(self.i.valid):
-                m.d.sync += [s1_acc.eq(Cat(*new_acc)), s1_etype.eq(etype), s1_user.eq(p.user)]
+            m.d.sync += s1_valid.eq(v2)
+            with m.If(v2):
+                m.d.sync += [s1_acc.eq(Cat(*new_acc)), s1_etype.eq(etype_late), s1_user.eq(user_late)]
 
         # Stage 2: convert the partial to the element type.
         res = []

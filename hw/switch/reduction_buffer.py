@@ -63,8 +63,10 @@ complete the entry the same way but send a header-only ``ERROR`` with the code:
   for one cycle so that the timeout gets through.
 
 A contribution or abort for an entry that is not in flight (index out of range, free, completed, errored,
-or another generation) changes nothing and increments ``stale`` (once per flit). ``alloc.ready`` is low
-while no entry is free (or ``outstanding`` entries are in use): requests wait, they are never dropped.
+or another generation) changes nothing and increments ``stale`` (once per flit). ``stale``, ``mismatches``,
+``aborts`` and ``timeouts`` count an event one cycle after it (it is registered before the add, for the
+640 ps clock). ``alloc.ready`` is low while no entry is free (or ``outstanding`` entries are in use):
+requests wait, they are never dropped.
 
 Latency: last contribution accepted at cycle a -> its result header valid on ``out`` at a + 7 (measured
 by the testbench); then one result flit per cycle. Parameter ``outstanding=1`` admits one reduction at a
@@ -335,11 +337,18 @@ class ReductionBuffer(wiring.Component):
             m.d.comb += [ev0.valid.eq(1), ev0.entry.eq(scan_cur), ev0.code.eq(ErrorCode.TIMEOUT.value),
                          clr_active.eq(Const(1, N) << scan_cur)]
 
+        # The counters add a cycle later: the events are registered first, so that a counter's 32-bit carry
+        # chain does not follow the entry check and the scanner in one cycle (the 640 ps port clock).
+        counted = Signal(data.StructLayout({"stale": 1, "aborts": 1, "mismatches": 1, "timeouts": 1}))
         m.d.sync += [
-            self.stale.eq(self.stale + (b_valid & ~live)),
-            self.aborts.eq(self.aborts + (live & b.abort)),
-            self.mismatches.eq(self.mismatches + (live & ~b.abort & mismatch)),
-            self.timeouts.eq(self.timeouts + scan_fire),
+            counted.stale.eq(b_valid & ~live),
+            counted.aborts.eq(live & b.abort),
+            counted.mismatches.eq(live & ~b.abort & mismatch),
+            counted.timeouts.eq(scan_fire),
+            self.stale.eq(self.stale + counted.stale),
+            self.aborts.eq(self.aborts + counted.aborts),
+            self.mismatches.eq(self.mismatches + counted.mismatches),
+            self.timeouts.eq(self.timeouts + counted.timeouts),
         ]
 
         # ---- Allocation: pick a free entry (a), bump its generation and write its rows (b), activate

@@ -314,19 +314,21 @@ class ReductionBufferHarness(wiring.Component):
                     hdr_k & is_err & (err_code == ErrorCode.TIMEOUT.value) & (cnt[0] == 1))
 
         # Stale: a contribution taken for k's rtag before k's grant was offered or after k ended is
-        # counted in ``stale`` two cycles later (checked once k's rtag is known).
+        # counted in ``stale`` three cycles later (checked once k's rtag is known): checked at stage b,
+        # registered, then added (the buffer's counters lag their events by a cycle).
         d_layout = data.StructLayout({"valid": 1, "rtag": RTAG_BITS, "out": 1, "pre": 1})
         d1 = Signal(d_layout)
         d2 = Signal(d_layout)
+        d3 = Signal(d_layout)
         m.d.sync += [d1.valid.eq(c_take), d1.rtag.eq(c.rtag), d1.out.eq(~known_now | ended),
-                     d1.pre.eq(~known_now), d2.eq(d1)]
+                     d1.pre.eq(~known_now), d2.eq(d1), d3.eq(d2)]
         stale_prev = Signal(32)
         m.d.sync += stale_prev.eq(buf.stale)
-        d2_stale_k = d2.valid & d2.out & known_now & (d2.rtag == rt)
+        d3_stale_k = d3.valid & d3.out & known_now & (d3.rtag == rt)
         if want("stale"):
             p.check(m, "a contribution for a tag not in flight is counted stale",
-                    ~d2_stale_k | (buf.stale == stale_prev + 1),
-                    d2_stale_k & d2.pre)
+                    ~d3_stale_k | (buf.stale == stale_prev + 1),
+                    d3_stale_k & d3.pre)
 
         # Bounded liveness: once k must have timed out (age >= timeout + entries + 2), ``liveness_slack``
         # cycles of out.ready bring its answer out.

@@ -1,0 +1,94 @@
+"""The worst register-to-register paths of a synthesized point, by endpoint, with register names.
+
+``dysharp area`` keeps each point's mapped netlist and OpenSTA's worst path (``timing.txt``) in
+``build/synth/work/<point>/``; the cells there are numbered (``_12345_``), not named. This re-runs
+OpenSTA on the same netlist (the rewritten ``sta/netlist.v`` when the area flow needed one) at a given
+clock and prints the worst endpoints (one line each) and the worst paths with net names, every flip-flop
+labelled with the register it holds (its ``Q`` net in the mapped netlist)::
+
+    python -m synth.paths build/synth/work/reduction_buffer__entries64 [--ps 2841] [--endpoints 40]
+
+The default clock, 2,841 ps, is the 640 ps port clock before the 45 nm -> N5 delay scaling
+(:mod:`synth.scaling`).
+"""
+
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from . import scaling, tools
+
+__all__ = ["register_names", "report", "main"]
+
+
+def register_names(netlist_text: str) -> dict[str, str]:
+    """Flip-flop instance -> the net on its ``Q`` pin (the register's name), from a mapped netlist."""
+    out = {}
+    for m in re.finditer(r"\b(DFF\w*)\s+(\S+)\s*\((.*?)\);", netlist_text, re.S):
+        q = re.search(r"\.Q\(([^)]*)\)", m.group(3))
+        if q and q.group(1).strip():
+            out[m.group(2)] = q.group(1).strip()
+    return out
+
+
+def report(workdir, top: str | None = None, period_ps: float | None = None, endpoints: int = 40,
+           paths: int = 3) -> str:
+    """OpenSTA's endpoint summary and worst ``paths`` paths of the point in ``workdir``, registers named."""
+    workdir = Path(workdir)
+    netlist = workdir / "sta" / "netlist.v"
+    if not netlist.is_file():
+        netlist = workdir / "netlist.v"
+    if not netlist.is_file():
+        raise ValueError(f"{workdir}: no netlist.v (synthesize the point with `dysharp area` first)")
+    period_ps = period_ps or scaling.PORT_PERIOD_PS / scaling.DELAY
+    if period_ps <= 0:
+        raise ValueError(f"the clock period must be positive, got {period_ps} ps")
+    if top is None:
+        m = re.search(r"link_design\s+(\S+)", (workdir / "timing.tcl").read_text()) \
+            if (workdir / "timing.tcl").is_file() else None
+        if not m:
+            raise ValueError(f"{workdir}: no timing.tcl to take the top module from; pass --top")
+        top = m.group(1)
+    sta = tools.opensta_binary()
+    tcl = workdir / "paths.tcl"
+    tcl.write_text("\n".join([
+        f"read_liberty {Path(tools.liberty_path()).resolve()}", f"read_verilog {netlist.resolve()}",
+        f"link_design {top}", f"create_clock -name clk -period {period_ps / 1000:.6f} [get_ports clk]",
+        "set_input_delay 0 -clock clk [delete_from_list [all_inputs] [get_ports clk]]",
+        "set_output_delay 0 -clock clk [all_outputs]",
+        f"report_checks -path_delay max -group_count {endpoints} -endpoint_count 1 -format end",
+        f"report_checks -path_delay max -group_count {paths} -endpoint_count 1 -fields {{net}} -digits 3",
+        "exit", ""]))
+    r = subprocess.run([sta, "-no_splash", "-exit", str(tcl)], capture_output=True, text=True, timeout=3600)
+    names = register_names((workdir / "netlist.v").read_text())
+
+    def label(match):
+        inst = match.group(1)
+        return f"{inst}[{names[inst]}]{match.group(2)}" if inst in names else match.group(0)
+    lines = [re.sub(r"(_\d+_)(/\w+)", label, ln) for ln in r.stdout.splitlines() if not ln.startswith("Warning")]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m synth.paths", description=__doc__.split("\n\n")[0])
+    p.add_argument("workdir", help="a point's work folder, build/synth/work/<point>")
+    p.add_argument("--top", default=None, help="top module (default: the one in the folder's timing.tcl)")
+    p.add_argument("--ps", type=float, default=None,
+                   help=f"clock period at 45 nm (default: {scaling.PORT_PERIOD_PS / scaling.DELAY:.0f}, "
+                        f"the port clock before scaling)")
+    p.add_argument("--endpoints", type=int, default=40, help="endpoints listed (default: 40)")
+    args = p.parse_args(argv)
+    try:
+        if args.endpoints < 1:
+            raise ValueError(f"--endpoints must be >= 1, got {args.endpoints}")
+        print(report(args.workdir, args.top, args.ps, args.endpoints))
+    except (ValueError, tools.ToolError) as e:
+        print(f"synth.paths: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
