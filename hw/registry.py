@@ -219,7 +219,7 @@ register("group_table", "hw.switch.group_table:GroupTable", defaults={"n_ports":
          area_grid=[{"entries": e} for e in (4, 16, 64, 256)],
          doc="Static multimem group table (handle -> port mask), the NVLS baseline's table")
 register("reduce_alu", "hw.switch.reduce_alu:ReduceALU",
-         points=[{"flit_width": w} for w in (128, 256, 512)])
+         points=[{"flit_width": w} for w in (128, 256, 512)] + [{"flit_width": 128, "acc_stages": 3}])
 register("reduction_buffer", "hw.switch.reduction_buffer:ReductionBuffer",
          points=[{"entries": n} for n in (16, 32, 256, 512)],
          area_grid=[{"entries": n} for n in (32, 64, 128, 256)])

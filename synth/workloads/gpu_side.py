@@ -75,7 +75,7 @@ async def tracker_dispatch(dut):
     g1, g2 = S.tile_gemm_cycles(cfg.hidden, cfg.expert_ffn, p["tile_size"], sms=33)
     params = S.SchedulerParams(tile_size=p["tile_size"], tiles=p["tiles"], ready_depth=p["ready_depth"],
                                release_depth=p["release_depth"], row_flits=S.token_row_flits(cfg.hidden),
-                               links=18, rx_latency=18, gemm1_tile_cycles=g1, gemm2_tile_cycles=g2,
+                               links=18, rx_latency=19, gemm1_tile_cycles=g1, gemm2_tile_cycles=g2,
                                dispatch_sms=66, combine_sms=66, sms_per_tile=33)
     sched = S.schedule(rt, pl, gpus, params)
     ref = sched.environments[s.get("gpu", 0)]
