@@ -31,7 +31,7 @@ def fake_area(monkeypatch):
     top = {**_fields_sum([(by_part[f"dysharp_switch__part_{n}"], c) for n, _f, _p, c in plist]),
            "hierarchical": {"parts": []}}
 
-    def area(module, pt):
+    def area(module, pt, max_mb=0.0):
         if module == "dysharp_switch":
             return top
         if module == "switch":
@@ -66,6 +66,36 @@ def test_old_headline_and_sum_of_blocks_beside_it(fake_area):
 
 
 def test_a_flat_integrated_result_is_refused(monkeypatch):
-    monkeypatch.setattr(integrated, "_area", lambda m, p: _fake(1))
+    monkeypatch.setattr(integrated, "_area", lambda m, p, max_mb=0.0: _fake(1))
     with pytest.raises(ValueError, match="not costed from its parts"):
+        integrated.overhead_rows()
+
+
+def test_headline_row_goes_into_overhead_summary(fake_area, tmp_path):
+    import csv
+    (tmp_path / "overhead_summary.csv").write_text(
+        "role,side,area_mm2_n5,note\nAL-TLB,switch,1.6,\nTOTAL switch side (64 ports),switch,3.215,old\n"
+        "TOTAL GPU side (per GPU),gpu,0.004,\n")
+    for _ in range(2):                          # a second run replaces its row, never adds another
+        integrated.write_overhead(tmp_path)
+    rows = list(csv.DictReader((tmp_path / "overhead_summary.csv").open()))
+    assert [r["role"] for r in rows] == ["AL-TLB", "TOTAL switch side (64 ports)", integrated.HEADLINE_ROLE,
+                                         "TOTAL GPU side (per GPU)"]
+    total = next(r for r in integrated.overhead_rows() if r["item"].startswith("TOTAL"))
+    assert float(rows[2]["area_mm2_n5"]) == pytest.approx(total["area_mm2_n5"], rel=1e-5)
+    assert rows[1]["area_mm2_n5"] == "3.215"    # the old total is kept beside it
+    with pytest.raises(FileNotFoundError, match="run `dysharp area` first"):
+        integrated.update_overhead_summary(tmp_path / "nowhere", rows[2])
+
+
+def test_cached_only_never_synthesizes(monkeypatch):
+    seen = []
+
+    def area(module, pt, max_mb=0.0):
+        seen.append(max_mb)
+        return None                             # as area_point reports a point skipped by max_mb
+    monkeypatch.setattr(integrated, "_area", area)
+    assert integrated.overhead_rows(cached_only=True) is None
+    assert seen and all(0 < mb <= integrated.CACHED_ONLY_MB for mb in seen)
+    with pytest.raises(RuntimeError, match="no area result"):
         integrated.overhead_rows()
