@@ -51,5 +51,5 @@ def test_cam_tags_scale_on_their_own():
 
 def test_a_node_cacti_refuses_is_named():
     r = _routes(cacti.Array(rows=16, width=64, read_ports=64))
-    assert r["cacti45_um2"] is None and r["ratio_22_over_45"] is None
+    assert r["cacti45_um2"] is None and r["n5_headline_um2"] is None and r["ratio_22_over_45"] is None
     assert "no valid data array organizations" in r["error_45"]
