@@ -165,7 +165,7 @@ def integrated_sources(params: dict, names: dict) -> list:
 
 
 def main(argv=None) -> int:
-    """``python -m synth.array_crosscheck``: synth_reports/array_crosscheck.csv for the arrays of the
+    """``python -m synth.array_crosscheck``: synth_reports/array_crosscheck_summary.csv for the arrays of the
     integrated design's added parts at 64 ports (the switch side of the restated headline) and of the
     GPU-side blocks; ``--blocks`` also the sum-of-blocks table's switch-side blocks (al_tlb,
     reduction_engine, egress_translator at their architecture points)."""
@@ -199,7 +199,7 @@ COLUMNS = ["source", "module", "point", "array", "kind", "geometry", "bits", "co
 
 
 def write_crosscheck(rows: list[dict], out="synth_reports") -> str:
-    """Write ``array_crosscheck.csv`` under ``out`` (every array); returns a Markdown table of the arrays
+    """Write ``array_crosscheck_summary.csv`` under ``out`` (every array); returns a Markdown table of the arrays
     counted as CACTI macros and the totals (the flip-flop arrays, which scale as logic, are in the CSV)."""
     from pathlib import Path
 
@@ -208,7 +208,7 @@ def write_crosscheck(rows: list[dict], out="synth_reports") -> str:
     from .report import _write_csv
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    _write_csv(out / "array_crosscheck.csv", [{k: r.get(k, "") for k in COLUMNS} for r in rows])
+    _write_csv(out / "array_crosscheck_summary.csv", [{k: r.get(k, "") for k in COLUMNS} for r in rows])
 
     def f(x, spec=",.0f"):
         return "-" if x is None or x == "" else format(x, spec)

@@ -188,7 +188,7 @@ def summary_row(rows: list[dict]) -> dict:
             "note": f"{t['pct_nvswitch_area']:.3f}% of the NVSwitch's estimated 255 mm^2; "
                     f"{t['pct_nvswitch_transistors']:.3f}% of its 25.1 B transistors; integrated design (sum of "
                     f"parts) minus the plain switch, both at 64 ports, no power (synth_reports/"
-                    f"integrated_overhead.csv); the sum-of-blocks total above was the headline before "
+                    f"integrated_overhead_summary.csv); the sum-of-blocks total above was the headline before "
                     f"({OLD_HEADLINE['pct_area']}%)"}
 
 
@@ -214,7 +214,7 @@ _OV_COLUMNS = ["item", "ports", "area_um2_45", "logic_um2_45", "sram_um2_45", "t
 
 
 def write_overhead(out="synth_reports", point: dict | None = None) -> str:
-    """Write ``integrated_overhead.csv`` under ``out`` (:func:`overhead_rows`) and the restated headline's
+    """Write ``integrated_overhead_summary.csv`` under ``out`` (:func:`overhead_rows`) and the restated headline's
     row into its ``overhead_summary.csv``; returns the Markdown table."""
     from pathlib import Path
 
@@ -224,7 +224,7 @@ def write_overhead(out="synth_reports", point: dict | None = None) -> str:
     rows = overhead_rows(point)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    _write_csv(out / "integrated_overhead.csv", [{k: r.get(k, "") for k in _OV_COLUMNS} for r in rows])
+    _write_csv(out / "integrated_overhead_summary.csv", [{k: r.get(k, "") for k in _OV_COLUMNS} for r in rows])
     update_overhead_summary(out, summary_row(rows))
 
     def f(x, spec):
@@ -239,13 +239,13 @@ def write_overhead(out="synth_reports", point: dict | None = None) -> str:
 
 def main(argv=None) -> int:
     """``python -m synth.integrated``: the integrated design's tables (``--ports 8``, the default:
-    integrated_summary.csv, 45 nm; ``--overhead``: integrated_overhead.csv, the 64-port addition at N5)."""
+    integrated_summary.csv, 45 nm; ``--overhead``: integrated_overhead_summary.csv, the 64-port addition at N5)."""
     import argparse
     p = argparse.ArgumentParser(prog="python -m synth.integrated", description=main.__doc__)
     p.add_argument("--ports", type=int, default=None,
                    help="integrated_summary.csv at this port count (default 8 when --overhead is not given)")
     p.add_argument("--overhead", action="store_true",
-                   help=f"the 64-port addition at {ARCH_POINT} -> integrated_overhead.csv and its row in "
+                   help=f"the 64-port addition at {ARCH_POINT} -> integrated_overhead_summary.csv and its row in "
                         f"overhead_summary.csv")
     p.add_argument("--out", default="synth_reports")
     a = p.parse_args(argv)
