@@ -397,6 +397,8 @@ def area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERIOD_PS
         "timing_source": (timing or {}).get("source", "ABC stime" if syn["critical_path_ps"] else "none"),
         "period_ps": period_ps, "arrays": arrays, "seconds": cached["seconds"] + time.time() - t1,
         "yosys_s": syn["yosys_s"],
+        # Set when YoWASP's yosys trapped and Debian's native yosys ran the point (synth/yosys_flow.py).
+        "yosys_fallback": syn.get("yosys_fallback"),
     }
     if result["area_um2"] <= 0:
         raise yosys_flow.FlowError(f"{module} {point}: zero area after synthesis; refusing it")

@@ -184,7 +184,11 @@ def area_point(module: str, point: dict, **kw):
         print(f"[area] {module} {point}: hierarchical ({', '.join(f'{n} x{c}' for n, _, _, c in plist)})",
               flush=True)
     results = []
-    with _part_modules(module, plist) as names:
+    # Every NVSwitch datapath (the plain switch, and the integrated switch's request and response networks)
+    # names its parts alike: parts with the same parameters (input unit, allocator, crossbar) then have the
+    # same Verilog and are synthesized once (the 64-port crossbar alone takes half an hour here).
+    prefix = module if module in DYSHARP_MODULES else "switch"
+    with _part_modules(prefix, plist) as names:
         for name, _factory, prm, count in plist:
             ap = area.area_point(names[name], prm, **kw)
             if ap.result is None:

@@ -7,12 +7,17 @@ missing (cached like every area point) and writes ``synth_reports/integrated_sum
 """
 
 
-__all__ = ["integrated_rows", "write_integrated"]
+__all__ = ["integrated_rows", "write_integrated", "ARCH_POINT", "overhead_rows", "write_overhead"]
 
 
-def _area(module, point):
+def _area(module, point, max_mb: float = 0.0):
+    """The area result of ``module`` at ``point`` (synthesized if not cached; None when skipped by
+    ``max_mb``, which a tiny value turns into "cached results only")."""
     from .area import area_point
-    return area_point(module, point, quiet=True).result
+    return area_point(module, point, quiet=True, max_mb=max_mb).result
+
+
+CACHED_ONLY_MB = 1e-9       # max_mb that skips every point not already synthesized
 
 
 def _fields(r) -> dict:
@@ -73,3 +78,183 @@ def write_integrated(out="synth_reports", ports: int = 8) -> str:
               f"{r['pct_of_plain']:.1f}%", r["note"]] for r in rows]
     return tabulate(table, headers=["design", "area mm^2 (45 nm)", "logic", "sequential", "arrays",
                                     "of the plain switch", "note"], tablefmt="github", disable_numparse=True)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The headline restated: the integrated design's addition at the NVSwitch's 64 ports, scaled to N5.
+
+# The architecture point: 64 ports (the NVSwitch's), the AL-TLB at 1024 entries and the reduction engine at
+# 64 entries, as the sum-of-blocks table counted them (synth/scaling.py ROLES gives the reasons). The other
+# parameters are the dysharp_switch's defaults.
+ARCH_POINT = {"ports": 64, "tlb_entries": 1024, "red_entries": 64}
+
+# The old headline (synth_reports/overhead_summary.csv before the integrated design was costed at 64 ports:
+# 64 x (AL-TLB at 1024 entries + reduction engine at 64 entries), sum of blocks).
+OLD_HEADLINE = {"area_mm2_n5": 3.215, "pct_area": 1.259, "pct_transistors": 0.856}
+
+# Groups of parts (synth/hierarchical.py dysharp_parts) reported as one row each.
+_GROUPS = (
+    ("response network (second NVSwitch datapath)", ("respnet",)),
+    ("AL-TLBs", ("tlb",)),
+    ("reduction engines (with their buffers)", ("engine",)),
+    ("egress translators", ("egress",)),
+    ("VC link ends (receive buffers, senders)", ("vc_rx", "vc_tx")),
+    ("network-output buffers and credit senders", ("net_rx", "req_tx", "resp_tx")),
+    ("TLB fill bridges, ingress checks, merges", ("fill", "check", "merge2", "merge5")),
+)
+
+
+def _n5(r: dict, count: int = 1) -> dict:
+    """45 nm logic / SRAM split of an area result (``count`` instances) and its N5 area."""
+    from . import scaling
+    logic = count * (r["area_random_logic_um2"] + r["arrays_logic_um2"])
+    sram = count * r["arrays_sram_um2"]
+    n5 = scaling.to_n5(logic, sram, 0.0)
+    return {"area_um2_45": count * r["area_um2"], "logic_um2_45": logic, "sram_um2_45": sram,
+            "transistors": count * r["transistors"], "logic_mm2_n5": n5["logic_mm2"], "sram_mm2_n5": n5["sram_mm2"],
+            "area_mm2_n5": n5["area_mm2"]}
+
+
+def overhead_rows(point: dict | None = None, cached_only: bool = False) -> list[dict] | None:
+    """The DySHARP addition on the integrated design at ``point`` (default :data:`ARCH_POINT`), by group of
+    parts, in 45 nm and N5 area: integrated (sum of parts) minus the plain switch at the same port count
+    (hierarchical from 16 ports), against the NVSwitch; the old sum-of-blocks headline beside it.
+    ``cached_only``: None unless every part is already synthesized (never starts the hour-long run)."""
+    from hw import registry
+    from hw.switch.dysharp_switch import _NET_OUT_DEPTH
+
+    from . import hierarchical, scaling
+    point = dict(ARCH_POINT if point is None else point)
+    params = registry.get("dysharp_switch").resolve(point)
+    n = params["ports"]
+    mb = CACHED_ONLY_MB if cached_only else 0.0
+    top = _area("dysharp_switch", point, max_mb=mb)
+    plain = _area("switch", {"ports": n}, max_mb=mb)
+    if top is None or plain is None:
+        if cached_only:
+            return None
+        raise RuntimeError(f"dysharp_switch {point} or switch ports={n}: no area result")
+    if not top.get("hierarchical"):
+        raise ValueError(f"dysharp_switch {point} was not costed from its parts; the group rows need them")
+    # The parts' own results (cached: the sum above synthesized them).
+    counts = {name: c for name, _f, _p, c in hierarchical.dysharp_parts(params)}
+    res = {}
+    with hierarchical._part_modules("dysharp_switch", hierarchical.dysharp_parts(params)) as names:
+        for name, _f, prm, _c in hierarchical.dysharp_parts(params):
+            res[name] = _area(names[name], prm, max_mb=mb)
+    nv = scaling.NVSWITCH
+
+    def row(label, v, note):
+        return {"item": label, "ports": n, **v, "pct_nvswitch_area": 100 * v["area_mm2_n5"] / nv["area_mm2"],
+                "pct_nvswitch_transistors": 100 * v["transistors"] / nv["transistors"], "note": note}
+
+    def add(a, b, sign=1):
+        return {k: a[k] + sign * b[k] for k in a}
+    rows = []
+    req_extra = add(_n5(res["reqnet"]), _n5(plain), -1)
+    for label, names in _GROUPS:
+        v = None
+        for nm in names:
+            x = _n5(res[nm], counts[nm])
+            v = x if v is None else add(v, x)
+        rows.append(row(label, v, ", ".join(f"{nm} x{counts[nm]}" for nm in names)))
+    rows.append(row("request network minus the plain switch", req_extra,
+                    "the same NVSwitch datapath with a shallower output credit count towards the per-port "
+                    f"logic (out_credits={_NET_OUT_DEPTH}); a negative figure is a saving"))
+    total = add(_n5(top), _n5(plain), -1)
+    rows.append(row("TOTAL DySHARP addition = integrated - plain (switch side)", total,
+                    f"dysharp_switch {', '.join(f'{k}={v}' for k, v in point.items())} (sum of parts) minus "
+                    f"switch ports={n} (" + ("sum of parts" if plain.get("hierarchical") else "flat") + ")"))
+    before = add(_n5(res["tlb"], counts["tlb"]), _n5(res["engine"], counts["engine"]))
+    rows.append(row("sum of blocks at the same parameters (the old method)", before,
+                    f"{n} x (AL-TLB + reduction engine), no response network, egress rewrite or VC ends"))
+    rows.append({"item": "old headline (overhead_summary.csv before the integrated design)", "ports": 64,
+                 "area_mm2_n5": OLD_HEADLINE["area_mm2_n5"], "pct_nvswitch_area": OLD_HEADLINE["pct_area"],
+                 "pct_nvswitch_transistors": OLD_HEADLINE["pct_transistors"],
+                 "note": "64 x (al_tlb ports=64 entries=1024 + reduction_engine ports=64 entries=64), sum of blocks"})
+    return rows
+
+
+HEADLINE_ROLE = "TOTAL switch side, integrated design (64 ports)"
+
+
+def summary_row(rows: list[dict]) -> dict:
+    """The restated headline as a row of ``overhead_summary.csv`` (its columns)."""
+    t = next(r for r in rows if r["item"].startswith("TOTAL"))
+    return {"role": HEADLINE_ROLE, "side": "switch", "modules": "dysharp_switch - switch", "status": "total",
+            "instances": 1, "point": ", ".join(f"{k}={v}" for k, v in ARCH_POINT.items()),
+            "logic_um2_45": t["logic_um2_45"], "sram_um2_45": t["sram_um2_45"], "transistors": t["transistors"],
+            "logic_mm2_n5": t["logic_mm2_n5"], "sram_mm2_n5": t["sram_mm2_n5"], "area_mm2_n5": t["area_mm2_n5"],
+            "note": f"{t['pct_nvswitch_area']:.3f}% of the NVSwitch's estimated 255 mm^2; "
+                    f"{t['pct_nvswitch_transistors']:.3f}% of its 25.1 B transistors; integrated design (sum of "
+                    f"parts) minus the plain switch, both at 64 ports, no power (synth_reports/"
+                    f"integrated_overhead_summary.csv); the sum-of-blocks total above was the headline before "
+                    f"({OLD_HEADLINE['pct_area']}%)"}
+
+
+def update_overhead_summary(out, row: dict) -> None:
+    """Put ``row`` into ``out``/overhead_summary.csv after the sum-of-blocks switch total (replacing an
+    earlier integrated row), keeping the other rows as they are."""
+    import csv
+    from pathlib import Path
+    path = Path(out) / "overhead_summary.csv"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: run `dysharp area` first (it writes the table)")
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        cols, rows = reader.fieldnames, [r for r in reader if r["role"] != row["role"]]
+    at = next((i + 1 for i, r in enumerate(rows) if r["role"].startswith("TOTAL switch side")), len(rows))
+    rows.insert(at, {k: row.get(k, "") for k in cols})
+    from .report import _write_csv
+    _write_csv(path, rows)
+
+
+_OV_COLUMNS = ["item", "ports", "area_um2_45", "logic_um2_45", "sram_um2_45", "transistors", "logic_mm2_n5",
+               "sram_mm2_n5", "area_mm2_n5", "pct_nvswitch_area", "pct_nvswitch_transistors", "note"]
+
+
+def write_overhead(out="synth_reports", point: dict | None = None) -> str:
+    """Write ``integrated_overhead_summary.csv`` under ``out`` (:func:`overhead_rows`) and the restated headline's
+    row into its ``overhead_summary.csv``; returns the Markdown table."""
+    from pathlib import Path
+
+    from tabulate import tabulate
+
+    from .report import _write_csv
+    rows = overhead_rows(point)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_csv(out / "integrated_overhead_summary.csv", [{k: r.get(k, "") for k in _OV_COLUMNS} for r in rows])
+    update_overhead_summary(out, summary_row(rows))
+
+    def f(x, spec):
+        return "" if x is None or x == "" else format(x, spec)
+    table = [[r["item"], f(r.get("area_um2_45"), ",.0f"), f(r.get("logic_mm2_n5"), ".3f"),
+              f(r.get("sram_mm2_n5"), ".3f"), f(r["area_mm2_n5"], ".3f"), f(r["pct_nvswitch_area"], ".3f") + "%",
+              f(r.get("pct_nvswitch_transistors"), ".3f") + "%"] for r in rows]
+    return tabulate(table, headers=["item", "45 nm um^2", "N5 logic mm^2", "N5 SRAM mm^2", "N5 mm^2",
+                                    "of NVSwitch area (255 mm^2)", "of its 25.1 B transistors"],
+                    tablefmt="github", disable_numparse=True)
+
+
+def main(argv=None) -> int:
+    """``python -m synth.integrated``: the integrated design's tables (``--ports 8``, the default:
+    integrated_summary.csv, 45 nm; ``--overhead``: integrated_overhead_summary.csv, the 64-port addition at N5)."""
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m synth.integrated", description=main.__doc__)
+    p.add_argument("--ports", type=int, default=None,
+                   help="integrated_summary.csv at this port count (default 8 when --overhead is not given)")
+    p.add_argument("--overhead", action="store_true",
+                   help=f"the 64-port addition at {ARCH_POINT} -> integrated_overhead_summary.csv and its row in "
+                        f"overhead_summary.csv")
+    p.add_argument("--out", default="synth_reports")
+    a = p.parse_args(argv)
+    if a.ports is not None or not a.overhead:
+        print(write_integrated(a.out, a.ports or 8))
+    if a.overhead:
+        print(write_overhead(a.out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -163,3 +163,30 @@ def test_bench_elab_rejects_bad_values(capsys):
         elab.run(p.parse_args(["--values", "4,x"]))
     with pytest.raises(SystemExit, match="no parameter"):
         elab.run(p.parse_args(["--param", "nope"]))
+
+
+def test_switch_datapaths_share_part_syntheses(monkeypatch):
+    """The plain switch and the integrated switch's response network name their parts alike, so a part
+    with the same parameters (the crossbar: half an hour at 64 ports) is one synthesis, not three."""
+    from hw import registry
+    from synth import area, hierarchical
+
+    calls = []
+
+    def fake_area_point(module, point, **kw):
+        calls.append((module, dict(point)))
+        res = {k: 1.0 for k in hierarchical._SUMMED}
+        res.update(cells={}, arrays=[], critical_path_ps=None, timing_source="none", period_ps=640.0)
+        return area.AreaPoint(module, point, point, res)
+    monkeypatch.setattr(area, "area_point", fake_area_point)
+    hierarchical.area_point("switch", {"ports": 16}, quiet=True)
+    plain = dict(calls)
+    calls.clear()
+    params = registry.get("dysharp_switch").resolve({"ports": 16})
+    net = {n: prm for n, _f, prm, _c in hierarchical.dysharp_parts(params) if n == "respnet"}
+    with hierarchical._part_modules("dysharp_switch", hierarchical.dysharp_parts(params)) as names:
+        hierarchical.area_point(names["respnet"], net["respnet"], quiet=True)
+    resp = dict(calls)
+    assert plain["switch__part_xbar"] == resp["switch__part_xbar"]
+    assert plain["switch__part_input"] == resp["switch__part_input"]
+    assert not any("__part_" in k for k in registry.MODULES)

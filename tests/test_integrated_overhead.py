@@ -1,0 +1,101 @@
+"""The restated headline's bookkeeping (synth/integrated.py overhead_rows): every added part is in exactly
+one row, the total is integrated minus plain, and the N5 scaling is the overhead table's.
+
+Synthesis is replaced by made-up area results (the real ones take an hour at 64 ports); what is tested is
+the arithmetic and the grouping, which a part missing from a group or counted twice would break.
+"""
+
+import pytest
+
+from hw import registry
+from synth import hierarchical, integrated, scaling
+
+
+def _fake(i: float) -> dict:
+    return {"area_um2": 100.0 * i + 30.0 * i, "area_random_logic_um2": 100.0 * i, "arrays_logic_um2": 10.0 * i,
+            "arrays_sram_um2": 20.0 * i, "transistors": 1000.0 * i}
+
+
+def _fields_sum(parts):
+    keys = _fake(1).keys()
+    return {k: sum(c * r[k] for r, c in parts) for k in keys}
+
+
+@pytest.fixture
+def fake_area(monkeypatch):
+    point = dict(integrated.ARCH_POINT)
+    params = registry.get("dysharp_switch").resolve(point)
+    plist = hierarchical.dysharp_parts(params)
+    by_part = {f"dysharp_switch__part_{name}": _fake(k + 1) for k, (name, *_r) in enumerate(plist)}
+    plain = _fake(0.9)
+    top = {**_fields_sum([(by_part[f"dysharp_switch__part_{n}"], c) for n, _f, _p, c in plist]),
+           "hierarchical": {"parts": []}}
+
+    def area(module, pt, max_mb=0.0):
+        if module == "dysharp_switch":
+            return top
+        if module == "switch":
+            assert pt == {"ports": params["ports"]}
+            return plain
+        return by_part[module]
+    monkeypatch.setattr(integrated, "_area", area)
+    return top, plain
+
+
+def test_groups_add_up_to_integrated_minus_plain(fake_area):
+    top, plain = fake_area
+    rows = {r["item"]: r for r in integrated.overhead_rows()}
+    total = rows["TOTAL DySHARP addition = integrated - plain (switch side)"]
+    expect = scaling.to_n5(top["area_random_logic_um2"] + top["arrays_logic_um2"] -
+                           plain["area_random_logic_um2"] - plain["arrays_logic_um2"],
+                           top["arrays_sram_um2"] - plain["arrays_sram_um2"], 0)["area_mm2"]
+    assert total["area_mm2_n5"] == pytest.approx(expect)
+    assert total["pct_nvswitch_area"] == pytest.approx(100 * expect / scaling.NVSWITCH["area_mm2"])
+    groups = [r for k, r in rows.items() if not k.startswith(("TOTAL", "sum of blocks", "old headline"))]
+    for key in ("area_mm2_n5", "area_um2_45", "transistors"):
+        assert sum(r[key] for r in groups) == pytest.approx(total[key])
+
+
+def test_old_headline_and_sum_of_blocks_beside_it(fake_area):
+    rows = {r["item"]: r for r in integrated.overhead_rows()}
+    old = next(r for k, r in rows.items() if k.startswith("old headline"))
+    assert old["area_mm2_n5"] == 3.215 and old["pct_nvswitch_area"] == 1.259
+    blocks = next(r for k, r in rows.items() if k.startswith("sum of blocks"))
+    assert blocks["area_mm2_n5"] == pytest.approx(rows["AL-TLBs"]["area_mm2_n5"] +
+                                                  rows["reduction engines (with their buffers)"]["area_mm2_n5"])
+
+
+def test_a_flat_integrated_result_is_refused(monkeypatch):
+    monkeypatch.setattr(integrated, "_area", lambda m, p, max_mb=0.0: _fake(1))
+    with pytest.raises(ValueError, match="not costed from its parts"):
+        integrated.overhead_rows()
+
+
+def test_headline_row_goes_into_overhead_summary(fake_area, tmp_path):
+    import csv
+    (tmp_path / "overhead_summary.csv").write_text(
+        "role,side,area_mm2_n5,note\nAL-TLB,switch,1.6,\nTOTAL switch side (64 ports),switch,3.215,old\n"
+        "TOTAL GPU side (per GPU),gpu,0.004,\n")
+    for _ in range(2):                          # a second run replaces its row, never adds another
+        integrated.write_overhead(tmp_path)
+    rows = list(csv.DictReader((tmp_path / "overhead_summary.csv").open()))
+    assert [r["role"] for r in rows] == ["AL-TLB", "TOTAL switch side (64 ports)", integrated.HEADLINE_ROLE,
+                                         "TOTAL GPU side (per GPU)"]
+    total = next(r for r in integrated.overhead_rows() if r["item"].startswith("TOTAL"))
+    assert float(rows[2]["area_mm2_n5"]) == pytest.approx(total["area_mm2_n5"], rel=1e-5)
+    assert rows[1]["area_mm2_n5"] == "3.215"    # the old total is kept beside it
+    with pytest.raises(FileNotFoundError, match="run `dysharp area` first"):
+        integrated.update_overhead_summary(tmp_path / "nowhere", rows[2])
+
+
+def test_cached_only_never_synthesizes(monkeypatch):
+    seen = []
+
+    def area(module, pt, max_mb=0.0):
+        seen.append(max_mb)
+        return None                             # as area_point reports a point skipped by max_mb
+    monkeypatch.setattr(integrated, "_area", area)
+    assert integrated.overhead_rows(cached_only=True) is None
+    assert seen and all(0 < mb <= integrated.CACHED_ONLY_MB for mb in seen)
+    with pytest.raises(RuntimeError, match="no area result"):
+        integrated.overhead_rows()
