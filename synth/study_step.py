@@ -23,8 +23,14 @@ def architecture_points() -> dict[str, dict]:
 
 
 def _grid_args(module: str, point: dict) -> list[str]:
-    # A module at its defaults still needs one --grid to replace its area grid by that one point.
-    items = point.items() or [next(iter(registry.get(module).params().items()))]
+    # A module at its defaults still needs one --grid to replace its area grid by that one point: a scalar
+    # parameter at its default (a --grid value list is comma-separated, so a tuple default cannot be one).
+    items = point.items()
+    if not items:
+        scalar = [(k, v) for k, v in registry.get(module).params().items() if isinstance(v, (bool, int, float, str))]
+        if not scalar:
+            raise ValueError(f"{module}: no scalar parameter to pin its default point with --grid")
+        items = scalar[:1]
     return ["-m", module] + [f"--grid={module}.{k}={v}" for k, v in items]
 
 

@@ -180,6 +180,21 @@ def test_study_area_power_covers_the_architecture_points():
     assert argv[:2] == ["-m", "receive_path"] and len(argv) == 3 and argv[2].startswith("--grid=receive_path.")
 
 
+def test_study_grid_args_of_every_default_point_parse_back():
+    """The quick study pins each module's default point with one --grid: it must parse back to the defaults
+    for every registered module (a tuple default such as vc_sender's credits=(8, 8) cannot: --grid splits
+    its values on commas, and the quick study's area step failed on '8]')."""
+    from hw import registry
+    from synth.area import grid_points, parse_grid
+    from synth.study_step import _grid_args
+    for m in sorted(registry.MODULES):
+        argv = _grid_args(m, {})
+        items = [a.split("=", 1)[1] for a in argv if a.startswith("--grid=")]
+        (point,) = grid_points(m, parse_grid(items, [m])[m])
+        spec = registry.get(m)
+        assert spec.resolve(point) == spec.resolve({}), m
+
+
 def test_reduction_markdown_table_cells():
     """The throughput table (tabulate) carries the measured value and Little's bound per cell."""
     import re
