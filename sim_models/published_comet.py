@@ -35,16 +35,16 @@ SOURCE = "github.com/bytedance/flux docs/performance.md, Figure 1, panel M={m} (
 # layers). Mixtral-8x7B is models.toml's entry; the other two are benchmark shapes, not added to models.toml.
 # Validation times the MoE layer only; ModelConfig also asks for the attention fields, given here from the
 # models' public config.json (Qwen1.5-MoE-A2.7B, Phi-3.5-MoE-instruct) and not used by these rows.
-_GQA = dict(attention="gqa", q_lora_rank=0, kv_lora_rank=0, qk_nope_head_dim=0, qk_rope_head_dim=0, v_head_dim=0,
-            local_window=0, local_kind="none", local_layers=0, dense_ffn=0, shared_ffn=0)
+GQA_NO_EXTRAS = dict(attention="gqa", q_lora_rank=0, kv_lora_rank=0, qk_nope_head_dim=0, qk_rope_head_dim=0,
+                     v_head_dim=0, local_window=0, local_kind="none", local_layers=0, dense_ffn=0, shared_ffn=0)
 MODELS = {
     "Mixtral": "mixtral-8x7b",
     "Qwen2-MoE": dict(name="comet-qwen2-moe", hidden=2048, routed_experts=64, top_k=4, expert_ffn=1408,
                       shared=0, moe_layers=24, layers=24, heads=16, kv_heads=16, head_dim=128, vocab=151936,
-                      **_GQA),
+                      **GQA_NO_EXTRAS),
     "Phi-3.5-MoE": dict(name="comet-phi-3.5-moe", hidden=4096, routed_experts=16, top_k=2, expert_ffn=6400,
                         shared=0, moe_layers=32, layers=32, heads=32, kv_heads=8, head_dim=128, vocab=32064,
-                        **_GQA),
+                        **GQA_NO_EXTRAS),
 }
 MOE_LAYERS = {"Mixtral": 32, "Qwen2-MoE": 24, "Phi-3.5-MoE": 32}
 

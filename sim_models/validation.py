@@ -64,9 +64,7 @@ class Setup:
 
 
 # A benchmark shape times one MoE layer alone: ModelConfig's attention fields are placeholders, never read.
-_NO_ATTENTION = dict(attention="gqa", heads=1, kv_heads=1, head_dim=1, vocab=1, q_lora_rank=0, kv_lora_rank=0,
-                     qk_nope_head_dim=0, qk_rope_head_dim=0, v_head_dim=0, local_window=0, local_kind="none",
-                     local_layers=0, dense_ffn=0, shared_ffn=0)
+_NO_ATTENTION = dict(comet_fig.GQA_NO_EXTRAS, heads=1, kv_heads=1, head_dim=1, vocab=1)
 
 
 def _shape(name, hidden, experts, k, ffn=2048):

@@ -160,21 +160,29 @@ def _strip_array_params(netlist_v: Path) -> None:
     netlist_v.write_text(text)
 
 
-def _sta_report(sta: str, netlist_v: Path, top: str, liberty_path: Path, period_ps: float,
-                workdir: Path) -> str:
-    """OpenSTA's worst register-to-register path report (also kept in ``workdir/timing.txt``)."""
-    tcl = workdir / "timing.tcl"
+def run_sta(sta: str, liberty_path: Path, netlist_v: Path, top: str, period_ps: float, reports: list[str],
+            tcl: Path) -> str:
+    """Run OpenSTA on ``netlist_v`` with the flow's constraints (one clock ``clk`` at ``period_ps``, zero
+    input and output delays) and the ``reports`` commands; the script is kept at ``tcl``. Returns its
+    output (stdout + stderr)."""
     tcl.write_text("\n".join([
         f"read_liberty {Path(liberty_path).resolve()}", f"read_verilog {Path(netlist_v).resolve()}",
         f"link_design {top}",
         f"create_clock -name clk -period {period_ps / 1000:.6f} [get_ports clk]",
         "set_input_delay 0 -clock clk [delete_from_list [all_inputs] [get_ports clk]]",
         "set_output_delay 0 -clock clk [all_outputs]",
-        "report_checks -path_delay max -digits 4", "exit", ""]))
-    r = subprocess.run([sta, "-no_splash", "-exit", str(tcl)], capture_output=True,
-                       text=True, timeout=3600)
-    (workdir / "timing.txt").write_text(r.stdout + r.stderr)
+        *reports, "exit", ""]))
+    r = subprocess.run([sta, "-no_splash", "-exit", str(tcl)], capture_output=True, text=True, timeout=3600)
     return r.stdout + r.stderr
+
+
+def _sta_report(sta: str, netlist_v: Path, top: str, liberty_path: Path, period_ps: float,
+                workdir: Path) -> str:
+    """OpenSTA's worst register-to-register path report (also kept in ``workdir/timing.txt``)."""
+    out = run_sta(sta, liberty_path, netlist_v, top, period_ps, ["report_checks -path_delay max -digits 4"],
+                  workdir / "timing.tcl")
+    (workdir / "timing.txt").write_text(out)
+    return out
 
 
 def sta_timing(netlist_v: Path, top: str, liberty_path: Path, period_ps: float, workdir: Path) -> dict | None:

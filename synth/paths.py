@@ -14,11 +14,11 @@ The default clock, 2,841 ps, is the 640 ps port clock before the 45 nm -> N5 del
 
 import argparse
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 from . import scaling, tools
+from .area import run_sta
 
 __all__ = ["register_names", "report", "main"]
 
@@ -52,22 +52,16 @@ def report(workdir, top: str | None = None, period_ps: float | None = None, endp
             raise ValueError(f"{workdir}: no timing.tcl to take the top module from; pass --top")
         top = m.group(1)
     sta = tools.opensta_binary()
-    tcl = workdir / "paths.tcl"
-    tcl.write_text("\n".join([
-        f"read_liberty {Path(tools.liberty_path()).resolve()}", f"read_verilog {netlist.resolve()}",
-        f"link_design {top}", f"create_clock -name clk -period {period_ps / 1000:.6f} [get_ports clk]",
-        "set_input_delay 0 -clock clk [delete_from_list [all_inputs] [get_ports clk]]",
-        "set_output_delay 0 -clock clk [all_outputs]",
-        f"report_checks -path_delay max -group_count {endpoints} -endpoint_count 1 -format end",
-        f"report_checks -path_delay max -group_count {paths} -endpoint_count 1 -fields {{net}} -digits 3",
-        "exit", ""]))
-    r = subprocess.run([sta, "-no_splash", "-exit", str(tcl)], capture_output=True, text=True, timeout=3600)
+    out = run_sta(sta, tools.liberty_path(), netlist, top, period_ps,
+                  [f"report_checks -path_delay max -group_count {endpoints} -endpoint_count 1 -format end",
+                   f"report_checks -path_delay max -group_count {paths} -endpoint_count 1 -fields {{net}} -digits 3"],
+                  workdir / "paths.tcl")
     names = register_names((workdir / "netlist.v").read_text())
 
     def label(match):
         inst = match.group(1)
         return f"{inst}[{names[inst]}]{match.group(2)}" if inst in names else match.group(0)
-    lines = [re.sub(r"(_\d+_)(/\w+)", label, ln) for ln in r.stdout.splitlines() if not ln.startswith("Warning")]
+    lines = [re.sub(r"(_\d+_)(/\w+)", label, ln) for ln in out.splitlines() if not ln.startswith("Warning")]
     return "\n".join(lines)
 
 
