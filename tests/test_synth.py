@@ -201,6 +201,34 @@ def test_cam_is_a_macro_costed_with_cacti(lib_path):
                                                 mac["cacti"]["area_um2"] + mac["control"]["area_um2"]))
 
 
+def test_deep_cam_flip_flop_bound_is_extrapolated_from_two_slices(lib_path, monkeypatch):
+    """Above MACRO_FF_MAX_ENTRIES a CAM's flip-flop bound is the line through two shallower builds of the
+    same block: close to the whole synthesis (every part of a CAM grows by entry)."""
+    from amaranth.back import verilog
+
+    from hw.switch.cam import Cam
+    from synth import area, macros
+    lib = liberty.load(lib_path)
+    text = verilog.convert(Cam(entries=64, key_width=8, value_width=12), name="cam", emit_src=False)
+    (mac,) = macros.find_macros(text)
+    whole = area.cost_macro(mac, text, lib, lib_path, 640.0)["ff"]
+    monkeypatch.setattr(area, "MACRO_FF_MAX_ENTRIES", 32)
+    monkeypatch.setattr(area, "MACRO_FF_SLICES", (16, 32))
+    part = area.cost_macro(mac, text, lib, lib_path, 640.0)["ff"]
+    assert "extrapolated_from" not in whole and part["extrapolated_from"] == [16, 32]
+    assert part["area_um2"] == pytest.approx(whole["area_um2"], rel=0.05)
+    assert part["area_seq_um2"] == pytest.approx(whole["area_seq_um2"], rel=0.05)
+
+
+def test_ff_extrapolate_is_the_line_through_two_depths():
+    from synth import area
+    f = area.ff_extrapolate([{"area_um2": 100.0, "area_seq_um2": 60.0, "transistors": 1000, "yosys_s": 1.0},
+                             {"area_um2": 180.0, "area_seq_um2": 110.0, "transistors": 1800, "yosys_s": 2.0}],
+                            (64, 128), 1024)
+    assert f["area_um2"] == pytest.approx(100 + 15 * 80) and f["area_seq_um2"] == pytest.approx(60 + 15 * 50)
+    assert f["transistors"] == 1000 + 15 * 800 and f["yosys_s"] == 3.0
+
+
 @pytest.mark.slow
 def test_switch_power_and_opensta_crosscheck(request):
     """The switch at 4 ports under DeepSeek-V3 dispatch traffic (several minutes)."""
