@@ -79,3 +79,10 @@ def test_moe_layer_counts_match_the_traffic(seed, tmp_path):
     fanout = want["store_flits_delivered"] / want["store_flits_sent"]
     assert r["events"]["store_flit_delivered"] <= fanout * r["dispatched_flits"] + 4 * 4 * 17
     assert sum(r["tlb_fills"]) > 0
+
+
+def test_integrated_power_refuses_a_hierarchical_point():
+    """The flat power study needs a point below DYSHARP_HIER_MIN_PORTS; 8 ports is costed from parts."""
+    from synth import integrated
+    with pytest.raises(ValueError, match="costed from its parts, not flat"):
+        integrated.power_rows({"ports": 8})
