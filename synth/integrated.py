@@ -293,8 +293,14 @@ def power_rows(point: dict | None = None, *, hierarchical_sum: bool = True, **ru
     add("dispatched flits per port per cycle", w["dispatched_flits"] / cyc / n, "flits",
         f"dymultimem.st flits into the switch, window of {cyc} cycles")
     add("reduced flits per port per cycle", w["reduced_flits"] / cyc / n, "flits", "RED_RESP payload flits out")
+    names = {"gpu_answer_flit": ("GPU answer flits in per port per cycle", "contributions and TLB fill answers (VC 1)"),
+             "store_flit_delivered": ("store flits out per port per cycle", "translated WRITE copies (VC 0)"),
+             "reduction": ("reductions completed per port per cycle", "RED_RESP results")}
     for k, v in w["events"].items():
-        add(f"{k.replace('_', ' ')}s per port per cycle", v / cyc / n, "", "")
+        label, note = names.get(k, (f"{k} per port per cycle", ""))
+        add(label, v / cyc / n, "", note)
+    add("uplink busy", (w["dispatched_flits"] + w["ld_reduce_requests"] + w["events"]["gpu_answer_flit"]) / cyc / n,
+        "flits/cycle", "stores + ld_reduce requests + answers, per GPU link")
     for g, name in (("no_gating", "no clock gating"), ("clock_gated", "ideal register clock gating")):
         x = p[g]
         add(f"power, {name}", x["total_mw"], "mW", f"at {run['freq_ghz']} GHz; cells {x['cells']['total_mw']:.2f}, "
@@ -305,9 +311,40 @@ def power_rows(point: dict | None = None, *, hierarchical_sum: bool = True, **ru
             if k in x:
                 add(f"  energy per {k[7:-5]} flit, {name}", x[k], "pJ",
                     "the whole switch's power over that flit rate alone (both phases run at once)")
+        moved = (w["dispatched_flits"] + w["reduced_flits"]) / cyc
+        add(f"  energy per dispatched or reduced flit, {name}", x["total_mw"] / (moved * run["freq_ghz"]), "pJ",
+            "the whole switch's power over both flit rates together")
+        for label, mw, leak, count in _array_groups(x["arrays"]):
+            add(f"  arrays: {label}, {name}", mw, "mW", f"{count} arrays, leakage {leak:.1f} mW")
     add("activity", p["seeded_nets"], "nets seeded", f"{p['ff_seeded']}/{p['ff_total']} flip-flops measured; "
         f"{p['activity_source']}")
     return rows
+
+
+_ARRAY_GROUPS = {"engine partial": "reduction engines' partial-sum SRAMs", "engine": "reduction engines' other arrays",
+                 "reqnet": "request network", "respnet": "response network", "egress": "egress translators",
+                 "tlb": "AL-TLBs (CAM macros, tables, FIFOs)", "rxl": "VC receive buffers",
+                 "from_req": "network-output FIFOs", "from_resp": "network-output FIFOs"}
+
+
+def _array_groups(arrays: list[dict]) -> list[tuple[str, float, float, int]]:
+    """(label, mW, leakage mW, arrays) per group of the power study's arrays, largest first: by the
+    instance an array sits in (``engine0.buf.partial`` -> the engines' partial sums)."""
+    import re
+    groups = {}
+    for a in arrays:
+        parts = a["name"].split(".")
+        if parts[0] == "dysharp_switch" and len(parts) > 1:   # a macro, named by its module path
+            parts = parts[1:]
+        key = re.sub(r"\d+$", "", parts[0])
+        if key == "engine" and parts[-1] == "partial":
+            key = "engine partial"
+        label = _ARRAY_GROUPS.get(key, key)
+        g = groups.setdefault(label, [0.0, 0.0, 0])
+        g[0] += a["total_mw"]
+        g[1] += a["leakage_mw"]
+        g[2] += 1
+    return sorted(((k, *v) for k, v in groups.items()), key=lambda r: -r[1])
 
 
 def write_power(out="synth_reports", point: dict | None = None, hierarchical_sum: bool = True) -> str:
@@ -326,7 +363,9 @@ def write_power(out="synth_reports", point: dict | None = None, hierarchical_sum
         if isinstance(x, float):
             return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
         return f"{x:,}" if isinstance(x, int) else str(x)
-    return tabulate([[r["quantity"], f(r["value"]), r["unit"], r["note"]] for r in rows],
+    def q(text):     # Markdown drops leading blanks: mark a sub-row
+        return "- " + text.strip() if text.startswith("  ") else text
+    return tabulate([[q(r["quantity"]), f(r["value"]), r["unit"], r["note"]] for r in rows],
                     headers=[f"dysharp_switch {rows[0]['point']}", "value", "unit", "note"], tablefmt="github",
                     disable_numparse=True)
 
