@@ -56,10 +56,10 @@ def test_requests_cover_the_window():
 
 @pytest.mark.slow
 def test_moe_layer_counts_match_the_traffic(seed, tmp_path):
-    """A short run at a small point (30 s with its Icarus build cached, 60 s cold, on a loaded machine): the run's totals, counted at the links, equal what
-    the traffic generator sent (store flits in, store copies out, results and their payload), the window
-    counts are consistent with them, and the reference model checked every delivery (the workload asserts
-    it; a failure raises here)."""
+    """A short run at a small point (30 s with its Icarus build cached, 60 s cold, on a loaded machine):
+    the run's totals, counted at the links, equal what the traffic generator sent (store flits in, store
+    copies out, results and their payload), the window counts are consistent with them, and the reference
+    model checked every delivery (the workload asserts it; a failure raises here)."""
     from verif.harness.runner import run_cocotb
     out = tmp_path / "wl.json"
     requests = 24
