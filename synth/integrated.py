@@ -282,9 +282,10 @@ def power_rows(point: dict | None = None, *, hierarchical_sum: bool = True, **ru
         add("area, sum of parts", hier["area_um2"], "um^2", "synth/hierarchical.py dysharp_parts at the same point")
         add("  random logic", hier["area_random_logic_um2"], "um^2", "")
         add("  arrays", hier["arrays_um2"], "um^2", "")
-        add("sum of parts vs flat", 100 * (hier["area_um2"] - flat["area_um2"]) / flat["area_um2"], "%",
-            f"random logic {100 * (hier['area_random_logic_um2'] - flat['area_random_logic_um2']) / flat['area_random_logic_um2']:+.2f}%, "
-            f"arrays {100 * (hier['arrays_um2'] - flat['arrays_um2']) / flat['arrays_um2']:+.2f}%")
+        def rel(key):
+            return 100 * (hier[key] - flat[key]) / flat[key]
+        add("sum of parts vs flat", rel("area_um2"), "%",
+            f"random logic {rel('area_random_logic_um2'):+.2f}%, arrays {rel('arrays_um2'):+.2f}%")
         add("critical path, max of parts", hier["critical_path_ps"], "ps", hier["timing_source"])
     (p,) = power_study.power_points([("dysharp_switch", point)], jobs=1, **run)
     w = p["workload"]

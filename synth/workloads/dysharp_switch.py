@@ -19,15 +19,15 @@ contiguous placement, :mod:`sim_models.routing`), tokens in dispatch order:
 
 The two streams are interleaved evenly per GPU (a token's 28 store packets among its 56 combine requests),
 as when one micro-batch's dispatch overlaps another's combine; ``requests`` (per GPU, default
-:func:`requests_needed`: what the window and warm-up can take at line rate, 30% more) are queued at the
-start. Sources inject back-to-back within their credits, sinks never stall, GPUs answer after random
+:func:`requests_needed`: what the switch can hold plus what the window and warm-up can take at line
+rate, 30% more) are queued at the start. Sources inject back-to-back within their credits, sinks never stall, GPUs answer after random
 latencies bounded by ``lat`` (the testbench's draw): the switch runs at its throughput for this mix.
 
 The measurement window opens ``warmup`` cycles after reset (the VCD of :mod:`synth.vcd_run` is timed from
 reset) and lasts ``cycles``. In it are counted: ``dispatched_flits`` (``dymultimem.st`` flits, header
 included, that entered the switch), ``reduced_flits`` (``RED_RESP`` payload flits delivered to the
-requesters, each replacing ``d`` contributions), and as events the contribution flits (GPU answers on VC 1),
-the store flits delivered, and completed reductions. Every source must still have traffic queued when the
+requesters, each replacing ``d`` contributions), and as events the GPU answer flits on VC 1 (contributions
+and TLB fill answers), the store flits delivered, and completed reductions. Every source must still have traffic queued when the
 window closes (else the window was not at line rate and the run fails). The run then drains: the reference
 model must have seen every store copy and every reduction result (bit-exact), the status counters must
 match the model, and the flit totals over the run must equal what :func:`layer_traffic` sent.
