@@ -4,10 +4,15 @@ integrated top existed (AL-TLB + reduction engine per port, no egress rewrite, n
 
 :func:`write_integrated` (called by the area report when both points are at hand) synthesizes what is
 missing (cached like every area point) and writes ``synth_reports/integrated_summary.csv``.
+
+:func:`write_power` (``python -m synth.integrated --power 4``) synthesizes the integrated top flat at a
+small port count, compares it with its sum of parts, and powers it under the MoE dispatch + combine
+workload (:mod:`synth.workloads.dysharp_switch`): ``synth_reports/integrated_power_summary.csv``.
 """
 
 
-__all__ = ["integrated_rows", "write_integrated", "ARCH_POINT", "overhead_rows", "write_overhead"]
+__all__ = ["integrated_rows", "write_integrated", "ARCH_POINT", "overhead_rows", "write_overhead", "power_rows",
+           "write_power", "POWER_POINT"]
 
 
 def _area(module, point, max_mb: float = 0.0):
@@ -237,6 +242,135 @@ def write_overhead(out="synth_reports", point: dict | None = None) -> str:
                     tablefmt="github", disable_numparse=True)
 
 
+# ---------------------------------------------------------------------------------------------------------
+# The integrated top synthesized flat at a small port count, and its power under MoE dispatch and combine.
+
+POWER_POINT = {"ports": 4}      # below DYSHARP_HIER_MIN_PORTS: synthesized flat, the registry's defaults
+POWER_RUN = {"freq_ghz": 1.5625, "cycles": 1000, "warmup": 200, "seed": 1}   # `dysharp power`'s defaults
+
+
+def power_rows(point: dict | None = None, *, hierarchical_sum: bool = True, **run) -> list[dict]:
+    """Rows (quantity, value, unit, note) of ``dysharp_switch`` at ``point`` (default :data:`POWER_POINT`):
+    its flat area and timing, the sum of its parts at the same point and their margin
+    (``hierarchical_sum``), and its power from the workload of :mod:`synth.workloads.dysharp_switch`
+    (:func:`synth.power_study.power_points`, cached like ``dysharp power``'s with the same settings)."""
+    from hw import registry
+
+    from . import area, hierarchical, power_study
+    point = dict(POWER_POINT if point is None else point)
+    run = {**POWER_RUN, **run}
+    params = registry.get("dysharp_switch").resolve(point)
+    if hierarchical.applies("dysharp_switch", params):
+        raise ValueError(f"dysharp_switch {point} is costed from its parts, not flat (from "
+                         f"{hierarchical.DYSHARP_HIER_MIN_PORTS} ports): pick fewer ports")
+    flat = area.area_point("dysharp_switch", point, period_ps=1000 / run["freq_ghz"], quiet=True).result
+    label = ", ".join(f"{k}={v}" for k, v in point.items())
+    rows = []
+
+    def add(quantity, value, unit, note=""):
+        rows.append({"quantity": quantity, "point": label, "value": value, "unit": unit, "note": note})
+    add("area, flat", flat["area_um2"], "um^2", f"{flat['cell_count']:,} cells, {flat['verilog_mb']:.1f} MB of "
+        "Verilog" + (f"; {flat['yosys_fallback']} after a YoWASP trap" if flat.get("yosys_fallback") else ""))
+    add("  random logic", flat["area_random_logic_um2"], "um^2", f"sequential {flat['area_seq_um2']:,.0f}")
+    add("  arrays", flat["arrays_um2"], "um^2", f"{len(flat['arrays'])} arrays, {flat['array_bits']:,} bits")
+    add("transistors", flat["transistors"], "", "logic, plus 6 per SRAM bit / the flip-flop arrays")
+    add("critical path", flat["critical_path_ps"], "ps", f"{flat['timing_source']}; clock "
+        f"{1000 / run['freq_ghz']:.0f} ps")
+    if hierarchical_sum:
+        hier = hierarchical.area_point("dysharp_switch", point, period_ps=1000 / run["freq_ghz"], quiet=True,
+                                       max_mb=0).result
+        add("area, sum of parts", hier["area_um2"], "um^2", "synth/hierarchical.py dysharp_parts at the same point")
+        add("  random logic", hier["area_random_logic_um2"], "um^2", "")
+        add("  arrays", hier["arrays_um2"], "um^2", "")
+        def rel(key):
+            return 100 * (hier[key] - flat[key]) / flat[key]
+        add("sum of parts vs flat", rel("area_um2"), "%",
+            f"random logic {rel('area_random_logic_um2'):+.2f}%, arrays {rel('arrays_um2'):+.2f}%")
+        add("critical path, max of parts", hier["critical_path_ps"], "ps", hier["timing_source"])
+    (p,) = power_study.power_points([("dysharp_switch", point)], jobs=1, **run)
+    w = p["workload"]
+    cyc = w["cycles"]
+    n = params["ports"]
+    add("dispatched flits per port per cycle", w["dispatched_flits"] / cyc / n, "flits",
+        f"dymultimem.st flits into the switch, window of {cyc} cycles")
+    add("reduced flits per port per cycle", w["reduced_flits"] / cyc / n, "flits", "RED_RESP payload flits out")
+    names = {"gpu_answer_flit": ("GPU answer flits in per port per cycle", "contributions and TLB fill answers (VC 1)"),
+             "store_flit_delivered": ("store flits out per port per cycle", "translated WRITE copies (VC 0)"),
+             "reduction": ("reductions completed per port per cycle", "RED_RESP results")}
+    for k, v in w["events"].items():
+        label, note = names.get(k, (f"{k} per port per cycle", ""))
+        add(label, v / cyc / n, "", note)
+    add("uplink busy", (w["dispatched_flits"] + w["ld_reduce_requests"] + w["events"]["gpu_answer_flit"]) / cyc / n,
+        "flits/cycle", "stores + ld_reduce requests + answers, per GPU link")
+    for g, name in (("no_gating", "no clock gating"), ("clock_gated", "ideal register clock gating")):
+        x = p[g]
+        add(f"power, {name}", x["total_mw"], "mW", f"at {run['freq_ghz']} GHz; cells {x['cells']['total_mw']:.2f}, "
+            f"arrays {x['arrays_mw']:.2f}")
+        add(f"  arrays' share, {name}", 100 * x["arrays_mw"] / x["total_mw"], "%", "")
+        add(f"  leakage, {name}", x["leakage_mw"], "mW", "")
+        for k in ("pj_per_dispatched_flit", "pj_per_reduced_flit"):
+            if k in x:
+                add(f"  energy per {k[7:-5]} flit, {name}", x[k], "pJ",
+                    "the whole switch's power over that flit rate alone (both phases run at once)")
+        moved = (w["dispatched_flits"] + w["reduced_flits"]) / cyc
+        add(f"  energy per dispatched or reduced flit, {name}", x["total_mw"] / (moved * run["freq_ghz"]), "pJ",
+            "the whole switch's power over both flit rates together")
+        for label, mw, leak, count in _array_groups(x["arrays"]):
+            add(f"  arrays: {label}, {name}", mw, "mW", f"{count} arrays, leakage {leak:.1f} mW")
+    add("activity", p["seeded_nets"], "nets seeded", f"{p['ff_seeded']}/{p['ff_total']} flip-flops measured; "
+        f"{p['activity_source']}")
+    return rows
+
+
+_ARRAY_GROUPS = {"engine partial": "reduction engines' partial-sum SRAMs", "engine": "reduction engines' other arrays",
+                 "reqnet": "request network", "respnet": "response network", "egress": "egress translators",
+                 "tlb": "AL-TLBs (CAM macros, tables, FIFOs)", "rxl": "VC receive buffers",
+                 "from_req": "network-output FIFOs", "from_resp": "network-output FIFOs"}
+
+
+def _array_groups(arrays: list[dict]) -> list[tuple[str, float, float, int]]:
+    """(label, mW, leakage mW, arrays) per group of the power study's arrays, largest first: by the
+    instance an array sits in (``engine0.buf.partial`` -> the engines' partial sums)."""
+    import re
+    groups = {}
+    for a in arrays:
+        parts = a["name"].split(".")
+        if parts[0] == "dysharp_switch" and len(parts) > 1:   # a macro, named by its module path
+            parts = parts[1:]
+        key = re.sub(r"\d+$", "", parts[0])
+        if key == "engine" and parts[-1] == "partial":
+            key = "engine partial"
+        label = _ARRAY_GROUPS.get(key, key)
+        g = groups.setdefault(label, [0.0, 0.0, 0])
+        g[0] += a["total_mw"]
+        g[1] += a["leakage_mw"]
+        g[2] += 1
+    return sorted(((k, *v) for k, v in groups.items()), key=lambda r: -r[1])
+
+
+def write_power(out="synth_reports", point: dict | None = None, hierarchical_sum: bool = True) -> str:
+    """Write ``integrated_power_summary.csv`` under ``out`` (:func:`power_rows`); returns the Markdown table."""
+    from pathlib import Path
+
+    from tabulate import tabulate
+
+    from .report import _write_csv
+    rows = power_rows(point, hierarchical_sum=hierarchical_sum)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_csv(out / "integrated_power_summary.csv", rows)
+
+    def f(x):
+        if isinstance(x, float):
+            return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
+        return f"{x:,}" if isinstance(x, int) else str(x)
+    def q(text):     # Markdown drops leading blanks: mark a sub-row
+        return "- " + text.strip() if text.startswith("  ") else text
+    return tabulate([[q(r["quantity"]), f(r["value"]), r["unit"], r["note"]] for r in rows],
+                    headers=[f"dysharp_switch {rows[0]['point']}", "value", "unit", "note"], tablefmt="github",
+                    disable_numparse=True)
+
+
 def main(argv=None) -> int:
     """``python -m synth.integrated``: the integrated design's tables (``--ports 8``, the default:
     integrated_summary.csv, 45 nm; ``--overhead``: integrated_overhead_summary.csv, the 64-port addition at N5)."""
@@ -247,8 +381,17 @@ def main(argv=None) -> int:
     p.add_argument("--overhead", action="store_true",
                    help=f"the 64-port addition at {ARCH_POINT} -> integrated_overhead_summary.csv and its row in "
                         f"overhead_summary.csv")
+    p.add_argument("--power", type=int, default=None, metavar="PORTS",
+                   help="the integrated switch flat at PORTS ports (below 8) with the registry's defaults: flat "
+                        "area and timing, the sum of its parts, and its power under MoE dispatch and combine -> "
+                        "integrated_power_summary.csv")
+    p.add_argument("--no-parts", action="store_true", help="with --power: skip the sum-of-parts comparison")
     p.add_argument("--out", default="synth_reports")
     a = p.parse_args(argv)
+    if a.power is not None:
+        print(write_power(a.out, {"ports": a.power}, hierarchical_sum=not a.no_parts))
+        if a.ports is None and not a.overhead:
+            return 0
     if a.ports is not None or not a.overhead:
         print(write_integrated(a.out, a.ports or 8))
     if a.overhead:

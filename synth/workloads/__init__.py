@@ -57,3 +57,6 @@ register("request_gen", "synth.workloads.gpu_side", "reqgen_fused", model="deeps
          doc="fused pipeline uplink: DeepSeek-V3 dymultimem.st rows and ld_reduce combine requests, line rate")
 register("receive_path", "synth.workloads.gpu_side", "rx_dispatch", model="deepseek-v3", gpus=8,
          doc="one downlink at line rate: DeepSeek-V3 DYN_ST token rows with metadata, arrivals reported")
+register("dysharp_switch", "synth.workloads.dysharp_switch", "moe_layer", model="deepseek-v3", lat=40, warmup=400,
+         doc="one MoE layer per GPU: DeepSeek-V3 dymultimem.st dispatch interleaved with its BF16 ld_reduce "
+             "combine, line rate, GPU answers within 40 cycles")

@@ -1,0 +1,88 @@
+"""The integrated switch's power workload (synth/workloads/dysharp_switch.py): its traffic, and a short run
+whose flit counts are checked against the traffic it sent."""
+
+import json
+
+import pytest
+
+from hw.packet import EType
+from synth import workloads
+from synth.workloads import dysharp_switch as wl
+
+# A small point of the integrated switch (one Icarus build): shallow buffers and few entries, so a short
+# warm-up saturates it and the drain is short.
+TINY = {"ports": 4, "credits": 32, "resp_credits": 32, "red_entries": 16, "tlb_entries": 16}
+
+
+def test_registered():
+    w = workloads.get("dysharp_switch")
+    assert w is not None and w.test_module == "synth.workloads.dysharp_switch" and w.testcase == "moe_layer"
+
+
+def test_layer_traffic_is_dispatch_and_combine_of_the_same_tokens():
+    """Each token's 28 FP8 store packets (7168 B) and 56 BF16 combine requests (14336 B) to the same
+    DeepSeek-V3 mask, interleaved so that both streams of a token end together."""
+    n = 4
+    traffic = wl.layer_traffic(n, 84 * 2, seed=3)
+    assert [len(q) for q in traffic] == [168] * n
+    for q in traffic:
+        for t in (0, 1):
+            st = [x for x in q if x[0] == "st" and x[1] == t]
+            red = [x for x in q if x[0] == "red" and x[1] == t]
+            assert len(st) == 28 and len(red) == 56
+            assert sum(x[4] for x in st) == 7168 // 16 and sum(x[4] for x in red) == 2 * 7168 // 16
+            assert {x[2] for x in st} == {x[2] for x in red} and len({x[2] for x in st}) == 1
+            assert [x[3] for x in red] == list(range(0, 896, 16))
+            assert all(x[5] == EType.BF16 for x in red)      # at most 4 contributors at 4 ports
+        pos = [i for i, x in enumerate(q[:84]) if x[0] == "st"]
+        assert pos[0] <= 2 and max(b - a for a, b in zip(pos, pos[1:])) == 3     # st, red, red, ...
+    tot = wl.traffic_totals(traffic)
+    assert tot["store_flits_sent"] == n * 2 * 28 * 17 and tot["reductions"] == n * 2 * 56
+    assert tot["reduced_flits"] == n * 2 * 896
+    # Masks are DeepSeek-V3's: a token reaches 3.6 of 4 GPUs on average (none of 8 experts on a GPU: 10%).
+    many = wl.traffic_totals(wl.layer_traffic(n, 84 * 200, seed=4))
+    assert 3.4 < many["store_flits_delivered"] / many["store_flits_sent"] < 3.8
+
+
+def test_layer_traffic_refuses_bad_input():
+    with pytest.raises(ValueError, match="requests must be >= 1"):
+        wl.layer_traffic(4, 0, seed=1)
+
+
+def test_requests_cover_the_window():
+    assert wl.requests_needed(4, 2000) > wl.requests_needed(4, 1000) > 8
+    assert wl.requests_needed(4, 1000, buffered=96) > wl.requests_needed(4, 1000) + 96
+
+
+@pytest.mark.slow
+def test_moe_layer_counts_match_the_traffic(seed, tmp_path):
+    """A short run at a small point (30 s with its Icarus build cached, 60 s cold, on a loaded machine):
+    the run's totals, counted at the links, equal what the traffic generator sent (store flits in, store
+    copies out, results and their payload), the window counts are consistent with them, and the reference
+    model checked every delivery (the workload asserts it; a failure raises here)."""
+    from verif.harness.runner import run_cocotb
+    out = tmp_path / "wl.json"
+    requests = 24
+    run_cocotb("dysharp_switch", TINY, test_module="synth.workloads.dysharp_switch", testcase="moe_layer",
+               sim="icarus", seed=seed, quiet=True,
+               env={"warmup": 120, "cycles": 60, "requests": requests, "out": str(out)})
+    r = json.loads(out.read_text())
+    want = wl.traffic_totals(wl.layer_traffic(4, requests, seed))
+    assert r["totals"] == want
+    assert r["requests_per_gpu"] == requests
+    assert r["window_ps"][1] - r["window_ps"][0] == 60 * 2000
+    # The window saw traffic of both kinds, no more than the run sent, and about one store copy per
+    # destination of what came in (flits in flight at the window's edges aside).
+    assert 0 < r["dispatched_flits"] <= want["store_flits_sent"]
+    assert 0 <= r["reduced_flits"] <= want["reduced_flits"]
+    assert r["ld_reduce_requests"] > 0 and r["events"]["gpu_answer_flit"] > 0
+    fanout = want["store_flits_delivered"] / want["store_flits_sent"]
+    assert r["events"]["store_flit_delivered"] <= fanout * r["dispatched_flits"] + 4 * 4 * 17
+    assert sum(r["tlb_fills"]) > 0
+
+
+def test_integrated_power_refuses_a_hierarchical_point():
+    """The flat power study needs a point below DYSHARP_HIER_MIN_PORTS; 8 ports is costed from parts."""
+    from synth import integrated
+    with pytest.raises(ValueError, match="costed from its parts, not flat"):
+        integrated.power_rows({"ports": 8})
