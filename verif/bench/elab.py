@@ -199,7 +199,7 @@ def _growth(rows: list[dict], param: str, key: str) -> None:
         if "error" in r:
             prev = None
             continue
-        if prev is not None and r[key] > 0 and prev[key] > 0:
+        if prev is not None and r[param] != prev[param] and r[key] > 0 and prev[key] > 0:
             r[f"{key}_exponent"] = math.log(r[key] / prev[key]) / math.log(r[param] / prev[param])
         prev = r
 
