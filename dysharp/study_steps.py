@@ -23,9 +23,11 @@ def study_points(args) -> list[tuple[str, dict]]:
 
 
 def verilog_step(args, out: Path) -> str:
+    """Every point's Verilog; the big switch points with one module per distinct sub-block (``auto``,
+    :func:`hw.registry.emission_for`)."""
     from dysharp.commands.verilog import generate
     points = study_points(args)
-    paths = generate(points, "build/verilog", quiet=True)
+    paths = generate(points, "build/verilog", quiet=True, emission="auto")
     rows = [[n, str(p), f"`{path}`", f"{path.stat().st_size / 1e6:.2f}"] for (n, p), path in zip(points, paths)]
     return "## Verilog\n\n" + md_table(rows, ["module", "parameters", "file", "MB"])
 
@@ -34,7 +36,7 @@ def lint_step(args, out: Path) -> str:
     from dysharp.commands.lint import lint_file
     rows = []
     for n, p in tqdm(study_points(args), desc="lint", unit="file", leave=False, dynamic_ncols=True):
-        path = registry.generate_verilog(n, p, "build/verilog")
+        path = registry.generate_verilog(n, p, "build/verilog", emission="auto")
         waived, problems = lint_file(path, n)
         rows.append([n, str(p), "clean" if not problems else f"{len(problems)} warnings",
                      ", ".join(f"{k} {v}" for k, v in sorted(waived.items()))])

@@ -8,6 +8,8 @@ Everything else is derived: the parameter names and defaults come from the compo
 signature, the component itself validates values (raising ``ValueError`` with a message), and ``points``
 lists the standard parameter points that ``dysharp verilog --points``, ``dysharp lint`` and the area flow
 generate. ``area_grid`` (optional) lists the points the area study sweeps; it defaults to ``points``.
+``dedup_from_ports`` (optional): from this many ports, ``dysharp verilog``/``lint`` and the study write the
+point with :mod:`hw.emission` (one Verilog module per distinct sub-block, :func:`emission_for`).
 """
 
 import dataclasses
@@ -21,7 +23,12 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["ModuleSpec", "register", "MODULES", "get", "parse_assignments", "hw_source_hash",
-           "generate_verilog", "point_slug"]
+           "generate_verilog", "point_slug", "EMISSIONS", "emission_for"]
+
+#: ``flat``: ``amaranth.back.verilog.convert`` (every instance written out; what the cocotb suites, the fast
+#: path and the area flow use). ``dedup``: :func:`hw.emission.convert`, one module per distinct sub-block,
+#: the same top-level ports and behaviour. ``auto`` (:func:`emission_for`) picks per point.
+EMISSIONS = ("auto", "flat", "dedup")
 
 
 @dataclasses.dataclass
@@ -32,6 +39,7 @@ class ModuleSpec:
     area_grid: list | None = None
     doc: str = ""
     defaults: dict = dataclasses.field(default_factory=dict)   # overrides of the __init__ defaults
+    dedup_from_ports: int | None = None
 
     def component_class(self):
         mod, _, cls = self.factory.partition(":")
@@ -68,10 +76,11 @@ MODULES: dict[str, ModuleSpec] = {}
 
 
 def register(name: str, factory: str, *, points=None, area_grid=None, doc: str = "",
-             defaults: dict | None = None) -> ModuleSpec:
+             defaults: dict | None = None, dedup_from_ports: int | None = None) -> ModuleSpec:
     if name in MODULES:
         raise ValueError(f"module {name!r} is registered twice")
-    spec = ModuleSpec(name, factory, list(points or [{}]), area_grid, doc, dict(defaults or {}))
+    spec = ModuleSpec(name, factory, list(points or [{}]), area_grid, doc, dict(defaults or {}),
+                      dedup_from_ports)
     MODULES[name] = spec
     return spec
 
@@ -159,22 +168,37 @@ def point_slug(params: dict[str, Any], defaults: dict[str, Any]) -> str:
     return "_".join(parts) if parts else "default"
 
 
-def generate_verilog(name: str, overrides: dict | None = None, out_dir: str | os.PathLike = "build/verilog",
-                     *, cache: bool = True) -> Path:
-    """Elaborate module ``name`` with ``overrides`` and write ``<out_dir>/<name>__<point>.v``.
+def emission_for(name: str, params: dict, emission: str = "auto") -> str:
+    """``flat`` or ``dedup`` for module ``name`` at ``params``: ``auto`` is ``dedup`` from the module's
+    ``dedup_from_ports`` ports on, ``flat`` otherwise."""
+    if emission not in EMISSIONS:
+        raise ValueError(f"unknown emission {emission!r}; valid: {', '.join(EMISSIONS)}")
+    if emission != "auto":
+        return emission
+    spec = get(name)
+    big = spec.dedup_from_ports is not None and spec.resolve(params).get("ports", 0) >= spec.dedup_from_ports
+    return "dedup" if big else "flat"
 
-    The top-level Verilog module is named ``name``. A JSON sidecar records the full parameters and the
-    ``hw/`` source hash; with ``cache`` an up-to-date file is reused.
+
+def generate_verilog(name: str, overrides: dict | None = None, out_dir: str | os.PathLike = "build/verilog",
+                     *, cache: bool = True, emission: str = "flat") -> Path:
+    """Elaborate module ``name`` with ``overrides`` and write ``<out_dir>/<name>__<point>.v``
+    (``<name>__<point>__dedup.v`` for the ``dedup`` emission, see :data:`EMISSIONS`).
+
+    The top-level Verilog module is named ``name``. A JSON sidecar records the full parameters, the
+    emission and the ``hw/`` source hash; with ``cache`` an up-to-date file is reused.
     """
     from amaranth.back import verilog
 
     spec = get(name)
     params = spec.resolve(overrides)
+    emission = emission_for(name, params, emission)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{name}__{point_slug(params, spec.params())}.v"
+    suffix = "__dedup" if emission == "dedup" else ""
+    path = out_dir / f"{name}__{point_slug(params, spec.params())}{suffix}.v"
     meta_path = path.with_suffix(".json")
-    meta = {"module": name, "params": params, "hw_hash": hw_source_hash()}
+    meta = {"module": name, "params": params, "hw_hash": hw_source_hash(), "emission": emission}
     if cache and path.exists() and meta_path.exists():
         try:
             if json.loads(meta_path.read_text()) == meta:
@@ -182,7 +206,11 @@ def generate_verilog(name: str, overrides: dict | None = None, out_dir: str | os
         except (OSError, ValueError):
             pass
     component = spec.build(**params)
-    text = verilog.convert(component, name=name, emit_src=False)
+    if emission == "dedup":
+        from . import emission as dedup
+        text, _ = dedup.convert(component, name)
+    else:
+        text = verilog.convert(component, name=name, emit_src=False)
     tmp = path.with_suffix(f".v.tmp{os.getpid()}")
     tmp.write_text(text)
     os.replace(tmp, path)
@@ -193,10 +221,11 @@ def generate_verilog(name: str, overrides: dict | None = None, out_dir: str | os
 # ---------------------------------------------------------------------------------------------------------
 # The registered modules: one line each.
 
-register("switch", "hw.switch.nvswitch:NVSwitch",
+register("switch", "hw.switch.nvswitch:NVSwitch", dedup_from_ports=8,
          points=[{"ports": n} for n in (4, 8, 16, 32, 64)],
          area_grid=[{"ports": n} for n in (4, 8, 16, 32, 64)])
 register("switch_fifo", "hw.switch.nvswitch:NVSwitch", defaults={"queueing": "fifo", "speedup": 1},
+         dedup_from_ports=8,
          points=[{"ports": 8}],
          doc="NVSwitch datapath with one FIFO per input and no speedup (the classical head-of-line-blocking "
              "input-queued baseline)")
@@ -238,7 +267,7 @@ register("packet_split", "hw.packet_stream:VcClassSplit", points=[{}],
          doc="PacketSplit with a fixed example select: requests to o[0], responses to o[1]")
 register("tlb_fill_bridge", "hw.switch.tlb_fill_bridge:TlbFillBridge", points=[{}])
 register("egress_translator", "hw.switch.egress_translator:EgressTranslator", points=[{"ports": 8}, {"ports": 64}])
-register("dysharp_switch", "hw.switch.dysharp_switch:DySharpSwitch",
+register("dysharp_switch", "hw.switch.dysharp_switch:DySharpSwitch", dedup_from_ports=8,
          points=[{"ports": n} for n in (4, 8, 16, 32, 64)], area_grid=[{"ports": 4}, {"ports": 8}],
          doc="The integrated DySHARP switch: request and response networks, and per port an AL-TLB, an egress "
              "translator and a reduction engine")

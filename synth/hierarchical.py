@@ -13,7 +13,8 @@ report reads a hierarchical point like a flat one; ``result["hierarchical"]`` li
 What it leaves out, and so the stated margin: the switch top's own glue (output-ownership register,
 egress space/admit comparators, the 16 error counters) and any optimisation across part boundaries (a
 flat synthesis may share or simplify logic between parts, e.g. constant inputs; the input unit is
-synthesized for port 0, and the others differ only in constants). :func:`validate` compares both on a
+synthesized for port 0, and the others differ only in constants: in the switch each takes its index on a
+strap input tied to a constant, which the flat synthesis propagates, and the part bakes in 0). :func:`validate` compares both on a
 point small enough to flatten (``VALIDATION_POINT``: 4 ports, 32 input cells): the sum of parts was
 1.98% below the flat area (181,240 vs 184,905 um^2; arrays equal, random logic 26,004 vs 29,669 um^2,
 the difference being the top's glue); ``tests/test_elab.py`` asserts it within ``HIER_MARGIN`` (5%).

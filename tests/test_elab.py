@@ -132,6 +132,23 @@ def test_hierarchical_parts_cover_the_switch():
     assert not any("__part_" in k for k in registry.MODULES)
 
 
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_dysharp_parts_build_with_a_constant_port():
+    """The integrated switch's parts build from the registry; its per-port blocks are synthesized with the
+    index 0 baked in (no strap input left for synthesis to keep), as the strapped copies are after the
+    flat synthesis propagates their tied constants."""
+    from hw import registry
+    from synth import hierarchical
+
+    params = registry.get("dysharp_switch").resolve({"ports": 8})
+    plist = hierarchical.dysharp_parts(params)
+    with hierarchical._part_modules("dysharp_switch", plist) as names:
+        for name, _f, prm, _c in plist:
+            comp = registry.get(names[name]).build(**prm)
+            assert "port" not in comp.signature.members, name
+    assert not any("__part_" in k for k in registry.MODULES)
+
+
 @pytest.mark.slow
 def test_hierarchical_area_matches_flat():
     """Sum of parts against the flat synthesis on a point small enough to flatten (measured: -1.98%;
@@ -163,6 +180,21 @@ def test_bench_elab_rejects_bad_values(capsys):
         elab.run(p.parse_args(["--values", "4,x"]))
     with pytest.raises(SystemExit, match="no parameter"):
         elab.run(p.parse_args(["--param", "nope"]))
+    with pytest.raises(SystemExit, match="--emission expects"):
+        elab.run(p.parse_args(["--emission", "flat,fast"]))
+    with pytest.raises(SystemExit, match="--lint expects"):
+        elab.run(p.parse_args(["--lint", "8,x"]))
+    with pytest.raises(SystemExit, match="--baseline 'nothing.json' is not a result"):
+        elab.run(p.parse_args(["--baseline", "nothing.json"]))
+
+
+def test_bench_elab_side_by_side():
+    from verif.bench import elab
+    rows = [{"ports": 8, "emission": "flat", "cpu_s": 100.0, "verilog_mb": 11.0, "peak_rss_mb": 700.0},
+            {"ports": 8, "emission": "dedup", "cpu_s": 20.0, "verilog_mb": 2.0, "peak_rss_mb": 200.0},
+            {"ports": 16, "emission": "dedup", "cpu_s": 30.0, "verilog_mb": 3.0, "peak_rss_mb": 250.0}]
+    (pair,) = elab.side_by_side(rows, "ports")
+    assert pair["ports"] == 8 and pair["cpu_s_ratio"] == 5.0 and pair["verilog_mb_ratio"] == 5.5
 
 
 def test_switch_datapaths_share_part_syntheses(monkeypatch):

@@ -9,7 +9,7 @@ BENCHES = {
     "estimate": ("sim_models.bench_estimate", "wall time of the speedup estimator's full sweep and its growth"),
     "al_tlb": ("verif.bench.al_tlb", "AL-TLB hit latency, translations/cycle, miss penalty, hit rate vs CAM size, CAM cells"),
     "token_tracker": ("verif.bench.token_tracker", "GPU side: tile table rate/latency, dynamic vs unicast uplink flits, cells vs depth"),
-    "elab": ("verif.bench.elab", "Verilog generation time, size and peak memory against the switch's port count"),
+    "elab": ("verif.bench.elab", "Verilog generation time, size, peak memory (and lint cost) against the switch's port count, flat vs deduplicated emission"),
     "dysharp_switch": ("verif.bench.dysharp_switch", "DySHARP switch: dispatch vs NVSwitch, combine at the uplink bound, fused mix, zero-load latency"),
     "soak": ("verif.bench.soak", "DySHARP switch soak: one run of >= 10^6 cycles of mixed dispatch/combine under random stalls, memory latency and TLB misses; 0 lost/duplicated/mismatched, no deadlock"),
     "reduction": ("verif.bench.reduction", "in-switch reduction: ALU conformance, buffer absorption, ld_reduce throughput vs entries"),

@@ -24,7 +24,7 @@ from tqdm import tqdm
 from verif.harness.runner import verilator_env
 
 from .selection import add_selection_arguments, selected_points
-from .verilog import generate
+from .verilog import add_emission_argument, generate
 
 WAIVED = {
     "WIDTHEXPAND": "Yosys write_verilog width idioms (exact under Verilog width rules)",
@@ -39,6 +39,7 @@ _WARN = re.compile(r"^%(Warning|Error)-?([A-Z0-9_]*)?:")
 
 def add_arguments(p) -> None:
     p.add_argument("--out", default="build/verilog", help="Verilog folder (default: build/verilog)")
+    add_emission_argument(p)
     add_selection_arguments(p)
 
 
@@ -69,7 +70,7 @@ def lint_file(path, top: str) -> tuple[collections.Counter, list[str]]:
 
 def run(args) -> int:
     points = selected_points(args)
-    paths = generate(points, args.out, quiet=True)
+    paths = generate(points, args.out, quiet=True, emission=args.emission)
     failed = 0
     bar = tqdm(list(zip(points, paths)), desc="lint", unit="file", leave=False, dynamic_ncols=True)
     for (name, params), path in bar:

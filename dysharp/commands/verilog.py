@@ -12,18 +12,27 @@ from .selection import add_selection_arguments, selected_points
 def add_arguments(p) -> None:
     p.add_argument("--out", default="build/verilog", help="output folder (default: build/verilog)")
     p.add_argument("--force", action="store_true", help="regenerate even when an up-to-date file exists")
+    add_emission_argument(p)
     add_selection_arguments(p)
 
 
-def generate(points, out, force=False, quiet=False):
-    """Write (or reuse) the Verilog of each (module, parameters) point; a progress bar on stderr, and with
-    ``quiet=False`` one line per file. Returns the paths."""
+def add_emission_argument(p) -> None:
+    p.add_argument("--emission", choices=registry.EMISSIONS, default="auto",
+                   help="flat: every instance written out (what the simulations use); dedup: one module per "
+                        "distinct sub-block (hw/emission.py), same ports and behaviour; auto (default): dedup "
+                        "for the big switch points (a module's dedup_from_ports), flat otherwise")
+
+
+def generate(points, out, force=False, quiet=False, emission="flat"):
+    """Write (or reuse) the Verilog of each (module, parameters) point with ``emission``
+    (:data:`hw.registry.EMISSIONS`); a progress bar on stderr, and with ``quiet=False`` one line per file.
+    Returns the paths."""
     paths = []
     bar = tqdm(points, desc="verilog", unit="file", leave=False, dynamic_ncols=True)
     for name, params in bar:
         bar.set_postfix_str(" ".join([name] + [f"{k}={v}" for k, v in params.items()]))
         t0 = time.time()
-        path = registry.generate_verilog(name, params, out, cache=not force)
+        path = registry.generate_verilog(name, params, out, cache=not force, emission=emission)
         if not quiet:
             tqdm.write(f"{path}  ({path.stat().st_size / 1e6:.2f} MB, {time.time() - t0:.1f} s)")
         paths.append(path)
@@ -32,5 +41,5 @@ def generate(points, out, force=False, quiet=False):
 
 def run(args) -> int:
     points = selected_points(args)
-    generate(points, args.out, args.force)
+    generate(points, args.out, args.force, emission=args.emission)
     return 0

@@ -220,8 +220,10 @@ class DySharpSwitch(wiring.Component):
                                         defer_translation=True) for _ in range(ports)]
         if row_bytes is None:
             row_bytes = (1 << Shape.cast(data.Layout.cast(DynamicRoute)["offset"].shape).width) * (flit_width // 8)
-        self.egress = [EgressTranslator(port=i, ports=ports, flit_width=flit_width, max_payload=max_payload,
-                                        slots=egress_slots, row_bytes=row_bytes) for i in range(ports)]
+        # Per-port blocks take their port index as a strap input (tied in _port): the N copies of each are
+        # then one Verilog module (hw.emission).
+        self.egress = [EgressTranslator(port=None, ports=ports, flit_width=flit_width, max_payload=max_payload,
+                                        slots=egress_slots, row_bytes=row_bytes) for _ in range(ports)]
         link = vc_link_signature(flit_width)
         super().__init__({
             "rx": In(link).array(ports),
@@ -271,15 +273,17 @@ class DySharpSwitch(wiring.Component):
         sub = m.submodules
         tlb, eng, egr = self.tlbs[i], self.engines[i], self.egress[i]
         sub[f"tlb{i}"], sub[f"engine{i}"], sub[f"egress{i}"] = tlb, eng, egr
-        sub[f"fill{i}"] = fill = TlbFillBridge(port=i, ports=self.ports, flit_width=W)
+        sub[f"fill{i}"] = fill = TlbFillBridge(port=None, ports=self.ports, flit_width=W)
+        m.d.comb += [egr.port.eq(i), fill.port.eq(i)]
         connect(m, tlb.mem, fill.mem)
         connect(m, egr.tr, tlb.tr)
 
         # ---- from the GPU
         sub[f"rxl{i}"] = rxl = VcReceiver(credits=(self.link_credits,) * N_VCS, flit_width=W)
         connect(m, flipped(self.rx[i]), rxl.link)
-        sub[f"chk_req{i}"] = chk_req = IngressCheck(port=i, vc=VC_REQ, flit_width=W)
-        sub[f"chk_resp{i}"] = chk_resp = IngressCheck(port=i, vc=VC_RESP, flit_width=W)
+        sub[f"chk_req{i}"] = chk_req = IngressCheck(port=None, vc=VC_REQ, flit_width=W)
+        sub[f"chk_resp{i}"] = chk_resp = IngressCheck(port=None, vc=VC_RESP, flit_width=W)
+        m.d.comb += [chk_req.port.eq(i), chk_resp.port.eq(i)]
         connect(m, rxl.o[VC_REQ], chk_req.i)
         connect(m, rxl.o[VC_RESP], chk_resp.i)
 

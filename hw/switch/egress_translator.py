@@ -78,7 +78,8 @@ class EgressCounter(py_enum.IntEnum):
 class EgressTranslator(wiring.Component):
     """Rewrites ``DYN_ST``/``DYN_RED_READ`` for GPU ``port`` with the AL-TLB on ``tr``; see the module.
 
-    Parameters: ``port`` (0..ports-1), ``ports`` (2..64), ``flit_width`` (128/256/512), ``max_payload``
+    Parameters: ``port`` (0..ports-1; None makes it a ``port`` strap input, ``In(range(ports))``, that the
+    switch ties to a constant, so that its N translators are one Verilog module), ``ports`` (2..64), ``flit_width`` (128/256/512), ``max_payload``
     (payload flits per packet, 1..31), ``slots`` (packet buffers and outstanding translations, 2..64;
     >= 5 for line rate at a 3-cycle hit), ``row_bytes`` (the longest row of GPU ``port``'s buffers,
     1..2**24 bytes; default 14336, a DeepSeek-V3 BF16 row, the :class:`LinearTranslator` default):
@@ -88,12 +89,13 @@ class EgressTranslator(wiring.Component):
     ``tr`` (AL-TLB client), ``counters``.
     """
 
-    def __init__(self, *, port: int = 0, ports: int = 8, flit_width: int = DEFAULT_FLIT_WIDTH,
+    def __init__(self, *, port: int | None = 0, ports: int = 8, flit_width: int = DEFAULT_FLIT_WIDTH,
                  max_payload: int = 16, slots: int = 8, row_bytes: int = DEFAULT_ROW_BYTES):
         if not isinstance(ports, int) or not 2 <= ports <= MAX_PORTS:
             raise ValueError(f"ports must be an integer in 2..{MAX_PORTS}, got {ports!r}")
-        if not isinstance(port, int) or not 0 <= port < ports:
-            raise ValueError(f"port must be an integer in 0..{ports - 1} (ports={ports}), got {port!r}")
+        if port is not None and not (isinstance(port, int) and 0 <= port < ports):
+            raise ValueError(f"port must be None (a strap input) or an integer in 0..{ports - 1} (ports={ports}), "
+                             f"got {port!r}")
         if flit_width not in FLIT_WIDTHS:
             raise ValueError(f"flit_width must be one of {FLIT_WIDTHS}, got {flit_width!r}")
         if not isinstance(max_payload, int) or not 1 <= max_payload <= MAX_LENGTH:
@@ -103,11 +105,14 @@ class EgressTranslator(wiring.Component):
         if not isinstance(row_bytes, int) or not 1 <= row_bytes <= MAX_ROW_BYTES:
             raise ValueError(f"row_bytes must be an integer in 1..{MAX_ROW_BYTES}, got {row_bytes!r}")
         self.row_bytes = row_bytes
-        self.port, self.ports, self.flit_width = port, ports, flit_width
+        if port is not None:
+            self.port = port
+        self.ports, self.flit_width = ports, flit_width
         self.max_payload, self.slots = max_payload, slots
         self.capacity = max_payload + 1        # flits per slot
         fl = flit_layout(flit_width)
         super().__init__({
+            **({"port": In(range(ports))} if port is None else {}),
             "i": In(stream.Signature(fl)),
             "o": Out(stream.Signature(fl)),
             "err": Out(stream.Signature(fl)),

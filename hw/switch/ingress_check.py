@@ -18,23 +18,29 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, N_VCS, OPCODES, ErrorCode, HeaderLayout, Opcode,
-                      flit_layout)
+from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, MAX_PORTS, N_VCS, OPCODES, ErrorCode, HeaderLayout,
+                      Opcode, flit_layout)
 
 __all__ = ["IngressCheck"]
 
 
 class IngressCheck(wiring.Component):
-    """Parameters: ``port`` (this link's port), ``vc`` (0 requests, 1 responses), ``flit_width``."""
+    """Parameters: ``port`` (this link's port; None makes it a ``port`` strap input, ``In(range(64))``,
+    that the switch ties to a constant, so that its N checks are one Verilog module), ``vc`` (0 requests,
+    1 responses), ``flit_width``."""
 
-    def __init__(self, *, port: int, vc: int, flit_width: int = DEFAULT_FLIT_WIDTH):
+    def __init__(self, *, port: int | None, vc: int, flit_width: int = DEFAULT_FLIT_WIDTH):
         if not isinstance(vc, int) or not 0 <= vc < N_VCS:
             raise ValueError(f"vc must be 0 (requests) or 1 (responses), got {vc!r}")
-        self.port = port
+        if port is not None and not (isinstance(port, int) and 0 <= port < MAX_PORTS):
+            raise ValueError(f"port must be None (a strap input) or an integer in 0..{MAX_PORTS - 1}, got {port!r}")
+        if port is not None:
+            self.port = port
         self.vc = vc
         self.flit_width = flit_width
         fl = flit_layout(flit_width)
         super().__init__({
+            **({"port": In(range(MAX_PORTS))} if port is None else {}),
             "i": In(stream.Signature(fl)),
             "o": Out(stream.Signature(fl)),
             "err": Out(stream.Signature(fl)),

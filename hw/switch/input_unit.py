@@ -64,6 +64,10 @@ class ErrorEntry(data.Struct):
 class InputUnit(wiring.Component):
     """Input ``port`` of an ``n_ports`` switch.
 
+    ``port``: this input's index as an integer, or None for a ``port`` strap input (``In(range(n_ports))``)
+    that the switch ties to a constant, so that its N input units are one Verilog module
+    (:mod:`hw.emission`).
+
     Ports
     -----
     ``rx``: credit link in. ``group_handle``/``group_mask``: lookup into the switch group table
@@ -79,14 +83,17 @@ class InputUnit(wiring.Component):
     in t+3. One flit per cycle in and out.
     """
 
-    def __init__(self, *, port: int, n_ports: int, credits: int, flit_width: int = DEFAULT_FLIT_WIDTH,
+    def __init__(self, *, port: int | None, n_ports: int, credits: int, flit_width: int = DEFAULT_FLIT_WIDTH,
                  max_payload: int = 16, queueing: str = "voq", lanes: int = 1):
         if queueing not in ("voq", "fifo"):
             raise ValueError(f"queueing must be 'voq' or 'fifo', got {queueing!r}")
         if lanes not in (1, 2):
             raise ValueError(f"lanes (internal speedup) must be 1 or 2, got {lanes!r}")
+        if port is not None and not (isinstance(port, int) and 0 <= port < n_ports):
+            raise ValueError(f"port must be None (a strap input) or an integer in 0..{n_ports - 1}, got {port!r}")
         self.lanes = lanes
-        self.port = port
+        if port is not None:
+            self.port = port
         self.n_ports = n_ports
         self.credits = credits
         self.flit_width = flit_width
@@ -95,6 +102,7 @@ class InputUnit(wiring.Component):
         self.n_cells = credits + 1
         flit = flit_layout(flit_width)
         super().__init__({
+            **({"port": In(range(n_ports))} if port is None else {}),
             "rx": In(credit_link_signature(flit_width)),
             "group_handle": Out(8),
             "group_mask": In(n_ports),
@@ -436,9 +444,10 @@ class InputUnit(wiring.Component):
             m.d.comb += cls.eq(REQ_UC)
         is_mask = cls[0]
         vec = Signal(N)
+        own = Const(1 << self.port, N) if isinstance(self.port, int) else decode(m, self.port, N, name="own_port")
         with m.Switch(cls):
             with m.Case(REQ_ERR):
-                m.d.comb += vec.eq(Const(1 << self.port, N))
+                m.d.comb += vec.eq(own)
             with m.Case(REQ_MASK, REQ_MASK_ALL):
                 m.d.comb += vec.eq(mc_vec)
             with m.Default():

@@ -107,12 +107,14 @@ class NVSwitch(wiring.Component):
         m.submodules.alloc = alloc = ISlipAllocator(N, self.iterations)
         inputs = []
         for i in range(N):
-            iu = InputUnit(port=i, n_ports=N, credits=self.credits, flit_width=self.flit_width,
+            # The index is a strap input, so the N input units are one Verilog module (hw.emission).
+            iu = InputUnit(port=None, n_ports=N, credits=self.credits, flit_width=self.flit_width,
                            max_payload=self.max_payload, queueing=self.queueing, lanes=self.speedup)
             m.submodules[f"in{i}"] = iu
             inputs.append(iu)
             connect(m, wiring.flipped(self.rx[i]), iu.rx)
             m.d.comb += [
+                iu.port.eq(i),
                 groups.lookup_handle[i].eq(iu.group_handle),
                 iu.group_mask.eq(groups.lookup_mask[i]),
                 alloc.req[i].eq(iu.req),

@@ -18,8 +18,9 @@ __all__ = ["TlbFillBridge"]
 
 
 class TlbFillBridge(wiring.Component):
-    """Parameters: ``port`` (this switch port, the GPU whose table is read), ``ports`` (switch ports,
-    1..64), ``flit_width``.
+    """Parameters: ``port`` (this switch port, the GPU whose table is read; None makes it a ``port`` strap
+    input, ``In(range(ports))``, that the switch ties to a constant, so that its N bridges are one Verilog
+    module), ``ports`` (switch ports, 1..64), ``flit_width``.
 
     Ports: ``mem`` (the AL-TLB's ``mem`` connects here), ``tx`` (``TLB_FILL`` packets out), ``rx``
     (``TLB_FILL_RESP`` packets in), ``bad`` (32-bit count of dropped response packets).
@@ -36,16 +37,18 @@ class TlbFillBridge(wiring.Component):
       flit without ``last``, or ``poison``) is consumed whole, not forwarded, and counted once in ``bad``.
     """
 
-    def __init__(self, *, port: int = 0, ports: int = 8, flit_width: int = DEFAULT_FLIT_WIDTH):
+    def __init__(self, *, port: int | None = 0, ports: int = 8, flit_width: int = DEFAULT_FLIT_WIDTH):
         if not isinstance(ports, int) or not 1 <= ports <= MAX_PORTS:
             raise ValueError(f"ports must be an integer in 1..{MAX_PORTS}, got {ports!r}")
-        if not isinstance(port, int) or not 0 <= port < ports:
-            raise ValueError(f"port must be an integer in 0..{ports - 1}, got {port!r}")
-        self.port = port
+        if port is not None and not (isinstance(port, int) and 0 <= port < ports):
+            raise ValueError(f"port must be None (a strap input) or an integer in 0..{ports - 1}, got {port!r}")
+        if port is not None:
+            self.port = port
         self.ports = ports
         self.flit_width = flit_width
         layout = flit_layout(flit_width)
         super().__init__({
+            **({"port": In(range(ports))} if port is None else {}),
             "mem": In(backing_signature()),
             "tx": Out(stream.Signature(layout)),
             "rx": In(stream.Signature(layout)),

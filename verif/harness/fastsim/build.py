@@ -170,8 +170,10 @@ def _compile(module: str, params: dict, vpath: Path, main: str, build_root: Path
     return binary, time.perf_counter() - t0 if built else 0.0
 
 
-def build(module: str, params: dict | None = None, *, build_root: str | os.PathLike = "build") -> FastSim:
-    """Build (or reuse) the fast-path binary of registered credit-link ``module`` at ``params``."""
+def build(module: str, params: dict | None = None, *, build_root: str | os.PathLike = "build",
+          emission: str = "flat") -> FastSim:
+    """Build (or reuse) the fast-path binary of registered credit-link ``module`` at ``params``, from its
+    ``emission`` Verilog (:data:`hw.registry.EMISSIONS`)."""
     from verif.harness.runner import require_simulator
 
     require_simulator("verilator")
@@ -186,7 +188,7 @@ def build(module: str, params: dict | None = None, *, build_root: str | os.PathL
     build_root = Path(build_root)
     slug = registry.point_slug(full, spec.params())
     with file_lock(build_root / "locks" / f"{module}__{slug}.lock"):
-        vpath = registry.generate_verilog(module, params, build_root / "verilog")
+        vpath = registry.generate_verilog(module, params, build_root / "verilog", emission=emission)
     verilog = vpath.read_text()
     main = render_main(module, top_ports(verilog, module), n, flit_width, full["credits"],
                        full.get("out_credits") or full["credits"])
@@ -333,9 +335,10 @@ class VcFastSim:
 
 def build_vc(module: str, params: dict | None = None, *, build_root: str | os.PathLike = "build",
              verilog: str | os.PathLike | None = None, link_credits: int | None = None,
-             gpu_credits: int | None = None) -> VcFastSim:
+             gpu_credits: int | None = None, emission: str = "flat") -> VcFastSim:
     """Build (or reuse) the two-VC fast-path binary of registered ``module`` at ``params`` (its
-    ``link_credits``/``gpu_credits`` parameters are the GPU sender's and receiver's credits per VC).
+    ``link_credits``/``gpu_credits`` parameters are the GPU sender's and receiver's credits per VC), from
+    its ``emission`` Verilog (:data:`hw.registry.EMISSIONS`).
 
     ``verilog`` (a file whose top module is named ``module``, with ``ports``, ``link_credits`` and
     ``gpu_credits`` given) builds an unregistered design instead: the harness's own tests use it."""
@@ -352,7 +355,7 @@ def build_vc(module: str, params: dict | None = None, *, build_root: str | os.Pa
                                  f"components with rx/tx VC-link arrays")
         slug = registry.point_slug(full, spec.params())
         with file_lock(build_root / "locks" / f"{module}__{slug}.lock"):
-            vpath = registry.generate_verilog(module, params, build_root / "verilog")
+            vpath = registry.generate_verilog(module, params, build_root / "verilog", emission=emission)
         link_credits, gpu_credits = full["link_credits"], full["gpu_credits"]
     else:
         full = dict(params or {})
