@@ -49,9 +49,13 @@ pipeline holds; ``chain`` refers to the last input *accepted*, stalls or gaps in
 alignment | significand add and leading-zero count | normalisation, rounding and special values; the
 one-cycle min/max and int results are delayed to match): latency 4, one flit per cycle, but an input
 with ``chain`` (and not ``first``) is not accepted while the previous operation is in the first two
-accumulate stages, so back-to-back chained operations go one every 3 cycles. The one-cycle form (the
-default) is what the reduction buffer instantiates: its forwarding relies on the one-cycle loop. The
-three-stage form closes the 640 ps port clock (docs/area_power.md, "Timing closure at 640 ps").
+accumulate stages, so back-to-back chained operations go one every 3 cycles. The three-stage form
+closes the 640 ps port clock (docs/area_power.md, "Timing closure at 640 ps").
+
+``chain_hold=False`` (for a user that tracks its own hazards, like the reduction buffer) drops that wait:
+``chain`` then selects the partial of the operation that last *left* the accumulate stages (the one
+accepted ``acc_stages`` operations-with-advance earlier when the pipeline runs without gaps), whatever
+is still in the first two stages. With ``acc_stages=1`` the two forms are the same.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
@@ -312,13 +316,16 @@ class ReduceALU(wiring.Component):
     """Vector reduction ALU over one flit (see the module docstring for formats and pipeline).
 
     Parameters: ``flit_width`` (128/256/512: 8/16/32 16-bit lanes), ``user_width`` (1..64 bits carried
-    alongside each operation), ``acc_stages`` (1 or 3, see the module docstring). Latency ``self.latency``
+    alongside each operation), ``acc_stages`` (1 or 3, see the module docstring), ``chain_hold`` (default
+    True: a ``chain`` input waits for the previous operation; False: the user keeps chained operations
+    ``acc_stages`` cycles apart itself). Latency ``self.latency``
     = :data:`LATENCY` + ``acc_stages`` - 1, throughput one flit per cycle (with ``acc_stages=3``, an
     operation with ``chain`` waits until the previous one has left the accumulate stages), whole-pipeline
     stall on output backpressure.
     """
 
-    def __init__(self, *, flit_width: int = DEFAULT_FLIT_WIDTH, user_width: int = 8, acc_stages: int = 1):
+    def __init__(self, *, flit_width: int = DEFAULT_FLIT_WIDTH, user_width: int = 8, acc_stages: int = 1,
+                 chain_hold: bool = True):
         flit_layout(flit_width)   # validates flit_width
         if not isinstance(user_width, int) or not 1 <= user_width <= 64:
             raise ValueError(f"user_width must be an integer in 1..64, got {user_width!r}")
@@ -327,6 +334,7 @@ class ReduceALU(wiring.Component):
         self.flit_width = flit_width
         self.user_width = user_width
         self.acc_stages = acc_stages
+        self.chain_hold = bool(chain_hold)
         self.lanes16 = flit_width // 16
         self.lanes32 = flit_width // 32
         self.latency = LATENCY + acc_stages - 1
@@ -357,7 +365,7 @@ class ReduceALU(wiring.Component):
         # An operation still in an accumulate stage before s1: a `chain` operand must wait for it.
         v1 = cut(self.i.valid & self.i.ready, 1, "acc_v1")
         v2 = cut(v1, 1, "acc_v2")
-        in_flight = (v1 | v2) if self.acc_stages > 1 else Const(0)
+        in_flight = (v1 | v2) if self.acc_stages > 1 and self.chain_hold else Const(0)
         m.d.comb += self.i.ready.eq(advance & ~(p.chain & ~p.first & in_flight))
         etype_late = cut(cut(etype, 3, "acc_et1"), 3, "acc_et2")
         user_late = cut(cut(p.user, self.user_width, "acc_user1"), self.user_width, "acc_user2")
