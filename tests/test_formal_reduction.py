@@ -31,7 +31,7 @@ def test_stale_timeout_and_error_causes_hold_and_are_covered(tmp_path):
 
 def test_an_alu_without_forwarding_loses_a_contribution(tmp_path):
     h = ReductionBufferHarness(alu=NoChainALU, only=("exact",))
-    res, _ = run_formal("rb_nochain", h, h.props, depth=13, cover_depth=1, workdir=tmp_path)
+    res, _ = run_formal("rb_nochain", h, h.props, depth=15, cover_depth=1, workdir=tmp_path)
     assert [r.name for r in res] == ["a RED_RESP reduces exactly the expected contributions of every flit"]
     assert res[0].proof.startswith("FAILS") and not res[0].ok
 
@@ -63,7 +63,7 @@ def test_buffer_relies_on_at_most_expected_contributions_per_flit(tmp_path):
     has already reached ``expected`` while another flit of its entry is pending is still reduced, and the
     RED_RESP carries one contribution too many (the buffer has no source field to tell)."""
     h = ReductionBufferHarness(entries=2, only=("exact",), flit_limit=False)
-    res, _ = run_formal("rb_flit_limit", h, h.props, depth=14, cover_depth=1, workdir=tmp_path)
+    res, _ = run_formal("rb_flit_limit", h, h.props, depth=18, cover_depth=1, workdir=tmp_path)
     assert res[0].proof.startswith("FAILS"), res
 
 

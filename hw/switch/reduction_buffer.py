@@ -28,24 +28,35 @@ Contributions
 ``contrib`` carries one payload flit of one destination's ``RED_READ_RESP`` (``rtag``, flit index,
 the packet's ``length`` and ``etype``, data), or an ``abort`` of the entry with an error ``code`` (the
 engine's translation failures). Contributions may arrive in any order, interleaved across entries, flits
-and destinations; each flit is reduced in the order its contributions arrive. ``contrib.ready`` is high
-every cycle except the cycle after a timeout was held up (below): one flit per cycle, including back to
-back to the same row.
+and destinations; each flit is reduced in the order its contributions arrive. ``contrib.ready`` is low
+in the cycle after a timeout was held up (below) and while a contribution waits for its row (below):
+one flit per cycle otherwise.
 
-Pipeline (cycle a: accept; b = a + 1; ALU latency 2)::
+Pipeline (cycle a: accept; b = a + 1 or later; ALU latency ``L = acc_stages + 1``)::
 
-    a    read partial/meta/progress rows (the partial and progress reads see a same-cycle write)
-    b    check the entry (active, generation, type, length); operand selection and forwarding; ALU
-         input; progress update (write in b); completion/error event -> completion FIFO
-    b+1  ALU stage 1 (the fp32 accumulate)
-    b+2  ALU output -> partial row write
+    a      read partial/meta/progress rows (the partial and progress reads see a same-cycle write);
+           compare the row with the operations ahead (the match flip-flops of :class:`RowTracker`)
+    b      wait while the row's newest operation is in the first ``acc_stages - 1`` accumulate stages;
+           then check the entry (active, generation, type, length); operand selection and forwarding;
+           ALU input; progress update (write in b); completion/error event -> completion FIFO
+    b+1..  ALU accumulate stages (``acc_stages``: 1, or 3 for the 640 ps port clock), then the
+           conversion to the element type
+    b+L    ALU output -> partial row write
 
-The partial read at ``a`` misses the writes of the two operations ahead of it; they are *forwarded*: the
-one in ALU stage 1 through the ALU's ``chain`` operand, the one at the ALU output from the write data.
-The per-flit count is forwarded the same way. Nothing stalls. The first contribution of a flit (touched
-bit clear) uses the op's identity, so rows never need clearing; ``progress`` is cleared at allocation.
-When a flit's count reaches ``expected`` the row is written with the *result* (the partial rounded to the
+The partial read at ``a`` misses the writes of the operations ahead of it; the newest one to the same
+row is *forwarded*: from the last accumulate stage through the ALU's ``chain`` operand, or from the ALU
+output (the write data). An operation still in an earlier accumulate stage has no partial yet, so the
+contribution waits at b (``contrib.ready`` low, the row reads held by their enables) until that
+operation reaches the last accumulate stage: with ``acc_stages=3`` a contribution 1 (2) cycles behind
+another to its row waits 2 (1) cycles. It then takes ``chain`` (its row's newest operation is in the last
+accumulate stage exactly when it leaves b), so the held partial read is never used. The rows of one
+response packet are distinct, so whole packets of 3 or more flits back to back go at one flit per cycle;
+single-flit (two-flit) responses to the same row back to back go one per 3 cycles (two flits per 3
+cycles). The summation order is the arrival order in every case. The per-flit count is forwarded the same way. The first contribution of a flit (touched bit
+clear) uses the op's identity, so rows never need clearing; ``progress`` is cleared at allocation. When a
+flit's count reaches ``expected`` the row is written with the *result* (the partial rounded to the
 element type, :class:`ReduceALU`'s ``result``); when all ``length`` flits are final the entry completes.
+``acc_stages=1`` is the earlier one-cycle loop (no wait; misses the 640 ps clock).
 
 Completion and errors
 ---------------------
@@ -68,8 +79,11 @@ or another generation) changes nothing and increments ``stale`` (once per flit).
 640 ps clock). ``alloc.ready`` is low while no entry is free (or ``outstanding`` entries are in use):
 requests wait, they are never dropped.
 
-Latency: last contribution accepted at cycle a -> its result header valid on ``out`` at a + 7 (measured
-by the testbench); then one result flit per cycle. Parameter ``outstanding=1`` admits one reduction at a
+Latency: last contribution accepted at cycle a -> its result header valid on ``out`` at a + 7
+(``LAST_TO_RESULT_CYCLES``, whatever ``acc_stages``: the drain reads the first result row 5 cycles after
+the completion event, after the last row write, ``L <= 4`` cycles after it), plus the cycles that
+contribution waits for its row (2 when it is right behind another to its row: a + 9); then one result
+flit per cycle (measured by the testbench). Parameter ``outstanding=1`` admits one reduction at a
 time: the one-at-a-time baseline (like the open tiny-switch).
 """
 
@@ -84,7 +98,7 @@ from .reduce_alu import ReduceALU
 
 __all__ = ["ReductionBuffer", "AllocRequest", "RTAG_BITS", "COUNT_BITS", "contrib_layout",
            "rtag_to_header", "rtag_from_header", "LAST_TO_RESULT_CYCLES", "BUFFER_COUNTERS", "status_members",
-           "ACC_STAGES", "RowTracker", "EntryAllocator", "ResultDrain"]
+           "ACC_STAGES", "DEFAULT_ACC_STAGES", "RowTracker", "EntryAllocator", "ResultDrain"]
 
 
 # The status outputs of the buffer, re-exported unchanged by the engine and the ld_reduce unit (which add
@@ -100,6 +114,7 @@ RTAG_BITS = 16
 COUNT_BITS = 7          # contributions per flit: up to 64 destinations
 LAST_TO_RESULT_CYCLES = 7
 ACC_STAGES = (1, 3)     # the ReduceALU's accumulate stages the buffer supports
+DEFAULT_ACC_STAGES = 3  # meets the 640 ps port clock (docs/area_power.md)
 
 
 def _bits(n: int) -> int:
@@ -133,53 +148,70 @@ def contrib_layout(flit_width: int) -> data.StructLayout:
     })
 
 
+def _equal_copy(x, y, j: int):
+    """``x == y`` written in the ``j``-th of several equivalent forms (bit rotation, order, comparator or
+    XOR-reduce), so that the flip-flops it feeds are distinct cells: yosys merges flip-flops with the
+    same input, and a duplicated select is only useful if its copies survive."""
+    n = len(x)
+    r, form, rev = j % n, (j // n) % 2, (j // (2 * n)) % 2
+    xs, ys = Cat(x[r:], x[:r]), Cat(y[r:], y[:r])
+    if rev:
+        xs, ys = Cat(*[xs[i] for i in reversed(range(n))]), Cat(*[ys[i] for i in reversed(range(n))])
+    return (xs == ys) if form == 0 else ~(xs ^ ys).any()
+
+
 class RowTracker(wiring.Component):
     """Row tracking of the accumulate pipeline: the buffer's hazard and forwarding control.
 
     The contribution at stage b either becomes an ALU operation (``op``: row ``b_addr``, new ``count``,
-    ``final``) or not. The tracker shadows the ALU's ``acc_stages + 1`` stages with each operation's row,
-    count and final flag, and keeps for the contribution at b one *match* flip-flop per stage (its row is
-    that operation's row). They are computed a cycle early, when the contribution enters b (``take``, row
-    ``c_addr``), against the operation leaving b and the shadows, and shift with the shadows while b
-    waits: every select the datapath sees is a flip-flop (the 640 ps clock).
+    final when ``count == expected``) or not. The tracker shadows the ALU's ``acc_stages + 1`` stages with
+    each operation's row, count and final flag, and keeps for the contribution at b one *match*
+    flip-flop per stage (its row is that operation's row). They are computed a cycle early, when the
+    contribution enters b (``take``, row ``c_addr``), against the operation leaving b and the shadows,
+    and shift with the shadows while b waits: every select the datapath sees is a flip-flop, in
+    ``copies`` distinct copies (each drives ``1/copies`` of the lanes), for the 640 ps clock.
 
     Outputs for the contribution at b: ``hold`` (its row's newest operation is in one of the first
     ``acc_stages - 1`` accumulate stages: wait), ``chain`` (it is leaving the last accumulate stage: the
     ALU's ``chain`` operand) with ``chain_count``, ``fwd`` (it is the row written this cycle) with
     ``fwd_count``; ``chain`` has priority over ``fwd``, and both over the row read. The row write (the
-    shadow of the ALU output): ``w_valid``, ``w_addr``, ``w_count``, ``w_final``.
+    shadow of the ALU output): ``w_valid``, ``w_addr``, ``w_count``, ``w_final`` (``copies`` copies).
     """
 
-    def __init__(self, *, addr_bits: int, acc_stages: int):
+    def __init__(self, *, addr_bits: int, acc_stages: int, copies: int = 1):
         self.addr_bits = addr_bits
         self.acc_stages = acc_stages
+        self.copies = copies
         super().__init__({
             "c_addr": In(addr_bits), "take": In(1),
-            "b_addr": In(addr_bits), "op": In(1), "count": In(COUNT_BITS), "final": In(1),
-            "hold": Out(1), "chain": Out(1), "chain_count": Out(COUNT_BITS),
-            "fwd": Out(1), "fwd_count": Out(COUNT_BITS),
-            "w_valid": Out(1), "w_addr": Out(addr_bits), "w_count": Out(COUNT_BITS), "w_final": Out(1),
+            "b_addr": In(addr_bits), "op": In(1), "count": In(COUNT_BITS), "expected": In(COUNT_BITS),
+            "hold": Out(1), "chain": Out(copies), "chain_count": Out(COUNT_BITS),
+            "fwd": Out(copies), "fwd_count": Out(COUNT_BITS),
+            "w_valid": Out(1), "w_addr": Out(addr_bits), "w_count": Out(COUNT_BITS), "w_final": Out(copies),
         })
 
     def elaborate(self, platform):
         m = Module()
-        S = self.acc_stages
+        S, C = self.acc_stages, self.copies
         L = S + 1
-        shadow = data.StructLayout({"valid": 1, "addr": self.addr_bits, "count": COUNT_BITS, "final": 1})
+        shadow = data.StructLayout({"valid": 1, "addr": self.addr_bits, "count": COUNT_BITS, "final": C})
         sh = [None] + [Signal(shadow, name=f"sh{k}") for k in range(1, L + 1)]
-        match = [None] + [Signal(name=f"match{k}") for k in range(1, L + 1)]
+        # match[k][j]: copy j of "the row at b is the row of the operation in stage k".
+        match = [None] + [[Signal(name=f"match{k}_{j}") for j in range(C)] for k in range(1, L + 1)]
         m.d.sync += [sh[1].valid.eq(self.op), sh[1].addr.eq(self.b_addr), sh[1].count.eq(self.count),
-                     sh[1].final.eq(self.final)]
+                     sh[1].final.eq(Cat(*[_equal_copy(self.count, self.expected, j) for j in range(C)]))]
         m.d.sync += [sh[k].eq(sh[k - 1]) for k in range(2, L + 1)]
-        with m.If(self.take):
-            m.d.sync += match[1].eq(self.op & (self.b_addr == self.c_addr))
-            m.d.sync += [match[k].eq(sh[k - 1].valid & (sh[k - 1].addr == self.c_addr)) for k in range(2, L + 1)]
-        with m.Else():      # b waits (nothing issues) or is empty: the matches move on with the shadows
-            m.d.sync += [match[1].eq(0)] + [match[k].eq(match[k - 1]) for k in range(2, L + 1)]
+        for j in range(C):
+            with m.If(self.take):
+                m.d.sync += match[1][j].eq(self.op & _equal_copy(self.b_addr, self.c_addr, j))
+                m.d.sync += [match[k][j].eq(sh[k - 1].valid & _equal_copy(sh[k - 1].addr, self.c_addr, j))
+                             for k in range(2, L + 1)]
+            with m.Else():      # b waits (nothing issues) or is empty: the matches move on with the shadows
+                m.d.sync += [match[1][j].eq(0)] + [match[k][j].eq(match[k - 1][j]) for k in range(2, L + 1)]
         m.d.comb += [
-            self.hold.eq(Cat(*match[1:S]).any() if S > 1 else 0),
-            self.chain.eq(match[S]), self.chain_count.eq(sh[S].count),
-            self.fwd.eq(match[L]), self.fwd_count.eq(sh[L].count),
+            self.hold.eq(Cat(*[match[k][0] for k in range(1, S)]).any() if S > 1 else 0),
+            self.chain.eq(Cat(*match[S])), self.chain_count.eq(sh[S].count),
+            self.fwd.eq(Cat(*match[L])), self.fwd_count.eq(sh[L].count),
             self.w_valid.eq(sh[L].valid), self.w_addr.eq(sh[L].addr), self.w_count.eq(sh[L].count),
             self.w_final.eq(sh[L].final),
         ]
@@ -358,7 +390,8 @@ class ReductionBuffer(wiring.Component):
     """
 
     @staticmethod
-    def check_params(*, entries, max_length, flit_width, timeout, outstanding, acc_stages=3) -> int:
+    def check_params(*, entries, max_length, flit_width, timeout, outstanding,
+                     acc_stages=DEFAULT_ACC_STAGES) -> int:
         """Validate the parameters (``ValueError`` saying what is wrong); returns ``outstanding``."""
         if not isinstance(entries, int) or not 16 <= entries <= 512:
             raise ValueError(f"entries must be an integer in 16..512, got {entries!r}")
@@ -376,7 +409,8 @@ class ReductionBuffer(wiring.Component):
         return outstanding
 
     def __init__(self, *, entries: int = 64, max_length: int = 16, flit_width: int = DEFAULT_FLIT_WIDTH,
-                 timeout: int = 8192, outstanding: int | None = None, acc_stages: int = 3):
+                 timeout: int = 8192, outstanding: int | None = None,
+                 acc_stages: int = DEFAULT_ACC_STAGES):
         outstanding = self.check_params(entries=entries, max_length=max_length, flit_width=flit_width,
                                         timeout=timeout, outstanding=outstanding, acc_stages=acc_stages)
         self.entries = entries
@@ -418,10 +452,12 @@ class ReductionBuffer(wiring.Component):
         start_w = start.write_port()
         start_rs = start.read_port()
 
+        L16, L32 = W // 16, W // 32
         m.submodules.alu = alu = ReduceALU(flit_width=W, user_width=1, acc_stages=self.acc_stages,
-                                           chain_hold=False)
+                                           chain_hold=False, chain_copies=L16)
         assert alu.latency <= 4, "the drain reads a result row 5 cycles after the event (ResultDrain)"
-        m.submodules.rows = rows = RowTracker(addr_bits=EB + SB, acc_stages=self.acc_stages)
+        # One copy of each operand select per 32-bit lane (RowTracker).
+        m.submodules.rows = rows = RowTracker(addr_bits=EB + SB, acc_stages=self.acc_stages, copies=L16)
         m.submodules.events = events = fifo.SyncFIFOBuffered(width=EB + 8, depth=N)
         m.submodules.allocator = al = EntryAllocator(entries=N, entry_bits=EB, gen_bits=GB)
         m.submodules.drain = dr = ResultDrain(entries=N, entry_bits=EB, slot_bits=SB, gen_bits=GB,
@@ -475,16 +511,24 @@ class ReductionBuffer(wiring.Component):
         m.d.comb += op_valid.eq(live & ~b.abort & ~mismatch)
         touched = Signal()
         m.d.comb += touched.eq(pr.touched.bit_select(b.flit, 1) if ML > 1 else pr.touched[0])
-        count_in = Mux(rows.chain, rows.chain_count, Mux(rows.fwd, rows.fwd_count, row.count))
+        count_in = Mux(rows.chain[0], rows.chain_count, Mux(rows.fwd[0], rows.fwd_count, row.count))
         new_count = Signal(COUNT_BITS)
         m.d.comb += new_count.eq(Mux(touched, count_in, 0) + 1)
         final = Signal()
         m.d.comb += final.eq(new_count == md.expected)
-        w_row = Signal(row_layout)      # the row written this cycle
+        # The row written this cycle (the result once the flit is final, else the partial), lane by lane
+        # with the lane's copy of the final flag; forwarded as the operand with the lane's copy of `fwd`.
+        w_row = Signal(row_layout)
+        o = alu.o.payload
+        for i in range(L16):
+            lane = slice(32 * i, 32 * i + 32)
+            res = o.result[lane] if i < L32 else Const(0, 32)
+            m.d.comb += [w_row.acc[lane].eq(Mux(rows.w_final[i], res, o.acc[lane])),
+                         alu.i.payload.acc[lane].eq(Mux(rows.fwd[i], w_row.acc[lane], row.acc[lane]))]
         m.d.comb += [
-            rows.b_addr.eq(b_addr), rows.op.eq(op_valid), rows.count.eq(new_count), rows.final.eq(final),
+            rows.b_addr.eq(b_addr), rows.op.eq(op_valid), rows.count.eq(new_count),
+            rows.expected.eq(md.expected),
             alu.i.valid.eq(op_valid),
-            alu.i.payload.acc.eq(Mux(rows.fwd, w_row.acc, row.acc)),
             alu.i.payload.data.eq(b.data),
             alu.i.payload.etype.eq(md.etype),
             alu.i.payload.op.eq(md.op),
@@ -492,8 +536,6 @@ class ReductionBuffer(wiring.Component):
             alu.i.payload.chain.eq(rows.chain),
             alu.i.payload.user.eq(0),
             alu.o.ready.eq(1),
-            # Row write from the ALU output: the result once the flit is final, else the partial.
-            w_row.acc.eq(Mux(rows.w_final, alu.o.payload.result, alu.o.payload.acc)),
             w_row.count.eq(rows.w_count),
             part_w.addr.eq(rows.w_addr), part_w.data.eq(w_row), part_w.en.eq(alu.o.valid),
         ]

@@ -153,8 +153,9 @@ def _ints(text, what):
 
 
 def run(args) -> int:
-    from hw.switch.reduce_alu import LATENCY as ALU_LATENCY
-    from hw.switch.reduction_buffer import ReductionBuffer
+    from hw.switch.reduce_alu import LATENCY
+    from hw.switch.reduction_buffer import DEFAULT_ACC_STAGES, ReductionBuffer
+    ALU_LATENCY = LATENCY + DEFAULT_ACC_STAGES - 1      # the ALU as the buffer builds it
 
     from verif.harness.runner import SIMULATORS, run_cocotb, verilator_env
 

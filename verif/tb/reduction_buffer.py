@@ -307,7 +307,8 @@ async def test_back_to_back(dut):
     flits = env.contrib.accepted
     predicted = same_row_waits(env.accepted_log, stages)
     stalls = env.contrib.not_ready_at
-    assert set(stalls) <= predicted, f"ready dropped outside the same-row rule at {sorted(set(stalls) - predicted)}"
+    assert set(stalls) <= predicted, \
+        f"ready dropped outside the same-row rule at {sorted(set(stalls) - predicted)}"
     if stages == 1 or lo >= 3:
         assert not stalls, f"contrib.ready dropped {len(stalls)} times"
     else:
