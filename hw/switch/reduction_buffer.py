@@ -149,11 +149,12 @@ def contrib_layout(flit_width: int) -> data.StructLayout:
 
 
 def _equal_copy(x, y, j: int):
-    """``x == y`` written in the ``j``-th of several equivalent forms (bit rotation, order, comparator or
-    XOR-reduce), so that the flip-flops it feeds are distinct cells: yosys merges flip-flops with the
+    """``x == y`` written in the ``j``-th of several equivalent forms (bit rotation, then reversed bit
+    order: ``2 * len(x)`` distinct comparators; then an XOR-reduce, which yosys may fold back into a
+    comparator), so that the flip-flops it feeds are distinct cells: yosys merges flip-flops with the
     same input, and a duplicated select is only useful if its copies survive."""
     n = len(x)
-    r, form, rev = j % n, (j // n) % 2, (j // (2 * n)) % 2
+    r, rev, form = j % n, (j // n) % 2, (j // (2 * n)) % 2
     xs, ys = Cat(x[r:], x[:r]), Cat(y[r:], y[:r])
     if rev:
         xs, ys = Cat(*[xs[i] for i in reversed(range(n))]), Cat(*[ys[i] for i in reversed(range(n))])
