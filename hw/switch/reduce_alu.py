@@ -59,8 +59,8 @@ two stages. With ``acc_stages=1`` the two forms are the same.
 
 ``chain_copies`` (default 1) widens ``chain`` to that many copies of the flag, copy ``j`` selecting the
 operand of lanes ``[j*n, (j+1)*n)`` (``n = lanes / chain_copies``): a user that drives them from
-separate flip-flops splits the select's fan-out (one flip-flop for every lane costs 3 ns at 45 nm
-unbuffered). All copies must be equal.
+separate flip-flops splits the select's fan-out (one flip-flop driving every lane cost 2-3 ns
+at 45 nm in this flow). All copies must be equal.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
