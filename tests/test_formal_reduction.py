@@ -31,7 +31,7 @@ def test_stale_timeout_and_error_causes_hold_and_are_covered(tmp_path):
 
 def test_an_alu_without_forwarding_loses_a_contribution(tmp_path):
     h = ReductionBufferHarness(alu=NoChainALU, only=("exact",))
-    res, _ = run_formal("rb_nochain", h, h.props, depth=13, cover_depth=1, workdir=tmp_path)
+    res, _ = run_formal("rb_nochain", h, h.props, depth=15, cover_depth=1, workdir=tmp_path)
     assert [r.name for r in res] == ["a RED_RESP reduces exactly the expected contributions of every flit"]
     assert res[0].proof.startswith("FAILS") and not res[0].ok
 
@@ -62,8 +62,10 @@ def test_buffer_relies_on_at_most_expected_contributions_per_flit(tmp_path):
     """Without the contract (each destination contributes each flit once), a contribution to a flit that
     has already reached ``expected`` while another flit of its entry is pending is still reduced, and the
     RED_RESP carries one contribution too many (the buffer has no source field to tell)."""
-    h = ReductionBufferHarness(entries=2, only=("exact",), flit_limit=False)
-    res, _ = run_formal("rb_flit_limit", h, h.props, depth=14, cover_depth=1, workdir=tmp_path)
+    # A timeout of 8 cycles: the extra contribution right behind the flit's last one waits 2 cycles for its
+    # row (acc_stages=3), and with the harness's default 4 the entry would time out first.
+    h = ReductionBufferHarness(entries=2, only=("exact",), flit_limit=False, timeout=8)
+    res, _ = run_formal("rb_flit_limit", h, h.props, depth=16, cover_depth=1, workdir=tmp_path)
     assert res[0].proof.startswith("FAILS"), res
 
 

@@ -25,8 +25,16 @@ def test_traffic_soak(seed, sim, request):
     _run("test_traffic", {"entries": 64}, seed, sim, requests=400, max_fanout=16, lat=[5, 400])
 
 
-def test_back_to_back(seed, sim):
-    _run("test_back_to_back", {"entries": 32}, seed, sim, requests=8)
+@pytest.mark.parametrize("params,min_length", [({"entries": 32}, 1), ({"entries": 32}, 3),
+                                               ({"entries": 32, "acc_stages": 1}, 1)],
+                         ids=["single-flit", "3-flit", "one-cycle-alu"])
+def test_back_to_back(params, min_length, seed, sim):
+    _run("test_back_to_back", params, seed, sim, requests=8, min_length=min_length)
+
+
+@pytest.mark.parametrize("params", [{"entries": 16}, {"entries": 16, "acc_stages": 1}], ids=["acc3", "acc1"])
+def test_same_row_hazard(params, seed, sim):
+    _run("test_same_row_hazard", params, seed, sim, requests=24)
 
 
 @pytest.mark.parametrize("params", [{"entries": 16}, {"entries": 32, "outstanding": 1}],
@@ -51,5 +59,6 @@ def test_timeout(seed, sim):
     _run("test_timeout", {"entries": 32, "timeout": 300}, seed, sim, requests=10)
 
 
-def test_latency(seed, sim):
-    _run("test_latency", {"entries": 32}, seed, sim)
+@pytest.mark.parametrize("params", [{"entries": 32}, {"entries": 32, "acc_stages": 1}], ids=["acc3", "acc1"])
+def test_latency(params, seed, sim):
+    _run("test_latency", params, seed, sim)

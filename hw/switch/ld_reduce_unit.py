@@ -21,14 +21,17 @@ __all__ = ["LdReduceUnit"]
 
 
 class LdReduceUnit(wiring.Component):
-    """Parameters: those of :class:`ReductionEngine` plus ``row_bytes`` and ``rows`` of the translator."""
+    """Parameters: those of :class:`ReductionEngine` (``acc_stages`` included: 3, the default, meets the
+    640 ps clock) plus ``row_bytes`` and ``rows`` of the translator."""
 
     def __init__(self, *, ports: int = 8, entries: int = 64, max_length: int = 16,
                  flit_width: int = DEFAULT_FLIT_WIDTH, timeout: int = 8192, outstanding: int | None = None,
-                 groups: int = 16, translate_slots: int = 16, row_bytes: int = 14336, rows: int = 1 << 18):
+                 groups: int = 16, translate_slots: int = 16, row_bytes: int = 14336, rows: int = 1 << 18,
+                 acc_stages: int = 3):
         self.engine = ReductionEngine(ports=ports, entries=entries, max_length=max_length,
                                       flit_width=flit_width, timeout=timeout, outstanding=outstanding,
-                                      groups=groups, translate_slots=translate_slots, row_bytes=row_bytes)
+                                      groups=groups, translate_slots=translate_slots, row_bytes=row_bytes,
+                                      acc_stages=acc_stages)
         try:
             self.translator = LinearTranslator(ports=ports, row_bytes=row_bytes, rows=rows)
         except ValueError:

@@ -49,9 +49,18 @@ pipeline holds; ``chain`` refers to the last input *accepted*, stalls or gaps in
 alignment | significand add and leading-zero count | normalisation, rounding and special values; the
 one-cycle min/max and int results are delayed to match): latency 4, one flit per cycle, but an input
 with ``chain`` (and not ``first``) is not accepted while the previous operation is in the first two
-accumulate stages, so back-to-back chained operations go one every 3 cycles. The one-cycle form (the
-default) is what the reduction buffer instantiates: its forwarding relies on the one-cycle loop. The
-three-stage form closes the 640 ps port clock (docs/area_power.md, "Timing closure at 640 ps").
+accumulate stages, so back-to-back chained operations go one every 3 cycles. The three-stage form
+closes the 640 ps port clock (docs/area_power.md, "Timing closure at 640 ps").
+
+``chain_hold=False`` (for a user that tracks its own hazards, like the reduction buffer) drops that wait:
+``chain`` then selects the stage-1 register: the partial of the operation that last left the accumulate
+stages (without stalls, the one accepted ``acc_stages`` cycles earlier), whatever is still in the first
+two stages. With ``acc_stages=1`` the two forms are the same.
+
+``chain_copies`` (default 1) widens ``chain`` to that many copies of the flag, copy ``j`` selecting the
+operand of lanes ``[j*n, (j+1)*n)`` (``n = lanes / chain_copies``): a user that drives them from
+separate flip-flops splits the select's fan-out (one flip-flop driving every lane cost 2-3 ns
+at 45 nm in this flow). All copies must be equal.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
@@ -83,14 +92,14 @@ def identity(etype, op) -> int:
     return 0xFFFFFFFF if op == RedOp.MIN else 0
 
 
-def alu_in_layout(flit_width: int, user_width: int) -> data.StructLayout:
+def alu_in_layout(flit_width: int, user_width: int, chain_copies: int = 1) -> data.StructLayout:
     return data.StructLayout({
         "acc": 2 * flit_width,
         "data": flit_width,
         "etype": EType,
         "op": RedOp,
         "first": 1,
-        "chain": 1,
+        "chain": chain_copies,   # copies of one flag, each selecting for its share of the lanes
         "user": user_width,
     })
 
@@ -312,13 +321,17 @@ class ReduceALU(wiring.Component):
     """Vector reduction ALU over one flit (see the module docstring for formats and pipeline).
 
     Parameters: ``flit_width`` (128/256/512: 8/16/32 16-bit lanes), ``user_width`` (1..64 bits carried
-    alongside each operation), ``acc_stages`` (1 or 3, see the module docstring). Latency ``self.latency``
+    alongside each operation), ``acc_stages`` (1 or 3, see the module docstring), ``chain_hold`` (default
+    True: a ``chain`` input waits for the previous operation; False: the user keeps chained operations
+    ``acc_stages`` cycles apart itself), ``chain_copies`` (copies of the ``chain`` flag, dividing the
+    lanes; default 1). Latency ``self.latency``
     = :data:`LATENCY` + ``acc_stages`` - 1, throughput one flit per cycle (with ``acc_stages=3``, an
     operation with ``chain`` waits until the previous one has left the accumulate stages), whole-pipeline
     stall on output backpressure.
     """
 
-    def __init__(self, *, flit_width: int = DEFAULT_FLIT_WIDTH, user_width: int = 8, acc_stages: int = 1):
+    def __init__(self, *, flit_width: int = DEFAULT_FLIT_WIDTH, user_width: int = 8, acc_stages: int = 1,
+                 chain_hold: bool = True, chain_copies: int = 1):
         flit_layout(flit_width)   # validates flit_width
         if not isinstance(user_width, int) or not 1 <= user_width <= 64:
             raise ValueError(f"user_width must be an integer in 1..64, got {user_width!r}")
@@ -327,11 +340,15 @@ class ReduceALU(wiring.Component):
         self.flit_width = flit_width
         self.user_width = user_width
         self.acc_stages = acc_stages
+        self.chain_hold = bool(chain_hold)
+        if not isinstance(chain_copies, int) or chain_copies < 1 or (flit_width // 16) % chain_copies:
+            raise ValueError(f"chain_copies must divide the {flit_width // 16} lanes, got {chain_copies!r}")
+        self.chain_copies = chain_copies
         self.lanes16 = flit_width // 16
         self.lanes32 = flit_width // 32
         self.latency = LATENCY + acc_stages - 1
         super().__init__({
-            "i": In(stream.Signature(alu_in_layout(flit_width, user_width))),
+            "i": In(stream.Signature(alu_in_layout(flit_width, user_width, chain_copies))),
             "o": Out(stream.Signature(alu_out_layout(flit_width, user_width))),
         })
 
@@ -357,8 +374,8 @@ class ReduceALU(wiring.Component):
         # An operation still in an accumulate stage before s1: a `chain` operand must wait for it.
         v1 = cut(self.i.valid & self.i.ready, 1, "acc_v1")
         v2 = cut(v1, 1, "acc_v2")
-        in_flight = (v1 | v2) if self.acc_stages > 1 else Const(0)
-        m.d.comb += self.i.ready.eq(advance & ~(p.chain & ~p.first & in_flight))
+        in_flight = (v1 | v2) if self.acc_stages > 1 and self.chain_hold else Const(0)
+        m.d.comb += self.i.ready.eq(advance & ~(p.chain[0] & ~p.first & in_flight))
         etype_late = cut(cut(etype, 3, "acc_et1"), 3, "acc_et2")
         user_late = cut(cut(p.user, self.user_width, "acc_user1"), self.user_width, "acc_user2")
         ident = _named(m, _identity_value(etype, op), 32, "ident")
@@ -373,7 +390,8 @@ class ReduceALU(wiring.Component):
             else:   # only 16-bit types use the upper lanes
                 b = Mux(etype == EType.BF16, Cat(Const(0, 16), h), wide_fp16)
             b = _named(m, b, 32, f"b{lane}")
-            prev = Mux(p.chain, s1_acc[32 * lane:32 * lane + 32], p.acc[32 * lane:32 * lane + 32])
+            chain = p.chain[lane * self.chain_copies // L16]
+            prev = Mux(chain, s1_acc[32 * lane:32 * lane + 32], p.acc[32 * lane:32 * lane + 32])
             a = _named(m, Mux(p.first, ident, prev), 32, f"a{lane}")
             r = lane_accumulate(m, a, b, etype, op, f"l{lane}", int_lane=lane < L32, cut=cut)
             if lane >= L32:

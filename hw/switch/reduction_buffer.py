@@ -28,24 +28,35 @@ Contributions
 ``contrib`` carries one payload flit of one destination's ``RED_READ_RESP`` (``rtag``, flit index,
 the packet's ``length`` and ``etype``, data), or an ``abort`` of the entry with an error ``code`` (the
 engine's translation failures). Contributions may arrive in any order, interleaved across entries, flits
-and destinations; each flit is reduced in the order its contributions arrive. ``contrib.ready`` is high
-every cycle except the cycle after a timeout was held up (below): one flit per cycle, including back to
-back to the same row.
+and destinations; each flit is reduced in the order its contributions arrive. ``contrib.ready`` is low
+in the cycle after a timeout was held up (below) and while a contribution waits for its row (below):
+one flit per cycle otherwise.
 
-Pipeline (cycle a: accept; b = a + 1; ALU latency 2)::
+Pipeline (cycle a: accept; b = a + 1 or later; ALU latency ``L = acc_stages + 1``)::
 
-    a    read partial/meta/progress rows (the partial and progress reads see a same-cycle write)
-    b    check the entry (active, generation, type, length); operand selection and forwarding; ALU
-         input; progress update (write in b); completion/error event -> completion FIFO
-    b+1  ALU stage 1 (the fp32 accumulate)
-    b+2  ALU output -> partial row write
+    a      read partial/meta/progress rows (the partial and progress reads see a same-cycle write);
+           compare the row with the operations ahead (the match flip-flops of :class:`RowTracker`)
+    b      wait while the row's newest operation is in the first ``acc_stages - 1`` accumulate stages;
+           then check the entry (active, generation, type, length); operand selection and forwarding;
+           ALU input; progress update (write in b); completion/error event -> completion FIFO
+    b+1..  ALU accumulate stages (``acc_stages``: 1, or 3 for the 640 ps port clock), then the
+           conversion to the element type
+    b+L    ALU output -> partial row write
 
-The partial read at ``a`` misses the writes of the two operations ahead of it; they are *forwarded*: the
-one in ALU stage 1 through the ALU's ``chain`` operand, the one at the ALU output from the write data.
-The per-flit count is forwarded the same way. Nothing stalls. The first contribution of a flit (touched
-bit clear) uses the op's identity, so rows never need clearing; ``progress`` is cleared at allocation.
-When a flit's count reaches ``expected`` the row is written with the *result* (the partial rounded to the
+The partial read at ``a`` misses the writes of the operations ahead of it; the newest one to the same
+row is *forwarded*: from the last accumulate stage through the ALU's ``chain`` operand, or from the ALU
+output (the write data). An operation still in an earlier accumulate stage has no partial yet, so the
+contribution waits at b (``contrib.ready`` low, the row reads held by their enables) until that
+operation reaches the last accumulate stage: with ``acc_stages=3`` a contribution 1 (2) cycles behind
+another to its row waits 2 (1) cycles. It then takes ``chain`` (its row's newest operation is in the last
+accumulate stage exactly when it leaves b), so the held partial read is never used. The rows of one
+response packet are distinct, so whole packets of 3 or more flits back to back go at one flit per cycle;
+single-flit (two-flit) responses to the same row back to back go one per 3 cycles (two flits per 3
+cycles). The summation order is the arrival order in every case. The per-flit count is forwarded the same way. The first contribution of a flit (touched bit
+clear) uses the op's identity, so rows never need clearing; ``progress`` is cleared at allocation. When a
+flit's count reaches ``expected`` the row is written with the *result* (the partial rounded to the
 element type, :class:`ReduceALU`'s ``result``); when all ``length`` flits are final the entry completes.
+``acc_stages=1`` is the earlier one-cycle loop (no wait; misses the 640 ps clock).
 
 Completion and errors
 ---------------------
@@ -68,8 +79,11 @@ or another generation) changes nothing and increments ``stale`` (once per flit).
 640 ps clock). ``alloc.ready`` is low while no entry is free (or ``outstanding`` entries are in use):
 requests wait, they are never dropped.
 
-Latency: last contribution accepted at cycle a -> its result header valid on ``out`` at a + 7 (measured
-by the testbench); then one result flit per cycle. Parameter ``outstanding=1`` admits one reduction at a
+Latency: last contribution accepted at cycle a -> its result header valid on ``out`` at a + 7
+(``LAST_TO_RESULT_CYCLES``, whatever ``acc_stages``: the drain reads the first result row 5 cycles after
+the completion event, after the last row write, ``L <= 4`` cycles after it), plus the cycles that
+contribution waits for its row (2 when it is right behind another to its row: a + 9); then one result
+flit per cycle (measured by the testbench). Parameter ``outstanding=1`` admits one reduction at a
 time: the one-at-a-time baseline (like the open tiny-switch).
 """
 
@@ -83,7 +97,8 @@ from ..packet import (DEFAULT_FLIT_WIDTH, MAX_LENGTH, EType, ErrorCode, HeaderLa
 from .reduce_alu import ReduceALU
 
 __all__ = ["ReductionBuffer", "AllocRequest", "RTAG_BITS", "COUNT_BITS", "contrib_layout",
-           "rtag_to_header", "rtag_from_header", "LAST_TO_RESULT_CYCLES", "BUFFER_COUNTERS", "status_members"]
+           "rtag_to_header", "rtag_from_header", "LAST_TO_RESULT_CYCLES", "BUFFER_COUNTERS", "status_members",
+           "ACC_STAGES", "DEFAULT_ACC_STAGES", "RowTracker", "EntryAllocator", "ResultDrain"]
 
 
 # The status outputs of the buffer, re-exported unchanged by the engine and the ld_reduce unit (which add
@@ -98,6 +113,8 @@ def status_members(entries: int, counters) -> dict:
 RTAG_BITS = 16
 COUNT_BITS = 7          # contributions per flit: up to 64 destinations
 LAST_TO_RESULT_CYCLES = 7
+ACC_STAGES = (1, 3)     # the ReduceALU's accumulate stages the buffer supports
+DEFAULT_ACC_STAGES = 3  # meets the 640 ps port clock (docs/area_power.md)
 
 
 def _bits(n: int) -> int:
@@ -131,12 +148,242 @@ def contrib_layout(flit_width: int) -> data.StructLayout:
     })
 
 
+def _equal_copy(x, y, j: int):
+    """``x == y`` written in the ``j``-th of several equivalent forms (bit rotation, then reversed bit
+    order: ``2 * len(x)`` distinct comparators; then an XOR-reduce, which yosys may fold back into a
+    comparator), so that the flip-flops it feeds are distinct cells: yosys merges flip-flops with the
+    same input, and a duplicated select is only useful if its copies survive."""
+    n = len(x)
+    r, rev, form = j % n, (j // n) % 2, (j // (2 * n)) % 2
+    xs, ys = Cat(x[r:], x[:r]), Cat(y[r:], y[:r])
+    if rev:
+        xs, ys = Cat(*[xs[i] for i in reversed(range(n))]), Cat(*[ys[i] for i in reversed(range(n))])
+    return (xs == ys) if form == 0 else ~(xs ^ ys).any()
+
+
+class RowTracker(wiring.Component):
+    """Row tracking of the accumulate pipeline: the buffer's hazard and forwarding control.
+
+    The contribution at stage b either becomes an ALU operation (``op``: row ``b_addr``, new ``count``,
+    final when ``count == expected``) or not. The tracker shadows the ALU's ``acc_stages + 1`` stages with
+    each operation's row, count and final flag, and keeps for the contribution at b one *match*
+    flip-flop per stage (its row is that operation's row). They are computed a cycle early, when the
+    contribution enters b (``take``, row ``c_addr``), against the operation leaving b and the shadows,
+    and shift with the shadows while b waits: every select the datapath sees is a flip-flop, in
+    ``copies`` distinct copies (each drives ``1/copies`` of the lanes), for the 640 ps clock.
+
+    Outputs for the contribution at b: ``hold`` (its row's newest operation is in one of the first
+    ``acc_stages - 1`` accumulate stages: wait), ``chain`` (it is leaving the last accumulate stage: the
+    ALU's ``chain`` operand) with ``chain_count``, ``fwd`` (it is the row written this cycle) with
+    ``fwd_count``; ``chain`` has priority over ``fwd``, and both over the row read. The row write (the
+    shadow of the ALU output): ``w_valid``, ``w_addr``, ``w_count``, ``w_final`` (``copies`` copies).
+    """
+
+    def __init__(self, *, addr_bits: int, acc_stages: int, copies: int = 1):
+        self.addr_bits = addr_bits
+        self.acc_stages = acc_stages
+        self.copies = copies
+        super().__init__({
+            "c_addr": In(addr_bits), "take": In(1),
+            "b_addr": In(addr_bits), "op": In(1), "count": In(COUNT_BITS), "expected": In(COUNT_BITS),
+            "hold": Out(1), "chain": Out(copies), "chain_count": Out(COUNT_BITS),
+            "fwd": Out(copies), "fwd_count": Out(COUNT_BITS),
+            "w_valid": Out(1), "w_addr": Out(addr_bits), "w_count": Out(COUNT_BITS), "w_final": Out(copies),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        S, C = self.acc_stages, self.copies
+        L = S + 1
+        shadow = data.StructLayout({"valid": 1, "addr": self.addr_bits, "count": COUNT_BITS, "final": C})
+        sh = [None] + [Signal(shadow, name=f"sh{k}") for k in range(1, L + 1)]
+        # match[k][j]: copy j of "the row at b is the row of the operation in stage k".
+        match = [None] + [[Signal(name=f"match{k}_{j}") for j in range(C)] for k in range(1, L + 1)]
+        m.d.sync += [sh[1].valid.eq(self.op), sh[1].addr.eq(self.b_addr), sh[1].count.eq(self.count),
+                     sh[1].final.eq(Cat(*[_equal_copy(self.count, self.expected, j) for j in range(C)]))]
+        m.d.sync += [sh[k].eq(sh[k - 1]) for k in range(2, L + 1)]
+        for j in range(C):
+            with m.If(self.take):
+                m.d.sync += match[1][j].eq(self.op & _equal_copy(self.b_addr, self.c_addr, j))
+                m.d.sync += [match[k][j].eq(sh[k - 1].valid & _equal_copy(sh[k - 1].addr, self.c_addr, j))
+                             for k in range(2, L + 1)]
+            with m.Else():      # b waits (nothing issues) or is empty: the matches move on with the shadows
+                m.d.sync += [match[1][j].eq(0)] + [match[k][j].eq(match[k - 1][j]) for k in range(2, L + 1)]
+        m.d.comb += [
+            self.hold.eq(Cat(*[match[k][0] for k in range(1, S)]).any() if S > 1 else 0),
+            self.chain.eq(Cat(*match[S])), self.chain_count.eq(sh[S].count),
+            self.fwd.eq(Cat(*match[L])), self.fwd_count.eq(sh[L].count),
+            self.w_valid.eq(sh[L].valid), self.w_addr.eq(sh[L].addr), self.w_count.eq(sh[L].count),
+            self.w_final.eq(sh[L].final),
+        ]
+        return m
+
+
+def _meta_layout(gen_bits: int) -> data.StructLayout:
+    return data.StructLayout({"gen": gen_bits, "etype": EType, "op": RedOp, "length": 5,
+                              "expected": COUNT_BITS, "src": 6, "tag": 8})
+
+
+class EntryAllocator(wiring.Component):
+    """Allocation: pick a free entry (a), bump its generation and write its rows (b), activate it and
+    grant (c). Activation is a cycle after the row writes, so a contribution that sees the entry active
+    has read the new meta row.
+
+    Ports: ``alloc``/``grant`` (the buffer's); ``free`` (entries not busy), ``room`` (fewer than
+    ``outstanding`` in use), ``wait`` (the progress write port is taken this cycle); ``picked`` (one-hot:
+    the entry taken this cycle), ``meta_rd`` (the picked entry's meta row, for its generation), the row
+    writes ``w_en``/``w_entry``/``w_meta`` (meta, start time and progress clear), ``activate`` (one-hot).
+    """
+
+    def __init__(self, *, entries: int, entry_bits: int, gen_bits: int):
+        self.entries, self.entry_bits, self.gen_bits = entries, entry_bits, gen_bits
+        ml = _meta_layout(gen_bits)
+        super().__init__({
+            "alloc": In(stream.Signature(AllocRequest)),
+            "grant": Out(stream.Signature(data.StructLayout({"rtag": RTAG_BITS}))),
+            "free": In(entries), "room": In(1), "wait": In(1),
+            "picked": Out(entries),
+            "meta_rd": In(memory.ReadPort.Signature(addr_width=entry_bits, shape=ml)),
+            "w_en": Out(1), "w_entry": Out(entry_bits), "w_meta": Out(ml),
+            "activate": Out(entries),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        N, EB, GB = self.entries, self.entry_bits, self.gen_bits
+        any_free, pick = first_set(m, self.free, name="alloc_pick")
+        al1 = Signal(data.StructLayout({"valid": 1, "entry": EB, "req": AllocRequest}))
+        al2 = Signal(data.StructLayout({"valid": 1, "entry": EB, "gen": GB}))
+        al2_fresh = Signal()
+        go = Signal()
+        m.d.comb += go.eq(al1.valid & ~self.wait & (~al2.valid | self.grant.ready))
+        m.d.comb += self.alloc.ready.eq(any_free & self.room & (~al1.valid | go))
+        accept = self.alloc.valid & self.alloc.ready
+        m.d.comb += [self.meta_rd.addr.eq(pick), self.meta_rd.en.eq(accept)]
+        with m.If(accept):
+            m.d.sync += [al1.valid.eq(1), al1.entry.eq(pick), al1.req.eq(self.alloc.payload)]
+            m.d.comb += self.picked.eq(Const(1, N) << pick)
+        with m.Elif(go):
+            m.d.sync += al1.valid.eq(0)
+        new_gen = Signal(GB)
+        m.d.comb += new_gen.eq(self.meta_rd.data.gen + 1)
+        r = al1.req
+        m.d.comb += [self.w_en.eq(go), self.w_entry.eq(al1.entry), self.w_meta.gen.eq(new_gen)]
+        m.d.comb += [getattr(self.w_meta, f).eq(getattr(r, f))
+                     for f in ("etype", "op", "length", "expected", "src", "tag")]
+        m.d.sync += al2_fresh.eq(go)
+        with m.If(go):
+            m.d.sync += [al2.valid.eq(1), al2.entry.eq(al1.entry), al2.gen.eq(new_gen)]
+        with m.Elif(self.grant.ready):
+            m.d.sync += al2.valid.eq(0)
+        with m.If(al2_fresh):
+            m.d.comb += self.activate.eq(Const(1, N) << al2.entry)
+        m.d.comb += [self.grant.valid.eq(al2.valid), self.grant.payload.rtag.eq(Cat(al2.entry, al2.gen))]
+        return m
+
+
+class ResultDrain(wiring.Component):
+    """Drain: completion event -> meta read (prefetch) -> header, then one result row per cycle into a
+    4-deep output FIFO. The first result row is read 5 cycles after the event was written (so the row
+    writes of ALU latency up to 4 have landed).
+
+    Ports: ``events`` (entry, error code; 0 = a result), ``meta_rd``, ``part_rd`` (the result rows),
+    ``out`` (packets), ``freed`` (one-hot: the entry whose packet's last item is issued this cycle),
+    ``completed`` (``RED_RESP`` headers sent).
+    """
+
+    def __init__(self, *, entries: int, entry_bits: int, slot_bits: int, gen_bits: int, flit_width: int,
+                 row_shape):
+        self.entries, self.entry_bits, self.slot_bits = entries, entry_bits, slot_bits
+        self.flit_width = flit_width
+        super().__init__({
+            "events": In(stream.Signature(entry_bits + 8)),
+            "meta_rd": In(memory.ReadPort.Signature(addr_width=entry_bits, shape=_meta_layout(gen_bits))),
+            "part_rd": In(memory.ReadPort.Signature(addr_width=entry_bits + slot_bits, shape=row_shape)),
+            "out": Out(stream.Signature(flit_layout(flit_width))),
+            "freed": Out(entries),
+            "completed": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        N, EB, SB, W = self.entries, self.entry_bits, self.slot_bits, self.flit_width
+        pre = Signal(data.StructLayout({"valid": 1, "entry": EB, "code": 8}))
+        cur = Signal(data.StructLayout({"valid": 1, "entry": EB, "code": 8, "src": 6, "tag": 8,
+                                        "etype": EType, "op": RedOp, "length": 5, "k": 5, "hdr": 1}))
+        m.submodules.outq = outq = fifo.SyncFIFO(width=len(self.out.payload.as_value()), depth=4)
+        pend = Signal(data.StructLayout({"valid": 1, "header": 1, "last": 1}))
+        hdr_word = Signal(HeaderLayout)
+        pend_hdr = Signal(HeaderLayout)
+        space = (outq.level + pend.valid) < 4
+        cur_done = Signal()          # cur issues its last item this cycle
+        issue = Signal()
+        m.d.comb += issue.eq(cur.valid & space)
+        load = Signal()
+        m.d.comb += load.eq(pre.valid & (~cur.valid | cur_done))
+        pop = self.events.valid & self.events.ready
+        ev = self.events.payload
+        m.d.comb += [self.events.ready.eq(~pre.valid | load), self.meta_rd.addr.eq(ev[0:EB]),
+                     self.meta_rd.en.eq(pop)]
+        with m.If(pop):
+            m.d.sync += [pre.valid.eq(1), pre.entry.eq(ev[0:EB]), pre.code.eq(ev[EB:])]
+        with m.Elif(load):
+            m.d.sync += pre.valid.eq(0)
+
+        is_err = cur.code != 0
+        m.d.comb += [
+            hdr_word.opcode.eq(Mux(is_err, Opcode.ERROR, Opcode.RED_RESP)),
+            hdr_word.src.eq(cur.src),
+            hdr_word.tag.eq(cur.tag),
+            hdr_word.length.eq(Mux(is_err, 0, cur.length)),
+            hdr_word.etype.eq(Mux(is_err, 0, cur.etype.as_value())),
+            hdr_word.redop.eq(Mux(is_err, 0, cur.op.as_value())),
+            hdr_word.route.uni.dst.eq(cur.src),
+            hdr_word.route.uni.code.as_value().eq(cur.code),
+        ]
+        m.d.comb += self.part_rd.addr.eq(Cat(cur.k[0:SB], cur.entry))
+        with m.If(issue):
+            with m.If(cur.hdr):
+                m.d.sync += [cur.hdr.eq(0), pend_hdr.eq(hdr_word)]
+                m.d.comb += cur_done.eq(is_err)
+            with m.Else():
+                m.d.comb += [self.part_rd.en.eq(1), cur_done.eq(cur.k == cur.length - 1)]
+                m.d.sync += cur.k.eq(cur.k + 1)
+        # Loading the next packet comes after the issue updates above: it overrides them.
+        with m.If(load):
+            md_d = self.meta_rd.data
+            m.d.sync += [cur.valid.eq(1), cur.entry.eq(pre.entry), cur.code.eq(pre.code),
+                         cur.src.eq(md_d.src), cur.tag.eq(md_d.tag), cur.etype.eq(md_d.etype),
+                         cur.op.eq(md_d.op), cur.length.eq(md_d.length), cur.k.eq(0), cur.hdr.eq(1)]
+        with m.Elif(cur_done):
+            m.d.sync += cur.valid.eq(0)
+        m.d.sync += [pend.valid.eq(issue), pend.header.eq(cur.hdr),
+                     pend.last.eq(Mux(cur.hdr, is_err, cur.k == cur.length - 1))]
+        with m.If(cur_done):
+            m.d.comb += self.freed.eq(Const(1, N) << cur.entry)
+        m.d.sync += self.completed.eq(self.completed + (issue & cur.hdr & ~is_err))
+
+        flit = Signal(flit_layout(W))
+        m.d.comb += [
+            flit.data.eq(Mux(pend.header, pend_hdr.as_value(), self.part_rd.data.acc[0:W])),
+            flit.last.eq(pend.last),
+            outq.w_en.eq(pend.valid),
+            outq.w_data.eq(flit),
+            self.out.valid.eq(outq.r_rdy),
+            self.out.payload.eq(outq.r_data),
+            outq.r_en.eq(self.out.ready),
+        ]
+        return m
+
+
 class ReductionBuffer(wiring.Component):
     """Reduction buffer (see the module docstring for the full contract).
 
     Parameters: ``entries`` (16..512 outstanding reductions), ``max_length`` (payload flits per
     reduction, 1..31), ``flit_width`` (128/256/512), ``timeout`` (cycles from allocation to a ``TIMEOUT``
-    error, 64..2**20), ``outstanding`` (allocation limit, 1..entries; default ``entries``).
+    error, 64..2**20), ``outstanding`` (allocation limit, 1..entries; default ``entries``),
+    ``acc_stages`` (the ALU's accumulate stages, 3 (default: meets the 640 ps clock) or 1 (the earlier
+    one-cycle loop: no same-row wait, misses it)).
 
     Ports: ``alloc`` (in) / ``grant`` (out, ``rtag`` in allocation order), ``contrib`` (in), ``out``
     (result/error packets, flit stream), ``in_use`` and the 32-bit counters ``stale``, ``mismatches``,
@@ -144,7 +391,8 @@ class ReductionBuffer(wiring.Component):
     """
 
     @staticmethod
-    def check_params(*, entries, max_length, flit_width, timeout, outstanding) -> int:
+    def check_params(*, entries, max_length, flit_width, timeout, outstanding,
+                     acc_stages=DEFAULT_ACC_STAGES) -> int:
         """Validate the parameters (``ValueError`` saying what is wrong); returns ``outstanding``."""
         if not isinstance(entries, int) or not 16 <= entries <= 512:
             raise ValueError(f"entries must be an integer in 16..512, got {entries!r}")
@@ -152,6 +400,8 @@ class ReductionBuffer(wiring.Component):
             raise ValueError(f"max_length must be an integer in 1..{MAX_LENGTH}, got {max_length!r}")
         if not isinstance(timeout, int) or not 64 <= timeout <= 1 << 20:
             raise ValueError(f"timeout must be an integer in 64..{1 << 20} cycles, got {timeout!r}")
+        if acc_stages not in ACC_STAGES:
+            raise ValueError(f"acc_stages must be 1 or 3, got {acc_stages!r}")
         if outstanding is None:
             outstanding = entries
         if not isinstance(outstanding, int) or not 1 <= outstanding <= entries:
@@ -160,14 +410,16 @@ class ReductionBuffer(wiring.Component):
         return outstanding
 
     def __init__(self, *, entries: int = 64, max_length: int = 16, flit_width: int = DEFAULT_FLIT_WIDTH,
-                 timeout: int = 8192, outstanding: int | None = None):
+                 timeout: int = 8192, outstanding: int | None = None,
+                 acc_stages: int = DEFAULT_ACC_STAGES):
         outstanding = self.check_params(entries=entries, max_length=max_length, flit_width=flit_width,
-                                        timeout=timeout, outstanding=outstanding)
+                                        timeout=timeout, outstanding=outstanding, acc_stages=acc_stages)
         self.entries = entries
         self.max_length = max_length
         self.flit_width = flit_width
         self.timeout = timeout
         self.outstanding = outstanding
+        self.acc_stages = acc_stages
         self.entry_bits = _bits(entries)
         self.gen_bits = RTAG_BITS - self.entry_bits
         self.slot_bits = _bits(max_length)
@@ -185,118 +437,112 @@ class ReductionBuffer(wiring.Component):
         N, W = self.entries, self.flit_width
         EB, GB, SB, TB = self.entry_bits, self.gen_bits, self.slot_bits, self.timer_bits
         ML = self.max_length
-        addr_bits = EB + SB
-
-        meta_layout = data.StructLayout({"gen": GB, "etype": EType, "op": RedOp, "length": 5,
-                                         "expected": COUNT_BITS, "src": 6, "tag": 8})
         row_layout = data.StructLayout({"acc": 2 * W, "count": COUNT_BITS})
         prog_layout = data.StructLayout({"touched": ML, "finals": 5})
 
         m.submodules.partial = partial = memory.Memory(shape=row_layout, depth=N << SB, init=[])
-        m.submodules.meta = meta = memory.Memory(shape=meta_layout, depth=N, init=[])
+        m.submodules.meta = meta = memory.Memory(shape=_meta_layout(GB), depth=N, init=[])
         m.submodules.progress = progress = memory.Memory(shape=prog_layout, depth=N, init=[])
         m.submodules.start = start = memory.Memory(shape=TB, depth=N, init=[])
         part_w = partial.write_port()
         part_rc = partial.read_port(transparent_for=(part_w,))
-        part_rd = partial.read_port()
         meta_w = meta.write_port()
         meta_rc = meta.read_port()
-        meta_ra = meta.read_port()
-        meta_rd = meta.read_port()
         prog_w = progress.write_port()
         prog_rc = progress.read_port(transparent_for=(prog_w,))
         start_w = start.write_port()
         start_rs = start.read_port()
 
-        m.submodules.alu = alu = ReduceALU(flit_width=W, user_width=1)
+        L16, L32 = W // 16, W // 32
+        m.submodules.alu = alu = ReduceALU(flit_width=W, user_width=1, acc_stages=self.acc_stages,
+                                           chain_hold=False, chain_copies=L16)
+        assert alu.latency <= 4, "the drain reads a result row 5 cycles after the event (ResultDrain)"
+        # One copy of each operand select per 32-bit lane (RowTracker).
+        m.submodules.rows = rows = RowTracker(addr_bits=EB + SB, acc_stages=self.acc_stages, copies=L16)
         m.submodules.events = events = fifo.SyncFIFOBuffered(width=EB + 8, depth=N)
+        m.submodules.allocator = al = EntryAllocator(entries=N, entry_bits=EB, gen_bits=GB)
+        m.submodules.drain = dr = ResultDrain(entries=N, entry_bits=EB, slot_bits=SB, gen_bits=GB,
+                                              flit_width=W, row_shape=row_layout)
+        wiring.connect(m, wiring.flipped(self.alloc), al.alloc)
+        wiring.connect(m, al.grant, wiring.flipped(self.grant))
+        wiring.connect(m, al.meta_rd, meta.read_port())
+        wiring.connect(m, dr.meta_rd, meta.read_port())
+        wiring.connect(m, dr.part_rd, partial.read_port())
+        wiring.connect(m, dr.out, wiring.flipped(self.out))
+        m.d.comb += [dr.events.valid.eq(events.r_rdy), dr.events.payload.eq(events.r_data),
+                     events.r_en.eq(dr.events.ready), self.completed.eq(dr.completed)]
 
-        busy = Signal(N)
-        active = Signal(N)
+        # Entry state in flip-flops: busy (allocated), active (accepting contributions), the count in use.
+        busy, active, clr_active = Signal(N), Signal(N), Signal(N)
         now = Signal(TB)
-        m.d.sync += now.eq(now + 1)
-        set_busy = Signal(N)
-        clr_busy = Signal(N)
-        set_active = Signal(N)
-        clr_active = Signal(N)
-        m.d.sync += [busy.eq((busy | set_busy) & ~clr_busy), active.eq((active | set_active) & ~clr_active)]
-        inc_use = Signal()
-        dec_use = Signal()
-        m.d.sync += self.in_use.eq(self.in_use + inc_use - dec_use)
+        m.d.sync += [now.eq(now + 1), busy.eq((busy | al.picked) & ~dr.freed),
+                     active.eq((active | al.activate) & ~clr_active),
+                     self.in_use.eq(self.in_use + al.picked.any() - dr.freed.any())]
+        m.d.comb += [al.free.eq(~busy), al.room.eq(self.in_use < self.outstanding)]
 
-        # ---- Stage a: accept a contribution, read its rows.
+        # ---- Stage a: accept a contribution, read its rows (held while b waits).
         c = self.contrib.payload
         scan_stall = Signal()
-        m.d.comb += self.contrib.ready.eq(~scan_stall)
-        take = self.contrib.valid & self.contrib.ready
-        c_entry = c.rtag[0:EB]
-        m.d.comb += [
-            part_rc.addr.eq(Cat(c.flit[0:SB], c_entry)),
-            meta_rc.addr.eq(c_entry),
-            prog_rc.addr.eq(c_entry),
-        ]
         b_valid = Signal()
         b = Signal(contrib_layout(W))
-        m.d.sync += b_valid.eq(take)
+        b_wait = Signal()
+        m.d.comb += [b_wait.eq(b_valid & rows.hold), self.contrib.ready.eq(~scan_stall & ~b_wait)]
+        take = self.contrib.valid & self.contrib.ready
+        c_entry = c.rtag[0:EB]
+        m.d.comb += [part_rc.addr.eq(Cat(c.flit[0:SB], c_entry)), meta_rc.addr.eq(c_entry),
+                     prog_rc.addr.eq(c_entry), part_rc.en.eq(~b_wait), meta_rc.en.eq(~b_wait),
+                     prog_rc.en.eq(~b_wait), rows.c_addr.eq(Cat(c.flit[0:SB], c_entry)), rows.take.eq(take)]
+        with m.If(~b_wait):
+            m.d.sync += b_valid.eq(take)
         with m.If(take):
             m.d.sync += b.eq(c)
 
-        # ---- Stage b: check, forward, accumulate.
-        b_entry = Signal(EB)
-        b_gen = Signal(GB)
-        b_addr = Signal(addr_bits)
-        m.d.comb += [b_entry.eq(b.rtag[0:EB]), b_gen.eq(b.rtag[EB:RTAG_BITS]),
-                     b_addr.eq(Cat(b.flit[0:SB], b_entry))]
-        md = meta_rc.data
-        pr = prog_rc.data
-        row = part_rc.data
+        # ---- Stage b: check the entry, select the operand, accumulate; progress and events.
+        b_entry = b.rtag[0:EB]
+        b_addr = Cat(b.flit[0:SB], b_entry)
+        md, pr, row = meta_rc.data, prog_rc.data, part_rc.data
         in_range = Const(1) if N == 1 << EB else (b_entry < N)
-        b_active = Signal()
-        m.d.comb += b_active.eq(active.bit_select(b_entry, 1) & in_range)
-        live = b_valid & b_active & (md.gen == b_gen)
+        live = Signal()
+        m.d.comb += live.eq(b_valid & ~b_wait & active.bit_select(b_entry, 1) & in_range &
+                            (md.gen == b.rtag[EB:RTAG_BITS]))
         mismatch = Signal()
         m.d.comb += mismatch.eq((b.etype != md.etype.as_value()) | (b.length != md.length) |
                                 (b.flit >= md.length))
         op_valid = Signal()
         m.d.comb += op_valid.eq(live & ~b.abort & ~mismatch)
-
-        # Shadows of the ALU's stages (it never stalls here): row address, new count, final flag.
-        s1 = Signal(data.StructLayout({"valid": 1, "addr": addr_bits, "count": COUNT_BITS, "final": 1}))
-        s2 = Signal.like(s1)
         touched = Signal()
         m.d.comb += touched.eq(pr.touched.bit_select(b.flit, 1) if ML > 1 else pr.touched[0])
-        fwd1 = Signal()
-        fwd2 = Signal()
-        m.d.comb += [fwd1.eq(s1.valid & (s1.addr == b_addr)), fwd2.eq(s2.valid & (s2.addr == b_addr))]
-        w_row = Signal(row_layout)      # the row written this cycle (op two ahead)
-        count_in = Mux(fwd1, s1.count, Mux(fwd2, w_row.count, row.count))
+        count_in = Mux(rows.chain[0], rows.chain_count, Mux(rows.fwd[0], rows.fwd_count, row.count))
         new_count = Signal(COUNT_BITS)
         m.d.comb += new_count.eq(Mux(touched, count_in, 0) + 1)
         final = Signal()
         m.d.comb += final.eq(new_count == md.expected)
+        # The row written this cycle (the result once the flit is final, else the partial), lane by lane
+        # with the lane's copy of the final flag; forwarded as the operand with the lane's copy of `fwd`.
+        w_row = Signal(row_layout)
+        o = alu.o.payload
+        for i in range(L16):
+            lane = slice(32 * i, 32 * i + 32)
+            res = o.result[lane] if i < L32 else Const(0, 32)
+            m.d.comb += [w_row.acc[lane].eq(Mux(rows.w_final[i], res, o.acc[lane])),
+                         alu.i.payload.acc[lane].eq(Mux(rows.fwd[i], w_row.acc[lane], row.acc[lane]))]
         m.d.comb += [
+            rows.b_addr.eq(b_addr), rows.op.eq(op_valid), rows.count.eq(new_count),
+            rows.expected.eq(md.expected),
             alu.i.valid.eq(op_valid),
-            alu.i.payload.acc.eq(Mux(fwd2 & ~fwd1, w_row.acc, row.acc)),
             alu.i.payload.data.eq(b.data),
             alu.i.payload.etype.eq(md.etype),
             alu.i.payload.op.eq(md.op),
             alu.i.payload.first.eq(~touched),
-            alu.i.payload.chain.eq(fwd1),
+            alu.i.payload.chain.eq(rows.chain),
             alu.i.payload.user.eq(0),
             alu.o.ready.eq(1),
-        ]
-        m.d.sync += [s1.valid.eq(op_valid), s1.addr.eq(b_addr), s1.count.eq(new_count), s1.final.eq(final),
-                     s2.eq(s1)]
-        # Row write from the ALU output: the result once the flit is final, else the partial.
-        m.d.comb += [
-            w_row.acc.eq(Mux(s2.final, alu.o.payload.result, alu.o.payload.acc)),
-            w_row.count.eq(s2.count),
-            part_w.addr.eq(s2.addr),
-            part_w.data.eq(w_row),
-            part_w.en.eq(alu.o.valid),
+            w_row.count.eq(rows.w_count),
+            part_w.addr.eq(rows.w_addr), part_w.data.eq(w_row), part_w.en.eq(alu.o.valid),
         ]
 
-        # Progress: touched bits and final-flit count (write in b; the next read sees it).
+        # Progress: touched bits and final-flit count (write in b; the next read sees it). The allocator
+        # clears an entry's row when the port is free.
         finals = Signal(5)
         m.d.comb += finals.eq(pr.finals + final)
         complete = Signal()
@@ -304,12 +550,17 @@ class ReductionBuffer(wiring.Component):
         prog_b_we = Signal()
         m.d.comb += prog_b_we.eq(op_valid & (~touched | final))
         flit_bit = (Const(1, ML) << b.flit)[0:ML] if ML > 1 else Const(1, 1)
+        m.d.comb += [al.wait.eq(prog_b_we), meta_w.addr.eq(al.w_entry), meta_w.data.eq(al.w_meta),
+                     meta_w.en.eq(al.w_en), start_w.addr.eq(al.w_entry), start_w.data.eq(now),
+                     start_w.en.eq(al.w_en)]
+        with m.If(prog_b_we):
+            m.d.comb += [prog_w.addr.eq(b_entry), prog_w.data.touched.eq(pr.touched | flit_bit),
+                         prog_w.data.finals.eq(finals), prog_w.en.eq(1)]
+        with m.Else():
+            m.d.comb += [prog_w.addr.eq(al.w_entry), prog_w.data.as_value().eq(0), prog_w.en.eq(al.w_en)]
 
         # Events (completion or error) go to the completion FIFO, which has room for every entry and so
-        # never refuses. The drain reads an entry's first result row at least 5 cycles after its event,
-        # after the last row write (2 cycles after the event) has landed.
-        ev0 = Signal(data.StructLayout({"valid": 1, "entry": EB, "code": 8}))
-        m.d.comb += [events.w_en.eq(ev0.valid), events.w_data.eq(Cat(ev0.entry, ev0.code))]
+        # never refuses; the timeout scanner checks one entry per cycle.
         b_event = Signal()
         b_code = Signal(8)
         with m.If(live & b.abort):
@@ -318,8 +569,6 @@ class ReductionBuffer(wiring.Component):
             m.d.comb += [b_event.eq(1), b_code.eq(ErrorCode.TYPE_MISMATCH.value)]
         with m.Elif(complete):
             m.d.comb += [b_event.eq(1), b_code.eq(ErrorCode.NONE.value)]
-
-        # ---- Timeout scanner: one entry per cycle.
         scan_cur = Signal(EB)
         expired = Signal()
         m.d.comb += expired.eq(active.bit_select(scan_cur, 1) & ((now - start_rs.data)[0:TB] >= self.timeout))
@@ -329,143 +578,20 @@ class ReductionBuffer(wiring.Component):
         scan_next = Mux(scan_hold, scan_cur, Mux(scan_cur == N - 1, 0, scan_cur + 1))
         m.d.comb += start_rs.addr.eq(scan_next)
         m.d.sync += [scan_cur.eq(scan_next), scan_stall.eq(scan_hold)]
-
-        with m.If(b_event):
-            m.d.comb += [ev0.valid.eq(1), ev0.entry.eq(b_entry), ev0.code.eq(b_code),
-                         clr_active.eq(Const(1, N) << b_entry)]
-        with m.Elif(scan_fire):
-            m.d.comb += [ev0.valid.eq(1), ev0.entry.eq(scan_cur), ev0.code.eq(ErrorCode.TIMEOUT.value),
-                         clr_active.eq(Const(1, N) << scan_cur)]
+        ev_entry = Mux(b_event, b_entry, scan_cur)
+        m.d.comb += [events.w_en.eq(b_event | scan_fire),
+                     events.w_data.eq(Cat(ev_entry, Mux(b_event, b_code, ErrorCode.TIMEOUT.value))),
+                     clr_active.eq(Mux(b_event | scan_fire, Const(1, N) << ev_entry, 0))]
 
         # The counters add a cycle later: the events are registered first, so that a counter's 32-bit carry
         # chain does not follow the entry check and the scanner in one cycle (the 640 ps port clock).
         counted = Signal(data.StructLayout({"stale": 1, "aborts": 1, "mismatches": 1, "timeouts": 1}))
         m.d.sync += [
-            counted.stale.eq(b_valid & ~live),
+            counted.stale.eq(b_valid & ~b_wait & ~live),
             counted.aborts.eq(live & b.abort),
             counted.mismatches.eq(live & ~b.abort & mismatch),
             counted.timeouts.eq(scan_fire),
-            self.stale.eq(self.stale + counted.stale),
-            self.aborts.eq(self.aborts + counted.aborts),
-            self.mismatches.eq(self.mismatches + counted.mismatches),
-            self.timeouts.eq(self.timeouts + counted.timeouts),
         ]
-
-        # ---- Allocation: pick a free entry (a), bump its generation and write its rows (b), activate
-        # it and grant (c). Activation is a cycle after the row writes, so a contribution that sees the
-        # entry active has read the new meta row.
-        free = Signal(N)
-        m.d.comb += free.eq(~busy)
-        any_free, pick = first_set(m, free, name="alloc_pick")
-        al1 = Signal(data.StructLayout({"valid": 1, "entry": EB, "req": AllocRequest}))
-        al2 = Signal(data.StructLayout({"valid": 1, "entry": EB, "gen": GB}))
-        al2_fresh = Signal()
-        al1_go = Signal()
-        grant_free = ~al2.valid | self.grant.ready
-        m.d.comb += al1_go.eq(al1.valid & ~prog_b_we & grant_free)
-        room = self.in_use < self.outstanding
-        m.d.comb += self.alloc.ready.eq(any_free & room & (~al1.valid | al1_go))
-        accept = self.alloc.valid & self.alloc.ready
-        m.d.comb += [meta_ra.addr.eq(pick), meta_ra.en.eq(accept)]
-        with m.If(accept):
-            m.d.sync += [al1.valid.eq(1), al1.entry.eq(pick), al1.req.eq(self.alloc.payload)]
-            m.d.comb += [set_busy.eq(Const(1, N) << pick), inc_use.eq(1)]
-        with m.Elif(al1_go):
-            m.d.sync += al1.valid.eq(0)
-        new_gen = Signal(GB)
-        m.d.comb += new_gen.eq(meta_ra.data.gen + 1)
-        r = al1.req
-        m.d.comb += [
-            meta_w.addr.eq(al1.entry),
-            meta_w.data.gen.eq(new_gen),
-            meta_w.data.etype.eq(r.etype),
-            meta_w.data.op.eq(r.op),
-            meta_w.data.length.eq(r.length),
-            meta_w.data.expected.eq(r.expected),
-            meta_w.data.src.eq(r.src),
-            meta_w.data.tag.eq(r.tag),
-            meta_w.en.eq(al1_go),
-            start_w.addr.eq(al1.entry),
-            start_w.data.eq(now),
-            start_w.en.eq(al1_go),
-        ]
-        with m.If(prog_b_we):
-            m.d.comb += [prog_w.addr.eq(b_entry), prog_w.data.touched.eq(pr.touched | flit_bit),
-                         prog_w.data.finals.eq(finals), prog_w.en.eq(1)]
-        with m.Else():
-            m.d.comb += [prog_w.addr.eq(al1.entry), prog_w.data.as_value().eq(0), prog_w.en.eq(al1_go)]
-        m.d.sync += al2_fresh.eq(al1_go)
-        with m.If(al1_go):
-            m.d.sync += [al2.valid.eq(1), al2.entry.eq(al1.entry), al2.gen.eq(new_gen)]
-        with m.Elif(self.grant.ready):
-            m.d.sync += al2.valid.eq(0)
-        with m.If(al2_fresh):
-            m.d.comb += set_active.eq(Const(1, N) << al2.entry)
-        m.d.comb += [self.grant.valid.eq(al2.valid), self.grant.payload.rtag.eq(Cat(al2.entry, al2.gen))]
-
-        # ---- Drain: completion event -> meta read (prefetch) -> header, then one result row per cycle.
-        pre = Signal(data.StructLayout({"valid": 1, "entry": EB, "code": 8}))
-        cur = Signal(data.StructLayout({"valid": 1, "entry": EB, "code": 8, "src": 6, "tag": 8,
-                                        "etype": EType, "op": RedOp, "length": 5, "k": 5, "hdr": 1}))
-        m.submodules.outq = outq = fifo.SyncFIFO(width=len(self.out.payload.as_value()), depth=4)
-        pend = Signal(data.StructLayout({"valid": 1, "header": 1, "last": 1}))
-        hdr_word = Signal(HeaderLayout)
-        pend_hdr = Signal(HeaderLayout)
-        space = (outq.level + pend.valid) < 4
-        cur_done = Signal()          # cur issues its last item this cycle
-        issue = Signal()
-        m.d.comb += issue.eq(cur.valid & space)
-        load = Signal()
-        m.d.comb += load.eq(pre.valid & (~cur.valid | cur_done))
-        pop = Signal()
-        m.d.comb += [pop.eq(events.r_rdy & (~pre.valid | load)), events.r_en.eq(pop),
-                     meta_rd.addr.eq(events.r_data[0:EB]), meta_rd.en.eq(pop)]
-        with m.If(pop):
-            m.d.sync += [pre.valid.eq(1), pre.entry.eq(events.r_data[0:EB]), pre.code.eq(events.r_data[EB:])]
-        with m.Elif(load):
-            m.d.sync += pre.valid.eq(0)
-
-        is_err = cur.code != 0
-        m.d.comb += [
-            hdr_word.opcode.eq(Mux(is_err, Opcode.ERROR, Opcode.RED_RESP)),
-            hdr_word.src.eq(cur.src),
-            hdr_word.tag.eq(cur.tag),
-            hdr_word.length.eq(Mux(is_err, 0, cur.length)),
-            hdr_word.etype.eq(Mux(is_err, 0, cur.etype.as_value())),
-            hdr_word.redop.eq(Mux(is_err, 0, cur.op.as_value())),
-            hdr_word.route.uni.dst.eq(cur.src),
-            hdr_word.route.uni.code.as_value().eq(cur.code),
-        ]
-        m.d.comb += part_rd.addr.eq(Cat(cur.k[0:SB], cur.entry))
-        with m.If(issue):
-            with m.If(cur.hdr):
-                m.d.sync += [cur.hdr.eq(0), pend_hdr.eq(hdr_word)]
-                m.d.comb += cur_done.eq(is_err)
-            with m.Else():
-                m.d.comb += [part_rd.en.eq(1), cur_done.eq(cur.k == cur.length - 1)]
-                m.d.sync += cur.k.eq(cur.k + 1)
-        # Loading the next packet comes after the issue updates above: it overrides them.
-        with m.If(load):
-            md_d = meta_rd.data
-            m.d.sync += [cur.valid.eq(1), cur.entry.eq(pre.entry), cur.code.eq(pre.code),
-                         cur.src.eq(md_d.src), cur.tag.eq(md_d.tag), cur.etype.eq(md_d.etype),
-                         cur.op.eq(md_d.op), cur.length.eq(md_d.length), cur.k.eq(0), cur.hdr.eq(1)]
-        with m.Elif(cur_done):
-            m.d.sync += cur.valid.eq(0)
-        m.d.sync += [pend.valid.eq(issue), pend.header.eq(cur.hdr),
-                     pend.last.eq(Mux(cur.hdr, is_err, cur.k == cur.length - 1))]
-        with m.If(cur_done):
-            m.d.comb += [clr_busy.eq(Const(1, N) << cur.entry), dec_use.eq(1)]
-        m.d.sync += self.completed.eq(self.completed + (issue & cur.hdr & ~is_err))
-
-        flit = Signal(flit_layout(W))
-        m.d.comb += [
-            flit.data.eq(Mux(pend.header, pend_hdr.as_value(), part_rd.data.acc[0:W])),
-            flit.last.eq(pend.last),
-            outq.w_en.eq(pend.valid),
-            outq.w_data.eq(flit),
-            self.out.valid.eq(outq.r_rdy),
-            self.out.payload.eq(outq.r_data),
-            outq.r_en.eq(self.out.ready),
-        ]
+        m.d.sync += [getattr(self, k).eq(getattr(self, k) + getattr(counted, k))
+                     for k in ("stale", "aborts", "mismatches", "timeouts")]
         return m

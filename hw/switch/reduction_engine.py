@@ -91,7 +91,7 @@ ENGINE_COUNTERS = BUFFER_COUNTERS + ("bad_requests", "bad_responses", "duplicate
 
 class ReductionEngine(wiring.Component):
     """Parameters: ``ports`` (4..64), ``entries``, ``max_length``, ``flit_width``, ``timeout``,
-    ``outstanding`` (see :class:`ReductionBuffer`), ``groups`` (static group-table entries, 1..256),
+    ``outstanding``, ``acc_stages`` (see :class:`ReductionBuffer`), ``groups`` (static group-table entries, 1..256),
     ``translate_slots`` (outstanding translations, 2..256), ``row_bytes`` (the longest row of a GPU's
     buffers, for translated reads; default the 10-bit offset's reach), ``defer_translation`` (bool: ``dymultimem``
     reads leave untranslated as ``DYN_RED_READ``; ``translate`` stays idle).
@@ -104,7 +104,7 @@ class ReductionEngine(wiring.Component):
     def __init__(self, *, ports: int = 8, entries: int = 64, max_length: int = 16,
                  flit_width: int = DEFAULT_FLIT_WIDTH, timeout: int = 8192, outstanding: int | None = None,
                  groups: int = 16, translate_slots: int = 16, defer_translation: bool = False,
-                 row_bytes: int | None = None):
+                 row_bytes: int | None = None, acc_stages: int = 3):
         if not isinstance(defer_translation, bool):
             raise ValueError(f"defer_translation must be a bool, got {defer_translation!r}")
         if not isinstance(ports, int) or not 4 <= ports <= MAX_PORTS:
@@ -120,7 +120,7 @@ class ReductionEngine(wiring.Component):
         self.row_bytes = row_bytes
         # The buffer validates the rest.
         self.buffer_params = dict(entries=entries, max_length=max_length, flit_width=flit_width,
-                                  timeout=timeout, outstanding=outstanding)
+                                  timeout=timeout, outstanding=outstanding, acc_stages=acc_stages)
         ReductionBuffer.check_params(**self.buffer_params)
         self.ports = ports
         self.max_length = max_length

@@ -153,8 +153,9 @@ def _ints(text, what):
 
 
 def run(args) -> int:
-    from hw.switch.reduce_alu import LATENCY as ALU_LATENCY
-    from hw.switch.reduction_buffer import ReductionBuffer
+    from hw.switch.reduce_alu import LATENCY
+    from hw.switch.reduction_buffer import DEFAULT_ACC_STAGES, ReductionBuffer
+    ALU_LATENCY = LATENCY + DEFAULT_ACC_STAGES - 1      # the ALU as the buffer builds it
 
     from verif.harness.runner import SIMULATORS, run_cocotb, verilator_env
 
@@ -224,7 +225,9 @@ def run(args) -> int:
     bar.set_postfix_str("buffer absorption")
     tqdm.write("[bench reduction] buffer absorption ...")
     path = raw / "buffer.json"
-    run_cocotb("reduction_buffer", {"entries": 64}, test_module="verif.bench.reduction",
+    # The longest timeout: all contributions are queued at once, and with the same-row wait (one flit per
+    # 3 cycles into one row) the last reductions' flits wait longer than the default 8192 cycles.
+    run_cocotb("reduction_buffer", {"entries": 64, "timeout": 1 << 20}, test_module="verif.bench.reduction",
                testcase="bench_buffer", sim=args.sim, seed=args.seed,
                env={"out": str(path.resolve()), "requests": args.buffer_requests})
     report["buffer"] = json.loads(path.read_text())

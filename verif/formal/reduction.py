@@ -82,16 +82,20 @@ SEQ_BITS = 8          # allocation sequence numbers (the requester tag field): n
 
 class IntAddALU(ReduceALU):
     """:class:`ReduceALU` reduced to its int32 ``ADD`` datapath, for the buffer's proofs: the same ports,
-    2-cycle pipeline, stall behaviour and ``first``/``chain`` operand selection, without the fp32 adders
-    (which the solver would bit-blast at every step and which the buffer's control never looks at; the
-    ALU's arithmetic has its own tests). Only int32 lane 0 is computed (the other lanes are 0): the lanes
-    are independent copies of one another, and a 128-bit sum per step would dominate the solver's work.
-    ``use_chain=False`` is a mutant that ignores ``chain`` (a contribution right behind another to the
-    same row then loses the first)."""
+    pipeline (``acc_stages`` 1 or 3: latency 2 or 4; ``chain`` reads the stage-1 register, the partial of
+    the operation that last left the accumulate stages), stall behaviour and ``first``/``chain`` operand
+    selection, without the fp32 adders (which the solver would bit-blast at every step and which the
+    buffer's control never looks at; the ALU's arithmetic has its own tests). Only int32 lane 0 is
+    computed (the other lanes are 0): the lanes are independent copies of one another, and a 128-bit sum
+    per step would dominate the solver's work. The buffer sets ``chain_hold=False``; this model never
+    holds. ``use_chain=False`` is a mutant that ignores ``chain`` (a contribution right behind another to
+    the same row then loses the first)."""
 
-    def __init__(self, *, flit_width: int, user_width: int, use_chain: bool = True):
+    def __init__(self, *, flit_width: int, user_width: int, use_chain: bool = True, acc_stages: int = 1,
+                 chain_hold: bool = False, chain_copies: int = 1):
         self.use_chain = use_chain
-        super().__init__(flit_width=flit_width, user_width=user_width)
+        super().__init__(flit_width=flit_width, user_width=user_width, acc_stages=acc_stages,
+                         chain_hold=chain_hold, chain_copies=chain_copies)
 
     def elaborate(self, platform):
         m = Module()
@@ -102,15 +106,21 @@ class IntAddALU(ReduceALU):
         s1_valid = Signal()
         s1_acc = Signal(2 * W)
         s1_user = Signal(self.user_width)
-        new_acc = []
         prev = p.acc[0:32]
         if self.use_chain:
-            prev = Mux(p.chain, s1_acc[0:32], prev)
-        new_acc.append((Mux(p.first, 0, prev) + p.data[0:32])[0:32])
+            prev = Mux(p.chain[0], s1_acc[0:32], prev)      # lane 0's copy
+        # The sum is formed from the operands at the input; the extra accumulate stages only delay it.
+        valid, acc, user = self.i.valid, (Mux(p.first, 0, prev) + p.data[0:32])[0:32], p.user
+        for k in range(self.acc_stages - 1):
+            v_k, a_k = Signal(name=f"acc_v{k}"), Signal(32, name=f"acc_a{k}")
+            u_k = Signal.like(s1_user, name=f"acc_u{k}")
+            with m.If(advance):
+                m.d.sync += [v_k.eq(valid), a_k.eq(acc), u_k.eq(user)]
+            valid, acc, user = v_k, a_k, u_k
         with m.If(advance):
-            m.d.sync += s1_valid.eq(self.i.valid)
-            with m.If(self.i.valid):
-                m.d.sync += [s1_acc.eq(Cat(*new_acc)), s1_user.eq(p.user)]
+            m.d.sync += s1_valid.eq(valid)
+            with m.If(valid):
+                m.d.sync += [s1_acc.eq(acc), s1_user.eq(user)]
             m.d.sync += self.o.valid.eq(s1_valid)
             with m.If(s1_valid):
                 m.d.sync += [self.o.payload.acc.eq(s1_acc), self.o.payload.result.eq(s1_acc[0:W]),
@@ -137,14 +147,14 @@ class SmallReductionBuffer(ReductionBuffer):
             _rb.ReduceALU = saved
 
     @staticmethod
-    def check_params(*, entries, max_length, flit_width, timeout, outstanding) -> int:
+    def check_params(*, entries, max_length, flit_width, timeout, outstanding, acc_stages=3) -> int:
         if not isinstance(entries, int) or not 2 <= entries <= 512:
             raise ValueError(f"entries must be an integer in 2..512, got {entries!r}")
         if not isinstance(timeout, int) or not 4 <= timeout <= 1 << 20:
             raise ValueError(f"timeout must be an integer in 4..{1 << 20} cycles, got {timeout!r}")
         # The rest as in the product (entries and timeout at the product floor for that call).
         ReductionBuffer.check_params(entries=max(entries, 16), max_length=max_length, flit_width=flit_width,
-                                     timeout=max(timeout, 64), outstanding=None)
+                                     timeout=max(timeout, 64), outstanding=None, acc_stages=acc_stages)
         if outstanding is None:
             return entries
         if not isinstance(outstanding, int) or not 1 <= outstanding <= entries:
@@ -164,7 +174,7 @@ class ReductionBufferHarness(wiring.Component):
                       "script_extra": "memory_map\nopt -full\nopt_dff -sat\nopt_clean"}
 
     def __init__(self, entries: int = 3, max_length: int = 2, timeout: int = 4, liveness_slack: int = 10,
-                 alu=IntAddALU, only=None, flit_limit: bool = True):
+                 alu=IntAddALU, only=None, flit_limit: bool = True, acc_stages: int = 3):
         unknown = set(only or ()) - set(PROPERTY_KEYS)
         if unknown:
             raise ValueError(f"unknown property {', '.join(sorted(unknown))}; valid: {', '.join(PROPERTY_KEYS)}")
@@ -173,7 +183,7 @@ class ReductionBufferHarness(wiring.Component):
         self.entries, self.max_length, self.timeout = entries, max_length, timeout
         self.liveness_slack = liveness_slack
         self.buffer = SmallReductionBuffer(entries=entries, max_length=max_length, flit_width=128,
-                                           timeout=timeout, alu=alu)
+                                           timeout=timeout, alu=alu, acc_stages=acc_stages)
         self.props = Properties()
         super().__init__({
             "alloc_valid": In(1), "alloc_src": In(6), "alloc_length": In(5), "alloc_expected": In(COUNT_BITS),
@@ -315,20 +325,27 @@ class ReductionBufferHarness(wiring.Component):
 
         # Stale: a contribution taken for k's rtag before k's grant was offered or after k ended is
         # counted in ``stale`` three cycles later (checked once k's rtag is known): checked at stage b,
-        # registered, then added (the buffer's counters lag their events by a cycle).
-        d_layout = data.StructLayout({"valid": 1, "rtag": RTAG_BITS, "out": 1, "pre": 1})
-        d1 = Signal(d_layout)
-        d2 = Signal(d_layout)
-        d3 = Signal(d_layout)
-        m.d.sync += [d1.valid.eq(c_take), d1.rtag.eq(c.rtag), d1.out.eq(~known_now | ended),
-                     d1.pre.eq(~known_now), d2.eq(d1), d3.eq(d2)]
+        # registered, then added (the buffer's counters lag their events by a cycle); plus up to
+        # ``acc_stages - 1`` cycles when it waits at b behind an operation to its row (the buffer waits
+        # on the row alone, before the entry check), so the count must rise within that window.
+        wait = self.buffer.acc_stages - 1
+        d_layout = data.StructLayout({"valid": 1, "rtag": RTAG_BITS, "out": 1, "pre": 1, "seen": 1})
+        d = [Signal(d_layout, name=f"d{i}") for i in range(1, 4 + wait)]
         stale_prev = Signal(32)
         m.d.sync += stale_prev.eq(buf.stale)
-        d3_stale_k = d3.valid & d3.out & known_now & (d3.rtag == rt)
+        inc = buf.stale == stale_prev + 1
+        m.d.sync += [d[0].valid.eq(c_take), d[0].rtag.eq(c.rtag), d[0].out.eq(~known_now | ended),
+                     d[0].pre.eq(~known_now), d[0].seen.eq(0)]
+        for i in range(1, len(d)):
+            m.d.sync += d[i].eq(d[i - 1])
+            if i >= 3:      # d[2] is "d3", the first cycle the count may rise
+                m.d.sync += d[i].seen.eq(d[i - 1].seen | inc)
+        last = d[-1]
+        last_stale_k = last.valid & last.out & known_now & (last.rtag == rt)
         if want("stale"):
             p.check(m, "a contribution for a tag not in flight is counted stale",
-                    ~d3_stale_k | (buf.stale == stale_prev + 1),
-                    d3_stale_k & d3.pre)
+                    ~last_stale_k | last.seen | inc,
+                    last_stale_k & last.pre)
 
         # Bounded liveness: once k must have timed out (age >= timeout + entries + 2), ``liveness_slack``
         # cycles of out.ready bring its answer out.

@@ -56,6 +56,7 @@ class ContribDriver(Agent):
         self.on_accept = on_accept
         self.accepted = 0
         self.not_ready_cycles = 0
+        self.not_ready_at = []        # the cycles counted in not_ready_cycles
         self.valid.value = 0
 
     def schedule(self, release: int, word: int, item) -> None:
@@ -85,6 +86,7 @@ class ContribDriver(Agent):
             self.current = None
         else:
             self.not_ready_cycles += 1
+            self.not_ready_at.append(cycle)
 
 
 class Request:
@@ -125,6 +127,7 @@ class BufferEnv:
         self.by_key = {}
         self.partial = []
         self.last_contrib_cycle = {}
+        self.accepted_log = []        # (cycle, rtag, flit) of every accepted contribution, in order
         self.latencies = []           # (last contribution accepted -> result header) per RED_RESP
         self.error_times = {}         # (src, tag) -> cycle of the ERROR header
         self.packets = 0
@@ -196,6 +199,7 @@ class BufferEnv:
 
     def _on_contrib(self, c: Contribution, cycle: int) -> None:
         self.last_contrib_cycle[c.rtag] = cycle
+        self.accepted_log.append((cycle, c.rtag, c.flit))
         pkt = self.model.contribute(c)
         if pkt is not None:
             self.sb.expect((pkt.header.dst, pkt.header.tag), pkt)
@@ -266,24 +270,69 @@ async def test_traffic(dut):
     assert env.max_in_use > 4, f"only {env.max_in_use} reductions were in flight at once"
 
 
+def same_row_waits(accepted_log, acc_stages: int) -> set:
+    """The cycles in which ``contrib.ready`` is low because the contribution at stage b waits for an
+    operation to its row in the first ``acc_stages - 1`` accumulate stages (the buffer's hazard rule):
+    a contribution accepted at ``a`` issues at ``max(a + 1, previous issue to its row + acc_stages)`` and
+    holds ``ready`` low from ``a + 1`` until then. Every accepted contribution here is a valid operation."""
+    issued = {}
+    waits = set()
+    for cycle, rtag, flit in accepted_log:
+        t = max(cycle + 1, issued.get((rtag, flit), -10) + acc_stages)
+        waits.update(range(cycle + 1, t))
+        issued[(rtag, flit)] = t
+    return waits
+
+
 @cocotb.test()
 async def test_back_to_back(dut):
     """Contributions to the same row on consecutive cycles (single-flit reductions with a wide fan-out,
-    all released at once) and to consecutive rows: absorbed one per cycle, no stall, bit-exact."""
+    all released at once) and to consecutive rows, bit-exact. With ``acc_stages=1`` nothing stalls; with
+    3, ``contrib.ready`` drops only in cycles the same-row rule predicts (a contribution to a row whose
+    previous operation is 1 or 2 cycles ahead waits), and whole packets of 3 or more flits back to back
+    (``min_length=3``: each destination's packet right after the previous one's) never stall."""
     env, s = _settings_env(dut, gap=0.0, stall=0.0, jitter=0)
+    stages = env.p.get("acc_stages", 3)
     await env.start()
-    reqs = []
+    lo = s.get("min_length", 1)
     for i in range(s.get("requests", 24)):
-        length = 1 if i % 2 == 0 else int(env.rng.integers(2, env.p["max_length"] + 1))
+        length = lo if i % 2 == 0 else int(env.rng.integers(max(lo, 2), env.p["max_length"] + 1))
         r = env.new_request(length=length, expected=int(env.rng.integers(2, 17)), lat=(40, 40))
-        r.latencies = [40] * r.expected            # all destinations at once: same row back to back
+        if lo >= 3:     # whole packets back to back: a destination's flits follow the previous one's
+            r.latencies = [40 + d * length for d in range(r.expected)]
+        else:           # all destinations at once: the same row back to back
+            r.latencies = [40] * r.expected
         env.submit(r)
-        reqs.append(r)
-    accepted0 = env.contrib.accepted
     await env.drain()
-    flits = env.contrib.accepted - accepted0
-    assert env.contrib.not_ready_cycles == 0, f"contrib.ready dropped {env.contrib.not_ready_cycles} times"
-    dut._log.info(f"{flits} contribution flits, ready never dropped")
+    flits = env.contrib.accepted
+    predicted = same_row_waits(env.accepted_log, stages)
+    stalls = env.contrib.not_ready_at
+    assert set(stalls) <= predicted, \
+        f"ready dropped outside the same-row rule at {sorted(set(stalls) - predicted)}"
+    if stages == 1 or lo >= 3:
+        assert not stalls, f"contrib.ready dropped {len(stalls)} times"
+    else:
+        assert stalls, "no same-row wait: the test did not exercise the hazard"
+    dut._log.info(f"{flits} contribution flits, ready low {len(stalls)} cycles")
+
+
+@cocotb.test()
+async def test_same_row_hazard(dut):
+    """Single-flit reductions whose destinations answer back to back (the same row 1 and 2 cycles apart)
+    under random valid gaps and output stalls: every result bit-exact against the model in arrival order
+    (a broken same-row wait or forwarding loses or misorders a contribution), and ``ready`` only drops
+    where the same-row rule says."""
+    env, s = _settings_env(dut, gap=0.3, stall=0.3, jitter=1)
+    stages = env.p.get("acc_stages", 3)
+    await env.start()
+    for i in range(s.get("requests", 24)):
+        r = env.new_request(length=1 if i % 3 else 2, expected=int(env.rng.integers(2, 9)), lat=(20, 22))
+        env.submit(r)
+    await env.drain()
+    predicted = same_row_waits(env.accepted_log, stages)
+    assert set(env.contrib.not_ready_at) <= predicted
+    if stages > 1:
+        assert env.contrib.not_ready_at, "no same-row wait: the test did not exercise the hazard"
 
 
 @cocotb.test()
@@ -422,16 +471,25 @@ async def test_timeout(dut):
 @cocotb.test()
 async def test_latency(dut):
     """A lone reduction: the result header is valid a fixed number of cycles after its last contribution,
-    then one result flit per cycle."""
+    then one result flit per cycle: ``LAST_TO_RESULT_CYCLES`` when the destinations answer one after the
+    other (the last contribution does not wait), ``+ acc_stages - 1`` when they answer at once (the last
+    contribution is right behind another to its row and waits)."""
     from hw.switch.reduction_buffer import LAST_TO_RESULT_CYCLES
     env, s = _settings_env(dut, gap=0.0, stall=0.0, jitter=0)
+    stages = env.p.get("acc_stages", 3)
     await env.start()
     flit_cycles = record_cycles(env.out, "on_item")
-    for length in (1, 4, env.p["max_length"]):
-        flit_cycles.clear()
-        env.submit(env.new_request(length=length, expected=3, lat=(10, 10)))
-        await env.drain()
-        assert flit_cycles == list(range(flit_cycles[0], flit_cycles[0] + length + 1)), \
-            f"result flits not back to back: {flit_cycles}"
-    assert set(env.latencies) == {LAST_TO_RESULT_CYCLES}, \
-        f"last contribution -> result header {env.latencies}, documented {LAST_TO_RESULT_CYCLES}"
+    for together in (False, True):
+        env.latencies.clear()
+        for length in (1, 4, env.p["max_length"]):
+            flit_cycles.clear()
+            r = env.new_request(length=length, expected=3, lat=(10, 10))
+            if not together:
+                r.latencies = [10 + d * (length + 3) for d in range(r.expected)]
+            env.submit(r)
+            await env.drain()
+            assert flit_cycles == list(range(flit_cycles[0], flit_cycles[0] + length + 1)), \
+                f"result flits not back to back: {flit_cycles}"
+        want = LAST_TO_RESULT_CYCLES + (stages - 1 if together else 0)
+        assert set(env.latencies) == {want}, \
+            f"last contribution -> result header {env.latencies}, documented {want} (together={together})"
