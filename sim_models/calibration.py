@@ -15,8 +15,10 @@ How each figure enters the model (see ``docs/estimator.md``):
 * ``tlb_translations_per_cycle`` -- per switch port; a dynamic packet with ``d`` destinations needs ``d``
   translations, so the uplink can carry at most ``translations_per_cycle * packet_flits / d`` of its line
   rate.
-* ``reduce_flits_per_cycle`` -- contribution flits one reduction engine absorbs per cycle; one engine per
-  switch port, so a home GPU's ports absorb ``links * rate`` flits per cycle of its partials.
+* ``reduce_flits_per_cycle`` -- contribution flits one reduction engine absorbs per cycle when the
+  responses arrive whole, one after another (as the switch's packet-atomic response network delivers
+  them); one engine per switch port, so a home GPU's ports absorb ``links * rate`` flits per cycle of its
+  partials. (The bench's flit-interleaved worst case is reported beside it, not used.)
 * ``reduce_last_to_result_cycles`` -- added to every in-switch-reduced combine.
 * ``tracker_updates_per_cycle`` -- token-tracker updates per cycle per link (one per arriving packet):
   caps the fused pipeline's dispatch arrival rate.
