@@ -71,16 +71,20 @@ class InputUnit(wiring.Component):
     Ports
     -----
     ``rx``: credit link in. ``group_handle``/``group_mask``: lookup into the switch group table
-    (combinational). ``req``/``req_class``: request vector to the allocator (zero while busy).
-    ``grant``: accepted outputs, from the allocator, this cycle; a non-zero grant starts a transfer next
-    cycle. ``dests``/``releasing``: outputs held by the transfer in progress and whether its last flit is
-    read this cycle. ``space``: per output, the egress can take ``lanes`` more flits. ``out_valid[k]``/
+    (combinational). ``req``/``req_class``: request vector to the allocator, from registers only (zero
+    while busy, while a grant is starting, and in the cycle the last flit is read).
+    ``grant``: the outputs accepted for the previous cycle's request (the switch registers the
+    allocator's match); a non-zero grant dequeues now and starts a transfer next cycle.
+    ``dests``/``releasing``: outputs held by the transfer in progress and whether its last flit is read
+    this cycle. ``space``: per output, the egress can take ``lanes`` more flits. ``out_valid[k]``/
     ``out_flit[k]``/``out_dests``: crossbar input, ``lanes`` flits per cycle (lane 0 first), one cycle
     after the read. ``err_valid``/``err_code``: one error event
     per cycle for the status counters.
 
-    Timing: header arrives in cycle t; it can be granted in t+1, read in t+2 and be at the crossbar output
-    in t+3. One flit per cycle in and out.
+    Timing: header arrives in cycle t; it can be requested and matched in t+1, granted (dequeued) in
+    t+2, read in t+3 and be at the crossbar output in t+4. One flit per cycle in and out; between two
+    transfers of one input the reader idles two cycles (request, grant), hidden by the ``lanes`` = 2
+    speedup.
     """
 
     def __init__(self, *, port: int | None, n_ports: int, credits: int, flit_width: int = DEFAULT_FLIT_WIDTH,
@@ -372,8 +376,11 @@ class InputUnit(wiring.Component):
         freed = [Signal(name=f"lane{k}_freed") for k in range(L)]
         for k in range(L):
             m.d.comb += freed[k].eq(lane_issue[k] & rd_free)
+        # Cells freed by the reads, counted in ``used`` and returned as credits one cycle later: the
+        # count moves from one to the other in the same cycle (``held`` stays exact), and the reader's
+        # issue logic then feeds no adder.
         n_freed = Signal(range(L + 1))
-        m.d.comb += n_freed.eq(sum(freed))
+        m.d.sync += n_freed.eq(sum(freed))
 
         # Crossbar-side pipeline register (aligned with the synchronous cell read).
         o_valid = Signal(L)
@@ -434,15 +441,16 @@ class InputUnit(wiring.Component):
         m.d.comb += mc_vec.eq(Mux(mq_has & ~(mc_arriving & ((mc_res & mc_block).any() | ~cut_ok)),
                                   mc_res & ~mc_block, 0))
         prefer_mask = Signal()
-        avail = ~rd_active | release
+        # Requests come from registers only: an input asks again the cycle after its last read (not in
+        # it) and not while its registered match is starting, so no reader logic feeds the allocator.
+        avail = ~rd_active & ~self.grant.any()
         cls = Signal(2)
-        with m.If((eq_count - eq_pop) != 0):    # not counting an entry leaving this cycle
+        with m.If(eq_count != 0):               # nothing leaves the error queue while avail
             m.d.comb += cls.eq(REQ_ERR)
         with m.Elif(mc_vec.any() & (prefer_mask | ~uc_vec.any())):
             m.d.comb += cls.eq(Mux(mc_arriving, REQ_MASK_ALL, REQ_MASK))
         with m.Else():
             m.d.comb += cls.eq(REQ_UC)
-        is_mask = cls[0]
         vec = Signal(N)
         own = Const(1 << self.port, N) if isinstance(self.port, int) else decode(m, self.port, N, name="own_port")
         with m.Switch(cls):
@@ -454,21 +462,26 @@ class InputUnit(wiring.Component):
                 m.d.comb += vec.eq(uc_vec)
         m.d.comb += [self.req.eq(Mux(avail, vec, 0)), self.req_class.eq(cls)]
 
-        # A grant starts a new transfer next cycle.
+        # The grant is the match registered from the previous cycle's request, whose class is kept here;
+        # the queues it names cannot have changed meanwhile (only a start dequeues, and enqueues only
+        # append). A grant starts a new transfer next cycle.
+        req_cls = Signal(2)
+        m.d.sync += req_cls.eq(cls)
         start = Signal()
         m.d.comb += start.eq(self.grant.any())
         with m.If(start):
-            m.d.sync += [rd_active.eq(1), rd_dests.eq(self.grant), rd_err.eq(cls == REQ_ERR)]
-            with m.If(cls != REQ_ERR):
-                m.d.sync += prefer_mask.eq(cls == REQ_UC)
+            m.d.sync += [rd_active.eq(1), rd_dests.eq(self.grant), rd_err.eq(req_cls == REQ_ERR)]
+            with m.If(req_cls != REQ_ERR):
+                m.d.sync += prefer_mask.eq(req_cls == REQ_UC)
         with m.Elif(release):
             m.d.sync += rd_active.eq(0)
+        is_mask = req_cls[0]
 
         # Dequeue at the grant: a unicast packet always; the mask-queue head on its last fanout round.
         deq = Signal(n_q)
         start_q = Signal(range(max(2, n_q)))
         mc_final = (mc_res & ~self.grant) == 0
-        with m.If(start & (cls == REQ_UC)):
+        with m.If(start & (req_cls == REQ_UC)):
             m.d.comb += start_q.eq(onehot_to_index(self.grant))
             m.d.comb += deq.eq(1 << start_q)
         with m.Elif(start & is_mask):
@@ -477,9 +490,9 @@ class InputUnit(wiring.Component):
                 m.d.comb += deq.eq(1 << MQ)
         head_sel = Signal(cell_shape)
         m.d.comb += head_sel.eq(or_reduce([Mux(start_q == q, q_head[q], 0) for q in range(n_q)]))
-        with m.If(start & (cls != REQ_ERR)):
+        with m.If(start & (req_cls != REQ_ERR)):
             m.d.sync += [rd_cell.eq(head_sel),
-                         rd_free.eq((cls == REQ_UC) | mc_final)]
+                         rd_free.eq((req_cls == REQ_UC) | mc_final)]
         m.d.comb += pnext_r.addr.eq(head_sel)
         m.d.comb += pmask_r.addr.eq(pnext_r.data)
         m.d.comb += pseq_r.addr.eq(pnext_r.data)

@@ -16,7 +16,8 @@ Contract
   the arrival port, and ``err_count[code]`` increments. A length that disagrees with ``last`` is found at
   the packet's end, after cut-through forwarding began: the packet is ended with ``poison`` (receivers
   drop it), the error response and counter are as above.
-* Latency: header in at cycle t, header out at t+4 with no contention. Throughput: one flit per cycle
+* Latency: header in at cycle t, header out at t+5 with no contention (the allocator's match is
+  registered, see :class:`~hw.switch.input_unit.InputUnit`). Throughput: one flit per cycle
   per port on every link. Inside, each input reads ``speedup`` cells per cycle into a crossbar lane per
   cell and each output queues what it cannot send yet (combined input/output queueing): packet-mode
   matching then loses little when inputs and outputs free up at different times. ``queueing="fifo"``
@@ -105,6 +106,10 @@ class NVSwitch(wiring.Component):
         m.d.comb += self.cfg_errors.eq(groups.cfg_errors)
 
         m.submodules.alloc = alloc = ISlipAllocator(N, self.iterations)
+        # The match is registered: an input dequeues and starts reading the cycle after its request, so
+        # request -> grant -> accept and accept -> dequeue are separate register-to-register paths.
+        match = [Signal(N, name=f"match{i}") for i in range(N)]
+        m.d.sync += [match[i].eq(alloc.accept[i]) for i in range(N)]
         inputs = []
         for i in range(N):
             # The index is a strap input, so the N input units are one Verilog module (hw.emission).
@@ -119,15 +124,16 @@ class NVSwitch(wiring.Component):
                 iu.group_mask.eq(groups.lookup_mask[i]),
                 alloc.req[i].eq(iu.req),
                 alloc.req_class[i].eq(iu.req_class),
-                iu.grant.eq(alloc.accept[i]),
+                iu.grant.eq(match[i]),
             ]
 
-        # Output ownership: an output is busy from its grant until its packet's last flit is read.
+        # Output ownership: an output is busy from its match until the cycle after its packet's last flit
+        # is read (the release is registered, so no reader logic feeds the allocator).
         out_busy = Signal(N)
         release = Signal(N)
         m.d.comb += release.eq(or_reduce([Mux(iu.releasing, iu.dests, 0) for iu in inputs]))
         admit = Signal(N)   # the output queue can take a whole new packet (speedup 2), see below
-        m.d.comb += alloc.out_free.eq((~out_busy | release) & admit)
+        m.d.comb += alloc.out_free.eq(~out_busy & admit)
         newly = or_reduce([alloc.accept[i] for i in range(N)])
         m.d.sync += out_busy.eq((out_busy & ~release) | newly)
 

@@ -27,5 +27,5 @@ BLOCKS = {
     "receive_path": ("GPU receive path (3 credits, max_payload 2): a poisoned or misframed packet commits nothing",
                      lambda: ReceivePathHarness(), 10, 8),
     "switch": ("NVSwitch datapath (4 ports, 2 active; 4 credits, max_payload 1, speedup 1): atomic, lossless",
-               lambda: SwitchHarness(), 9, 10),
+               lambda: SwitchHarness(), 9, 13),
 }

@@ -10,12 +10,13 @@ inputs competing for two outputs already exercise contention, fanout splitting a
 Every output, idle or not, is checked.
 
 Proof: bounded model check to depth 9 (``dysharp formal switch``, yices; about 3 minutes on the shared
-machine, each further step costs several times the one before) and every ``Cover`` reached within 10.
-A header takes 4 cycles from ingress to egress, so 9 cycles hold two packets per input and a second
-packet of a contended output (the atomicity cover, output 0 carrying packets of both inputs, is reached
-at step 9): one round of contention and hand-over, not long traffic; k-induction does not close over the
-cell buffers' free-list state. The default test suite checks depth 7 (seconds). ``ports`` 2 is not
-possible: the block's minimum is 4.
+machine, each further step costs several times the one before) and every ``Cover`` reached within 13
+(10 before the allocator's match and the freed-cell count were registered: a header now takes 5 cycles
+from ingress to egress, a freed cell's credit returns a cycle later, and an input asks for its next
+match only after its transfer ends). The atomicity cover (output 0 carrying packets of both inputs, with
+payload) is reached at step 12 (was 9): one round of contention and hand-over, not long traffic;
+k-induction does not close over the cell buffers' free-list state. The default test suite checks depth 7
+(seconds). ``ports`` 2 is not possible: the block's minimum is 4.
 
 Environment (the block's documented contract, by construction):
 
