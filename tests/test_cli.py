@@ -206,6 +206,8 @@ def test_reduction_markdown_table_cells():
     rep = {"command": "x", "workload": {"fanout": 4, "length": 2, "etype": "FP32", "op": "ADD"},
            "buffer": {"contribution_flits": 10, "cycles": 10, "flits_per_cycle": 1.0, "ready_low_cycles": 0,
                       "last_to_result_cycles": 7},
+           "buffer_whole": {"contribution_flits": 4528, "cycles": 4531, "flits_per_cycle": 4528 / 4531,
+                            "ready_low_cycles": 3},
            "calibration": {"reduce_last_to_result_cycles": 8, "reduce_request_overhead_cycles": 24}, "flow": flow,
            "alu_latency_cycles": 2}
     md = markdown(rep)
@@ -214,6 +216,7 @@ def test_reduction_markdown_table_cells():
     assert re.search(r"\| one at a time +\| 0\.0135 \(0\.0135\) +\| 0\.0011 \(0\.0012\) +\|", md)
     assert re.search(r"\| 800 +\| 824 +\| 68\.7 +\|", md)
     assert "|---" in md
+    assert "arriving whole" in md and "**0.999 flits/cycle** (`ready` low 3" in md
 
 
 def test_reduction_bench_rejects_bad_points(capsys, tmp_path):
