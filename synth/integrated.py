@@ -298,8 +298,8 @@ def power_rows(point: dict | None = None, *, hierarchical_sum: bool = True, **ru
              "store_flit_delivered": ("store flits out per port per cycle", "translated WRITE copies (VC 0)"),
              "reduction": ("reductions completed per port per cycle", "RED_RESP results")}
     for k, v in w["events"].items():
-        label, note = names.get(k, (f"{k} per port per cycle", ""))
-        add(label, v / cyc / n, "", note)
+        quantity, note = names.get(k, (f"{k} per port per cycle", ""))
+        add(quantity, v / cyc / n, "", note)
     add("uplink busy", (w["dispatched_flits"] + w["ld_reduce_requests"] + w["events"]["gpu_answer_flit"]) / cyc / n,
         "flits/cycle", "stores + ld_reduce requests + answers, per GPU link")
     for g, name in (("no_gating", "no clock gating"), ("clock_gated", "ideal register clock gating")):
@@ -315,8 +315,8 @@ def power_rows(point: dict | None = None, *, hierarchical_sum: bool = True, **ru
         moved = (w["dispatched_flits"] + w["reduced_flits"]) / cyc
         add(f"  energy per dispatched or reduced flit, {name}", x["total_mw"] / (moved * run["freq_ghz"]), "pJ",
             "the whole switch's power over both flit rates together")
-        for label, mw, leak, count in _array_groups(x["arrays"]):
-            add(f"  arrays: {label}, {name}", mw, "mW", f"{count} arrays, leakage {leak:.1f} mW")
+        for group, mw, leak, count in _array_groups(x["arrays"]):
+            add(f"  arrays: {group}, {name}", mw, "mW", f"{count} arrays, leakage {leak:.1f} mW")
     add("activity", p["seeded_nets"], "nets seeded", f"{p['ff_seeded']}/{p['ff_total']} flip-flops measured; "
         f"{p['activity_source']}")
     return rows

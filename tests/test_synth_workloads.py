@@ -86,3 +86,25 @@ def test_integrated_power_refuses_a_hierarchical_point():
     from synth import integrated
     with pytest.raises(ValueError, match="costed from its parts, not flat"):
         integrated.power_rows({"ports": 8})
+
+
+def test_integrated_power_rows_name_their_point(monkeypatch):
+    """Every row of the integrated power table carries the point it was measured at (an event's or an
+    array group's name once leaked into the point column)."""
+    from synth import area, integrated, power_study
+
+    flat = {"area_um2": 3.0, "cell_count": 1, "verilog_mb": 0.1, "area_random_logic_um2": 1.0,
+            "area_seq_um2": 0.5, "arrays_um2": 2.0, "arrays": [], "array_bits": 8, "transistors": 10,
+            "critical_path_ps": 600.0, "timing_source": "OpenSTA"}
+    monkeypatch.setattr(area, "area_point", lambda *a, **k: area.AreaPoint("dysharp_switch", {}, {}, flat))
+    gated = {"total_mw": 2.0, "cells": {"total_mw": 1.0}, "arrays_mw": 1.0, "leakage_mw": 0.1,
+             "pj_per_dispatched_flit": 5.0, "pj_per_reduced_flit": 6.0,
+             "arrays": [{"name": "engine0.buf.partial", "total_mw": 1.0, "leakage_mw": 0.1}]}
+    run = {"workload": {"cycles": 100, "dispatched_flits": 40, "reduced_flits": 20, "ld_reduce_requests": 4,
+                        "events": {"gpu_answer_flit": 50, "reduction": 2}},
+           "no_gating": gated, "clock_gated": gated, "seeded_nets": 3, "ff_seeded": 1, "ff_total": 1,
+           "activity_source": "VCD"}
+    monkeypatch.setattr(power_study, "power_points", lambda *a, **k: [run])
+    rows = integrated.power_rows({"ports": 4}, hierarchical_sum=False)
+    assert {r["point"] for r in rows} == {"ports=4"}
+    assert any(r["quantity"] == "  arrays: reduction engines' partial-sum SRAMs, no clock gating" for r in rows)
