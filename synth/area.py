@@ -246,6 +246,18 @@ MACRO_FF_MAX_ENTRIES = 256
 MACRO_FF_SLICES = (64, 128)
 
 
+def _macro_ff(text: str, work: Path, lib, liberty_path: Path, period_ps: float, msg: str | None) -> dict:
+    """A macro's Verilog ``text`` (top ``dysharp_macro``) synthesized alone as flip-flops in ``work``."""
+    if msg:
+        print(msg, flush=True)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "macro.v").write_text(text)
+    r = yosys_flow.synthesize(work / "macro.v", "dysharp_macro", lib, liberty_path, period_ps=period_ps,
+                              workdir=work)
+    return {"area_um2": r["area_um2"], "area_seq_um2": r["area_seq_um2"], "transistors": r["transistors"],
+            "yosys_s": r["yosys_s"]}
+
+
 def _macro_ff_from_slices(kind, geom: dict, lib, liberty_path: Path, lib_sha: str, period_ps: float,
                           quiet: bool) -> dict:
     """The flip-flop figure of a macro of ``geom`` from its kind's RTL at the ``MACRO_FF_SLICES`` depths."""
@@ -256,17 +268,11 @@ def _macro_ff_from_slices(kind, geom: dict, lib, liberty_path: Path, lib_sha: st
         text = verilog.convert(kind.build(**g), name="dysharp_macro", emit_src=False)
         work = BUILD / "macro" / f"slice-{kind.name}{e}x{geom['key_width']}+{geom['value_width']}"
 
-        def run(text=text, work=work, e=e):
-            if not quiet:
-                print(f"[area] macro {kind.name}: synthesizing a {e}-entry slice as flip-flops ...", flush=True)
-            work.mkdir(parents=True, exist_ok=True)
-            (work / "macro.v").write_text(text)
-            r = yosys_flow.synthesize(work / "macro.v", "dysharp_macro", lib, liberty_path, period_ps=period_ps,
-                                      workdir=work)
-            return {"area_um2": r["area_um2"], "area_seq_um2": r["area_seq_um2"], "transistors": r["transistors"],
-                    "yosys_s": r["yosys_s"]}
+        msg = None if quiet else f"[area] macro {kind.name}: synthesizing a {e}-entry slice as flip-flops ..."
         figs.append(_cached(("macro-ff", hashlib.sha256(text.encode()).hexdigest(), yosys_flow.FLOW_VERSION,
-                             lib_sha, _yosys_id(), period_ps), run))
+                             lib_sha, _yosys_id(), period_ps),
+                            lambda text=text, work=work, msg=msg: _macro_ff(text, work, lib, liberty_path,
+                                                                           period_ps, msg)))
     return ff_extrapolate(figs, MACRO_FF_SLICES, geom["entries"])
 
 
@@ -299,14 +305,8 @@ def cost_macro(mac: dict, verilog_text: str, lib, liberty_path: Path, period_ps:
     work = BUILD / "macro" / f"{key}-{digest}"
 
     def ff_run():
-        if not quiet:
-            print(f"[area] macro {key}: synthesizing it alone as flip-flops (the upper bound) ...", flush=True)
-        work.mkdir(parents=True, exist_ok=True)
-        (work / "macro.v").write_text(text)
-        r = yosys_flow.synthesize(work / "macro.v", "dysharp_macro", lib, liberty_path, period_ps=period_ps,
-                                  workdir=work)
-        return {"area_um2": r["area_um2"], "area_seq_um2": r["area_seq_um2"], "transistors": r["transistors"],
-                "yosys_s": r["yosys_s"]}
+        return _macro_ff(text, work, lib, liberty_path, period_ps, None if quiet else
+                         f"[area] macro {key}: synthesizing it alone as flip-flops (the upper bound) ...")
     if geom["entries"] <= MACRO_FF_MAX_ENTRIES:
         out["ff"] = _cached(("macro-ff", hashlib.sha256(text.encode()).hexdigest(), yosys_flow.FLOW_VERSION,
                              lib_sha, _yosys_id(), period_ps), ff_run,
