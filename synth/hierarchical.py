@@ -187,20 +187,16 @@ def _part_area(area, key: str, name: str, prm: dict, kw: dict):
         ap = area.area_point(key, prm, **kw)
         return ap.result, ap.skipped
     w0, w1 = WIDTH_SLICED[name]
-    key0, key1 = f"{key}_w{w0}", f"{key}_w{w1}"
-    spec = registry.MODULES[key]
+    # The slices are registered like parts, next to the part (``<prefix>__part_<name>_w<width>``).
+    prefix = key.rsplit("__part_", 1)[0]
+    slices = [(f"{name}_w{w}", registry.MODULES[key].factory, {**prm, "width": w}, 1) for w in (w0, w1)]
     sliced = []
-    try:
-        for k, w in ((key0, w0), (key1, w1)):
-            registry.MODULES[k] = registry.ModuleSpec(k, spec.factory, [{**prm, "width": w}], None,
-                                                      f"{spec.doc} at width {w}")
-            ap = area.area_point(k, {**prm, "width": w}, **kw)
+    with _part_modules(prefix, slices) as names:
+        for sname, _factory, sprm, _ in slices:
+            ap = area.area_point(names[sname], sprm, **kw)
             if ap.result is None:
                 return None, ap.skipped
             sliced.append(ap.result)
-    finally:
-        registry.MODULES.pop(key0, None)
-        registry.MODULES.pop(key1, None)
     return width_extrapolate(sliced[0], sliced[1], w0, w1, prm["width"]), None
 
 
