@@ -57,10 +57,10 @@ closes the 640 ps port clock (docs/area_power.md, "Timing closure at 640 ps").
 stages (without stalls, the one accepted ``acc_stages`` cycles earlier), whatever is still in the first
 two stages. With ``acc_stages=1`` the two forms are the same.
 
-``chain_copies`` (default 1) widens ``chain`` to that many copies of the flag, copy ``j`` selecting the
-operand of lanes ``[j*n, (j+1)*n)`` (``n = lanes / chain_copies``): a user that drives them from
-separate flip-flops splits the select's fan-out (one flip-flop driving every lane cost 2-3 ns
-at 45 nm in this flow). All copies must be equal.
+``chain_copies`` (default 1) widens the two operand-select flags, ``chain`` and ``first``, to that many
+copies of each flag, copy ``j`` selecting the operand of lanes ``[j*n, (j+1)*n)`` (``n = lanes /
+chain_copies``): a user that drives them from separate flip-flops splits the select's fan-out (one
+flip-flop driving every lane cost 2-3 ns at 45 nm in this flow). All copies of a flag must be equal.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
@@ -98,8 +98,8 @@ def alu_in_layout(flit_width: int, user_width: int, chain_copies: int = 1) -> da
         "data": flit_width,
         "etype": EType,
         "op": RedOp,
-        "first": 1,
-        "chain": chain_copies,   # copies of one flag, each selecting for its share of the lanes
+        "first": chain_copies,   # copies of one flag, each selecting for its share of the lanes
+        "chain": chain_copies,
         "user": user_width,
     })
 
@@ -323,8 +323,8 @@ class ReduceALU(wiring.Component):
     Parameters: ``flit_width`` (128/256/512: 8/16/32 16-bit lanes), ``user_width`` (1..64 bits carried
     alongside each operation), ``acc_stages`` (1 or 3, see the module docstring), ``chain_hold`` (default
     True: a ``chain`` input waits for the previous operation; False: the user keeps chained operations
-    ``acc_stages`` cycles apart itself), ``chain_copies`` (copies of the ``chain`` flag, dividing the
-    lanes; default 1). Latency ``self.latency``
+    ``acc_stages`` cycles apart itself), ``chain_copies`` (copies of the ``chain`` and ``first`` flags,
+    dividing the lanes; default 1). Latency ``self.latency``
     = :data:`LATENCY` + ``acc_stages`` - 1, throughput one flit per cycle (with ``acc_stages=3``, an
     operation with ``chain`` waits until the previous one has left the accumulate stages), whole-pipeline
     stall on output backpressure.
@@ -375,7 +375,7 @@ class ReduceALU(wiring.Component):
         v1 = cut(self.i.valid & self.i.ready, 1, "acc_v1")
         v2 = cut(v1, 1, "acc_v2")
         in_flight = (v1 | v2) if self.acc_stages > 1 and self.chain_hold else Const(0)
-        m.d.comb += self.i.ready.eq(advance & ~(p.chain[0] & ~p.first & in_flight))
+        m.d.comb += self.i.ready.eq(advance & ~(p.chain[0] & ~p.first[0] & in_flight))
         etype_late = cut(cut(etype, 3, "acc_et1"), 3, "acc_et2")
         user_late = cut(cut(p.user, self.user_width, "acc_user1"), self.user_width, "acc_user2")
         ident = _named(m, _identity_value(etype, op), 32, "ident")
@@ -390,9 +390,9 @@ class ReduceALU(wiring.Component):
             else:   # only 16-bit types use the upper lanes
                 b = Mux(etype == EType.BF16, Cat(Const(0, 16), h), wide_fp16)
             b = _named(m, b, 32, f"b{lane}")
-            chain = p.chain[lane * self.chain_copies // L16]
-            prev = Mux(chain, s1_acc[32 * lane:32 * lane + 32], p.acc[32 * lane:32 * lane + 32])
-            a = _named(m, Mux(p.first, ident, prev), 32, f"a{lane}")
+            copy = lane * self.chain_copies // L16
+            prev = Mux(p.chain[copy], s1_acc[32 * lane:32 * lane + 32], p.acc[32 * lane:32 * lane + 32])
+            a = _named(m, Mux(p.first[copy], ident, prev), 32, f"a{lane}")
             r = lane_accumulate(m, a, b, etype, op, f"l{lane}", int_lane=lane < L32, cut=cut)
             if lane >= L32:
                 r = Mux(is16, r, 0)

@@ -496,8 +496,14 @@ class ReductionBuffer(wiring.Component):
                      meta_rc.en.eq(~b_wait & self.contrib.valid), prog_rc.en.eq(~b_wait & self.contrib.valid), rows.c_addr.eq(Cat(c.flit[0:SB], c_entry)), rows.take.eq(take)]
         with m.If(~b_wait):
             m.d.sync += b_valid.eq(take)
+        # Copies of b's flit index for the ALU's `first` select, one per 32-bit lane pair (like RowTracker's
+        # matches): copy j holds (flit - j) mod 2**SB and indexes the touched bits rotated by j, so the
+        # copies are distinct flip-flops and mux trees and each drives 1/L16 of the lanes.
+        P = 1 << SB
+        flit_copy = [Signal(SB, name=f"b_flit{j}") for j in range(L16)]
         with m.If(take):
             m.d.sync += b.eq(c)
+            m.d.sync += [flit_copy[j].eq(c.flit[0:SB] - (j % P)) for j in range(L16)]
 
         # ---- Stage b: check the entry, select the operand, accumulate; progress and events.
         b_entry = b.rtag[0:EB]
@@ -514,6 +520,12 @@ class ReductionBuffer(wiring.Component):
         m.d.comb += op_valid.eq(live & ~b.abort & ~mismatch)
         touched = Signal()
         m.d.comb += touched.eq(pr.touched.bit_select(b.flit, 1) if ML > 1 else pr.touched[0])
+        # touched[flit] for op_valid contributions (flit < length <= ML), one copy per lane pair.
+        padded = Cat(pr.touched, Const(0, P - ML))
+        first = Signal(L16)
+        for j in range(L16):
+            r = j % P
+            m.d.comb += first[j].eq(~Cat(padded[r:], padded[:r]).bit_select(flit_copy[j], 1))
         count_in = Mux(rows.chain[0], rows.chain_count, Mux(rows.fwd[0], rows.fwd_count, row.count))
         new_count = Signal(COUNT_BITS)
         m.d.comb += new_count.eq(Mux(touched, count_in, 0) + 1)
@@ -535,7 +547,7 @@ class ReductionBuffer(wiring.Component):
             alu.i.payload.data.eq(b.data),
             alu.i.payload.etype.eq(md.etype),
             alu.i.payload.op.eq(md.op),
-            alu.i.payload.first.eq(~touched),
+            alu.i.payload.first.eq(first),
             alu.i.payload.chain.eq(rows.chain),
             alu.i.payload.user.eq(0),
             alu.o.ready.eq(1),

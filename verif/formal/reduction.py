@@ -110,7 +110,7 @@ class IntAddALU(ReduceALU):
         if self.use_chain:
             prev = Mux(p.chain[0], s1_acc[0:32], prev)      # lane 0's copy
         # The sum is formed from the operands at the input; the extra accumulate stages only delay it.
-        valid, acc, user = self.i.valid, (Mux(p.first, 0, prev) + p.data[0:32])[0:32], p.user
+        valid, acc, user = self.i.valid, (Mux(p.first[0], 0, prev) + p.data[0:32])[0:32], p.user
         for k in range(self.acc_stages - 1):
             v_k, a_k = Signal(name=f"acc_v{k}"), Signal(32, name=f"acc_a{k}")
             u_k = Signal.like(s1_user, name=f"acc_u{k}")
