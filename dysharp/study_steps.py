@@ -15,33 +15,92 @@ def md_table(rows, headers) -> str:
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
+JOBS = None     # worker processes of the Verilog and lint steps (None: the task engine's default)
+
+
 def study_points(args) -> list[tuple[str, dict]]:
-    """Every module's standard points (the 64-port switch included); ``--quick``: each module's first."""
+    """The points the Verilog and lint steps cover: ``--quick``, each module's first standard point;
+    default, each module at its architecture point (the 64-port DySHARP addition, :mod:`synth.scaling`;
+    the registry's defaults for a module outside it), the 64-port switch and the 64-port integrated switch
+    (:data:`synth.integrated.ARCH_POINT`); ``--full``, every standard point."""
+    names = sorted(registry.MODULES)
     if getattr(args, "quick", False):
-        return [(n, registry.get(n).points[0]) for n in sorted(registry.MODULES)]
-    return [(n, p) for n in sorted(registry.MODULES) for p in registry.get(n).points]
+        return [(n, registry.get(n).points[0]) for n in names]
+    if getattr(args, "full", False):
+        return [(n, p) for n in names for p in registry.get(n).points]
+    from synth import scaling
+    from synth.integrated import ARCH_POINT
+    from synth.study_step import EXTRA_POINTS
+    arch = {n: scaling.architecture_point(n) or {} for n in names}
+    arch.update({n: p for n, p in EXTRA_POINTS.items() if n in arch})
+    if "dysharp_switch" in arch:
+        arch["dysharp_switch"] = dict(ARCH_POINT)
+    return list(arch.items())
+
+
+def _verilog_and_lint(item) -> dict:
+    """One point: its Verilog (``auto`` emission), then, with ``lint``, ``verilator --lint-only -Wall`` on it
+    (a task of :func:`dysharp.engine.map_tasks`)."""
+    import time
+
+    from dysharp.commands.lint import lint_file
+    name, params, lint = item
+    t0 = time.time()
+    path = registry.generate_verilog(name, params, "build/verilog", emission="auto")
+    row = {"path": str(path), "mb": path.stat().st_size / 1e6, "verilog_s": time.time() - t0}
+    if lint:
+        t0 = time.time()
+        waived, problems = lint_file(path, name)
+        row.update(lint_s=time.time() - t0, problems=problems, waived=dict(waived))
+    return row
+
+
+def verilog_points(args, lint: bool) -> list[dict]:
+    """:func:`_verilog_and_lint` over :func:`study_points` on the task engine, the largest points first (by
+    GPUs, ports and table entries, a rough size order) so that the two workers end together."""
+    from dysharp import engine
+    points = study_points(args)
+
+    def size(point):
+        p = registry.get(point[0]).resolve(point[1])
+        return 16 * p.get("gpus", 0) + p.get("ports", 0) + p.get("entries", 0) / 16
+    order = sorted(range(len(points)), key=lambda i: size(points[i]), reverse=True)
+    rows = engine.map_tasks(_verilog_and_lint, [(*points[i], lint) for i in order],
+                            desc="verilog + lint" if lint else "verilog", progress=True, jobs=JOBS,
+                            labels=[" ".join([points[i][0]] + [f"{k}={v}" for k, v in points[i][1].items()])
+                                    for i in order])
+    out = [None] * len(points)
+    for i, r in zip(order, rows):
+        out[i] = {"module": points[i][0], "params": points[i][1], **r}
+    return out
 
 
 def verilog_step(args, out: Path) -> str:
-    """Every point's Verilog; the big switch points with one module per distinct sub-block (``auto``,
-    :func:`hw.registry.emission_for`)."""
-    from dysharp.commands.verilog import generate
-    points = study_points(args)
-    paths = generate(points, "build/verilog", quiet=True, emission="auto")
-    rows = [[n, str(p), f"`{path}`", f"{path.stat().st_size / 1e6:.2f}"] for (n, p), path in zip(points, paths)]
-    return "## Verilog\n\n" + md_table(rows, ["module", "parameters", "file", "MB"])
+    """The study points' Verilog, two points at a time; the big switch points with one module per distinct
+    sub-block (``auto``, :func:`hw.registry.emission_for`)."""
+    rows = verilog_points(args, lint=False)
+    (out / "verilog.json").write_text(json.dumps(rows, indent=1) + "\n")
+    return "## Verilog\n\n" + md_table(
+        [[r["module"], str(r["params"]), f"`{r['path']}`", f"{r['mb']:.2f}", f"{r['verilog_s']:.1f}"] for r in rows],
+        ["module", "parameters", "file", "MB", "seconds"])
 
 
 def lint_step(args, out: Path) -> str:
-    from dysharp.commands.lint import lint_file
-    rows = []
-    for n, p in tqdm(study_points(args), desc="lint", unit="file", leave=False, dynamic_ncols=True):
-        path = registry.generate_verilog(n, p, "build/verilog", emission="auto")
-        waived, problems = lint_file(path, n)
-        rows.append([n, str(p), "clean" if not problems else f"{len(problems)} warnings",
-                     ", ".join(f"{k} {v}" for k, v in sorted(waived.items()))])
-    return ("## Lint (`verilator --lint-only -Wall`)\n\n" +
-            md_table(rows, ["module", "parameters", "result", "waived categories"]))
+    """``verilator --lint-only -Wall`` on the study points' Verilog, two files at a time. Fails (raises) when
+    any file has an unwaived warning, after the table is written."""
+    rows = verilog_points(args, lint=True)
+    (out / "lint.json").write_text(json.dumps(rows, indent=1) + "\n")
+    table = md_table([[r["module"], str(r["params"]),
+                       "clean" if not r["problems"] else f"{len(r['problems'])} warnings",
+                       ", ".join(f"{k} {v}" for k, v in sorted(r["waived"].items())), f"{r['lint_s']:.1f}"]
+                      for r in rows], ["module", "parameters", "result", "waived categories", "seconds"])
+    bad = [r for r in rows if r["problems"]]
+    for r in bad:
+        print(f"{r['path']}:\n" + "\n".join(f"    {line}" for line in r["problems"][:20]))
+    if bad:
+        raise RuntimeError(f"lint: {len(bad)} of {len(rows)} file(s) have unwaived warnings: "
+                           f"{', '.join(r['path'] for r in bad)}")
+    return "## Lint (`verilator --lint-only -Wall`)\n\n" + table
 
 
 def switch_bench_step(args, out: Path) -> str:

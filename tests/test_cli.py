@@ -180,6 +180,43 @@ def test_study_area_power_covers_the_architecture_points():
     assert argv[:2] == ["-m", "receive_path"] and len(argv) == 3 and argv[2].startswith("--grid=receive_path.")
 
 
+def test_study_verilog_points_by_scope():
+    """Default: every module once, at its architecture point, with the 64-port switch and integrated switch;
+    --full: every standard point; --quick: each module's first."""
+    import argparse
+
+    from dysharp.study_steps import study_points
+    from hw import registry
+    from synth.integrated import ARCH_POINT
+    ns = {s: argparse.Namespace(quick=s == "quick", full=s == "full") for s in ("quick", "default", "full")}
+    default = dict(study_points(ns["default"]))
+    assert set(default) == set(registry.MODULES) and len(study_points(ns["default"])) == len(default)
+    assert default["switch"] == {"ports": 64} and default["dysharp_switch"] == ARCH_POINT
+    assert default["al_tlb"] == {"ports": 64, "entries": 1024} and default["system"] == {}
+    assert len(study_points(ns["full"])) == sum(len(s.points) for s in registry.MODULES.values())
+    assert study_points(ns["quick"]) == [(n, registry.get(n).points[0]) for n in sorted(registry.MODULES)]
+
+
+def test_study_lint_step_fails_on_a_warning(tmp_path, monkeypatch):
+    """The lint step lints every point (two at a time) and raises, naming the file, when one is not clean."""
+    import argparse
+
+    import pytest
+
+    from dysharp import study_steps
+    from dysharp.commands import lint
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(study_steps, "study_points", lambda args: [("vc_sender", {}), ("credit_receiver", {})])
+    out = tmp_path / "rep"
+    out.mkdir()
+    text = study_steps.lint_step(argparse.Namespace(quick=False, full=False), out)
+    assert "| vc_sender" in text and "| credit_receiver" in text and "clean" in text
+    monkeypatch.setattr(lint, "lint_file", lambda path, top: ({}, ["%Warning-LATCH: made up"]))
+    monkeypatch.setattr(study_steps, "JOBS", 1)      # in this process, where lint_file is patched
+    with pytest.raises(RuntimeError, match="2 of 2 file.*unwaived warnings"):
+        study_steps.lint_step(argparse.Namespace(quick=False, full=False), out)
+
+
 def test_study_grid_args_of_every_default_point_parse_back():
     """The quick study pins each module's default point with one --grid: it must parse back to the defaults
     for every registered module (a tuple default such as vc_sender's credits=(8, 8) cannot: --grid splits
