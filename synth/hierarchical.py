@@ -53,13 +53,15 @@ NVSWITCH_FACTORY = "hw.switch.nvswitch:NVSwitch"
 DYSHARP_MODULES = ("dysharp_switch",)
 DYSHARP_HIER_MIN_PORTS = 8
 
-# Parts costed from two narrow slices of their datapath, extrapolated linearly to the full width: the
-# crossbar is width x (N x N multiplexer bit), and its select decode is shared by every bit, so area is
-# a + b x width. The 64 x 64 crossbar at 130 bits x 2 lanes is 2.1 M gates before mapping (half an hour
-# in Debian's yosys, past the WebAssembly yosys's 4 GB); its 8- and 16-bit slices take minutes. Measured
-# (``python -m synth.hierarchical --check-slices``): 130-bit crossbar from its 8- and 16-bit slices,
-# +2.5% at 8 ports (18,175 vs 17,731 um^2 flat), +0.46% at 16 (69,940 vs 69,619).
-WIDTH_SLICED = {"xbar": (8, 16)}
+# Parts costed from two slices along one parameter, extrapolated linearly to its value: the crossbar is
+# N output columns (each its hit vector, one-hot encoder and N:1 multiplexer over every lane), plus logic
+# the columns share (the inputs' inverters and buffers, which a one-column part would count N times), so
+# area is a + b x n_out; it is synthesized with 2 and 4 output columns. The whole 64 x 64 crossbar at
+# 130 bits x 2 lanes is 2.1 M gates before mapping (half an hour in Debian's native yosys, past the
+# WebAssembly yosys's 4 GB); its 2- and 4-column slices take about a minute. Measured against whole
+# syntheses (``python -m synth.hierarchical --check-slices``): +4.6% at 8 ports (18,545 vs 17,731
+# um^2), +0.7% at 16 (70,108 vs 69,619), -2.4% at 64 (1,053,974 vs 1.08 mm^2).
+SLICED = {"xbar": ("n_out", (2, 4))}
 
 # The point on which flat and hierarchical area are compared, and the margin they must agree within.
 VALIDATION_POINT = {"ports": 4, "credits": 32}
@@ -181,15 +183,15 @@ _SUMMED = ("cell_count", "area_seq_um2", "area_logic_um2", "area_random_logic_um
 
 
 def _part_area(area, key: str, name: str, prm: dict, kw: dict):
-    """(result, skipped) of one part: synthesized as it is, or, for a part in ``WIDTH_SLICED``, at the two
-    slice widths and extrapolated linearly to its width (see ``WIDTH_SLICED``)."""
-    if name not in WIDTH_SLICED or prm["width"] <= max(WIDTH_SLICED[name]):
+    """(result, skipped) of one part: synthesized as it is, or, for a part in ``SLICED``, at the two slice
+    values of its parameter and extrapolated linearly to its value (see ``SLICED``)."""
+    if name not in SLICED or prm[SLICED[name][0]] <= max(SLICED[name][1]):
         ap = area.area_point(key, prm, **kw)
         return ap.result, ap.skipped
-    w0, w1 = WIDTH_SLICED[name]
-    # The slices are registered like parts, next to the part (``<prefix>__part_<name>_w<width>``).
+    param, (x0, x1) = SLICED[name]
+    # The slices are registered like parts, next to the part (``<prefix>__part_<name>_<param><value>``).
     prefix = key.rsplit("__part_", 1)[0]
-    slices = [(f"{name}_w{w}", registry.MODULES[key].factory, {**prm, "width": w}, 1) for w in (w0, w1)]
+    slices = [(f"{name}_{param}{x}", registry.MODULES[key].factory, {**prm, param: x}, 1) for x in (x0, x1)]
     sliced = []
     with _part_modules(prefix, slices) as names:
         for sname, _factory, sprm, _ in slices:
@@ -197,14 +199,14 @@ def _part_area(area, key: str, name: str, prm: dict, kw: dict):
             if ap.result is None:
                 return None, ap.skipped
             sliced.append(ap.result)
-    return width_extrapolate(sliced[0], sliced[1], w0, w1, prm["width"]), None
+    return extrapolate(sliced[0], sliced[1], x0, x1, prm[param], param), None
 
 
-def width_extrapolate(r0: dict, r1: dict, w0: int, w1: int, w: int) -> dict:
-    """A part's result at width ``w`` from its results at widths ``w0`` < ``w1``: every summed figure and
-    cell count on the line through the two; timing the worse of the two slices (a select path's depth
-    does not grow with the width it drives); synthesis time and Verilog size what was actually run."""
-    t = (w - w0) / (w1 - w0)
+def extrapolate(r0: dict, r1: dict, x0: int, x1: int, x: int, param: str = "n_out") -> dict:
+    """A part's result at ``param = x`` from its results at ``x0`` < ``x1``: every summed figure and cell
+    count on the line through the two; timing the worse of the two slices (one more output column or bit
+    adds no depth to a path); synthesis time and Verilog size what was actually run."""
+    t = (x - x0) / (x1 - x0)
 
     def line(a, b):
         return a + t * (b - a)
@@ -215,7 +217,7 @@ def width_extrapolate(r0: dict, r1: dict, w0: int, w1: int, w: int) -> dict:
     out["cells"] = {c: round(line(r0["cells"].get(c, 0), r1["cells"].get(c, 0)))
                     for c in set(r0["cells"]) | set(r1["cells"])}
     out["critical_path_ps"] = max(r0["critical_path_ps"] or 0, r1["critical_path_ps"] or 0) or None
-    out["width_sliced"] = {"widths": [w0, w1], "width": w}
+    out["sliced"] = {"param": param, "at": [x0, x1], "value": x}
     return out
 
 
@@ -294,7 +296,7 @@ def validate(module: str = "switch", point: dict | None = None, **kw) -> dict:
 
 def check_slices(ports: int, part: str = "xbar", **kw) -> dict:
     """The switch part ``part`` at ``ports`` ports (the switch's defaults otherwise), synthesized whole
-    and from its ``WIDTH_SLICED`` slices; returns both areas and their relative difference."""
+    and from its ``SLICED`` slices; returns both areas and their relative difference."""
     from . import area
     params = registry.get("switch").resolve({"ports": ports})
     name, factory, prm, _ = next(p for p in parts(params) if p[0] == part)
@@ -314,15 +316,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m synth.hierarchical",
                                  description="Checks of the hierarchical area method against whole synthesis.")
     ap.add_argument("--check-slices", metavar="PORTS", default="8,16",
-                    help="port counts at which the width-sliced crossbar is compared with the whole one "
-                         "(default 8,16)")
+                    help="port counts at which the crossbar costed from its 2- and 4-column slices is "
+                         "compared with the whole one (default 8,16)")
     ap.add_argument("--out", default="build/synth/hierarchical_checks.json", help="JSON written here")
     args = ap.parse_args(argv)
     try:
         ports = [int(x) for x in args.check_slices.split(",")]
     except ValueError:
         ap.error(f"--check-slices takes comma-separated port counts, got {args.check_slices!r}")
-    if any(p < 2 for p in ports):
+    if not ports or any(p < 2 for p in ports):
         ap.error(f"--check-slices: port counts must be >= 2, got {args.check_slices!r}")
     rows = [check_slices(p, quiet=True) for p in ports]
     for r in rows:

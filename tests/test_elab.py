@@ -219,24 +219,24 @@ def test_switch_datapaths_share_part_syntheses(monkeypatch):
     with hierarchical._part_modules("dysharp_switch", hierarchical.dysharp_parts(params)) as names:
         hierarchical.area_point(names["respnet"], net["respnet"], quiet=True)
     resp = dict(calls)
-    # The crossbar is costed from two width slices (synth.hierarchical.WIDTH_SLICED), each shared.
-    w0, w1 = hierarchical.WIDTH_SLICED["xbar"]
-    assert {f"switch__part_xbar_w{w0}", f"switch__part_xbar_w{w1}"} <= set(plain)
-    assert plain[f"switch__part_xbar_w{w0}"] == resp[f"switch__part_xbar_w{w0}"]
-    assert plain[f"switch__part_xbar_w{w0}"]["width"] == w0
+    # The crossbar is costed from two column slices (synth.hierarchical.SLICED), each shared.
+    param, (k0, k1) = hierarchical.SLICED["xbar"]
+    assert {f"switch__part_xbar_{param}{k0}", f"switch__part_xbar_{param}{k1}"} <= set(plain)
+    assert plain[f"switch__part_xbar_{param}{k0}"] == resp[f"switch__part_xbar_{param}{k0}"]
+    assert plain[f"switch__part_xbar_{param}{k0}"][param] == k0
     assert plain["switch__part_input"] == resp["switch__part_input"]
     assert not any("__part_" in k for k in registry.MODULES)
 
 
-def test_width_extrapolation_is_the_line_through_the_slices():
+def test_extrapolation_is_the_line_through_the_slices():
     from synth import hierarchical
 
     def res(a, cells, cp):
         r = {k: a for k in hierarchical._SUMMED}
         r.update(cells=cells, critical_path_ps=cp, timing_source="sta")
         return r
-    out = hierarchical.width_extrapolate(res(100.0, {"AND2": 10}, 500.0), res(180.0, {"AND2": 18, "INV": 2}, 520.0),
-                                         8, 16, 130)
+    out = hierarchical.extrapolate(res(100.0, {"AND2": 10}, 500.0), res(180.0, {"AND2": 18, "INV": 2}, 520.0),
+                                   8, 16, 130)
     assert out["area_um2"] == pytest.approx(100 + (130 - 8) * 10)
     assert out["cells"] == {"AND2": 10 + (130 - 8), "INV": round(2 * (130 - 8) / 8)}
     assert out["critical_path_ps"] == 520.0
@@ -244,13 +244,22 @@ def test_width_extrapolation_is_the_line_through_the_slices():
 
 
 @pytest.mark.slow
-def test_width_sliced_crossbar_matches_whole():
-    """The 130-bit crossbar from its 8- and 16-bit slices against its whole synthesis at 8 ports
-    (measured +2.50%; ~20 s here)."""
+def test_column_sliced_crossbar_matches_whole():
+    """The 8-port crossbar from its 2- and 4-column slices against its whole synthesis (measured +4.6%;
+    ~30 s here), within the hierarchical method's margin."""
     from synth import hierarchical, tools
     try:
         tools.liberty_path()
     except tools.ToolError as e:
         pytest.skip(str(e))
     r = hierarchical.check_slices(8, quiet=True)
-    assert abs(r["rel_diff"]) <= 0.03, r
+    assert abs(r["rel_diff"]) <= hierarchical.HIER_MARGIN, r
+
+
+@pytest.mark.parametrize("arg, message", [("x", "takes comma-separated port counts, got 'x'"),
+                                          ("8,1", "port counts must be >= 2, got '8,1'")])
+def test_check_slices_rejects_bad_port_counts(arg, message, capsys):
+    from synth import hierarchical
+    with pytest.raises(SystemExit) as e:
+        hierarchical.main(["--check-slices", arg])
+    assert e.value.code == 2 and message in capsys.readouterr().err
