@@ -33,7 +33,7 @@ __all__ = ["scaled_configs", "predict_cycles"]
 
 
 def scaled_configs(model: str, gpus: int, hidden: int, system: str = "hgx-h100", rtl_links: int = 1,
-                   switch_latency: int = 10, gemm_scale: float = 1.0):
+                   switch_latency: int = 11, gemm_scale: float = 1.0):
     """(ModelConfig, SystemConfig) of the RTL run's scaled configuration (module docstring); ``gemm_scale``
     further divides the GEMM rates (a run whose GEMM times are overridden: override / derived)."""
     m = load_model(model)

@@ -306,7 +306,7 @@ class SchedulerParams:
     row_flits: int = 463
     max_payload: int = 16
     links: int = 1
-    switch_latency: int = 4
+    switch_latency: int = 5
     rx_latency: int = 20
     mode: str = "dynamic"
     expect_cycle: int = 0
@@ -574,7 +574,7 @@ def local_experts(placement, gpus) -> list[list[int]]:
 
 
 def dispatch_arrivals(routing, placement, gpus: int, *, tile_size: int = 128, row_flits: int = 463,
-                      max_payload: int = 16, links: int = 1, switch_latency: int = 4, rx_latency: int = 20,
+                      max_payload: int = 16, links: int = 1, switch_latency: int = 5, rx_latency: int = 20,
                       mode: str = "dynamic", home=None) -> list[list[Arrival]]:
     """Arrivals at every GPU for one dispatch (see the module docstring for the timing rules)."""
     routing = np.asarray(routing)

@@ -128,7 +128,7 @@ class LayerParams:
     dispatch_sms: int = 66
     combine_sms: int = 66
     sms_per_tile: int = 33
-    switch_latency: int = 10     # DySHARP switch zero-load latency, AL-TLB hit (docs/architecture.md)
+    switch_latency: int = 11     # DySHARP switch zero-load latency, AL-TLB hit (docs/architecture.md)
     rx_latency: int = 19         # receive path: last flit of a row -> arrival (docs/gpu_side.md)
     notify_cycles: int = 8
     gemm_cycles: tuple[int, int] | None = None
