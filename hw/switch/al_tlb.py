@@ -23,7 +23,7 @@ Contract
 * ``mem``: the backing-table read path (:func:`~hw.switch.backing_if.backing_signature`). A read's
   ``tag`` is ``gen << mshr_bits | mshr``: the MSHR that waits for it and that MSHR's 3..7-bit generation
   (``mshr_bits = ceil(log2(mshrs))``, at least 1), which advances each time one of its reads times out.
-* ``counters``: 32-bit event counters, indexed by :class:`TlbCounter`.
+* ``counters``: 32-bit event counters, indexed by :class:`TlbCounter`; each counts its event a cycle later.
 * Checks (every request, before its translation is used): the group must be configured, and ``src`` and
   ``dst`` members of it -- else an ``ISOLATION`` response; ``index`` below the group's ``rows`` -- else
   ``OUT_OF_BOUNDS``. A backing error (``TLB_FAULT``, ``BUFFER_FULL``, ...) is returned to every request
@@ -467,7 +467,12 @@ class AlTlb(wiring.Component):
         self.state = SimpleNamespace(cam=cam, busy=busy, filled=filled, primary=primary, mkey=mkey, mage=mage,
                                      hit=hit2, key=p2_key, out=out, take_replay=take_replay,
                                      replay_oh=replay_oh)
+        # The counters add a cycle after their event: the events are registered first, so that a counter's
+        # 32-bit carry chain does not follow the MSHR and fill logic in one cycle (the 640 ps port clock; in
+        # the integrated switch the fill bridge's response register feeds that logic).
         for cnt, inc in incs.items():
-            with m.If(inc):
+            event = Signal(name=f"count_{cnt.name.lower()}")
+            m.d.sync += event.eq(inc)
+            with m.If(event):
                 m.d.sync += counters[int(cnt)].eq(counters[int(cnt)] + 1)
         return m

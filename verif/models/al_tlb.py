@@ -119,6 +119,7 @@ class AlTlbModel:
         self.recirc = collections.deque()
         self.memq = collections.deque()
         self.counters = [0] * len(TlbCounter)
+        self.pending = {}                    # this cycle's counter events: counted at the end of the next
         self.cycle = 0
 
     def key(self, r: Req) -> int:
@@ -312,7 +313,9 @@ class AlTlbModel:
         if take_recirc:
             self.recirc.popleft()
         self.p1, self.p2 = new_p1, new_p2
-        for c, n in inc.items():
+        # The RTL registers each counter event and adds it a cycle later.
+        for c, n in self.pending.items():
             self.counters[c] = (self.counters[c] + n) & 0xFFFFFFFF
+        self.pending = dict(inc)
         self.cycle += 1
         return outs
