@@ -73,11 +73,28 @@ def _is_switch(module: str) -> bool:
                                         registry.MODULES[module].factory == NVSWITCH_FACTORY)
 
 
+_flat_up_to = 0     # inside :func:`flat_up_to`: integrated-switch points up to this many ports are flat
+
+
 def applies(module: str, params: dict, min_ports: int = HIER_MIN_PORTS) -> bool:
     """Whether ``dysharp area`` costs this point hierarchically."""
     if module in DYSHARP_MODULES:
-        return params.get("ports", 0) >= min(min_ports, DYSHARP_HIER_MIN_PORTS)
+        n = params.get("ports", 0)
+        return n >= min(min_ports, DYSHARP_HIER_MIN_PORTS) and n > _flat_up_to
     return _is_switch(module) and params.get("ports", 0) >= min_ports
+
+
+@contextmanager
+def flat_up_to(ports: int):
+    """Within the block, ``dysharp_switch`` points of up to ``ports`` ports are synthesized flat (area,
+    timing and the power study's netlist): the flat cross-check of the sum of parts. From 8 ports the
+    flat top needs the native yosys (the WebAssembly one traps past 4 GB; the flow falls back by itself)."""
+    global _flat_up_to
+    old, _flat_up_to = _flat_up_to, ports
+    try:
+        yield
+    finally:
+        _flat_up_to = old
 
 
 def dysharp_parts(params: dict) -> list[tuple[str, str, dict, int]]:

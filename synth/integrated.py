@@ -245,7 +245,8 @@ def write_overhead(out="synth_reports", point: dict | None = None) -> str:
 # ---------------------------------------------------------------------------------------------------------
 # The integrated top synthesized flat at a small port count, and its power under MoE dispatch and combine.
 
-POWER_POINT = {"ports": 4}      # below DYSHARP_HIER_MIN_PORTS: synthesized flat, the registry's defaults
+POWER_POINT = {"ports": 4}      # synthesized flat, the registry's defaults
+FLAT_MAX_PORTS = 8              # 8 ports flat: 11 MB of Verilog, ~0.9 M cells (the native yosys)
 POWER_RUN = {"freq_ghz": 1.5625, "cycles": 1000, "warmup": 200, "seed": 1}   # `dysharp power`'s defaults
 
 
@@ -260,10 +261,11 @@ def power_rows(point: dict | None = None, *, hierarchical_sum: bool = True, **ru
     point = dict(POWER_POINT if point is None else point)
     run = {**POWER_RUN, **run}
     params = registry.get("dysharp_switch").resolve(point)
-    if hierarchical.applies("dysharp_switch", params):
-        raise ValueError(f"dysharp_switch {point} is costed from its parts, not flat (from "
-                         f"{hierarchical.DYSHARP_HIER_MIN_PORTS} ports): pick fewer ports")
-    flat = area.area_point("dysharp_switch", point, period_ps=1000 / run["freq_ghz"], quiet=True).result
+    if params["ports"] > FLAT_MAX_PORTS:
+        raise ValueError(f"dysharp_switch {point}: the flat synthesis takes at most {FLAT_MAX_PORTS} ports "
+                         f"(larger points are costed from their parts: --overhead)")
+    with hierarchical.flat_up_to(params["ports"]):
+        flat = area.area_point("dysharp_switch", point, period_ps=1000 / run["freq_ghz"], quiet=True).result
     label = ", ".join(f"{k}={v}" for k, v in point.items())
     rows = []
 
@@ -287,7 +289,8 @@ def power_rows(point: dict | None = None, *, hierarchical_sum: bool = True, **ru
         add("sum of parts vs flat", rel("area_um2"), "%",
             f"random logic {rel('area_random_logic_um2'):+.2f}%, arrays {rel('arrays_um2'):+.2f}%")
         add("critical path, max of parts", hier["critical_path_ps"], "ps", hier["timing_source"])
-    (p,) = power_study.power_points([("dysharp_switch", point)], jobs=1, **run)
+    with hierarchical.flat_up_to(params["ports"]):     # the power study maps activity onto the flat netlist
+        (p,) = power_study.power_points([("dysharp_switch", point)], jobs=1, **run)
     w = p["workload"]
     cyc = w["cycles"]
     n = params["ports"]
@@ -358,7 +361,15 @@ def write_power(out="synth_reports", point: dict | None = None, hierarchical_sum
     rows = power_rows(point, hierarchical_sum=hierarchical_sum)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    _write_csv(out / "integrated_power_summary.csv", rows)
+    # One file for every point measured: this point's rows replace its old ones, the others stay.
+    path = out / "integrated_power_summary.csv"
+    kept = []
+    if path.is_file():
+        import csv
+        with open(path, newline="") as f:
+            kept = [r for r in csv.DictReader(f) if r["point"] != rows[0]["point"]]
+    _write_csv(path, sorted(kept + rows, key=lambda r: int(r["point"].split("ports=")[1].split(",")[0]))
+               if kept else rows)
 
     def f(x):
         if isinstance(x, float):
@@ -382,7 +393,7 @@ def main(argv=None) -> int:
                    help=f"the 64-port addition at {ARCH_POINT} -> integrated_overhead_summary.csv and its row in "
                         f"overhead_summary.csv")
     p.add_argument("--power", type=int, default=None, metavar="PORTS",
-                   help="the integrated switch flat at PORTS ports (below 8) with the registry's defaults: flat "
+                   help="the integrated switch flat at PORTS ports (at most 8) with the registry's defaults: flat "
                         "area and timing, the sum of its parts, and its power under MoE dispatch and combine -> "
                         "integrated_power_summary.csv")
     p.add_argument("--no-parts", action="store_true", help="with --power: skip the sum-of-parts comparison")

@@ -81,11 +81,43 @@ def test_moe_layer_counts_match_the_traffic(seed, tmp_path):
     assert sum(r["tlb_fills"]) > 0
 
 
-def test_integrated_power_refuses_a_hierarchical_point():
-    """The flat power study needs a point below DYSHARP_HIER_MIN_PORTS; 8 ports is costed from parts."""
+def test_integrated_power_refuses_a_point_too_large_to_flatten():
+    """The flat power study goes up to FLAT_MAX_PORTS (8) ports; 16 is costed from parts (--overhead)."""
     from synth import integrated
-    with pytest.raises(ValueError, match="costed from its parts, not flat"):
-        integrated.power_rows({"ports": 8})
+    with pytest.raises(ValueError, match="flat synthesis takes at most 8 ports"):
+        integrated.power_rows({"ports": 16})
+
+
+def test_flat_up_to_makes_the_integrated_switch_flat_only_inside():
+    from hw import registry
+    from synth import hierarchical
+    p8 = registry.get("dysharp_switch").resolve({"ports": 8})
+    assert hierarchical.applies("dysharp_switch", p8)
+    with hierarchical.flat_up_to(8):
+        assert not hierarchical.applies("dysharp_switch", p8)
+        assert hierarchical.applies("dysharp_switch", registry.get("dysharp_switch").resolve({"ports": 16}))
+        assert hierarchical.applies("switch", registry.get("switch").resolve({"ports": 16}))
+    assert hierarchical.applies("dysharp_switch", p8)
+
+
+def test_write_power_keeps_the_other_points_rows(monkeypatch, tmp_path):
+    """integrated_power_summary.csv holds every point measured: writing 8 ports keeps the 4-port rows."""
+    import csv
+
+    from synth import integrated
+
+    def rows(point, **kw):
+        label = f"ports={point['ports']}"
+        return [{"quantity": q, "point": label, "value": float(point["ports"]), "unit": "", "note": ""}
+                for q in ("area, flat", "critical path")]
+    monkeypatch.setattr(integrated, "power_rows", rows)
+    integrated.write_power(tmp_path, {"ports": 8})
+    integrated.write_power(tmp_path, {"ports": 4})
+    integrated.write_power(tmp_path, {"ports": 8})
+    with open(tmp_path / "integrated_power_summary.csv", newline="") as f:
+        got = [(r["quantity"], r["point"]) for r in csv.DictReader(f)]
+    assert got == [("area, flat", "ports=4"), ("critical path", "ports=4"),
+                   ("area, flat", "ports=8"), ("critical path", "ports=8")]
 
 
 def test_integrated_power_rows_name_their_point(monkeypatch):
