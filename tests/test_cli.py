@@ -187,11 +187,10 @@ def test_study_verilog_points_by_scope():
 
     from dysharp.study_steps import study_points
     from hw import registry
-    from synth.integrated import ARCH_POINT
     ns = {s: argparse.Namespace(quick=s == "quick", full=s == "full") for s in ("quick", "default", "full")}
     default = dict(study_points(ns["default"]))
     assert set(default) == set(registry.MODULES) and len(study_points(ns["default"])) == len(default)
-    assert default["switch"] == {"ports": 64} and default["dysharp_switch"] == ARCH_POINT
+    assert default["switch"] == {"ports": 64} and default["dysharp_switch"] == {"ports": 64}
     assert default["al_tlb"] == {"ports": 64, "entries": 1024} and default["system"] == {}
     assert len(study_points(ns["full"])) == sum(len(s.points) for s in registry.MODULES.values())
     assert study_points(ns["quick"]) == [(n, registry.get(n).points[0]) for n in sorted(registry.MODULES)]
