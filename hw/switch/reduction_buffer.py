@@ -496,7 +496,7 @@ class ReductionBuffer(wiring.Component):
                      meta_rc.en.eq(~b_wait & self.contrib.valid), prog_rc.en.eq(~b_wait & self.contrib.valid), rows.c_addr.eq(Cat(c.flit[0:SB], c_entry)), rows.take.eq(take)]
         with m.If(~b_wait):
             m.d.sync += b_valid.eq(take)
-        # Copies of b's flit index for the ALU's `first` select, one per 32-bit lane pair (like RowTracker's
+        # Copies of b's flit index for the ALU's `first` select, one per 32-bit accumulator lane (like RowTracker's
         # matches): copy j holds (flit - j) mod 2**SB and indexes the touched bits rotated by j, so the
         # copies are distinct flip-flops and mux trees and each drives 1/L16 of the lanes.
         P = 1 << SB
@@ -520,7 +520,7 @@ class ReductionBuffer(wiring.Component):
         m.d.comb += op_valid.eq(live & ~b.abort & ~mismatch)
         touched = Signal()
         m.d.comb += touched.eq(pr.touched.bit_select(b.flit, 1) if ML > 1 else pr.touched[0])
-        # touched[flit] for op_valid contributions (flit < length <= ML), one copy per lane pair.
+        # touched[flit] for op_valid contributions (flit < length <= ML), one copy per lane.
         padded = Cat(pr.touched, Const(0, P - ML))
         first = Signal(L16)
         for j in range(L16):
