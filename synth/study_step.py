@@ -82,11 +82,13 @@ def area_power_step(args, out: Path) -> str:
         area_argv, power_argv = [], []
     dest = out / "synth_reports"
     dest.mkdir(parents=True, exist_ok=True)
-    if scope == "quick":
-        # A smoke run neither overwrites the committed synth_reports/ summaries with its partial figures
-        # nor synthesizes the architecture points for the overhead table (that is most of the flow's time).
+    if scope != "full":
+        # Only --full covers every module's grid: the quick and default runs write their summaries beside
+        # the report, so that their partial grids never replace the committed synth_reports/ ones.
         area_argv += ["--out", str(dest)]
         power_argv += ["--out", str(dest)]
+    if scope == "quick":
+        # A smoke run does not synthesize the architecture points for the overhead table (most of the time).
         report.SYNTHESIZE_MISSING = False
     try:
         area_cmd.run(a.parse_args(area_argv))
@@ -94,5 +96,5 @@ def area_power_step(args, out: Path) -> str:
         md = report.write_reports(str(dest))
     finally:
         report.SYNTHESIZE_MISSING = True
-    # Default and --full: `dysharp area`/`power` also regenerated the committed synth_reports/ summaries.
+    # --full: `dysharp area`/`power` also regenerated the committed synth_reports/ summaries.
     return md + note

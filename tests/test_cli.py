@@ -279,3 +279,28 @@ def test_quick_overhead_table_does_not_synthesize(monkeypatch):
     assert status["al_tlb"] == "not synthesized" and status["token_tracker"] == "not synthesized"
     md = report._markdown([], [], [], None, ov, [], [])
     assert "Totals: not computed in this run" in md and "not synthesized" in md
+
+
+@pytest.mark.parametrize("scope", ["quick", "default", "full"])
+def test_study_area_power_writes_committed_summaries_only_with_full(scope, tmp_path, monkeypatch):
+    """The default and quick study cover part of the grids: their summaries go beside the report, never over
+    the committed synth_reports/ (a default run once replaced every grid row with the architecture points)."""
+    import argparse
+
+    from dysharp.commands import area as area_cmd
+    from dysharp.commands import power as power_cmd
+    from synth import report, study_step
+    seen = {}
+    monkeypatch.setattr(area_cmd, "run", lambda a: seen.setdefault("area", a.out))
+    monkeypatch.setattr(power_cmd, "run", lambda a: seen.setdefault("power", a.out))
+    monkeypatch.setattr(report, "write_reports", lambda out: seen.setdefault("report", out) and "")
+    if scope == "quick":      # its module choice generates every module's Verilog: one small module here
+        monkeypatch.setattr(study_step.registry, "MODULES", {"vc_sender": study_step.registry.MODULES["vc_sender"]})
+    args = argparse.Namespace(quick=scope == "quick", full=scope == "full")
+    study_step.area_power_step(args, tmp_path)
+    beside = str(tmp_path / "synth_reports")
+    assert seen["report"] == beside
+    if scope == "full":
+        assert seen["area"] == seen["power"] == "synth_reports"
+    else:
+        assert seen["area"] == seen["power"] == beside
