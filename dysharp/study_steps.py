@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 
 from tabulate import tabulate
-from tqdm import tqdm
 
 from hw import registry
 
