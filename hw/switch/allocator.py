@@ -12,19 +12,20 @@ as outputs free up; more iterations match more pairs per cycle at the cost of a 
 Latency 0: ``accept`` is combinational from ``req`` in the same cycle.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..arbiter import onehot_to_index, or_reduce, rr_pick
+from ..arbiter import mask_after, onehot_to_index, or_reduce, rr_pick, rr_pick_masked
 from .input_unit import REQ_MASK_ALL, REQ_UC
 
 __all__ = ["ISlipAllocator"]
 
 
-def wrap_inc(idx, n):
-    """``idx + 1`` modulo ``n``."""
-    return Mux(idx == n - 1, 0, idx + 1)
+def index_after(onehot):
+    """Index one past the set bit of a one-hot vector, modulo its width: the encoder of the vector rotated
+    by one place, so no incrementer follows the encoder on the pointer-update path."""
+    return onehot_to_index(Value.cast(onehot).rotate_left(1))
 
 
 class ISlipAllocator(wiring.Component):
@@ -46,7 +47,10 @@ class ISlipAllocator(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         N = self.n_ports
-        gptr = [Signal(range(N), name=f"gptr{j}") for j in range(N)]
+        # Grant pointers are kept as masks (the inputs at or after the pointer; reset: all), so that the
+        # grant's first gate is the request AND: the grant-accept-update loop is the allocator's critical
+        # path. Accept pointers are indices: their decode runs beside the grant.
+        gmask = [Signal(N, init=(1 << N) - 1, name=f"gmask{j}") for j in range(N)]
         aptr = [Signal(range(N), name=f"aptr{i}") for i in range(N)]
 
         out_avail = self.out_free           # outputs not yet matched in this cycle
@@ -58,7 +62,7 @@ class ISlipAllocator(wiring.Component):
             for j in range(N):
                 reqs = Signal(N, name=f"it{it}_reqs_to{j}")
                 m.d.comb += reqs.eq(Cat(self.req[i][j] for i in range(N)) & in_avail & out_avail[j].replicate(N))
-                grant.append(rr_pick(m, reqs, gptr[j], name=f"it{it}_grant{j}"))
+                grant.append(rr_pick_masked(m, reqs, gmask[j], name=f"it{it}_grant{j}"))
             # Accept.
             acc = []
             for i in range(N):
@@ -70,7 +74,7 @@ class ISlipAllocator(wiring.Component):
                     m.d.comb += a.eq(one)
                     if it == 0:
                         with m.If(got.any()):
-                            m.d.sync += aptr[i].eq(wrap_inc(onehot_to_index(one), N))
+                            m.d.sync += aptr[i].eq(index_after(one))
                 with m.Elif(self.req_class[i] == REQ_MASK_ALL):
                     m.d.comb += a.eq(Mux(got == self.req[i], got, 0))
                 with m.Else():
@@ -80,8 +84,9 @@ class ISlipAllocator(wiring.Component):
                 # Grant pointers move past an input only when it accepted this output (first iteration).
                 for j in range(N):
                     taken = Cat(acc[i][j] for i in range(N)).any()
+                    after = mask_after(m, grant[j], name=f"gnext{j}")
                     with m.If(taken):
-                        m.d.sync += gptr[j].eq(wrap_inc(onehot_to_index(grant[j]), N))
+                        m.d.sync += gmask[j].eq(after)
             accepted = [accepted[i] | acc[i] for i in range(N)]
             matched_out = Signal(N, name=f"it{it}_matched_out")
             m.d.comb += matched_out.eq(or_reduce(acc))
