@@ -10,6 +10,7 @@ small port count, compares it with its sum of parts, and powers it under the MoE
 workload (:mod:`synth.workloads.dysharp_switch`): ``synth_reports/integrated_power_summary.csv``.
 """
 
+import csv
 
 __all__ = ["integrated_rows", "write_integrated", "ARCH_POINT", "overhead_rows", "write_overhead", "power_rows",
            "write_power", "POWER_POINT"]
@@ -200,18 +201,17 @@ def summary_row(rows: list[dict]) -> dict:
 def update_overhead_summary(out, row: dict) -> None:
     """Put ``row`` into ``out``/overhead_summary.csv after the sum-of-blocks switch total (replacing an
     earlier integrated row), keeping the other rows as they are."""
-    import csv
     from pathlib import Path
+
+    from .report import merge_csv
     path = Path(out) / "overhead_summary.csv"
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: run `dysharp area` first (it writes the table)")
     with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        cols, rows = reader.fieldnames, [r for r in reader if r["role"] != row["role"]]
-    at = next((i + 1 for i, r in enumerate(rows) if r["role"].startswith("TOTAL switch side")), len(rows))
-    rows.insert(at, {k: row.get(k, "") for k in cols})
-    from .report import _write_csv
-    _write_csv(path, rows)
+        cols = next(csv.reader(f))
+    merge_csv(path, [{k: row.get(k, "") for k in cols}], ("role",),
+              place_new=lambda rows: next((i + 1 for i, r in enumerate(rows)
+                                           if r["role"].startswith("TOTAL switch side")), len(rows)))
 
 
 _OV_COLUMNS = ["item", "ports", "area_um2_45", "logic_um2_45", "sram_um2_45", "transistors", "logic_mm2_n5",
@@ -357,19 +357,13 @@ def write_power(out="synth_reports", point: dict | None = None, hierarchical_sum
 
     from tabulate import tabulate
 
-    from .report import _write_csv
+    from .report import merge_csv
     rows = power_rows(point, hierarchical_sum=hierarchical_sum)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     # One file for every point measured: this point's rows replace its old ones, the others stay.
-    path = out / "integrated_power_summary.csv"
-    kept = []
-    if path.is_file():
-        import csv
-        with open(path, newline="") as f:
-            kept = [r for r in csv.DictReader(f) if r["point"] != rows[0]["point"]]
-    _write_csv(path, sorted(kept + rows, key=lambda r: int(r["point"].split("ports=")[1].split(",")[0]))
-               if kept else rows)
+    merge_csv(out / "integrated_power_summary.csv", rows, ("point",),
+              sort=lambda r: int(r["point"].split("ports=")[1].split(",")[0]))
 
     def f(x):
         if isinstance(x, float):

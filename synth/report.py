@@ -16,7 +16,7 @@ from hw import registry
 
 from . import scaling, timing, tools
 
-__all__ = ["write_reports", "overhead", "AREA_JSON", "POWER_JSON"]
+__all__ = ["write_reports", "merge_csv", "overhead", "AREA_JSON", "POWER_JSON"]
 
 # False: the overhead table uses only the area points at hand and marks the others, instead of
 # synthesizing every block at its architecture point (``dysharp study --quick`` sets it).
@@ -52,6 +52,40 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
         w.writeheader()
         for r in rows:
             w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+
+
+def merge_csv(path: Path, rows: list[dict], key: tuple[str, ...], *, sort=None, place_new=None) -> list[dict]:
+    """Write ``rows`` into the CSV at ``path``, keyed by the columns ``key``: the file's rows with a key
+    that ``rows`` has are replaced, where the first of them stood, by the new rows with that key; every
+    other row of the file stays (a run over some modules or points must not drop the others' figures).
+    New keys go where ``place_new(kept_rows)`` says (an index), else at the end. Columns follow ``rows``;
+    ``sort`` orders the result. Returns the rows written."""
+    old = []
+    if path.is_file():
+        with open(path, newline="") as f:
+            old = [dict(r) for r in csv.DictReader(f)]
+
+    def k(r):
+        return tuple(str(r.get(c, "")) for c in key)
+    groups = {}
+    for r in rows:
+        groups.setdefault(k(r), []).append(r)
+    merged, placed = [], set()
+    for r in old:
+        if k(r) not in groups:
+            merged.append(r)
+        elif k(r) not in placed:
+            placed.add(k(r))
+            merged += groups[k(r)]
+    fresh = [r for r in rows if k(r) not in placed]
+    at = place_new(merged) if place_new and fresh else len(merged)
+    merged[at:at] = fresh
+    cols = list(rows[0]) if rows else (list(old[0]) if old else [])
+    merged = [{c: r.get(c, "") for c in cols} for r in merged]
+    if sort:
+        merged.sort(key=sort)
+    _write_csv(path, merged)
+    return merged
 
 
 def _power_for(power: list | None, module: str, point: dict | None = None):
@@ -285,7 +319,9 @@ def write_reports(out="synth_reports", area_points=None, power=None, commands=No
             "array_bits", "cells", "transistors_logic", "transistors_all_ff", "critical_path_ps", "timing",
             "verilog_mb", "synth_s"]
     summary = [{k: s.get(k, "") for k in cols} for s in summary]
-    _write_csv(out / "area_summary.csv", summary)
+    # The committed summaries keep the figures of modules and points this run did not cover.
+    if summary:
+        merge_csv(out / "area_summary.csv", summary, ("module", "point"))
     # The critical paths scaled to N5 against the port clock: timing_summary.csv (synth/timing.py).
     timing_md = timing.write_timing(out / "area_summary.csv", out) if summary else ""
     _write_csv(out / "area.csv", summary)
@@ -303,7 +339,8 @@ def write_reports(out="synth_reports", area_points=None, power=None, commands=No
                           "pj_per_dispatched_flit": p[g].get("pj_per_dispatched_flit"),
                           "pj_per_reduced_flit": p[g].get("pj_per_reduced_flit"),
                           "activity": p["activity_source"]})
-    _write_csv(out / "power_summary.csv", prows)
+    if prows:
+        merge_csv(out / "power_summary.csv", prows, ("module", "point", "clock_gating"))
     _write_csv(out / "power.csv", prows)
     ov = overhead(area_points, power) if area_points else None
     if ov:

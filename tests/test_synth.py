@@ -277,3 +277,36 @@ def test_paths_names_the_registers_of_the_worst_path(lib_path, tmp_path):
     assert "_3_[dst_q]/D" in text and "_1_[src_q]/Q" in text, text
     with pytest.raises(ValueError, match="no netlist.v"):
         paths.report(tmp_path / "missing")
+
+
+def test_merge_csv_replaces_its_keys_and_keeps_the_rest(tmp_path):
+    import csv
+
+    from synth.report import merge_csv
+    path = tmp_path / "s.csv"
+    path.write_text("module,point,area\nalu,w=8,1\nswitch,ports=4,2\nswitch,ports=4,2b\ntlb,e=64,3\n")
+    merge_csv(path, [{"module": "switch", "point": "ports=4", "area": "20"},
+                     {"module": "cam", "point": "d=4", "area": "5"}], ("module", "point"))
+    rows = [(r["module"], r["point"], r["area"]) for r in csv.DictReader(path.open())]
+    # Every old row of the key is replaced by the new ones, where the first stood; a new key is appended.
+    assert rows == [("alu", "w=8", "1"), ("switch", "ports=4", "20"), ("tlb", "e=64", "3"), ("cam", "d=4", "5")]
+    merge_csv(path, [{"module": "x", "point": "", "area": "9"}], ("module", "point"), place_new=lambda rs: 0)
+    assert next(csv.DictReader(path.open()))["module"] == "x"
+
+
+def test_area_report_of_some_modules_keeps_the_others_rows(tmp_path, monkeypatch):
+    import csv
+
+    from synth import report
+    monkeypatch.setattr(report, "overhead", lambda a, p: None)
+    monkeypatch.setattr(report, "_plots", lambda out, a, p: [])
+    (tmp_path / "area_summary.csv").write_text("module,point,status\ncam,depth=4,ok\nalu,w=8,ok\n")
+    result = {"area_um2": 1.0, "area_seq_um2": 0, "area_logic_um2": 1, "arrays_um2": 0, "area_all_ff_um2": 1,
+              "array_bits": 0, "cell_count": 3, "transistors_logic": 10, "transistors_all_ff": 10,
+              "critical_path_ps": 100.0, "timing_source": "OpenSTA", "verilog_mb": 0.1, "seconds": 1.0,
+              "arrays": []}
+    report.write_reports(tmp_path, area_points=[{"module": "alu", "point": {"w": 8}, "result": result}],
+                         power=[], commands=["dysharp area -m alu"])
+    rows = {(r["module"], r["point"]): r for r in csv.DictReader((tmp_path / "area_summary.csv").open())}
+    assert set(rows) == {("cam", "depth=4"), ("alu", "w=8")}
+    assert rows[("alu", "w=8")]["area_um2"] == "1" and rows[("cam", "depth=4")]["status"] == "ok"
