@@ -31,9 +31,10 @@ It leaves out the four packet splits per port (a register and a mux each), the s
 the configuration decode.
 
 Critical path: the maximum over the parts, each register-to-register inside its part with its ports
-unconstrained (OpenSTA's input/output delay 0). A path that crosses parts (input-unit register ->
-crossbar -> egress array) is therefore not timed whole; the figure is a lower bound of the flat one and
-is labelled ``timing_source = "max of parts (...)"``.
+unconstrained (OpenSTA's input/output delay 0), and over the :data:`CROSS_PATHS`, the combinational paths
+from one part into another that the design has by construction, timed as the sum of their two halves (an
+input unit's request vector into the allocator, in the same cycle). Other paths across parts start or
+end at a register next to the boundary; the figure is labelled ``timing_source = "max of parts (...)"``.
 """
 
 from contextlib import contextmanager
@@ -238,6 +239,50 @@ def extrapolate(r0: dict, r1: dict, x0: int, x1: int, x: int, param: str = "n_ou
     return out
 
 
+# Combinational paths from one part into another that the design has by construction, timed as the sum of
+# the two halves: (label, from part, its output ports, to part, its input ports). An NVSwitch's input
+# units present their requests to the allocator in the same cycle (registers -> request vector ->
+# grant -> accept -> pointers and the registered match).
+CROSS_PATHS = [("input unit request -> allocator", "input", "req[*] req_class[*]", "alloc", "req*")]
+
+
+def _sta_half(result: dict, ports: str, direction: str) -> float | None:
+    """The longest path of a synthesized part to (``direction="to"``) or from (``"from"``) its ``ports``, as
+    a minimum period in ps (arrival, plus the setup time when it ends at a register); None when OpenSTA or
+    the part's netlist is not at hand."""
+    import re
+    from pathlib import Path
+
+    from . import area, tools
+    sta = tools.opensta_binary(required=False)
+    work = area.BUILD / "work" / Path(result.get("verilog", "")).stem
+    netlist = work / "sta" / "netlist.v" if (work / "sta" / "netlist.v").is_file() else work / "netlist.v"
+    tcl = work / "timing.tcl"
+    if not sta or not netlist.is_file() or not tcl.is_file():
+        return None
+    top = re.search(r"link_design\s+(\S+)", tcl.read_text())
+    period = result["period_ps"]
+    out = area.run_sta(sta, tools.liberty_path(), netlist, top.group(1), period,
+                       [f"report_checks -path_delay max -{direction} [get_ports {{{ports}}}] -digits 4"],
+                       work / f"cross_{direction}.tcl")
+    m = re.search(r"([-\d.]+)\s+slack", out)
+    return period - float(m.group(1)) * 1000 if m else None
+
+
+def cross_paths(results: dict[str, dict]) -> dict[str, float]:
+    """{label: minimum period in ps} of the :data:`CROSS_PATHS` whose two parts are in ``results`` (part
+    name -> area result): the output half's arrival plus the input half's path to a register, both with
+    the flow's zero input and output delays."""
+    out = {}
+    for label, src, src_ports, dst, dst_ports in CROSS_PATHS:
+        if src in results and dst in results and "sliced" not in results[dst]:
+            a = _sta_half(results[src], src_ports, "to")
+            b = _sta_half(results[dst], dst_ports, "from")
+            if a is not None and b is not None:
+                out[label] = round(a + b, 1)
+    return out
+
+
 def area_point(module: str, point: dict, **kw):
     """:class:`synth.area.AreaPoint` of a switch point, costed from its parts (see the module doc).
     Keyword arguments are :func:`synth.area.area_point`'s; ``max_mb`` applies to each part."""
@@ -275,6 +320,8 @@ def area_point(module: str, point: dict, **kw):
             arrays += [{**a, "name": f"{name}.{a['name']}"}] * count
     crit = [(r["critical_path_ps"], name, r["timing_source"]) for name, _, _, r in results
             if r["critical_path_ps"]]
+    crossing = cross_paths({name: r for name, _, _, r in results})
+    crit += [(ps, label, "OpenSTA, composed") for label, ps in crossing.items()]
     worst = max(crit) if crit else (None, "", "none")
     result = {
         **total, "verilog": "hierarchical", "cells": cells, "arrays": arrays,
@@ -284,6 +331,7 @@ def area_point(module: str, point: dict, **kw):
         "hierarchical": {"parts": [{"part": name, "count": count, "params": prm,
                                     "area_um2": r["area_um2"], "critical_path_ps": r["critical_path_ps"],
                                     "verilog_mb": r["verilog_mb"]} for name, prm, count, r in results],
+                         "cross_paths_ps": crossing,
                          "omitted": ("packet splits, status totals, configuration decode"
                                      if module in DYSHARP_MODULES else
                                      "switch-top glue (ownership, space/admit, error counters)")

@@ -263,3 +263,28 @@ def test_check_slices_rejects_bad_port_counts(arg, message, capsys):
     with pytest.raises(SystemExit) as e:
         hierarchical.main(["--check-slices", arg])
     assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_cross_part_path_is_the_sum_of_its_halves(monkeypatch, tmp_path):
+    """A hierarchical point times the input unit -> allocator request path as the output half's arrival plus
+    the input half's path to a register (OpenSTA reports canned here), and only when both parts are whole."""
+    from synth import area, hierarchical, tools
+    work = tmp_path / "work"
+    for stem in ("in", "al"):
+        (work / stem).mkdir(parents=True)
+        (work / stem / "netlist.v").write_text("")
+        (work / stem / "timing.tcl").write_text(f"link_design top_{stem}\n")
+    monkeypatch.setattr(area, "BUILD", tmp_path)
+    monkeypatch.setattr(tools, "opensta_binary", lambda required=True: "sta")
+    seen = []
+
+    def run_sta(sta, lib, netlist, top, period, reports, tcl):
+        seen.append((top, reports[0]))
+        return {"top_in": "  0.1300   slack (MET)", "top_al": "  -1.9000   slack (VIOLATED)"}[top]
+    monkeypatch.setattr(area, "run_sta", run_sta)
+    monkeypatch.setattr(tools, "liberty_path", lambda: "lib")
+    parts = {"input": {"verilog": "x/in.v", "period_ps": 640.0}, "alloc": {"verilog": "x/al.v", "period_ps": 640.0}}
+    assert hierarchical.cross_paths(parts) == {"input unit request -> allocator": (640 - 130) + (640 + 1900)}
+    assert "-to [get_ports {req[*] req_class[*]}]" in seen[0][1] and "-from [get_ports {req*}]" in seen[1][1]
+    assert hierarchical.cross_paths({"input": parts["input"]}) == {}
+    assert hierarchical.cross_paths({**parts, "alloc": {**parts["alloc"], "sliced": {}}}) == {}
