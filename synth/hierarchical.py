@@ -33,8 +33,9 @@ the configuration decode.
 Critical path: the maximum over the parts, each register-to-register inside its part with its ports
 unconstrained (OpenSTA's input/output delay 0), and over the :data:`CROSS_PATHS`, the combinational paths
 from one part into another that the design has by construction, timed as the sum of their two halves (an
-input unit's request vector into the allocator, in the same cycle). Other paths across parts start or
-end at a register next to the boundary; the figure is labelled ``timing_source = "max of parts (...)"``.
+input unit's request vector into the allocator, in the same cycle, unless the switch registers its
+requests: ``req_stage``, the default from 32 ports). Other paths across parts start or end at a register
+next to the boundary; the figure is labelled ``timing_source = "max of parts (...)"``.
 """
 
 from contextlib import contextmanager
@@ -135,16 +136,25 @@ def _egress_depth(params: dict) -> int:
     return sw.egress_depth
 
 
+def registered_requests(params: dict) -> bool:
+    """Whether a switch at ``params`` registers its requests before the allocator (``req_stage``)."""
+    from hw.switch.nvswitch import REQ_STAGE_PORTS
+    staged = params.get("req_stage")
+    return bool(params["ports"] >= REQ_STAGE_PORTS if staged is None else staged)
+
+
 def parts(params: dict) -> list[tuple[str, str, dict, int]]:
     """(part name, factory, parameters, count) of a switch at ``params`` (as :class:`NVSwitch` builds it)."""
     from hw.packet import flit_layout
     N, S = params["ports"], params["speedup"]
     flit_w = flit_layout(params["flit_width"]).size
     out_credits = params["out_credits"] if params["out_credits"] is not None else params["credits"]
+    staged = registered_requests(params)
     return [
         ("input", "hw.switch.input_unit:InputUnit",
          {"port": 0, "n_ports": N, "credits": params["credits"], "flit_width": params["flit_width"],
-          "max_payload": params["max_payload"], "queueing": params["queueing"], "lanes": S}, N),
+          "max_payload": params["max_payload"], "queueing": params["queueing"], "lanes": S,
+          **({"grant_delay": 2} if staged else {})}, N),
         ("alloc", "synth.hierarchical:_Allocator", {"n_ports": N, "iterations": params["iterations"]}, 1),
         ("xbar", "hw.switch.crossbar:Crossbar", {"n_in": N, "n_out": N, "width": flit_w, "lanes": S}, 1),
         ("egress", "hw.switch.egress_queue:EgressQueue",
@@ -320,7 +330,9 @@ def area_point(module: str, point: dict, **kw):
             arrays += [{**a, "name": f"{name}.{a['name']}"}] * count
     crit = [(r["critical_path_ps"], name, r["timing_source"]) for name, _, _, r in results
             if r["critical_path_ps"]]
-    crossing = cross_paths({name: r for name, _, _, r in results})
+    # A switch that registers its requests has no combinational path from the input units to the allocator.
+    staged = module not in DYSHARP_MODULES and registered_requests(params)
+    crossing = {} if staged else cross_paths({name: r for name, _, _, r in results})
     crit += [(ps, label, "OpenSTA, composed") for label, ps in crossing.items()]
     worst = max(crit) if crit else (None, "", "none")
     result = {

@@ -14,6 +14,24 @@ def test_traffic(ports, seed, sim):
                env={"packets": packets})
 
 
+# The registered-request form (the default from 32 ports) at small port counts: the same scoreboards, every
+# input also ignored while its grant is on the way, and one more cycle of zero-load latency.
+@pytest.mark.parametrize("ports,extra", [(4, {}), (8, {"mc_frac": 1.0, "gap": 0.0, "stall": 0.0})])
+def test_traffic_registered_requests(ports, extra, seed, sim):
+    run_cocotb("switch", {"ports": ports, "req_stage": True}, test_module=TB, testcase="test_traffic", seed=seed,
+               sim=sim, env={"packets": 30 if ports == 4 else 20, **extra})
+
+
+def test_bad_input_registered_requests(seed, sim):
+    run_cocotb("switch", {"ports": 4, "req_stage": True}, test_module=TB, testcase="test_bad_input", seed=seed,
+               sim=sim)
+
+
+def test_zero_load_latency_registered_requests(seed, sim):
+    run_cocotb("switch", {"ports": 4, "req_stage": True}, test_module=TB, testcase="test_zero_load_latency",
+               seed=seed, sim=sim)
+
+
 def test_traffic_fifo_variant(seed, sim):
     run_cocotb("switch_fifo", {"ports": 8}, test_module=TB, testcase="test_traffic", seed=seed, sim=sim,
                env={"packets": 20})

@@ -73,8 +73,9 @@ class InputUnit(wiring.Component):
     ``rx``: credit link in. ``group_handle``/``group_mask``: lookup into the switch group table
     (combinational). ``req``/``req_class``: request vector to the allocator, from registers only (zero
     while busy, while a grant is starting, and in the cycle the last flit is read).
-    ``grant``: the outputs accepted for the previous cycle's request (the switch registers the
-    allocator's match); a non-zero grant dequeues now and starts a transfer next cycle.
+    ``grant``: the outputs accepted for the request of ``grant_delay`` cycles ago (1: the switch registers
+    the allocator's match; 2: it registers the request too, and ignores the requests an input makes while
+    its answer is on the way); a non-zero grant dequeues now and starts a transfer next cycle.
     ``dests``/``releasing``: outputs held by the transfer in progress and whether its last flit is read
     this cycle. ``space``: per output, the egress can take ``lanes`` more flits. ``out_valid[k]``/
     ``out_flit[k]``/``out_dests``: crossbar input, ``lanes`` flits per cycle (lane 0 first), one cycle
@@ -88,13 +89,16 @@ class InputUnit(wiring.Component):
     """
 
     def __init__(self, *, port: int | None, n_ports: int, credits: int, flit_width: int = DEFAULT_FLIT_WIDTH,
-                 max_payload: int = 16, queueing: str = "voq", lanes: int = 1):
+                 max_payload: int = 16, queueing: str = "voq", lanes: int = 1, grant_delay: int = 1):
         if queueing not in ("voq", "fifo"):
             raise ValueError(f"queueing must be 'voq' or 'fifo', got {queueing!r}")
         if lanes not in (1, 2):
             raise ValueError(f"lanes (internal speedup) must be 1 or 2, got {lanes!r}")
         if port is not None and not (isinstance(port, int) and 0 <= port < n_ports):
             raise ValueError(f"port must be None (a strap input) or an integer in 0..{n_ports - 1}, got {port!r}")
+        if grant_delay not in (1, 2):
+            raise ValueError(f"grant_delay must be 1 or 2, got {grant_delay!r}")
+        self.grant_delay = grant_delay
         self.lanes = lanes
         if port is not None:
             self.port = port
@@ -461,11 +465,15 @@ class InputUnit(wiring.Component):
                 m.d.comb += vec.eq(uc_vec)
         m.d.comb += [self.req.eq(Mux(avail, vec, 0)), self.req_class.eq(cls)]
 
-        # The grant is the match registered from the previous cycle's request, whose class is kept here;
-        # the queues it names cannot have changed meanwhile (only a start dequeues, and enqueues only
-        # append). A grant starts a new transfer next cycle.
+        # The grant answers the request of ``grant_delay`` cycles ago, whose class is kept here; the queues
+        # it names cannot have changed meanwhile (only a start dequeues, enqueues only append, and the
+        # switch drops the requests made while a grant is on its way). A grant starts a transfer next cycle.
         req_cls = Signal(2)
-        m.d.sync += req_cls.eq(cls)
+        if self.grant_delay == 1:
+            m.d.sync += req_cls.eq(cls)
+        else:
+            cls_d = Signal(2)
+            m.d.sync += [cls_d.eq(cls), req_cls.eq(cls_d)]
         start = Signal()
         m.d.comb += start.eq(self.grant.any())
         with m.If(start):
