@@ -99,6 +99,8 @@ def _parse_value(text: str, default: Any) -> Any:
         if text.lower() in ("0", "false", "no", "off"):
             return False
         raise ValueError(f"expected a boolean, got {text!r}")
+    if default is None and text.lower() in ("true", "false"):   # e.g. an automatic flag (None) set by hand
+        return text.lower() == "true"
     if isinstance(default, int) or default is None:
         try:
             return int(text, 0)

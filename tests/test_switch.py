@@ -79,3 +79,14 @@ def test_credit_overflow(seed, sim):
 
 def test_group_config(seed, sim):
     run_cocotb("switch", {"ports": 8}, test_module=TB, testcase="test_group_config", seed=seed, sim=sim)
+
+
+def test_req_stage_is_set_by_port_count_or_by_hand():
+    from hw import registry
+    from hw.switch.nvswitch import REQ_STAGE_PORTS, NVSwitch, zero_load_latency
+    assert registry.parse_assignments(["req_stage=true"], ["switch"]) == {"switch": {"req_stage": True}}
+    assert registry.parse_assignments(["req_stage=0"], ["switch"]) == {"switch": {"req_stage": 0}}
+    assert NVSwitch(ports=8).req_stage is False and NVSwitch(ports=REQ_STAGE_PORTS).req_stage is True
+    assert NVSwitch(ports=4, req_stage=True).latency == zero_load_latency(4, True) == 6
+    with pytest.raises(ValueError, match="req_stage must be a bool"):
+        NVSwitch(ports=4, req_stage="maybe")
