@@ -5,7 +5,8 @@ such a design bottom-up, and so does this: one input unit, the allocator, the cr
 one credit sender and the group table are each generated at the point's parameters and run through the
 same flow as :func:`synth.area.area_point` (yosys, OpenSTA, CACTI or flip-flops for every array), and
 
-    area = N x input unit + allocator + crossbar + N x (egress queue + credit sender) + group table.
+    area = N x input unit + allocator + crossbar + N x (egress queue + credit sender) + group table
+           (+ N x request register, with ``req_stage``).
 
 Every figure of the flat result (areas, transistors, cells, arrays) is summed the same way, so the
 report reads a hierarchical point like a flat one; ``result["hierarchical"]`` lists the parts.
@@ -39,6 +40,10 @@ next to the boundary; the figure is labelled ``timing_source = "max of parts (..
 """
 
 from contextlib import contextmanager
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
 
 from hw import registry
 from hw.switch.allocator import ISlipAllocator
@@ -162,7 +167,7 @@ def parts(params: dict) -> list[tuple[str, str, dict, int]]:
         ("credit_tx", "hw.credit:CreditSender", {"credits": out_credits, "flit_width": params["flit_width"]}, N),
         ("groups", "hw.switch.group_table:GroupTable",
          {"n_ports": N, "entries": params["groups"], "n_lookups": N}, 1),
-    ]
+    ] + ([("req_reg", "synth.hierarchical:_RequestRegister", {"n_ports": N}, N)] if staged else [])
 
 
 class _Allocator(ISlipAllocator):
@@ -170,6 +175,24 @@ class _Allocator(ISlipAllocator):
 
     def __init__(self, *, n_ports: int, iterations: int = 1):
         super().__init__(n_ports, iterations)
+
+
+class _RequestRegister(wiring.Component):
+    """One input's registered request as :class:`hw.switch.nvswitch.NVSwitch` builds it with ``req_stage``
+    (the request vector, its class and the matched flag, masked on the way to the allocator): a part of
+    its own, since the switch top is not synthesized."""
+
+    def __init__(self, *, n_ports: int):
+        self.n_ports = n_ports
+        super().__init__({"req": In(n_ports), "req_class": In(2), "accept": In(n_ports),
+                          "alloc_req": Out(n_ports), "alloc_class": Out(2)})
+
+    def elaborate(self, platform):
+        m = Module()
+        req, matched = Signal(self.n_ports), Signal()
+        m.d.sync += [req.eq(self.req), self.alloc_class.eq(self.req_class), matched.eq(self.accept.any())]
+        m.d.comb += self.alloc_req.eq(req & ~matched.replicate(self.n_ports))
+        return m
 
 
 class _VcReceiver(VcReceiver):
