@@ -41,10 +41,6 @@ next to the boundary; the figure is labelled ``timing_source = "max of parts (..
 
 from contextlib import contextmanager
 
-from amaranth.hdl import Module, Signal
-from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
-
 from hw import registry
 from hw.switch.allocator import ISlipAllocator
 from hw.vc_link import VcReceiver, VcSender
@@ -143,9 +139,8 @@ def _egress_depth(params: dict) -> int:
 
 def registered_requests(params: dict) -> bool:
     """Whether a switch at ``params`` registers its requests before the allocator (``req_stage``)."""
-    from hw.switch.nvswitch import REQ_STAGE_PORTS
-    staged = params.get("req_stage")
-    return bool(params["ports"] >= REQ_STAGE_PORTS if staged is None else staged)
+    from hw.switch.nvswitch import uses_req_stage
+    return uses_req_stage(params["ports"], params.get("req_stage"))
 
 
 def parts(params: dict) -> list[tuple[str, str, dict, int]]:
@@ -167,7 +162,7 @@ def parts(params: dict) -> list[tuple[str, str, dict, int]]:
         ("credit_tx", "hw.credit:CreditSender", {"credits": out_credits, "flit_width": params["flit_width"]}, N),
         ("groups", "hw.switch.group_table:GroupTable",
          {"n_ports": N, "entries": params["groups"], "n_lookups": N}, 1),
-    ] + ([("req_reg", "synth.hierarchical:_RequestRegister", {"n_ports": N}, N)] if staged else [])
+    ] + ([("req_reg", "hw.switch.request_stage:RequestStage", {"n_ports": N}, N)] if staged else [])
 
 
 class _Allocator(ISlipAllocator):
@@ -175,24 +170,6 @@ class _Allocator(ISlipAllocator):
 
     def __init__(self, *, n_ports: int, iterations: int = 1):
         super().__init__(n_ports, iterations)
-
-
-class _RequestRegister(wiring.Component):
-    """One input's registered request as :class:`hw.switch.nvswitch.NVSwitch` builds it with ``req_stage``
-    (the request vector, its class and the matched flag, masked on the way to the allocator): a part of
-    its own, since the switch top is not synthesized."""
-
-    def __init__(self, *, n_ports: int):
-        self.n_ports = n_ports
-        super().__init__({"req": In(n_ports), "req_class": In(2), "accept": In(n_ports),
-                          "alloc_req": Out(n_ports), "alloc_class": Out(2)})
-
-    def elaborate(self, platform):
-        m = Module()
-        req, matched = Signal(self.n_ports), Signal()
-        m.d.sync += [req.eq(self.req), self.alloc_class.eq(self.req_class), matched.eq(self.accept.any())]
-        m.d.comb += self.alloc_req.eq(req & ~matched.replicate(self.n_ports))
-        return m
 
 
 class _VcReceiver(VcReceiver):
@@ -287,15 +264,14 @@ def _sta_half(result: dict, ports: str, direction: str) -> float | None:
     from pathlib import Path
 
     from . import area, tools
+    from .paths import sta_inputs
     sta = tools.opensta_binary(required=False)
     work = area.BUILD / "work" / Path(result.get("verilog", "")).stem
-    netlist = work / "sta" / "netlist.v" if (work / "sta" / "netlist.v").is_file() else work / "netlist.v"
-    tcl = work / "timing.tcl"
-    if not sta or not netlist.is_file() or not tcl.is_file():
+    netlist, top = sta_inputs(work)
+    if not sta or netlist is None or top is None:
         return None
-    top = re.search(r"link_design\s+(\S+)", tcl.read_text())
     period = result["period_ps"]
-    out = area.run_sta(sta, tools.liberty_path(), netlist, top.group(1), period,
+    out = area.run_sta(sta, tools.liberty_path(), netlist, top, period,
                        [f"report_checks -path_delay max -{direction} [get_ports {{{ports}}}] -digits 4"],
                        work / f"cross_{direction}.tcl")
     m = re.search(r"([-\d.]+)\s+slack", out)

@@ -20,7 +20,7 @@ from pathlib import Path
 from . import scaling, tools
 from .area import run_sta
 
-__all__ = ["register_names", "report", "main"]
+__all__ = ["register_names", "sta_inputs", "report", "main"]
 
 
 def register_names(netlist_text: str) -> dict[str, str]:
@@ -33,24 +33,29 @@ def register_names(netlist_text: str) -> dict[str, str]:
     return out
 
 
+def sta_inputs(workdir: Path) -> tuple[Path | None, str | None]:
+    """(netlist OpenSTA reads, top module) of a synthesized point's work folder: the rewritten
+    ``sta/netlist.v`` when the flow needed one, else ``netlist.v``; the top from its ``timing.tcl``. None
+    for what is missing."""
+    netlist = next((p for p in (workdir / "sta" / "netlist.v", workdir / "netlist.v") if p.is_file()), None)
+    tcl = workdir / "timing.tcl"
+    m = re.search(r"link_design\s+(\S+)", tcl.read_text()) if tcl.is_file() else None
+    return netlist, m.group(1) if m else None
+
+
 def report(workdir, top: str | None = None, period_ps: float | None = None, endpoints: int = 40,
            paths: int = 3) -> str:
     """OpenSTA's endpoint summary and worst ``paths`` paths of the point in ``workdir``, registers named."""
     workdir = Path(workdir)
-    netlist = workdir / "sta" / "netlist.v"
-    if not netlist.is_file():
-        netlist = workdir / "netlist.v"
-    if not netlist.is_file():
-        raise ValueError(f"{workdir}: no netlist.v (synthesize the point with `dysharp area` first)")
     period_ps = period_ps or scaling.PORT_PERIOD_PS / scaling.DELAY
     if period_ps <= 0:
         raise ValueError(f"the clock period must be positive, got {period_ps} ps")
+    netlist, found_top = sta_inputs(workdir)
+    if netlist is None:
+        raise ValueError(f"{workdir}: no netlist.v (synthesize the point with `dysharp area` first)")
+    top = top or found_top
     if top is None:
-        m = re.search(r"link_design\s+(\S+)", (workdir / "timing.tcl").read_text()) \
-            if (workdir / "timing.tcl").is_file() else None
-        if not m:
-            raise ValueError(f"{workdir}: no timing.tcl to take the top module from; pass --top")
-        top = m.group(1)
+        raise ValueError(f"{workdir}: no timing.tcl to take the top module from; pass --top")
     sta = tools.opensta_binary()
     out = run_sta(sta, tools.liberty_path(), netlist, top, period_ps,
                   [f"report_checks -path_delay max -group_count {endpoints} -endpoint_count 1 -format end",

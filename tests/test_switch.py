@@ -90,3 +90,6 @@ def test_req_stage_is_set_by_port_count_or_by_hand():
     assert NVSwitch(ports=4, req_stage=True).latency == zero_load_latency(4, True) == 6
     with pytest.raises(ValueError, match="req_stage must be a bool"):
         NVSwitch(ports=4, req_stage="maybe")
+    from hw.switch.input_unit import InputUnit
+    with pytest.raises(ValueError, match="grant_delay must be 1 or 2"):
+        InputUnit(port=0, n_ports=4, credits=8, grant_delay=3)

@@ -38,8 +38,9 @@ from .crossbar import Crossbar
 from .egress_queue import EgressQueue
 from .group_table import GroupTable, GroupWrite
 from .input_unit import InputUnit
+from .request_stage import RequestStage
 
-__all__ = ["NVSwitch", "N_ERROR_CODES", "REQ_STAGE_PORTS", "zero_load_latency"]
+__all__ = ["NVSwitch", "N_ERROR_CODES", "REQ_STAGE_PORTS", "uses_req_stage", "zero_load_latency"]
 
 N_ERROR_CODES = 16
 # From this many ports the requests are registered before the allocator by default (``req_stage``): at 64
@@ -47,9 +48,14 @@ N_ERROR_CODES = 16
 REQ_STAGE_PORTS = 32
 
 
+def uses_req_stage(ports: int, req_stage: bool | None = None) -> bool:
+    """Whether a switch of ``ports`` registers its requests (``req_stage``; None: by port count)."""
+    return bool(ports >= REQ_STAGE_PORTS if req_stage is None else req_stage)
+
+
 def zero_load_latency(ports: int, req_stage: bool | None = None) -> int:
     """Cycles from a header in to the same header out with no contention."""
-    return 5 + int(ports >= REQ_STAGE_PORTS if req_stage is None else bool(req_stage))
+    return 5 + uses_req_stage(ports, req_stage)
 
 
 class NVSwitch(wiring.Component):
@@ -100,7 +106,7 @@ class NVSwitch(wiring.Component):
         self.iterations = iterations
         if req_stage not in (None, True, False, 0, 1):
             raise ValueError(f"req_stage must be a bool or None (by port count), got {req_stage!r}")
-        self.req_stage = bool(ports >= REQ_STAGE_PORTS if req_stage is None else req_stage)
+        self.req_stage = uses_req_stage(ports, req_stage)
         self.latency = zero_load_latency(ports, self.req_stage)
         link = credit_link_signature(flit_width)
         super().__init__({
@@ -141,15 +147,10 @@ class NVSwitch(wiring.Component):
                 iu.grant.eq(match[i]),
             ]
             if self.req_stage:
-                # Registered requests, one cycle old: the one an input made while its grant was on the way
-                # (the grant is visible now) is dropped, so no input is matched twice.
-                # ``matched`` is ``match[i].any()``, registered beside it so that no OR tree precedes the
-                # allocator.
-                req = Signal(N, name=f"req{i}")
-                req_class = Signal.like(iu.req_class, name=f"req_class{i}")
-                matched = Signal(name=f"matched{i}")
-                m.d.sync += [req.eq(iu.req), req_class.eq(iu.req_class), matched.eq(alloc.accept[i].any())]
-                m.d.comb += [alloc.req[i].eq(req & ~matched.replicate(N)), alloc.req_class[i].eq(req_class)]
+                # Registered requests, one cycle old (see RequestStage): no input is matched twice.
+                rs = m.submodules[f"req{i}"] = RequestStage(n_ports=N)
+                m.d.comb += [rs.req.eq(iu.req), rs.req_class.eq(iu.req_class), rs.accept.eq(alloc.accept[i]),
+                             alloc.req[i].eq(rs.alloc_req), alloc.req_class[i].eq(rs.alloc_class)]
             else:
                 m.d.comb += [alloc.req[i].eq(iu.req), alloc.req_class[i].eq(iu.req_class)]
 
