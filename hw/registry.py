@@ -8,8 +8,9 @@ Everything else is derived: the parameter names and defaults come from the compo
 signature, the component itself validates values (raising ``ValueError`` with a message), and ``points``
 lists the standard parameter points that ``dysharp verilog --points``, ``dysharp lint`` and the area flow
 generate. ``area_grid`` (optional) lists the points the area study sweeps; it defaults to ``points``.
-``dedup_from_ports`` (optional): from this many ports, ``dysharp verilog``/``lint`` and the study write the
-point with :mod:`hw.emission` (one Verilog module per distinct sub-block, :func:`emission_for`).
+``dedup_from_ports`` (optional): from this many ports (the parameter ``ports_param``, default ``ports``),
+``dysharp verilog``/``lint``, the study and the simulation builds write the point with :mod:`hw.emission`
+(one Verilog module per distinct sub-block, :func:`emission_for`).
 """
 
 import dataclasses
@@ -25,9 +26,11 @@ from typing import Any
 __all__ = ["ModuleSpec", "register", "MODULES", "get", "parse_assignments", "hw_source_hash",
            "generate_verilog", "point_slug", "EMISSIONS", "emission_for"]
 
-#: ``flat``: ``amaranth.back.verilog.convert`` (every instance written out; what the cocotb suites, the fast
-#: path and the area flow use). ``dedup``: :func:`hw.emission.convert`, one module per distinct sub-block,
-#: the same top-level ports and behaviour. ``auto`` (:func:`emission_for`) picks per point.
+#: ``flat``: ``amaranth.back.verilog.convert`` (every instance written out; what the area flow and the
+#: cocotb builds that expose internal signals use). ``dedup``: :func:`hw.emission.convert`, one module per
+#: distinct sub-block, the same top-level ports and behaviour. ``auto`` (:func:`emission_for`) picks per
+#: point; the fast path and the ports-only cocotb builds use it, so a big point elaborates its repeated
+#: blocks once (the 8-port integrated switch: about 4x faster to generate, 6x less Verilog).
 EMISSIONS = ("auto", "flat", "dedup")
 
 
@@ -40,6 +43,7 @@ class ModuleSpec:
     doc: str = ""
     defaults: dict = dataclasses.field(default_factory=dict)   # overrides of the __init__ defaults
     dedup_from_ports: int | None = None
+    ports_param: str = "ports"        # the parameter dedup_from_ports counts
 
     def component_class(self):
         mod, _, cls = self.factory.partition(":")
@@ -76,11 +80,12 @@ MODULES: dict[str, ModuleSpec] = {}
 
 
 def register(name: str, factory: str, *, points=None, area_grid=None, doc: str = "",
-             defaults: dict | None = None, dedup_from_ports: int | None = None) -> ModuleSpec:
+             defaults: dict | None = None, dedup_from_ports: int | None = None,
+             ports_param: str = "ports") -> ModuleSpec:
     if name in MODULES:
         raise ValueError(f"module {name!r} is registered twice")
     spec = ModuleSpec(name, factory, list(points or [{}]), area_grid, doc, dict(defaults or {}),
-                      dedup_from_ports)
+                      dedup_from_ports, ports_param)
     MODULES[name] = spec
     return spec
 
@@ -172,13 +177,13 @@ def point_slug(params: dict[str, Any], defaults: dict[str, Any]) -> str:
 
 def emission_for(name: str, params: dict, emission: str = "auto") -> str:
     """``flat`` or ``dedup`` for module ``name`` at ``params``: ``auto`` is ``dedup`` from the module's
-    ``dedup_from_ports`` ports on, ``flat`` otherwise."""
+    ``dedup_from_ports`` ports (its ``ports_param``) on, ``flat`` otherwise."""
     if emission not in EMISSIONS:
         raise ValueError(f"unknown emission {emission!r}; valid: {', '.join(EMISSIONS)}")
     if emission != "auto":
         return emission
     spec = get(name)
-    big = spec.dedup_from_ports is not None and spec.resolve(params).get("ports", 0) >= spec.dedup_from_ports
+    big = spec.dedup_from_ports is not None and spec.resolve(params).get(spec.ports_param, 0) >= spec.dedup_from_ports
     return "dedup" if big else "flat"
 
 
@@ -269,9 +274,10 @@ register("packet_split", "hw.packet_stream:VcClassSplit", points=[{}],
          doc="PacketSplit with a fixed example select: requests to o[0], responses to o[1]")
 register("tlb_fill_bridge", "hw.switch.tlb_fill_bridge:TlbFillBridge", points=[{}])
 register("egress_translator", "hw.switch.egress_translator:EgressTranslator", points=[{"ports": 8}, {"ports": 64}])
-register("dysharp_switch", "hw.switch.dysharp_switch:DySharpSwitch", dedup_from_ports=8,
+register("dysharp_switch", "hw.switch.dysharp_switch:DySharpSwitch", dedup_from_ports=4,
          points=[{"ports": n} for n in (4, 8, 16, 32, 64)], area_grid=[{"ports": 4}, {"ports": 8}],
          doc="The integrated DySHARP switch: request and response networks, and per port an AL-TLB, an egress "
              "translator and a reduction engine")
-register("system", "hw.system:System", points=[{"gpus": n} for n in (4, 8, 16)],
+register("system", "hw.system:System", dedup_from_ports=4, ports_param="gpus",
+         points=[{"gpus": n} for n in (4, 8, 16)],
          doc="The system top: G GPU NICs on one DySHARP switch")

@@ -113,7 +113,8 @@ def test_unknown_command_and_flag_fail(capsys):
     assert e.value.code == 2 and "unrecognized arguments: --fast" in capsys.readouterr().err
 
 
-def test_study_sends_tool_output_to_logs_and_reports_failures(tmp_path, monkeypatch, capfd):
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_study_sends_tool_output_to_logs_and_reports_failures(jobs, tmp_path, monkeypatch, capfd):
     """A step's prints and its subprocesses' output land in build/logs/<step>.log, not on the terminal; a
     failing step is named with its error and log path, the others still run, timings.json lists all."""
     import json
@@ -138,7 +139,7 @@ def test_study_sends_tool_output_to_logs_and_reports_failures(tmp_path, monkeypa
                                          ("b", "fake_steps:broken", "broken step"),
                                          ("c", "fake_steps:noisy", "noisy again")])
     monkeypatch.chdir(tmp_path)
-    assert main(["study", "--quick", "--out", "rep"]) == 1
+    assert main(["study", "--quick", "--out", "rep", "--jobs", jobs]) == 1
     term = capfd.readouterr()
     shown = term.out + term.err
     assert "tool stdout" not in shown and "python print" not in shown and "tool stderr" not in shown
@@ -263,6 +264,8 @@ def test_reduction_bench_rejects_bad_points(capsys, tmp_path):
     assert "entries must be an integer in 16..512" in capsys.readouterr().err
     assert main(["bench", "reduction", "--points", "16@50", "--buffer-requests", "1", "--out", out]) == 2
     assert "--buffer-requests must be at least 2" in capsys.readouterr().err
+    assert main(["bench", "reduction", "--points", "16@50", "--sim", "vcs", "--out", out]) == 2
+    assert "unknown --sim 'vcs'; valid: auto, " in capsys.readouterr().err
 
 
 def test_quick_overhead_table_does_not_synthesize(monkeypatch):

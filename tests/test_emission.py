@@ -84,8 +84,9 @@ def test_switch_writes_each_block_once():
 def test_emission_choice():
     assert registry.emission_for("switch", {"ports": 64}) == "dedup"
     assert registry.emission_for("switch", {"ports": 4}) == "flat"
-    assert registry.emission_for("dysharp_switch", {"ports": 8}) == "dedup"
+    assert registry.emission_for("dysharp_switch", {"ports": 4}) == "dedup"     # its smallest point
     assert registry.emission_for("cam", {}) == "flat"
+    assert registry.emission_for("system", {"gpus": 4}) == "dedup"     # counted by its ports_param, gpus
     assert registry.emission_for("switch", {"ports": 4}, "dedup") == "dedup"
     with pytest.raises(ValueError, match="unknown emission 'fast'"):
         registry.emission_for("switch", {"ports": 4}, "fast")

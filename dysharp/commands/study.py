@@ -9,6 +9,11 @@ figure's source (JSON/CSV/PNG) beside it, and the wall time of each step to ``<o
 While a step runs, everything written to file descriptors 1 and 2 (the steps' own prints and the
 cocotb, Verilator, Icarus and yosys subprocesses that inherit them) goes to ``build/logs/<step>.log``;
 the terminal shows only the progress bars and one line per finished step.
+
+Steps run two at a time by default (``--jobs``), each in a forked process, since one step alone leaves a
+core idle for much of its time (Amaranth elaboration, yosys and cocotb are single-threaded). ``AFTER``
+names the steps that read another step's output; they wait for it. Then the terminal shows the study's
+bar only; ``--jobs 1`` runs the steps in turn in this process with each step's own bars.
 """
 
 import contextlib
@@ -38,6 +43,10 @@ STEPS = [
     ("estimate", "sim_models.study_step:estimate_step", "end-to-end MoE layer-time estimate"),
 ]
 
+# Steps that read what others write: lint reads the Verilog step's files, the estimator every bench's
+# calibration. Every other step reads nothing another writes, so two can run at once (``--jobs``).
+AFTER = {"lint": ("verilog",), "estimate": ("*",)}
+
 SCOPES = {
     "quick": "smoke run: small sweeps, small points",
     "default": "architecture points: every step, each benchmark's headline figures",
@@ -56,6 +65,9 @@ def add_arguments(p) -> None:
                                                             "(a few minutes)")
     scope.add_argument("--full", action="store_true", help="the exhaustive grids: every benchmark point and "
                                                            "the area grids (hours)")
+    p.add_argument("--jobs", type=int, default=2, metavar="N",
+                   help="steps run at once, each in its own process (default: 2; 1 runs them in turn and shows "
+                        "each step's own progress bars). Steps that read another's output wait for it")
 
 
 def scope_of(args) -> str:
@@ -99,6 +111,8 @@ def run(args) -> int:
     for n in args.only or []:
         if n not in names:
             raise ValueError(f"unknown study step {n!r}; valid: {', '.join(names)}")
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
     scope = scope_of(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -106,10 +120,9 @@ def run(args) -> int:
     # The bars and the step lines go to the terminal even while fds 1/2 point at a step's log.
     sys.stderr.flush()
     terminal = os.fdopen(os.dup(2), "w", buffering=1)
-    sections, timings, failed = [], [], []
     t_all = time.time()
-    tqdm.write(f"[study] {scope} scope ({SCOPES[scope]}): {len(steps)} step(s); tool logs in {LOG_DIR}/",
-               file=terminal)
+    tqdm.write(f"[study] {scope} scope ({SCOPES[scope]}): {len(steps)} step(s), {min(args.jobs, len(steps))} at "
+               f"a time; tool logs in {LOG_DIR}/", file=terminal)
     # The bar advances by each step's time in the last run of this scope (so its ETA is that run's; a step
     # it did not run counts as its median step), or by one per step when there is none.
     last = _last_times(out / "timings.json", scope)
@@ -117,48 +130,45 @@ def run(args) -> int:
     weights = {n: last.get(n, typical) for n, _, _ in steps}
     bar = tqdm(total=sum(weights.values()), desc="study", file=terminal, dynamic_ncols=True,
                bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}] {postfix}")
+    results = {}
+
+    def finished(name, what, section, status, dt):
+        log = LOG_DIR / f"{name}.log"
+        results[name] = ({"step": name, "what": what, "seconds": round(dt, 1), "status": status,
+                          "log": str(log)}, section)
+        bar.update(weights[name])
+        if status == "ok":
+            tqdm.write(f"[study] {name}: done in {_hms(dt)} (log: {log})", file=terminal)
+        else:
+            tqdm.write(f"[study] {name}: FAILED after {_hms(dt)}: {status[8:]}\n"
+                       f"[study] full log: {log}; its last lines:\n{_tail(log)}", file=terminal)
+
     try:
-        for i, (name, target, what) in enumerate(steps):
-            bar.set_postfix_str(f"step {i + 1}/{len(steps)}: {name}")
-            log = LOG_DIR / f"{name}.log"
-            mod, _, fn = target.partition(":")
-            t0 = time.time()
-            status = "ok"
-            with tool_log(log, terminal):
-                try:
-                    section = getattr(importlib.import_module(mod), fn)(args, out)
-                except KeyboardInterrupt:
-                    raise
-                except Exception as e:   # the step failed: say so, keep its traceback in the log, go on
-                    traceback.print_exc(file=sys.stdout)   # fd 1: the log
-                    status = f"failed: {type(e).__name__}: {e}"
-                    section = f"## {name}\n\nStep failed: `{type(e).__name__}: {e}` (log: `{log}`)."
-            dt = time.time() - t0
-            timings.append({"step": name, "what": what, "seconds": round(dt, 1), "status": status,
-                            "log": str(log)})
-            sections.append(section)
-            bar.update(weights[name])
-            if status == "ok":
-                tqdm.write(f"[study] {name}: done in {_hms(dt)} (log: {log})", file=terminal)
-            else:
-                failed.append(name)
-                tqdm.write(f"[study] {name}: FAILED after {_hms(dt)}: {status[8:]}\n"
-                           f"[study] full log: {log}; its last lines:\n{_tail(log)}", file=terminal)
+        if args.jobs == 1:
+            for i, (name, target, what) in enumerate(steps):
+                bar.set_postfix_str(f"step {i + 1}/{len(steps)}: {name}")
+                finished(name, what, *_run_step(name, target, args, out, terminal))
+        else:
+            _run_concurrently(steps, args, out, bar, finished)
     finally:
         bar.close()
+    timings = [results[n][0] for n, _, _ in steps]
+    sections = [results[n][1] for n, _, _ in steps]
+    failed = [t["step"] for t in timings if t["status"] != "ok"]
     total = time.time() - t_all
     cmd = "dysharp study" + {"quick": " --quick", "full": " --full"}.get(scope, "") + \
-        "".join(f" --only {n}" for n in args.only or [])
+        "".join(f" --only {n}" for n in args.only or []) + (f" --jobs {args.jobs}" if args.jobs != 2 else "")
     (out / "timings.json").write_text(json.dumps({
         "command": cmd, "scope": scope, "steps": timings, "total_seconds": round(total, 1),
-        "cpus": os.cpu_count()}, indent=1) + "\n")
+        "cpus": os.cpu_count(), "jobs": args.jobs}, indent=1) + "\n")
     table = tabulate([[t["step"], t["what"], _hms(t["seconds"]), t["status"]] for t in timings] +
                      [["total", "", _hms(total), "ok" if not failed else f"{len(failed)} failed"]],
                      headers=["step", "what", "wall time", "status"], tablefmt="github", disable_numparse=True)
     report = out / "report.md"
     report.write_text("# dysharp study report\n\n"
                       f"Generated by `{cmd}` ({scope} scope: {SCOPES[scope]}) in {_hms(total)} on "
-                      f"{os.cpu_count()} CPU(s). Tables marked *`--full` only* are left out of the default "
+                      f"{os.cpu_count()} CPU(s), {args.jobs} step(s) at a time (each step's wall time below "
+                      "is its own; steps overlap). Tables marked *`--full` only* are left out of the default "
                       "study; `dysharp study --full` or the named `dysharp bench` command produces them.\n\n"
                       "## Step wall times\n\n" + table + "\n\n" + "\n\n".join(sections) + "\n")
     tqdm.write(f"[study] total {_hms(total)}; report: {report}; timings: {out / 'timings.json'}", file=terminal)
@@ -167,6 +177,82 @@ def run(args) -> int:
                    file=terminal)
     terminal.close()
     return 1 if failed else 0
+
+
+def _run_step(name, target, args, out, terminal) -> tuple[str, str, float]:
+    """Run one step with its output in its log: (Markdown section, "ok" or "failed: ...", seconds)."""
+    log = LOG_DIR / f"{name}.log"
+    mod, _, fn = target.partition(":")
+    t0 = time.time()
+    status = "ok"
+    with tool_log(log, terminal):
+        try:
+            section = getattr(importlib.import_module(mod), fn)(args, out)
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:   # the step failed: say so, keep its traceback in the log, go on
+            traceback.print_exc(file=sys.stdout)   # fd 1: the log
+            status = f"failed: {type(e).__name__}: {e}"
+            section = f"## {name}\n\nStep failed: `{type(e).__name__}: {e}` (log: `{log}`)."
+    return section, status, time.time() - t0
+
+
+def _step_child(name, target, args, out, conn) -> None:
+    """A forked step process: the step's own progress bars go to /dev/null (the parent draws the study's
+    bar), its result goes back through ``conn``."""
+    with open(os.devnull, "w") as quiet:
+        try:
+            conn.send(_run_step(name, target, args, out, quiet))
+        except KeyboardInterrupt:
+            pass
+    conn.close()
+
+
+def _run_concurrently(steps, args, out, bar, finished) -> None:
+    """Up to ``args.jobs`` steps at once, each in a forked process, in ``steps`` order as their ``AFTER``
+    dependencies (among the selected steps) finish. A step process that dies without a result counts as
+    failed; Ctrl-C stops them all."""
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    ctx = multiprocessing.get_context("fork")
+    names = [n for n, _, _ in steps]
+    pending = list(steps)
+    running = {}            # sentinel -> (name, what, process, connection, start time)
+    done = set()
+
+    def ready(name):
+        deps = AFTER.get(name, ())
+        deps = [n for n in names if n != name] if "*" in deps else [d for d in deps if d in names]
+        return all(d in done for d in deps)
+
+    try:
+        while pending or running:
+            for step in [s for s in pending if ready(s[0])]:
+                if len(running) >= args.jobs:
+                    break
+                name, target, what = step
+                pending.remove(step)
+                parent, child = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_step_child, args=(name, target, args, out, child), name=f"study-{name}")
+                proc.start()
+                child.close()
+                running[proc.sentinel] = (name, what, proc, parent, time.time())
+            bar.set_postfix_str(f"{len(done)}/{len(steps)} done, running: {', '.join(r[0] for r in running.values())}")
+            for sentinel in wait(list(running)):
+                name, what, proc, conn, t0 = running.pop(sentinel)
+                try:
+                    section, status, dt = conn.recv()
+                except (EOFError, OSError):
+                    status, dt = f"failed: the step's process exited with code {proc.exitcode}", time.time() - t0
+                    section = f"## {name}\n\nStep failed: {status[8:]} (log: `{LOG_DIR / f'{name}.log'}`)."
+                proc.join()
+                done.add(name)
+                finished(name, what, section, status, dt)
+    finally:
+        for name, what, proc, conn, t0 in running.values():
+            proc.terminate()
+            proc.join()
 
 
 def _last_times(path: Path, scope: str) -> dict:

@@ -18,9 +18,10 @@ def add_arguments(p) -> None:
 
 def add_emission_argument(p) -> None:
     p.add_argument("--emission", choices=registry.EMISSIONS, default="auto",
-                   help="flat: every instance written out (what the simulations use); dedup: one module per "
-                        "distinct sub-block (hw/emission.py), same ports and behaviour; auto (default): dedup "
-                        "for the big switch points (a module's dedup_from_ports), flat otherwise")
+                   help="flat: every instance written out (what the area flow uses); dedup: one module per "
+                        "distinct sub-block (hw/emission.py), same ports and behaviour; auto (default, and what "
+                        "the simulations use): dedup for the switches from 8 ports, the integrated switch and "
+                        "the system top (a module's dedup_from_ports), flat otherwise")
 
 
 def generate(points, out, force=False, quiet=False, emission="flat"):

@@ -143,7 +143,9 @@ def add_arguments(p) -> None:
                    help="random ALU operand pairs per element type (default: 1000000; 0 skips)")
     p.add_argument("--alu-sim", default="auto", help="simulator for the ALU run: auto (Verilator when "
                                                      "installed), icarus, verilator")
-    p.add_argument("--sim", default="icarus", help="simulator for the buffer and flow runs (default: icarus)")
+    p.add_argument("--sim", default="auto", help="simulator for the buffer and flow runs: auto (Verilator when "
+                                                 "installed: the same cycles as Icarus, its runs about 50x "
+                                                 "faster), icarus, verilator")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="build/bench/reduction.json")
 
@@ -188,13 +190,13 @@ def run(args) -> int:
         raise ValueError(f"--fanout must be in 1..8 (the unit is built with 8 ports), got {args.fanout}")
     if not 1 <= args.length <= 16:
         raise ValueError(f"--length must be in 1..16, got {args.length}")
-    if args.sim not in SIMULATORS:
-        raise ValueError(f"unknown simulator {args.sim!r}; valid: {', '.join(SIMULATORS)}")
-    alu_sim = args.alu_sim
-    if alu_sim == "auto":
-        alu_sim = "verilator" if verilator_env() else "icarus"
-    elif alu_sim not in SIMULATORS:
-        raise ValueError(f"unknown --alu-sim {alu_sim!r}; valid: auto, {', '.join(SIMULATORS)}")
+    def pick(flag, sim):
+        if sim == "auto":
+            return "verilator" if verilator_env() else "icarus"
+        if sim not in SIMULATORS:
+            raise ValueError(f"unknown {flag} {sim!r}; valid: auto, {', '.join(SIMULATORS)}")
+        return sim
+    sim, alu_sim = pick("--sim", args.sim), pick("--alu-sim", args.alu_sim)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     raw = out.parent / "reduction_raw"
@@ -203,7 +205,7 @@ def run(args) -> int:
                                          f"--entries={args.entries} --latencies={args.latencies} ") +
            (f"--buffer-requests={args.buffer_requests} " if args.buffer_requests != 48 else "") +
            f"--fanout={args.fanout} --length={args.length} --window={args.window} "
-           f"--alu-pairs={args.alu_pairs} --alu-sim={args.alu_sim} --sim={args.sim} --seed={args.seed}")
+           f"--alu-pairs={args.alu_pairs} --alu-sim={alu_sim} --sim={sim} --seed={args.seed}")
     report = {"command": cmd, "workload": {"fanout": args.fanout, "length": args.length,
                                            "etype": "FP32", "op": "ADD"}}
     t_all = time.time()
@@ -238,7 +240,7 @@ def run(args) -> int:
         # The longest timeout: all contributions are queued at once, and with the same-row wait (one flit
         # per 3 cycles into one row) the last reductions' flits wait longer than the default 8192 cycles.
         run_cocotb("reduction_buffer", {"entries": 64, "timeout": 1 << 20}, test_module="verif.bench.reduction",
-                   testcase="bench_buffer", sim=args.sim, seed=args.seed,
+                   testcase="bench_buffer", sim=sim, seed=args.seed,
                    env={"out": str(path.resolve()), "requests": args.buffer_requests, "whole_packets": whole})
         report[key] = r = json.loads(path.read_text())
         tqdm.write(f"  {r['contribution_flits']} contribution flits in {r['cycles']} cycles: "
@@ -254,7 +256,7 @@ def run(args) -> int:
         tqdm.write(f"[bench reduction] flow: {label}, read latency {lat} ...")
         path = raw / f"flow_{params['entries']}_{params.get('outstanding', 0)}_{lat}.json"
         run_cocotb("ld_reduce_unit", dict(params, rows=4096), test_module="verif.bench.reduction",
-                   testcase="bench_flow", sim=args.sim, seed=args.seed,
+                   testcase="bench_flow", sim=sim, seed=args.seed,
                    env={"latency": lat, "fanout": args.fanout, "length": args.length,
                         "window": args.window, "out": str(path.resolve())})
         r = json.loads(path.read_text())

@@ -171,7 +171,7 @@ def _compile(module: str, params: dict, vpath: Path, main: str, build_root: Path
 
 
 def build(module: str, params: dict | None = None, *, build_root: str | os.PathLike = "build",
-          emission: str = "flat") -> FastSim:
+          emission: str = "auto") -> FastSim:
     """Build (or reuse) the fast-path binary of registered credit-link ``module`` at ``params``, from its
     ``emission`` Verilog (:data:`hw.registry.EMISSIONS`)."""
     from verif.harness.runner import require_simulator
@@ -335,7 +335,7 @@ class VcFastSim:
 
 def build_vc(module: str, params: dict | None = None, *, build_root: str | os.PathLike = "build",
              verilog: str | os.PathLike | None = None, link_credits: int | None = None,
-             gpu_credits: int | None = None, emission: str = "flat") -> VcFastSim:
+             gpu_credits: int | None = None, emission: str = "auto") -> VcFastSim:
     """Build (or reuse) the two-VC fast-path binary of registered ``module`` at ``params`` (its
     ``link_credits``/``gpu_credits`` parameters are the GPU sender's and receiver's credits per VC), from
     its ``emission`` Verilog (:data:`hw.registry.EMISSIONS`).
