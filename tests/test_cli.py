@@ -1,7 +1,9 @@
 """The dysharp CLI: module selection, parameter validation, Verilog generation and lint."""
 
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -155,6 +157,47 @@ def test_study_sends_tool_output_to_logs_and_reports_failures(jobs, tmp_path, mo
     assert [s["status"] == "ok" for s in timings["steps"]] == [True, False, True]
     report = (tmp_path / "rep/report.md").read_text()
     assert "## noisy" in report and "Step failed" in report and "| a " in report
+
+
+def test_study_steps_at_once_wait_for_what_they_read(tmp_path, monkeypatch, capfd):
+    """Two at a time: a step waits for the steps it reads (``AFTER``: lint after verilog, estimate after
+    all); a section far larger than a pipe's buffer comes back whole; a step process that dies without a
+    result is a failed step naming its exit code, and the others still run."""
+    import json
+    import types
+
+    from dysharp.commands import study
+
+    def verilog(args, out):
+        time.sleep(1.0)
+        (out / "verilog.done").write_text("x")
+        return "## verilog\n\n" + "v" * 1_000_000
+
+    def lint(args, out):
+        return "## lint\n\nsaw verilog: " + str((out / "verilog.done").exists())
+
+    def dies(args, out):
+        os._exit(3)
+
+    def estimate(args, out):
+        return "## estimate\n\nsaw " + ",".join(sorted(p.name for p in out.iterdir()))
+
+    fake = types.ModuleType("fake_steps2")
+    fake.verilog, fake.lint, fake.dies, fake.estimate = verilog, lint, dies, estimate
+    monkeypatch.setitem(sys.modules, "fake_steps2", fake)
+    monkeypatch.setattr(study, "STEPS", [("verilog", "fake_steps2:verilog", ""), ("lint", "fake_steps2:lint", ""),
+                                         ("dies", "fake_steps2:dies", ""), ("estimate", "fake_steps2:estimate", "")])
+    monkeypatch.chdir(tmp_path)
+    assert main(["study", "--quick", "--out", "rep", "--jobs", "2"]) == 1
+    shown = capfd.readouterr().err
+    assert "[study] dies: FAILED" in shown and "exited with code 3" in shown
+    report = (tmp_path / "rep/report.md").read_text()
+    assert "v" * 1_000_000 in report and "saw verilog: True" in report and "saw verilog.done" in report
+    timings = json.loads((tmp_path / "rep/timings.json").read_text())
+    assert [t["step"] for t in timings["steps"]] == ["verilog", "lint", "dies", "estimate"]
+    assert [t["status"] == "ok" for t in timings["steps"]] == [True, True, False, True]
+    assert main(["study", "--out", "rep", "--jobs", "0"]) == 2
+    assert "--jobs must be at least 1, got 0" in capfd.readouterr().err
 
 
 @pytest.mark.parametrize("bench", ["al_tlb", "reduction"])

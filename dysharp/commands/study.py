@@ -218,7 +218,7 @@ def _run_concurrently(steps, args, out, bar, finished) -> None:
     ctx = multiprocessing.get_context("fork")
     names = [n for n, _, _ in steps]
     pending = list(steps)
-    running = {}            # sentinel -> (name, what, process, connection, start time)
+    running = {}            # result connection -> (name, what, process, start time)
     done = set()
 
     def ready(name):
@@ -237,20 +237,25 @@ def _run_concurrently(steps, args, out, bar, finished) -> None:
                 proc = ctx.Process(target=_step_child, args=(name, target, args, out, child), name=f"study-{name}")
                 proc.start()
                 child.close()
-                running[proc.sentinel] = (name, what, proc, parent, time.time())
+                running[parent] = (name, what, proc, time.time())
             bar.set_postfix_str(f"{len(done)}/{len(steps)} done, running: {', '.join(r[0] for r in running.values())}")
-            for sentinel in wait(list(running)):
-                name, what, proc, conn, t0 = running.pop(sentinel)
+            # Wait on the connections, not the processes: a section larger than the pipe's buffer is sent
+            # only as it is read, so the child cannot exit first. A child that dies without a result
+            # makes its connection readable too (EOF).
+            for conn in wait(list(running)):
+                name, what, proc, t0 = running.pop(conn)
                 try:
                     section, status, dt = conn.recv()
                 except (EOFError, OSError):
+                    proc.join()
                     status, dt = f"failed: the step's process exited with code {proc.exitcode}", time.time() - t0
                     section = f"## {name}\n\nStep failed: {status[8:]} (log: `{LOG_DIR / f'{name}.log'}`)."
                 proc.join()
+                conn.close()
                 done.add(name)
                 finished(name, what, section, status, dt)
     finally:
-        for name, what, proc, conn, t0 in running.values():
+        for name, what, proc, t0 in running.values():
             proc.terminate()
             proc.join()
 
