@@ -185,6 +185,15 @@ def _sta_report(sta: str, netlist_v: Path, top: str, liberty_path: Path, period_
     return out
 
 
+_SLACK = re.compile(r"([-\d.]+)\s+slack")
+
+
+def sta_slack_ps(report: str) -> float | None:
+    """The worst slack, in ps, of an OpenSTA ``report_checks`` text (None when it reports no path)."""
+    m = _SLACK.search(report)
+    return float(m.group(1)) * 1000 if m else None
+
+
 def sta_timing(netlist_v: Path, top: str, liberty_path: Path, period_ps: float, workdir: Path) -> dict | None:
     """Worst register-to-register path from OpenSTA (None when OpenSTA is not installed)."""
     sta = tools.opensta_binary(required=False)
@@ -201,10 +210,9 @@ def sta_timing(netlist_v: Path, top: str, liberty_path: Path, period_ps: float, 
                   f"the critical path is ABC's estimate", flush=True)
             return None
         text = _sta_report(sta, netlist_v, top, liberty_path, period_ps, workdir)
-    m = re.search(r"([-\d.]+)\s+slack", text)
-    if not m or "syntax error" in text:
+    slack_ps = sta_slack_ps(text)
+    if slack_ps is None or "syntax error" in text:
         raise yosys_flow.FlowError(f"OpenSTA found no timing path in {netlist_v} (see {workdir / 'timing.txt'})")
-    slack_ps = float(m.group(1)) * 1000
     return {"min_period_ps": period_ps - slack_ps, "slack_ps": slack_ps, "source": "OpenSTA"}
 
 

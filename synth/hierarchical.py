@@ -260,7 +260,6 @@ def _sta_half(result: dict, ports: str, direction: str) -> float | None:
     """The longest path of a synthesized part to (``direction="to"``) or from (``"from"``) its ``ports``, as
     a minimum period in ps (arrival, plus the setup time when it ends at a register); None when OpenSTA or
     the part's netlist is not at hand."""
-    import re
     from pathlib import Path
 
     from . import area, tools
@@ -274,8 +273,8 @@ def _sta_half(result: dict, ports: str, direction: str) -> float | None:
     out = area.run_sta(sta, tools.liberty_path(), netlist, top, period,
                        [f"report_checks -path_delay max -{direction} [get_ports {{{ports}}}] -digits 4"],
                        work / f"cross_{direction}.tcl")
-    m = re.search(r"([-\d.]+)\s+slack", out)
-    return period - float(m.group(1)) * 1000 if m else None
+    slack = area.sta_slack_ps(out)
+    return None if slack is None else period - slack
 
 
 def cross_paths(results: dict[str, dict]) -> dict[str, float]:
