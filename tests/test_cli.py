@@ -200,6 +200,14 @@ def test_study_steps_at_once_wait_for_what_they_read(tmp_path, monkeypatch, capf
     assert "--jobs must be at least 1, got 0" in capfd.readouterr().err
 
 
+def test_study_starts_the_longest_chain_first():
+    from dysharp.commands.study import start_order
+    cost = {"verilog": 2, "lint": 10, "switch": 5, "area_power": 11, "estimate": 1}
+    # verilog's chain (verilog, lint, estimate) is 13: it goes before area_power (12) though it is short.
+    assert start_order(list(cost), cost) == ["verilog", "area_power", "lint", "switch", "estimate"]
+    assert start_order(["switch", "lint"], cost) == ["lint", "switch"]     # lint alone: no verilog to wait for
+
+
 @pytest.mark.parametrize("bench", ["al_tlb", "reduction"])
 def test_study_scopes_parse_and_full_is_the_bench(bench):
     """Each study scope's arguments are valid bench arguments; --full is the bench's own defaults."""

@@ -47,6 +47,12 @@ STEPS = [
 # calibration. Every other step reads nothing another writes, so two can run at once (``--jobs``).
 AFTER = {"lint": ("verilog",), "estimate": ("*",)}
 
+# Rough wall time of each step in seconds (default scope, fresh clone, 2 cores, two steps at a time), for
+# the order in which ready steps start when no earlier run of the scope left its own times: the longest
+# chain of dependent steps first, so that the study does not end on a long step started late.
+EXPECTED_S = {"verilog": 220, "lint": 600, "switch": 240, "al_tlb": 60, "reduction": 175, "dysharp_switch": 610,
+              "gpu_side": 40, "system": 585, "area_power": 1500, "estimate": 120}
+
 SCOPES = {
     "quick": "smoke run: small sweeps, small points",
     "default": "architecture points: every step, each benchmark's headline figures",
@@ -149,7 +155,8 @@ def run(args) -> int:
                 bar.set_postfix_str(f"step {i + 1}/{len(steps)}: {name}")
                 finished(name, what, *_run_step(name, target, args, out, terminal))
         else:
-            _run_concurrently(steps, args, out, bar, finished)
+            cost = {n: last.get(n, EXPECTED_S.get(n, typical)) for n, _, _ in steps}
+            _run_concurrently(steps, args, out, bar, finished, cost)
     finally:
         bar.close()
     timings = [results[n][0] for n, _, _ in steps]
@@ -208,23 +215,45 @@ def _step_child(name, target, args, out, conn) -> None:
     conn.close()
 
 
-def _run_concurrently(steps, args, out, bar, finished) -> None:
-    """Up to ``args.jobs`` steps at once, each in a forked process, in ``steps`` order as their ``AFTER``
-    dependencies (among the selected steps) finish. A step process that dies without a result counts as
-    failed; Ctrl-C stops them all."""
+def _depends(names) -> dict[str, list[str]]:
+    """{step: the selected steps it waits for} (:data:`AFTER`; ``*`` is every other step)."""
+    out = {}
+    for n in names:
+        deps = AFTER.get(n, ())
+        out[n] = [d for d in names if d != n] if "*" in deps else [d for d in deps if d in names]
+    return out
+
+
+def start_order(names, cost: dict) -> list[str]:
+    """``names`` by priority: a step's cost plus its costliest chain of dependent steps, highest first
+    (list scheduling on the critical path); ties keep ``names`` order."""
+    deps = _depends(names)
+    memo = {}
+
+    def chain(n):
+        if n not in memo:
+            memo[n] = cost[n] + max((chain(m) for m in names if n in deps[m]), default=0.0)
+        return memo[n]
+    return sorted(names, key=lambda n: -chain(n))
+
+
+def _run_concurrently(steps, args, out, bar, finished, cost: dict) -> None:
+    """Up to ``args.jobs`` steps at once, each in a forked process, started in :func:`start_order` as their
+    ``AFTER`` dependencies (among the selected steps) finish. A step process that dies without a result
+    counts as failed; Ctrl-C stops them all."""
     import multiprocessing
     from multiprocessing.connection import wait
 
     ctx = multiprocessing.get_context("fork")
     names = [n for n, _, _ in steps]
-    pending = list(steps)
+    deps = _depends(names)
+    by_name = {s[0]: s for s in steps}
+    pending = [by_name[n] for n in start_order(names, cost)]
     running = {}            # result connection -> (name, what, process, start time)
     done = set()
 
     def ready(name):
-        deps = AFTER.get(name, ())
-        deps = [n for n in names if n != name] if "*" in deps else [d for d in deps if d in names]
-        return all(d in done for d in deps)
+        return all(d in done for d in deps[name])
 
     try:
         while pending or running:
