@@ -35,8 +35,6 @@ __all__ = ["build", "build_vc", "FastSim", "VcFastSim", "FastsimBuildError", "Fa
 # against 58.7 s, 27,611 against 23,826 cycles/s; the same 33,000-cycle full-load traffic, equal logs).
 VERILATOR_FLAGS = ["--cc", "--exe", "--build", "-O3", "--x-assign", "fast", "--x-initial", "fast",
                    "-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-MAKEFLAGS", "OPT_FAST=-O1"]
-# The two-VC harness's designs (the DySHARP switch) use the same flags.
-VC_VERILATOR_FLAGS = VERILATOR_FLAGS
 
 
 class FastsimBuildError(RuntimeError):
@@ -371,7 +369,7 @@ def build_vc(module: str, params: dict | None = None, *, build_root: str | os.Pa
         if hasattr(mod, "status_ports") and "status" not in ports:
             sp = mod.status_ports(n)
     main = render_vc_main(module, ports, n, flit_width, link_credits, gpu_credits, status_ports=sp)
-    binary, build_s = _compile(module, params, vpath, main, build_root, VC_VERILATOR_FLAGS)
+    binary, build_s = _compile(module, params, vpath, main, build_root)
     cfg_words = -(-ports["cfg__payload"][1] // 32) if "cfg__payload" in ports else 0
     status_words = -(-status_members(ports, sp)[1] // 32)
     return VcFastSim(module, full, binary, n, flit_words(flit_width), build_s, cfg_words, status_words)
