@@ -60,6 +60,19 @@ def test_pipelined_latency(seed, sim):
     run_cocotb("reduce_alu", PIPELINED, test_module=TB, testcase="test_latency", seed=seed, sim=sim)
 
 
+# The reduction buffer's form: the data operand given already widened to fp32 (alu_operands).
+WIDE = {"acc_stages": 3, "wide_data": True}
+
+
+def test_wide_data_special_matrix(seed, sim):
+    run_cocotb("reduce_alu", WIDE, test_module=TB, testcase="test_special_matrix", seed=seed, sim=sim)
+
+
+def test_wide_data_random(seed, sim):
+    run_cocotb("reduce_alu", WIDE, test_module=TB, testcase="test_random", seed=seed, sim=sim,
+               env={"pairs": 4000, "gap": 0.05, "stall": 0.05})
+
+
 def test_bad_acc_stages():
     from hw.switch.reduce_alu import ReduceALU
     with pytest.raises(ValueError, match="acc_stages must be 1 or 3"):

@@ -29,6 +29,10 @@ Ports
 ``i`` (stream in): ``acc`` (the fp32/int32 partial, ``2*flit_width`` bits), ``data`` (one flit of
 elements), ``etype``, ``op``, ``first`` and ``chain`` (operand selection, below), ``user`` (passed through).
 
+``wide_data=True`` takes ``data`` already widened (``2*flit_width`` bits: lane ``i``'s 32-bit operand as
+:func:`alu_operands` computes it), so that a user can register the widening a stage ahead and the first
+accumulate cut starts from a flip-flop; everything else is the same.
+
 ``o`` (stream out): ``acc`` (the new partial), ``result`` (the new partial converted to the element type:
 one flit, the value the reduction returns if this was its last contribution), ``user``.
 
@@ -70,7 +74,7 @@ from amaranth.lib.wiring import In, Out
 from ..arbiter import first_set
 from ..packet import DEFAULT_FLIT_WIDTH, EType, RedOp, flit_layout
 
-__all__ = ["ReduceALU", "LATENCY", "alu_in_layout", "alu_out_layout", "identity", "CANONICAL_NAN",
+__all__ = ["ReduceALU", "LATENCY", "alu_in_layout", "alu_out_layout", "alu_operands", "identity", "CANONICAL_NAN",
            "fp32_add", "fp32_minmax", "widen_fp16", "narrow_bf16", "narrow_fp16", "lane_accumulate"]
 
 LATENCY = 2
@@ -92,10 +96,11 @@ def identity(etype, op) -> int:
     return 0xFFFFFFFF if op == RedOp.MIN else 0
 
 
-def alu_in_layout(flit_width: int, user_width: int, chain_copies: int = 1) -> data.StructLayout:
+def alu_in_layout(flit_width: int, user_width: int, chain_copies: int = 1,
+                  wide_data: bool = False) -> data.StructLayout:
     return data.StructLayout({
         "acc": 2 * flit_width,
-        "data": flit_width,
+        "data": 2 * flit_width if wide_data else flit_width,   # wide: see alu_operands
         "etype": EType,
         "op": RedOp,
         "first": chain_copies,   # copies of one flag, each selecting for its share of the lanes
@@ -304,6 +309,24 @@ def lane_accumulate(m, acc, b, etype, op, name: str, *, int_lane: bool, cut=_no_
     return _named(m, Mux(is_float, fres, ires), 32, f"{name}_out")
 
 
+def alu_operands(m, flit, etype, flit_width: int, name: str = "b") -> Signal:
+    """The 32-bit operand of every 16-bit lane (``2*flit_width`` bits) from one flit of elements: bf16
+    and fp16 elements widened to fp32 (exact); 32-bit elements in the lower lanes (the upper lanes then
+    carry don't-care values, which the ALU's result zeroes)."""
+    L16, L32 = flit_width // 16, flit_width // 32
+    lanes = []
+    for lane in range(L16):
+        h = flit[16 * lane:16 * lane + 16]
+        bf = Cat(Const(0, 16), h)
+        hf = widen_fp16(m, h, f"{name}_w{lane}")
+        if lane < L32:
+            b = Mux(etype == EType.BF16, bf, Mux(etype == EType.FP16, hf, flit[32 * lane:32 * lane + 32]))
+        else:   # only 16-bit types use the upper lanes (the ALU zeroes them for the others)
+            b = Mux(etype == EType.BF16, bf, hf)
+        lanes.append(_named(m, b, 32, f"{name}{lane}"))
+    return _named(m, Cat(*lanes), 2 * flit_width, name)
+
+
 def _identity_value(etype, op) -> Value:
     """Combinational :func:`identity` (undefined encodings: U32 and ADD)."""
     is_float = (etype == EType.BF16) | (etype == EType.FP16) | (etype == EType.FP32)
@@ -324,14 +347,15 @@ class ReduceALU(wiring.Component):
     alongside each operation), ``acc_stages`` (1 or 3, see the module docstring), ``chain_hold`` (default
     True: a ``chain`` input waits for the previous operation; False: the user keeps chained operations
     ``acc_stages`` cycles apart itself), ``chain_copies`` (copies of the ``chain`` and ``first`` flags,
-    dividing the lanes; default 1). Latency ``self.latency``
+    dividing the lanes; default 1), ``wide_data`` (default False: ``data`` is one flit of elements; True:
+    it is already widened, :func:`alu_operands`). Latency ``self.latency``
     = :data:`LATENCY` + ``acc_stages`` - 1, throughput one flit per cycle (with ``acc_stages=3``, an
     operation with ``chain`` waits until the previous one has left the accumulate stages), whole-pipeline
     stall on output backpressure.
     """
 
     def __init__(self, *, flit_width: int = DEFAULT_FLIT_WIDTH, user_width: int = 8, acc_stages: int = 1,
-                 chain_hold: bool = True, chain_copies: int = 1):
+                 chain_hold: bool = True, chain_copies: int = 1, wide_data: bool = False):
         flit_layout(flit_width)   # validates flit_width
         if not isinstance(user_width, int) or not 1 <= user_width <= 64:
             raise ValueError(f"user_width must be an integer in 1..64, got {user_width!r}")
@@ -344,11 +368,12 @@ class ReduceALU(wiring.Component):
         if not isinstance(chain_copies, int) or chain_copies < 1 or (flit_width // 16) % chain_copies:
             raise ValueError(f"chain_copies must divide the {flit_width // 16} lanes, got {chain_copies!r}")
         self.chain_copies = chain_copies
+        self.wide_data = bool(wide_data)
         self.lanes16 = flit_width // 16
         self.lanes32 = flit_width // 32
         self.latency = LATENCY + acc_stages - 1
         super().__init__({
-            "i": In(stream.Signature(alu_in_layout(flit_width, user_width, chain_copies))),
+            "i": In(stream.Signature(alu_in_layout(flit_width, user_width, chain_copies, self.wide_data))),
             "o": Out(stream.Signature(alu_out_layout(flit_width, user_width))),
         })
 
@@ -380,16 +405,10 @@ class ReduceALU(wiring.Component):
         user_late = cut(cut(p.user, self.user_width, "acc_user1"), self.user_width, "acc_user2")
         ident = _named(m, _identity_value(etype, op), 32, "ident")
         is16 = (etype_late == EType.BF16) | (etype_late == EType.FP16)
+        operands = p.data if self.wide_data else alu_operands(m, p.data, etype, W)
         new_acc = []
         for lane in range(L16):
-            h = p.data[16 * lane:16 * lane + 16]
-            wide_fp16 = widen_fp16(m, h, f"w{lane}")
-            if lane < L32:
-                b = Mux(etype == EType.BF16, Cat(Const(0, 16), h),
-                        Mux(etype == EType.FP16, wide_fp16, p.data[32 * lane:32 * lane + 32]))
-            else:   # only 16-bit types use the upper lanes
-                b = Mux(etype == EType.BF16, Cat(Const(0, 16), h), wide_fp16)
-            b = _named(m, b, 32, f"b{lane}")
+            b = operands[32 * lane:32 * lane + 32]
             copy = lane * self.chain_copies // L16
             prev = Mux(p.chain[copy], s1_acc[32 * lane:32 * lane + 32], p.acc[32 * lane:32 * lane + 32])
             a = _named(m, Mux(p.first[copy], ident, prev), 32, f"a{lane}")

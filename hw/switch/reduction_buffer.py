@@ -35,7 +35,9 @@ one flit per cycle otherwise.
 Pipeline (cycle a: accept; b = a + 1 or later; ALU latency ``L = acc_stages + 1``)::
 
     a      read partial/meta/progress rows (the partial and progress reads see a same-cycle write);
-           compare the row with the operations ahead (the match flip-flops of :class:`RowTracker`)
+           compare the row with the operations ahead (the match flip-flops of :class:`RowTracker`);
+           widen the data to the ALU's fp32 operands (by the contribution's own type, which b checks
+           against the entry's), so that the ALU's first accumulate cut starts from a flip-flop
     b      wait while the row's newest operation is in the first ``acc_stages - 1`` accumulate stages;
            then check the entry (active, generation, type, length); operand selection and forwarding;
            ALU input; progress update (write in b); completion/error event -> completion FIFO
@@ -94,7 +96,7 @@ from amaranth.lib.wiring import In, Out
 from ..arbiter import first_set
 from ..packet import (DEFAULT_FLIT_WIDTH, MAX_LENGTH, EType, ErrorCode, HeaderLayout, Opcode, RedOp,
                       flit_layout, wide_tag, wide_tag_fields)
-from .reduce_alu import ReduceALU
+from .reduce_alu import ReduceALU, alu_operands
 
 __all__ = ["ReductionBuffer", "AllocRequest", "RTAG_BITS", "COUNT_BITS", "contrib_layout",
            "rtag_to_header", "rtag_from_header", "LAST_TO_RESULT_CYCLES", "BUFFER_COUNTERS", "status_members",
@@ -457,7 +459,7 @@ class ReductionBuffer(wiring.Component):
 
         L16, L32 = W // 16, W // 32
         m.submodules.alu = alu = ReduceALU(flit_width=W, user_width=1, acc_stages=self.acc_stages,
-                                           chain_hold=False, chain_copies=L16)
+                                           chain_hold=False, chain_copies=L16, wide_data=True)
         assert alu.latency <= 4, "the drain reads a result row 5 cycles after the event (ResultDrain)"
         # One copy of each operand select per 32-bit lane (RowTracker).
         m.submodules.rows = rows = RowTracker(addr_bits=EB + SB, acc_stages=self.acc_stages, copies=L16)
@@ -501,8 +503,11 @@ class ReductionBuffer(wiring.Component):
         # copies are distinct flip-flops and mux trees and each drives 1/L16 of the lanes.
         P = 1 << SB
         flit_copy = [Signal(SB, name=f"b_flit{j}") for j in range(L16)]
+        # The ALU operands, widened at a: with op_valid, b's type equals the entry's (else `mismatch`).
+        b_operands = Signal(2 * W)
+        a_operands = alu_operands(m, c.data, c.etype, W, "a_opnd")
         with m.If(take):
-            m.d.sync += b.eq(c)
+            m.d.sync += [b.eq(c), b_operands.eq(a_operands)]
             m.d.sync += [flit_copy[j].eq(c.flit[0:SB] - (j % P)) for j in range(L16)]
 
         # ---- Stage b: check the entry, select the operand, accumulate; progress and events.
@@ -544,7 +549,7 @@ class ReductionBuffer(wiring.Component):
             rows.b_addr.eq(b_addr), rows.op.eq(op_valid), rows.count.eq(new_count),
             rows.expected.eq(md.expected),
             alu.i.valid.eq(op_valid),
-            alu.i.payload.data.eq(b.data),
+            alu.i.payload.data.eq(b_operands),
             alu.i.payload.etype.eq(md.etype),
             alu.i.payload.op.eq(md.op),
             alu.i.payload.first.eq(first),

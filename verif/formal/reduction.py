@@ -89,13 +89,14 @@ class IntAddALU(ReduceALU):
     computed (the other lanes are 0): the lanes are independent copies of one another, and a 128-bit sum
     per step would dominate the solver's work. The buffer sets ``chain_hold=False``; this model never
     holds. ``use_chain=False`` is a mutant that ignores ``chain`` (a contribution right behind another to
-    the same row then loses the first)."""
+    the same row then loses the first). Lane 0's int32 operand is ``data[0:32]`` in both ``data`` forms
+    (``wide_data``)."""
 
     def __init__(self, *, flit_width: int, user_width: int, use_chain: bool = True, acc_stages: int = 1,
-                 chain_hold: bool = False, chain_copies: int = 1):
+                 chain_hold: bool = False, chain_copies: int = 1, wide_data: bool = False):
         self.use_chain = use_chain
         super().__init__(flit_width=flit_width, user_width=user_width, acc_stages=acc_stages,
-                         chain_hold=chain_hold, chain_copies=chain_copies)
+                         chain_hold=chain_hold, chain_copies=chain_copies, wide_data=wide_data)
 
     def elaborate(self, platform):
         m = Module()

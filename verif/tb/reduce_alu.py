@@ -49,7 +49,8 @@ class AluEnv:
         self.U = p["user_width"]
         self.n16 = self.W // 16
         self.n32 = self.W // 32
-        self.inl = data.Layout.cast(alu_in_layout(self.W, self.U))
+        self.wide = bool(p.get("wide_data", False))   # data given widened to fp32 (the model's widen)
+        self.inl = data.Layout.cast(alu_in_layout(self.W, self.U, 1, self.wide))
         self.outl = data.Layout.cast(alu_out_layout(self.W, self.U))
         self.cycler = Cycler(dut)
         self.sb = Scoreboard("reduce_alu")
@@ -71,7 +72,9 @@ class AluEnv:
         bits = 16 if R.is16(etype) else 32
         user = self.seq & ((1 << self.U) - 1)
         self.seq += 1
-        fields = {"acc": R.lanes_to_int(acc_lanes, 32), "data": R.lanes_to_int(data_lanes, bits),
+        flit = (R.lanes_to_int(R.widen(np.asarray(data_lanes, dtype=f"<u{bits // 8}"), etype), 32) if self.wide
+                else R.lanes_to_int(data_lanes, bits))
+        fields = {"acc": R.lanes_to_int(acc_lanes, 32), "data": flit,
                   "etype": etype.value, "op": RedOp(op).value, "first": int(first), "chain": int(chain),
                   "user": user}
         word = 0
