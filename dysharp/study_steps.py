@@ -43,9 +43,10 @@ def _verilog_and_lint(item) -> dict:
     import time
 
     from dysharp.commands.lint import lint_file
+    from verif.harness.runner import locked_verilog
     name, params, lint = item
     t0 = time.time()
-    path = registry.generate_verilog(name, params, "build/verilog", emission="auto")
+    path = locked_verilog(name, params)
     row = {"path": str(path), "mb": path.stat().st_size / 1e6, "verilog_s": time.time() - t0}
     if lint:
         t0 = time.time()

@@ -29,7 +29,7 @@ from pathlib import Path
 from hw import registry
 
 __all__ = ["SIMULATORS", "PUBLIC", "default_sim", "run_cocotb", "CocotbFailure", "RunResult", "sim_build",
-           "verilator_env", "require_simulator", "file_lock"]
+           "verilator_env", "require_simulator", "file_lock", "locked_verilog"]
 
 SIMULATORS = ("icarus", "verilator")
 PUBLIC = ("ports", "flat")   # which Verilator signals cocotb can see: top-level ports only, or all
@@ -97,6 +97,17 @@ def file_lock(path: Path):
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def locked_verilog(module: str, params: dict | None = None, build_root: str | os.PathLike = "build", *,
+                   emission: str = "auto") -> Path:
+    """:func:`hw.registry.generate_verilog` into ``<build_root>/verilog`` under the point's lock (the one the
+    simulation builds take), so that processes asking for the same point at once generate it once."""
+    build_root = Path(build_root)
+    spec = registry.get(module)
+    slug = registry.point_slug(spec.resolve(params), spec.params())
+    with file_lock(build_root / "locks" / f"{module}__{slug}.lock"):
+        return registry.generate_verilog(module, params, build_root / "verilog", emission=emission)
 
 
 _YOSYS_KICK = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+ ) = 0;$", re.M)
@@ -211,11 +222,8 @@ def sim_build(module: str, params: dict | None = None, *, sim: str | None = None
         os.environ.update(verilator_env())
     # Locks are per parameter point (and per simulator for the build), so parallel test workers never
     # generate or compile the same files at once but never wait on unrelated points either.
-    spec = registry.get(module)
-    slug = registry.point_slug(spec.resolve(params), spec.params())
-    with file_lock(build_root / "locks" / f"{module}__{slug}.lock"):
-        vpath = registry.generate_verilog(module, params, build_root / "verilog",
-                                          emission="flat" if sim == "verilator" and public == "flat" else "auto")
+    vpath = locked_verilog(module, params, build_root,
+                           emission="flat" if sim == "verilator" and public == "flat" else "auto")
     # The salt names the simulator-specific source preparation (rebuild when it changes).
     salt = {"icarus": b"icarus-time0-kick", "verilator": b"" if public == "flat" else b"ports-vlt-2" + PORTS_OPT_FAST.encode()}[sim]
     digest = hashlib.sha256(vpath.read_bytes() + salt).hexdigest()[:16]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from hw import registry
 
-from ..runner import file_lock
+from ..runner import file_lock, locked_verilog
 from .files import (SimLog, Traffic, VcLog, VcTraffic, flag_bits, flit_words, read_log, read_vc_log,
                     write_traffic, write_vc_traffic)
 
@@ -193,9 +193,7 @@ def build(module: str, params: dict | None = None, *, build_root: str | os.PathL
     n = full["ports"]
     flit_width = full.get("flit_width", 128)
     build_root = Path(build_root)
-    slug = registry.point_slug(full, spec.params())
-    with file_lock(build_root / "locks" / f"{module}__{slug}.lock"):
-        vpath = registry.generate_verilog(module, params, build_root / "verilog", emission=emission)
+    vpath = locked_verilog(module, params, build_root, emission=emission)
     verilog = vpath.read_text()
     main = render_main(module, top_ports(verilog, module), n, flit_width, full["credits"],
                        full.get("out_credits") or full["credits"])
@@ -360,9 +358,7 @@ def build_vc(module: str, params: dict | None = None, *, build_root: str | os.Pa
             if key not in full:
                 raise ValueError(f"module {module!r} has no {key!r} parameter: the two-VC fast path drives "
                                  f"components with rx/tx VC-link arrays")
-        slug = registry.point_slug(full, spec.params())
-        with file_lock(build_root / "locks" / f"{module}__{slug}.lock"):
-            vpath = registry.generate_verilog(module, params, build_root / "verilog", emission=emission)
+        vpath = locked_verilog(module, params, build_root, emission=emission)
         link_credits, gpu_credits = full["link_credits"], full["gpu_credits"]
     else:
         full = dict(params or {})
