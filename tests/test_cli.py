@@ -208,14 +208,6 @@ def test_study_starts_the_longest_chain_first():
     assert start_order(["switch", "lint"], cost) == ["lint", "switch"]     # lint alone: no verilog to wait for
 
 
-def test_study_expected_times_cover_every_step_of_each_scope():
-    from dysharp.commands.study import EXPECTED_S, SCOPES, STEPS
-    names = {n for n, _, _ in STEPS}
-    assert set(EXPECTED_S) <= set(SCOPES) and "default" in EXPECTED_S
-    for scope, times in EXPECTED_S.items():
-        assert set(times) == names, scope
-
-
 @pytest.mark.parametrize("bench", ["al_tlb", "reduction"])
 def test_study_scopes_parse_and_full_is_the_bench(bench):
     """Each study scope's arguments are valid bench arguments; --full is the bench's own defaults."""

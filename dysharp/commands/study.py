@@ -47,16 +47,11 @@ STEPS = [
 # calibration. Every other step reads nothing another writes, so two can run at once (``--jobs``).
 AFTER = {"lint": ("verilog",), "estimate": ("*",)}
 
-# Rough wall time of each step in seconds per scope (fresh clone, 2 cores, two steps at a time; --full
-# uses the default's), for the order in which ready steps start when no earlier run of the scope left its
-# own times: the longest chain of dependent steps first, so that the study does not end on a long step
-# started late. Also the progress bar's weights then.
-EXPECTED_S = {
-    "default": {"verilog": 220, "lint": 600, "switch": 240, "al_tlb": 60, "reduction": 175, "dysharp_switch": 610,
-                "gpu_side": 40, "system": 585, "area_power": 710, "estimate": 45},
-    "quick": {"verilog": 23, "lint": 27, "switch": 37, "al_tlb": 10, "reduction": 70, "dysharp_switch": 130,
-              "gpu_side": 18, "system": 152, "area_power": 42, "estimate": 19},
-}
+# Rough wall time of each step in seconds (default scope, fresh clone, 2 cores, two steps at a time), for
+# the order in which ready steps start when no earlier run of the scope left its own times: the longest
+# chain of dependent steps first, so that the study does not end on a long step started late.
+EXPECTED_S = {"verilog": 220, "lint": 600, "switch": 240, "al_tlb": 60, "reduction": 175, "dysharp_switch": 610,
+              "gpu_side": 40, "system": 585, "area_power": 710, "estimate": 45}
 
 SCOPES = {
     "quick": "smoke run: small sweeps, small points",
@@ -134,12 +129,11 @@ def run(args) -> int:
     t_all = time.time()
     tqdm.write(f"[study] {scope} scope ({SCOPES[scope]}): {len(steps)} step(s), {min(args.jobs, len(steps))} at "
                f"a time; tool logs in {LOG_DIR}/", file=terminal)
-    # The bar advances by each step's time in the last run of this scope (so its ETA is that run's), else
-    # by its EXPECTED_S (a step in neither counts as the last run's median step, or as 1 s).
+    # The bar advances by each step's time in the last run of this scope (so its ETA is that run's; a step
+    # it did not run counts as its median step), or by one per step when there is none.
     last = _last_times(out / "timings.json", scope)
-    expected = EXPECTED_S.get(scope, EXPECTED_S["default"])
     typical = sorted(last.values())[len(last) // 2] if last else 1.0
-    weights = {n: last.get(n, expected.get(n, typical)) for n, _, _ in steps}
+    weights = {n: last.get(n, typical) for n, _, _ in steps}
     bar = tqdm(total=sum(weights.values()), desc="study", file=terminal, dynamic_ncols=True,
                bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}] {postfix}")
     results = {}
@@ -161,7 +155,8 @@ def run(args) -> int:
                 bar.set_postfix_str(f"step {i + 1}/{len(steps)}: {name}")
                 finished(name, what, *_run_step(name, target, args, out, terminal))
         else:
-            _run_concurrently(steps, args, out, bar, finished, weights)
+            cost = {n: last.get(n, EXPECTED_S.get(n, typical)) for n, _, _ in steps}
+            _run_concurrently(steps, args, out, bar, finished, cost)
     finally:
         bar.close()
     timings = [results[n][0] for n, _, _ in steps]
