@@ -312,8 +312,11 @@ def area_point(module: str, point: dict, **kw):
         for name, _factory, prm, count in plist:
             res, skipped = _part_area(area, names[name], name, prm, kw)
             if res is None:
+                # The part's own hint names a hidden part module; the user reruns the switch point.
+                grids = " ".join(f"--grid {module}.{k}={v}" for k, v in point.items())
                 return area.AreaPoint(module, point, params, None,
-                                      skipped=f"hierarchical part {name}: {skipped}")
+                                      skipped=f"hierarchical part {name}: {skipped.split(';')[0]}; run "
+                                              f"`dysharp area -m {module} {grids} --max-mb 0` to include it")
             results.append((name, prm, count, res))
     total = {k: sum(count * r[k] for _, _, count, r in results) for k in _SUMMED}
     # Synthesis time is spent once per part, not per instance.

@@ -76,7 +76,9 @@ def area_power_step(args, out: Path) -> str:
         power_argv += ["-m", powered] + [f"--set={powered}.{k}={v}" for k, v in point.items()]
     elif scope == "default":
         arch = architecture_points()
-        area_argv = [x for m, pt in arch.items() for x in _grid_args(m, pt)]
+        # Every architecture point is synthesized, whatever its Verilog size (the 64-port switch's allocator
+        # part is 3.2 MB, past `dysharp area`'s default limit).
+        area_argv = [x for m, pt in arch.items() for x in _grid_args(m, pt)] + ["--max-mb", "0"]
         # Power defaults to each module's architecture point; the switch itself is not part of the addition.
         power_argv = [x for m in arch if m not in EXTRA_POINTS for x in ("-m", m)]
         note = ("\n\n*`--full` only*: the area grids (every module over its `area_grid`) and the power of "
