@@ -120,6 +120,7 @@ class AlTlbModel:
         self.memq = collections.deque()
         self.counters = [0] * len(TlbCounter)
         self.pending = {}                    # this cycle's counter events: counted at the end of the next
+        self.pending_resp = [{}, {}]         # BAD/STALE_RESPONSES: a cycle later still (looked up from registers)
         self.cycle = 0
 
     def key(self, r: Req) -> int:
@@ -147,6 +148,7 @@ class AlTlbModel:
         outs = self.outputs(i.cfg_valid)
         out_len, memq_len = len(self.out), len(self.memq)
         inc = collections.Counter()
+        inc_resp = collections.Counter()
         N = self.mshrs
         gmask = (1 << self.gb) - 1
 
@@ -162,9 +164,9 @@ class AlTlbModel:
                 fill_ok, fill_key, fill_flushed, fid = True, e.key, e.flushed, j
             elif rtag in self.owed:
                 late = True
-                inc[TlbCounter.STALE_RESPONSES] += 1
+                inc_resp[TlbCounter.STALE_RESPONSES] += 1
             else:
-                inc[TlbCounter.BAD_RESPONSES] += 1
+                inc_resp[TlbCounter.BAD_RESPONSES] += 1
 
         # -- timeouts (at most one per cycle: primaries start in distinct cycles)
         tmo_idx = next((j for j, e in enumerate(self.mshr) if e.busy and not e.filled and e.primary
@@ -314,8 +316,9 @@ class AlTlbModel:
             self.recirc.popleft()
         self.p1, self.p2 = new_p1, new_p2
         # The RTL registers each counter event and adds it a cycle later.
-        for c, n in self.pending.items():
+        for c, n in [*self.pending.items(), *self.pending_resp[0].items()]:
             self.counters[c] = (self.counters[c] + n) & 0xFFFFFFFF
         self.pending = dict(inc)
+        self.pending_resp = [self.pending_resp[1], dict(inc_resp)]
         self.cycle += 1
         return outs
