@@ -82,3 +82,8 @@ def test_a_loop_between_blocks_needs_the_whole_run(tmp_path, monkeypatch):
     assert runs == 2 and not any("UNOPTFLAT" in p for p in problems), problems
     _, problems, runs = _lint(tmp_path, monkeypatch, loop, 10, whole=True)
     assert runs == 1 and any("UNOPTFLAT" in p for p in problems), problems
+
+
+def test_compare_command_rejects_a_bad_point():
+    with pytest.raises(SystemExit):
+        lint_blocks.main(["switch:ports=x"])
