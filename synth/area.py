@@ -221,7 +221,8 @@ def cost_array(geom: dict, lib, liberty_path: Path, period_ps: float, node_nm: i
     key = f"{geom['rows']}x{geom['width']}_r{geom['read_ports']}s{geom['sync_reads']}_w{geom['write_ports']}"
     out = {"geometry": key, "bits": geom["rows"] * geom["width"]}
     lib_sha = _sha(liberty_path)
-    out["ff"] = _cached(("ffarray", geom, yosys_flow.FLOW_VERSION, lib_sha, _yosys_id(), period_ps),
+    out["ff"] = _cached(("ffarray", geom, yosys_flow.FLOW_VERSION, yosys_flow.FF_METHOD, lib_sha, _yosys_id(),
+                         period_ps),
                         lambda: yosys_flow.synthesize_ff_array(geom, lib, liberty_path, period_ps=period_ps,
                                                                workdir=BUILD / "ffarray" / key),
                         legacy=BUILD / "ffarray" / f"{key}-v{yosys_flow.FLOW_VERSION}-{lib_sha[:8]}.json")

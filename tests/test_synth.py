@@ -320,3 +320,19 @@ def test_area_report_of_some_modules_keeps_the_others_rows(tmp_path, monkeypatch
     rows = {(r["module"], r["point"]): r for r in csv.DictReader((tmp_path / "area_summary.csv").open())}
     assert set(rows) == {("cam", "depth=4"), ("alu", "w=8")}
     assert rows[("alu", "w=8")]["area_um2"] == "1" and rows[("cam", "depth=4")]["status"] == "ok"
+
+
+def test_large_flip_flop_array_is_the_line_through_two_column_slices(lib_path, tmp_path, monkeypatch):
+    """Above FF_LINE_MIN_BITS an array's flip-flop figure is the line through two column slices (c and 2c
+    wide): the columns are independent copies, the decoders shared, so it lands on the whole array's."""
+    from synth import yosys_flow
+    lib = liberty.load(lib_path)
+    geom = {"rows": 64, "width": 40, "read_ports": 2, "write_ports": 1, "sync_reads": 2}
+    whole = yosys_flow.synthesize_ff_array(geom, lib, lib_path, period_ps=640, workdir=tmp_path / "whole")
+    monkeypatch.setattr(yosys_flow, "FF_LINE_MIN_BITS", 64 * 8)
+    monkeypatch.setattr(yosys_flow, "FF_SLICE_BITS", 64 * 4)
+    line = yosys_flow.synthesize_ff_array(geom, lib, lib_path, period_ps=640, workdir=tmp_path / "line")
+    assert "line_widths" not in whole and line["line_widths"] == [4, 8]
+    assert line["area_seq_um2"] == pytest.approx(whole["area_seq_um2"], rel=0.01)
+    assert line["area_um2"] == pytest.approx(whole["area_um2"], rel=0.02)
+    assert line["transistors"] == pytest.approx(whole["transistors"], rel=0.02)
