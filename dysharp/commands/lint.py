@@ -39,6 +39,10 @@ _WARN = re.compile(r"^%(Warning|Error)-?([A-Z0-9_]*)?:")
 
 def add_arguments(p) -> None:
     p.add_argument("--out", default="build/verilog", help="Verilog folder (default: build/verilog)")
+    p.add_argument("--whole", action="store_true",
+                   help="one Verilator run over each whole design, even a large one that repeats blocks (by "
+                        "default linted one distinct block at a time: every module and connection, but no "
+                        "combinational loop through two blocks; see dysharp/lint_blocks.py)")
     add_emission_argument(p)
     add_selection_arguments(p)
 
@@ -102,10 +106,11 @@ def run(args) -> int:
     bar = tqdm(list(zip(points, paths)), desc="lint", unit="file", leave=False, dynamic_ncols=True)
     for (name, params), path in bar:
         bar.set_postfix_str(path.name)
-        waived, problems = lint_file(path, name)
+        waived, problems, runs = lint_file(path, name, whole=args.whole, with_runs=True)
         status = "clean" if not problems else f"{len(problems)} warning(s)"
         waived_text = ", ".join(f"{k} {v}" for k, v in sorted(waived.items())) or "none"
-        tqdm.write(f"{path}: {status} (waived: {waived_text})")
+        how = "" if runs == 1 else f", {runs} blocks"
+        tqdm.write(f"{path}: {status} (waived: {waived_text}{how})")
         for line in problems[:20]:
             tqdm.write(f"    {line}")
         failed += bool(problems)
