@@ -283,11 +283,12 @@ def synthesize(verilog: Path, top: str, liberty_lib, liberty_path: Path, *, peri
 
 FF_ARRAY_MAX_BITS = 1 << 16   # larger flip-flop arrays are synthesized as a slice of their columns
 # Arrays above FF_LINE_MIN_BITS are costed as flip-flops from two slices of their columns, c and 2c wide
-# (c = FF_SLICE_BITS // rows, at least 1; whole when 3c >= width), on the line through the two: the columns are independent copies
-# (storage, write enables, read multiplexers) and only the address decoders are shared, so the area is
-# a + b * width. Such arrays are all CACTI macros in the study (their flip-flop figure is 4-10x CACTI's),
-# so the line changes only the all-flip-flop bound, not the counted area; whole, they were 57% of the
-# default study's synthesis CPU (the 1024 x 263 array alone, as a 64-column slice, 331 s).
+# (c = FF_SLICE_BITS // rows, at least 1; whole when 3c >= width), on the line through the two: the
+# columns are independent copies (storage, write enables, read multiplexers) and only the address
+# decoders are shared, so the area is a + b * width. Such arrays are all CACTI macros in the study (their
+# flip-flop figure is 4-10x CACTI's), so the line changes only the all-flip-flop bound, not the counted
+# area; whole, they were 57% of the default study's synthesis CPU (the 1024 x 263 array alone, as a
+# 64-column slice, 331 CPU-s).
 FF_LINE_MIN_BITS = 1 << 14
 FF_SLICE_BITS = 1 << 13
 FF_METHOD = "line-1"          # part of the flip-flop array cache key (synth.area.cost_array)
