@@ -26,24 +26,22 @@ __all__ = ["WHOLE_BYTES", "VerilogModule", "parse_modules", "stub", "LintRun", "
 
 WHOLE_BYTES = 4_000_000     # elaborated Verilog up to this is linted whole (the 64-port AL-TLB: 2.7 MB, 25 s)
 
-_NAME = r"(\\\S+|[A-Za-z_][A-Za-z0-9_$]*)"
-_MODULE = re.compile(rf"^module {_NAME}\s*\(.*?\);\n(.*?)^endmodule\n?", re.M | re.S)
-_INSTANCE = re.compile(rf"^\s+{_NAME}\s+{_NAME}\s*\(", re.M)
+_INSTANCE = re.compile(r"^\s+\\?([\w$.]+)\s+\\?[\w$.]+\s*\(", re.M)
 _PORT = re.compile(r"^\s*(input|output|inout)\b[^;]*;", re.M)
 
 
 @dataclass
 class VerilogModule:
-    name: str                   # as declared: plain, or escaped (``\top__Block.fifo``, no trailing space)
+    name: str                   # as declared, an escaped name without its backslash (``top__Block.fifo``)
     text: str                   # from ``module`` to ``endmodule``, newline included
     children: dict = field(default_factory=dict)    # sub-module name -> instance count
 
 
 def parse_modules(text: str) -> dict[str, VerilogModule]:
-    """The modules of a Verilog file as yosys ``write_verilog`` (Amaranth's backend) writes it, with their
-    instances of each other."""
-    mods = {m.group(1): VerilogModule(m.group(1), m.group(0) if m.group(0).endswith("\n") else m.group(0) + "\n")
-            for m in _MODULE.finditer(text)}
+    """The modules of a Verilog file as yosys ``write_verilog`` (Amaranth's backend) writes it (split by
+    :func:`synth.macros.module_spans`), with their instances of each other."""
+    from synth.macros import module_spans
+    mods = {name: VerilogModule(name, text[s:e] + "\n") for name, (s, e) in module_spans(text).items()}
     if not mods:
         raise ValueError("no Verilog module found")
     for mod in mods.values():

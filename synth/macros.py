@@ -100,8 +100,9 @@ KINDS = [MacroKind("cam", "hw.switch.cam:Cam", frozenset({"valid", "plru", "lmat
 _MODULE_RE = re.compile(r"^module\s+(\\?[\w$.]+)\s*\(", re.M)
 
 
-def _modules(text: str) -> dict[str, tuple[int, int]]:
-    """Module name -> (start, end) offsets of its text."""
+def module_spans(text: str) -> dict[str, tuple[int, int]]:
+    """Module name (an escaped name without its backslash) -> (start, end) offsets of its text, from
+    ``module`` to ``endmodule``."""
     out = {}
     for m in _MODULE_RE.finditer(text):
         end = text.find("endmodule", m.end())
@@ -113,7 +114,7 @@ def _modules(text: str) -> dict[str, tuple[int, int]]:
 
 def module_text(text: str, name: str) -> str:
     """The Verilog of module ``name`` (from ``module`` to ``endmodule``)."""
-    s, e = _modules(text)[name]
+    s, e = module_spans(text)[name]
     return text[s:e] + "\n"
 
 
@@ -129,7 +130,7 @@ def module_ports(text: str, name: str) -> list[tuple[str, str, int]]:
 
 def find_macros(text: str) -> list[dict]:
     """Every macro module of a design's Verilog: ``{"module", "kind", geometry...}`` (leaf modules only)."""
-    mods = _modules(text)
+    mods = module_spans(text)
     out = []
     for name, (s, e) in mods.items():
         body = text[s:e]

@@ -67,9 +67,10 @@ def lint_file(path, top: str, *, whole: bool = False, with_runs: bool = False):
     folder.mkdir(parents=True, exist_ok=True)
     waived, problems = collections.Counter(), []
     for i, r in enumerate(runs):
-        f = folder / f"{i:02d}_{r.top.lstrip(chr(92))}{'__stubbed' if r.stubs else ''}.v"
+        f = folder / f"{i:02d}_{r.top}{'__stubbed' if r.stubs else ''}.v"
         f.write_text(lint_blocks.run_text(mods, r))
-        w, p = _verilator_lint(f, None if r.top.startswith("\\") else r.top)
+        # An escaped name (``top__Block.fifo``) is no --top-module; the run's file has one top anyway.
+        w, p = _verilator_lint(f, r.top if re.fullmatch(r"[A-Za-z_][\w$]*", r.top) else None)
         waived.update(w)
         problems += [line for line in p if line not in problems]
     return (waived, problems, len(runs)) if with_runs else (waived, problems)
