@@ -343,18 +343,26 @@ class InputUnit(wiring.Component):
         rd_dests = Signal(N)
         release = Signal()
 
+        # Each lane's cell is also held one-hot (``lane_hot``): lane 0's in ``rd_hot``, a register kept beside
+        # ``rd_cell``, lane k's decoded from lane k-1's ``cnext`` read. A lane's ``written``/``clast`` bits and
+        # its free bit are read through it. Indexed by ``rd_cell``, those selects and the free decoder put
+        # ~330 loads on each bit of that one register (2.0 ns on its flip-flop alone in the flat integrated
+        # switch); each ``rd_hot`` bit drives three.
+        rd_hot = Signal(C, init=1)
         space_ok = (self.space & rd_dests) == rd_dests
         lane_cell = [rd_cell] + [Signal(cell_shape, name=f"lane{k}_cell") for k in range(1, L)]
         lane_next = [Signal(cell_shape, name=f"lane{k}_next") for k in range(L)]
+        next_hot = [decode(m, lane_next[k], C, name=f"next_dec{k}") for k in range(L)]
+        lane_hot = [rd_hot] + next_hot[:-1]
         lane_issue = [Signal(name=f"lane{k}_issue") for k in range(L)]
         lane_last = [Signal(name=f"lane{k}_last") for k in range(L)]
         for k in range(L):
             rp = cnext_r if k == 0 else cnext.read_port(domain="comb")
             m.d.comb += [rp.addr.eq(lane_cell[k]), lane_next[k].eq(rp.data),
-                         lane_last[k].eq(clast.bit_select(lane_cell[k], 1))]
+                         lane_last[k].eq((clast & lane_hot[k]).any())]
             if k + 1 < L:
                 m.d.comb += lane_cell[k + 1].eq(lane_next[k])
-            ok = written.bit_select(lane_cell[k], 1)
+            ok = (written & lane_hot[k]).any()
             if k == 0:
                 m.d.comb += lane_issue[0].eq(rd_active & ~rd_err & space_ok & ok)
             else:
@@ -374,10 +382,10 @@ class InputUnit(wiring.Component):
             m.d.comb += [rp.addr.eq(lane_cell[k]), rp.en.eq(lane_issue[k])]
             lane_data.append(rp.data)
         # The next cell to read: one past the last lane that issued.
-        nxt = rd_cell
+        nxt, nxt_hot = rd_cell, rd_hot
         for k in range(L):
-            nxt = Mux(lane_issue[k], lane_next[k], nxt)
-        m.d.sync += rd_cell.eq(nxt)
+            nxt, nxt_hot = Mux(lane_issue[k], lane_next[k], nxt), Mux(lane_issue[k], next_hot[k], nxt_hot)
+        m.d.sync += [rd_cell.eq(nxt), rd_hot.eq(nxt_hot)]
         freed = [Signal(name=f"lane{k}_freed") for k in range(L)]
         for k in range(L):
             m.d.comb += freed[k].eq(lane_issue[k] & rd_free)
@@ -501,7 +509,7 @@ class InputUnit(wiring.Component):
         head_sel = Signal(cell_shape)
         m.d.comb += head_sel.eq(or_reduce([Mux(start_q == q, q_head[q], 0) for q in range(n_q)]))
         with m.If(start & (req_cls != REQ_ERR)):
-            m.d.sync += [rd_cell.eq(head_sel),
+            m.d.sync += [rd_cell.eq(head_sel), rd_hot.eq(decode(m, head_sel, C, name="head_dec")),
                          rd_free.eq((req_cls == REQ_UC) | mc_final)]
         m.d.comb += pnext_r.addr.eq(head_sel)
         m.d.comb += pmask_r.addr.eq(pnext_r.data)
@@ -558,7 +566,7 @@ class InputUnit(wiring.Component):
             m.d.sync += [new_cell.eq(alloc), new_ok.eq(can_alloc)]
         alloc_bit = Mux(refill & can_alloc, decode(m, alloc, C, name="alloc_dec"), 0)
         write_bit = Mux(write, decode(m, new_cell, C, name="write_dec"), 0)
-        free_bits = or_reduce([Mux(freed[k], decode(m, lane_cell[k], C, name=f"free_dec{k}"), 0) for k in range(L)])
+        free_bits = or_reduce([Mux(freed[k], lane_hot[k], 0) for k in range(L)])
         m.d.sync += [
             free.eq((free & ~alloc_bit) | free_bits),
             used.eq(used + write - n_freed),
