@@ -8,7 +8,8 @@ No state, no latency. Each helper that slices a computed vector first assigns it
 
 from amaranth.hdl import Cat, Const, Mux, Signal, Value
 
-__all__ = ["lowest_one", "onehot_to_index", "first_set", "prefix_or", "rr_pick", "rr_pick_masked", "mask_after", "or_reduce", "decode"]
+__all__ = ["lowest_one", "onehot_to_index", "first_set", "prefix_or", "rr_pick", "rr_pick_masked", "mask_after", "or_reduce", "decode",
+           "decode_split", "join_split"]
 
 
 def lowest_one(m, x, *, name="lowest") -> Signal:
@@ -130,27 +131,40 @@ def mask_after(m, onehot, *, name="after") -> Signal:
 def decode(m, idx, n: int, *, name="dec") -> Signal:
     """Signal holding the one-hot ``n``-bit decode of ``idx`` (zero when ``idx >= n``).
 
-    Two-level (a one-hot of the low bits ANDed with each bit of a one-hot of the high bits), not
-    ``Const(1, n) << idx``: Amaranth's combinational-cycle check walks every output bit of a shift back
-    to every input bit, and Amaranth widens a shift's operand to its result, so ``Const(1, 257) << idx``
-    is 768 x 777 edges. The cell decoders of a 257-cell switch input written that way were 98% of the
-    check's work and most of the switch's elaboration time. This form is a few vector ANDs: linear in
-    ``n`` for the check and in the Verilog.
+    Two-level (a one-hot of the low bits ANDed with each bit of a one-hot of the high bits,
+    :func:`decode_split`), not ``Const(1, n) << idx``: Amaranth's combinational-cycle check walks every
+    output bit of a shift back to every input bit, and Amaranth widens a shift's operand to its result, so
+    ``Const(1, 257) << idx`` is 768 x 777 edges. The cell decoders of a 257-cell switch input written that
+    way were 98% of the check's work and most of the switch's elaboration time. This form is a few vector
+    ANDs: linear in ``n`` for the check and in the Verilog.
     """
+    out = Signal(n, name=name)
+    m.d.comb += out.eq(join_split(*decode_split(m, idx, n, name=name), n))
+    return out
+
+
+def decode_split(m, idx, n: int, *, name="dec") -> tuple:
+    """The two factors of :func:`decode` as ``(lo, hi)``: the one-hot decode of ``idx``'s low
+    ``_DECODE_LEAF_BITS`` bits and that of the rest, one bit per group of ``len(lo)`` (``Const(1, 1)``
+    when ``idx`` is no wider). ``join_split(lo, hi, n)`` is the decode. Registered apart, they hold an
+    index in ``len(lo) + len(hi)`` bits (41 for 257 values) whose every bit drives a few dozen loads of a
+    one-hot select, where a binary index register's bits drive hundreds."""
     idx = Value.cast(idx)
     w = len(idx)
     if n <= 0:
         raise ValueError(f"decode width must be positive, got {n!r}")
-    out = Signal(n, name=name)
     if w <= _DECODE_LEAF_BITS:
-        full = Const(1, 1) << idx               # 2**w bits, small
-    else:
-        lo = decode(m, idx[:_DECODE_LEAF_BITS], 1 << _DECODE_LEAF_BITS, name=f"{name}_lo")
-        groups = -(-n >> _DECODE_LEAF_BITS)     # ceil(n / 2**leaf)
-        hi = decode(m, idx[_DECODE_LEAF_BITS:], groups, name=f"{name}_hi")
-        full = Cat(*(lo & hi[g].replicate(len(lo)) for g in range(groups)))
-    m.d.comb += out.eq(full[:n] if len(full) >= n else full)
-    return out
+        return Const(1, 1) << idx, Const(1, 1)          # 2**w bits, small
+    lo = decode(m, idx[:_DECODE_LEAF_BITS], 1 << _DECODE_LEAF_BITS, name=f"{name}_lo")
+    hi = decode(m, idx[_DECODE_LEAF_BITS:], -(-n >> _DECODE_LEAF_BITS), name=f"{name}_hi")
+    return lo, hi
+
+
+def join_split(lo, hi, n: int) -> Value:
+    """The ``n``-bit one-hot of :func:`decode_split`'s ``(lo, hi)``: ``lo`` ANDed with each ``hi`` bit."""
+    one_group = isinstance(hi, Const) and hi.value == 1 and len(hi) == 1
+    full = lo if one_group else Cat(*(lo & hi[g].replicate(len(lo)) for g in range(len(hi))))
+    return full[:n] if len(full) >= n else full
 
 
 _DECODE_LEAF_BITS = 5   # a shift of up to 32 bits is cheap for the check

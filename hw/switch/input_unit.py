@@ -42,7 +42,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..arbiter import decode, first_set, onehot_to_index, or_reduce
+from ..arbiter import decode, decode_split, first_set, join_split, onehot_to_index, or_reduce
 from ..credit import CREDIT_RETURN_MAX, credit_link_signature
 from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, MAX_PORTS, ErrorCode, HeaderLayout, Opcode, OPCODES,
                       flit_layout, rtl_header_error, rtl_payload_flits)
@@ -343,17 +343,22 @@ class InputUnit(wiring.Component):
         rd_dests = Signal(N)
         release = Signal()
 
-        # Each lane's cell is also held one-hot (``lane_hot``): lane 0's in ``rd_hot``, a register kept beside
-        # ``rd_cell``, lane k's decoded from lane k-1's ``cnext`` read. A lane's ``written``/``clast`` bits and
-        # its free bit are read through it. Indexed by ``rd_cell``, those selects and the free decoder put
-        # ~330 loads on each bit of that one register (2.0 ns on its flip-flop alone in the flat integrated
-        # switch); each ``rd_hot`` bit drives three.
-        rd_hot = Signal(C, init=1)
+        # Each lane's cell is also held as a split one-hot (:func:`~hw.arbiter.decode_split`, the decodes of
+        # its low 5 bits and of the rest, ANDed per cell into ``lane_hot``): lane 0's in registers kept beside
+        # ``rd_cell`` (``rd_lo``, ``rd_hi``: 41 bits for 257 cells), lane k's decoded from lane k-1's
+        # ``cnext`` read. A lane's ``written``/``clast`` bits and its free bit are read through it. Indexed
+        # by ``rd_cell``, those selects and the free decoder put ~330 loads on each bit of that one register
+        # (2.0 ns on its flip-flop alone in the flat integrated switch); an ``rd_lo``/``rd_hi`` bit drives
+        # about 30.
         space_ok = (self.space & rd_dests) == rd_dests
         lane_cell = [rd_cell] + [Signal(cell_shape, name=f"lane{k}_cell") for k in range(1, L)]
         lane_next = [Signal(cell_shape, name=f"lane{k}_next") for k in range(L)]
-        next_hot = [decode(m, lane_next[k], C, name=f"next_dec{k}") for k in range(L)]
-        lane_hot = [rd_hot] + next_hot[:-1]
+        next_split = [decode_split(m, lane_next[k], C, name=f"next_dec{k}") for k in range(L)]
+        rd_lo = Signal(len(next_split[0][0]), init=1)
+        rd_hi = Signal(len(next_split[0][1]), init=1)
+        lane_hot = [Signal(C, name=f"lane{k}_hot") for k in range(L)]
+        m.d.comb += [hot.eq(join_split(lo, hi, C))
+                     for hot, (lo, hi) in zip(lane_hot, [(rd_lo, rd_hi)] + next_split[:-1])]
         lane_issue = [Signal(name=f"lane{k}_issue") for k in range(L)]
         lane_last = [Signal(name=f"lane{k}_last") for k in range(L)]
         for k in range(L):
@@ -382,10 +387,12 @@ class InputUnit(wiring.Component):
             m.d.comb += [rp.addr.eq(lane_cell[k]), rp.en.eq(lane_issue[k])]
             lane_data.append(rp.data)
         # The next cell to read: one past the last lane that issued.
-        nxt, nxt_hot = rd_cell, rd_hot
+        nxt, nxt_lo, nxt_hi = rd_cell, rd_lo, rd_hi
         for k in range(L):
-            nxt, nxt_hot = Mux(lane_issue[k], lane_next[k], nxt), Mux(lane_issue[k], next_hot[k], nxt_hot)
-        m.d.sync += [rd_cell.eq(nxt), rd_hot.eq(nxt_hot)]
+            lo, hi = next_split[k]
+            nxt, nxt_lo, nxt_hi = (Mux(lane_issue[k], a, b) for a, b in ((lane_next[k], nxt), (lo, nxt_lo),
+                                                                         (hi, nxt_hi)))
+        m.d.sync += [rd_cell.eq(nxt), rd_lo.eq(nxt_lo), rd_hi.eq(nxt_hi)]
         freed = [Signal(name=f"lane{k}_freed") for k in range(L)]
         for k in range(L):
             m.d.comb += freed[k].eq(lane_issue[k] & rd_free)
@@ -508,8 +515,9 @@ class InputUnit(wiring.Component):
                 m.d.comb += deq.eq(1 << MQ)
         head_sel = Signal(cell_shape)
         m.d.comb += head_sel.eq(or_reduce([Mux(start_q == q, q_head[q], 0) for q in range(n_q)]))
+        head_lo, head_hi = decode_split(m, head_sel, C, name="head_dec")
         with m.If(start & (req_cls != REQ_ERR)):
-            m.d.sync += [rd_cell.eq(head_sel), rd_hot.eq(decode(m, head_sel, C, name="head_dec")),
+            m.d.sync += [rd_cell.eq(head_sel), rd_lo.eq(head_lo), rd_hi.eq(head_hi),
                          rd_free.eq((req_cls == REQ_UC) | mc_final)]
         m.d.comb += pnext_r.addr.eq(head_sel)
         m.d.comb += pmask_r.addr.eq(pnext_r.data)
