@@ -1,7 +1,8 @@
 """Generate, compile (cached) and run the fast-path Verilator harness of a credit-link component.
 
 ``sim = build("switch", {"ports": 8})`` generates the Verilog of the registered module, fills the C++ main
-template (``credit_main.cpp``) for its ports and compiles both with Verilator
+template (``credit_main.cpp``) for its ports and compiles both (the Verilog with its reset latched,
+:func:`verif.harness.runner.registered_reset`) with Verilator
 (``--cc --exe --build -O3 --x-assign fast --x-initial fast``, ``OPT_FAST=-O1``) into
 ``build/fastsim/<verilog name>-<hash>/``, where the hash covers the Verilog, the generated main and the
 flags: an unchanged design and harness reuse the binary. The compiler's output goes to ``build.log`` in
@@ -146,11 +147,15 @@ def _run_binary(sim, traffic, workdir, tag, write, read, exts):
 
 
 def _compile(module: str, params: dict, vpath: Path, main: str, build_root: Path,
-             flags: list[str] = VERILATOR_FLAGS) -> tuple[Path, float]:
-    """Compile (or reuse) the Verilator binary of ``vpath`` + ``main``; (binary, build seconds or 0)."""
-    from verif.harness.runner import verilator_env
+             flags: list[str] = VERILATOR_FLAGS, latch_reset: bool = True) -> tuple[Path, float]:
+    """Compile (or reuse) the Verilator binary of ``vpath`` + ``main``; (binary, build seconds or 0).
+    ``latch_reset=False`` compiles the Verilog as generated (the before-figure of ``dysharp bench
+    sim_speed``)."""
+    from verif.harness.runner import registered_reset, verilator_env
 
     verilog = vpath.read_text()
+    if latch_reset:
+        verilog = registered_reset(verilog, module)
     digest = hashlib.sha256(verilog.encode() + main.encode() + " ".join(flags).encode()).hexdigest()[:16]
     bdir = (build_root / "fastsim" / f"{vpath.stem}-{digest}").resolve()
     binary = bdir / "sim"
@@ -161,10 +166,11 @@ def _compile(module: str, params: dict, vpath: Path, main: str, build_root: Path
         if not (marker.exists() and binary.exists()):
             bdir.mkdir(parents=True, exist_ok=True)
             (bdir / "main.cpp").write_text(main)
+            (bdir / "dut.v").write_text(verilog)
             log = bdir / "build.log"
             env = dict(os.environ, **verilator_env())
             cmd = ["verilator", *flags, "-j", "2", "--top-module", module, "-Mdir", str(bdir / "obj"),
-                   "-o", str(binary), str(vpath.resolve()), str(bdir / "main.cpp")]
+                   "-o", str(binary), str(bdir / "dut.v"), str(bdir / "main.cpp")]
             with open(log, "w") as f:
                 f.write(" ".join(cmd) + "\n")
                 f.flush()
@@ -178,7 +184,7 @@ def _compile(module: str, params: dict, vpath: Path, main: str, build_root: Path
 
 
 def build(module: str, params: dict | None = None, *, build_root: str | os.PathLike = "build",
-          emission: str = "auto") -> FastSim:
+          emission: str = "auto", latch_reset: bool = True) -> FastSim:
     """Build (or reuse) the fast-path binary of registered credit-link ``module`` at ``params``, from its
     ``emission`` Verilog (:data:`hw.registry.EMISSIONS`)."""
     from verif.harness.runner import require_simulator
@@ -197,7 +203,7 @@ def build(module: str, params: dict | None = None, *, build_root: str | os.PathL
     verilog = vpath.read_text()
     main = render_main(module, top_ports(verilog, module), n, flit_width, full["credits"],
                        full.get("out_credits") or full["credits"])
-    binary, build_s = _compile(module, params, vpath, main, build_root)
+    binary, build_s = _compile(module, params, vpath, main, build_root, latch_reset=latch_reset)
     return FastSim(module, full, binary, n, flit_words(flit_width), build_s)
 
 
@@ -340,7 +346,8 @@ class VcFastSim:
 
 def build_vc(module: str, params: dict | None = None, *, build_root: str | os.PathLike = "build",
              verilog: str | os.PathLike | None = None, link_credits: int | None = None,
-             gpu_credits: int | None = None, emission: str = "auto") -> VcFastSim:
+             gpu_credits: int | None = None, emission: str = "auto",
+             latch_reset: bool = True) -> VcFastSim:
     """Build (or reuse) the two-VC fast-path binary of registered ``module`` at ``params`` (its
     ``link_credits``/``gpu_credits`` parameters are the GPU sender's and receiver's credits per VC), from
     its ``emission`` Verilog (:data:`hw.registry.EMISSIONS`).
@@ -375,7 +382,7 @@ def build_vc(module: str, params: dict | None = None, *, build_root: str | os.Pa
         if hasattr(mod, "status_ports") and "status" not in ports:
             sp = mod.status_ports(n)
     main = render_vc_main(module, ports, n, flit_width, link_credits, gpu_credits, status_ports=sp)
-    binary, build_s = _compile(module, params, vpath, main, build_root, VC_VERILATOR_FLAGS)
+    binary, build_s = _compile(module, params, vpath, main, build_root, VC_VERILATOR_FLAGS, latch_reset)
     cfg_words = -(-ports["cfg__payload"][1] // 32) if "cfg__payload" in ports else 0
     status_words = -(-status_members(ports, sp)[1] // 32)
     return VcFastSim(module, full, binary, n, flit_words(flit_width), build_s, cfg_words, status_words)

@@ -3,7 +3,8 @@
 // Template: verif/harness/fastsim/build.py fills the marked fields (top module, port count, flit words,
 // flag bit positions, port bindings). The behaviour mirrors the cocotb agents in verif/harness/credit.py,
 // cycle for cycle, so that both harnesses give identical logs on the same traffic:
-//   * reset: rst high for three rising edges, inputs zero; cycle 1 is the first edge after reset;
+//   * reset: rst high for three rising edges (lowered after the third, while the clock is high), inputs
+//     zero; cycle 1 is the first edge after reset;
 //   * each cycle: rising edge; drive (packets arriving this cycle join their source queue, each source
 //     sends its next flit while it holds a credit, each sink returns one credit per buffered flit) and
 //     falling edge, settled by one eval (the design has no negedge logic); sample (credits returned by
@@ -102,8 +103,9 @@ int main(int argc, char** argv) {
     for (int i = 0; i < N; ++i) { *p.rx_valid[i] = 0; *p.tx_credit[i] = 0; }
 @@ZERO_INPUTS@@
     top->eval();
-    for (int k = 0; k < 3; ++k) { top->clk = 1; top->eval(); top->clk = 0; top->eval(); }
-    top->rst = 0;
+    // rst falls while the clock is high, as cocotb's Cycler does: the simulated top latches it on the
+    // falling edge (verif/harness/runner.py, registered_reset), and every rising edge sees it as before.
+    for (int k = 0; k < 3; ++k) { top->clk = 1; top->eval(); if (k == 2) top->rst = 0; top->clk = 0; top->eval(); }
 
     auto t0 = std::chrono::steady_clock::now();
     timespec c0, c1;
