@@ -124,5 +124,9 @@ def test_benches_reject_bad_arguments(capsys):
 
     assert main(["bench", "sim_speed", "--harnesses", "fast,gpu"]) == 2
     assert "unknown harness 'gpu'" in capsys.readouterr().err
+    assert main(["bench", "sim_speed", "--dysharp-ports", "8,x"]) == 2
+    assert "--dysharp-ports expect comma-separated integers" in capsys.readouterr().err
+    assert main(["bench", "sim_speed", "--dysharp-cycles", "5"]) == 2
+    assert "--dysharp-cycles must be at least 1000, got 5" in capsys.readouterr().err
     assert main(["bench", "switch", "--sim", "icarus"]) == 2
     assert "fast path is Verilator only" in capsys.readouterr().err

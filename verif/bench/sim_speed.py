@@ -5,7 +5,13 @@ three harnesses side by side in one run, on the same traffic:
   with ``--public-flat-rw`` (every internal signal visible; the old harness's build);
 * ``cocotb_ports``: the same agents on a build where only the top-level ports are public (the runner's
   ``public="ports"``);
-* ``fast``: the compiled Verilator main of :mod:`verif.harness.fastsim`.
+* ``fast``: the compiled Verilator main of :mod:`verif.harness.fastsim`;
+* ``fast_direct_rst``: the same main over the Verilog as generated, whose ``rst`` input feeds every
+  register's next-state logic (the fast path before :func:`verif.harness.runner.registered_reset`); its
+  log must equal the fast path's (``equal_to_fast``).
+
+``--dysharp-ports`` adds the same latched-against-direct comparison on the integrated DySHARP switch's
+two-VC fast path, under the dispatch bench's full-load traffic (fanout 4, warm AL-TLB).
 
 Full load is uniform unicast at 1.0 flits/cycle/port (1..16-flit payloads). The cocotb runs simulate the
 first ``--cocotb-cycles`` cycles of the fast path's traffic; the fast path also runs that prefix, and its
@@ -21,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-HARNESSES = ("cocotb_flat", "cocotb_ports", "fast")
+HARNESSES = ("cocotb_flat", "cocotb_ports", "fast", "fast_direct_rst")
 
 
 def prefix(traffic, cycles: int):
@@ -65,6 +71,10 @@ def measure(ports: int, *, fast_cycles: int, cocotb_cycles: int, seed: int = 1, 
         t0 = time.perf_counter()
         if h == "fast":
             log = fs.run(traffic, tag=f"speed{ports}")
+        elif h == "fast_direct_rst":
+            direct = build("switch", params, build_root=build_root, latch_reset=False)
+            t0 = time.perf_counter()
+            log = direct.run(traffic, tag=f"speed{ports}-direct")
         else:
             public = h.split("_", 1)[1]
             _prebuild(params, public, build_root)
@@ -72,11 +82,13 @@ def measure(ports: int, *, fast_cycles: int, cocotb_cycles: int, seed: int = 1, 
             log = simulate(short, "switch", params, harness="cocotb", sim="verilator", public=public,
                            build_root=build_root, tag=f"speed{ports}-{h}")
         wall = time.perf_counter() - t0
-        check_delivery(traffic if h == "fast" else short, log)
+        check_delivery(traffic if h.startswith("fast") else short, log)
         r.update(available=True, sim_cycles=log.run_cycles, loop_s=log.loop_ns * 1e-9,
                  loop_cpu_s=log.loop_cpu_ns * 1e-9, cycles_per_s=log.cycles_per_s,
                  cycles_per_cpu_s=log.cycles_per_cpu_s, wall_s=wall, flits_delivered=int(log.delivered.sum()))
-        if h != "fast":
+        if h == "fast_direct_rst":
+            r["equal_to_fast"] = same_log(log, fs.run(traffic, tag=f"speed{ports}-check"))
+        elif h != "fast":
             r["equal_to_fast"] = same_log(log, fast_short)
         out["harnesses"][h] = r
         print(f"  N={ports} {h}: {r['cycles_per_s']:,.0f} simulated cycles/s, {r['cycles_per_cpu_s']:,.0f} per "
@@ -86,8 +98,37 @@ def measure(ports: int, *, fast_cycles: int, cocotb_cycles: int, seed: int = 1, 
     for key, metric in (("ratios", "cycles_per_s"), ("ratios_cpu", "cycles_per_cpu_s")):
         speed = {h: hs[h][metric] for h in hs if hs[h].get("available")}
         out[key] = {f"{a}/{b}": speed[a] / speed[b] for a, b in
-                    (("fast", "cocotb_flat"), ("fast", "cocotb_ports"), ("cocotb_ports", "cocotb_flat"))
+                    (("fast", "cocotb_flat"), ("fast", "cocotb_ports"), ("cocotb_ports", "cocotb_flat"),
+                     ("fast", "fast_direct_rst"))
                     if a in speed and b in speed}
+    return out
+
+
+def measure_dysharp_reset(ports: int, *, cycles: int, seed: int = 1, build_root: str = "build") -> dict:
+    """The integrated switch's two-VC fast path with the latched reset and over the Verilog as generated,
+    on the same full-load dispatch traffic: cycles/s of each and whether every logged array is equal."""
+    from verif.bench import dysharp_switch as ds
+    from verif.harness.fastsim import build_vc
+
+    rng = np.random.default_rng([seed, ports, 4, 1])
+    pkts = ds.dispatch_packets(ports, 4, "hit", load=1.0, arrival_cycles=cycles, rng=rng)
+    vt, _ = ds.assemble(ports, pkts, cycles, rng, seed=seed)
+    out = {"module": ds.MODULE, "ports": ports, "traffic": "dispatch, fanout 4, warm AL-TLB, load 1.0",
+           "harnesses": {}}
+    logs = {}
+    for h, latch in (("fast", True), ("fast_direct_rst", False)):
+        sim = build_vc(ds.MODULE, ds.module_params(ports), build_root=build_root, latch_reset=latch)
+        logs[h] = log = sim.run(vt, tag=f"speed-dysharp{ports}-{h}")
+        out["harnesses"][h] = {"sim_cycles": log.run_cycles, "loop_s": log.loop_ns * 1e-9,
+                               "cycles_per_s": log.run_cycles / (log.loop_ns * 1e-9),
+                               "cycles_per_cpu_s": log.run_cycles / (log.loop_cpu_ns * 1e-9)}
+        print(f"  {ds.MODULE} N={ports} {h}: {out['harnesses'][h]['cycles_per_s']:,.0f} simulated cycles/s",
+              flush=True)
+    a, b = vars(logs["fast"]), vars(logs["fast_direct_rst"])
+    out["logs_equal"] = all(np.array_equal(a[k], b[k]) for k in a if isinstance(a[k], np.ndarray))
+    hs = out["harnesses"]
+    out["ratio"] = hs["fast"]["cycles_per_s"] / hs["fast_direct_rst"]["cycles_per_s"]
+    out["ratio_cpu"] = hs["fast"]["cycles_per_cpu_s"] / hs["fast_direct_rst"]["cycles_per_cpu_s"]
     return out
 
 
@@ -96,6 +137,11 @@ def add_arguments(p) -> None:
     p.add_argument("--fast-cycles", type=int, default=100_000, help="cycles of the fast-path run (default: 100000)")
     p.add_argument("--cocotb-cycles", type=int, default=3000, help="cycles of each cocotb run (default: 3000)")
     p.add_argument("--harnesses", default=",".join(HARNESSES), help=f"subset of {','.join(HARNESSES)}")
+    p.add_argument("--dysharp-ports", default="8",
+                   help="comma-separated port counts of the integrated switch's latched-reset comparison "
+                        "(default: 8; empty: none)")
+    p.add_argument("--dysharp-cycles", type=int, default=20_000,
+                   help="cycles of each integrated-switch run (default: 20000)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="build/bench/sim_speed.json")
 
@@ -103,8 +149,12 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     try:
         ports = [int(x) for x in args.ports.split(",") if x.strip()]
+        dports = [int(x) for x in args.dysharp_ports.split(",") if x.strip()]
     except ValueError:
-        raise ValueError(f"--ports expects comma-separated integers, got {args.ports!r}") from None
+        raise ValueError(f"--ports and --dysharp-ports expect comma-separated integers, got "
+                         f"{args.ports!r} and {args.dysharp_ports!r}") from None
+    if args.dysharp_cycles < 1000:
+        raise ValueError(f"--dysharp-cycles must be at least 1000, got {args.dysharp_cycles}")
     harnesses = [h for h in args.harnesses.split(",") if h]
     for h in harnesses:
         if h not in HARNESSES:
@@ -114,12 +164,16 @@ def run(args) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     report = {"command": f"dysharp bench sim_speed --ports={args.ports} --fast-cycles={args.fast_cycles} "
-                         f"--cocotb-cycles={args.cocotb_cycles} --harnesses={','.join(harnesses)} --seed={args.seed}",
-              "runs": []}
+                         f"--cocotb-cycles={args.cocotb_cycles} --harnesses={','.join(harnesses)} "
+                         f"--dysharp-ports={args.dysharp_ports} --dysharp-cycles={args.dysharp_cycles} --seed={args.seed}",
+              "runs": [], "dysharp_reset": []}
     for n in ports:
         print(f"[bench sim_speed] N={n}, full load ...", flush=True)
         report["runs"].append(measure(n, fast_cycles=args.fast_cycles, cocotb_cycles=args.cocotb_cycles,
                                       seed=args.seed, harnesses=harnesses))
+    for n in dports:
+        print(f"[bench sim_speed] {n}-port integrated switch, latched against direct reset ...", flush=True)
+        report["dysharp_reset"].append(measure_dysharp_reset(n, cycles=args.dysharp_cycles, seed=args.seed))
     out.write_text(json.dumps(report, indent=1))
     print(markdown(report))
     print(f"wrote {out}")
@@ -129,21 +183,31 @@ def run(args) -> int:
 def markdown(report: dict) -> str:
     from tabulate import tabulate
 
+    def speed(x):
+        return "not run" if x is None else ("not available" if not x.get("available", True)
+                                            else f"{x['cycles_per_s']:,.0f} ({x['cycles_per_cpu_s']:,.0f})")
+
     rows = []
     for r in report["runs"]:
         hs = r["harnesses"]
-        row = [r["ports"]]
-        for h in HARNESSES:
-            x = hs.get(h)
-            row.append("not run" if x is None else ("not available" if not x["available"]
-                                                     else f"{x['cycles_per_s']:,.0f} ({x['cycles_per_cpu_s']:,.0f})"))
-        row += [f"{r['ratios'][k]:.1f}x ({r['ratios_cpu'][k]:.1f}x)" if k in r["ratios"] else "-"
-                for k in ("fast/cocotb_flat", "fast/cocotb_ports")]
+        row = [r["ports"]] + [speed(hs.get(h)) for h in HARNESSES]
+        row += [f"{r['ratios'][k]:.2f}x ({r['ratios_cpu'][k]:.2f}x)" if k in r["ratios"] else "-"
+                for k in ("fast/cocotb_flat", "fast/cocotb_ports", "fast/fast_direct_rst")]
         eq = [hs[h]["equal_to_fast"] for h in hs if hs[h].get("available") and "equal_to_fast" in hs[h]]
         row.append("-" if not eq else ("yes" if all(eq) else "NO"))
         rows.append(row)
     table = tabulate(rows, headers=["ports", "cocotb, flat build", "cocotb, ports only", "fast path",
-                                    "fast / flat", "fast / ports", "logs equal"],
+                                    "fast path, direct reset", "fast / flat", "fast / ports",
+                                    "latched / direct reset", "logs equal"],
                      tablefmt="github", disable_numparse=True)
-    return (f"Simulated cycles per second of wall time (in brackets: per second of process CPU time), full load "
+    text = (f"Simulated cycles per second of wall time (in brackets: per second of process CPU time), full load "
             f"(`{report['command']}`):\n\n{table}\n")
+    if report.get("dysharp_reset"):
+        rows = [[r["ports"], r["traffic"], speed(r["harnesses"]["fast_direct_rst"]), speed(r["harnesses"]["fast"]),
+                 f"{r['ratio']:.2f}x ({r['ratio_cpu']:.2f}x)", "yes" if r["logs_equal"] else "NO"]
+                for r in report["dysharp_reset"]]
+        text += ("\nThe integrated DySHARP switch's two-VC fast path, reset latched against direct (same "
+                 "command):\n\n" + tabulate(rows, headers=["ports", "traffic", "direct reset", "latched reset",
+                                                            "latched / direct", "logs equal"],
+                                             tablefmt="github", disable_numparse=True) + "\n")
+    return text
