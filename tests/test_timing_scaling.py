@@ -60,6 +60,15 @@ def test_other_clock(tmp_path):
     src = write_csv(tmp_path / "a.csv", [["fast", "ports=8", "ok", "10", "2000", "OpenSTA"]])
     [row] = timing.timing_rows(timing.read_area_summary(src), period_ps=400.0)
     assert row["slack_ps"] == pytest.approx(400.0 - 450.65, abs=0.01) and row["meets"] == "no"
+    assert row["note"] == "misses: no reason recorded"
+
+
+def test_a_known_miss_carries_its_reason_and_plan(tmp_path):
+    src = write_csv(tmp_path / "a.csv", [["switch", "ports=16", "ok", "10", "2894", "OpenSTA"],
+                                         ["switch", "ports=8", "ok", "10", "2356", "OpenSTA"]])
+    miss, meet = timing.timing_rows(timing.read_area_summary(src))
+    assert miss["meets"] == "no" and "req_stage=True registers it" in miss["note"]
+    assert meet["meets"] == "yes" and meet["note"] == ""
 
 
 def test_missing_column_is_named(tmp_path):
