@@ -128,5 +128,7 @@ def test_benches_reject_bad_arguments(capsys):
     assert "--dysharp-ports expect comma-separated integers" in capsys.readouterr().err
     assert main(["bench", "sim_speed", "--dysharp-cycles", "5"]) == 2
     assert "--dysharp-cycles must be at least 1000, got 5" in capsys.readouterr().err
+    assert main(["bench", "sim_speed", "--repeat", "0"]) == 2
+    assert "--repeat must be at least 1, got 0" in capsys.readouterr().err
     assert main(["bench", "switch", "--sim", "icarus"]) == 2
     assert "fast path is Verilator only" in capsys.readouterr().err
