@@ -6,12 +6,12 @@ three harnesses side by side in one run, on the same traffic:
 * ``cocotb_ports``: the same agents on a build where only the top-level ports are public (the runner's
   ``public="ports"``);
 * ``fast``: the compiled Verilator main of :mod:`verif.harness.fastsim`;
-* ``fast_direct_rst``: the same main over the Verilog as generated, whose ``rst`` input feeds every
-  register's next-state logic (the fast path before :func:`verif.harness.runner.registered_reset`); its
-  log must equal the fast path's (``equal_to_fast``).
+* ``fast_latched_rst``: the same main over the Verilog with its reset latched
+  (:func:`verif.harness.fastsim.registered_reset`, the two-VC fast path's default); its log must equal
+  the fast path's (``equal_to_fast``).
 
-``--dysharp-ports`` adds the same latched-against-direct comparison on the integrated DySHARP switch's
-two-VC fast path, under the dispatch bench's full-load traffic (fanout 4, warm AL-TLB).
+``--dysharp-ports`` compares the two on the integrated DySHARP switch's two-VC fast path, under the
+dispatch bench's full-load traffic (fanout 4, warm AL-TLB).
 
 Full load is uniform unicast at 1.0 flits/cycle/port (1..16-flit payloads). The cocotb runs simulate the
 first ``--cocotb-cycles`` cycles of the fast path's traffic; the fast path also runs that prefix, and its
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-HARNESSES = ("cocotb_flat", "cocotb_ports", "fast", "fast_direct_rst")
+HARNESSES = ("cocotb_flat", "cocotb_ports", "fast", "fast_latched_rst")
 
 
 def prefix(traffic, cycles: int):
@@ -77,10 +77,10 @@ def measure(ports: int, *, fast_cycles: int, cocotb_cycles: int, seed: int = 1, 
         t0 = time.perf_counter()
         if h == "fast":
             log = _fastest(lambda: fs.run(traffic, tag=f"speed{ports}"), repeat)
-        elif h == "fast_direct_rst":
-            direct = build("switch", params, build_root=build_root, latch_reset=False)
+        elif h == "fast_latched_rst":
+            latched = build("switch", params, build_root=build_root, latch_reset=True)
             t0 = time.perf_counter()
-            log = _fastest(lambda: direct.run(traffic, tag=f"speed{ports}-direct"), repeat)
+            log = _fastest(lambda: latched.run(traffic, tag=f"speed{ports}-latched"), repeat)
         else:
             public = h.split("_", 1)[1]
             _prebuild(params, public, build_root)
@@ -92,7 +92,7 @@ def measure(ports: int, *, fast_cycles: int, cocotb_cycles: int, seed: int = 1, 
         r.update(available=True, sim_cycles=log.run_cycles, loop_s=log.loop_ns * 1e-9,
                  loop_cpu_s=log.loop_cpu_ns * 1e-9, cycles_per_s=log.cycles_per_s,
                  cycles_per_cpu_s=log.cycles_per_cpu_s, wall_s=wall, flits_delivered=int(log.delivered.sum()))
-        if h == "fast_direct_rst":
+        if h == "fast_latched_rst":
             r["equal_to_fast"] = same_log(log, fs.run(traffic, tag=f"speed{ports}-check"))
         elif h != "fast":
             r["equal_to_fast"] = same_log(log, fast_short)
@@ -105,7 +105,7 @@ def measure(ports: int, *, fast_cycles: int, cocotb_cycles: int, seed: int = 1, 
         speed = {h: hs[h][metric] for h in hs if hs[h].get("available")}
         out[key] = {f"{a}/{b}": speed[a] / speed[b] for a, b in
                     (("fast", "cocotb_flat"), ("fast", "cocotb_ports"), ("cocotb_ports", "cocotb_flat"),
-                     ("fast", "fast_direct_rst"))
+                     ("fast_latched_rst", "fast"))
                     if a in speed and b in speed}
     return out
 
@@ -211,12 +211,12 @@ def markdown(report: dict) -> str:
         hs = r["harnesses"]
         row = [r["ports"]] + [speed(hs.get(h)) for h in HARNESSES]
         row += [f"{r['ratios'][k]:.2f}x ({r['ratios_cpu'][k]:.2f}x)" if k in r["ratios"] else "-"
-                for k in ("fast/cocotb_flat", "fast/cocotb_ports", "fast/fast_direct_rst")]
+                for k in ("fast/cocotb_flat", "fast/cocotb_ports", "fast_latched_rst/fast")]
         eq = [hs[h]["equal_to_fast"] for h in hs if hs[h].get("available") and "equal_to_fast" in hs[h]]
         row.append("-" if not eq else ("yes" if all(eq) else "NO"))
         rows.append(row)
     table = tabulate(rows, headers=["ports", "cocotb, flat build", "cocotb, ports only", "fast path",
-                                    "fast path, direct reset", "fast / flat", "fast / ports",
+                                    "fast path, reset latched", "fast / flat", "fast / ports",
                                     "latched / direct reset", "logs equal"],
                      tablefmt="github", disable_numparse=True)
     text = (f"Simulated cycles per second of wall time (in brackets: per second of process CPU time), full load "

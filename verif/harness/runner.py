@@ -29,8 +29,7 @@ from pathlib import Path
 from hw import registry
 
 __all__ = ["SIMULATORS", "PUBLIC", "default_sim", "run_cocotb", "CocotbFailure", "RunResult", "sim_build",
-           "verilator_env", "require_simulator", "file_lock", "locked_verilog", "registered_reset",
-           "verilator_source"]
+           "verilator_env", "require_simulator", "file_lock", "locked_verilog"]
 
 SIMULATORS = ("icarus", "verilator")
 PUBLIC = ("ports", "flat")   # which Verilator signals cocotb can see: top-level ports only, or all
@@ -131,45 +130,6 @@ def icarus_source(vpath: Path, bdir: Path) -> Path:
     return out
 
 
-SIM_RST = "rst__sim_q"      # the simulated top's latched reset (see registered_reset)
-
-
-def registered_reset(verilog: str, top: str) -> str:
-    """The Verilog with module ``top`` taking its ``rst`` input through a register latched on the falling
-    clock edge (``rst__sim_q``); unchanged when ``top`` has no ``rst`` and ``clk`` input.
-
-    Verilator evaluates all logic fed by a top-level input (its ``ico`` region) at every ``eval()``, twice
-    per clock cycle, and Amaranth folds the synchronous reset into the next-state logic of every register,
-    so all of that logic was input logic: about a quarter of the 8-port DySHARP switch's run time. Latched,
-    ``rst`` reaches the design from a register. Each rising edge sees the value ``rst`` had at the falling
-    edge before it, the value it sees directly as long as a testbench changes ``rst`` only while the clock
-    is high: cocotb's :class:`~verif.harness.cycler.Cycler` writes it right after a rising edge, the
-    fast-path mains before the falling edge.
-    """
-    m = re.search(rf"^module {re.escape(top)}\(.*?^endmodule", verilog, re.M | re.S)
-    if not m:
-        raise ValueError(f"module {top!r} not found in the Verilog")
-    body = m.group(0)
-    decl = "  input rst;\n  wire rst;\n"
-    if decl not in body or not re.search(r"^  input clk;$", body, re.M):
-        return verilog
-    ports_end = body.index(");\n") + 3
-    rest = re.sub(r"(?<![\w$\\.])rst(?![\w$])", SIM_RST, body[ports_end:])
-    rest = rest.replace(decl.replace("rst", SIM_RST),
-                        f"{decl}  reg {SIM_RST} = 1'h1;\n  always @(negedge clk) {SIM_RST} <= rst;\n", 1)
-    return verilog[:m.start()] + body[:ports_end] + rest + verilog[m.end():]
-
-
-def verilator_source(vpath: Path, top: str, bdir: Path) -> Path:
-    """A copy of the Verilog in ``bdir`` with :func:`registered_reset` applied to ``top``."""
-    text = registered_reset(vpath.read_text(), top)
-    out = bdir / f"{vpath.stem}.verilator.v"
-    bdir.mkdir(parents=True, exist_ok=True)
-    if not out.exists() or out.read_text() != text:
-        out.write_text(text)
-    return out
-
-
 def check_public(public: str) -> str:
     if public not in PUBLIC:
         raise ValueError(f"public={public!r} is not a Verilator build variant; valid: {', '.join(PUBLIC)}")
@@ -220,14 +180,13 @@ def _verilator_ports_build(vpath: Path, top: str, bdir: Path, build_args: list[s
     import cocotb_tools.runner
 
     vlt = ports_vlt(vpath, top, bdir / f"{top}.ports.vlt")
-    source = verilator_source(vpath, top, bdir)
     libs = cocotb_tools.config.libs_dir
     main = cocotb_tools.config.share_dir / "lib" / "verilator" / "verilator.cpp"
     cmds = [
         [shutil.which("verilator") or "verilator", "-cc", "--exe", "-Mdir", str(bdir), "--top-module", top,
          "--vpi", "--prefix", "Vtop", "-o", top,
          "-LDFLAGS", f"-Wl,-rpath,{libs} -L{libs} -lcocotbvpi_verilator",
-         *build_args, "--timescale", "1ns/1ps", str(main), str(vlt), str(source)],
+         *build_args, "--timescale", "1ns/1ps", str(main), str(vlt), str(vpath.resolve())],
         ["make", "-j", str(cocotb_tools.runner._get_max_parallel_build_jobs()), "-C", str(bdir), "-f", "Vtop.mk",
          "VM_TRACE=0", f"OPT_FAST={PORTS_OPT_FAST}"],
     ]
@@ -266,7 +225,7 @@ def sim_build(module: str, params: dict | None = None, *, sim: str | None = None
     vpath = locked_verilog(module, params, build_root,
                            emission="flat" if sim == "verilator" and public == "flat" else "auto")
     # The salt names the simulator-specific source preparation (rebuild when it changes).
-    salt = {"icarus": b"icarus-time0-kick", "verilator": b"" if public == "flat" else b"ports-vlt-3" + PORTS_OPT_FAST.encode()}[sim]
+    salt = {"icarus": b"icarus-time0-kick", "verilator": b"" if public == "flat" else b"ports-vlt-2" + PORTS_OPT_FAST.encode()}[sim]
     digest = hashlib.sha256(vpath.read_bytes() + salt).hexdigest()[:16]
     variant = "" if sim == "icarus" else f"-{public}"
     bdir = (build_root / "sim" / sim / f"{vpath.stem}{variant}-{digest}").resolve()

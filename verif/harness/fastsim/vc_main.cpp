@@ -297,8 +297,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < N; ++i) { *p.rx_valid[i] = 0; *p.tx_credit[i] = 0; }
 @@ZERO_INPUTS@@
     top->eval();
-    // rst falls while the clock is high, as cocotb's Cycler does: the simulated top latches it on the
-    // falling edge (verif/harness/runner.py, registered_reset), and every rising edge sees it as before.
+    // rst falls while the clock is high, as cocotb's Cycler does: a top whose reset is latched on the falling
+    // edge (verif/harness/fastsim/build.py, registered_reset) sees it at every rising edge as one without.
     for (int k = 0; k < 3; ++k) { top->clk = 1; top->eval(); if (k == 2) top->rst = 0; top->clk = 0; top->eval(); }
     top->eval();
     for (int64_t k = 0; k < ncfg; ++k) {   // configuration writes, one per edge (cfg is always ready)
