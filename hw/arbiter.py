@@ -8,8 +8,8 @@ No state, no latency. Each helper that slices a computed vector first assigns it
 
 from amaranth.hdl import Cat, Const, Mux, Signal, Value
 
-__all__ = ["lowest_one", "onehot_to_index", "first_set", "prefix_or", "rr_pick", "rr_pick_masked", "mask_after", "or_reduce", "decode",
-           "decode_split", "join_split"]
+__all__ = ["lowest_one", "onehot_to_index", "first_set", "prefix_or", "rr_pick", "rr_pick_masked", "mask_after",
+           "or_reduce", "decode", "decode_split", "join_split"]
 
 
 def lowest_one(m, x, *, name="lowest") -> Signal:

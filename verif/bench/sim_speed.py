@@ -182,8 +182,8 @@ def run(args) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     report = {"command": f"dysharp bench sim_speed --ports={args.ports} --fast-cycles={args.fast_cycles} "
                          f"--cocotb-cycles={args.cocotb_cycles} --harnesses={','.join(harnesses)} "
-                         f"--dysharp-ports={args.dysharp_ports} --dysharp-cycles={args.dysharp_cycles} --repeat={args.repeat} "
-                         f"--seed={args.seed}",
+                         f"--dysharp-ports={args.dysharp_ports} --dysharp-cycles={args.dysharp_cycles} "
+                         f"--repeat={args.repeat} --seed={args.seed}",
               "runs": [], "dysharp_reset": []}
     for n in ports:
         print(f"[bench sim_speed] N={n}, full load ...", flush=True)
