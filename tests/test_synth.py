@@ -336,3 +336,17 @@ def test_large_flip_flop_array_is_the_line_through_two_column_slices(lib_path, t
     assert line["area_seq_um2"] == pytest.approx(whole["area_seq_um2"], rel=0.01)
     assert line["area_um2"] == pytest.approx(whole["area_um2"], rel=0.02)
     assert line["transistors"] == pytest.approx(whole["transistors"], rel=0.02)
+
+
+@pytest.mark.parametrize("ports, message", [
+    ("2", "ports must be an integer in 4..64 (the integrated switch's range), got 2"),
+    ("65", "ports must be an integer in 4..64 (the integrated switch's range), got 65"),
+    ("x", "argument --ports: invalid int value: 'x'"),
+])
+def test_fill_pair_rejects_a_port_count_outside_the_switch(ports, message, capsys):
+    from synth import fill_pair
+
+    with pytest.raises(SystemExit) as e:
+        fill_pair.main(["--ports", ports])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
