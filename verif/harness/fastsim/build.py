@@ -193,11 +193,14 @@ def _compile(module: str, params: dict, vpath: Path, main: str, build_root: Path
         if not (marker.exists() and binary.exists()):
             bdir.mkdir(parents=True, exist_ok=True)
             (bdir / "main.cpp").write_text(main)
-            (bdir / "dut.v").write_text(verilog)
+            source = vpath.resolve()
+            if latch_reset:             # the rewritten copy; otherwise the generated file itself
+                source = bdir / "dut.v"
+                source.write_text(verilog)
             log = bdir / "build.log"
             env = dict(os.environ, **verilator_env())
             cmd = ["verilator", *flags, "-j", "2", "--top-module", module, "-Mdir", str(bdir / "obj"),
-                   "-o", str(binary), str(bdir / "dut.v"), str(bdir / "main.cpp")]
+                   "-o", str(binary), str(source), str(bdir / "main.cpp")]
             with open(log, "w") as f:
                 f.write(" ".join(cmd) + "\n")
                 f.flush()
