@@ -463,7 +463,9 @@ def area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERIOD_PS
         "timing_source": (timing or {}).get("source", "ABC stime" if syn["critical_path_ps"] else "none"),
         "period_ps": period_ps, "arrays": arrays, "seconds": cached["seconds"] + time.time() - t1,
         "yosys_s": syn["yosys_s"],
-        # Set when YoWASP's yosys trapped and Debian's native yosys ran the point (synth/yosys_flow.py).
+        # The yosys that ran (synth.tools.yosys_command), and the native one that re-ran the point after a
+        # YoWASP trap (synth/yosys_flow.py), if one did.
+        "yosys": key["yosys"],
         "yosys_fallback": syn.get("yosys_fallback"),
     }
     if result["area_um2"] <= 0:

@@ -271,8 +271,10 @@ def power_rows(point: dict | None = None, *, hierarchical_sum: bool = True, **ru
 
     def add(quantity, value, unit, note=""):
         rows.append({"quantity": quantity, "point": label, "value": value, "unit": unit, "note": note})
+    ran = (f"; {flat['yosys_fallback']} after a YoWASP trap" if flat.get("yosys_fallback") else
+           "; pyosys (yosys natively, DYSHARP_YOSYS=native)" if "native_yosys" in flat.get("yosys", "") else "")
     add("area, flat", flat["area_um2"], "um^2", f"{flat['cell_count']:,} cells, {flat['verilog_mb']:.1f} MB of "
-        "Verilog" + (f"; {flat['yosys_fallback']} after a YoWASP trap" if flat.get("yosys_fallback") else ""))
+        "Verilog" + ran)
     add("  random logic", flat["area_random_logic_um2"], "um^2", f"sequential {flat['area_seq_um2']:,.0f}")
     add("  arrays", flat["arrays_um2"], "um^2", f"{len(flat['arrays'])} arrays, {flat['array_bits']:,} bits")
     add("transistors", flat["transistors"], "", "logic, plus 6 per SRAM bit / the flip-flop arrays")

