@@ -160,6 +160,38 @@ def test_study_sends_tool_output_to_logs_and_reports_failures(jobs, tmp_path, mo
     assert "## noisy" in report and "Step failed" in report and "| a " in report
 
 
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_study_records_each_steps_cpu_time(jobs, tmp_path, monkeypatch, capfd):
+    """timings.json and the report give each step's CPU time beside its wall time: a step whose tool
+    process computes counts that process's CPU, a step that only waits counts (almost) none."""
+    import json
+    import types
+
+    from dysharp.commands import study
+
+    def busy(args, out):
+        subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                        "while time.process_time() - t < 0.6: pass"], check=True)
+        return "## busy"
+
+    def idle(args, out):
+        time.sleep(0.6)
+        return "## idle"
+
+    fake = types.ModuleType("fake_steps_cpu")
+    fake.busy, fake.idle = busy, idle
+    monkeypatch.setitem(sys.modules, "fake_steps_cpu", fake)
+    monkeypatch.setattr(study, "STEPS", [("busy", "fake_steps_cpu:busy", ""), ("idle", "fake_steps_cpu:idle", "")])
+    monkeypatch.chdir(tmp_path)
+    assert main(["study", "--quick", "--out", "rep", "--jobs", jobs]) == 0
+    capfd.readouterr()
+    timings = json.loads((tmp_path / "rep/timings.json").read_text())
+    cpu = {t["step"]: t["cpu_seconds"] for t in timings["steps"]}
+    assert cpu["busy"] >= 0.6 and cpu["idle"] < 0.3, cpu
+    assert timings["cpu_seconds"] == pytest.approx(cpu["busy"] + cpu["idle"], abs=0.11)
+    assert "| CPU time " in (tmp_path / "rep/report.md").read_text()
+
+
 def test_study_steps_at_once_wait_for_what_they_read(tmp_path, monkeypatch, capfd):
     """Two at a time: a step waits for the steps it reads (``AFTER``: lint after verilog, estimate after
     all); a section far larger than a pipe's buffer comes back whole; a step process that dies without a
