@@ -105,8 +105,9 @@ class _Module:
     ports: dict          # port name -> (direction, width)
 
 
+# Amaranth writes a signed port's ``signed`` after its direction and index (``output 5 signed \x``).
 _PORT = re.compile(r"^\s*wire\s+(?:width\s+(\d+)\s+)?(?:(?:signed|upto|offset\s+\d+)\s+)*"
-                   r"(input|output|inout)\s+\d+\s+\\(\S+)\s*$")
+                   r"(input|output|inout)\s+\d+\s+(?:(?:signed|upto|offset\s+\d+)\s+)*\\(\S+)\s*$")
 
 
 def _module_ports(text: str, name: str) -> dict:

@@ -143,3 +143,11 @@ def test_dysharp_switch_dedup_equals_flat():
     # Every port received translated stores (dst = its own strap) and reduction results.
     assert set(logs[1].rx["port"]) == set(range(n))
     _same_log(*logs)
+
+
+def test_signed_ports_of_a_block_are_found():
+    """Amaranth writes ``signed`` after a port's direction and index; such a port is still a port."""
+    text = "\n".join(["module \\blk", "  wire width 3 input 0  \\gain", "  wire width 6 output 5  signed \\pending",
+                      "  wire width 4 signed input 1 \\old_style", "  wire width 2 \\internal", "end"])
+    assert emission._module_ports(text, "blk") == {"gain": ("input", 3), "pending": ("output", 6),
+                                                   "old_style": ("input", 4)}
