@@ -16,7 +16,7 @@ from amaranth.lib.wiring import In, Out
 
 from .packet import DEFAULT_FLIT_WIDTH, flit_layout
 
-__all__ = ["credit_link_signature", "CreditSender", "CreditReceiver", "CREDIT_RETURN_BITS",
+__all__ = ["credit_link_signature", "CreditSender", "CreditReceiver", "CreditReturn", "CREDIT_RETURN_BITS",
            "CREDIT_RETURN_MAX"]
 
 CREDIT_RETURN_BITS = 2
@@ -109,4 +109,38 @@ class CreditReceiver(wiring.Component):
         # at the start of a cycle, so this counts exactly the protocol violations.
         with m.If(self.link.valid & ~q.w_rdy):
             m.d.sync += self.overflows.eq(self.overflows + 1)
+        return m
+
+
+class CreditReturn(wiring.Component):
+    """The credits a receiver owes its sender, returned ``CREDIT_RETURN_MAX`` at most per cycle.
+
+    Ports: ``gain`` (credits freed this cycle), ``loss`` (credits taken back this cycle: buffer entries that
+    hold no sender credit, e.g. a queued error response), ``credit`` (to the link, combinational from the
+    register only), ``pending`` (the signed balance still owed, for the receiver's own credit accounting).
+
+    ``pending`` starts at zero and moves by ``gain - loss - credit`` each cycle. It may go negative (an
+    entry taken back before a credit was freed); nothing is returned then. ``bound`` sizes the register:
+    the balance must stay within ``-bound .. bound``.
+    """
+
+    def __init__(self, *, max_gain: int, max_loss: int, bound: int):
+        for name, v in (("max_gain", max_gain), ("max_loss", max_loss), ("bound", bound)):
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        self.bound = bound
+        super().__init__({
+            "gain": In(range(max_gain + 1)),
+            "loss": In(range(max_loss + 1)),
+            "credit": Out(range(CREDIT_RETURN_MAX + 1)),
+            "pending": Out(range(-bound, bound)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        with m.If(self.pending >= CREDIT_RETURN_MAX):
+            m.d.comb += self.credit.eq(CREDIT_RETURN_MAX)
+        with m.Elif(self.pending > 0):
+            m.d.comb += self.credit.eq(self.pending)
+        m.d.sync += self.pending.eq(self.pending + self.gain - self.loss - self.credit)
         return m

@@ -4,7 +4,7 @@ import gc
 
 import pytest
 
-from hw.credit import CreditReceiver
+from hw.credit import CREDIT_RETURN_MAX, CreditReceiver, CreditReturn
 from hw.vc_link import VcReceiver, VcSender
 from verif.harness.runner import run_cocotb
 
@@ -29,8 +29,46 @@ def test_vc_sender(params, case, seed, sim):
     lambda: CreditReceiver(depth=0), lambda: CreditReceiver(depth=8, flit_width=64),
     lambda: VcSender(credits=(8,)), lambda: VcSender(credits=(0, 8)), lambda: VcReceiver(credits=8),
     lambda: VcReceiver(credits=(8, 5000)),
+    lambda: CreditReturn(max_gain=0, max_loss=2, bound=8), lambda: CreditReturn(max_gain=3, max_loss=2, bound=8.5),
 ])
 def test_bad_parameters(make):
     with pytest.raises(ValueError):
         make()
     gc.collect()
+
+
+def test_credit_return_matches_its_model():
+    """Random gains and losses: each cycle returns min(owed, CREDIT_RETURN_MAX) of the balance still owed
+    (nothing while it is negative), and ``pending`` is that balance; every gained credit is returned."""
+    import random
+
+    from amaranth.sim import Simulator
+
+    dut = CreditReturn(max_gain=4, max_loss=2, bound=40)
+    rng = random.Random(5)
+    seen = {"max": 0, "neg": 0, "returned": 0, "gained": 0, "lost": 0}
+
+    async def tb(ctx):
+        pending = 0
+        for cycle in range(3000):
+            drain = cycle >= 2900
+            gain = 0 if drain else rng.choice([0, 0, 1, 2, 3, 4])
+            loss = 0 if drain else rng.choice([0, 0, 0, 1, 2])
+            ctx.set(dut.gain, gain)
+            ctx.set(dut.loss, loss)
+            want = min(max(pending, 0), CREDIT_RETURN_MAX)
+            assert ctx.get(dut.pending) == pending and ctx.get(dut.credit) == want, cycle
+            seen["max"] += want == CREDIT_RETURN_MAX
+            seen["neg"] += pending < 0
+            seen["returned"] += want
+            seen["gained"] += gain
+            seen["lost"] += loss
+            pending += gain - loss - want
+            await ctx.tick()
+        assert pending == 0
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(tb)
+    sim.run()
+    assert seen["max"] > 100 and seen["neg"] > 10          # the clamp and the negative balance were exercised
+    assert seen["returned"] == seen["gained"] - seen["lost"]
