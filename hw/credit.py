@@ -10,7 +10,7 @@ so backpressure never drops a flit; a receiver that sees a flit without credit c
 ``CREDIT_OVERFLOW`` error.
 """
 
-from amaranth.hdl import Elaboratable, Module, Signal
+from amaranth.hdl import Module, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 

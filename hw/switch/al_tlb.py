@@ -54,6 +54,11 @@ Contract
   ``tr.req`` takes new requests only in the cycles the recirculation leaves free, until one frees: only
   this translator's input stalls, never the switch. ``tr.resp`` backpressure is absorbed by the
   ``resp_depth``-entry response FIFO, after which ``tr.req`` is backpressured too.
+
+Blocks: the CAM (:class:`~hw.switch.cam.Cam`), the MSHRs (:class:`~hw.switch.mshr_file.MshrFile`: allocation,
+fills, timeouts, replays), the owed tags (:class:`~hw.switch.owed_tags.OwedTags`), the group table and three
+``lib.fifo`` queues (answers, recirculated requests, backing reads). The three-stage pipeline that joins
+them, the configuration port and the counters are here.
 """
 
 import enum as py_enum
@@ -63,11 +68,12 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, enum, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..arbiter import lowest_one, onehot_to_index, or_reduce
 from ..packet import MAX_PORTS, ErrorCode
 from .backing_if import BACKING_TAG_BITS, BackingRequest, backing_signature
 from .cam import Cam, CamOp
-from .translate_if import TAG_BITS, TranslateRequest, TranslateResponse, translate_signature
+from .mshr_file import MshrFile
+from .owed_tags import OwedTags
+from .translate_if import TranslateRequest, TranslateResponse, translate_signature
 
 __all__ = ["AlTlb", "TlbConfig", "TlbConfigOp", "TlbCounter", "INDEX_BITS", "MAX_ROWS", "tlb_key_fields",
            "backing_tag_fields", "DEFAULT_TIMEOUT", "MAX_TIMEOUT"]
@@ -171,10 +177,7 @@ class AlTlb(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        N, kw = self.mshrs, self.key_width
-        ib, gbits = self.mshr_bits, self.gen_bits
-        n_tags = 1 << BACKING_TAG_BITS
-        age_bits = self.timeout.bit_length()
+        kw = self.key_width
         group_shift = INDEX_BITS + self.dst_bits
         group_field = ((1 << self.group_bits) - 1) << group_shift
 
@@ -183,7 +186,10 @@ class AlTlb(wiring.Component):
         m.submodules.cam = cam = Cam(entries=self.entries, key_width=kw, value_width=48)
         m.submodules.out_fifo = out_fifo = fifo.SyncFIFO(width=resp_layout.size, depth=self.resp_depth)
         m.submodules.recirc = recirc = fifo.SyncFIFO(width=req_layout.size, depth=3)
-        m.submodules.memq = memq = fifo.SyncFIFO(width=data.Layout.cast(BackingRequest).size, depth=N)
+        m.submodules.memq = memq = fifo.SyncFIFO(width=data.Layout.cast(BackingRequest).size, depth=self.mshrs)
+        m.submodules.mshr = mshr = MshrFile(mshrs=self.mshrs, key_width=kw, gen_bits=self.gen_bits,
+                                            timeout=self.timeout, group_bits=self.group_bits,
+                                            group_shift=group_shift)
         glayout = data.StructLayout({"mask": self.ports, "rows": INDEX_BITS + 1})
         m.submodules.gtab = gtab = memory.Memory(shape=glayout, depth=self.groups, init=[])
         gw = gtab.write_port()
@@ -202,22 +208,6 @@ class AlTlb(wiring.Component):
             memq.r_en.eq(self.mem.req.ready),
         ]
 
-        # ---- MSHR file ------------------------------------------------------------------------------
-        busy = Signal(N, name="mshr_busy")
-        filled = Signal(N, name="mshr_filled")
-        primary = Signal(N, name="mshr_primary")     # owns the backing read (tag = its generation, number)
-        flushed = Signal(N, name="mshr_flushed")     # group flushed meanwhile: answer, but do not cache
-        mkey = [Signal(kw, name=f"mshr_key_{j}", reset_less=True) for j in range(N)]
-        # Timeout state: the age of a primary's read, the MSHR's generation (advanced by each timeout, so
-        # that its next read carries a new tag) and one bit per tag value whose read timed out and whose
-        # response is still owed (so a late one is told apart from a bogus one).
-        mage = [Signal(age_bits, name=f"mshr_age_{j}", reset_less=True) for j in range(N)]
-        mgen = [Signal(gbits, name=f"mshr_gen_{j}") for j in range(N)]
-        owed = Signal(n_tags, name="owed")
-        mtag = [Signal(TAG_BITS, name=f"mshr_tag_{j}", reset_less=True) for j in range(N)]
-        maddr = [Signal(48, name=f"mshr_addr_{j}", reset_less=True) for j in range(N)]
-        mcode = [Signal(8, name=f"mshr_code_{j}", reset_less=True) for j in range(N)]
-
         # ---- pipeline registers ---------------------------------------------------------------------
         item_layout = data.StructLayout({"req": TranslateRequest, "replay": 1, "pre_err": 1, "addr": 48,
                                          "code": 8})
@@ -226,11 +216,7 @@ class AlTlb(wiring.Component):
         p2_err = Signal(8, name="p2_err")
 
         # ---- stage A: choose what enters the pipeline (replay > recirculation > new request) ---------
-        ready_mshr = Signal(N, name="replay_ready")
-        m.d.comb += ready_mshr.eq(busy & filled)
-        replay_oh = lowest_one(m, ready_mshr, name="replay_oh")
-        replay_any = Signal(name="replay_any")
-        m.d.comb += replay_any.eq(ready_mshr.any())
+        replay_any = mshr.replay_valid
         out_ok = Signal(name="out_ok")
         m.d.comb += out_ok.eq(out_fifo.level + p1_valid + p2_valid + 1 <= self.resp_depth)
         take_replay = Signal(name="take_replay")
@@ -255,18 +241,11 @@ class AlTlb(wiring.Component):
             cam.lookup_key.eq(self._key(issue)),
             gr.addr.eq(issue.group[:self.group_bits]),
         ]
-        replay_tag = Signal(TAG_BITS, name="replay_tag")
-        replay_addr = Signal(48, name="replay_addr")
-        replay_code = Signal(8, name="replay_code")
-        m.d.comb += [
-            replay_tag.eq(or_reduce([Mux(replay_oh[j], mtag[j], 0) for j in range(N)])),
-            replay_addr.eq(or_reduce([Mux(replay_oh[j], maddr[j], 0) for j in range(N)])),
-            replay_code.eq(or_reduce([Mux(replay_oh[j], mcode[j], 0) for j in range(N)])),
-        ]
+        m.d.comb += mshr.replay_take.eq(take_replay)
         m.d.sync += p1_valid.eq(take_replay | is_lookup)
         with m.If(take_replay):
-            m.d.sync += [p1.replay.eq(1), p1.pre_err.eq(0), p1.req.eq(0), p1.req.tag.eq(replay_tag),
-                         p1.addr.eq(replay_addr), p1.code.eq(replay_code)]
+            m.d.sync += [p1.replay.eq(1), p1.pre_err.eq(0), p1.req.eq(0), p1.req.tag.eq(mshr.replay.tag),
+                         p1.addr.eq(mshr.replay.addr), p1.code.eq(mshr.replay.code)]
         with m.Else():
             m.d.sync += [p1.replay.eq(0), p1.pre_err.eq(pre_err), p1.req.eq(issue), p1.addr.eq(0),
                          p1.code.eq(0)]
@@ -290,37 +269,16 @@ class AlTlb(wiring.Component):
         m.d.comb += [cfg.ready.eq(1), resp.ready.eq(~cfg.valid)]     # cfg owns the CAM write port first
         fill = Signal(name="fill")
         m.d.comb += fill.eq(resp.valid & resp.ready)
-        waiting = Signal(N, name="mshr_waiting")
-        m.d.comb += waiting.eq(busy & ~filled)
         resp_tag = resp.payload.tag
-        fid_oh = Signal(N, name="fill_oh")
-        m.d.comb += fid_oh.eq(Cat((resp_tag[:ib] == j) & (resp_tag[ib:] == mgen[j]) for j in range(N)) &
-                              waiting & primary & Mux(fill, Const(-1, N), 0))
-        fill_ok = Signal(name="fill_ok")
-        m.d.comb += fill_ok.eq(fid_oh.any())
-        fill_key = Signal(kw, name="fill_key")
-        m.d.comb += fill_key.eq(or_reduce([Mux(fid_oh[j], mkey[j], 0) for j in range(N)]))
-        fill_flushed = Signal(name="fill_flushed")
-        m.d.comb += fill_flushed.eq((fid_oh & flushed).any())
-        fill_match = Signal(N, name="fill_match")
-        m.d.comb += fill_match.eq(Cat(waiting[j] & (mkey[j] == fill_key) for j in range(N)) &
-                                  Mux(fill_ok, Const(-1, N), 0))
         fill_code = Signal(8, name="fill_code")
         m.d.comb += fill_code.eq(resp.payload.code.as_value())
-
-        # ---- timeouts: a primary whose read is `timeout` cycles old and not filled in this cycle ------
-        expired = Signal(N, name="mshr_expired")
-        m.d.comb += expired.eq(Cat(mage[j] >= self.timeout for j in range(N)) & waiting & primary & ~fid_oh)
-        tmo_oh = lowest_one(m, expired, name="tmo_oh")      # at most one: primaries start in distinct cycles
-        tmo = Signal(name="tmo")
-        m.d.comb += tmo.eq(expired.any())
-        tmo_key = Signal(kw, name="tmo_key")
-        m.d.comb += tmo_key.eq(or_reduce([Mux(tmo_oh[j], mkey[j], 0) for j in range(N)]))
-        tmo_tag = Signal(BACKING_TAG_BITS, name="tmo_tag")
-        m.d.comb += tmo_tag.eq(or_reduce([Mux(tmo_oh[j], Cat(Const(j, ib), mgen[j]), 0) for j in range(N)]))
-        tmo_match = Signal(N, name="tmo_match")
-        m.d.comb += tmo_match.eq(Cat(waiting[j] & (mkey[j] == tmo_key) for j in range(N)) &
-                                 Mux(tmo, Const(-1, N), 0))
+        m.d.comb += [
+            mshr.fill.eq(fill),
+            mshr.fill_tag.eq(resp_tag),
+            mshr.fill_addr.eq(resp.payload.addr),
+            mshr.fill_code.eq(fill_code),
+        ]
+        fill_ok, fill_key, tmo, tmo_key = mshr.fill_ok, mshr.fill_key, mshr.tmo, mshr.tmo_key
         incs[TlbCounter.READ_TIMEOUTS] = tmo
 
         # ---- stage C: answer, or park the miss in an MSHR, or recirculate -----------------------------
@@ -335,28 +293,28 @@ class AlTlb(wiring.Component):
             hit2.eq(ok2 & cam.result_hit),
             miss2.eq(ok2 & ~cam.result_hit),
         ]
-        pend_match = Signal(N, name="pend_match")
-        m.d.comb += pend_match.eq(Cat(waiting[j] & (mkey[j] == p2_key) for j in range(N)))
+        m.d.comb += mshr.key.eq(p2_key)
         same_fill = Signal(name="same_fill")
         m.d.comb += same_fill.eq(fill_ok & (fill_key == p2_key))
         same_tmo = Signal(name="same_tmo")
         m.d.comb += same_tmo.eq(tmo & (tmo_key == p2_key))
-        free = Signal(N, name="mshr_free")
-        m.d.comb += free.eq(~busy)
-        free_oh = lowest_one(m, free, name="free_oh")
-        free_idx = Signal(ib, name="free_idx")
-        m.d.comb += free_idx.eq(onehot_to_index(free_oh))
         alloc = Signal(name="alloc")
         alloc_primary = Signal(name="alloc_primary")
         alloc_filled = Signal(name="alloc_filled")
         to_recirc = Signal(name="to_recirc")
         needs_read = Signal(name="needs_read")
         m.d.comb += [
-            needs_read.eq(~same_fill & ~same_tmo & ~pend_match.any()),
-            alloc.eq(miss2 & free.any() & (~needs_read | memq.w_rdy)),
+            needs_read.eq(~same_fill & ~same_tmo & ~mshr.pending),
+            alloc.eq(miss2 & mshr.free_any & (~needs_read | memq.w_rdy)),
             to_recirc.eq(miss2 & ~alloc),
             alloc_filled.eq(alloc & (same_fill | same_tmo)),
             alloc_primary.eq(alloc & needs_read),
+            mshr.alloc.eq(alloc),
+            mshr.alloc_primary.eq(alloc_primary),
+            mshr.alloc_filled.eq(alloc_filled),
+            mshr.alloc_tag.eq(p2.req.tag),
+            mshr.alloc_addr.eq(Mux(same_fill, resp.payload.addr, 0)),
+            mshr.alloc_code.eq(Mux(same_fill, fill_code, Mux(same_tmo, ErrorCode.TIMEOUT.value, 0))),
         ]
         incs[TlbCounter.HITS] = hit2
         incs[TlbCounter.MISSES] = alloc_primary
@@ -385,8 +343,7 @@ class AlTlb(wiring.Component):
             known.append(out_code == ErrorCode[c].value)
         incs[TlbCounter.OTHER_ERRORS] = push & (out_code != ErrorCode.NONE.value) & ~Cat(*known).any()
 
-        new_tag = Signal(BACKING_TAG_BITS, name="new_tag")
-        m.d.comb += new_tag.eq(Cat(free_idx, or_reduce([Mux(free_oh[j], mgen[j], 0) for j in range(N)])))
+        new_tag = mshr.new_tag
         breq = Signal(BackingRequest, name="breq")
         m.d.comb += [
             breq.group.eq(p2.req.group),
@@ -408,7 +365,7 @@ class AlTlb(wiring.Component):
         m.d.comb += flush.eq(cfg.valid & cfg_legal)
         incs[TlbCounter.CFG_ERRORS] = cfg.valid & ~cfg_legal
         insert = Signal(name="insert")
-        m.d.comb += insert.eq(fill_ok & (fill_code == ErrorCode.NONE.value) & ~fill_flushed)
+        m.d.comb += insert.eq(fill_ok & (fill_code == ErrorCode.NONE.value) & ~mshr.fill_flushed)
         incs[TlbCounter.FILLS] = insert
         cfg_key = Signal(kw, name="cfg_key")
         m.d.comb += cfg_key.eq(c.group[:self.group_bits] << group_shift)
@@ -424,63 +381,27 @@ class AlTlb(wiring.Component):
             cam.write_value.eq(resp.payload.addr),
         ]
         flush_group = c.group[:self.group_bits]
-
-        # ---- MSHR updates -------------------------------------------------------------------------
-        for j in range(N):
-            with m.If(alloc & free_oh[j]):
-                m.d.sync += [
-                    busy[j].eq(1),
-                    filled[j].eq(alloc_filled),
-                    primary[j].eq(alloc_primary),
-                    flushed[j].eq(flush & (p2.req.group[:self.group_bits] == flush_group)),
-                    mkey[j].eq(p2_key),
-                    mtag[j].eq(p2.req.tag),
-                    maddr[j].eq(Mux(same_fill, resp.payload.addr, 0)),
-                    mcode[j].eq(Mux(same_fill, fill_code, Mux(same_tmo, ErrorCode.TIMEOUT.value, 0))),
-                    mage[j].eq(0),
-                ]
-            with m.Elif(take_replay & replay_oh[j]):
-                m.d.sync += busy[j].eq(0)
-            with m.Elif(fill_match[j]):
-                m.d.sync += [filled[j].eq(1), maddr[j].eq(resp.payload.addr), mcode[j].eq(fill_code)]
-            with m.Elif(tmo_match[j]):
-                m.d.sync += [filled[j].eq(1), maddr[j].eq(0), mcode[j].eq(ErrorCode.TIMEOUT.value)]
-            with m.If(waiting[j] & primary[j]):
-                m.d.sync += mage[j].eq(mage[j] + 1)
-            with m.If(tmo_oh[j]):
-                m.d.sync += mgen[j].eq(mgen[j] + 1)
-            with m.If(flush & busy[j] & ((mkey[j] >> group_shift) == flush_group)):
-                m.d.sync += flushed[j].eq(1)
+        m.d.comb += [
+            mshr.flush.eq(flush),
+            mshr.flush_group.eq(flush_group),
+            mshr.alloc_flushed.eq(flush & (p2.req.group[:self.group_bits] == flush_group)),
+        ]
 
         # Owed tags: set by a timeout, cleared by the late response or, after the generation has wrapped,
         # by a new read that takes the tag again (the old response is given up).
-        # A response that fills nothing is looked up in `owed` a cycle later, from registers: its tag comes
-        # from the fill bridge's register and already drives the MSHR match; the lookup's 256-way multiplexer
-        # and decoder loaded it too (fan-out ~150 in the integrated switch, 1 ns at 45 nm, in front of the
-        # MSHR allocation). `owed` runs a cycle behind (each update is registered first), so that lookup
-        # sees it as it stood when the response came: the answers are the same, the two counters count a
-        # cycle later.
-        def onehot(tag):
-            return (Const(1, n_tags) << tag)[:n_tags]
-        stray = Signal(name="stray")                        # last cycle's response filled nothing
-        stray_tag = Signal(BACKING_TAG_BITS, name="stray_tag")
-        tmo_q, tmo_tag_q = Signal(name="tmo_q"), Signal(BACKING_TAG_BITS, name="tmo_tag_q")
-        new_q, new_tag_q = Signal(name="new_q"), Signal(BACKING_TAG_BITS, name="new_tag_q")
-        m.d.sync += [stray.eq(fill & ~fill_ok), stray_tag.eq(resp_tag), tmo_q.eq(tmo), tmo_tag_q.eq(tmo_tag),
-                     new_q.eq(alloc_primary), new_tag_q.eq(new_tag)]
-        late = Signal(name="late")          # that response answers a read that timed out: ignore it
-        m.d.comb += late.eq(stray & owed.bit_select(stray_tag, 1))
-        incs[TlbCounter.BAD_RESPONSES] = stray & ~late
-        incs[TlbCounter.STALE_RESPONSES] = late
-        set_owed = Mux(tmo_q, onehot(tmo_tag_q), 0)
-        clr_late = Mux(late, onehot(stray_tag), 0)
-        clr_new = Mux(new_q, onehot(new_tag_q), 0)
-        m.d.sync += owed.eq((owed & ~clr_late & ~clr_new) | set_owed)
+        m.submodules.owed_tags = owed = OwedTags(tag_bits=BACKING_TAG_BITS)
+        m.d.comb += [
+            owed.timeout.eq(tmo), owed.timeout_tag.eq(mshr.tmo_tag),
+            owed.response.eq(fill & ~fill_ok), owed.response_tag.eq(resp_tag),
+            owed.reissue.eq(alloc_primary), owed.reissue_tag.eq(new_tag),
+        ]
+        incs[TlbCounter.BAD_RESPONSES] = owed.bad
+        incs[TlbCounter.STALE_RESPONSES] = owed.stale
 
         # Internal state, for formal harnesses (verif/formal/al_tlb.py).
-        self.state = SimpleNamespace(cam=cam, busy=busy, filled=filled, primary=primary, mkey=mkey, mage=mage,
-                                     hit=hit2, key=p2_key, out=out, take_replay=take_replay,
-                                     replay_oh=replay_oh)
+        self.state = SimpleNamespace(cam=cam, busy=mshr.busy, filled=mshr.filled, primary=mshr.primary,
+                                     mkey=mshr.mkey, mage=mshr.mage, hit=hit2, key=p2_key, out=out,
+                                     take_replay=take_replay, replay_oh=mshr.replay_oh)
         # The counters add a cycle after their event: the events are registered first, so that a counter's
         # 32-bit carry chain does not follow the MSHR and fill logic in one cycle (the 640 ps port clock; in
         # the integrated switch the fill bridge's response register feeds that logic).
