@@ -14,10 +14,10 @@ errors that say how to fix a missing or bad one.
   Debian's ``yosys``; ``DYSHARP_YOSYS=yowasp|native|debian|/path/to/yosys`` picks one. ``native`` is the
   PyPI ``pyosys`` (also a dependency): the same yosys release as YoWASP's, compiled to machine code and
   without WebAssembly's 4-GB memory (:mod:`synth.native_yosys`); a point that traps YoWASP re-runs on it
-  (:func:`native_yosys_command`). YoWASP compiles its
-  WebAssembly to machine code on its first run on a machine (36 s of wall, 65 s of CPU on 2 cores, cached
-  in the user's cache folder); :func:`prepare_yowasp` does it at setup, because the first synthesis
-  points of a study or test run, started side by side, would otherwise each compile it at once.
+  (:func:`native_yosys_command`). YoWASP compiles its WebAssembly to machine code on its first run on a
+  machine (36 s of wall, 65 s of CPU on 2 cores, cached in the user's cache folder); :func:`prepare_yowasp`
+  does it at setup, because the first synthesis points of a study or test run, started side by side,
+  would otherwise each compile it at once.
 * **OpenSTA.** Debian's ``opensta`` (``sta``), used for the power cross-check only.
 
 ``.tools/`` is at the repository root unless ``DYSHARP_TOOLS`` names another folder.
@@ -33,8 +33,8 @@ import zipfile
 from pathlib import Path
 
 __all__ = ["ToolError", "tools_dir", "liberty_path", "verify_liberty", "fetch_liberty", "cacti_binary",
-           "build_cacti", "prepare_yowasp", "yosys_command", "native_yosys_command", "opensta_binary", "LIBERTY_SHA256", "LIBERTY_WHEEL",
-           "CACTI_WHEEL", "main"]
+           "build_cacti", "prepare_yowasp", "yosys_command", "native_yosys_command", "opensta_binary",
+           "LIBERTY_SHA256", "LIBERTY_WHEEL", "CACTI_WHEEL", "main"]
 
 REPO = Path(__file__).resolve().parent.parent
 
