@@ -124,8 +124,6 @@ class CreditReturn(wiring.Component):
     the balance must stay within ``-bound .. bound``.
     """
 
-    EMIT_IN_PLACE = True     # part of one parent: inside its module in the dedup emission (hw/emission.py)
-
     def __init__(self, *, max_gain: int, max_loss: int, bound: int):
         for name, v in (("max_gain", max_gain), ("max_loss", max_loss), ("bound", bound)):
             if not isinstance(v, int) or v < 1:

@@ -20,12 +20,6 @@ component holding anything else (a signal, another elaboratable, a memory...) is
 with the flat emission: the key is never guessed. Blocks that differ only in a baked-in constant (a port
 index) are distinct keys; ``hw`` blocks take such a constant as a strap input instead (``port=None``).
 
-A block class whose ``EMIT_IN_PLACE`` is true (the parts one parent is built from, never shared between
-parents: an input unit's ingress and reader, an AL-TLB's MSHR file) is elaborated in place too, inside
-its parent's module. Written apart they save no generation time, and a simulator that keeps modules apart
-pays for every boundary: Verilator's ``-fno-inline`` build of the 8-port integrated switch (the two-VC fast
-path) ran 8,617 against 5,132 cycles/s when the input unit's and the AL-TLB's parts were modules of their own.
-
 The top-level ports are the flat emission's, so a testbench or harness drives either file the same way
 (``tests/test_emission.py`` runs the same traffic through both and compares every delivery).
 """
@@ -79,7 +73,7 @@ def _canon(v):
 def block_key(component) -> tuple | None:
     """The identity of ``component`` as a Verilog module (see the module doc), or None if it cannot be
     stated (the component is then elaborated in place)."""
-    if not isinstance(component, wiring.Component) or getattr(type(component), "EMIT_IN_PLACE", False):
+    if not isinstance(component, wiring.Component):
         return None
     sig = component.signature
     members = set(sig.members)

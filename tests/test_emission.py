@@ -153,13 +153,16 @@ def test_signed_ports_of_a_block_are_found():
                                                    "old_style": ("input", 4)}
 
 
-def test_parts_of_a_block_are_written_inside_it():
-    """A class marked ``EMIT_IN_PLACE`` (an input unit's parts) has no key: the deduplicated Verilog has
-    no module of its own for it, only the block's; ``test_switch_dedup_equals_flat`` checks behaviour."""
-    from hw.switch.cell_reader import CellReader
+def test_parts_are_modules_kept_apart_only_when_repeated():
+    """A block's parts (an input unit's reader) are modules of their own in the deduplicated Verilog; the
+    two-VC fast path's Verilator config keeps apart the repeated blocks (the input units), not the parts,
+    which are instantiated once in their block's module and inlined there."""
+    from hw.switch.nvswitch import NVSwitch
+    from verif.harness.fastsim.build import keep_apart_config
 
-    reader = CellReader(n_ports=4, n_cells=9, lanes=2)
-    assert emission.block_key(reader) is None
-    text, stats = emission.convert(InputUnit(port=None, n_ports=4, credits=8, lanes=2), "iu")
-    assert "module iu__CellReader" not in text and "CellReader" in stats.inlined
+    text, stats = emission.convert(NVSwitch(ports=4, credits=8), "sw")
+    assert "module sw__CellReader(" in text and stats.modules["sw__CellReader"] == 1
+    kept = keep_apart_config(text, "sw").splitlines()
+    assert 'no_inline -module "sw__InputUnit"' in kept
+    assert not any("CellReader" in k or "Ingress" in k for k in kept)
     gc.collect()

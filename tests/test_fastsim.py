@@ -159,15 +159,19 @@ def _acc_verilog(with_reset: bool = True) -> str:
     return verilog.convert(Acc(), name="acc", emit_src=False)
 
 
-def test_keep_apart_config_names_the_blocks_only():
-    """The two-VC build keeps each deduplicated block (``<top>__<Class>``) out of Verilator's inlining, not
-    the top and not a block's parts (escaped names with a ``.``), which Verilator may inline."""
-    verilog = "\n".join(["module top(clk);", "endmodule", "module top__InputUnit(clk, rx);", "endmodule",
-                          "module top__AlTlb (clk);", "endmodule", "module \\top__InputUnit.reader (clk);",
-                          "endmodule", "module top__InputUnit_1(clk);", "endmodule"])
+def test_keep_apart_config_names_the_repeated_blocks_only():
+    """The two-VC build keeps a module instantiated in more than one place out of Verilator's inlining;
+    not the top, not a module instantiated once (a block's part, a single block), not an escaped name."""
+    verilog = "\n".join([
+        "module top(clk);", "  top__InputUnit iu0 (", "  );", "  top__InputUnit \\iu[1]  (", "  );",
+        "  top__AlTlb tlb (", "  );", "  top__Alloc alloc (", "  );", "endmodule",
+        "module top__InputUnit(clk, rx);", "  top__Ingress ingress (", "  );", "endmodule",
+        "module top__Alloc(clk);", "  top__Arb a0 (", "  );", "  top__Arb a1 (", "  );", "endmodule",
+        "module top__AlTlb (clk);", "endmodule", "module top__Ingress (clk);", "endmodule",
+        "module top__Arb (clk);", "endmodule", "module \\top__InputUnit.reader (clk);", "endmodule"])
     cfg = keep_apart_config(verilog, "top")
-    assert cfg.splitlines() == ["`verilator_config", 'no_inline -module "top__InputUnit"',
-                                'no_inline -module "top__AlTlb"', 'no_inline -module "top__InputUnit_1"']
+    assert cfg.splitlines() == ["`verilator_config", 'no_inline -module "top__Arb"',
+                                'no_inline -module "top__InputUnit"']
 
 
 def test_registered_reset_rewrites_only_the_top():

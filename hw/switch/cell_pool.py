@@ -25,8 +25,6 @@ class CellPool(wiring.Component):
     when the receiver returns its credit).
     """
 
-    EMIT_IN_PLACE = True     # part of one parent: inside its module in the dedup emission (hw/emission.py)
-
     def __init__(self, *, n_cells: int, max_freed: int):
         self.n_cells = n_cells
         cell_shape = unsigned(max(1, (n_cells - 1).bit_length()))

@@ -39,8 +39,6 @@ class CellReader(wiring.Component):
     cycle's reads (registered, so that the receiver's counts feed on no issue logic).
     """
 
-    EMIT_IN_PLACE = True     # part of one parent: inside its module in the dedup emission (hw/emission.py)
-
     def __init__(self, *, n_ports: int, n_cells: int, flit_width: int = DEFAULT_FLIT_WIDTH, lanes: int = 1):
         self.n_ports, self.n_cells, self.flit_width, self.lanes = n_ports, n_cells, flit_width, lanes
         N, C, L = n_ports, n_cells, lanes

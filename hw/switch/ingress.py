@@ -34,8 +34,6 @@ class Ingress(wiring.Component):
     header cell, payload flits still expected and flits written so far), for cut-through decisions.
     """
 
-    EMIT_IN_PLACE = True     # part of one parent: inside its module in the dedup emission (hw/emission.py)
-
     def __init__(self, *, n_ports: int, n_uc: int, n_cells: int, flit_width: int = DEFAULT_FLIT_WIDTH,
                  max_payload: int = 16):
         self.n_ports, self.n_uc, self.n_cells = n_ports, n_uc, n_cells

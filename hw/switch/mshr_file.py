@@ -43,8 +43,6 @@ class MshrFile(wiring.Component):
     formal harnesses (``verif/formal/al_tlb.py``).
     """
 
-    EMIT_IN_PLACE = True     # part of one parent: inside its module in the dedup emission (hw/emission.py)
-
     def __init__(self, *, mshrs: int, key_width: int, gen_bits: int, timeout: int, group_bits: int,
                  group_shift: int):
         self.mshrs, self.key_width, self.gen_bits, self.timeout = mshrs, key_width, gen_bits, timeout

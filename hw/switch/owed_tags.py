@@ -24,8 +24,6 @@ class OwedTags(wiring.Component):
     when the response came: the answers are the same as without the registers, a cycle later.
     """
 
-    EMIT_IN_PLACE = True     # part of one parent: inside its module in the dedup emission (hw/emission.py)
-
     def __init__(self, *, tag_bits: int):
         self.tag_bits = tag_bits
         super().__init__({

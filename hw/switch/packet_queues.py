@@ -27,8 +27,6 @@ class PacketQueues(wiring.Component):
     two more bits than a cell index keep the modular ages from wrapping.
     """
 
-    EMIT_IN_PLACE = True     # part of one parent: inside its module in the dedup emission (hw/emission.py)
-
     def __init__(self, *, n_uc: int, n_cells: int, n_ports: int):
         self.n_uc, self.n_cells, self.n_ports = n_uc, n_cells, n_ports
         n_q, C = n_uc + 1, n_cells

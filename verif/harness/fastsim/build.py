@@ -14,6 +14,7 @@ traffic file, runs the binary and returns the :class:`~verif.harness.fastsim.fil
 :class:`~verif.harness.fastsim.files.VcTraffic` and returns a :class:`~verif.harness.fastsim.files.VcLog`.
 """
 
+import collections
 import hashlib
 import importlib
 import os
@@ -38,21 +39,27 @@ __all__ = ["build", "build_vc", "registered_reset", "SIM_RST", "FastSim", "VcFas
 VERILATOR_FLAGS = ["--cc", "--exe", "--build", "-O3", "--x-assign", "fast", "--x-initial", "fast",
                    "-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-MAKEFLAGS", "OPT_FAST=-O1"]
 
-# The two-VC harness keeps the deduplicated emission's blocks apart (a Verilator config of ``no_inline``
-# lines, :func:`keep_apart_config`): each repeated block then compiles once. It replaced ``-fno-inline``,
-# which kept every module apart, the parts of a block too (hw/emission.py's ``EMIT_IN_PLACE``: an input
-# unit's ingress and reader, an AL-TLB's MSHRs). 8-port integrated switch, full-load dispatch, equal logs:
-# -fno-inline 57 s to build, 6,747 cycles/s; blocks apart, parts inlined 48 s, 9,124 cycles/s. Before the
-# blocks had parts, -fno-inline had cut the 8-port build from 85 to 48 s (16 ports: 229 -> 116 s) for runs
-# 10-25% slower than a fully inlined model.
+# The two-VC harness keeps the deduplicated emission's repeated blocks apart (a Verilator config of
+# ``no_inline`` lines, :func:`keep_apart_config`): each then compiles once. ``-fno-inline``, before it, kept
+# every module apart, a block's parts too (an input unit's ingress and reader, an AL-TLB's MSHR file): the
+# 8-port integrated switch, full-load dispatch, equal logs, built in 57 s and ran 6,747 cycles/s. Against
+# the config that kept every block module apart (the parts written inside their block), side by side
+# (`dysharp bench sim_speed --ports 8 --harnesses fast --dysharp-ports 8,16`): 8 ports 8,979 -> 10,278
+# cycles/s, build 49 -> 50 s; 16 ports 3,237 -> 3,588, build 112 -> 89 s; logs equal. Before the blocks
+# had parts, -fno-inline had cut the 8-port build from 85 to 48 s (16 ports: 229 -> 116 s).
 VC_VERILATOR_FLAGS = VERILATOR_FLAGS
 
 
 def keep_apart_config(verilog: str, top: str) -> str:
-    """A Verilator config that keeps every block module of ``verilog`` (the deduplicated emission's
-    ``<top>__<Class>``, not the top and not a block's parts, whose names carry a ``.``) out of Verilator's
-    inlining; the parts are inlined into their block as Verilator sees fit."""
-    blocks = [m for m in re.findall(r"^module ([A-Za-z_][A-Za-z0-9_$]*)\s*\(", verilog, re.M) if m != top]
+    """A Verilator config that keeps out of Verilator's inlining every module of ``verilog`` that is
+    instantiated in more than one place of its text (the deduplicated emission writes a repeated block once
+    and instantiates it at each copy), so that each compiles once. A module instantiated once (a block's
+    part, or a single block) is left to Verilator: inlined into its parent, it is compiled once per
+    compiled parent all the same."""
+    names = set(re.findall(r"^module ([A-Za-z_][A-Za-z0-9_$]*)\s*\(", verilog, re.M)) - {top}
+    uses = collections.Counter(m for m in re.findall(r"^\s+([A-Za-z_][A-Za-z0-9_$]*)\s+\S+\s*\(", verilog, re.M)
+                               if m in names)
+    blocks = sorted(m for m, n in uses.items() if n > 1)
     return "`verilator_config\n" + "".join(f'no_inline -module "{m}"\n' for m in blocks)
 
 
