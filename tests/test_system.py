@@ -83,3 +83,14 @@ def test_skip_changes_nothing(seed, sim, tmp_path):
     assert a["sim"]["skipped"] > 0 and b["sim"]["skipped"] == 0
     for k in ("cycles", "flits", "fills", "tlb", "ready_cycles", "utilization"):
         assert a[k] == b[k], k
+
+
+def test_dropping_quiet_cycles_changes_nothing(seed, sim, tmp_path):
+    """Quiet cycles not simulated (verif/tb/system.py, ``SystemEnv.skip``) give the same figures, every one
+    of them, as the same skips clocked through, on a layer long enough to skip (GEMM 256/128 cycles per tile)."""
+    a = run("dysharp", seed, sim, tmp_path / "a", gemm=[256, 128])
+    b = run("dysharp", seed, sim, tmp_path / "b", gemm=[256, 128], drop=False)
+    check_figures(a, "dysharp")
+    assert a["sim"]["dropped"] > 0 and b["sim"]["dropped"] == 0
+    assert a["sim"]["skipped"] == b["sim"]["skipped"] > 0
+    assert {k: v for k, v in a.items() if k != "sim"} == {k: v for k, v in b.items() if k != "sim"}

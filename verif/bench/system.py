@@ -53,6 +53,9 @@ def add_arguments(p) -> None:
     p.add_argument("--silent-at", type=int, default=2000, help="cycle at which --silent-gpu goes silent")
     p.add_argument("--jobs", type=int, default=None, help="schemes run at once (default: all of them)")
     p.add_argument("--bin", type=int, default=None, help="cycles per utilization bin (default: about 200 bins)")
+    p.add_argument("--clock-quiet", action="store_true",
+                   help="clock the DUT through every quiet cycle the testbench skips, instead of leaving out "
+                        "whole rounds of them (the figures are the same; about 10x slower)")
     p.add_argument("--out", default="build/system", help="output folder (default: build/system)")
 
 
@@ -116,8 +119,9 @@ def check_point(model: str, gpus: int, tokens: int, hidden: int, seed: int, gemm
 
 
 def run_scheme(point: Point, scheme: str, sim: str, out: Path, timeout: int, bin_cycles: int,
-               silent: tuple | None) -> dict:
-    """One cocotb run; the testbench's figures, or ``{"failed": message}``."""
+               silent: tuple | None, drop: bool = True) -> dict:
+    """One cocotb run; the testbench's figures, or ``{"failed": message}``. ``drop=False``: quiet cycles
+    are clocked through (``verif/tb/system.py``, ``SystemEnv.skip``)."""
     from verif.harness.runner import CocotbFailure, run_cocotb
     L = point.layer()
     f = out / f"{point.slug}.{scheme}.json"
@@ -128,6 +132,8 @@ def run_scheme(point: Point, scheme: str, sim: str, out: Path, timeout: int, bin
         env["gemm"] = list(point.gemm)
     if silent is not None:
         env["silent"] = list(silent)
+    if not drop:
+        env["drop"] = False
     t0 = time.perf_counter()
     try:
         run_cocotb("system", L.system_params(), test_module="verif.tb.system", testcase="test_layer",
@@ -271,12 +277,13 @@ def run(args) -> int:
     jobs = args.jobs or len(schemes)       # the runs are independent processes; 3 on 2 cores share them well
     t0 = time.perf_counter()
     if jobs == 1:
-        results = [run_scheme(point, s, sim, out, timeout, bin_cycles, silent) for s in schemes]
+        results = [run_scheme(point, s, sim, out, timeout, bin_cycles, silent, not args.clock_quiet)
+                   for s in schemes]
     else:
+        k = len(schemes)
         with ProcessPoolExecutor(jobs) as ex:
-            results = list(ex.map(run_scheme, [point] * len(schemes), schemes, [sim] * len(schemes),
-                                  [out] * len(schemes), [timeout] * len(schemes), [bin_cycles] * len(schemes),
-                                  [silent] * len(schemes)))
+            results = list(ex.map(run_scheme, [point] * k, schemes, [sim] * k, [out] * k, [timeout] * k,
+                                  [bin_cycles] * k, [silent] * k, [not args.clock_quiet] * k))
     runs_s = time.perf_counter() - t0
     failed = {r["scheme"]: r["failed"] for r in results if "failed" in r}
     figs = {r["scheme"]: r for r in results if "failed" not in r}
@@ -285,7 +292,7 @@ def run(args) -> int:
     if not figs:
         return 1
     report = {"point": dataclasses.asdict(point), "layer": d, "sim": sim, "build_s": build_s, "runs_wall_s": runs_s,
-              "jobs": jobs, "schemes": figs, "failed": failed, "predicted": pred}
+              "jobs": jobs, "clock_quiet": args.clock_quiet, "schemes": figs, "failed": failed, "predicted": pred}
     print(scheme_table(figs, pred, point.gpus))
     if "dysharp" in figs:
         for s in ("deepep", "dysharp-basic"):

@@ -12,6 +12,12 @@ cycles the testbench may leave the DUT alone (0: none). Then, right after the ne
 speed with no agent stepped; cycle numbers stay exact. A DUT output that turns valid meanwhile is held by
 its stream's backpressure and seen after the skip (``on_resume`` may count such a case). The skipper must
 only skip when the testbench has nothing to send and expects nothing before its next own event.
+
+**Dropping quiet cycles.** With ``drop_period`` k set, a skipped stretch of n cycles gives the DUT only
+``n - d`` clock edges, where d, the dropped cycles, is the largest multiple of k below n (at most k - 1
+edges besides the one that ends the stretch); ``cycle`` still advances by n. The testbench that sets it
+states why that is exact: the DUT, quiet, must be in a state that clocking leaves unchanged but for state
+of period k, which the dropped cycles would have taken round a whole number of times.
 """
 
 import cocotb
@@ -44,6 +50,8 @@ class Cycler:
         self.skipper = None       # cycle -> cycles to leave the DUT alone (see the module docstring)
         self.on_resume = None     # called after a skip, before the agents drive
         self.skipped = 0          # cycles skipped in total
+        self.drop_period = None   # k: skipped cycles are not simulated in multiples of k (module docstring)
+        self.dropped = 0          # skipped cycles not simulated, in total
         self._skip = 0
 
     def add(self, *agents: Agent) -> None:
@@ -75,11 +83,14 @@ class Cycler:
                     park = getattr(a, "park", None)
                     if park is not None:
                         park()
+                k = self.drop_period
+                dropped = (n - 1) // k * k if k else 0
                 # One timer across the stretch (no Python per edge; the GPI clock toggles in C), ending
-                # half a period before the n-th edge from here, then that edge itself.
-                if n > 1:
-                    await Timer((n - 1) * self.period_ns + self.period_ns / 2, unit="ns")
+                # half a period before the (n - dropped)-th edge from here, then that edge itself.
+                if n - dropped > 1:
+                    await Timer((n - dropped - 1) * self.period_ns + self.period_ns / 2, unit="ns")
                 await edge
+                self.dropped += dropped
                 self.cycle += n
                 self.skipped += n
                 if self.on_resume is not None:

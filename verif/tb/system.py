@@ -3,7 +3,9 @@ switch), checked against numpy.
 
 The layer, its data and the work lists come from :mod:`verif.models.moe_layer` (settings ``model``,
 ``tokens``, ``hidden``, ``seed``, ``scheme``, ``gemm`` = GEMM-1/GEMM-2 cycles per tile overriding the
-derived ones; ``sabotage=partial`` makes one expert output wrong on purpose, so the run must fail). The testbench plays everything outside the NICs:
+derived ones; ``sabotage=partial`` makes one expert output wrong on purpose, so the run must fail;
+``skip=False`` steps every cycle, ``drop=False`` clocks the DUT through every skipped cycle:
+:meth:`SystemEnv.skip`). The testbench plays everything outside the NICs:
 
 * **GPU memory** (:class:`verif.harness.gpu_memory.GpuMemory`) behind each NIC's ``mem_wr``, ``mem_rd_tx``
   and ``mem_rd_rx`` (latency ``lat``), preloaded with the GPU's own token rows.
@@ -34,6 +36,7 @@ tile ready cycles) go to the JSON file named by the ``out`` setting.
 
 import collections
 import heapq
+import inspect
 import json
 import time
 
@@ -47,7 +50,7 @@ from hw.gpu_nic.request_gen import DescError, GenConfig
 from hw.gpu_nic.token_tracker import TileCmdOp, TileCommand, TileReady, TokenRelease, TrackerError
 from hw.packet import Header, Opcode
 from hw.switch.al_tlb import TlbCounter
-from hw.switch.dysharp_switch import SwitchConfig, port_status_layout, status_layout
+from hw.switch.dysharp_switch import DySharpSwitch, SwitchConfig, port_status_layout, status_layout
 from hw.system import LinkProbe
 from sim_models.scheduler import tile_gemm_times
 
@@ -59,6 +62,8 @@ from verif.harness.structs import Port, fields, pack, read_status, unpack
 from verif.models import moe_layer as ml
 
 F = ml.FLIT_BYTES
+
+_RED_ENTRIES = inspect.signature(DySharpSwitch).parameters["red_entries"].default
 
 
 class LayerMemory(GpuMemory):
@@ -138,9 +143,12 @@ class Occupancy(Agent):
     def start(self, cycle):
         self.t0 = self.next = cycle
 
+    def in_use(self) -> int:
+        return (self.port.read() >> self.off) & self.mask
+
     def sample(self, cycle):
         if self.t0 is not None and cycle >= self.next:
-            self.series.append([cycle - self.t0, (self.port.read() >> self.off) & self.mask])
+            self.series.append([cycle - self.t0, self.in_use()])
             self.next = self.t0 + ((cycle - self.t0) // self.bin + 1) * self.bin
 
 
@@ -366,6 +374,9 @@ class SystemEnv:
         if s.get("skip", True):
             self.cycler.skipper = self.skip
             self.cycler.on_resume = self.resumed
+        # Quiet cycles are dropped in whole rounds of a reduction buffer's timeout scanner (see skip).
+        red_entries = (p.get("switch") or {}).get("red_entries", _RED_ENTRIES)
+        self.drop_k = red_entries if s.get("drop", True) else None
 
     QUIET = 64        # fully quiet cycles before a skip (longer than any work inside the DUT takes to show)
 
@@ -373,7 +384,18 @@ class SystemEnv:
         """Cycles the DUT may be left alone: none until the whole system has been quiet for ``QUIET``
         cycles (no flit on any link, no descriptor, command or memory read pending, no DUT output valid:
         the quiet stretch covers the latency of any work still inside the DUT); then until one cycle
-        before the next testbench event (a GEMM end, a combine becoming ready)."""
+        before the next testbench event (a GEMM end, a combine becoming ready).
+
+        Most of such a stretch is not simulated (``drop``, default on: :attr:`Cycler.drop_period`) when
+        no reduction-buffer entry is in use (``switch_status.total.engine.in_use``). Exact, because the
+        RTL's only free-running registers are each reduction buffer's (``hw/switch/reduction_buffer.py``;
+        every other counter and timer in ``hw/`` moves on a transfer or while a request it started is
+        pending, and quiet that long none is): the time counter ``now``, which only enters as an entry's
+        age (``now`` minus its allocation time), so an offset changes nothing with no entry in use, and the
+        timeout scanner (with its read of the entry it checks), which steps round the ``red_entries``
+        entries and so ends where it would have when the dropped cycles are whole rounds.
+        ``tests/test_system.py`` runs a layer both ways and compares every figure; so was the study's
+        layer, all three schemes (README)."""
         if not self._quiet_now():
             self.quiet = 0
             return 0
@@ -385,7 +407,10 @@ class SystemEnv:
             f = gs.feeder
             for t in ([gs.due[0][0]] if gs.due else []) + ([f.ready[0][0]] if f.ready else []):
                 nxt = t if nxt is None else min(nxt, t)
-        return 0 if nxt is None else max(0, nxt - cycle - 2)
+        n = 0 if nxt is None else max(0, nxt - cycle - 2)
+        if n:
+            self.cycler.drop_period = self.drop_k if self.drop_k and not self.occupancy.in_use() else None
+        return n
 
     def _quiet_now(self) -> bool:
         if self.links.quiet == 0 or not self.switch_cfg.idle:
@@ -606,7 +631,8 @@ async def test_layer(dut):
            "tile_ready_latency": {"mean": float(np.mean([r[5] for r in env.ready_cycles])) if env.ready_cycles
                                   else None, "max": max((r[5] for r in env.ready_cycles), default=None)},
            "sim": {"cycles": env.cycler.cycle, "wall_s": time.perf_counter() - wall0,
-                   "skipped": env.cycler.skipped, "skip_interrupted": env.skip_interrupted}}
+                   "skipped": env.cycler.skipped, "dropped": env.cycler.dropped,
+                   "skip_interrupted": env.skip_interrupted}}
     fig["sim"]["cycles_per_s"] = fig["sim"]["cycles"] / fig["sim"]["wall_s"]
     dut._log.info("system layer: %s", json.dumps({k: fig[k] for k in ("scheme", "cycles", "flits", "tlb")}))
     if s.get("out"):
