@@ -228,3 +228,22 @@ def test_registered_reset_sees_rst_as_before_when_it_changes_while_clk_is_high(p
     bad, resets = (int(x) for x in out.split("BAD ")[1].split(" RESETS "))
     assert resets > 30
     assert (bad == 0) if phase == "high" else (bad > 10), out
+
+
+def test_reduction_model_lanes_are_independent(seed):
+    """The two-VC scoreboard reduces all the flits of an ``ld_reduce`` in one call of the reference
+    (``scoreboard.expected_reduction``): for every integer type and operation, reducing the flits' lanes
+    concatenated gives the flit-by-flit results, boundary values included."""
+    from hw.packet import EType, RedOp
+    from verif.models.reduce_ref import reduce_sequence
+
+    rng = np.random.default_rng(seed)
+    edges = np.array([0, 1, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF], np.uint32)
+    for etype in (EType.S32, EType.U32):
+        for op in RedOp:
+            flits = rng.integers(0, 1 << 32, (3, 5, 4), dtype=np.uint64).astype(np.uint32)  # dests, flits, lanes
+            edge = rng.random(flits.shape) < 0.3
+            flits[edge] = rng.choice(edges, int(edge.sum()))
+            whole = reduce_sequence([f.reshape(-1) for f in flits], etype, op)
+            each = np.concatenate([reduce_sequence([f[j] for f in flits], etype, op) for j in range(5)])
+            assert np.array_equal(whole, each), (etype, op)

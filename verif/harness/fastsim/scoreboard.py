@@ -148,12 +148,13 @@ def expected_reduction(h, specs, flit_bytes: int = 16):
     rows = [_row(specs[d], h.group, h.index) for d in dests]
     if any(r is None for r in rows):
         return None
-    out = []
-    for j in range(h.length):
-        contrib = [int_to_lanes(vc_word(d, r + h.offset * flit_bytes + j * flit_bytes), 32, 4)
-                   for d, r in zip(dests, rows)]
-        out.append(lanes_to_int(reduce_sequence(contrib, h.etype, h.redop), 32))
-    return out
+    # Lanes reduce independently, so all ``length`` flits of a contribution go through the model at once
+    # (one lane vector per destination): the same lanes as flit by flit, in one call instead of ``length``.
+    lanes = 4                      # a 128-bit flit (vc_word) of 32-bit lanes
+    contrib = [np.concatenate([int_to_lanes(vc_word(d, r + (h.offset + j) * flit_bytes), 32, lanes)
+                               for j in range(h.length)]) for d, r in zip(dests, rows)]
+    red = reduce_sequence(contrib, h.etype, h.redop)
+    return [lanes_to_int(red[j * lanes:(j + 1) * lanes], 32) for j in range(h.length)]
 
 
 def check_vc(traffic, log, *, complete: bool = False, show: int = 5) -> VcReport:
