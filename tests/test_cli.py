@@ -194,8 +194,9 @@ def test_study_records_each_steps_cpu_time(jobs, tmp_path, monkeypatch, capfd):
 
 def test_study_steps_at_once_wait_for_what_they_read(tmp_path, monkeypatch, capfd):
     """Two at a time: a step waits for the steps it reads (``AFTER``: lint after verilog, estimate after
-    all); a section far larger than a pipe's buffer comes back whole; a step process that dies without a
-    result is a failed step naming its exit code, and the others still run."""
+    the benches whose calibration it reads); a section far larger than a pipe's buffer comes back whole; a
+    step process that dies without a result is a failed step naming its exit code, and the others still
+    run."""
     import json
     import types
 
@@ -212,23 +213,29 @@ def test_study_steps_at_once_wait_for_what_they_read(tmp_path, monkeypatch, capf
     def dies(args, out):
         os._exit(3)
 
+    def system(args, out):
+        time.sleep(1.0)
+        (out / "system.done").write_text("x")
+        return "## system"
+
     def estimate(args, out):
         return "## estimate\n\nsaw " + ",".join(sorted(p.name for p in out.iterdir()))
 
     fake = types.ModuleType("fake_steps2")
-    fake.verilog, fake.lint, fake.dies, fake.estimate = verilog, lint, dies, estimate
+    fake.verilog, fake.lint, fake.dies, fake.system, fake.estimate = verilog, lint, dies, system, estimate
     monkeypatch.setitem(sys.modules, "fake_steps2", fake)
     monkeypatch.setattr(study, "STEPS", [("verilog", "fake_steps2:verilog", ""), ("lint", "fake_steps2:lint", ""),
-                                         ("dies", "fake_steps2:dies", ""), ("estimate", "fake_steps2:estimate", "")])
+                                         ("dies", "fake_steps2:dies", ""), ("system", "fake_steps2:system", ""),
+                                         ("estimate", "fake_steps2:estimate", "")])
     monkeypatch.chdir(tmp_path)
     assert main(["study", "--quick", "--out", "rep", "--jobs", "2"]) == 1
     shown = capfd.readouterr().err
     assert "[study] dies: FAILED" in shown and "exited with code 3" in shown
     report = (tmp_path / "rep/report.md").read_text()
-    assert "v" * 1_000_000 in report and "saw verilog: True" in report and "saw verilog.done" in report
+    assert "v" * 1_000_000 in report and "saw verilog: True" in report and "system.done" in report
     timings = json.loads((tmp_path / "rep/timings.json").read_text())
-    assert [t["step"] for t in timings["steps"]] == ["verilog", "lint", "dies", "estimate"]
-    assert [t["status"] == "ok" for t in timings["steps"]] == [True, True, False, True]
+    assert [t["step"] for t in timings["steps"]] == ["verilog", "lint", "dies", "system", "estimate"]
+    assert [t["status"] == "ok" for t in timings["steps"]] == [True, True, False, True, True]
     assert main(["study", "--out", "rep", "--jobs", "0"]) == 2
     assert "--jobs must be at least 1, got 0" in capfd.readouterr().err
 
@@ -236,7 +243,8 @@ def test_study_steps_at_once_wait_for_what_they_read(tmp_path, monkeypatch, capf
 def test_study_starts_the_longest_chain_first():
     from dysharp.commands.study import start_order
     cost = {"verilog": 2, "lint": 10, "switch": 5, "area_power": 11, "estimate": 1}
-    # verilog's chain (verilog, lint, estimate) is 13: it goes before area_power (12) though it is short.
+    # verilog's chain (verilog, lint) is 12: it goes before area_power (11) though it is short; switch's
+    # (switch, estimate) is 6.
     assert start_order(list(cost), cost) == ["verilog", "area_power", "lint", "switch", "estimate"]
     assert start_order(["switch", "lint"], cost) == ["lint", "switch"]     # lint alone: no verilog to wait for
 

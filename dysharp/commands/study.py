@@ -44,9 +44,11 @@ STEPS = [
     ("estimate", "sim_models.study_step:estimate_step", "end-to-end MoE layer-time estimate"),
 ]
 
-# Steps that read what others write: lint reads the Verilog step's files, the estimator every bench's
-# calibration. Every other step reads nothing another writes, so two can run at once (``--jobs``).
-AFTER = {"lint": ("verilog",), "estimate": ("*",)}
+# Steps that read what others write: lint reads the Verilog step's files, the estimator the calibration
+# figures of the benches that write them (sim_models/calibration.py's FIGURES; not the integrated switch's
+# bench, not the area and power). Every other step reads nothing another writes, so two can run at once
+# (``--jobs``).
+AFTER = {"lint": ("verilog",), "estimate": ("switch", "al_tlb", "reduction", "gpu_side", "system")}
 
 # Rough wall time of each step in seconds (default scope, fresh clone, 2 cores, two steps at a time), for
 # the order in which ready steps start when no earlier run of the scope left its own times: the longest
