@@ -515,15 +515,23 @@ def run_study(selection: dict[str, list[dict]], *, jobs: int | None = None, sche
     at ``scheduler``), ``kw`` passed to :func:`area_point`. With ``max_mb`` they run in waves of as many
     points as there are workers, in order: a point at least as large (every numeric parameter >=) as one
     skipped for size in an earlier wave is skipped without generating its Verilog, which alone takes
-    minutes for a 64-port switch."""
+    minutes for a 64-port switch. Without it they run as one batch, the points costed hierarchically (a
+    large switch, its parts one after another in one task: the longest task) first, so that the other
+    points run beside it rather than after it."""
     from dysharp import engine
 
+    from . import hierarchical
     todo = [(m, p) for m, points in selection.items() for p in points]
     out: list = [None] * len(todo)
     skipped: dict[str, list] = {m: [] for m in selection}
     width = len(todo) if not kw.get("max_mb") else \
         (jobs or (8 if engine.scheduler_address(scheduler) else engine.DEFAULT_JOBS))
     pending = list(range(len(todo)))
+    if not kw.get("max_mb"):
+        def flat(i):
+            module, point = todo[i]
+            return not hierarchical.applies(module, registry.get(module).resolve(point))
+        pending.sort(key=flat)
     while pending:
         wave = []
         while pending and len(wave) < width:

@@ -350,3 +350,23 @@ def test_fill_pair_rejects_a_port_count_outside_the_switch(ports, message, capsy
         fill_pair.main(["--ports", ports])
     assert e.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_area_batch_starts_the_hierarchical_points_first(monkeypatch):
+    """``synth.area.run_study`` without ``max_mb``: one batch, the hierarchically costed point (the longest
+    task) handed to the workers first; the results come back in the selection's order."""
+    from dysharp import engine
+    from synth import area
+
+    seen = []
+
+    def fake_map(fn, items, **kw):
+        items = list(items)
+        seen.extend((m, p) for m, p, _ in items)
+        return [area.AreaPoint(m, p, {}, None, skipped="fake") for m, p, _ in items]
+    monkeypatch.setattr(engine, "map_tasks", fake_map)
+    sel = {"al_tlb": [{"ports": 64}], "switch": [{"ports": 4}, {"ports": 64}], "request_gen": [{"ports": 64}]}
+    got = area.run_study(sel)
+    assert seen == [("switch", {"ports": 64}), ("al_tlb", {"ports": 64}), ("switch", {"ports": 4}),
+                    ("request_gen", {"ports": 64})]
+    assert [(a.module, a.point) for a in got] == [(m, p) for m, ps in sel.items() for p in ps]
