@@ -71,7 +71,7 @@ from amaranth.lib.wiring import In, Out
 from ..packet import MAX_PORTS, ErrorCode
 from .backing_if import BACKING_TAG_BITS, BackingRequest, backing_signature
 from .cam import Cam, CamOp
-from .mshr_file import MshrFile
+from .mshr_file import MshrFile, backing_tag_fields
 from .owed_tags import OwedTags
 from .translate_if import TranslateRequest, TranslateResponse, translate_signature
 
@@ -128,12 +128,6 @@ def tlb_key_fields(ports: int, groups: int) -> tuple[int, int, int]:
     return db, gb, INDEX_BITS + db + gb
 
 
-def backing_tag_fields(mshrs: int) -> tuple[int, int]:
-    """(MSHR bits, generation bits) of a backing read's tag ``gen << mshr_bits | mshr``."""
-    ib = _bits(mshrs)
-    return ib, BACKING_TAG_BITS - ib
-
-
 class AlTlb(wiring.Component):
     """AL-TLB: (group, index, dst) -> row address; 1 translation/cycle, 3-cycle hits, non-blocking misses.
 
@@ -187,8 +181,7 @@ class AlTlb(wiring.Component):
         m.submodules.out_fifo = out_fifo = fifo.SyncFIFO(width=resp_layout.size, depth=self.resp_depth)
         m.submodules.recirc = recirc = fifo.SyncFIFO(width=req_layout.size, depth=3)
         m.submodules.memq = memq = fifo.SyncFIFO(width=data.Layout.cast(BackingRequest).size, depth=self.mshrs)
-        m.submodules.mshr = mshr = MshrFile(mshrs=self.mshrs, key_width=kw, gen_bits=self.gen_bits,
-                                            timeout=self.timeout, group_bits=self.group_bits,
+        m.submodules.mshr = mshr = MshrFile(mshrs=self.mshrs, key_width=kw, timeout=self.timeout, group_bits=self.group_bits,
                                             group_shift=group_shift)
         glayout = data.StructLayout({"mask": self.ports, "rows": INDEX_BITS + 1})
         m.submodules.gtab = gtab = memory.Memory(shape=glayout, depth=self.groups, init=[])

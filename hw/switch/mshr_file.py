@@ -8,16 +8,25 @@ from amaranth.lib.wiring import In, Out
 from ..arbiter import lowest_one, onehot_to_index, or_reduce
 from ..packet import ErrorCode
 from .backing_if import BACKING_TAG_BITS
-from .translate_if import TAG_BITS
+from .translate_if import TAG_BITS, TranslateResponse
 
-__all__ = ["MshrFile", "MshrAnswer"]
+__all__ = ["MshrFile", "MshrAnswer", "backing_tag_fields"]
+
+_ADDR = TranslateResponse.as_shape()["addr"].shape      # a row address, as the AL-TLB answers it
+_CODE = ErrorCode.as_shape()
+
+
+def backing_tag_fields(mshrs: int) -> tuple[int, int]:
+    """(MSHR bits, generation bits) of a backing read's tag ``gen << mshr_bits | mshr``."""
+    mb = max(1, (mshrs - 1).bit_length())
+    return mb, BACKING_TAG_BITS - mb
 
 
 class MshrAnswer(data.Struct):
     """What a filled MSHR answers its request with: the request's tag, the row address and an error code."""
     tag: TAG_BITS
-    addr: 48
-    code: 8
+    addr: _ADDR
+    code: _CODE
 
 
 class MshrFile(wiring.Component):
@@ -43,14 +52,12 @@ class MshrFile(wiring.Component):
     formal harnesses (``verif/formal/al_tlb.py``).
     """
 
-    def __init__(self, *, mshrs: int, key_width: int, gen_bits: int, timeout: int, group_bits: int,
-                 group_shift: int):
-        self.mshrs, self.key_width, self.gen_bits, self.timeout = mshrs, key_width, gen_bits, timeout
+    def __init__(self, *, mshrs: int, key_width: int, timeout: int, group_bits: int, group_shift: int):
+        self.mshrs, self.key_width, self.timeout = mshrs, key_width, timeout
         self.group_bits, self.group_shift = group_bits, group_shift
-        self.mshr_bits = max(1, (mshrs - 1).bit_length())
-        if self.mshr_bits + gen_bits != BACKING_TAG_BITS:     # a read's tag is {generation, MSHR number}
-            raise ValueError(f"{mshrs} MSHRs and {gen_bits} generation bits do not make a "
-                             f"{BACKING_TAG_BITS}-bit backing tag")
+        self.mshr_bits, self.gen_bits = backing_tag_fields(mshrs)   # a read's tag: {generation, MSHR number}
+        if self.gen_bits < 1:
+            raise ValueError(f"{mshrs} MSHRs leave no generation bits in a {BACKING_TAG_BITS}-bit backing tag")
         N = mshrs
         super().__init__({
             "key": In(key_width),
@@ -60,14 +67,14 @@ class MshrFile(wiring.Component):
             "alloc_filled": In(1),
             "alloc_flushed": In(1),
             "alloc_tag": In(TAG_BITS),
-            "alloc_addr": In(48),
-            "alloc_code": In(8),
+            "alloc_addr": In(_ADDR),
+            "alloc_code": In(_CODE),
             "free_any": Out(1),
             "new_tag": Out(BACKING_TAG_BITS),
             "fill": In(1),
             "fill_tag": In(BACKING_TAG_BITS),
-            "fill_addr": In(48),
-            "fill_code": In(8),
+            "fill_addr": In(_ADDR),
+            "fill_code": In(_CODE),
             "fill_ok": Out(1),
             "fill_key": Out(key_width),
             "fill_flushed": Out(1),
@@ -96,8 +103,8 @@ class MshrFile(wiring.Component):
         # answer it holds once filled.
         mgen = [Signal(self.gen_bits, name=f"mshr_gen_{j}") for j in range(N)]
         mtag = [Signal(TAG_BITS, name=f"mshr_tag_{j}", reset_less=True) for j in range(N)]
-        maddr = [Signal(48, name=f"mshr_addr_{j}", reset_less=True) for j in range(N)]
-        mcode = [Signal(8, name=f"mshr_code_{j}", reset_less=True) for j in range(N)]
+        maddr = [Signal(_ADDR, name=f"mshr_addr_{j}", reset_less=True) for j in range(N)]
+        mcode = [Signal(_CODE, name=f"mshr_code_{j}", reset_less=True) for j in range(N)]
         waiting = Signal(N, name="mshr_waiting")
         m.d.comb += waiting.eq(busy & ~filled)
 
