@@ -50,6 +50,19 @@ def test_bad_parameters(kwargs):
     gc.collect()   # the refused object is reported as unused when collected: do it under the filter
 
 
+def test_mshr_file_refuses_a_tag_without_generation_bits():
+    """The MSHR file alone: MSHR numbers that fill the whole backing tag leave no generation (the AL-TLB
+    itself takes at most 32 MSHRs, so it never passes such a count)."""
+    from hw.switch.backing_if import BACKING_TAG_BITS
+    from hw.switch.mshr_file import MshrFile
+
+    kw = dict(key_width=10, timeout=64, group_bits=4, group_shift=6)
+    with pytest.raises(ValueError, match="leave no generation bits"):
+        MshrFile(mshrs=1 << BACKING_TAG_BITS, **kw)
+    assert MshrFile(mshrs=1 << (BACKING_TAG_BITS - 1), **kw).gen_bits == 1
+    gc.collect()
+
+
 def test_moe_deepseek_v3(seed, sim):
     """DeepSeek-V3 dispatch + fused combine through one AL-TLB and 8 destinations' memory managers."""
     run_cocotb("al_tlb", {"entries": 256, "mshrs": 16, "ports": 8, "groups": 4},

@@ -181,8 +181,8 @@ class AlTlb(wiring.Component):
         m.submodules.out_fifo = out_fifo = fifo.SyncFIFO(width=resp_layout.size, depth=self.resp_depth)
         m.submodules.recirc = recirc = fifo.SyncFIFO(width=req_layout.size, depth=3)
         m.submodules.memq = memq = fifo.SyncFIFO(width=data.Layout.cast(BackingRequest).size, depth=self.mshrs)
-        m.submodules.mshr = mshr = MshrFile(mshrs=self.mshrs, key_width=kw, timeout=self.timeout, group_bits=self.group_bits,
-                                            group_shift=group_shift)
+        m.submodules.mshr = mshr = MshrFile(mshrs=self.mshrs, key_width=kw, timeout=self.timeout,
+                                            group_bits=self.group_bits, group_shift=group_shift)
         glayout = data.StructLayout({"mask": self.ports, "rows": INDEX_BITS + 1})
         m.submodules.gtab = gtab = memory.Memory(shape=glayout, depth=self.groups, init=[])
         gw = gtab.write_port()

@@ -16,9 +16,9 @@ only skip when the testbench has nothing to send and expects nothing before its 
 **Dropping quiet cycles.** With ``drop_period`` k set, a skipped stretch of n cycles gives the DUT only
 ``n - d`` clock edges, where d, the dropped cycles, is the largest multiple of k below n (at most k - 1
 edges besides the one that ends the stretch); ``cycle`` still advances by n, simulated time by ``n - d``
-periods (a waveform shows the stretch shortened). The testbench that sets it
-states why that is exact: the DUT, quiet, must be in a state that clocking leaves unchanged but for state
-of period k, which the dropped cycles would have taken round a whole number of times.
+periods (a waveform shows the stretch shortened). The testbench that sets it states why that is exact: the
+DUT, quiet, must be in a state that clocking leaves unchanged but for state of period k, which the dropped
+cycles would have taken round a whole number of times.
 """
 
 import cocotb

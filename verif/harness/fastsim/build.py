@@ -31,13 +31,14 @@ from .files import (SimLog, Traffic, VcLog, VcTraffic, flag_bits, flit_words, re
                     write_traffic, write_vc_traffic)
 
 __all__ = ["build", "build_vc", "registered_reset", "SIM_RST", "FastSim", "VcFastSim", "FastsimBuildError",
-           "FastsimRunError", "VERILATOR_FLAGS", "VC_VERILATOR_FLAGS", "keep_apart_config"]
+           "FastsimRunError", "VERILATOR_FLAGS", "keep_apart_config"]
 
 # The C++ is compiled at g++ -O1: on the plain switch's fast path it builds a third faster than -O3 and
 # simulates as fast (8 ports: 15.8 against 22.6 s, 161,274 against 160,973 cycles/s; 16 ports: 38.9
 # against 58.7 s, 27,611 against 23,826 cycles/s; the same 33,000-cycle full-load traffic, equal logs).
 VERILATOR_FLAGS = ["--cc", "--exe", "--build", "-O3", "--x-assign", "fast", "--x-initial", "fast",
                    "-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-MAKEFLAGS", "OPT_FAST=-O1"]
+
 
 # The two-VC harness keeps the deduplicated emission's repeated blocks apart (a Verilator config of
 # ``no_inline`` lines, :func:`keep_apart_config`): each then compiles once. ``-fno-inline``, before it, kept
@@ -47,9 +48,6 @@ VERILATOR_FLAGS = ["--cc", "--exe", "--build", "-O3", "--x-assign", "fast", "--x
 # (`dysharp bench sim_speed --ports 8 --harnesses fast --dysharp-ports 8,16`): 8 ports 8,979 -> 10,278
 # cycles/s, build 49 -> 50 s; 16 ports 3,237 -> 3,588, build 112 -> 89 s; logs equal. Before the blocks
 # had parts, -fno-inline had cut the 8-port build from 85 to 48 s (16 ports: 229 -> 116 s).
-VC_VERILATOR_FLAGS = VERILATOR_FLAGS
-
-
 def keep_apart_config(verilog: str, top: str) -> str:
     """A Verilator config that keeps out of Verilator's inlining every module of ``verilog`` that is
     instantiated in more than one place of its text (the deduplicated emission writes a repeated block once
@@ -437,7 +435,7 @@ def build_vc(module: str, params: dict | None = None, *, build_root: str | os.Pa
         if hasattr(mod, "status_ports") and "status" not in ports:
             sp = mod.status_ports(n)
     main = render_vc_main(module, ports, n, flit_width, link_credits, gpu_credits, status_ports=sp)
-    binary, build_s = _compile(module, params, vpath, main, build_root, VC_VERILATOR_FLAGS, latch_reset,
+    binary, build_s = _compile(module, params, vpath, main, build_root, latch_reset=latch_reset,
                                keep_apart=True)
     cfg_words = -(-ports["cfg__payload"][1] // 32) if "cfg__payload" in ports else 0
     status_words = -(-status_members(ports, sp)[1] // 32)
