@@ -296,6 +296,7 @@ def _is_known(opcode) -> bool:
 # Python side: encode/decode
 
 _ROUTE_FIELDS = sorted({n for v in _VARIANT.values() for n in v})
+_VARIANT_OF = {op.value: info.variant for op, info in OPCODES.items()}   # opcode value -> route variant
 
 
 @dataclasses.dataclass
@@ -326,7 +327,7 @@ class Header:
 
     @property
     def variant(self) -> str:
-        return OPCODES[Opcode(self.opcode)].variant if _is_known(self.opcode) else "uni"
+        return _VARIANT_OF.get(self.opcode, "uni")
 
     def encode(self) -> int:
         fields = dict(_COMMON)
@@ -348,15 +349,23 @@ class Header:
     @classmethod
     def decode(cls, bits: int) -> "Header":
         bits = int(bits) & ((1 << HEADER_BITS) - 1)
-        values = {n: (bits >> o) & ((1 << w) - 1) for n, (o, w) in _COMMON.items()}
-        variant = OPCODES[Opcode(values["opcode"])].variant if _is_known(values["opcode"]) else "uni"
-        values.update({n: (bits >> o) & ((1 << w) - 1) for n, (o, w) in _VARIANT[variant].items()})
-        return cls(**values)
+        values = dict(_ZERO_FIELDS)
+        values.update({n: (bits >> o) & ((1 << w) - 1) for n, (o, w) in _COMMON.items()})
+        values.update({n: (bits >> o) & ((1 << w) - 1)
+                       for n, (o, w) in _VARIANT[_VARIANT_OF.get(values["opcode"], "uni")].items()})
+        # The values are plain ints already: filled in directly, not through the dataclass's __init__ and
+        # __setattr__ (the scoreboards decode every packet of a run).
+        h = object.__new__(cls)
+        h.__dict__.update(values)
+        return h
 
     def __repr__(self):
         shown = ", ".join(f"{n}={getattr(self, n):#x}" if n in ("addr", "mask") else f"{n}={getattr(self, n)}"
                           for n in header_fields(self.opcode) if getattr(self, n) or n == "opcode")
         return f"Header({_opname(self.opcode)}: {shown})"
+
+
+_ZERO_FIELDS = {f.name: 0 for f in dataclasses.fields(Header)}
 
 
 def _opname(opcode) -> str:

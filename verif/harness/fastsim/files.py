@@ -33,7 +33,7 @@ import numpy as np
 from hw.packet import DEFAULT_FLIT_WIDTH, flit_layout
 
 __all__ = ["Traffic", "SimLog", "VcTraffic", "VcLog", "GpuGroup", "write_vc_traffic", "read_vc_log",
-           "vc_word", "vc_rx_dtype", "vc_tx_dtype", "pack_packets", "flit_words", "flag_bits", "record_dtype", "fnv_words", "fnv_packets",
+           "vc_word", "vc_words", "vc_rx_dtype", "vc_tx_dtype", "pack_packets", "flit_words", "flag_bits", "record_dtype", "fnv_words", "fnv_packets",
            "write_traffic", "read_traffic", "write_log", "read_log", "flit_to_words", "words_to_int"]
 
 TRAFFIC_MAGIC = b"DYSTRF01"
@@ -232,6 +232,16 @@ def vc_word(gpu: int, byte_addr: int) -> int:
     from verif.harness.gpu_memory import default_word
 
     return default_word(((gpu + 1) << 40) ^ (int(byte_addr) >> 4), 128)
+
+
+def vc_words(gpu: int, byte_addrs) -> np.ndarray:
+    """:func:`vc_word` of GPU ``gpu`` at each of ``byte_addrs``, as 32-bit words (uint32, one row of four
+    per flit, least significant first: the layout of a logged flit's data words)."""
+    from verif.harness.gpu_memory import default_word
+
+    tag = (gpu + 1) << 40
+    data = b"".join(default_word(tag ^ (int(a) >> 4), 128).to_bytes(16, "little") for a in byte_addrs)
+    return np.frombuffer(data, "<u4").reshape(-1, 4).astype(np.uint32)
 
 
 @functools.lru_cache(maxsize=None)

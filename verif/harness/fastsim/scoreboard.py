@@ -133,13 +133,14 @@ def _row(spec, group, index):
 
 
 def expected_reduction(h, specs, flit_bytes: int = 16):
-    """The ``length`` result flits (ints) of ``dymultimem.ld_reduce`` header ``h`` over the GPU models'
-    data (:func:`~verif.harness.fastsim.files.vc_word`), reduced by :func:`verif.models.reduce_ref.reduce_sequence`
-    (integer types: the order does not matter); None if a destination has no row for it."""
+    """The ``length`` result flits of ``dymultimem.ld_reduce`` header ``h`` over the GPU models' data
+    (:func:`~verif.harness.fastsim.files.vc_word`), reduced by :func:`verif.models.reduce_ref.reduce_sequence`
+    (integer types: the order does not matter), as uint32 words of shape (length, 4) (a logged flit's
+    data words); None if a destination has no row for it."""
     from hw.packet import EType
-    from verif.models.reduce_ref import int_to_lanes, lanes_to_int, reduce_sequence
+    from verif.models.reduce_ref import reduce_sequence
 
-    from .files import vc_word
+    from .files import vc_words
 
     if EType(h.etype) not in (EType.S32, EType.U32):
         raise ValueError("the two-VC scoreboard checks integer reductions (their result does not depend on the "
@@ -150,11 +151,10 @@ def expected_reduction(h, specs, flit_bytes: int = 16):
         return None
     # Lanes reduce independently, so all ``length`` flits of a contribution go through the model at once
     # (one lane vector per destination): the same lanes as flit by flit, in one call instead of ``length``.
-    lanes = 4                      # a 128-bit flit (vc_word) of 32-bit lanes
-    contrib = [np.concatenate([int_to_lanes(vc_word(d, r + (h.offset + j) * flit_bytes), 32, lanes)
-                               for j in range(h.length)]) for d, r in zip(dests, rows)]
-    red = reduce_sequence(contrib, h.etype, h.redop)
-    return [lanes_to_int(red[j * lanes:(j + 1) * lanes], 32) for j in range(h.length)]
+    # A 128-bit flit (vc_word) is four 32-bit lanes, its 32-bit words.
+    contrib = [vc_words(d, [r + (h.offset + j) * flit_bytes for j in range(h.length)]).reshape(-1)
+               for d, r in zip(dests, rows)]
+    return np.asarray(reduce_sequence(contrib, h.etype, h.redop), np.uint32).reshape(h.length, 4)
 
 
 def check_vc(traffic, log, *, complete: bool = False, show: int = 5) -> VcReport:
@@ -271,11 +271,11 @@ def check_vc(traffic, log, *, complete: bool = False, show: int = 5) -> VcReport
         queue.pop(0)
         t = heads[k]
         want = expected_reduction(t, specs)
-        body = [words_to_int(f[:HEAD_WORDS]) for f in log.packet(r)[1:]]
+        body = log.packet(r)[1:, :HEAD_WORDS]
         if h.dst != port or h.length != t.length or h.etype != t.etype or h.redop != t.redop or h.code:
             counts["mismatched"] += 1
             bad.append(f"GPU {port} cycle {rx['last'][r]}: RED_RESP header {h} for request #{k} {t}")
-        elif want is None or body != want:
+        elif want is None or not np.array_equal(body, want):
             counts["mismatched"] += 1
             bad.append(f"GPU {port} cycle {rx['last'][r]}: RED_RESP data differs from the reduction of request #{k}")
         else:
