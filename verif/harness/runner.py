@@ -249,7 +249,8 @@ def sim_build(module: str, params: dict | None = None, *, sim: str | None = None
     vpath = locked_verilog(module, params, build_root,
                            emission="flat" if sim == "verilator" and public == "flat" else "auto")
     # The salt names the simulator-specific source preparation (rebuild when it changes).
-    salt = {"icarus": b"icarus-time0-kick", "verilator": b"" if public == "flat" else b"ports-vlt-3" + PORTS_OPT_FAST.encode()}[sim]
+    salt = {"icarus": b"icarus-time0-kick",
+            "verilator": b"" if public == "flat" else b"ports-vlt-3" + PORTS_OPT_FAST.encode()}[sim]
     digest = hashlib.sha256(vpath.read_bytes() + salt).hexdigest()[:16]
     variant = "" if sim == "icarus" else f"-{public}"
     bdir = (build_root / "sim" / sim / f"{vpath.stem}{variant}-{digest}").resolve()

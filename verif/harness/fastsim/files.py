@@ -33,7 +33,8 @@ import numpy as np
 from hw.packet import DEFAULT_FLIT_WIDTH, flit_layout
 
 __all__ = ["Traffic", "SimLog", "VcTraffic", "VcLog", "GpuGroup", "write_vc_traffic", "read_vc_log",
-           "vc_word", "vc_words", "vc_rx_dtype", "vc_tx_dtype", "pack_packets", "flit_words", "flag_bits", "record_dtype", "fnv_words", "fnv_packets",
+           "vc_word", "vc_words", "vc_rx_dtype", "vc_tx_dtype", "pack_packets", "flit_words", "flag_bits",
+           "record_dtype", "fnv_words", "fnv_packets",
            "write_traffic", "read_traffic", "write_log", "read_log", "flit_to_words", "words_to_int"]
 
 TRAFFIC_MAGIC = b"DYSTRF01"
