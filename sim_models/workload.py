@@ -125,6 +125,27 @@ class Workload:
 def build_workload(experts: int, k: int, gpus: int, tokens_per_gpu: int, *, routing: str = "uniform",
                    placement: str = "contiguous", seed: int = 0, tile: int = 128, n_group: int = 0,
                    topk_group: int = 0) -> Workload:
+    """The workload of a routing drawn from ``seed`` (see the module docstring). A drawn routing depends on
+    the arguments only, so the last few workloads are kept per process and returned again, read-only (a
+    sweep or a tornado varies the system around the same workload); a trace's is built every time."""
+    args = (experts, k, gpus, tokens_per_gpu, routing, placement, seed, tile, n_group, topk_group)
+    if routing.startswith("trace:"):
+        return _build_workload(*args)
+    return _kept_workload(*args)
+
+
+@functools.lru_cache(maxsize=8)
+def _kept_workload(*args) -> Workload:
+    wl = _build_workload(*args)
+    for part in (wl, wl.dest, wl.placement):
+        for v in vars(part).values():
+            if isinstance(v, np.ndarray):
+                v.flags.writeable = False
+    return wl
+
+
+def _build_workload(experts, k, gpus, tokens_per_gpu, routing, placement, seed, tile, n_group,
+                    topk_group) -> Workload:
     if tokens_per_gpu < 1:
         raise ValueError(f"tokens per GPU must be >= 1, got {tokens_per_gpu}")
     if tile < 1:
