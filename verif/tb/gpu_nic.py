@@ -420,6 +420,33 @@ class ServeEnv(NicEnv):
         self.combines = 0             # DYN_LD_REDUCE seen and answered
         self.sent = collections.Counter()
 
+    def check_model(self) -> dict:
+        """After the drain: every VC 1 answer bit for bit, the memory image, the write count, every error
+        counter and the memory manager's counters equal the model's. Returns the error counters."""
+        m = self.model
+        for what, got, want in (("read response", self.read_resp, m.read_responses),
+                                ("TLB_FILL_RESP", self.fill_resp, m.fill_responses)):
+            assert len(got) == len(want), f"{len(got)} {what}s on VC 1, expected {len(want)}"
+            for i, (g, w) in enumerate(zip(got, want)):
+                assert bits_of(g) == bits_of(w), f"{what} {i}: {Packet.from_flits(g)} differs from the model's {w}"
+        a, b = self.mem.words, m.req.memory.words
+        wrong = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        assert not wrong, (f"{len(wrong)} memory flits differ from the model; first at flit {wrong[0]:#x}: DUT "
+                           f"{a.get(wrong[0])!r}, model {b.get(wrong[0])!r}")
+        assert len(self.wr.writes) == m.req.writes + m.rsp.writes, \
+            f"{len(self.wr.writes)} memory writes, the model made {m.req.writes + m.rsp.writes}"
+        errors = self.errors()
+        for name, model in (("rx_errors", m.req), ("rsp_errors", m.rsp)):
+            want = [model.errors.get(e.name, 0) for e in RxError]
+            assert errors[name] == want, f"{name} {errors[name]}, expected {want}"
+        assert errors["remote_codes"] == m.rsp.remote_codes, \
+            f"remote_codes {errors['remote_codes']}, expected {m.rsp.remote_codes}"
+        assert not any(errors["gen_errors"]) and not any(errors["tracker_errors"]), errors
+        mm = self.counters("mm_counters", len(MmCounter))
+        want = [self.spec.counters.get(c, 0) for c in MmCounter]
+        assert mm == want, f"mm_counters {mm}, expected {want}"
+        return errors
+
     def mm_command(self, op, **kw):
         self.spec.command(op, **kw)
         self.mm_cfg.send(pack(MmCommand, op=op, **kw))
@@ -527,26 +554,7 @@ async def test_serve(dut):
             what=f"every answer ({len(env.read_resp)}/{len(m.read_responses)} read responses, {len(env.fill_resp)}/"
                  f"{len(m.fill_responses)} fill responses, {env.combines}/{combines} combines)")
     await env.cycler.cycles(40)
-    for what, got, want in (("read response", env.read_resp, m.read_responses),
-                            ("TLB_FILL_RESP", env.fill_resp, m.fill_responses)):
-        assert len(got) == len(want), f"{len(got)} {what}s on VC 1, expected {len(want)}"
-        for i, (g, w) in enumerate(zip(got, want)):
-            assert bits_of(g) == bits_of(w), f"{what} {i}: {Packet.from_flits(g)} differs from the model's {w}"
-    a, b = env.mem.words, m.req.memory.words
-    wrong = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-    assert not wrong, (f"{len(wrong)} memory flits differ from the model; first at flit {wrong[0]:#x}: DUT "
-                       f"{a.get(wrong[0])!r}, model {b.get(wrong[0])!r}")
-    assert len(env.wr.writes) == m.req.writes + m.rsp.writes
-    errors = env.errors()
-    for name, model in (("rx_errors", m.req), ("rsp_errors", m.rsp)):
-        want = [model.errors.get(e.name, 0) for e in RxError]
-        assert errors[name] == want, f"{name} {errors[name]}, expected {want}"
-    assert errors["remote_codes"] == m.rsp.remote_codes, \
-        f"remote_codes {errors['remote_codes']}, expected {m.rsp.remote_codes}"
-    assert not any(errors["gen_errors"]) and not any(errors["tracker_errors"]), errors
-    mm = env.counters("mm_counters", len(MmCounter))
-    want = [env.spec.counters.get(c, 0) for c in MmCounter]
-    assert mm == want, f"mm_counters {mm}, expected {want}"
+    errors = env.check_model()
     codes = collections.Counter(Header.decode(f[0].data).code for f in env.fill_resp)
     assert codes[ErrorCode.NONE.value] and codes[ErrorCode.TLB_FAULT.value], f"fill answers by code: {codes}"
     dut._log.info(f"served {sum(env.sent.values())} downlink packets {dict(env.sent)}; "
