@@ -60,6 +60,6 @@ register("receive_path", "synth.workloads.gpu_side", "rx_dispatch", model="deeps
 register("dysharp_switch", "synth.workloads.dysharp_switch", "moe_layer", model="deepseek-v3", lat=40, warmup=400,
          doc="one MoE layer per GPU: DeepSeek-V3 dymultimem.st dispatch interleaved with its BF16 ld_reduce "
              "combine, line rate, GPU answers within 40 cycles")
-register("gpu_nic", "synth.workloads.gpu_nic", "moe_layer", model="deepseek-v3", gpus=8, me=1, hold=200, warmup=400,
-         doc="GPU 1 of an 8-GPU DeepSeek-V3 layer on the integrated switch: its row stores and ld_reduce combine "
+register("gpu_nic", "synth.workloads.gpu_nic", "moe_layer", model="deepseek-v3", gpus=8, hold=200, warmup=400,
+         doc="GPU 2 of an 8-GPU DeepSeek-V3 layer on the integrated switch: its row stores and ld_reduce combine "
              "up, TLB fills, translated token rows and RED_READs down, dispatch and combine interleaved")

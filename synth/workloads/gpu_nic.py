@@ -5,7 +5,7 @@ The testbench is the NIC's own (:class:`verif.tb.gpu_nic.ServeEnv`: 2-VC link ag
 the manager's command stream, the tracker's streams, and :class:`verif.models.gpu_nic.NicModel` checking
 every answer). The far side plays the switch and the other GPUs. Tokens ``t`` of the layer (uniform top-8
 of 256 experts, contiguous placement, :mod:`sim_models.routing`) come from GPU ``t % gpus`` in order; this
-NIC is GPU ``me`` (default 1, experts 32..63):
+NIC is GPU 2 (the NIC testbench's port; experts 64..95 of 8 GPUs):
 
 * **its own tokens** (dispatch): a ``STORE`` descriptor of the token's FP8 row (463 flits: 7168 B, 56
   fp32 scales and the metadata flit) to its destination mask without itself, leaving as ``DYN_ST`` on
@@ -29,7 +29,7 @@ with the model; every combine result must have landed.
 
 In the window: ``dispatched_flits`` (``DYN_ST`` flits up plus ``TLB_FILL``/``WRITE`` flits down),
 ``reduced_flits`` (``RED_READ_RESP`` flits up plus ``RED_RESP`` flits down), and as events every link
-flit by kind. Settings (``DYSHARP_ENV``): ``model``, ``gpus``, ``me``, ``hold``, ``latency``, ``warmup``,
+flit by kind. Settings (``DYSHARP_ENV``): ``model``, ``gpus``, ``hold``, ``latency``, ``warmup``,
 ``cycles``, ``out``.
 """
 
@@ -123,13 +123,13 @@ async def _layer_env(dut, s):
     from verif.harness.structs import pack
     from verif.models.gpu_nic import NicModel
     from verif.models.memory_manager import SET_GROUP
-    from verif.tb.gpu_nic import ServeEnv
+    from verif.tb.gpu_nic import PORT, ServeEnv
 
     class LayerEnv(ServeEnv):
         def __init__(self):
             super().__init__(dut, stall=0.0)
             p = self.p
-            self.me = s.get("me", 1)
+            self.me = PORT              # the testbench's port: the generator's source and the receive port
             # The token window of 8 KB rows; this GPU's experts and the row's metadata flit.
             self.rx_cfg = c = dataclasses.replace(self.rx_cfg, port=self.me, row_shift=ROW_SHIFT,
                                                   meta_flit=ROW_FLITS - 1, expert_base=self.me * p["experts"])
