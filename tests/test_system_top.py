@@ -98,3 +98,14 @@ def test_gpu_nic_moe_layer(seed, tmp_path):
     assert up <= 600 and down <= 600 and max(up, down) > 0.8 * 600, (up, down)
     assert r["dispatched_flits"] == ev["up_DYN_ST"] + ev.get("down_TLB_FILL", 0) + ev["down_WRITE"]
     assert r["reduced_flits"] == ev["up_RED_READ_RESP"] + ev["down_RED_RESP"]
+
+
+def test_gpu_nic_moe_layer_refuses_a_bad_round_trip(tmp_path):
+    from verif.harness.runner import CocotbFailure, run_cocotb
+    with pytest.raises(CocotbFailure) as e:
+        run_cocotb("gpu_nic", {}, test_module="synth.workloads.gpu_nic", testcase="moe_layer", quiet=True,
+                   env={"warmup": 10, "cycles": 10, "out": str(tmp_path / "wl.json"), "hold": 0})
+    log = Path(str(e.value).rsplit("log and results in ", 1)[1])
+    text = log.read_text() if log.is_file() else "".join(p.read_text() for p in log.glob("log-*moe_layer*"))
+    assert "hold (a combine's round trip, cycles) must be an integer >= 1, got 0" in text
+    assert not (tmp_path / "wl.json").exists()
