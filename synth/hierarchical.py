@@ -45,7 +45,8 @@ from hw import registry
 from hw.switch.allocator import ISlipAllocator
 from hw.vc_link import VcReceiver, VcSender
 
-__all__ = ["HIER_MIN_PORTS", "HIER_MARGIN", "VALIDATION_POINT", "applies", "parts", "area_point", "validate"]
+__all__ = ["HIER_MIN_PORTS", "HIER_MARGIN", "VALIDATION_POINT", "applies", "parts", "area_point", "validate",
+           "flat_check", "write_flat_checks"]
 
 # Switch points with at least this many ports are costed hierarchically by ``dysharp area``: 16 ports is
 # ~5 MB of Verilog, past the 3 MB the flat flow is allowed by default.
@@ -76,7 +77,7 @@ def _is_switch(module: str) -> bool:
                                         registry.MODULES[module].factory == NVSWITCH_FACTORY)
 
 
-_flat_up_to = 0     # inside :func:`flat_up_to`: integrated-switch points up to this many ports are flat
+_flat_up_to = 0     # inside :func:`flat_up_to`: switch and integrated-switch points up to this many ports are flat
 
 
 def applies(module: str, params: dict, min_ports: int = HIER_MIN_PORTS) -> bool:
@@ -84,14 +85,15 @@ def applies(module: str, params: dict, min_ports: int = HIER_MIN_PORTS) -> bool:
     if module in DYSHARP_MODULES:
         n = params.get("ports", 0)
         return n >= min(min_ports, DYSHARP_HIER_MIN_PORTS) and n > _flat_up_to
-    return _is_switch(module) and params.get("ports", 0) >= min_ports
+    return _is_switch(module) and params.get("ports", 0) >= min_ports and params["ports"] > _flat_up_to
 
 
 @contextmanager
 def flat_up_to(ports: int):
-    """Within the block, ``dysharp_switch`` points of up to ``ports`` ports are synthesized flat (area,
-    timing and the power study's netlist): the flat cross-check of the sum of parts. From 8 ports the
-    flat top needs the native yosys (the WebAssembly one traps past 4 GB; the flow falls back by itself)."""
+    """Within the block, switch and ``dysharp_switch`` points of up to ``ports`` ports are synthesized flat
+    (area, timing and the power study's netlist): the flat cross-check of the sum of parts. From 8 ports
+    the flat integrated top needs the native yosys (the WebAssembly one traps past 4 GB; the flow falls
+    back by itself); the plain switch flat at 16 ports (5.3 MB) fits the WebAssembly one."""
     global _flat_up_to
     old, _flat_up_to = _flat_up_to, ports
     try:
@@ -387,6 +389,64 @@ def check_slices(ports: int, part: str = "xbar", **kw) -> dict:
             "whole_critical_path_ps": whole["critical_path_ps"], "sliced_critical_path_ps": sliced["critical_path_ps"]}
 
 
+def flat_check(module: str, point: dict, parts_row: dict, *, quiet: bool = True) -> dict:
+    """Synthesize a point that ``dysharp area`` costs from its parts flat, for its real critical path:
+    the parts' figure bounds a path across two parts by the sum of its halves (:data:`CROSS_PATHS`), which
+    a flat netlist may beat. ``parts_row`` is the point's ``area_summary.csv`` row; its critical path is
+    kept beside the flat one, so that :mod:`synth.timing` can tell when the check is stale (the row changed
+    since: new RTL or flow)."""
+    from . import area
+    from .report import _pt
+    params = registry.get(module).resolve(point)
+    if not applies(module, params):
+        raise ValueError(f"{module} {_pt(point)} is synthesized flat by `dysharp area` already: nothing to check")
+    with flat_up_to(params["ports"]):
+        r = area.area_point(module, point, max_mb=0, quiet=quiet).result
+    return {"module": module, "point": _pt(point), "flat_critical_path_ps": r["critical_path_ps"],
+            "parts_critical_path_ps": float(parts_row["critical_path_ps"]), "flat_area_um2": r["area_um2"],
+            "parts_area_um2": float(parts_row["area_um2"]), "cells": r["cell_count"],
+            "verilog_mb": r["verilog_mb"], "synth_s": r["seconds"]}
+
+
+def _parse_point(spec: str) -> tuple[str, dict]:
+    """``MODULE:k=v,k=v`` -> (module, point), values as integers where they are."""
+    module, _, rest = spec.partition(":")
+    if module not in registry.MODULES:
+        raise ValueError(f"--flat {spec!r}: unknown module {module!r} (`dysharp list` names them)")
+    point = {}
+    for kv in filter(None, rest.split(",")):
+        k, eq, v = kv.partition("=")
+        if not eq or not k:
+            raise ValueError(f"--flat {spec!r}: expected MODULE:PARAM=VALUE[,PARAM=VALUE], got {kv!r}")
+        point[k.strip()] = int(v) if v.strip().lstrip("-").isdigit() else v.strip()
+    registry.get(module).resolve(point)          # unknown parameters and bad values are refused here
+    return module, point
+
+
+def write_flat_checks(specs: list[str], reports="synth_reports", quiet: bool = True) -> list[dict]:
+    """Flat-check each ``MODULE:k=v,...`` point of ``reports/area_summary.csv``, merge the results into
+    ``reports/flat_checks.csv`` and rewrite ``timing_summary.csv`` from both."""
+    from pathlib import Path
+
+    from . import timing
+    from .report import _pt, merge_csv
+    reports = Path(reports)
+    rows = {(r["module"], r["point"]): r for r in timing.read_area_summary(reports / "area_summary.csv")}
+    todo = []
+    for spec in specs:
+        module, point = _parse_point(spec)
+        row = rows.get((module, _pt(point)))
+        if row is None or row["status"] != "ok" or not (row.get("timing") or "").startswith("max of parts"):
+            raise ValueError(f"{reports / 'area_summary.csv'} has no row of {module} {_pt(point)} costed from its "
+                             f"parts; run `dysharp area -m {module} "
+                             f"{' '.join(f'--grid {module}.{k}={v}' for k, v in point.items())} --max-mb 0` first")
+        todo.append((module, point, row))
+    out = [flat_check(module, point, row, quiet=quiet) for module, point, row in todo]
+    merge_csv(reports / timing.FLAT_CHECKS, out, ("module", "point"))
+    timing.write_timing(reports / "area_summary.csv", reports)
+    return out
+
+
 def main(argv=None) -> int:
     import argparse
     import json
@@ -396,8 +456,23 @@ def main(argv=None) -> int:
     ap.add_argument("--check-slices", metavar="PORTS", default="8,16",
                     help="port counts at which the crossbar costed from its 2- and 4-column slices is "
                          "compared with the whole one (default 8,16)")
+    ap.add_argument("--flat", metavar="MODULE:PARAM=VALUE,...", action="append", default=[],
+                    help="instead: synthesize this point of REPORTS/area_summary.csv, costed there from its parts, "
+                         "flat, and record its critical path in REPORTS/flat_checks.csv (the timing table then "
+                         "uses it); repeatable. E.g. switch:ports=16")
+    ap.add_argument("--reports", default="synth_reports", help="with --flat: the summaries' folder")
     ap.add_argument("--out", default="build/synth/hierarchical_checks.json", help="JSON written here")
     args = ap.parse_args(argv)
+    if args.flat:
+        try:
+            for r in write_flat_checks(args.flat, args.reports, quiet=False):
+                print(f"{r['module']} {r['point']}: flat {r['flat_critical_path_ps']:,.1f} ps (from parts "
+                      f"{r['parts_critical_path_ps']:,.1f}), {r['flat_area_um2']:,.0f} um^2 flat against "
+                      f"{r['parts_area_um2']:,.0f} from parts")
+        except ValueError as e:
+            ap.error(str(e))
+        print(f"written {Path(args.reports) / 'flat_checks.csv'} and timing_summary.csv")
+        return 0
     try:
         ports = [int(x) for x in args.check_slices.split(",")]
     except ValueError:

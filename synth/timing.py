@@ -17,7 +17,8 @@ from tabulate import tabulate
 
 from . import scaling
 
-__all__ = ["REQUIRED", "COLUMNS", "MISS_NOTES", "read_area_summary", "timing_rows", "markdown", "write_timing", "main"]
+__all__ = ["REQUIRED", "COLUMNS", "MISS_NOTES", "FLAT_CHECKS", "read_area_summary", "read_flat_checks", "timing_rows",
+           "markdown", "write_timing", "main"]
 
 REQUIRED = ("module", "point", "status", "critical_path_ps")
 COLUMNS = ["module", "point", "critical_path_ps_45", "critical_path_ps_n5", "slack_ps", "meets", "note"]
@@ -28,9 +29,15 @@ MISS_NOTES = {
     **{("reduce_alu", f"flit_width={w}"): "the one-cycle accumulate, an option: every block uses "
                                           "acc_stages=3 (the acc_stages=3 row)" for w in (128, 256, 512)},
     ("switch", "ports=16"): "the input-to-allocator request path in one cycle, kept at 16 ports so that the "
-                            "8- and 16-port benchmarks keep their latency; req_stage=True registers it (one "
-                            "more cycle per traversal), the default from 32 ports",
+                            "8- and 16-port benchmarks keep their latency, bounded by the sum of its halves; a "
+                            "flat synthesis times it (python -m synth.hierarchical --flat switch:ports=16); "
+                            "req_stage=True registers it (one more cycle per traversal), the default from 32 ports",
 }
+
+# Beside area_summary.csv: points costed from their parts, synthesized flat for their real critical path
+# (synth.hierarchical.write_flat_checks). A check is used while the area row's path is the one it was made
+# against; after the row changes (new RTL or flow) it is stale and the table says so.
+FLAT_CHECKS = "flat_checks.csv"
 
 
 def read_area_summary(path) -> list[dict]:
@@ -50,9 +57,32 @@ def read_area_summary(path) -> list[dict]:
     return rows
 
 
-def timing_rows(area_rows: list[dict], period_ps: float = scaling.PORT_PERIOD_PS, source: str = "") -> list[dict]:
+def read_flat_checks(path) -> dict[tuple[str, str], dict]:
+    """``flat_checks.csv`` by (module, point); empty when the file does not exist."""
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    with open(path, newline="") as f:
+        return {(r["module"], r["point"]): r for r in csv.DictReader(f)}
+
+
+def _flat(r: dict, flat: dict, ps45: float) -> tuple[float, str]:
+    """The path to use for an area row and the note that says where it comes from."""
+    chk = flat.get((r["module"], r["point"]))
+    if not chk or not (r.get("timing") or "").startswith("max of parts"):
+        return ps45, ""
+    if abs(float(chk["parts_critical_path_ps"]) - ps45) > 0.05:
+        return ps45, (f"flat check stale (made against {float(chk['parts_critical_path_ps']):,.1f} ps from parts): "
+                      f"python -m synth.hierarchical --flat {r['module']}:{r['point'].replace(', ', ',')}")
+    return float(chk["flat_critical_path_ps"]), (f"synthesized flat ({FLAT_CHECKS}); from its parts "
+                                                 f"{ps45:,.1f} ps, a bound")
+
+
+def timing_rows(area_rows: list[dict], period_ps: float = scaling.PORT_PERIOD_PS, source: str = "",
+                flat: dict | None = None) -> list[dict]:
     """One row per area row: the 45 nm path, the N5 path, the slack against ``period_ps`` and whether it
-    meets it (``yes``/``no``; ``n/a`` with the reason when the point has no timed path)."""
+    meets it (``yes``/``no``; ``n/a`` with the reason when the point has no timed path). ``flat``
+    (:func:`read_flat_checks`) replaces a parts-costed point's path by its flat synthesis's."""
     if period_ps <= 0:
         raise ValueError(f"the clock period must be positive, got {period_ps} ps")
     out = []
@@ -77,12 +107,15 @@ def timing_rows(area_rows: list[dict], period_ps: float = scaling.PORT_PERIOD_PS
             if ps45 <= 0:
                 raise ValueError(f"{source or 'area summary'} line {i} ({r['module']} {r['point']}): "
                                  f"critical_path_ps must be positive, got {ps45}")
+            ps45, how = _flat(r, flat or {}, ps45)
             ps5 = scaling.delay_to_n5(ps45)
             slack = period_ps - ps5
             row.update(critical_path_ps_45=ps45, critical_path_ps_n5=ps5, slack_ps=slack,
                        meets="yes" if slack >= 0 else "no")
+            notes = [how] if how else []
             if slack < 0:
-                row["note"] = MISS_NOTES.get((r["module"], r["point"]), "misses: no reason recorded")
+                notes.append(MISS_NOTES.get((r["module"], r["point"]), "misses: no reason recorded"))
+            row["note"] = "; ".join(notes)
         out.append(row)
     return out
 
@@ -116,7 +149,8 @@ def write_timing(area_csv, out_dir=None, period_ps: float = scaling.PORT_PERIOD_
     """Read ``area_csv``, write ``timing_summary.csv`` into ``out_dir`` (default: beside it), return the
     Markdown table."""
     area_csv = Path(area_csv)
-    rows = timing_rows(read_area_summary(area_csv), period_ps, source=str(area_csv))
+    rows = timing_rows(read_area_summary(area_csv), period_ps, source=str(area_csv),
+                       flat=read_flat_checks(area_csv.parent / FLAT_CHECKS))
     out_dir = Path(out_dir) if out_dir is not None else area_csv.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "timing_summary.csv", "w", newline="") as f:

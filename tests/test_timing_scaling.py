@@ -68,7 +68,60 @@ def test_a_known_miss_carries_its_reason_and_plan(tmp_path):
                                          ["switch", "ports=8", "ok", "10", "2356", "OpenSTA"]])
     miss, meet = timing.timing_rows(timing.read_area_summary(src))
     assert miss["meets"] == "no" and "req_stage=True registers it" in miss["note"]
+    assert "python -m synth.hierarchical --flat switch:ports=16" in miss["note"]
     assert meet["meets"] == "yes" and meet["note"] == ""
+
+
+FLAT_HEADER = ["module", "point", "flat_critical_path_ps", "parts_critical_path_ps", "flat_area_um2",
+               "parts_area_um2", "cells", "verilog_mb", "synth_s"]
+
+
+def test_a_flat_check_replaces_the_parts_bound_until_the_row_changes(tmp_path):
+    parts = "max of parts (OpenSTA, composed, worst: input unit request -> allocator)"
+    src = write_csv(tmp_path / "area_summary.csv", [["switch", "ports=16", "ok", "10", "2893.6", parts],
+                                                    ["switch", "ports=64", "ok", "10", "2704.0", parts],
+                                                    ["switch", "ports=8", "ok", "10", "2355.7", "OpenSTA"]])
+    write_csv(tmp_path / timing.FLAT_CHECKS, [["switch", "ports=16", "2737.5", "2893.6", "1", "1", "1", "5", "589"],
+                                              ["switch", "ports=64", "2000.0", "2999.0", "1", "1", "1", "35", "1"],
+                                              ["switch", "ports=8", "1.0", "2355.7", "1", "1", "1", "1", "1"]],
+              header=FLAT_HEADER)
+    timing.write_timing(src)
+    with open(tmp_path / "timing_summary.csv", newline="") as f:
+        r16, r64, r8 = csv.DictReader(f)
+    # The flat path is used: 2,737.5 ps meets where the parts' bound of 2,893.6 missed.
+    assert float(r16["critical_path_ps_45"]) == 2737.5 and r16["meets"] == "yes"
+    assert r16["note"] == "synthesized flat (flat_checks.csv); from its parts 2,893.6 ps, a bound"
+    # A check made against another row (the RTL changed since) is stale: the bound stays, and the note says so.
+    assert float(r64["critical_path_ps_45"]) == 2704.0
+    assert r64["note"].startswith("flat check stale (made against 2,999.0 ps from parts)")
+    assert "python -m synth.hierarchical --flat switch:ports=64" in r64["note"]
+    # A point synthesized flat by `dysharp area` keeps its own path.
+    assert float(r8["critical_path_ps_45"]) == 2355.7 and r8["note"] == ""
+
+
+def test_flat_checks_refuse_bad_points(tmp_path):
+    from synth import hierarchical
+    write_csv(tmp_path / "area_summary.csv", [["switch", "ports=8", "ok", "10", "2355.7", "OpenSTA"]])
+    with pytest.raises(ValueError, match="no row of switch ports=8 costed from its parts; run `dysharp area"):
+        hierarchical.write_flat_checks(["switch:ports=8"], tmp_path)
+    with pytest.raises(ValueError, match="unknown module 'nope'"):
+        hierarchical.write_flat_checks(["nope:ports=8"], tmp_path)
+    with pytest.raises(ValueError, match="expected MODULE:PARAM=VALUE"):
+        hierarchical.write_flat_checks(["switch:ports"], tmp_path)
+    with pytest.raises(ValueError, match="has no parameter 'portz'"):
+        hierarchical.write_flat_checks(["switch:portz=16"], tmp_path)
+    assert not (tmp_path / timing.FLAT_CHECKS).exists()
+
+
+def test_flat_up_to_covers_the_plain_switch():
+    from hw import registry
+    from synth import hierarchical
+    p16 = registry.get("switch").resolve({"ports": 16})
+    assert hierarchical.applies("switch", p16)
+    with hierarchical.flat_up_to(16):
+        assert not hierarchical.applies("switch", p16)
+        assert hierarchical.applies("switch", registry.get("switch").resolve({"ports": 32}))
+    assert hierarchical.applies("switch", p16)
 
 
 def test_missing_column_is_named(tmp_path):
