@@ -491,4 +491,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # Through the imported module: `python -m` runs this file as __main__, whose flat_up_to state
+    # synth.area (which imports synth.hierarchical) would not see.
+    from synth.hierarchical import main as _main
+    raise SystemExit(_main())
