@@ -425,7 +425,7 @@ def _parse_point(spec: str) -> tuple[str, dict]:
 
 def write_flat_checks(specs: list[str], reports="synth_reports", quiet: bool = True) -> list[dict]:
     """Flat-check each ``MODULE:k=v,...`` point of ``reports/area_summary.csv``, merge the results into
-    ``reports/flat_checks.csv`` and rewrite ``timing_summary.csv`` from both."""
+    ``reports/flat_check_summary.csv`` and rewrite ``timing_summary.csv`` from both."""
     from pathlib import Path
 
     from . import timing
@@ -458,7 +458,7 @@ def main(argv=None) -> int:
                          "compared with the whole one (default 8,16)")
     ap.add_argument("--flat", metavar="MODULE:PARAM=VALUE,...", action="append", default=[],
                     help="instead: synthesize this point of REPORTS/area_summary.csv, costed there from its parts, "
-                         "flat, and record its critical path in REPORTS/flat_checks.csv (the timing table then "
+                         "flat, and record its critical path in REPORTS/flat_check_summary.csv (the timing table then "
                          "uses it); repeatable. E.g. switch:ports=16")
     ap.add_argument("--reports", default="synth_reports", help="with --flat: the summaries' folder")
     ap.add_argument("--out", default="build/synth/hierarchical_checks.json", help="JSON written here")
@@ -471,7 +471,7 @@ def main(argv=None) -> int:
                       f"{r['parts_area_um2']:,.0f} from parts")
         except ValueError as e:
             ap.error(str(e))
-        print(f"written {Path(args.reports) / 'flat_checks.csv'} and timing_summary.csv")
+        print(f"written {Path(args.reports) / 'flat_check_summary.csv'} and timing_summary.csv")
         return 0
     try:
         ports = [int(x) for x in args.check_slices.split(",")]

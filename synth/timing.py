@@ -37,7 +37,7 @@ MISS_NOTES = {
 # Beside area_summary.csv: points costed from their parts, synthesized flat for their real critical path
 # (synth.hierarchical.write_flat_checks). A check is used while the area row's path is the one it was made
 # against; after the row changes (new RTL or flow) it is stale and the table says so.
-FLAT_CHECKS = "flat_checks.csv"
+FLAT_CHECKS = "flat_check_summary.csv"
 
 
 def read_area_summary(path) -> list[dict]:
@@ -58,7 +58,7 @@ def read_area_summary(path) -> list[dict]:
 
 
 def read_flat_checks(path) -> dict[tuple[str, str], dict]:
-    """``flat_checks.csv`` by (module, point); empty when the file does not exist."""
+    """``flat_check_summary.csv`` by (module, point); empty when the file does not exist."""
     path = Path(path)
     if not path.is_file():
         return {}

@@ -90,7 +90,7 @@ def test_a_flat_check_replaces_the_parts_bound_until_the_row_changes(tmp_path):
         r16, r64, r8 = csv.DictReader(f)
     # The flat path is used: 2,737.5 ps meets where the parts' bound of 2,893.6 missed.
     assert float(r16["critical_path_ps_45"]) == 2737.5 and r16["meets"] == "yes"
-    assert r16["note"] == "synthesized flat (flat_checks.csv); from its parts 2,893.6 ps, a bound"
+    assert r16["note"] == "synthesized flat (flat_check_summary.csv); from its parts 2,893.6 ps, a bound"
     # A check made against another row (the RTL changed since) is stale: the bound stays, and the note says so.
     assert float(r64["critical_path_ps_45"]) == 2704.0
     assert r64["note"].startswith("flat check stale (made against 2,999.0 ps from parts)")
