@@ -16,7 +16,7 @@ from hw import registry
 
 from . import scaling, timing, tools
 
-__all__ = ["write_reports", "merge_csv", "overhead", "AREA_JSON", "POWER_JSON"]
+__all__ = ["write_reports", "merge_csv", "overhead", "write_overhead_csv", "AREA_JSON", "POWER_JSON"]
 
 # False: the overhead table uses only the area points at hand and marks the others, instead of
 # synthesizing every block at its architecture point (``dysharp study --quick`` sets it).
@@ -362,17 +362,43 @@ def write_reports(out="synth_reports", area_points=None, power=None, commands=No
         # --overhead`); quick runs skip even the look-up (it generates the 64-port parts' Verilog).
         from . import integrated
         irows = integrated.overhead_rows(cached_only=True) if SYNTHESIZE_MISSING else None
-        if irows:
-            totals.insert(1, integrated.summary_row(irows))
-        _write_csv(out / "overhead_summary.csv", [{k: r.get(k, "") for k in (
-            "role", "side", "modules", "status", "instances", "point", "logic_um2_45", "sram_um2_45",
-            "transistors", "logic_mm2_n5", "sram_mm2_n5", "area_mm2_n5", "power_mw_45", "power_mw_n5",
-            "power_gated_mw_n5", "note")} for r in ov["rows"] + totals])
+        write_overhead_csv(out / "overhead_summary.csv", ov["rows"], totals,
+                           integrated.summary_row(irows) if irows else None,
+                           power_complete=t["power_complete"] and g["power_complete"])
     plots = _plots(out, area_points, power)
     md = _markdown(area_points, arrays, power, crosscheck, ov, plots, commands) + (
         "\n" + timing_md if timing_md else "")
     (out / "report.md").write_text(md)
     return md
+
+
+_OVERHEAD_COLUMNS = ("role", "side", "modules", "status", "instances", "point", "logic_um2_45", "sram_um2_45",
+                     "transistors", "logic_mm2_n5", "sram_mm2_n5", "area_mm2_n5", "power_mw_45", "power_mw_n5",
+                     "power_gated_mw_n5", "note")
+
+
+def write_overhead_csv(path: Path, rows: list[dict], totals: list[dict], headline: dict | None, *,
+                       power_complete: bool) -> bool:
+    """Write ``overhead_summary.csv`` (the role rows, the side totals and the integrated headline after
+    the switch total) without losing what the file holds and this run lacks: a table without every role's
+    power does not replace one that has it (``dysharp power`` writes it then), and the integrated headline,
+    which only ``python -m synth.integrated --overhead`` computes, is carried over when this run has none.
+    Returns whether the file was written; says why when it was kept."""
+    from .integrated import HEADLINE_ROLE
+    old = []
+    if path.is_file():
+        with open(path, newline="") as f:
+            old = list(csv.DictReader(f))
+    if not power_complete and any(r.get("power_mw_n5") for r in old if r.get("status") == "total"):
+        print(f"[report] {path} kept: this run's power results ({POWER_JSON}) do not cover every role of the "
+              f"table; `dysharp power` over the architecture points rewrites it", flush=True)
+        return False
+    headline = headline or next((r for r in old if r.get("role") == HEADLINE_ROLE), None)
+    totals = list(totals)
+    if headline:
+        totals.insert(1, headline)
+    _write_csv(path, [{k: r.get(k, "") for k in _OVERHEAD_COLUMNS} for r in rows + totals])
+    return True
 
 
 def _markdown(area_points, arrays, power, crosscheck, ov, plots, commands) -> str:

@@ -99,3 +99,40 @@ def test_cached_only_never_synthesizes(monkeypatch):
     assert seen and all(0 < mb <= integrated.CACHED_ONLY_MB for mb in seen)
     with pytest.raises(RuntimeError, match="no area result"):
         integrated.overhead_rows()
+
+
+def _ov_csv(path, rows):
+    import csv
+    from synth.report import _OVERHEAD_COLUMNS
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(_OVERHEAD_COLUMNS))
+        w.writeheader()
+        w.writerows([{k: r.get(k, "") for k in _OVERHEAD_COLUMNS} for r in rows])
+
+
+def test_a_run_without_every_power_keeps_the_committed_overhead_table(tmp_path, capsys):
+    """`dysharp area` on a few modules with no power results must not blank the committed power columns,
+    nor drop the integrated headline that only `python -m synth.integrated --overhead` computes."""
+    from synth.integrated import HEADLINE_ROLE
+    from synth.report import write_overhead_csv
+    path = tmp_path / "overhead_summary.csv"
+    role = {"role": "AL-TLB", "side": "switch", "status": "registered", "area_mm2_n5": "1.6", "power_mw_n5": "2202"}
+    total = {"role": "TOTAL switch side (64 ports)", "side": "switch", "status": "total", "area_mm2_n5": "3.39",
+             "power_mw_n5": "5124"}
+    headline = {"role": HEADLINE_ROLE, "side": "switch", "status": "total", "area_mm2_n5": "3.915"}
+    _ov_csv(path, [role, total, headline])
+    before = path.read_text()
+    new_role, new_total = dict(role, area_mm2_n5="1.7", power_mw_n5=None), dict(total, power_mw_n5=None)
+    assert not write_overhead_csv(path, [new_role], [new_total], None, power_complete=False)
+    assert path.read_text() == before
+    assert "kept: this run's power results" in capsys.readouterr().out
+    # With every power: written, and the headline carried over after the switch total.
+    assert write_overhead_csv(path, [dict(role, area_mm2_n5="1.7")], [dict(total, power_mw_n5="5200")], None,
+                              power_complete=True)
+    text = path.read_text().splitlines()
+    assert "1.7" in text[1] and text[2].startswith("TOTAL switch side (64 ports)") and "5200" in text[2]
+    assert text[3].startswith(f'"{HEADLINE_ROLE}"') and "3.915" in text[3]
+    # A table that never had power figures is written either way (the first `dysharp area`).
+    _ov_csv(path, [dict(role, power_mw_n5=""), dict(total, power_mw_n5="")])
+    assert write_overhead_csv(path, [new_role], [new_total], None, power_complete=False)
+    assert "1.7" in path.read_text()
