@@ -39,14 +39,20 @@ import dataclasses
 import cocotb
 from cocotb.utils import get_sim_time
 
+from hw.gpu_nic.receive_path import RxConfig, pack_token_meta
+from hw.gpu_nic.request_gen import DescOp
 from hw.packet import EType, Header, Opcode, Packet, RedOp
 
 from verif.harness import tbenv
 from verif.harness.cycler import Agent
+from verif.harness.structs import pack
+from verif.models.gpu_nic import Desc, NicModel
+from verif.models.memory_manager import SET_GROUP
+from verif.tb.gpu_nic import PORT, ServeEnv
 
 from .gpu_side import COMBINE_ROW_FLITS, ROW_FLITS, _routing, _write
 
-__all__ = ["moe_layer"]
+__all__ = ["LayerEnv", "moe_layer"]
 
 ROW_SHIFT = 13              # 8 KB token-window rows: a 463-flit row fits
 SRC_BASE = 0x100_0000       # this GPU's own token rows (STORE sources), 8 KB apart
@@ -118,71 +124,61 @@ class Answers(Agent):
             self.env.send(vc, packet, kind)
 
 
-async def _layer_env(dut, s):
-    from hw.gpu_nic.receive_path import RxConfig
-    from verif.harness.structs import pack
-    from verif.models.gpu_nic import NicModel
-    from verif.models.memory_manager import SET_GROUP
-    from verif.tb.gpu_nic import PORT, ServeEnv
+class LayerEnv(ServeEnv):
+    """The NIC testbench's environment as GPU ``PORT`` of the layer: the token window of 8 KB rows, this
+    GPU's experts, the link ledgers, and combine requests answered ``hold`` cycles later."""
 
-    class LayerEnv(ServeEnv):
-        def __init__(self):
-            super().__init__(dut, stall=0.0)
-            p = self.p
-            self.me = PORT              # the testbench's port: the generator's source and the receive port
-            # The token window of 8 KB rows; this GPU's experts and the row's metadata flit.
-            self.rx_cfg = c = dataclasses.replace(self.rx_cfg, port=self.me, row_shift=ROW_SHIFT,
-                                                  meta_flit=ROW_FLITS - 1, expert_base=self.me * p["experts"])
-            dut.rx_cfg.value = pack(RxConfig, port=c.port, row_shift=c.row_shift, win_base=c.win_base,
-                                    win_rows=c.win_rows, meta_flit=c.meta_flit, expert_base=c.expert_base)
-            self.model = NicModel(c, memory=self.model.req.memory, mm=self.spec, experts=p["experts"],
-                                  tile_size=p["tile_size"], max_slots=p["tiles"] * p["tile_size"],
-                                  groups=p["groups"], tags=p["tags"], max_payload=p["max_payload"])
-            self.ledger = DownlinkLedger(self.down)
-            self.up_ledger = UplinkLedger(self.up)
-            self.answers = Answers(self)
-            self.cycler.add(self.ledger, self.up_ledger, self.answers)
-            self.hold = s.get("hold", 200)
-            if not isinstance(self.hold, int) or self.hold < 1:
-                raise ValueError(f"hold (a combine's round trip, cycles) must be an integer >= 1, got {self.hold!r}")
-            self.requested = 0          # DYN_LD_REDUCE requests seen (each answered)
+    def __init__(self, dut, *, hold: int):
+        if not isinstance(hold, int) or hold < 1:
+            raise ValueError(f"hold (a combine's round trip, cycles) must be an integer >= 1, got {hold!r}")
+        super().__init__(dut, stall=0.0)
+        p = self.p
+        self.me = PORT                  # the testbench's port: the generator's source and the receive port
+        self.rx_cfg = c = dataclasses.replace(self.rx_cfg, port=self.me, row_shift=ROW_SHIFT,
+                                              meta_flit=ROW_FLITS - 1, expert_base=self.me * p["experts"])
+        dut.rx_cfg.value = pack(RxConfig, port=c.port, row_shift=c.row_shift, win_base=c.win_base,
+                                win_rows=c.win_rows, meta_flit=c.meta_flit, expert_base=c.expert_base)
+        self.model = NicModel(c, memory=self.model.req.memory, mm=self.spec, experts=p["experts"],
+                              tile_size=p["tile_size"], max_slots=p["tiles"] * p["tile_size"],
+                              groups=p["groups"], tags=p["tags"], max_payload=p["max_payload"])
+        self.ledger = DownlinkLedger(self.down)
+        self.up_ledger = UplinkLedger(self.up)
+        self.answers = Answers(self)
+        self.cycler.add(self.ledger, self.up_ledger, self.answers)
+        self.hold = hold
+        self.requested = 0              # DYN_LD_REDUCE requests seen (each answered)
 
-        def send(self, vc, packet, kind):
-            self.ledger.add(vc, kind, len(packet.flits()) if isinstance(packet, Packet) else len(packet))
-            super().send(vc, packet, kind)
+    async def start(self):
+        await self.cycler.start()
+        self.mm_command(SET_GROUP, group=0, valid=1, alloc=1, layout=0, base=self.rx_cfg.win_base,
+                        stride=(1 << ROW_SHIFT) // 16)
+        await self.cycler.until(lambda: self.mm_cfg.idle, timeout=200, what="memory-manager configuration")
 
-        def _on_uplink(self, vc, flits, cycle):
-            h = Header.decode(flits[0].data)
-            self.up_ledger.last_kind[vc] = Opcode(h.opcode).name
-            if vc == 1:
-                (self.fill_resp if h.opcode == Opcode.TLB_FILL_RESP.value else self.read_resp).append(flits)
-                return
-            if h.opcode == Opcode.DYN_ST.value:
-                return                  # checked bit for bit against the request model by NicEnv
-            assert h.opcode == Opcode.DYN_LD_REDUCE.value, f"cycle {cycle}: unexpected request {h}"
-            tag, addr = self.bindings.popleft()
-            self.model.bind(tag, addr)
-            self.requested += 1
-            data = [self.rng.getrandbits(128) for _ in range(h.length)]
-            self.answers.due.append((cycle + self.hold, 1, Packet(Header(
-                opcode=Opcode.RED_RESP, src=self.me, tag=h.tag, length=h.length, etype=h.etype, redop=h.redop,
-                dst=self.me), data), "RED_RESP"))
+    def send(self, vc, packet, kind):
+        self.ledger.add(vc, kind, len(packet.flits()) if isinstance(packet, Packet) else len(packet))
+        super().send(vc, packet, kind)
 
-    env = LayerEnv()
-    await env.cycler.start()
-    env.mm_command(SET_GROUP, group=0, valid=1, alloc=1, layout=0, base=env.rx_cfg.win_base,
-                   stride=(1 << ROW_SHIFT) // 16)
-    await env.cycler.until(lambda: env.mm_cfg.idle, timeout=200, what="memory-manager configuration")
-    return env
+    def _on_uplink(self, vc, flits, cycle):
+        h = Header.decode(flits[0].data)
+        self.up_ledger.last_kind[vc] = Opcode(h.opcode).name
+        if vc == 1:
+            (self.fill_resp if h.opcode == Opcode.TLB_FILL_RESP.value else self.read_resp).append(flits)
+            return
+        if h.opcode == Opcode.DYN_ST.value:
+            return                      # checked bit for bit against the request model by NicEnv
+        assert h.opcode == Opcode.DYN_LD_REDUCE.value, f"cycle {cycle}: unexpected request {h}"
+        tag, addr = self.bindings.popleft()
+        self.model.bind(tag, addr)
+        self.requested += 1
+        data = [self.rng.getrandbits(128) for _ in range(h.length)]
+        self.answers.due.append((cycle + self.hold, 1, Packet(Header(
+            opcode=Opcode.RED_RESP, src=self.me, tag=h.tag, length=h.length, etype=h.etype, redop=h.redop,
+            dst=self.me), data), "RED_RESP"))
 
 
 def _queue_layer(env, s, need_flits, need_own):
     """Queue the layer's traffic (module docstring) until the downlink's VC 0 holds ``need_flits`` and
     this GPU has ``need_own`` tokens of its own."""
-    from hw.gpu_nic.receive_path import pack_token_meta
-    from hw.gpu_nic.request_gen import DescOp
-    from verif.models.gpu_nic import Desc
-
     p = env.p
     gpus, me, P = s.get("gpus", 8), env.me, p["max_payload"]
     _, rt, _, masks = _routing(s.get("model", "deepseek-v3"), gpus, 4096, tbenv.seed())
@@ -226,7 +222,8 @@ def _queue_layer(env, s, need_flits, need_own):
 async def moe_layer(dut):
     s = tbenv.settings()
     warm, window = s.get("warmup", 400), s.get("cycles", 1000)
-    env = await _layer_env(dut, s)
+    env = LayerEnv(dut, hold=s.get("hold", 200))
+    await env.start()
     for port in (env.rd_tx, env.rd_rx):
         port.latency = s.get("latency", 20)
     # An own token's 56 combine requests need at least 56 / tags round trips of ``hold`` cycles.
