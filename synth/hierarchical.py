@@ -413,17 +413,14 @@ def flat_check(module: str, point: dict, parts_row: dict, *, quiet: bool = True)
 
 
 def _parse_point(spec: str) -> tuple[str, dict]:
-    """``MODULE:k=v,k=v`` -> (module, point), values as integers where they are."""
+    """``MODULE:k=v,k=v`` -> (module, point), each value parsed as ``--set`` parses it."""
     module, _, rest = spec.partition(":")
     if module not in registry.MODULES:
         raise ValueError(f"--flat {spec!r}: unknown module {module!r} (`dysharp list` names them)")
-    point = {}
-    for kv in filter(None, rest.split(",")):
-        k, eq, v = kv.partition("=")
-        if not eq or not k:
-            raise ValueError(f"--flat {spec!r}: expected MODULE:PARAM=VALUE[,PARAM=VALUE], got {kv!r}")
-        point[k.strip()] = int(v) if v.strip().lstrip("-").isdigit() else v.strip()
-    registry.get(module).resolve(point)          # unknown parameters and bad values are refused here
+    try:
+        point = registry.parse_assignments([f"{module}.{kv}" for kv in rest.split(",") if kv], [module])[module]
+    except ValueError as e:
+        raise ValueError(f"--flat {spec!r}: expected MODULE:PARAM=VALUE[,PARAM=VALUE]: {e}") from None
     return module, point
 
 

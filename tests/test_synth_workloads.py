@@ -88,16 +88,17 @@ def test_integrated_power_refuses_a_point_too_large_to_flatten():
         integrated.power_rows({"ports": 16})
 
 
-def test_flat_up_to_makes_the_integrated_switch_flat_only_inside():
+@pytest.mark.parametrize("module, ports", [("dysharp_switch", 8), ("switch", 16)])
+def test_flat_up_to_makes_a_switch_flat_only_inside(module, ports):
     from hw import registry
     from synth import hierarchical
-    p8 = registry.get("dysharp_switch").resolve({"ports": 8})
-    assert hierarchical.applies("dysharp_switch", p8)
-    with hierarchical.flat_up_to(8):
-        assert not hierarchical.applies("dysharp_switch", p8)
-        assert hierarchical.applies("dysharp_switch", registry.get("dysharp_switch").resolve({"ports": 16}))
-        assert hierarchical.applies("switch", registry.get("switch").resolve({"ports": 16}))
-    assert hierarchical.applies("dysharp_switch", p8)
+    at = registry.get(module).resolve({"ports": ports})
+    assert hierarchical.applies(module, at)
+    with hierarchical.flat_up_to(ports):
+        assert not hierarchical.applies(module, at)
+        assert hierarchical.applies(module, registry.get(module).resolve({"ports": 2 * ports}))
+        assert hierarchical.applies("switch", registry.get("switch").resolve({"ports": max(16, 2 * ports)}))
+    assert hierarchical.applies(module, at)
 
 
 def test_write_power_keeps_the_other_points_rows(monkeypatch, tmp_path):

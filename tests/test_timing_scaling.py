@@ -113,17 +113,6 @@ def test_flat_checks_refuse_bad_points(tmp_path):
     assert not (tmp_path / timing.FLAT_CHECKS).exists()
 
 
-def test_flat_up_to_covers_the_plain_switch():
-    from hw import registry
-    from synth import hierarchical
-    p16 = registry.get("switch").resolve({"ports": 16})
-    assert hierarchical.applies("switch", p16)
-    with hierarchical.flat_up_to(16):
-        assert not hierarchical.applies("switch", p16)
-        assert hierarchical.applies("switch", registry.get("switch").resolve({"ports": 32}))
-    assert hierarchical.applies("switch", p16)
-
-
 def test_missing_column_is_named(tmp_path):
     src = write_csv(tmp_path / "area_summary.csv", [["fast", "ports=8", "ok", "10", "OpenSTA"]],
                     header=["module", "point", "status", "area_um2", "timing"])
