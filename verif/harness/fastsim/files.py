@@ -238,10 +238,7 @@ def vc_word(gpu: int, byte_addr: int) -> int:
 def vc_words(gpu: int, byte_addrs) -> np.ndarray:
     """:func:`vc_word` of GPU ``gpu`` at each of ``byte_addrs``, as 32-bit words (uint32, one row of four
     per flit, least significant first: the layout of a logged flit's data words)."""
-    from verif.harness.gpu_memory import default_word
-
-    tag = (gpu + 1) << 40
-    data = b"".join(default_word(tag ^ (int(a) >> 4), 128).to_bytes(16, "little") for a in byte_addrs)
+    data = b"".join(vc_word(gpu, a).to_bytes(16, "little") for a in byte_addrs)
     return np.frombuffer(data, "<u4").reshape(-1, 4).astype(np.uint32)
 
 
