@@ -30,7 +30,8 @@ from pathlib import Path
 from hw import registry
 
 __all__ = ["SIMULATORS", "PUBLIC", "default_sim", "run_cocotb", "CocotbFailure", "RunResult", "sim_build",
-           "verilator_env", "require_simulator", "file_lock", "locked_verilog", "keep_apart_config"]
+           "verilator_env", "require_simulator", "file_lock", "locked_verilog", "keep_apart_config",
+           "keep_apart_lines"]
 
 SIMULATORS = ("icarus", "verilator")
 PUBLIC = ("ports", "flat")   # which Verilator signals cocotb can see: top-level ports only, or all
@@ -157,13 +158,13 @@ def top_ports(vpath: Path, top: str) -> list[str]:
 
 def ports_vlt(vpath: Path, top: str, out: Path) -> Path:
     """A Verilator config file that makes only the ports of ``top`` public (readable and writable), and keeps
-    the repeated blocks apart (:func:`keep_apart_config`)."""
+    the repeated blocks apart (:func:`keep_apart_lines`)."""
     lines = ["`verilator_config", f"// top-level ports of {top}, from {vpath.name}; nothing else is public"]
     for name in top_ports(vpath, top):
         if name.startswith("\\"):
             name = name[1:]       # escaped identifier: the config file takes the bare name
         lines.append(f'public_flat_rw -module "{top}" -var "{name}"')
-    text = "\n".join(lines) + "\n" + keep_apart_config(vpath.read_text(), top).split("\n", 1)[1]
+    text = "\n".join(lines + keep_apart_lines(vpath.read_text(), top)) + "\n"
     if not out.exists() or out.read_text() != text:
         out.write_text(text)
     return out
@@ -178,8 +179,8 @@ def ports_vlt(vpath: Path, top: str, out: Path) -> Path:
 # --dysharp-ports 8,16`): 8 ports 8,979 -> 10,278 cycles/s, build 49 -> 50 s; 16 ports 3,237 -> 3,588,
 # build 112 -> 89 s; logs equal. Before the blocks had parts, -fno-inline had cut the 8-port build from 85
 # to 48 s (16 ports: 229 -> 116 s). The cocotb ports build of the 8-GPU system top: 234 -> 139 CPU-s.
-def keep_apart_config(verilog: str, top: str) -> str:
-    """A Verilator config that keeps out of Verilator's inlining every module of ``verilog`` that is
+def keep_apart_lines(verilog: str, top: str) -> list[str]:
+    """The Verilator config lines that keep out of Verilator's inlining every module of ``verilog`` that is
     instantiated in more than one place of its text (the deduplicated emission writes a repeated block once
     and instantiates it at each copy), so that each compiles once. A module instantiated once (a block's
     part, or a single block) is left to Verilator: inlined into its parent, it is compiled once per
@@ -187,8 +188,12 @@ def keep_apart_config(verilog: str, top: str) -> str:
     names = set(re.findall(r"^module ([A-Za-z_][A-Za-z0-9_$]*)\s*\(", verilog, re.M)) - {top}
     uses = collections.Counter(m for m in re.findall(r"^\s+([A-Za-z_][A-Za-z0-9_$]*)\s+\S+\s*\(", verilog, re.M)
                                if m in names)
-    blocks = sorted(m for m, n in uses.items() if n > 1)
-    return "`verilator_config\n" + "".join(f'no_inline -module "{m}"\n' for m in blocks)
+    return [f'no_inline -module "{m}"' for m in sorted(m for m, n in uses.items() if n > 1)]
+
+
+def keep_apart_config(verilog: str, top: str) -> str:
+    """A Verilator config file of :func:`keep_apart_lines` alone."""
+    return "`verilator_config\n" + "".join(line + "\n" for line in keep_apart_lines(verilog, top))
 
 
 #: g++ level of the ports build's per-cycle code (Verilator's default is -Os; its init code stays unoptimized).
