@@ -56,6 +56,7 @@ __all__ = [
 
 HEADER_BITS = 128
 MAX_PORTS = 64
+INDEX_BITS = 18      # the algebraic index (a token's row in the logical dispatch/combine tensor)
 FLIT_WIDTHS = (128, 256, 512)
 DEFAULT_FLIT_WIDTH = 128
 
@@ -136,7 +137,7 @@ class StaticRoute(data.Struct):
 class DynamicRoute(data.Struct):
     group: 8
     mask: MAX_PORTS
-    index: 18
+    index: INDEX_BITS
     offset: 10
 
 
@@ -234,13 +235,13 @@ class DeferredAddr(data.Struct):
     ``row address + byte_offset``.
     """
     byte_offset: 16
-    index: 18
+    index: INDEX_BITS
     group: 8
 
 
 def pack_deferred_addr(group: int, index: int, byte_offset: int) -> int:
     """Python twin of :class:`DeferredAddr`: the 48-bit ``addr`` of a ``DYN_RED_READ``."""
-    for name, v, w in (("group", group, 8), ("index", index, 18), ("byte_offset", byte_offset, 16)):
+    for name, v, w in (("group", group, 8), ("index", index, INDEX_BITS), ("byte_offset", byte_offset, 16)):
         if not 0 <= v < (1 << w):
             raise ValueError(f"{name}={v} does not fit in {w} bits")
     return byte_offset | (index << 16) | (group << 34)
@@ -248,7 +249,7 @@ def pack_deferred_addr(group: int, index: int, byte_offset: int) -> int:
 
 def unpack_deferred_addr(addr: int) -> tuple[int, int, int]:
     """(group, index, byte_offset) of a ``DYN_RED_READ`` address."""
-    return (addr >> 34) & 0xFF, (addr >> 16) & ((1 << 18) - 1), addr & 0xFFFF
+    return (addr >> 34) & 0xFF, (addr >> 16) & ((1 << INDEX_BITS) - 1), addr & 0xFFFF
 
 
 def _flatten(layout, offset=0, prefix=()):

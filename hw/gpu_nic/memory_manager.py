@@ -48,12 +48,10 @@ from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arbiter import or_reduce
-from ..packet import ErrorCode
+from ..packet import INDEX_BITS, ErrorCode
 from ..switch.backing_if import BackingRequest, BackingResponse, backing_signature
 
 __all__ = ["MemoryManager", "MmCommand", "MmOp", "MmCounter"]
-
-INDEX_BITS = 18
 
 
 class MmOp(enum.Enum, shape=1):

@@ -68,7 +68,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, enum, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..packet import MAX_PORTS, ErrorCode
+from ..packet import INDEX_BITS, MAX_PORTS, ErrorCode
 from .backing_if import BACKING_TAG_BITS, BackingRequest, backing_signature
 from .cam import Cam, CamOp
 from .mshr_file import MshrFile, backing_tag_fields
@@ -78,7 +78,6 @@ from .translate_if import TranslateRequest, TranslateResponse, translate_signatu
 __all__ = ["AlTlb", "TlbConfig", "TlbConfigOp", "TlbCounter", "INDEX_BITS", "MAX_ROWS", "tlb_key_fields",
            "backing_tag_fields", "DEFAULT_TIMEOUT", "MAX_TIMEOUT"]
 
-INDEX_BITS = 18
 MAX_ROWS = 1 << INDEX_BITS
 DEFAULT_TIMEOUT = 8192      # cycles; the reduction engine's default too
 MAX_TIMEOUT = 1 << 20
