@@ -149,7 +149,7 @@ def test_work_lists_cover_every_pair_once(layer, scheme):
             d = r.desc
             assert unicast and desc_error(d, ports=L.G, groups=4, unicast=True) is None
             assert d.mask == 1 << int(L.home[r.token]) and r.gpu == w.gpu != L.home[r.token]
-            assert d.index == w.gpu * L.N + r.token and d.addr == ml.COMB_BASE + (r.token << L.row_shift)
+            assert d.index == r.token and r.row == w.gpu * L.N + r.token and d.addr == ml.COMB_BASE + (r.token << L.row_shift)
             assert sorted(r.pairs) == sorted((w.gpu, e) for e in experts_on(L, r.token, w.gpu))
             for _, e in r.pairs:
                 combined[(r.token, e)] += 1
@@ -184,8 +184,12 @@ def rtl_flits(L, scheme):
     mem = GpuMemory()
     unicast = scheme == "deepep"
 
+    def rbase(g):
+        rb = L.gen_config(g, scheme)["rbase"]
+        return [rb.get(i, 0) for i in range(max(rb) + 1)]
+
     def uplink(g, d):
-        pk, _, _ = request_packets(d, port=g, unicast=unicast, row_shift=L.row_shift, rbase=[ml.WIN_BASE, ml.PART_BASE],
+        pk, _, _ = request_packets(d, port=g, unicast=unicast, row_shift=L.row_shift, rbase=rbase(g),
                                    max_payload=mp, memory=mem, tags=32, next_tag=0)
         return pk
     for w in L.work(scheme):
@@ -321,3 +325,15 @@ def test_deterministic_from_seed():
     assert np.array_equal(a.reference(), b.reference())
     assert not np.array_equal(a.routing, c.routing)
     assert math.isclose(a.hidden_factor, 56.0)
+
+
+def test_points_past_the_address_map_are_refused():
+    """A layer whose rows do not fit a region of the address map is refused naming the region; deepep's
+    pushed partials index by token id within the source GPU's stripe, so G^2 x tokens past the 18-bit
+    index is representable."""
+    ml.build_layer(model="deepseek-v3", gpus=8, tokens=4097, hidden=16).check_scheme("deepep")
+    big = ml.build_layer(model="deepseek-v3", gpus=4, tokens=1025, hidden=7168)
+    with pytest.raises(ValueError, match=r"4100 rows of 16384 B from WIN_BASE = 0x4000000 run past 0x8000000"):
+        big.check_scheme("dysharp")
+    with pytest.raises(ValueError, match="unknown scheme 'nvls'"):
+        big.check_scheme("nvls")

@@ -257,6 +257,8 @@ def run(args) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs {args.jobs}: must be >= 1")
     L = point.layer()
+    for scheme in schemes:         # a point the work lists cannot represent is refused before the build
+        L.check_scheme(scheme)
     # The prediction uses the block benchmarks' calibration, not a previous run's system figures.
     pred = predict_cycles(L, schemes, calibration=load_calibration(["build/bench"], exclude=("system",)))
     longest = max(p["total"] for p in pred.values())

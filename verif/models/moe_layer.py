@@ -40,7 +40,8 @@ Schemes (:data:`SCHEMES`), as descriptor streams (:class:`verif.models.gpu_nic.D
 * ``deepep`` (request generator in unicast mode): dispatch ``STORE`` with the remote mask (one ``WRITE``
   per destination to ``rbase[G_DISP] + (t << row_shift)``: a symmetric window indexed by the global token
   id); after all GEMMs each expert GPU *pushes* its pre-summed partial of every remote token home with a
-  unicast ``STORE`` to ``rbase[G_PART] + ((src * N + t) << row_shift)`` (no read requests: what
+  unicast ``STORE`` of index ``t`` to its own stripe of the home's partial rows,
+  ``rbase[G_PART] = PART_BASE + ((src * N) << row_shift)``, so at row ``src * N + t`` (no read requests: what
   ``traffic.py``'s ``unicast`` combine counts), interleaved over the homes with each GPU starting at the
   next GPU (no incast: every home receives from one GPU at a time); the home sums its local partial and
   the pushed ones.
@@ -71,7 +72,10 @@ import numpy as np
 
 from hw.gpu_nic.receive_path import pack_token_meta, unpack_token_meta
 from hw.gpu_nic.request_gen import DescOp
-from hw.packet import EType, RedOp
+from amaranth.hdl import Shape
+from amaranth.lib import data
+
+from hw.packet import INDEX_BITS, EType, RedOp, UnicastRoute
 from sim_models import moe_config, routing as routing_mod, traffic
 from sim_models.gemm import GemmModel
 from sim_models.scheduler import SchedulerParams, schedule, token_row_flits
@@ -99,6 +103,7 @@ COMB_BASE = 0x0800_0000     # expert-output (partial) rows, one per window row
 OUT_BASE = 0x0C00_0000      # ld_reduce results at the home GPU, row = local token
 LOCAL_BASE = 0x0E00_0000    # the home's partial of its own local experts, row = local token
 PART_BASE = 0x1000_0000     # deepep: partials pushed home, row = src * N + global token
+ADDR_BITS = Shape.cast(data.Layout.cast(UnicastRoute)["addr"].shape).width   # a unicast address
 
 GATES = (1.0, 0.5, 0.25)
 X_VALUES = (-2, -1, 0, 1, 2)
@@ -166,11 +171,13 @@ class CombineItem:
 
 @dataclasses.dataclass
 class ReturnItem:
-    """deepep: expert GPU ``gpu`` pushes its pre-summed partial of ``token`` to the token's home."""
+    """deepep: expert GPU ``gpu`` pushes its pre-summed partial of ``token`` to the token's home, into
+    row ``row`` (= ``gpu * N + token``) of the home's ``PART_BASE`` region."""
     token: int
     gpu: int
     desc: Desc
     pairs: list
+    row: int
 
 
 @dataclasses.dataclass
@@ -278,8 +285,8 @@ class MoeLayer:
         self.hidden_factor = cfg.hidden / h
         self.G, self.T = p.gpus, p.tokens
         self.N = N = p.gpus * p.tokens
-        if N > 1 << 18:
-            raise ValueError(f"gpus x tokens = {N} exceeds the 18-bit algebraic index")
+        if N > 1 << INDEX_BITS:
+            raise ValueError(f"gpus x tokens = {N} exceeds the {INDEX_BITS}-bit algebraic index")
         self.E, self.k = cfg.routed_experts, cfg.top_k
         rng = np.random.default_rng(p.seed)
         self.routing = routing_mod.routing_from_spec("auto", N, self.E, self.k, rng, n_group=cfg.n_group,
@@ -389,13 +396,27 @@ class MoeLayer:
         return [(int(self.expert_gpu[t, j]), int(self.routing[t, j])) for j in range(self.k)
                 if self.expert_gpu[t, j] != self.home[t]]
 
-    def work(self, scheme: str) -> list[GpuWork]:
-        """Per-GPU work lists of ``scheme`` (see the module docstring)."""
+    def check_scheme(self, scheme: str) -> None:
+        """``ValueError`` naming the limit when ``scheme``'s work lists cannot represent this layer: each
+        memory region must hold its rows below the next region's base (the algebraic index, which must hold
+        every token id, is checked when the layer is built)."""
         if scheme not in SCHEMES:
             raise ValueError(f"unknown scheme {scheme!r}; valid: {', '.join(SCHEMES)}")
+        G, T, N, rb = self.G, self.T, self.N, self.row_bytes
+        regions = [("X_BASE", X_BASE, T), ("WIN_BASE", WIN_BASE, N), ("COMB_BASE", COMB_BASE, N),
+                   ("OUT_BASE", OUT_BASE, T), ("LOCAL_BASE", LOCAL_BASE, T)]
+        if scheme == "deepep":
+            regions.append(("PART_BASE", PART_BASE, G * N))
+        for (name, base, rows), nxt in zip(regions, [b for _, b, _ in regions[1:]] + [1 << ADDR_BITS]):
+            if base + rows * rb > nxt:
+                raise ValueError(f"{scheme}: {rows} rows of {rb} B from {name} = {base:#x} run past "
+                                 f"{nxt:#x} (the next region of the address map); fewer tokens or a smaller "
+                                 f"hidden size")
+
+    def work(self, scheme: str) -> list[GpuWork]:
+        """Per-GPU work lists of ``scheme`` (see the module docstring)."""
+        self.check_scheme(scheme)
         rf, cf, rs, N = self.row_flits, self.comb_flits, self.row_shift, self.N
-        if scheme == "deepep" and self.G * N > 1 << 18:
-            raise ValueError(f"deepep: partial rows src * N + t need gpus x N = {self.G * N} <= 2**18 indices")
         out = []
         planned = None
         if scheme == "dysharp":
@@ -417,8 +438,9 @@ class MoeLayer:
                     pairs = [(g, int(e)) for e in self.routing[t] if lo <= e < hi]
                     if pairs:
                         rets.append(ReturnItem(t, g, Desc(op=DescOp.STORE.value, mask=1 << int(self.home[t]),
-                                                          index=g * N + t, group=G_PART,
-                                                          addr=COMB_BASE + (t << rs), length=cf), pairs))
+                                                          index=t, group=G_PART,
+                                                          addr=COMB_BASE + (t << rs), length=cf), pairs,
+                                               row=g * N + t))
                 # Interleaved over homes, each GPU starting at the next one (DeepEP's combine sends to all
                 # ranks at once): in token order every GPU would push to the same home at once (incast).
                 rets.sort(key=lambda r: (r.token % self.T, (int(self.home[r.token]) - g - 1) % self.G))
@@ -454,9 +476,11 @@ class MoeLayer:
                     expert_base=self.local_expert_range(g)[0])
 
     def gen_config(self, g: int, scheme: str) -> dict:
-        """:class:`hw.gpu_nic.request_gen.GenConfig` and ``rbase`` of GPU ``g``."""
+        """:class:`hw.gpu_nic.request_gen.GenConfig` and ``rbase`` of GPU ``g``: a pushed partial's
+        ``G_PART`` base is GPU ``g``'s own stripe of ``PART_BASE`` (rows ``g * N ..``), so its index is the
+        token id alone."""
         return dict(port=g, unicast=int(scheme == "deepep"), row_shift=self.row_shift,
-                    rbase={G_DISP: WIN_BASE, G_PART: PART_BASE})
+                    rbase={G_DISP: WIN_BASE, G_PART: PART_BASE + ((g * self.N) << self.row_shift)})
 
     def tracker_shape(self) -> tuple[int, int]:
         """(experts, tiles) of the Tile Status Table that holds every GPU's remote arrivals (powers of two)."""

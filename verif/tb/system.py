@@ -483,7 +483,7 @@ class SystemEnv:
         L = self.L
         if self.scheme == "deepep":
             return sorted({r.token for w in self.work for r in w.returns
-                           if self.gpus[int(L.home[r.token])].landed[(ml.PART_BASE // F, r.desc.index)] != L.comb_flits})
+                           if self.gpus[int(L.home[r.token])].landed[(ml.PART_BASE // F, r.row)] != L.comb_flits})
         return sorted(c.token for w in self.work for c in w.combine if c.desc is not None
                       and self.gpus[w.gpu].landed[(ml.OUT_BASE // F, c.token - w.gpu * L.T)] != L.comb_flits)
 
@@ -502,7 +502,7 @@ class SystemEnv:
         if self._results is None:
             L = self.L
             if self.scheme == "deepep":
-                self._results = [(self.gpus[int(L.home[r.token])].landed, (ml.PART_BASE // F, r.desc.index))
+                self._results = [(self.gpus[int(L.home[r.token])].landed, (ml.PART_BASE // F, r.row))
                                  for w in self.work for r in w.returns]
             else:
                 self._results = [(self.gpus[w.gpu].landed, (ml.OUT_BASE // F, c.token - w.gpu * L.T))
@@ -519,7 +519,7 @@ class SystemEnv:
         srcs = collections.defaultdict(list)
         for w in self.work:
             for r in w.returns:
-                srcs[r.token].append(r.desc.index)
+                srcs[r.token].append(r.row)
         for t in range(L.N):
             h = int(L.home[t])
             gs = self.gpus[h]
