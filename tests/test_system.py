@@ -10,7 +10,9 @@ import json
 
 import pytest
 
+from hw.switch.dysharp_switch import errors_in, error_fields, status_layout
 from verif.harness.runner import run_cocotb
+from verif.harness.structs import fields
 
 from verif.models.moe_layer import build_layer
 
@@ -36,6 +38,24 @@ def check_figures(fig, scheme):
         assert fig["tlb"]["misses"] == 0 and sum(fig["fills"]["up"]) == 0
     else:
         assert fig["tlb"]["misses"] == sum(fig["fills"]["down"])  # one fill per translated key
+
+
+def test_error_counters_fail_the_layer_check():
+    """The layer check's switch counters (``errors_in``, asserted empty at the end of every run): every
+    error field exists in the status layout; a clean status passes; a status in which the reduction engine
+    counted every contribution stale (a mutant's 2,320) or any other error counter moved does not."""
+    st = dict.fromkeys(fields(status_layout(8)), 0)
+    assert set(error_fields()) <= set(st) and errors_in(st) == {}
+    names = set(error_fields().values())
+    for n in ("engine.stale", "engine.mismatches", "engine.aborts", "engine.timeouts", "engine.duplicates",
+              "tlb.TIMEOUT", "egress.XLATE_ERRORS", "ingress.REFUSED_REQ", "ingress.LINK_OVERFLOWS",
+              "req_net.BAD_MASK", "resp_net.TIMEOUT", "cfg_errors"):
+        assert n in names, n
+    assert "engine.completed" not in names and "tlb.HITS" not in names       # traffic, not errors
+    st["total.engine.stale"] = 2320
+    assert errors_in(st) == {"engine.stale": 2320}
+    for f, n in error_fields().items():
+        assert errors_in({**dict.fromkeys(st, 0), f: 1}) == {n: 1}
 
 
 def test_layer_dysharp_basic(seed, sim, tmp_path):

@@ -77,10 +77,10 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 
 from ..credit import CreditReceiver, CreditSender
 from ..packet import (DEFAULT_FLIT_WIDTH, MAX_LENGTH, MAX_PORTS, N_VCS, VC_REQ, VC_RESP, DynamicRoute,
-                      Opcode, flit_layout)
+                      ErrorCode, Opcode, flit_layout)
 from ..packet_stream import PacketMerge, PacketSplit
 from ..vc_link import VcReceiver, VcSender, vc_link_signature
-from .al_tlb import N_COUNTERS as N_TLB_COUNTERS, AlTlb, TlbConfig
+from .al_tlb import N_COUNTERS as N_TLB_COUNTERS, AlTlb, TlbConfig, TlbCounter
 from .egress_translator import EgressCounter, EgressTranslator
 from .group_table import GroupWrite
 from .ingress_check import IngressCheck
@@ -89,7 +89,7 @@ from .reduction_engine import ENGINE_COUNTERS, ReductionEngine
 from .tlb_fill_bridge import TlbFillBridge
 
 __all__ = ["DySharpSwitch", "SwitchConfig", "CfgTarget", "IngressCounter", "status_layout",
-           "port_status_layout", "status_signature", "status_ports"]
+           "port_status_layout", "status_signature", "status_ports", "error_fields", "errors_in"]
 
 # Receive FIFO between each network's output and the egress stages (covers the 2-cycle credit loop).
 _NET_OUT_DEPTH = 4
@@ -138,6 +138,36 @@ def status_layout(ports: int) -> data.StructLayout:
         "resp_net": data.ArrayLayout(32, N_ERROR_CODES),
         "cfg_errors": 32,
     })
+
+
+# The counters that only a fault moves (the others count traffic or occupancy).
+_TLB_ERRORS = (TlbCounter.BAD_RESPONSES, TlbCounter.CFG_ERRORS, TlbCounter.ISOLATION, TlbCounter.OUT_OF_BOUNDS,
+               TlbCounter.TLB_FAULT, TlbCounter.BUFFER_FULL, TlbCounter.OTHER_ERRORS, TlbCounter.READ_TIMEOUTS,
+               TlbCounter.TIMEOUT, TlbCounter.STALE_RESPONSES)
+_ENGINE_ERRORS = ("stale", "mismatches", "aborts", "timeouts", "bad_requests", "bad_responses", "duplicates")
+
+
+def error_fields() -> dict[str, str]:
+    """The :func:`status_layout` fields that count errors, as {flattened field name (``total.`` sums over
+    ports): readable name}: every one is zero after a run in which no fault was injected. The AL-TLB's
+    error answers, timeouts and refused fills and writes; every reduction-engine refusal (stale, mismatched,
+    aborted, timed-out, malformed and duplicate contributions or requests); egress translation errors;
+    ingress refusals, link overflows and bad fills; both networks' error packets per
+    :class:`~hw.packet.ErrorCode` (``NONE`` excluded); refused configuration writes."""
+    codes = {c.value: c.name for c in ErrorCode}
+    out = {f"total.tlb.{c.value}": f"tlb.{c.name}" for c in _TLB_ERRORS}
+    out |= {f"total.engine.{n}": f"engine.{n}" for n in _ENGINE_ERRORS}
+    c = EgressCounter.XLATE_ERRORS
+    out[f"total.egress.{c.value}"] = f"egress.{c.name}"
+    out |= {f"total.ingress.{c.value}": f"ingress.{c.name}" for c in IngressCounter}
+    out |= {f"{net}.{v}": f"{net}.{codes.get(v, v)}" for net in ("req_net", "resp_net") for v in range(1, N_ERROR_CODES)}
+    return out | {"cfg_errors": "cfg_errors"}
+
+
+def errors_in(status: dict) -> dict[str, int]:
+    """{readable name: count} of the :func:`error_fields` that are not zero in ``status`` (a decoded
+    :func:`status_layout`: {flattened field name: value})."""
+    return {name: status[f] for f, name in error_fields().items() if status[f]}
 
 
 def status_signature(ports: int) -> wiring.Signature:
