@@ -53,7 +53,7 @@ AFTER = {"lint": ("verilog",), "estimate": ("switch", "al_tlb", "reduction", "gp
 # Rough wall time of each step in seconds (default scope, fresh clone, 2 cores, two steps at a time), for
 # the order in which ready steps start when no earlier run of the scope left its own times: the longest
 # chain of dependent steps first, so that the study does not end on a long step started late.
-# Measured at 85ed3c3 (README, "The default study").
+# Rough figures from an earlier default run; docs/performance.md gives the current step times.
 EXPECTED_S = {"verilog": 150, "lint": 130, "switch": 65, "al_tlb": 45, "reduction": 180, "dysharp_switch": 750,
               "gpu_side": 25, "system": 325, "area_power": 1225, "estimate": 50}
 

@@ -570,7 +570,7 @@ def _print_run(r):
 
 
 def markdown(report: dict) -> str:
-    """The switch figures as a Markdown section (used by the README and the study report)."""
+    """The switch figures as a Markdown section (used by the study report; docs/switch.md)."""
     from tabulate import tabulate
 
     lines = ["## NVSwitch datapath: throughput and latency", "",

@@ -346,7 +346,7 @@ def run(args) -> int:
 
 
 def markdown(report: dict) -> str:
-    """The GPU-side figures as a Markdown section (docs/gpu_side.md, the README, the study report)."""
+    """The GPU-side figures as a Markdown section (docs/gpu_side.md, the study report)."""
     cal = report["calibration"]
     rg = report["reqgen"]
     lines = ["## GPU side: token tracker, request generator, receive path", "",

@@ -395,7 +395,7 @@ class SystemEnv:
         timeout scanner (with its read of the entry it checks), which steps round the ``red_entries``
         entries and so ends where it would have when the dropped cycles are whole rounds.
         ``tests/test_system.py`` runs a layer both ways and compares every figure; so was the study's
-        layer, all three schemes (README)."""
+        layer, all three schemes (docs/system.md)."""
         if not self._quiet_now():
             self.quiet = 0
             return 0
