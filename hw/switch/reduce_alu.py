@@ -54,7 +54,7 @@ alignment | significand add and leading-zero count | normalisation, rounding and
 one-cycle min/max and int results are delayed to match): latency 4, one flit per cycle, but an input
 with ``chain`` (and not ``first``) is not accepted while the previous operation is in the first two
 accumulate stages, so back-to-back chained operations go one every 3 cycles. The three-stage form
-closes the 640 ps port clock (docs/area_power.md, "Timing closure at 640 ps").
+closes the 640 ps port clock (docs/timing.md, "Reduce ALU").
 
 ``chain_hold=False`` (for a user that tracks its own hazards, like the reduction buffer) drops that wait:
 ``chain`` then selects the stage-1 register: the partial of the operation that last left the accumulate

@@ -116,7 +116,7 @@ RTAG_BITS = 16
 COUNT_BITS = 7          # contributions per flit: up to 64 destinations
 LAST_TO_RESULT_CYCLES = 7
 ACC_STAGES = (1, 3)     # the ReduceALU's accumulate stages the buffer supports
-DEFAULT_ACC_STAGES = 3  # meets the 640 ps port clock (docs/area_power.md)
+DEFAULT_ACC_STAGES = 3  # meets the 640 ps port clock (docs/timing.md)
 
 
 def _bits(n: int) -> int:
