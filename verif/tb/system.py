@@ -388,12 +388,13 @@ class SystemEnv:
 
     def skip(self, cycle) -> int:
         """Cycles the DUT may be left alone: none until the whole system has been quiet for ``QUIET``
-        cycles (no flit on any link, no descriptor, command or memory read pending, no DUT output valid:
-        the quiet stretch covers the latency of any work still inside the DUT); then until one cycle
-        before the next testbench event (a GEMM end, a combine becoming ready).
+        cycles (no flit on any link, no descriptor, command or memory read pending, no DUT output valid, no
+        reduction-buffer entry in use: the quiet stretch covers the latency of any other work still inside
+        the DUT); then until one cycle before the next testbench event (a GEMM end, a combine becoming
+        ready). A skip that finds the DUT busy afterwards fails the run (:meth:`resumed`).
 
-        Most of such a stretch is not simulated (``drop``, default on: :attr:`Cycler.drop_period`) when
-        no reduction-buffer entry is in use (``switch_status.total.engine.in_use``). Exact, because the
+        Most of such a stretch is not simulated (``drop``, default on: :attr:`Cycler.drop_period`). Exact,
+        because no reduction-buffer entry is in use (``switch_status.total.engine.in_use``) and the
         RTL's only free-running registers are each reduction buffer's (``hw/switch/reduction_buffer.py``;
         every other counter and timer in ``hw/`` moves on a transfer or while a request it started is
         pending, and quiet that long none is): the time counter ``now``, which only enters as an entry's
@@ -415,7 +416,7 @@ class SystemEnv:
                 nxt = t if nxt is None else min(nxt, t)
         n = 0 if nxt is None else max(0, nxt - cycle - 2)
         if n:
-            self.cycler.drop_period = self.drop_k if self.drop_k and not self.occupancy.in_use() else None
+            self.cycler.drop_period = self.drop_k
         return n
 
     def _quiet_now(self) -> bool:
@@ -428,7 +429,9 @@ class SystemEnv:
                 return False
             if f.ready and f.ready[0][0] <= self.cycler.cycle:
                 return False
-        return True
+        # A reduction can stay inside the switch for longer than QUIET after the last flit on any link (85
+        # cycles seen at G = 16: its entry is held until the result has left), so no entry may be in use.
+        return not self.occupancy.in_use()
 
     @staticmethod
     def _outputs(gs):
