@@ -17,7 +17,7 @@ COMMANDS = {
               "Measure one hardware block in simulation (switch, AL-TLB, reduction, GPU side) and write its "
               "figures to build/bench/."),
     "system": ("dysharp.commands.system",
-               "Run a whole MoE layer on G GPU NICs and the DySHARP switch (deepep, dysharp-basic, dysharp): "
+               "Run a whole MoE layer on G GPU NICs and the DySHARP switch (deepep, fused-unicast, dysharp-basic, dysharp): "
                "numpy check, cycles, flits, link-utilization plot and the estimator's prediction."),
     "formal": ("dysharp.commands.formal",
                "Prove the blocks' invariants (credit link, ...) with SymbiYosys and z3: a table of properties, "

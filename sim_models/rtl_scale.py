@@ -29,7 +29,7 @@ from .moe_config import load_model
 from .system_config import load_system
 from .workload import workload_from_routing
 
-__all__ = ["scaled_configs", "predict_cycles"]
+__all__ = ["scaled_configs", "predict_cycles", "ESTIMATOR_SCHEME"]
 
 
 def scaled_configs(model: str, gpus: int, hidden: int, system: str = "hgx-h100", rtl_links: int = 1,
@@ -50,9 +50,15 @@ def scaled_configs(model: str, gpus: int, hidden: int, system: str = "hgx-h100",
     return ms, ss
 
 
+# The estimator's scheme for each RTL scheme whose name differs: the token-centric fusion over unicast is
+# the estimator's CCFuser (fused pipeline, unicast traffic).
+ESTIMATOR_SCHEME = {"fused-unicast": "ccfuser"}
+
+
 def predict_cycles(layer, schemes, calibration=None) -> dict:
     """``{scheme: {"total", "dispatch", "gemm", "combine"}}`` in cycles for a
-    :class:`verif.models.moe_layer.MoeLayer` (its model, G, tokens, hidden, dtype, tile and routing)."""
+    :class:`verif.models.moe_layer.MoeLayer` (its model, G, tokens, hidden, dtype, tile and routing), keyed
+    by the RTL schemes' names (:data:`ESTIMATOR_SCHEME` maps them)."""
     p = layer.p
     scale = sum(layer.gemm_tile_cycles()) / sum(layer.derived_gemm_tile_cycles())
     ms, ss = scaled_configs(p.model, layer.G, layer.hidden, p.system, p.rtl_links, p.switch_latency, scale)
@@ -60,8 +66,8 @@ def predict_cycles(layer, schemes, calibration=None) -> dict:
     # block_m=None: the GEMM model the RTL run's tile cycles come from (MoeLayer.derived_gemm_tile_cycles),
     # so that measured and predicted differ by the communication and the overlap, not by two GEMM models.
     est = estimate(ms, ss, Params(tokens_per_gpu=layer.T, dtype=p.dtype, tile=p.tile_size, gpus=layer.G,
-                                  seed=p.seed, block_m=None), calibration=calibration, schemes=list(schemes),
-                   workload=wl)
+                                  seed=p.seed, block_m=None), calibration=calibration,
+                   schemes=[ESTIMATOR_SCHEME.get(s, s) for s in schemes], workload=wl)
     f = ss.switch_clock_ghz * 1e9
-    return {s: {k: getattr(est.results[s], k) * f for k in ("total", "dispatch", "gemm", "combine")}
+    return {s: {k: getattr(est.results[ESTIMATOR_SCHEME.get(s, s)], k) * f for k in ("total", "dispatch", "gemm", "combine")}
             for s in schemes}

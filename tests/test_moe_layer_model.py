@@ -114,7 +114,7 @@ def experts_on(L, t, g):
 def test_work_lists_cover_every_pair_once(layer, scheme):
     L = layer
     work = L.work(scheme)
-    unicast = scheme == "deepep"
+    unicast = scheme in ml.UNICAST_SCHEMES
     dispatched, combined = collections.Counter(), collections.Counter()
     for w in work:
         for e, toks in w.local_tiles:
@@ -182,7 +182,7 @@ def rtl_flits(L, scheme):
     up = {ph: [0] * G for ph in ("dispatch", "combine", "fills")}
     down = {ph: [0] * G for ph in ("dispatch", "combine", "fills")}
     mem = GpuMemory()
-    unicast = scheme == "deepep"
+    unicast = scheme in ml.UNICAST_SCHEMES
 
     def rbase(g):
         rb = L.gen_config(g, scheme)["rbase"]
@@ -311,7 +311,7 @@ def test_bad_parameters(kw, msg):
 
 def test_bad_scheme():
     L = ml.build_layer(gpus=4, tokens=4)
-    with pytest.raises(ValueError, match="unknown scheme 'nccl'; valid: deepep, dysharp-basic, dysharp"):
+    with pytest.raises(ValueError, match="unknown scheme 'nccl'; valid: deepep, fused-unicast, dysharp-basic, dysharp"):
         L.work("nccl")
     with pytest.raises(ValueError, match="unknown scheme"):
         L.predicted_flits("nccl")

@@ -19,7 +19,7 @@ from verif.models.moe_layer import build_layer
     (["--gpus", "64", "--tokens", "5000"], "--tokens 5000: must be in 1..4096"),
     (["--hidden", "100"], "--hidden 100: must be a multiple of 16 in 16..7168"),
     (["--hidden", "8192"], "--hidden 8192"),
-    (["--scheme", "nvls"], "valid: deepep, dysharp-basic, dysharp or all"),
+    (["--scheme", "nvls"], "valid: deepep, fused-unicast, dysharp-basic, dysharp or all"),
     (["--seed", "-1"], "--seed -1: must be >= 0"),
     (["--gemm", "5"], "--gemm '5': must be two positive cycle counts"),
     (["--silent-gpu", "8"], "--silent-gpu 8: must be a GPU in 0..7"),

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from verif.bench.common import table
 
-SCHEMES = ("deepep", "dysharp-basic", "dysharp")
+from verif.models.moe_layer import SCHEMES, TRAFFIC_SCHEME
 DEFAULTS = {"model": "deepseek-v3", "gpus": 8, "tokens": 256, "hidden": 128, "seed": 1}
 
 
@@ -161,8 +161,8 @@ def calibration_figures(figs: dict) -> dict:
     schemes; keys = the predicted fills, one per (group, index, destination)) and the fused run's mean
     tile ready latency."""
     cal = {}
-    keys = sum(sum(f["predicted"]["fills"]["down"]) for s, f in figs.items() if s != "deepep")
-    misses = sum(f["tlb"]["misses"] for s, f in figs.items() if s != "deepep")
+    keys = sum(sum(f["predicted"]["fills"]["down"]) for s, f in figs.items() if TRAFFIC_SCHEME[s] == "dynamic")
+    misses = sum(f["tlb"]["misses"] for s, f in figs.items() if TRAFFIC_SCHEME[s] == "dynamic")
     if keys:
         cal["tlb_misses_per_key"] = misses / keys
     fused = figs.get("dysharp") or figs.get("dysharp-basic")
@@ -297,7 +297,7 @@ def run(args) -> int:
               "jobs": jobs, "clock_quiet": args.clock_quiet, "schemes": figs, "failed": failed, "predicted": pred}
     print(scheme_table(figs, pred, point.gpus))
     if "dysharp" in figs:
-        for s in ("deepep", "dysharp-basic"):
+        for s in SCHEMES[:-1]:
             if s in figs:
                 print(f"speedup of dysharp over {s}: measured {figs[s]['cycles']['total'] / figs['dysharp']['cycles']['total']:.3f}x, "
                       f"predicted {pred[s]['total'] / pred['dysharp']['total']:.3f}x")
@@ -357,7 +357,7 @@ STUDY_ARGS = {"quick": ["--gpus", "4", "--tokens", "16", "--gemm", "64,32"], "de
 
 
 def study(args, out_dir) -> str:
-    """The ``system`` step of ``dysharp study``: the layer at the study's scope, all three schemes."""
+    """The ``system`` step of ``dysharp study``: the layer at the study's scope, every scheme."""
     import argparse
     from dysharp.commands.study import scope_of
     p = argparse.ArgumentParser()

@@ -1,5 +1,5 @@
 """One MoE layer over G GPUs as the system testbench runs it: routing, data, the numpy reference, and the
-per-GPU work lists of the three schemes. Independent of the RTL (it imports only packet/descriptor
+per-GPU work lists of the four schemes. Independent of the RTL (it imports only packet/descriptor
 definitions and :mod:`sim_models`).
 
 ``plan = build_layer(LayerParams(model="deepseek-v3", gpus=4, tokens=64, hidden=128, seed=1))`` gives a
@@ -45,6 +45,10 @@ Schemes (:data:`SCHEMES`), as descriptor streams (:class:`verif.models.gpu_nic.D
   ``traffic.py``'s ``unicast`` combine counts), interleaved over the homes with each GPU starting at the
   next GPU (no incast: every home receives from one GPU at a time); the home sums its local partial and
   the pushed ones.
+* ``fused-unicast``: the token-centric fusion without in-switch compute: ``deepep``'s descriptors, but
+  each expert GPU pushes its partial of a token home as soon as its own pairs of that token are released
+  by its Tile Status Table (:attr:`ReturnItem.pairs`), ahead of dispatch descriptors not yet taken, ties
+  in ``deepep``'s interleaved order: combine overlaps dispatch, with no barrier.
 * ``dysharp-basic`` (dynamic mode): dispatch ``dymultimem.st`` (``DYN_ST``, group ``G_DISP``, index =
   global token id); after all GEMMs, combine ``dymultimem.ld_reduce`` (group ``G_COMB``, BF16 add) over the
   remote GPUs holding the token's experts, result at ``OUT_BASE`` + row; the home adds its local partial.
@@ -83,13 +87,15 @@ from sim_models.system_config import load_system
 
 from verif.models.gpu_nic import Desc
 
-__all__ = ["SCHEMES", "TRAFFIC_SCHEME", "LayerParams", "MoeLayer", "GpuWork", "CombineItem", "ReturnItem",
+__all__ = ["SCHEMES", "TRAFFIC_SCHEME", "UNICAST_SCHEMES", "FUSED_SCHEMES", "LayerParams", "MoeLayer", "GpuWork", "CombineItem", "ReturnItem",
            "build_layer", "encode_row", "decode_row", "encode_bf16_row", "decode_bf16_row", "expert_ffn",
            "G_DISP", "G_COMB", "G_PART", "X_BASE", "WIN_BASE", "COMB_BASE", "OUT_BASE", "PART_BASE",
            "LOCAL_BASE", "FLIT_BYTES"]
 
-SCHEMES = ("deepep", "dysharp-basic", "dysharp")
-TRAFFIC_SCHEME = {"deepep": "unicast", "dysharp-basic": "dynamic", "dysharp": "dynamic"}
+SCHEMES = ("deepep", "fused-unicast", "dysharp-basic", "dysharp")
+TRAFFIC_SCHEME = {"deepep": "unicast", "fused-unicast": "unicast", "dysharp-basic": "dynamic", "dysharp": "dynamic"}
+UNICAST_SCHEMES = tuple(s for s in SCHEMES if TRAFFIC_SCHEME[s] == "unicast")   # request generator in unicast mode
+FUSED_SCHEMES = ("fused-unicast", "dysharp")       # token-centric: combine overlaps dispatch, no barrier
 DTYPES = ("fp8", "bf16")
 FLIT_BYTES = 16
 META_ENTRIES = 8
@@ -405,7 +411,7 @@ class MoeLayer:
         G, T, N, rb = self.G, self.T, self.N, self.row_bytes
         regions = [("X_BASE", X_BASE, T), ("WIN_BASE", WIN_BASE, N), ("COMB_BASE", COMB_BASE, N),
                    ("OUT_BASE", OUT_BASE, T), ("LOCAL_BASE", LOCAL_BASE, T)]
-        if scheme == "deepep":
+        if scheme in UNICAST_SCHEMES:
             regions.append(("PART_BASE", PART_BASE, G * N))
         for (name, base, rows), nxt in zip(regions, [b for _, b, _ in regions[1:]] + [1 << ADDR_BITS]):
             if base + rows * rb > nxt:
@@ -430,7 +436,7 @@ class MoeLayer:
                     disp.append(Desc(op=DescOp.STORE.value, mask=m, index=t, group=G_DISP,
                                      addr=X_BASE + (i << rs), length=rf))
             comb, rets = [], []
-            if scheme == "deepep":
+            if scheme in UNICAST_SCHEMES:
                 lo, hi = self.local_expert_range(g)
                 for t in range(N):
                     if self.home[t] == g:
@@ -479,7 +485,7 @@ class MoeLayer:
         """:class:`hw.gpu_nic.request_gen.GenConfig` and ``rbase`` of GPU ``g``: a pushed partial's
         ``G_PART`` base is GPU ``g``'s own stripe of ``PART_BASE`` (rows ``g * N ..``), so its index is the
         token id alone."""
-        return dict(port=g, unicast=int(scheme == "deepep"), row_shift=self.row_shift,
+        return dict(port=g, unicast=int(scheme in UNICAST_SCHEMES), row_shift=self.row_shift,
                     rbase={G_DISP: WIN_BASE, G_PART: PART_BASE + ((g * self.N) << self.row_shift)})
 
     def tracker_shape(self) -> tuple[int, int]:

@@ -14,7 +14,9 @@ derived ones; ``sabotage=partial`` makes one expert output wrong on purpose, so 
   (``deepep``: the expert GPUs' partial pushes). ``dysharp``: dispatch in token order, and each token's
   ``ld_reduce`` as soon as all its remote (GPU, expert) pairs have been released by the GPUs' Tile Status
   Tables (+ ``notify_cycles``), ahead of dispatch descriptors not yet taken, ties in the reference
-  scheduler's planned order.
+  scheduler's planned order. ``fused-unicast``: ``deepep``'s descriptors, and each expert GPU's push of a
+  token's partial as soon as that GPU's own pairs of the token have been released (+ ``notify_cycles``),
+  ahead of dispatch descriptors not yet taken, ties in ``deepep``'s interleaved order.
 * **The GEMM stand-in** per GPU: the Tile Status Table's ready tiles (plus the GPU's local tiles, ready at
   cycle 0) run under the reference token-centric tile policy (:class:`sim_models.scheduler.TilePolicy`,
   the scheduler's workers and pool join); at a tile's GEMM-2 end the stand-in reads each token row of the
@@ -23,7 +25,7 @@ derived ones; ``sabotage=partial`` makes one expert output wrong on purpose, so 
   contents (x, gate weights, expert ids), adds it into the token's expert-output row (a GPU holding two of
   the token's experts pre-sums them there), writes the row into memory and sends ``DONE`` (local tiles:
   the home's local partial row instead). ``EXPECT`` totals go in at cycle 0 (the count exchange).
-* **Sum at home**: when a token's ``ld_reduce`` result (dynamic) or all its pushed partials (deepep)
+* **Sum at home**: when a token's ``ld_reduce`` result (dynamic) or all its pushed partials (unicast schemes)
   have landed in the home's memory, its output is that plus the home's local partial.
 
 Checks: every home GPU's output rows equal :meth:`MoeLayer.reference` **bit for bit** (the data make every
@@ -363,6 +365,10 @@ class SystemEnv:
             self.rows[key] = t
         self.pending = {t: collections.Counter(L.remote_pairs(t)) for t in range(L.N)}
         self.left = sum(1 for t in range(L.N) if self.pending[t])
+        # fused-unicast: an expert GPU's push of a token waits for its own pairs of that token only
+        self.push_items = {(r.gpu, r.token): (i, r) for w in self.work for i, r in enumerate(w.returns)} \
+            if self.scheme in ml.FUSED_SCHEMES else {}
+        self.push_pending = {k: collections.Counter(r.pairs) for k, (_, r) in self.push_items.items()}
         self.released_at = {}
         self.ready_cycles = []
         self.phase = {}
@@ -382,12 +388,13 @@ class SystemEnv:
 
     def skip(self, cycle) -> int:
         """Cycles the DUT may be left alone: none until the whole system has been quiet for ``QUIET``
-        cycles (no flit on any link, no descriptor, command or memory read pending, no DUT output valid:
-        the quiet stretch covers the latency of any work still inside the DUT); then until one cycle
-        before the next testbench event (a GEMM end, a combine becoming ready).
+        cycles (no flit on any link, no descriptor, command or memory read pending, no DUT output valid, no
+        reduction-buffer entry in use: the quiet stretch covers the latency of any other work still inside
+        the DUT); then until one cycle before the next testbench event (a GEMM end, a combine becoming
+        ready). A skip that finds the DUT busy afterwards fails the run (:meth:`resumed`).
 
-        Most of such a stretch is not simulated (``drop``, default on: :attr:`Cycler.drop_period`) when
-        no reduction-buffer entry is in use (``switch_status.total.engine.in_use``). Exact, because the
+        Most of such a stretch is not simulated (``drop``, default on: :attr:`Cycler.drop_period`). Exact,
+        because no reduction-buffer entry is in use (``switch_status.total.engine.in_use``) and the
         RTL's only free-running registers are each reduction buffer's (``hw/switch/reduction_buffer.py``;
         every other counter and timer in ``hw/`` moves on a transfer or while a request it started is
         pending, and quiet that long none is): the time counter ``now``, which only enters as an entry's
@@ -409,7 +416,7 @@ class SystemEnv:
                 nxt = t if nxt is None else min(nxt, t)
         n = 0 if nxt is None else max(0, nxt - cycle - 2)
         if n:
-            self.cycler.drop_period = self.drop_k if self.drop_k and not self.occupancy.in_use() else None
+            self.cycler.drop_period = self.drop_k
         return n
 
     def _quiet_now(self) -> bool:
@@ -422,7 +429,9 @@ class SystemEnv:
                 return False
             if f.ready and f.ready[0][0] <= self.cycler.cycle:
                 return False
-        return True
+        # A reduction can stay inside the switch for longer than QUIET after the last flit on any link (85
+        # cycles seen at G = 16: its entry is held until the result has left), so no entry may be in use.
+        return not self.occupancy.in_use()
 
     @staticmethod
     def _outputs(gs):
@@ -449,6 +458,12 @@ class SystemEnv:
                 c = self.combine_items[t]
                 heapq.heappush(self.gpus[int(self.L.home[t])].feeder.ready,
                                (cycle + self.sp.notify_cycles, c.planned, t, c.desc))
+        push = self.push_pending.get((g, t))
+        if push is not None:
+            push[(g, e)] -= 1
+            if not +push:
+                i, r = self.push_items[(g, t)]
+                heapq.heappush(self.gpus[g].feeder.ready, (cycle + self.sp.notify_cycles, i, t, r.desc))
 
     def configure(self):
         dut, L = self.dut, self.L
@@ -479,9 +494,9 @@ class SystemEnv:
         return [(bits >> (32 * i)) & 0xFFFFFFFF for i in range(n)]
 
     def unfinished(self) -> list[int]:
-        """Tokens whose combine result (or, deepep, one of whose pushed partials) has not fully landed."""
+        """Tokens whose combine result (or, unicast schemes, one of whose pushed partials) has not fully landed."""
         L = self.L
-        if self.scheme == "deepep":
+        if self.scheme in ml.UNICAST_SCHEMES:
             return sorted({r.token for w in self.work for r in w.returns
                            if self.gpus[int(L.home[r.token])].landed[(ml.PART_BASE // F, r.row)] != L.comb_flits})
         return sorted(c.token for w in self.work for c in w.combine if c.desc is not None
@@ -501,7 +516,7 @@ class SystemEnv:
         (a full scan per cycle costs more than the rest of the testbench at 2,048 tokens)."""
         if self._results is None:
             L = self.L
-            if self.scheme == "deepep":
+            if self.scheme in ml.UNICAST_SCHEMES:
                 self._results = [(self.gpus[int(L.home[r.token])].landed, (ml.PART_BASE // F, r.row))
                                  for w in self.work for r in w.returns]
             else:
@@ -527,7 +542,7 @@ class SystemEnv:
             local = gs.acc.get(ml.LOCAL_BASE // F + (i << (rs - 4)))
             acc = np.zeros(L.hidden, dtype=np.float32) if local is None else \
                 ml.decode_bf16_row(gs.row_flits(ml.LOCAL_BASE // F + (i << (rs - 4)), L.comb_flits), L.hidden)
-            if self.scheme == "deepep":
+            if self.scheme in ml.UNICAST_SCHEMES:
                 rows = [gs.row_flits(ml.PART_BASE // F + (idx << (rs - 4)), L.comb_flits) for idx in srcs[t]]
             elif self.combine_items[t].desc is not None:
                 rows = [gs.row_flits(ml.OUT_BASE // F + (i << (rs - 4)), L.comb_flits)]
@@ -558,7 +573,7 @@ async def test_layer(dut):
     await env.wait(lambda: env.left == 0 and all(g.gemm_done for g in env.gpus), timeout, "dispatch and GEMMs",
                    lambda: [t for t in range(L.N) if +env.pending[t]])
     env.phase["dispatch_gemm"] = env.cycler.cycle - t0
-    if env.scheme != "dysharp":
+    if env.scheme not in ml.FUSED_SCHEMES:
         env.snap = env.flits()
         t1 = env.cycler.cycle
         for w, gs in zip(env.work, env.gpus):
@@ -566,7 +581,7 @@ async def test_layer(dut):
             gs.feeder.queue.extend(r.desc for r in w.returns)
     await env.wait(env.complete, timeout, "combine results", env.unfinished)
     total = env.cycler.cycle - t0
-    if env.scheme != "dysharp":
+    if env.scheme not in ml.FUSED_SCHEMES:
         env.phase["combine"] = env.cycler.cycle - t1
     env.phase["total"] = total
     await env.cycler.cycles(50)          # let anything stray show up in the counters
@@ -589,7 +604,7 @@ async def test_layer(dut):
         assert not any(int(v) for v in env.counters("remote_codes", g, 8)[1:]), \
             f"GPU {g} remote error codes {env.counters('remote_codes', g, 8)}"
         mm = env.counters("mm_counters", g, len(MmCounter))
-        routed = int(L.dest.remote[:, g].sum()) if env.scheme != "deepep" else 0
+        routed = int(L.dest.remote[:, g].sum()) if env.scheme not in ml.UNICAST_SCHEMES else 0
         assert mm[MmCounter.ALLOCATED] == routed, f"GPU {g}: {mm[MmCounter.ALLOCATED]} rows allocated, {routed} routed"
         for c in (MmCounter.BUFFER_FULL, MmCounter.TLB_FAULT, MmCounter.ISOLATION, MmCounter.OUT_OF_BOUNDS,
                   MmCounter.CFG_ERRORS):
