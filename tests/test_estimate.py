@@ -250,7 +250,7 @@ def test_bad_seed_and_a_text_file_as_trace_are_named(tmp_path, capsys):
 
 @pytest.mark.parametrize("flags, named", [
     (["--validate", "--end-to-end"], "--validate and --end-to-end are separate runs"),
-    (["--end-to-end", "--sweep"], "--end-to-end and --sweep are separate runs"),
+    (["--sweep", "--end-to-end", "--validate"], "--validate and --sweep --end-to-end are separate runs"),
     (["--end-to-end", "--tornado"], "--end-to-end and --tornado / --sensitivity are separate runs"),
 ])
 def test_run_modes_are_exclusive(flags, named, tmp_path, capsys):
