@@ -5,7 +5,8 @@ One task per (model, system, mode) -- every scheme shares that step's routed MoE
 :func:`dysharp.engine.map_tasks` as the layer sweep's are (``jobs`` local processes or the Dask cluster at
 ``scheduler``, a tqdm bar). With ``cache`` a task's rows are reused from ``build/cache/end_to_end`` when its
 content key (the ``sim_models`` source with its configs, the model, system, parameters, whole-step
-parameters and calibration) is unchanged. Outputs under ``out_dir`` (default ``build/estimate/``):
+parameters and calibration) is unchanged, and each step's routed MoE layer is stored as the layer sweep's
+estimate of that point (a later ``dysharp estimate --sweep`` of the same parameters reuses it). Outputs under ``out_dir`` (default ``build/estimate/``):
 ``end_to_end_sweep.csv`` (one row per model, system, mode and scheme) and ``end_to_end_speedup.png``.
 """
 
@@ -17,7 +18,7 @@ from .calibration import Calibration, load_calibration
 from .end_to_end import E2EParams, EndToEnd, end_to_end
 from .estimator import BASELINES, FULL, MODES, SCHEMES, Params
 from .moe_config import load_model, model_names
-from .sweep import SWEEP_SYSTEMS, _plt, _save, write_csv
+from .sweep import SWEEP_SYSTEMS, _key as _layer_key, _plt, _save, rows_of, write_csv
 from .system_config import load_system, system_names
 
 __all__ = ["E2E_MODES", "E2E_COLUMNS", "e2e_rows_of", "end_to_end_sweep", "plot_end_to_end", "markdown_tables",
@@ -63,9 +64,12 @@ def e2e_rows_of(e: EndToEnd, **extra) -> list[dict]:
     return out
 
 
-def _one(job) -> list[dict]:
+def _one(job) -> dict:
+    """The whole-step rows of one (model, system, mode), and, when it estimated every scheme, the rows of its
+    routed MoE layer as the layer sweep has them (:func:`sweep.rows_of`)."""
     model, system, params, e2e, cal, schemes = job
-    return e2e_rows_of(end_to_end(load_model(model), load_system(system), params, e2e, cal, schemes))
+    e = end_to_end(load_model(model), load_system(system), params, e2e, cal, schemes)
+    return {"steps": e2e_rows_of(e), "layer": rows_of(e.estimate) if schemes is None else None}
 
 
 def _key(job) -> str:
@@ -97,8 +101,16 @@ def end_to_end_sweep(models=None, systems=SWEEP_SYSTEMS, modes=E2E_MODES, params
     res = engine.map_tasks(_one, work, jobs=jobs, scheduler=scheduler, desc="whole-step sweep",
                            labels=[f"{m} {s} {p.mode}" for m, s, p, *_ in work], cache=store,
                            key=_key if cache else None)
+    if cache:
+        # The routed MoE layer of each step is the layer sweep's estimate of the same point: stored under its
+        # key, so that a layer sweep after this one (the study's) reuses it instead of recomputing it.
+        layer_store = engine.cache("estimate")
+        for (m, s, p, _e2e, c, _schemes), r in zip(work, res):
+            k = _layer_key((m, s, p, c, {}))
+            if r["layer"] is not None and k not in layer_store:
+                layer_store.set(k, r["layer"], retry=True)
     by_grid = dict(zip(order, res))
-    return [r for i in range(len(grid)) for r in by_grid[i]]
+    return [r for i in range(len(grid)) for r in by_grid[i]["steps"]]
 
 
 _TICKS = (0.5, 0.75, 0.9, 1, 1.1, 1.25, 1.5, 2, 3, 4, 6, 8, 12, 16)
@@ -154,7 +166,8 @@ def markdown_tables(rows: list[dict], baselines=BASELINES) -> str:
                          + [f"{rs[b]['step_speedup']:.2f}" if b in rs else "-" for b in bs])
         tok = sel[0]["tokens_per_gpu"] if len({r["tokens_per_gpu"] for r in sel}) == 1 else "varied"
         kind = "training" if mode == "training" else f"inference, {mode}"
-        out += [f"{kind} ({tok} tokens/GPU): DySHARP's whole-step speedup over each baseline", "",
+        out += [f"**{kind}** ({tok} tokens/GPU): DySHARP's step time, the MoE layers' share of it, and DySHARP's "
+                "whole-step speedup over each baseline", "",
                 tabulate(table, headers=["model", "system", "GPUs", "DySHARP step ms", "MoE share"]
                          + [f"vs {b}" for b in bs], tablefmt="github", disable_numparse=True), ""]
     return "\n".join(out).rstrip()

@@ -20,8 +20,8 @@ def test_sweep_csv_equals_end_to_end_per_cell(tmp_path, capsys):
                  "--systems", "hgx-h200", "--tokens", "128", "--context", "256", "--jobs", "1", "--no-cache",
                  "--bench-dir", str(nobench), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    for title in ("training (128 tokens/GPU)", "inference, prefill (128 tokens/GPU)",
-                  "inference, decode (128 tokens/GPU)"):
+    for title in ("**training** (128 tokens/GPU)", "**inference, prefill** (128 tokens/GPU)",
+                  "**inference, decode** (128 tokens/GPU)"):
         assert title in printed
     assert "| mixtral-8x7b  | hgx-h200 |" in printed and "wrote " in printed
     assert (out / "end_to_end_speedup.png").read_bytes()[:4] == b"\x89PNG"
@@ -63,6 +63,24 @@ def test_sweep_shared_serial_reaches_every_cell(tmp_path, capsys):
         assert [(r["mode"], r["scheme"]) for r in rows] == [("decode", "deepep"), ("decode", "dysharp")]
         steps.append([float(r["step_ms"]) for r in rows])
     assert all(a < b for a, b in zip(*steps))
+
+
+def test_a_cached_whole_step_sweep_serves_the_layer_sweep(tmp_path, monkeypatch):
+    """With the cache, each step's routed MoE layer is stored as the layer sweep's estimate of that point, and
+    equals what the layer sweep computes itself."""
+    from dysharp import engine
+    from sim_models.end_to_end_sweep import end_to_end_sweep
+    from sim_models.sweep import _key, main_sweep
+    monkeypatch.setenv("DYSHARP_CACHE", str(tmp_path / "cache"))
+    cal = load_calibration(tmp_path / "no-bench")
+    params = Params(tokens_per_gpu=64)
+    end_to_end_sweep(["mixtral-8x7b"], ("hgx-h200",), ("prefill",), params, cal=cal, cache=True)
+    stored = engine.cache("estimate").get(_key(("mixtral-8x7b", "hgx-h200", params, cal, {})))
+    assert stored is not None and {r["scheme"] for r in stored} == set(SCHEMES)
+    assert stored == main_sweep(["mixtral-8x7b"], ("hgx-h200",), params, cal, cache=False)
+    # a subset of schemes is not the layer sweep's estimate: nothing stored for it
+    end_to_end_sweep(["qwen3-30b-a3b"], ("hgx-h200",), ("prefill",), params, cal=cal, schemes=["deepep"], cache=True)
+    assert engine.cache("estimate").get(_key(("qwen3-30b-a3b", "hgx-h200", params, cal, {}))) is None
 
 
 @pytest.mark.parametrize("argv, message", [
