@@ -2,7 +2,8 @@
 DualPipe (and the DySHARP ablations), from hardware and model parameters and the RTL's measured figures.
 
 One point prints a table of the layer-time breakdown and the speedups; ``--sweep`` writes CSV and PNG plots
-under ``--out`` (default ``build/estimate/``). The model is described in ``docs/estimator.md``.
+under ``--out`` (default ``build/estimate/``); ``--sweep --end-to-end`` the whole-step speedups of the same
+model x system grid in training, prefill and decode. The model is described in ``docs/estimator.md``.
 """
 
 import dataclasses
