@@ -6,8 +6,9 @@ One task per (model, system, mode) -- every scheme shares that step's routed MoE
 ``scheduler``, a tqdm bar). With ``cache`` a task's rows are reused from ``build/cache/end_to_end`` when its
 content key (the ``sim_models`` source with its configs, the model, system, parameters, whole-step
 parameters and calibration) is unchanged, and each step's routed MoE layer is stored as the layer sweep's
-estimate of that point (a later ``dysharp estimate --sweep`` of the same parameters reuses it). Outputs under ``out_dir`` (default ``build/estimate/``):
-``end_to_end_sweep.csv`` (one row per model, system, mode and scheme) and ``end_to_end_speedup.png``.
+estimate of that point (a later ``dysharp estimate --sweep`` of the same parameters reuses it). Outputs
+under ``out_dir`` (default ``build/estimate/``): ``end_to_end_sweep.csv`` (one row per model, system, mode
+and scheme) and ``end_to_end_speedup.png``.
 """
 
 import dataclasses

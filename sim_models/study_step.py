@@ -1,7 +1,8 @@
 """The estimator's step in ``dysharp study``: the sweep (CSV + plots), one example table, the whole-step
-(end-to-end) table and the whole-step sweep (training, prefill, decode over the sweep's grid), the validation against the baselines' published figures, and what the conclusions hang
-on (tornado and sensitivity plots), calibrated from whatever RTL benchmark figures the study has produced so
-far (``<report>/`` first, then ``build/bench/``)."""
+(end-to-end) table and the whole-step sweep (training, prefill, decode over the sweep's grid), the
+validation against the baselines' published figures, and what the conclusions hang on (tornado and
+sensitivity plots), calibrated from whatever RTL benchmark figures the study has produced so far
+(``<report>/`` first, then ``build/bench/``)."""
 
 import json
 import os

@@ -55,7 +55,8 @@ def add_arguments(p) -> None:
                         "sensitivity_*.png, sensitivity_all.csv; --quick: fewer points; --jobs/--scheduler/--no-cache apply")
     p.add_argument("--quick", action="store_true", help="with --sweep: fewer models and sensitivity points")
     p.add_argument("--models", default=None, metavar="A,B,...",
-                   help=f"with --sweep: the grid's models (default: all; --quick: 3); valid: {', '.join(model_names())}")
+                   help=f"with --sweep: the grid's models (default: all; --quick: 3); valid: "
+                        f"{', '.join(model_names())}")
     p.add_argument("--systems", default=None, metavar="A,B,...",
                    help=f"with --sweep: the grid's systems (default: {','.join(SWEEP_SYSTEMS)}); valid: "
                         f"{', '.join(system_names())}")
