@@ -19,10 +19,11 @@ from .estimator import BASELINES, FULL, SCHEMES, Estimate, Params, estimate
 from .moe_config import load_model, model_names
 from .system_config import SystemConfig, load_system
 
-__all__ = ["SWEEP_SYSTEMS", "COLUMNS", "rows_of", "main_sweep", "write_csv", "plot_speedups", "plot_breakdown",
+__all__ = ["SWEEP_SYSTEMS", "QUICK_MODELS", "COLUMNS", "rows_of", "main_sweep", "write_csv", "plot_speedups", "plot_breakdown",
            "markdown_table", "run_sweep"]
 
 SWEEP_SYSTEMS = ("hgx-h200", "gh200-nvl32", "nvl72")
+QUICK_MODELS = ("deepseek-v3", "qwen3-30b-a3b", "mixtral-8x7b")     # --quick: one model of each kind
 COLUMNS = ["model", "system", "gpus", "mode", "tokens_per_gpu", "routing", "placement", "dtype", "tile",
            "measured_d", "scheme", "total_us", "dispatch_us", "gemm_us", "combine_us", "exposed_us", "comm_sms",
            "dysharp_speedup"]
@@ -182,7 +183,7 @@ def run_sweep(out_dir="build/estimate", model="deepseek-v3", params: Params = Pa
     cal = cal if cal is not None else load_calibration()
     t0 = time.time()
     if quick and models is None:
-        models = ["deepseek-v3", "qwen3-30b-a3b", "mixtral-8x7b"]
+        models = list(QUICK_MODELS)
     rows = main_sweep(models, systems, params, cal, jobs, scheduler, cache)
     t_main = time.time() - t0
     sens_system = "gh200-nvl32" if "gh200-nvl32" in systems else systems[0]
@@ -197,7 +198,9 @@ def run_sweep(out_dir="build/estimate", model="deepseek-v3", params: Params = Pa
         "csv": write_csv(rows, out / "sweep.csv"),
         "sensitivity_csv": write_csv(srows, out / "sensitivity.csv"),
         "speedup_png": plot_speedups(rows, out / "speedup.png"),
-        "breakdown_png": plot_breakdown(rows, model, out / "breakdown.png"),
+        # the breakdown of ``model``, or of the grid's first model when the grid leaves it out
+        "breakdown_png": plot_breakdown(rows, model if any(r["model"] == model for r in rows) else rows[0]["model"],
+                                        out / "breakdown.png"),
         "sensitivity_png": plot_sensitivity(srows, out / "sensitivity.png"),
     }
     return {"paths": paths, "rows": rows, "sensitivity": srows, "main_s": t_main, "sensitivity_s": t_sens,

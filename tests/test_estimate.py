@@ -208,8 +208,13 @@ def test_study_step_and_cli_sweep(tmp_path, capsys, request):
     md = estimate_step(argparse.Namespace(quick=True), tmp_path)
     assert "![speedups](estimate/speedup.png)" in md and (tmp_path / "estimate" / "speedup.png").exists()
     assert re.search(r"\| deepseek-v3 +\| gh200-nvl32 +\|", md)
-    for section in ("### Whole step", "### Validation against", "### What the conclusions hang on", "### Sensitivity"):
+    for section in ("### Whole step", "#### Whole-step sweep: training and inference", "### Validation against",
+                    "### What the conclusions hang on", "### Sensitivity"):
         assert section in md
+    assert "![whole-step speedups](estimate/end_to_end_speedup.png)" in md
+    assert (tmp_path / "estimate" / "end_to_end_speedup.png").exists()
+    assert re.search(r"\*\*inference, decode\*\* \(64 tokens/GPU\)", md)
+    assert len((tmp_path / "estimate" / "end_to_end_sweep.csv").read_text().splitlines()) == 1 + 3 * 3 * 3 * len(SCHEMES)
     assert "![tornado](estimate/tornado.png)" in md and (tmp_path / "estimate" / "tornado.png").exists()
     assert (tmp_path / "estimate" / "sensitivity_all.png").exists()
     assert json.loads((tmp_path / "estimate" / "validation.json").read_text())
@@ -250,7 +255,7 @@ def test_bad_seed_and_a_text_file_as_trace_are_named(tmp_path, capsys):
 
 @pytest.mark.parametrize("flags, named", [
     (["--validate", "--end-to-end"], "--validate and --end-to-end are separate runs"),
-    (["--end-to-end", "--sweep"], "--end-to-end and --sweep are separate runs"),
+    (["--sweep", "--end-to-end", "--validate"], "--validate and --sweep --end-to-end are separate runs"),
     (["--end-to-end", "--tornado"], "--end-to-end and --tornado / --sensitivity are separate runs"),
 ])
 def test_run_modes_are_exclusive(flags, named, tmp_path, capsys):

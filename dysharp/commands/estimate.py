@@ -2,7 +2,8 @@
 DualPipe (and the DySHARP ablations), from hardware and model parameters and the RTL's measured figures.
 
 One point prints a table of the layer-time breakdown and the speedups; ``--sweep`` writes CSV and PNG plots
-under ``--out`` (default ``build/estimate/``). The model is described in ``docs/estimator.md``.
+under ``--out`` (default ``build/estimate/``); ``--sweep --end-to-end`` the whole-step speedups of the same
+model x system grid in training, prefill and decode. The model is described in ``docs/estimator.md``.
 """
 
 import dataclasses
@@ -10,9 +11,11 @@ import json
 from pathlib import Path
 
 from sim_models.calibration import load_calibration
+from sim_models.end_to_end_sweep import E2E_MODES
 from sim_models.estimator import BASELINES, DEFAULT_TOKENS, MODES, SCHEMES, Estimate, Params, estimate
 from sim_models.moe_config import load_model, model_names
 from sim_models.routing import TRACE_FORMAT
+from sim_models.sweep import SWEEP_SYSTEMS
 from sim_models.system_config import load_system, system_names
 from sim_models.traffic import DTYPES
 from sim_models.workload import parse_placement
@@ -22,7 +25,7 @@ def add_arguments(p) -> None:
     p.add_argument("--model", default="deepseek-v3", help=f"model (default deepseek-v3); valid: {', '.join(model_names())}")
     p.add_argument("--system", default="gh200-nvl32",
                    help=f"system (default gh200-nvl32); valid: {', '.join(system_names())}")
-    p.add_argument("--mode", default="prefill", help=f"prefill | decode | training (default prefill)")
+    p.add_argument("--mode", default=None, help="prefill | decode | training (default prefill)")
     p.add_argument("--tokens", type=int, default=None,
                    help="tokens per GPU (default: " + ", ".join(f"{m} {t}" for m, t in DEFAULT_TOKENS.items()) + ")")
     p.add_argument("--routing", default="auto",
@@ -51,6 +54,15 @@ def add_arguments(p) -> None:
                    help="speedup against tile, GPU count, tokens/GPU, routing skew, dtype: build/estimate/"
                         "sensitivity_*.png, sensitivity_all.csv; --quick: fewer points; --jobs/--scheduler/--no-cache apply")
     p.add_argument("--quick", action="store_true", help="with --sweep: fewer models and sensitivity points")
+    p.add_argument("--models", default=None, metavar="A,B,...",
+                   help=f"with --sweep: the grid's models (default: all; --quick: 3); valid: "
+                        f"{', '.join(model_names())}")
+    p.add_argument("--systems", default=None, metavar="A,B,...",
+                   help=f"with --sweep: the grid's systems (default: {','.join(SWEEP_SYSTEMS)}); valid: "
+                        f"{', '.join(system_names())}")
+    p.add_argument("--modes", default=None, metavar="A,B,...",
+                   help=f"with --sweep --end-to-end: the modes (default: {','.join(E2E_MODES)}: training and "
+                        "inference)")
     p.add_argument("--jobs", type=int, default=None, help="worker processes for --sweep (default: min(2, CPUs))")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="with --sweep: run the estimates on the Dask cluster at ADDRESS (e.g. tcp://host:8786; "
@@ -59,7 +71,9 @@ def add_arguments(p) -> None:
                    help="with --sweep: recompute every estimate (default: reuse build/cache/estimate)")
     p.add_argument("--out", default="build/estimate", help="output folder (default build/estimate)")
     p.add_argument("--end-to-end", action="store_true",
-                   help="whole-step time (attention, shared experts, dense layers, LM head) next to the MoE layer")
+                   help="whole-step time (attention, shared experts, dense layers, LM head) next to the MoE layer; "
+                        "with --sweep: the whole-step speedups of the model x system grid in training, prefill and "
+                        "decode: <out>/end_to_end_sweep.csv, end_to_end_speedup.png")
     p.add_argument("--context", type=int, default=None,
                    help="with --end-to-end: tokens per sequence (prefill/training, default tokens/GPU) or cached "
                         "positions per sequence (decode, default 4096)")
@@ -72,9 +86,11 @@ def add_arguments(p) -> None:
                         "print the table, write validation.{json,md} under --out")
 
 
-def params_from_args(args) -> Params:
-    if args.mode not in MODES:
-        raise ValueError(f"unknown mode {args.mode!r}; valid: {', '.join(MODES)}")
+def params_from_args(args, mode: str | None = None) -> Params:
+    """The estimator's parameters from the command line; ``mode`` overrides ``--mode`` (default prefill)."""
+    mode = mode or getattr(args, "mode", None) or "prefill"
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
     if args.dtype not in DTYPES:
         raise ValueError(f"unknown dtype {args.dtype!r}; valid: {', '.join(DTYPES)}")
     if args.tokens is not None and args.tokens < 1:
@@ -90,7 +106,7 @@ def params_from_args(args) -> Params:
     if args.comm_sms < 0:
         raise ValueError(f"--comm-sms must be >= 0, got {args.comm_sms}")
     parse_placement(args.placement)
-    return Params(mode=args.mode, tokens_per_gpu=args.tokens, routing=args.routing, placement=args.placement,
+    return Params(mode=mode, tokens_per_gpu=args.tokens, routing=args.routing, placement=args.placement,
                   dtype=args.dtype, tile=args.tile, gemm_efficiency=args.gemm_efficiency, comm_sms=args.comm_sms,
                   per_tile_weights=args.per_tile_weights,
                   weight_reuse=getattr(args, "weight_reuse", Params.weight_reuse), gpus=args.gpus, seed=args.seed)
@@ -168,15 +184,37 @@ def notices(model, system, gpus: int | None) -> list[str]:
     return out
 
 
-# The run modes besides a single estimate; each is a separate run (--tornado and --sensitivity go together).
+# The run modes besides a single estimate; each is a separate run (--tornado and --sensitivity go together,
+# and so do --sweep and --end-to-end: the whole-step sweep).
 _RUNS = (("validate", "--validate"), ("end_to_end", "--end-to-end"), ("sweep", "--sweep"),
          ("tornado", "--tornado / --sensitivity"), ("sensitivity", "--tornado / --sensitivity"))
+_E2E_ONLY = ("context", "shared_serial", "no_dualpipe_overlap")
+_SWEEP_ONLY = ("models", "systems")
 
 
 def _check_one_run(args) -> None:
+    """One run per command, and every option given belongs to it (no option silently ignored)."""
     given = list(dict.fromkeys(flag for attr, flag in _RUNS if getattr(args, attr, False)))
+    if "--end-to-end" in given and "--sweep" in given:       # together: the whole-step sweep, one run
+        given = [f for f in given if f != "--end-to-end"]
+        given[given.index("--sweep")] = "--sweep --end-to-end"
     if len(given) > 1:
         raise ValueError(f"{' and '.join(given)} are separate runs; give one of them")
+    flag = lambda attr: "--" + attr.replace("_", "-")   # noqa: E731
+    e2e, sweep = getattr(args, "end_to_end", False), getattr(args, "sweep", False)
+    for attr in _E2E_ONLY:
+        if getattr(args, attr, None) not in (None, False) and not e2e:
+            raise ValueError(f"{flag(attr)} applies only with --end-to-end")
+    for attr in _SWEEP_ONLY:
+        if getattr(args, attr, None) is not None and not sweep:
+            raise ValueError(f"{flag(attr)} applies only with --sweep (the grid of --sweep or --sweep --end-to-end); "
+                             f"a single estimate takes --{attr[:-1]}")
+    if getattr(args, "modes", None) is not None and not (sweep and e2e):
+        raise ValueError(f"--modes applies only with --sweep --end-to-end (valid: {', '.join(E2E_MODES)}); "
+                         "other runs take --mode")
+    if sweep and e2e and getattr(args, "mode", None) is not None:
+        raise ValueError(f"--sweep --end-to-end runs every mode of --modes (default {','.join(E2E_MODES)}); "
+                         f"give --modes {args.mode} instead of --mode")
 
 
 def run(args) -> int:
@@ -195,10 +233,14 @@ def run(args) -> int:
     if args.tornado or args.sensitivity:
         from sim_models.sensitivity import run_cli
         return run_cli(args, model, system, params, cal, schemes)
+    if args.sweep and args.end_to_end:
+        from .estimate_e2e import run_end_to_end_sweep
+        return run_end_to_end_sweep(args, cal, schemes)
     if args.sweep:
         from sim_models.sweep import markdown_table, run_sweep
+        models, systems = sweep_grid(args)
         res = run_sweep(args.out, model=model.name, params=params, cal=cal, quick=args.quick, jobs=args.jobs,
-                        scheduler=args.scheduler, cache=not args.no_cache)
+                        scheduler=args.scheduler, cache=not args.no_cache, models=models, systems=systems)
         print(markdown_table(res["rows"]))
         print()
         where = f"Dask scheduler {res['scheduler']}" if res["scheduler"] else f"{res['jobs']} processes"
@@ -212,9 +254,6 @@ def run(args) -> int:
     if getattr(args, "end_to_end", False):
         from .estimate_e2e import run_end_to_end
         return run_end_to_end(args, model, system, params, cal, schemes)
-    for flag in ("context", "shared_serial", "no_dualpipe_overlap"):
-        if getattr(args, flag, None) not in (None, False):
-            raise ValueError(f"--{flag.replace('_', '-')} applies only with --end-to-end")
     e = estimate(model, system, params, cal, schemes)
     print(format_estimate(e))
     print()
@@ -230,6 +269,14 @@ def run(args) -> int:
         "calibration": {n: {"value": v, "source": s} for n, v, s in cal.status()}}, indent=1))
     print(f"\nwrote {path}")
     return 0
+
+
+def sweep_grid(args) -> tuple[list[str] | None, tuple[str, ...]]:
+    """``--models`` and ``--systems`` of a sweep, checked (None: the sweep's default models)."""
+    from sim_models.end_to_end_sweep import check_names
+    models = check_names("model", args.models, model_names()) if args.models is not None else None
+    systems = tuple(check_names("system", args.systems, system_names())) if args.systems is not None else SWEEP_SYSTEMS
+    return models, systems
 
 
 def _validate(args) -> int:
