@@ -45,7 +45,8 @@ def test_short_soak_passes_and_exercises_what_it_claims(short_run):
 
     cfg, vt, log = short_run
     r = soak.evaluate(cfg, vt, log)
-    assert r["ok"], (r["scoreboard_error"], r["unfinished"])
+    assert r["ok"], (r["scoreboard_error"], r["unfinished"], r["errors"])
+    assert r["errors"] == {}
     assert (r["lost"], r["duplicated"], r["mismatched"], r["deadlock"]) == (0, 0, 0, False)
     assert r["cycles"] == SHORT
     c = r["checked"]
@@ -101,6 +102,12 @@ def test_tampered_logs_fail_with_the_matching_count(short_run):
 
     stuck = soak.evaluate(cfg, vt, _tampered(log, unsent=2))
     assert not stuck["ok"] and stuck["deadlock"] and "2 GPU responses still waiting" in stuck["unfinished"][0]
+
+    from verif.bench.dysharp_switch import _status_index
+    status = log.status.copy()
+    status[-1, _status_index(cfg.ports)("total", "engine", "stale")] = 2320    # every contribution stale
+    stale = soak.evaluate(cfg, vt, _tampered(log, status=status))
+    assert not stale["ok"] and stale["errors"] == {"engine.stale": 2320} and stale["lost"] == 0
 
 
 def test_a_run_cut_off_before_the_drain_is_a_deadlock():

@@ -228,12 +228,14 @@ def _response_order(log) -> dict:
 
 def evaluate(cfg: SoakConfig, vt, log, *, show: int = 5) -> dict:
     """The soak's report of ``log`` (a run of ``vt``): the scoreboard's verdict and counts, deadlock
-    checks, the longest waits, AL-TLB and stall figures. ``ok`` is False on any failure."""
+    checks, every switch error counter (zero: the soak injects no fault), the longest waits, AL-TLB and stall
+    figures. ``ok`` is False on any failure."""
     from hw.packet import Header
     from verif.harness.fastsim import ScoreboardError, check_vc
     from verif.harness.fastsim.files import words_to_int
 
     from hw.switch.al_tlb import TlbCounter
+    from hw.switch.dysharp_switch import error_fields
     from hw.switch.reduction_engine import ENGINE_COUNTERS
 
     n = cfg.ports
@@ -297,6 +299,8 @@ def evaluate(cfg: SoakConfig, vt, log, *, show: int = 5) -> dict:
     tlb = dsw._tlb_counts(log, n)
     tlb_all = {c.name.lower(): int(end[ix("total", "tlb", int(c))]) for c in TlbCounter}
     engine = {name: int(end[ix("total", "engine", name)]) for name in ENGINE_COUNTERS}
+    # the soak injects no fault: every error counter of the switch must read zero at the end
+    errors = {name: v for f, name in error_fields().items() if (v := int(end[ix(*f.split("."))]))}
     step = cfg.cycles // TENTHS
     misses_by_tenth = [dsw._tlb_counts(log, n, k * step + 1, (k + 1) * step + 1)["misses"] for k in range(TENTHS)]
     hit_rate, hit_rate_primary = dsw._hit_rates(tlb)
@@ -307,7 +311,7 @@ def evaluate(cfg: SoakConfig, vt, log, *, show: int = 5) -> dict:
             h = Header.decode(words_to_int(vt.flits[vt.first[k], :4]))
             contributions += bin(h.mask).count("1")
     failures = sum(counts.values())
-    ok = error is None and failures == 0 and not deadlock
+    ok = error is None and failures == 0 and not deadlock and not errors
     return {
         "ok": ok,
         "cycles": int(log.run_cycles), "arrival_cycles": cfg.cycles - cfg.drain_cycles, "drain": cfg.drain_cycles,
@@ -325,7 +329,7 @@ def evaluate(cfg: SoakConfig, vt, log, *, show: int = 5) -> dict:
         "tlb": {**tlb, "hit_rate": hit_rate, "hit_rate_primary": hit_rate_primary, "misses_by_tenth": misses_by_tenth,
                 "read_timeouts": tlb_all["read_timeouts"], "timeout_answers": tlb_all["timeout"],
                 "stale_responses": tlb_all["stale_responses"], "bad_responses": tlb_all["bad_responses"]},
-        "engine": engine,
+        "engine": engine, "errors": errors,
         "stalls": {"credit_return": cr_stalled / cr_draws if cr_draws else 0.0,
                    "sender": s_stalled / s_draws if s_draws else 0.0,
                    "credit_return_draws": cr_draws, "sender_draws": s_draws},
@@ -401,6 +405,8 @@ def summary(r: dict) -> str:
                                      f"{c.get('ld_reduce_results', 0):,} ld_reduce results bit-exact)"],
                  ["contributions checked", f"{c.get('contributions', 0):,} (RED_READs at the GPUs: {c.get('red_reads', 0):,})"],
                  ["lost / duplicated / mismatched", f"{r['lost']} / {r['duplicated']} / {r['mismatched']}"],
+                 ["switch error counters", "all zero" if not r["errors"] else
+                  ", ".join(f"{k} {v:,}" for k, v in r["errors"].items())],
                  ["deadlock", "yes: " + "; ".join(r["unfinished"]) if r["deadlock"] else "no (all drained)"],
                  ["longest wait, store (sent -> delivered / arrival -> delivered)",
                   f"{w.get('store_delivery')} / {w.get('store_end_to_end')} cycles"],
