@@ -69,5 +69,5 @@ def predict_cycles(layer, schemes, calibration=None) -> dict:
                                   seed=p.seed, block_m=None), calibration=calibration,
                    schemes=[ESTIMATOR_SCHEME.get(s, s) for s in schemes], workload=wl)
     f = ss.switch_clock_ghz * 1e9
-    return {s: {k: getattr(est.results[ESTIMATOR_SCHEME.get(s, s)], k) * f for k in ("total", "dispatch", "gemm", "combine")}
-            for s in schemes}
+    return {s: {k: getattr(est.results[ESTIMATOR_SCHEME.get(s, s)], k) * f
+                for k in ("total", "dispatch", "gemm", "combine")} for s in schemes}

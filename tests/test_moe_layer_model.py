@@ -149,7 +149,8 @@ def test_work_lists_cover_every_pair_once(layer, scheme):
             d = r.desc
             assert unicast and desc_error(d, ports=L.G, groups=4, unicast=True) is None
             assert d.mask == 1 << int(L.home[r.token]) and r.gpu == w.gpu != L.home[r.token]
-            assert d.index == r.token and r.row == w.gpu * L.N + r.token and d.addr == ml.COMB_BASE + (r.token << L.row_shift)
+            assert d.index == r.token and r.row == w.gpu * L.N + r.token
+            assert d.addr == ml.COMB_BASE + (r.token << L.row_shift)
             assert sorted(r.pairs) == sorted((w.gpu, e) for e in experts_on(L, r.token, w.gpu))
             for _, e in r.pairs:
                 combined[(r.token, e)] += 1

@@ -160,7 +160,8 @@ def error_fields() -> dict[str, str]:
     c = EgressCounter.XLATE_ERRORS
     out[f"total.egress.{c.value}"] = f"egress.{c.name}"
     out |= {f"total.ingress.{c.value}": f"ingress.{c.name}" for c in IngressCounter}
-    out |= {f"{net}.{v}": f"{net}.{codes.get(v, v)}" for net in ("req_net", "resp_net") for v in range(1, N_ERROR_CODES)}
+    out |= {f"{net}.{v}": f"{net}.{codes.get(v, v)}"
+            for net in ("req_net", "resp_net") for v in range(1, N_ERROR_CODES)}
     return out | {"cfg_errors": "cfg_errors"}
 
 

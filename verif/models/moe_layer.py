@@ -87,7 +87,8 @@ from sim_models.system_config import load_system
 
 from verif.models.gpu_nic import Desc
 
-__all__ = ["SCHEMES", "TRAFFIC_SCHEME", "UNICAST_SCHEMES", "FUSED_SCHEMES", "LayerParams", "MoeLayer", "GpuWork", "CombineItem", "ReturnItem",
+__all__ = ["SCHEMES", "TRAFFIC_SCHEME", "UNICAST_SCHEMES", "FUSED_SCHEMES",
+           "LayerParams", "MoeLayer", "GpuWork", "CombineItem", "ReturnItem",
            "build_layer", "encode_row", "decode_row", "encode_bf16_row", "decode_bf16_row", "expert_ffn",
            "G_DISP", "G_COMB", "G_PART", "X_BASE", "WIN_BASE", "COMB_BASE", "OUT_BASE", "PART_BASE",
            "LOCAL_BASE", "FLIT_BYTES"]

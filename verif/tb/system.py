@@ -402,7 +402,7 @@ class SystemEnv:
         timeout scanner (with its read of the entry it checks), which steps round the ``red_entries``
         entries and so ends where it would have when the dropped cycles are whole rounds.
         ``tests/test_system.py`` runs a layer both ways and compares every figure; so was the study's
-        layer, all three schemes (docs/system.md)."""
+        layer, every scheme (docs/system.md)."""
         if not self._quiet_now():
             self.quiet = 0
             return 0
@@ -494,7 +494,7 @@ class SystemEnv:
         return [(bits >> (32 * i)) & 0xFFFFFFFF for i in range(n)]
 
     def unfinished(self) -> list[int]:
-        """Tokens whose combine result (or, unicast schemes, one of whose pushed partials) has not fully landed."""
+        """Tokens whose combine result (unicast schemes: one of whose pushed partials) has not fully landed."""
         L = self.L
         if self.scheme in ml.UNICAST_SCHEMES:
             return sorted({r.token for w in self.work for r in w.returns
