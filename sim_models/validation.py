@@ -32,11 +32,20 @@ from .workload import build_workload
 __all__ = ["Setup", "SETUPS", "KINDS", "TOLERANCE", "STATUSES", "FAILING", "run_setup", "validate", "error_pct",
            "status", "failures", "markdown", "summary"]
 
-DEEPEP_V1 = "github.com/deepseek-ai/DeepEP, docs/legacy.md (V1 README), \"Normal kernels\" table"
-DEEPEP_V1_LL = "github.com/deepseek-ai/DeepEP, docs/legacy.md (V1 README), \"Low-latency kernels\" table"
-DEEPEP_V2 = "github.com/deepseek-ai/DeepEP, README.md (V2), \"Performance\" table"
+DEEPEP_V1 = ("github.com/deepseek-ai/DeepEP, docs/legacy.md (V1 README), \"Performance\", table \"Normal kernels "
+             "with NVLink and RDMA forwarding\"")
+DEEPEP_V1_LL = ("github.com/deepseek-ai/DeepEP, docs/legacy.md (V1 README), \"Performance\", table \"Low-latency "
+                "kernels with pure RDMA\", EP 8 row")
+DEEPEP_V2 = "github.com/deepseek-ai/DeepEP, README.md (V2), \"Performance\" table, SM100 / N/A / EP 8 rows"
 MISSION = "MISSION.md, \"Public facts\" (NVLink4 / NCCL)"
-DEEPGEMM = "github.com/deepseek-ai/DeepGEMM README, FP8 grouped-GEMM tables (H800)"
+NCCL_212 = ("github.com/NVIDIA/nccl-tests issue #212, comment by NCCL maintainer sjeaugey (2024-05-06): "
+            "\"effective NVLink bandwidth of 370GB/s ... BusBw when running non-allreduce operations\", "
+            "\"On 8 GPUs ... peak busBw of ~480GB/s\" (also MISSION.md, \"Public facts\")")
+DEEPGEMM = ("github.com/deepseek-ai/DeepGEMM README.md at {commit}, \"Performance\", table \"Grouped GEMMs for MoE "
+            "models ({layout} layout)\" (H800 SXM5)")
+# DeepGEMM's re-measured contiguous-layout figures (README "Update performance", 2025-03-25): same shapes.
+DEEPGEMM_H800_2025_03 = [("contiguous", 4, 8192, 4096, 7168, 1346), ("contiguous", 4, 8192, 7168, 2048, 1214),
+                         ("contiguous", 8, 4096, 4096, 7168, 1346), ("contiguous", 8, 4096, 7168, 2048, 1214)]
 
 # Why a row stays outside its tolerance: the mechanism the estimator lacks (docs/estimator.md, "Validation").
 WHY_DEEPEP_COPY = ("DeepEP's remote traffic moves at 0.67-0.69 of raw NVLink on H800 (the README's own "
@@ -108,17 +117,18 @@ def _shape(name, hidden, experts, k, ffn=2048):
 
 SETUPS: list[Setup] = [
     Setup("h800-nvlink", "DeepEP", "8x H800, NVLink", "achievable NVLink bandwidth per GPU per direction",
-          160.0, "GB/s", DEEPEP_V1 + " (text: \"H800 (~160 GB/s NVLink maximum bandwidth)\")",
+          160.0, "GB/s", "github.com/deepseek-ai/DeepEP, docs/legacy.md (V1 README), \"Performance\", the paragraph "
+          "above the normal-kernel table: \"H800 (~160 GB/s NVLink maximum bandwidth)\"",
           kind="link_rate", system="hgx-h800",
           note="the estimator's bulk unicast payload rate (raw x link_efficiency, set from NCCL on H100)"),
     Setup("deepep-v1-dispatch", "DeepEP normal", "H800 EP8 intranode, 4096 tokens/GPU, hidden 7168, "
-          "top-8 of 256, FP8", "dispatch bottleneck bandwidth", 153.0, "GB/s", DEEPEP_V1,
+          "top-8 of 256, FP8", "dispatch bottleneck bandwidth", 153.0, "GB/s", DEEPEP_V1 + ", Intranode row",
           kind="deepep_dispatch_bw", system="hgx-h800", model=_shape("deepep-bench", 7168, 256, 8),
           note="DeepEP's tests/legacy/test_intranode.py: received bytes (rows incl. the GPU's own tokens) / "
                "kernel time, uniform random top-8",
           reason=WHY_DEEPEP_COPY),
     Setup("deepep-v1-combine", "DeepEP normal", "H800 EP8 intranode, 4096 tokens/GPU, hidden 7168, "
-          "top-8 of 256, BF16", "combine bottleneck bandwidth", 158.0, "GB/s", DEEPEP_V1,
+          "top-8 of 256, BF16", "combine bottleneck bandwidth", 158.0, "GB/s", DEEPEP_V1 + ", Intranode row",
           kind="deepep_combine_bw", system="hgx-h800", model=_shape("deepep-bench", 7168, 256, 8),
           note="sent BF16 bytes (= the dispatch's received rows) / kernel time",
           reason=WHY_DEEPEP_COPY),
@@ -148,18 +158,59 @@ SETUPS: list[Setup] = [
           note="pure RDMA (CX7 400 Gb/s, ~50 GB/s) kernels; the estimator models one "
                "NVLink domain, and the published 98 GB/s exceeds one NIC, so it counts traffic that does "
                "not cross the NIC"),
+    Setup("deepep-ll-ep8-combine", "DeepEP low-latency", "H800 EP8, 128 tokens, hidden 7168, top-8, BF16 "
+          "combine", "combine latency", 114.0, "us", DEEPEP_V1_LL, note="as for the low-latency dispatch"),
+    Setup("deepep-internode-ep16", "DeepEP normal", "H800 EP16 (2 nodes), 4096 tokens/GPU, hidden 7168, top-8",
+          "dispatch / combine bottleneck bandwidth (RDMA)", 43.0, "GB/s", DEEPEP_V1 + " (Internode rows; "
+          "EP32 58/57, EP64 51/50 GB/s)",
+          note="cross-node (NVLink forwarding to CX7 RDMA, ~50 GB/s per GPU): the estimator models one NVLink "
+               "domain"),
     Setup("nccl-bulk", "NCCL", "8x H100, NVLink4 (18 x 25 GB/s)", "non-allreduce bandwidth per direction",
-          370.0, "GB/s", MISSION, kind="allgather_busbw", system="hgx-h100",
+          370.0, "GB/s", NCCL_212, kind="allgather_busbw", system="hgx-h100",
           model=_shape("allgather-probe", 7168, 8, 8), tokens=2048, dtype="bf16",
           note="calibration point, not independent: link_efficiency = 370/450 comes from this figure. "
                "Estimate: an all-gather (every token to all 7 peers, unicast), busbw = S/t x (G-1)/G "
                "(nccl-tests doc/PERFORMANCE.md)"),
     Setup("nccl-nvls-allreduce", "NVLS (NCCL)", "8x H100, NVLink4 + NVSwitch SHARP, large messages",
-          "allreduce busbw", 480.0, "GB/s", MISSION, kind="nvls_allreduce_busbw", system="hgx-h100",
+          "allreduce busbw", 480.0, "GB/s", NCCL_212, kind="nvls_allreduce_busbw", system="hgx-h100",
           model=_shape("allreduce-probe", 7168, 8, 1), tokens=8192, dtype="bf16",
           note="the estimator's NVLS phases: ReduceScatter (multimem.ld_reduce) + AllGather (multimem.st); "
                "busbw = S/t x 2(G-1)/G (github.com/NVIDIA/nccl-tests doc/PERFORMANCE.md)",
           reason=WHY_NVLS),
+    Setup("nccl-nvls-allreduce-h200", "NVLS (NCCL)", "8x H200, NVLink4 + NVSwitch SHARP, 4 GB (NCCL 2.20.3)",
+          "allreduce busbw (peak)", 475.0, "GB/s",
+          "github.com/NVIDIA/nccl-tests issue #272 (2024-11-27), all_reduce_perf output in the report (a user's "
+          "measurement; NVLS is NCCL's default all-reduce on one NVLink4 node)",
+          kind="nvls_allreduce_busbw", system="hgx-h200", model=_shape("allreduce-probe", 7168, 8, 1),
+          tokens=8192, dtype="bf16", note="as for 8x H100: H200 has H100's NVLink4 and NVSwitch",
+          reason=WHY_NVLS),
+    Setup("nccl-nvls-allgather", "NVLS (NCCL)", "8 NVLink4 GPUs (the same report's NVLS all-reduce: 470 GB/s), "
+          "1 GB, NCCL_ALGO=NVLS", "allgather busbw", 300.0, "GB/s",
+          "github.com/NVIDIA/nccl issue #1506 (2024-11-07), the report's figures (a user's measurement; ring "
+          "all-gather 350 GB/s in the same run); the maintainer's reply: NVLS all-gather \"will transmit size in "
+          "one direction and 1/N*size in the other\"",
+          kind="nvls_allgather_busbw", system="hgx-h100", model=_shape("allgather-probe", 7168, 8, 1),
+          tokens=8192, dtype="bf16",
+          note="the estimator's NVLS AllGather (the nvls scheme's dispatch: one multimem.st per token, the switch "
+               "writes the G-1 other GPUs); busbw = S/t x (G-1)/G",
+          reason=("NCCL's NVLS all-gather multicasts to every member of the group, the sender included, so each "
+                  "GPU's downlink carries all S bytes (the maintainer's \"size in one direction\"), while the "
+                  "estimator's nvls AllGather writes a GPU's own rows locally ((G-1)/G of S on the downlink): "
+                  "with the sender's copy through the switch the same accounting gives 368 x 7/8 = 322 GB/s "
+                  "(+7%)")),
+    Setup("nccl-b300-ring-allreduce", "NCCL", "8x B300, NVLink5 (18 x 50 GB/s), NVLS off (NCCL 2.30.4)",
+          "allreduce busbw without NVLS", 695.0, "GB/s",
+          "github.com/NVIDIA/nccl issue #2140 (2026-04-28), \"8x B300 (NVLS off vs on)\" (a user's measurement)",
+          kind="allgather_busbw", system="nvl72", gpus=8, model=_shape("allgather-probe", 7168, 8, 8),
+          tokens=2048, dtype="bf16",
+          note="a check of the NVLink5 link efficiency, which systems.toml assumes equal to NVLink4's 0.822: a "
+               "non-NVLS all-reduce's busbw is, by nccl-tests' definition, the per-direction payload rate, as an "
+               "all-gather's is; estimate: the all-gather probe on nvl72's NVLink5 GPU, 8 GPUs"),
+    Setup("nccl-b300-nvls-allreduce", "NVLS (NCCL)", "8x B300, NVLink5 + NVSwitch SHARP (NCCL 2.30.4)",
+          "allreduce busbw", 845.0, "GB/s",
+          "github.com/NVIDIA/nccl issue #2140 (2026-04-28), \"8x B300 (NVLS off vs on)\" (a user's measurement)",
+          kind="nvls_allreduce_busbw", system="nvl72", gpus=8, model=_shape("allreduce-probe", 7168, 8, 1),
+          tokens=8192, dtype="bf16", note="as for 8x H100, on nvl72's NVLink5 GPU, 8 GPUs"),
     Setup("tutel-16", "Tutel", "16 A100 (2 nodes), single MoE layer", "speedup over Fairseq MoE", 4.96, "x",
           "Tutel, MLSys 2023 (arXiv 2206.03382), abstract",
           note="cross-node A100 + InfiniBand (2DH all-to-all, kernel and encode/decode "
@@ -279,10 +330,12 @@ def _comet_setups() -> list[Setup]:
 SETUPS += _comet_setups()
 # DeepGEMM's grouped FP8 GEMMs (the expert GEMM model's own validation, sim_models/gemm.py).
 SETUPS += [
-    Setup(f"deepgemm-{layout}-{g}x{m}-{n}x{k}", "DeepGEMM", f"H800, {layout} {g} x {m} rows, N={n}, K={k}",
-          "grouped FP8 GEMM throughput", float(pub), "TFLOPS", DEEPGEMM, kind="deepgemm", system="hgx-h100",
-          extra=dict(layout=layout, groups=g, m=m, n=n, k=k))
-    for layout, g, m, n, k, pub in DEEPGEMM_H800
+    Setup(f"deepgemm-{layout}-{g}x{m}-{n}x{k}{tag}", "DeepGEMM", f"H800, {layout} {g} x {m} rows, N={n}, K={k}",
+          "grouped FP8 GEMM throughput", float(pub), "TFLOPS", DEEPGEMM.format(commit=commit, layout=layout),
+          kind="deepgemm", system="hgx-h100", extra=dict(layout=layout, groups=g, m=m, n=n, k=k))
+    for rows, commit, tag in ((DEEPGEMM_H800, "a6d97a1 (2025-02-25, first release)", ""),
+                              (DEEPGEMM_H800_2025_03, "55ab91f (2025-03-25, \"Update performance\")", "-2025-03"))
+    for layout, g, m, n, k, pub in rows
     if layout != "dense"
 ]
 SETUPS = [dataclasses.replace(st, reason=WHY_DEEPGEMM) if st.key in (
@@ -290,6 +343,7 @@ SETUPS = [dataclasses.replace(st, reason=WHY_DEEPGEMM) if st.key in (
     "deepgemm-masked-4x256-7168x2048") else st for st in SETUPS]
 
 KINDS = ("link_rate", "deepep_dispatch_bw", "deepep_combine_bw", "allgather_busbw", "nvls_allreduce_busbw",
+         "nvls_allgather_busbw",
          "deepgemm", "layer_time", "speedup")
 
 
@@ -385,6 +439,12 @@ def run_setup(st: Setup, cal: Calibration | None = None, params: Params | None =
         S = G * st.tokens * payload_bytes(model.hidden, st.dtype)
         return {"estimate": S / disp * (G - 1) / G / 1e9, "time_us": disp * 1e6, "bytes": S,
                 "how": "unicast dispatch with every token to all G-1 peers = an all-gather of S bytes"}
+    if st.kind == "nvls_allgather_busbw":
+        model, wl, ctx, disp, _ = _phases(st, "nvls", cal, params)
+        G = wl.gpus
+        S = G * st.tokens * payload_bytes(model.hidden, st.dtype)
+        return {"estimate": S / disp * (G - 1) / G / 1e9, "time_us": disp * 1e6, "bytes": S,
+                "how": "the nvls scheme's AllGather (dispatch: multimem.st of every token) of S bytes"}
     # nvls_allreduce_busbw
     model, wl, ctx, disp, comb = _phases(st, "nvls", cal, params)
     G = wl.gpus

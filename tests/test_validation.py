@@ -73,6 +73,30 @@ def test_bulk_collectives_match_the_link_rate_by_hand():
     assert 0.97 * payload_rate < ar < payload_rate
 
 
+def test_nvls_allgather_and_nvlink5_rows_by_hand():
+    """The NVLS all-gather is the nvls scheme's dispatch: (G-1)/G of S down each GPU's link (its own rows stay
+    local), so busbw is the link payload rate; the B300 non-NVLS row is the all-gather probe on NVLink5."""
+    h100 = load_system("hgx-h100")
+    rate = h100.links_per_gpu * h100.link_gbps * h100.link_efficiency
+    ag = run_setup(_setup("nccl-nvls-allgather"))
+    assert 0.97 * rate < ag["estimate"] < rate
+    nvl = load_system("nvl72")
+    rate5 = nvl.links_per_gpu * nvl.link_gbps * nvl.link_efficiency                # 739.8 GB/s
+    assert 0.97 * rate5 < run_setup(_setup("nccl-b300-ring-allreduce"))["estimate"] < rate5
+    # NVLink5 on 8 GPUs: the NVLS all-reduce row is the same sequential accounting at twice the rate.
+    assert 0.97 * rate5 < run_setup(_setup("nccl-b300-nvls-allreduce"))["estimate"] < rate5
+
+
+def test_every_published_source_names_its_table_or_thread():
+    for st in SETUPS:
+        if st.baseline.startswith("DeepEP"):
+            assert "DeepEP" in st.source and ("table" in st.source or "paragraph" in st.source), st.key
+        if st.baseline == "DeepGEMM":
+            assert "README.md at " in st.source and "layout)" in st.source, st.key
+        if st.baseline.startswith(("NCCL", "NVLS")):
+            assert "github.com/NVIDIA/nccl" in st.source and "issue #" in st.source, st.key
+
+
 def test_deepep_bandwidth_counts_the_gpus_own_rows():
     """DeepEP's bytes include each GPU's own tokens (1/8 of its rows at EP8), which never cross a link: the
     estimate is the link payload rate x 8/7, less load imbalance, headers and latency."""
