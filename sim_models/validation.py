@@ -263,10 +263,12 @@ WHY_MEGATRON = ("Megatron's MoE layer costs outside the transfers and the GEMMs:
 WHY_COMET_GEMM = ("a dtype-dependent GEMM efficiency: the published layer runs Mixtral's 2.89 TFLOP of BF16 expert "
                   "GEMMs at 0.71 of BF16 peak, the GEMM model's one efficiency is 0.6 (set from DeepGEMM's FP8 "
                   "tables)")
-WHY_COMET_SMALL = ("small BF16 grouped GEMMs: eight 2,048 x 1,408 experts per GPU run at 0.22-0.24 of peak in the "
-                   "published time, the GEMM model's one efficiency has no loss for small N and K; and the "
-                   "artifact's router has no load balancing (--moe-router-load-balancing-type none), so its "
-                   "routing is less even than the estimator's uniform draw")
+WHY_COMET_SMALL = ("COMET's costs on many small experts: GEMM-bound, the published time would put eight 2,048 x 1,408 "
+                   "experts per GPU at 0.22-0.24 of BF16 peak, far below the 0.50-0.52 DeepGEMM's dense tables give "
+                   "for K = 1,536-2,048, so the GEMM efficiency alone does not explain it; the candidates are the "
+                   "fused kernels' per-tile costs on small experts, and routing less even than the estimator's "
+                   "uniform draw (the artifact's router has no load balancing, --moe-router-load-balancing-type "
+                   "none)")
 WHY_TUTEL = ("Tutel's implementation costs per expert (capacity padding of every expert, its encode/decode "
              "kernels), on top of Megatron's costs outside the transfers and GEMMs; the estimator has Tutel's "
              "overlap policy (token chunks), not these costs")
