@@ -255,20 +255,30 @@ SETUPS: list[Setup] = [
 ]
 
 
+# COMET's artifact (github.com/ZSL98/Megatron-LM at fd11ea94), as its (TP, EP) = (1, 8) runs use it: every MoE
+# layer routes synthetic tokens by generate_scatter_index (megatron/test_forward/utils.py: each token takes the k
+# experts with the most quota left, so every expert gets exactly G M k / E rows); the Megatron baselines
+# (MoELayer_uniform_distribution) use Megatron's default token dispatcher, "allgather" (the launch scripts set
+# none): every GPU gathers all 8 GPUs' tokens and reduce-scatters the outputs, as COMET's flux ops do
+# (GemmGroupedV3AGScatter, GemmGroupedV3GatherRS over all 8 GPUs).
+ARTIFACT = ("the artifact's MoE layers move every token to every GPU (Megatron's default allgather dispatcher, "
+            "and flux's AllGather+scatter / gather+ReduceScatter for COMET), on synthetic routing balanced by "
+            "construction (megatron/test_forward/utils.py, generate_scatter_index); the estimator's schemes send "
+            "each token only to the GPUs of its experts, on a uniform random draw. With the all-gather volume "
+            "the sequential estimate is -30% to +49% on hgx-h800 (the nvls scheme's sequential timing moves the "
+            "same (G-1)/G of the tokens per direction), so the traffic alone does not explain the rows either")
 WHY_MEGATRON = ("Megatron's MoE layer costs outside the transfers and the GEMMs: the router, the permutation of "
                 "the tokens into expert order and its inverse (an HBM gather/scatter of every routed row, each "
-                "its own kernel), the device-to-host copy of the all-to-all split sizes and NCCL's all-to-all; the "
-                "estimator's deepep scheme is line-rate transfers, one grouped GEMM per stage and three 2-us kernel "
-                "overheads. Largest with several small experts per GPU (Qwen2-MoE, Phi-3.5-MoE)")
+                "its own kernel) and NCCL's collectives; the estimator's deepep scheme is line-rate transfers, "
+                "one grouped GEMM per stage and three 2-us kernel overheads. Largest with several small experts "
+                "per GPU (Qwen2-MoE, Phi-3.5-MoE). Also: " + ARTIFACT)
 WHY_COMET_GEMM = ("a dtype-dependent GEMM efficiency: the published layer runs Mixtral's 2.89 TFLOP of BF16 expert "
                   "GEMMs at 0.71 of BF16 peak, the GEMM model's one efficiency is 0.6 (set from DeepGEMM's FP8 "
                   "tables)")
 WHY_COMET_SMALL = ("COMET's costs on many small experts: GEMM-bound, the published time would put eight 2,048 x 1,408 "
                    "experts per GPU at 0.22-0.24 of BF16 peak, far below the 0.50-0.52 DeepGEMM's dense tables give "
                    "for K = 1,536-2,048, so the GEMM efficiency alone does not explain it; the candidates are the "
-                   "fused kernels' per-tile costs on small experts, and routing less even than the estimator's "
-                   "uniform draw (the artifact's router has no load balancing, --moe-router-load-balancing-type "
-                   "none)")
+                   "fused kernels' per-tile costs on small experts and the all-gather volume: " + ARTIFACT)
 WHY_TUTEL = ("Tutel's implementation costs per expert (capacity padding of every expert, its encode/decode "
              "kernels), on top of Megatron's costs outside the transfers and GEMMs; the estimator has Tutel's "
              "overlap policy (token chunks), not these costs")
