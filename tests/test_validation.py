@@ -10,7 +10,9 @@ from sim_models import published_comet as comet_fig
 from sim_models.estimator import Params, estimate
 from sim_models.moe_config import ModelConfig, load_model
 from sim_models.system_config import load_system
-from sim_models.validation import SETUPS, Setup, error_pct, markdown, run_setup, summary, validate
+from sim_models import validation
+from sim_models.validation import (FAILING, SETUPS, TOLERANCE, Setup, error_pct, failures, markdown, run_setup, status,
+                                   summary, validate)
 
 BASELINES = ("DeepEP", "NVLS", "Tutel", "FasterMoE", "COMET", "CCFuser", "DualPipe")
 
@@ -31,7 +33,9 @@ def test_table_builds_with_every_baseline_and_a_source_per_row(rows):
     md = markdown(rows)
     table, notes, title, means = md.split("\n\n")
     assert table.count("\n") == len(rows) + 1 and "| published" in table
-    assert len(notes.splitlines()) == sum(bool(r["note"]) for r in rows)
+    # One numbered note per distinct note or reason text (rows that share one share its number).
+    texts = {r["note"] for r in rows if r["note"]} | {r["reason"] for r in rows if r["reason"]}
+    assert len(notes.splitlines()) == len(texts)
     assert title.startswith("Groups of rows") and means.count("\n") == len(summary(rows)) + 1
     assert sum(r["estimate"] is not None for r in rows) >= 40
 
@@ -67,6 +71,30 @@ def test_bulk_collectives_match_the_link_rate_by_hand():
     # the same payload rate (NCCL's NVLS overlaps both directions, hence the published 480).
     ar = run_setup(_setup("nccl-nvls-allreduce"))["estimate"]
     assert 0.97 * payload_rate < ar < payload_rate
+
+
+def test_nvls_allgather_and_nvlink5_rows_by_hand():
+    """The NVLS all-gather is the nvls scheme's dispatch: (G-1)/G of S down each GPU's link (its own rows stay
+    local), so busbw is the link payload rate; the B300 non-NVLS row is the all-gather probe on NVLink5."""
+    h100 = load_system("hgx-h100")
+    rate = h100.links_per_gpu * h100.link_gbps * h100.link_efficiency
+    ag = run_setup(_setup("nccl-nvls-allgather"))
+    assert 0.97 * rate < ag["estimate"] < rate
+    nvl = load_system("nvl72")
+    rate5 = nvl.links_per_gpu * nvl.link_gbps * nvl.link_efficiency                # 739.8 GB/s
+    assert 0.97 * rate5 < run_setup(_setup("nccl-b300-ring-allreduce"))["estimate"] < rate5
+    # NVLink5 on 8 GPUs: the NVLS all-reduce row is the same sequential accounting at twice the rate.
+    assert 0.97 * rate5 < run_setup(_setup("nccl-b300-nvls-allreduce"))["estimate"] < rate5
+
+
+def test_every_published_source_names_its_table_or_thread():
+    for st in SETUPS:
+        if st.baseline.startswith("DeepEP"):
+            assert "DeepEP" in st.source and ("table" in st.source or "paragraph" in st.source), st.key
+        if st.baseline == "DeepGEMM":
+            assert "README.md at " in st.source and "layout)" in st.source, st.key
+        if st.baseline.startswith(("NCCL", "NVLS")):
+            assert "github.com/NVIDIA/nccl" in st.source and "issue #" in st.source, st.key
 
 
 def test_deepep_bandwidth_counts_the_gpus_own_rows():
@@ -174,3 +202,48 @@ def test_comet_bad_input_is_named():
     st = next(s for s in SETUPS if s.key == "comet-e2e-Mixtral-4096-over-Tutel")
     with pytest.raises(ValueError, match="extra\\['over'\\]='megablocks'"):
         run_setup(dataclasses.replace(st, extra=dict(scheme="comet", over="megablocks")))
+
+
+# ---- tolerances and stated reasons (`--validate`'s exit status) ------------------------------------------------
+
+def test_every_row_is_within_its_tolerance_or_states_why(rows):
+    """Today's table passes: each estimated row is within its tolerance and states no reason, or is outside it
+    and names the mechanism the estimator lacks."""
+    assert not failures(rows), [(r["key"], r["error_pct"], r["status"]) for r in failures(rows)]
+    for r in rows:
+        if r["error_pct"] is None:
+            assert r["status"] in ("no counterpart", "no figure") and not r["reason"], r["key"]
+        elif abs(r["error_pct"]) > r["tolerance_pct"]:
+            assert r["status"] == "outside, reason stated" and len(r["reason"]) > 40, r["key"]
+        else:
+            assert r["status"] == "within" and not r["reason"], r["key"]
+    assert all(r["tolerance_pct"] == TOLERANCE for r in rows)
+
+
+def test_status_of_a_row():
+    row = lambda err, reason="", published=1.0: dict(error_pct=err, tolerance_pct=15.0, reason=reason,
+                                                     published=published)
+    assert status(row(15.0)) == "within" and status(row(-14.9)) == "within"
+    assert status(row(15.1)) == "OUTSIDE, no reason" and status(row(-30.0)) == "OUTSIDE, no reason"
+    assert status(row(-30.0, "a missing mechanism")) == "outside, reason stated"
+    assert status(row(3.0, "a missing mechanism")) == "within, stale reason"
+    assert status(row(None)) == "no counterpart" and status(row(None, published=None)) == "no figure"
+    assert set(FAILING) == {"OUTSIDE, no reason", "within, stale reason"}
+    with pytest.raises(ValueError, match="tolerance must be a positive"):
+        validate([dataclasses.replace(_setup("h800-nvlink"), tolerance=0)])
+
+
+@pytest.mark.parametrize("key, change, says", [
+    ("nccl-nvls-allreduce", dict(reason=""), "outside its tolerance and states no reason"),
+    ("h800-nvlink", dict(reason="a mechanism already modelled"), "within its tolerance but still states a reason"),
+    ("deepep-v2-combine", dict(tolerance=5.0), "outside its tolerance and states no reason"),
+])
+def test_cli_exits_nonzero_on_an_unexplained_or_stale_row(tmp_path, capsys, monkeypatch, key, change, says):
+    setups = [dataclasses.replace(s, **change) if s.key == key else s
+              for s in SETUPS if not s.key.startswith(("comet-e2e", "deepgemm"))]
+    monkeypatch.setattr(validation, "SETUPS", setups)
+    assert main(["estimate", "--validate", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert f"validation: {key}: error" in err and says in err and "validation failed: 1 of" in err
+    data = json.loads((tmp_path / "validation.json").read_text())      # the table is written all the same
+    assert [r["key"] for r in data if r["status"] in FAILING] == [key]

@@ -8,6 +8,7 @@ model x system grid in training, prefill and decode. The model is described in `
 
 import dataclasses
 import json
+import sys
 from pathlib import Path
 
 from sim_models.calibration import load_calibration
@@ -280,8 +281,9 @@ def sweep_grid(args) -> tuple[list[str] | None, tuple[str, ...]]:
 
 
 def _validate(args) -> int:
-    """``--validate``: the published-figure validation table (docs/estimator.md), its JSON and Markdown."""
-    from sim_models.validation import markdown, validate
+    """``--validate``: the published-figure validation table (docs/estimator.md), its JSON and Markdown.
+    Exit status 1 when a row is outside its tolerance without a stated reason, or inside it with one."""
+    from sim_models.validation import failures, markdown, validate
     rows = validate(cal=load_calibration(args.bench_dir))
     table = markdown(rows)
     print(table)
@@ -290,4 +292,13 @@ def _validate(args) -> int:
     (out / "validation.json").write_text(json.dumps(rows, indent=1))
     (out / "validation.md").write_text(table + "\n")
     print(f"\nwrote {out / 'validation.json'} and {out / 'validation.md'}")
+    bad = failures(rows)
+    for r in bad:
+        what = ("outside its tolerance and states no reason (name the missing mechanism in its Setup.reason)"
+                if r["status"].startswith("OUTSIDE") else "within its tolerance but still states a reason (remove it)")
+        print(f"validation: {r['key']}: error {r['error_pct']:+.1f}% against ±{r['tolerance_pct']:.0f}%: {what}",
+              file=sys.stderr)
+    if bad:
+        print(f"validation failed: {len(bad)} of {len(rows)} rows", file=sys.stderr)
+        return 1
     return 0
