@@ -7,6 +7,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from hw import registry
+from infra import engine
 
 
 def md_table(rows, headers) -> str:
@@ -55,7 +56,7 @@ def lint_points(args) -> list[tuple[str, dict, bool]]:
 
 def _verilog_and_lint(item) -> dict:
     """One point: its Verilog (``auto`` emission), then, with ``lint``, ``verilator --lint-only -Wall`` on it
-    (whole, or block by block when large and not ``whole``; a task of :func:`dysharp.engine.map_tasks`)."""
+    (whole, or block by block when large and not ``whole``; a task of :func:`infra.engine.map_tasks`)."""
     import time
 
     from dysharp.commands.lint import lint_file
@@ -74,7 +75,6 @@ def _verilog_and_lint(item) -> dict:
 def verilog_points(args, lint: bool) -> list[dict]:
     """:func:`_verilog_and_lint` over :func:`lint_points` on the task engine, the largest points first (by
     GPUs, ports and table entries, a rough size order) so that the two workers end together."""
-    from dysharp import engine
     points = lint_points(args)
 
     def size(point):

@@ -2,7 +2,7 @@
 sweep's model x system grid, for training and inference (prefill and decode), written as CSV and plotted.
 
 One task per (model, system, mode) -- every scheme shares that step's routed MoE layer -- run by
-:func:`dysharp.engine.map_tasks` as the layer sweep's are (``jobs`` local processes or the Dask cluster at
+:func:`infra.engine.map_tasks` as the layer sweep's are (``jobs`` local processes or the Dask cluster at
 ``scheduler``, a tqdm bar). With ``cache`` a task's rows are reused from ``build/cache/end_to_end`` when its
 content key (the ``sim_models`` source with its configs, the model, system, parameters, whole-step
 parameters and calibration) is unchanged, and each step's routed MoE layer is stored as the layer sweep's
@@ -14,6 +14,8 @@ and scheme) and ``end_to_end_speedup.png``.
 import dataclasses
 import time
 from pathlib import Path
+
+from infra import engine
 
 from .calibration import Calibration, load_calibration
 from .end_to_end import E2EParams, EndToEnd, end_to_end
@@ -74,7 +76,6 @@ def _one(job) -> dict:
 
 
 def _key(job) -> str:
-    from dysharp import engine
     return engine.content_key("end_to_end", engine.source_hash("sim_models"), job)
 
 
@@ -83,7 +84,6 @@ def end_to_end_sweep(models=None, systems=SWEEP_SYSTEMS, modes=E2E_MODES, params
                      scheduler: str | None = None, cache: bool = False) -> list[dict]:
     """Rows of :func:`e2e_rows_of` for every (model, system, mode): ``params`` with its mode replaced by each
     of ``modes`` (its ``tokens_per_gpu``, if set, for every mode; else each mode's default)."""
-    from dysharp import engine
     models = check_names("model", models or model_names(), model_names())
     systems = check_names("system", systems, system_names())
     modes = check_names("mode", modes, E2E_MODES)
@@ -179,7 +179,6 @@ def run_end_to_end_sweep(out_dir="build/estimate", models=None, systems=SWEEP_SY
                          jobs: int | None = None, scheduler: str | None = None, cache: bool = True) -> dict:
     """The whole-step sweep with its CSV and PNG under ``out_dir``. Returns the paths, the rows, the wall
     time, the worker count and the scheduler."""
-    from dysharp import engine
     out = Path(out_dir)
     jobs = jobs or engine.DEFAULT_JOBS
     t0 = time.time()

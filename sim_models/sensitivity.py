@@ -12,7 +12,7 @@ sensitivity figures over the design and workload inputs (issue 14, items 5 and 6
   --sweep`` uses it with its smaller grid (:data:`SENSITIVITY`); ``--sensitivity`` with
   :data:`FIGURES_GRID`.
 
-Both run their estimates as tasks of :func:`dysharp.engine.map_tasks` (process pool or Dask, tqdm bar,
+Both run their estimates as tasks of :func:`infra.engine.map_tasks` (process pool or Dask, tqdm bar,
 ``build/cache/estimate`` when ``cache``), each distinct estimate once.
 """
 
@@ -21,6 +21,8 @@ import json
 import math
 import time
 from pathlib import Path
+
+from infra import engine
 
 from .calibration import Calibration, load_calibration
 from .estimator import DEFAULT_TOKENS, FULL, SCHEMES, Params
@@ -182,7 +184,6 @@ def _canonical(m: ModelConfig, s: SystemConfig, p: Params) -> Params:
 def _run_points(model: str, points: list, jobs: int, scheduler, cache: bool, desc: str) -> list[list[dict]]:
     """Rows (one per scheme) of each (system, params, cal) point; each distinct point is estimated once.
     An unchanged system goes by name, so a point equal to a sweep's shares its cache entry."""
-    from dysharp import engine
     m = load_model(model)
     names = {}
     work, index, labels = [], [], []
@@ -352,7 +353,6 @@ def run_tornado(out_dir="build/estimate", model="deepseek-v3", system="gh200-nvl
                 scheduler: str | None = None, cache: bool = True) -> dict:
     """:func:`tornado`, written as ``tornado.csv``, ``tornado.json`` and ``tornado.png`` under ``out_dir``.
     ``quick``: the base point at :data:`QUICK_TOKENS` tokens per GPU (prefill/training) unless fewer."""
-    from dysharp import engine
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     jobs = jobs or engine.DEFAULT_JOBS
@@ -508,7 +508,6 @@ def run_sensitivity(out_dir="build/estimate", model="deepseek-v3", system="gh200
     """:func:`sensitivity` over :data:`FIGURES_GRID` (``quick``: :data:`QUICK_FIGURES_GRID` around
     :data:`QUICK_TOKENS` tokens per GPU), written as ``sensitivity_all.csv``, one PNG per figure
     (``sensitivity_{tile,gpus,tokens,skew,dtype}.png``) and all panels in ``sensitivity_all.png``."""
-    from dysharp import engine
     baselines = _check_baselines(baselines)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 as CSV and plotted with matplotlib (Agg backend) under ``build/estimate/``.
 
 ``main_sweep`` runs one :func:`estimator.estimate` per (model, system) -- every scheme shares that
-layer's routing -- as tasks of :func:`dysharp.engine.map_tasks` (``jobs`` local processes, or the Dask
+layer's routing -- as tasks of :func:`infra.engine.map_tasks` (``jobs`` local processes, or the Dask
 cluster at ``scheduler``). ``run_sweep`` adds the one-at-a-time sensitivity of :mod:`sensitivity` (GPU
 count, tokens per GPU, Zipf skew, tile size) around DeepSeek-V3. With ``cache`` an estimate is reused from ``build/cache/estimate`` when
 its content key (the ``sim_models`` source with its configs, the model, system, parameters and
@@ -13,6 +13,8 @@ import csv
 import dataclasses
 import time
 from pathlib import Path
+
+from infra import engine
 
 from .calibration import Calibration, load_calibration
 from .estimator import BASELINES, FULL, SCHEMES, Estimate, Params, estimate
@@ -55,12 +57,10 @@ def _one(job):
 
 def _key(job) -> str:
     """What one estimate depends on: the estimator's code and configs, and the job's inputs."""
-    from dysharp import engine
     return engine.content_key("estimate", engine.source_hash("sim_models"), job)
 
 
 def _map(work, jobs, scheduler=None, cache=False, desc="estimate"):
-    from dysharp import engine
     store = engine.cache("estimate") if cache else None
     labels = [" ".join([m, getattr(s, "name", s), *(f"{k}={v}" for k, v in extra.items())])
               for m, s, _p, _c, extra in work]
@@ -174,11 +174,10 @@ def run_sweep(out_dir="build/estimate", model="deepseek-v3", params: Params = Pa
               quick: bool = False, jobs: int | None = None, models=None, systems=SWEEP_SYSTEMS,
               grid: dict | None = None, scheduler: str | None = None, cache: bool = True) -> dict:
     """The full ``dysharp estimate --sweep``: main grid + sensitivity, CSVs and PNGs. Returns the paths,
-    the rows and the wall times. ``jobs``, ``scheduler``: see :func:`dysharp.engine.map_tasks`;
+    the rows and the wall times. ``jobs``, ``scheduler``: see :func:`infra.engine.map_tasks`;
     ``cache``: reuse unchanged estimates (``build/cache/estimate``)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    from dysharp import engine
     jobs = jobs or engine.DEFAULT_JOBS
     cal = cal if cal is not None else load_calibration()
     t0 = time.time()

@@ -16,10 +16,10 @@ For one (module, point), :func:`area_point`
 
 Nothing is silently zero: a point whose synthesis yields no cells, or an array neither CACTI nor the
 flip-flop synthesis can cost, is an error. Results (a point's synthesis, the flip-flop arrays, the macros)
-are cached by :mod:`dysharp.engine` (``build/cache/synth``) under the content hash of the Verilog, the flow
+are cached by :mod:`infra.engine` (``build/cache/synth``) under the content hash of the Verilog, the flow
 version, the liberty checksum, the yosys command and the clock, so a re-run only synthesizes what changed;
 the JSON files of earlier versions (``build/synth/area/`` etc.) are read once when present.
-:func:`run_study` runs the points as :func:`dysharp.engine.map_tasks` tasks (local processes or a Dask
+:func:`run_study` runs the points as :func:`infra.engine.map_tasks` tasks (local processes or a Dask
 cluster).
 """
 
@@ -35,6 +35,7 @@ from pathlib import Path
 from hw import registry
 
 from . import cacti, liberty, macros, tools, yosys_flow
+from infra import engine
 
 __all__ = ["AreaPoint", "grid_points", "parse_grid", "area_point", "run_study", "DEFAULT_PERIOD_PS",
            "CLOCK_GHZ"]
@@ -119,9 +120,8 @@ def _yosys_id() -> str:
 
 
 def _cached(parts: tuple, run, legacy: Path | None = None):
-    """``run()``'s result, cached under the content key of ``parts`` (:func:`dysharp.engine.cached_call`);
+    """``run()``'s result, cached under the content key of ``parts`` (:func:`infra.engine.cached_call`);
     ``legacy``: the JSON cache file an earlier version wrote for it, taken when present."""
-    from dysharp import engine
 
     def compute():
         if legacy is not None and legacy.is_file():
@@ -388,7 +388,6 @@ def area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERIOD_PS
            "sta": STA_VERSION if tools.opensta_binary(required=False) else False}
     if macs:
         key["macros"] = [m["module"] for m in macs]
-    from dysharp import engine
     store = engine.cache("synth")
     ckey = engine.content_key("area", key)
     work = BUILD / "work" / slug
@@ -511,14 +510,13 @@ def run_study(selection: dict[str, list[dict]], *, jobs: int | None = None, sche
               **kw) -> list[AreaPoint]:
     """``selection``: {module: [points]} -> every point's :class:`AreaPoint`, in order.
 
-    The points are :func:`dysharp.engine.map_tasks` tasks (``jobs`` local processes, or the Dask cluster
+    The points are :func:`infra.engine.map_tasks` tasks (``jobs`` local processes, or the Dask cluster
     at ``scheduler``), ``kw`` passed to :func:`area_point`. With ``max_mb`` they run in waves of as many
     points as there are workers, in order: a point at least as large (every numeric parameter >=) as one
     skipped for size in an earlier wave is skipped without generating its Verilog, which alone takes
     minutes for a 64-port switch. Without it they run as one batch, the points costed hierarchically (a
     large switch, its parts one after another in one task: the longest task) first, so that the other
     points run beside it rather than after it."""
-    from dysharp import engine
 
     from . import hierarchical
     todo = [(m, p) for m, points in selection.items() for p in points]

@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 from hw import registry
+from infra import engine
 
 from . import area as area_mod
 from . import liberty, macros, power, tools, workloads
@@ -224,7 +225,6 @@ def _power_task(job) -> dict:
 def _power_key(job) -> str:
     """What a power point depends on: the hardware, the flow and workload code (``synth``, ``verif``),
     the liberty, the yosys command and the parameters."""
-    from dysharp import engine
     module, point, kw = job
     return engine.content_key("power", registry.hw_source_hash(), engine.source_hash("synth", "verif"),
                               area_mod._sha(tools.liberty_path()), area_mod._yosys_id(),
@@ -233,10 +233,9 @@ def _power_key(job) -> str:
 
 def power_points(points: list[tuple[str, dict]], *, jobs: int | None = None, scheduler: str | None = None,
                  cache: bool = True, **kw) -> list[dict]:
-    """:func:`power_point` of every (module, point), as :func:`dysharp.engine.map_tasks` tasks (``jobs``
+    """:func:`power_point` of every (module, point), as :func:`infra.engine.map_tasks` tasks (``jobs``
     local processes or the Dask cluster at ``scheduler``); with ``cache`` a point whose content key is
     unchanged is read from ``build/cache/power``. Results in order."""
-    from dysharp import engine
     store = engine.cache("power") if cache else None
     work = [(m, p, kw) for m, p in points]
     return engine.map_tasks(_power_task, work, jobs=jobs, scheduler=scheduler, desc="power",

@@ -4,6 +4,7 @@ import argparse
 from pathlib import Path
 
 from hw import registry
+from infra.scope import scope_of
 
 # Beside the DySHARP addition's blocks, the study costs the switch it is added to, at its 64 ports.
 EXTRA_POINTS = {"switch": {"ports": 64}}
@@ -45,7 +46,6 @@ def area_power_step(args, out: Path) -> str:
     """
     from dysharp.commands import area as area_cmd
     from dysharp.commands import power as power_cmd
-    from dysharp.commands.study import scope_of
 
     from verif.harness.runner import locked_verilog
 

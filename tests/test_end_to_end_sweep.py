@@ -68,7 +68,7 @@ def test_sweep_shared_serial_reaches_every_cell(tmp_path, capsys):
 def test_a_cached_whole_step_sweep_serves_the_layer_sweep(tmp_path, monkeypatch):
     """With the cache, each step's routed MoE layer is stored as the layer sweep's estimate of that point, and
     equals what the layer sweep computes itself."""
-    from dysharp import engine
+    from infra import engine
     from sim_models.end_to_end_sweep import end_to_end_sweep
     from sim_models.sweep import _key, main_sweep
     monkeypatch.setenv("DYSHARP_CACHE", str(tmp_path / "cache"))

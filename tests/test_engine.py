@@ -1,4 +1,4 @@
-"""The task engine (dysharp.engine): local pool vs a Dask LocalCluster, an unreachable scheduler, the
+"""The task engine (infra.engine): local pool vs a Dask LocalCluster, an unreachable scheduler, the
 content-hash cache (hits, a changed parameter, an interrupted sweep), and the CLI's --scheduler."""
 
 import socket
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from dysharp import engine
+from infra import engine
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

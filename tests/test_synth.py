@@ -355,7 +355,7 @@ def test_fill_pair_rejects_a_port_count_outside_the_switch(ports, message, capsy
 def test_area_batch_starts_the_hierarchical_points_first(monkeypatch):
     """``synth.area.run_study`` without ``max_mb``: one batch, the hierarchically costed point (the longest
     task) handed to the workers first; the results come back in the selection's order."""
-    from dysharp import engine
+    from infra import engine
     from synth import area
 
     seen = []

@@ -32,7 +32,7 @@ def add_arguments(p) -> None:
 
 
 def add_engine_arguments(p, what: str) -> None:
-    """``--jobs`` and ``--scheduler`` (see :mod:`dysharp.engine`); also used by ``dysharp power``."""
+    """``--jobs`` and ``--scheduler`` (see :mod:`infra.engine`); also used by ``dysharp power``."""
     p.add_argument("--jobs", type=int, default=None, metavar="N",
                    help=f"{what} synthesized in parallel by N local processes (default: min(2, CPUs))")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
