@@ -8,6 +8,7 @@ from tabulate import tabulate
 
 from hw import registry
 from infra import engine
+from verif import lint as verilator_lint
 
 
 def md_table(rows, headers) -> str:
@@ -43,7 +44,7 @@ def lint_points(args) -> list[tuple[str, dict, bool]]:
     scope, the first standard point of each module emitted deduplicated (the big tops) when its study
     point is another. ``whole``: lint the design in one Verilator run even when it is large (every module's
     first standard point), so that a combinational loop between two blocks is found there; a larger point
-    is linted block by block (:func:`dysharp.commands.lint.lint_file`)."""
+    is linted block by block (:func:`verif.lint.lint_file`)."""
     out = []
     for name, params in study_points(args):
         spec = registry.get(name)
@@ -59,7 +60,6 @@ def _verilog_and_lint(item) -> dict:
     (whole, or block by block when large and not ``whole``; a task of :func:`infra.engine.map_tasks`)."""
     import time
 
-    from dysharp.commands.lint import lint_file
     from verif.harness.runner import locked_verilog
     name, params, whole, lint = item
     t0 = time.time()
@@ -67,7 +67,7 @@ def _verilog_and_lint(item) -> dict:
     row = {"path": str(path), "mb": path.stat().st_size / 1e6, "verilog_s": time.time() - t0}
     if lint:
         t0 = time.time()
-        waived, problems, runs = lint_file(path, name, whole=whole, with_runs=True)
+        waived, problems, runs = verilator_lint.lint_file(path, name, whole=whole, with_runs=True)
         row.update(lint_s=time.time() - t0, problems=problems, waived=dict(waived), lint_runs=runs)
     return row
 
@@ -119,7 +119,7 @@ def lint_step(args, out: Path) -> str:
                            f"{', '.join(r['path'] for r in bad)}")
     return ("## Lint (`verilator --lint-only -Wall`)\n\n" + table + "\n\n*runs*: *whole*, one Verilator run over "
             "the elaborated design; *N blocks*, a large design linted one distinct block at a time, each sub-block "
-            "a stub with its port list (`dysharp/lint_blocks.py`: every module's text and every instance's "
+            "a stub with its port list (`verif/lint_blocks.py`: every module's text and every instance's "
             "connections are checked, combinational loops inside each block; those between blocks are checked "
             "at the module's first standard point, linted whole).")
 

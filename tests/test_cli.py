@@ -291,7 +291,7 @@ def test_study_verilog_points_by_scope():
 
 def test_study_lint_points_add_the_big_tops_whole():
     """The lint step lints each study point (block by block when large) and, outside --quick, each deduplicated
-    top's first standard point whole (the loops between blocks, see dysharp/lint_blocks.py)."""
+    top's first standard point whole (the loops between blocks, see verif/lint_blocks.py)."""
     import argparse
 
     from dysharp.study_steps import lint_points
@@ -312,7 +312,7 @@ def test_study_lint_step_fails_on_a_warning(tmp_path, monkeypatch):
     import pytest
 
     from dysharp import study_steps
-    from dysharp.commands import lint
+    from verif import lint
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(study_steps, "study_points", lambda args: [("vc_sender", {}), ("credit_receiver", {})])
     out = tmp_path / "rep"
