@@ -21,7 +21,7 @@ from .calibration import Calibration, load_calibration
 from .end_to_end import E2EParams, EndToEnd, end_to_end
 from .estimator import BASELINES, FULL, MODES, SCHEMES, Params
 from .moe_config import load_model, model_names
-from .sweep import SWEEP_SYSTEMS, _key as _layer_key, _plt, _save, rows_of, write_csv
+from .sweep import SWEEP_SYSTEMS, estimate_key, pyplot, rows_of, save_figure, write_csv
 from .system_config import load_system, system_names
 
 __all__ = ["E2E_MODES", "E2E_COLUMNS", "e2e_rows_of", "end_to_end_sweep", "plot_end_to_end", "markdown_tables",
@@ -107,7 +107,7 @@ def end_to_end_sweep(models=None, systems=SWEEP_SYSTEMS, modes=E2E_MODES, params
         # key, so that a layer sweep after this one (the study's) reuses it instead of recomputing it.
         layer_store = engine.cache("estimate")
         for (m, s, p, _e2e, c, _schemes), r in zip(work, res):
-            k = _layer_key((m, s, p, c, {}))
+            k = estimate_key((m, s, p, c, {}))
             if r["layer"] is not None and k not in layer_store:
                 layer_store.set(k, r["layer"], retry=True)
     by_grid = dict(zip(order, res))
@@ -119,7 +119,7 @@ _TICKS = (0.5, 0.75, 0.9, 1, 1.1, 1.25, 1.5, 2, 3, 4, 6, 8, 12, 16)
 
 def plot_end_to_end(rows: list[dict], path: Path, baselines=BASELINES) -> Path:
     """One panel per (mode, system): DySHARP's whole-step speedup over each baseline, per model."""
-    plt = _plt()
+    plt = pyplot()
     modes = [m for m in E2E_MODES if any(r["mode"] == m for r in rows)]
     systems = list(dict.fromkeys(r["system"] for r in rows))
     models = list(dict.fromkeys(r["model"] for r in rows))
@@ -148,7 +148,7 @@ def plot_end_to_end(rows: list[dict], path: Path, baselines=BASELINES) -> Path:
             ax.set_title(f"{mode} on {s}, {tok} tokens/GPU: step of baseline / DySHARP", fontsize=9)
         row_axes[0].set_ylabel("whole-step speedup (x)")
     axes[0, 0].legend(ncol=4, fontsize=6, loc="upper left")
-    return _save(plt, fig, path)
+    return save_figure(plt, fig, path)
 
 
 def markdown_tables(rows: list[dict], baselines=BASELINES) -> str:

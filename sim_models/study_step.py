@@ -13,8 +13,9 @@ from .end_to_end import end_to_end
 from .end_to_end_sweep import markdown_tables, run_end_to_end_sweep
 from .estimator import BASELINES, Params, estimate
 from .moe_config import load_model
+from .full_sweep import run_sweep
 from .sensitivity import run_sensitivity, run_tornado, tornado_table
-from .sweep import QUICK_MODELS, markdown_table, run_sweep
+from .sweep import QUICK_MODELS, markdown_table
 from .system_config import load_system
 from .validation import markdown as validation_markdown, validate
 

@@ -237,7 +237,8 @@ def run(args) -> int:
         from .estimate_e2e import run_end_to_end_sweep
         return run_end_to_end_sweep(args, cal, schemes)
     if args.sweep:
-        from sim_models.sweep import markdown_table, run_sweep
+        from sim_models.full_sweep import run_sweep
+        from sim_models.sweep import markdown_table
         models, systems = sweep_grid(args)
         res = run_sweep(args.out, model=model.name, params=params, cal=cal, quick=args.quick, jobs=args.jobs,
                         scheduler=args.scheduler, cache=not args.no_cache, models=models, systems=systems)
