@@ -264,12 +264,12 @@ def test_study_scopes_parse_and_full_is_the_bench(bench):
 
 
 def test_study_area_power_covers_the_architecture_points():
-    from synth.study_step import _grid_args, architecture_points
+    from synth.study_points import architecture_points, grid_args
     arch = architecture_points()
     assert arch["switch"] == {"ports": 64} and arch["al_tlb"] == {"ports": 64, "entries": 1024}
     assert {"token_tracker", "request_gen", "receive_path", "memory_manager"} <= set(arch)
     # A module at its defaults is still one point (a single --grid), not its whole area grid.
-    argv = _grid_args("receive_path", {})
+    argv = grid_args("receive_path", {})
     assert argv[:2] == ["-m", "receive_path"] and len(argv) == 3 and argv[2].startswith("--grid=receive_path.")
 
 
@@ -331,9 +331,9 @@ def test_study_grid_args_of_every_default_point_parse_back():
     its values on commas, and the quick study's area step failed on '8]')."""
     from hw import registry
     from synth.area import grid_points, parse_grid
-    from synth.study_step import _grid_args
+    from synth.study_points import grid_args
     for m in sorted(registry.MODULES):
-        argv = _grid_args(m, {})
+        argv = grid_args(m, {})
         items = [a.split("=", 1)[1] for a in argv if a.startswith("--grid=")]
         (point,) = grid_points(m, parse_grid(items, [m])[m])
         spec = registry.get(m)
@@ -400,15 +400,16 @@ def test_study_area_power_writes_committed_summaries_only_with_full(scope, tmp_p
 
     from dysharp.commands import area as area_cmd
     from dysharp.commands import power as power_cmd
-    from synth import report, study_step
+    from dysharp import study_steps
+    from synth import report
     seen = {}
     monkeypatch.setattr(area_cmd, "run", lambda a: seen.setdefault("area", a.out) and seen.setdefault("mb", a.max_mb))
     monkeypatch.setattr(power_cmd, "run", lambda a: seen.setdefault("power", a.out))
     monkeypatch.setattr(report, "write_reports", lambda out: seen.setdefault("report", out) and "")
     if scope == "quick":      # its module choice generates every module's Verilog: one small module here
-        monkeypatch.setattr(study_step.registry, "MODULES", {"vc_sender": study_step.registry.MODULES["vc_sender"]})
+        monkeypatch.setattr(study_steps.registry, "MODULES", {"vc_sender": study_steps.registry.MODULES["vc_sender"]})
     args = argparse.Namespace(quick=scope == "quick", full=scope == "full")
-    study_step.area_power_step(args, tmp_path)
+    study_steps.area_power_step(args, tmp_path)
     beside = str(tmp_path / "synth_reports")
     assert seen["report"] == beside
     if scope == "full":

@@ -41,7 +41,7 @@ STEPS = [
     ("dysharp_switch", "verif.bench.dysharp_switch:study", "integrated DySHARP switch: dispatch, combine, fused"),
     ("gpu_side", "verif.bench.token_tracker:study_step", "GPU side: tile table, request generator"),
     ("system", "verif.bench.system:study", "a whole MoE layer in RTL: every scheme, plot, estimator"),
-    ("area_power", "synth.study_step:area_power_step", "area and power (yosys, Nangate45, CACTI)"),
+    ("area_power", "dysharp.study_steps:area_power_step", "area and power (yosys, Nangate45, CACTI)"),
     # Last: the estimator reads the calibration figures the RTL steps wrote.
     ("estimate", "sim_models.study_step:estimate_step", "end-to-end MoE layer-time estimate"),
 ]
