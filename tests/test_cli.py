@@ -379,11 +379,11 @@ def test_reduction_bench_rejects_bad_points(capsys, tmp_path):
 def test_quick_overhead_table_does_not_synthesize(monkeypatch):
     """With SYNTHESIZE_MISSING off (study --quick), blocks without an area point at hand are marked, not
     synthesized at their architecture point."""
-    from synth import area, report
+    from synth import area_study, report
 
     def no_synthesis(*a, **k):
         raise AssertionError("synthesized an architecture point")
-    monkeypatch.setattr(area, "area_point", no_synthesis)
+    monkeypatch.setattr(area_study, "area_point", no_synthesis)
     monkeypatch.setattr(report, "SYNTHESIZE_MISSING", False)
     ov = report.overhead([], None)
     status = {r["modules"]: r["status"] for r in ov["rows"]}
