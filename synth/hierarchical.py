@@ -400,7 +400,8 @@ def flat_check(module: str, point: dict, parts_row: dict, *, quiet: bool = True)
     since: new RTL or flow)."""
     params = registry.get(module).resolve(point)
     if not applies(module, params):
-        raise ValueError(f"{module} {point_text(point)} is synthesized flat by `dysharp area` already: nothing to check")
+        raise ValueError(f"{module} {point_text(point)} is synthesized flat by `dysharp area` already: "
+                         f"nothing to check")
     with flat_up_to(params["ports"]):
         r = area.flat_area_point(module, point, max_mb=0, quiet=quiet).result
     return {"module": module, "point": point_text(point), "flat_critical_path_ps": r["critical_path_ps"],
@@ -432,8 +433,8 @@ def write_flat_checks(specs: list[str], reports="synth_reports", quiet: bool = T
         module, point = _parse_point(spec)
         row = rows.get((module, point_text(point)))
         if row is None or row["status"] != "ok" or not (row.get("timing") or "").startswith("max of parts"):
-            raise ValueError(f"{reports / 'area_summary.csv'} has no row of {module} {point_text(point)} costed from its "
-                             f"parts; run `dysharp area -m {module} "
+            raise ValueError(f"{reports / 'area_summary.csv'} has no row of {module} {point_text(point)} costed "
+                             f"from its parts; run `dysharp area -m {module} "
                              f"{' '.join(f'--grid {module}.{k}={v}' for k, v in point.items())} --max-mb 0` first")
         todo.append((module, point, row))
     out = [flat_check(module, point, row, quiet=quiet) for module, point, row in todo]

@@ -194,7 +194,8 @@ def _plots(out: Path, area_points: list[dict], power: list | None) -> list[str]:
         for p in pw:
             for g in ("no_gating", "clock_gated"):
                 c = p[g]["cells"]
-                labels.append(f"{p['module']} {point_text(p['point'])}\n{'no gating' if g == 'no_gating' else 'clock gated'}")
+                gating = "no gating" if g == "no_gating" else "clock gated"
+                labels.append(f"{p['module']} {point_text(p['point'])}\n{gating}")
                 parts["internal"].append(c["internal_mw"])
                 parts["switching"].append(c["switching_mw"])
                 parts["leakage"].append(c["leakage_mw"])
@@ -248,7 +249,8 @@ def write_reports(out="synth_reports", area_points=None, power=None, commands=No
     for a in area_points:
         r = a["result"]
         if not r:
-            summary.append({"module": a["module"], "point": point_text(a["point"]), "status": "skipped: " + a["skipped"]})
+            summary.append({"module": a["module"], "point": point_text(a["point"]),
+                            "status": "skipped: " + a["skipped"]})
             continue
         summary.append({
             "module": a["module"], "point": point_text(a["point"]), "status": "ok",
