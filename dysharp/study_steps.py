@@ -7,6 +7,15 @@ from pathlib import Path
 from tabulate import tabulate
 
 from hw import registry
+from infra import engine
+from infra.scope import scope_of
+from synth import report, scaling, workloads
+from synth.study_points import EXTRA_POINTS, QUICK_AREA, architecture_points, grid_args
+from verif import lint as verilator_lint
+from verif.harness.runner import locked_verilog
+
+from .commands import area as area_cmd
+from .commands import power as power_cmd
 
 
 def md_table(rows, headers) -> str:
@@ -28,8 +37,6 @@ def study_points(args) -> list[tuple[str, dict]]:
         return [(n, registry.get(n).points[0]) for n in names]
     if getattr(args, "full", False):
         return [(n, p) for n in names for p in registry.get(n).points]
-    from synth import scaling
-    from synth.study_step import EXTRA_POINTS
     arch = {n: scaling.architecture_point(n) or {} for n in names}
     arch.update({n: p for n, p in EXTRA_POINTS.items() if n in arch})
     if "dysharp_switch" in arch:
@@ -42,7 +49,7 @@ def lint_points(args) -> list[tuple[str, dict, bool]]:
     scope, the first standard point of each module emitted deduplicated (the big tops) when its study
     point is another. ``whole``: lint the design in one Verilator run even when it is large (every module's
     first standard point), so that a combinational loop between two blocks is found there; a larger point
-    is linted block by block (:func:`dysharp.commands.lint.lint_file`)."""
+    is linted block by block (:func:`verif.lint.lint_file`)."""
     out = []
     for name, params in study_points(args):
         spec = registry.get(name)
@@ -55,18 +62,16 @@ def lint_points(args) -> list[tuple[str, dict, bool]]:
 
 def _verilog_and_lint(item) -> dict:
     """One point: its Verilog (``auto`` emission), then, with ``lint``, ``verilator --lint-only -Wall`` on it
-    (whole, or block by block when large and not ``whole``; a task of :func:`dysharp.engine.map_tasks`)."""
+    (whole, or block by block when large and not ``whole``; a task of :func:`infra.engine.map_tasks`)."""
     import time
 
-    from dysharp.commands.lint import lint_file
-    from verif.harness.runner import locked_verilog
     name, params, whole, lint = item
     t0 = time.time()
     path = locked_verilog(name, params)
     row = {"path": str(path), "mb": path.stat().st_size / 1e6, "verilog_s": time.time() - t0}
     if lint:
         t0 = time.time()
-        waived, problems, runs = lint_file(path, name, whole=whole, with_runs=True)
+        waived, problems, runs = verilator_lint.lint_file(path, name, whole=whole, with_runs=True)
         row.update(lint_s=time.time() - t0, problems=problems, waived=dict(waived), lint_runs=runs)
     return row
 
@@ -74,7 +79,6 @@ def _verilog_and_lint(item) -> dict:
 def verilog_points(args, lint: bool) -> list[dict]:
     """:func:`_verilog_and_lint` over :func:`lint_points` on the task engine, the largest points first (by
     GPUs, ports and table entries, a rough size order) so that the two workers end together."""
-    from dysharp import engine
     points = lint_points(args)
 
     def size(point):
@@ -119,9 +123,73 @@ def lint_step(args, out: Path) -> str:
                            f"{', '.join(r['path'] for r in bad)}")
     return ("## Lint (`verilator --lint-only -Wall`)\n\n" + table + "\n\n*runs*: *whole*, one Verilator run over "
             "the elaborated design; *N blocks*, a large design linted one distinct block at a time, each sub-block "
-            "a stub with its port list (`dysharp/lint_blocks.py`: every module's text and every instance's "
+            "a stub with its port list (`verif/lint_blocks.py`: every module's text and every instance's "
             "connections are checked, combinational loops inside each block; those between blocks are checked "
             "at the module's first standard point, linted whole).")
+
+
+def area_power_step(args, out: Path) -> str:
+    """``dysharp area`` then ``dysharp power``, in the study's scope:
+
+    * default: area and power of each block of the DySHARP addition at its architecture point (the
+      report's overhead table), and the switch's area at 64 ports;
+    * ``--full``: area over every registered module's grid, power of every module;
+    * ``--quick``: area of the ``QUICK_AREA`` smallest modules (by Verilog) at their first standard point,
+      power of the smallest module that has a workload.
+    """
+    scope = scope_of(args)
+    modules = sorted(registry.MODULES)
+    a = argparse.ArgumentParser()
+    area_cmd.add_arguments(a)
+    p = argparse.ArgumentParser()
+    power_cmd.add_arguments(p)
+    note = ""
+    if scope == "quick":
+        # A smoke run of the flow: the QUICK_AREA modules with the least Verilog at their first standard
+        # point, and power of the smallest that has a workload. The sizes are the verilog step's files (the
+        # `auto` emission, under the same per-point locks: whichever step comes first generates a file):
+        # the flat form of the two big tops took 3 of this step's 4 CPU-minutes, only to rank them last.
+        first = {m: registry.get(m).points[0] for m in modules}
+        size = {m: locked_verilog(m, first[m]).stat().st_size for m in modules}
+        small = sorted(modules, key=size.get)
+        area_argv, power_argv = ["--max-mb", "0.5"], ["--cycles", "300", "--warmup", "100"]
+        area_argv += [x for m in small[:QUICK_AREA] for x in grid_args(m, first[m])]
+        powered = next((m for m in small if workloads.get(m)), small[0])
+        # `dysharp power` starts from the architecture point (e.g. 64 ports): pin those parameters too.
+        spec = registry.get(powered)
+        point = {k: spec.params()[k] for k in scaling.architecture_point(powered) or {}}
+        point.update(first[powered])
+        power_argv += ["-m", powered] + [f"--set={powered}.{k}={v}" for k, v in point.items()]
+    elif scope == "default":
+        arch = architecture_points()
+        # Every architecture point is synthesized, whatever its Verilog size (the 64-port switch's allocator
+        # part is 3.2 MB, past `dysharp area`'s default limit).
+        area_argv = [x for m, pt in arch.items() for x in grid_args(m, pt)] + ["--max-mb", "0"]
+        # Power defaults to each module's architecture point; the switch itself is not part of the addition.
+        power_argv = [x for m in arch if m not in EXTRA_POINTS for x in ("-m", m)]
+        note = ("\n\n*`--full` only*: the area grids (every module over its `area_grid`) and the power of "
+                "modules outside the DySHARP addition (`dysharp area`, `dysharp power` or "
+                "`dysharp study --full`).")
+    else:
+        area_argv, power_argv = [], []
+    dest = out / "synth_reports"
+    dest.mkdir(parents=True, exist_ok=True)
+    if scope != "full":
+        # Only --full covers every module's grid: the quick and default runs write their summaries beside
+        # the report, so that their partial grids never replace the committed synth_reports/ ones.
+        area_argv += ["--out", str(dest)]
+        power_argv += ["--out", str(dest)]
+    if scope == "quick":
+        # A smoke run does not synthesize the architecture points for the overhead table (most of the time).
+        report.SYNTHESIZE_MISSING = False
+    try:
+        area_cmd.run(a.parse_args(area_argv))
+        power_cmd.run(p.parse_args(power_argv))
+        md = report.write_reports(str(dest))
+    finally:
+        report.SYNTHESIZE_MISSING = True
+    # --full: `dysharp area`/`power` also regenerated the committed synth_reports/ summaries.
+    return md + note
 
 
 def switch_bench_step(args, out: Path) -> str:

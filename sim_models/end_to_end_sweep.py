@@ -2,7 +2,7 @@
 sweep's model x system grid, for training and inference (prefill and decode), written as CSV and plotted.
 
 One task per (model, system, mode) -- every scheme shares that step's routed MoE layer -- run by
-:func:`dysharp.engine.map_tasks` as the layer sweep's are (``jobs`` local processes or the Dask cluster at
+:func:`infra.engine.map_tasks` as the layer sweep's are (``jobs`` local processes or the Dask cluster at
 ``scheduler``, a tqdm bar). With ``cache`` a task's rows are reused from ``build/cache/end_to_end`` when its
 content key (the ``sim_models`` source with its configs, the model, system, parameters, whole-step
 parameters and calibration) is unchanged, and each step's routed MoE layer is stored as the layer sweep's
@@ -15,11 +15,13 @@ import dataclasses
 import time
 from pathlib import Path
 
+from infra import engine
+
 from .calibration import Calibration, load_calibration
 from .end_to_end import E2EParams, EndToEnd, end_to_end
 from .estimator import BASELINES, FULL, MODES, SCHEMES, Params
 from .moe_config import load_model, model_names
-from .sweep import SWEEP_SYSTEMS, _key as _layer_key, _plt, _save, rows_of, write_csv
+from .sweep import SWEEP_SYSTEMS, estimate_key, pyplot, rows_of, save_figure, write_csv
 from .system_config import load_system, system_names
 
 __all__ = ["E2E_MODES", "E2E_COLUMNS", "e2e_rows_of", "end_to_end_sweep", "plot_end_to_end", "markdown_tables",
@@ -74,7 +76,6 @@ def _one(job) -> dict:
 
 
 def _key(job) -> str:
-    from dysharp import engine
     return engine.content_key("end_to_end", engine.source_hash("sim_models"), job)
 
 
@@ -83,7 +84,6 @@ def end_to_end_sweep(models=None, systems=SWEEP_SYSTEMS, modes=E2E_MODES, params
                      scheduler: str | None = None, cache: bool = False) -> list[dict]:
     """Rows of :func:`e2e_rows_of` for every (model, system, mode): ``params`` with its mode replaced by each
     of ``modes`` (its ``tokens_per_gpu``, if set, for every mode; else each mode's default)."""
-    from dysharp import engine
     models = check_names("model", models or model_names(), model_names())
     systems = check_names("system", systems, system_names())
     modes = check_names("mode", modes, E2E_MODES)
@@ -107,7 +107,7 @@ def end_to_end_sweep(models=None, systems=SWEEP_SYSTEMS, modes=E2E_MODES, params
         # key, so that a layer sweep after this one (the study's) reuses it instead of recomputing it.
         layer_store = engine.cache("estimate")
         for (m, s, p, _e2e, c, _schemes), r in zip(work, res):
-            k = _layer_key((m, s, p, c, {}))
+            k = estimate_key((m, s, p, c, {}))
             if r["layer"] is not None and k not in layer_store:
                 layer_store.set(k, r["layer"], retry=True)
     by_grid = dict(zip(order, res))
@@ -119,7 +119,7 @@ _TICKS = (0.5, 0.75, 0.9, 1, 1.1, 1.25, 1.5, 2, 3, 4, 6, 8, 12, 16)
 
 def plot_end_to_end(rows: list[dict], path: Path, baselines=BASELINES) -> Path:
     """One panel per (mode, system): DySHARP's whole-step speedup over each baseline, per model."""
-    plt = _plt()
+    plt = pyplot()
     modes = [m for m in E2E_MODES if any(r["mode"] == m for r in rows)]
     systems = list(dict.fromkeys(r["system"] for r in rows))
     models = list(dict.fromkeys(r["model"] for r in rows))
@@ -148,7 +148,7 @@ def plot_end_to_end(rows: list[dict], path: Path, baselines=BASELINES) -> Path:
             ax.set_title(f"{mode} on {s}, {tok} tokens/GPU: step of baseline / DySHARP", fontsize=9)
         row_axes[0].set_ylabel("whole-step speedup (x)")
     axes[0, 0].legend(ncol=4, fontsize=6, loc="upper left")
-    return _save(plt, fig, path)
+    return save_figure(plt, fig, path)
 
 
 def markdown_tables(rows: list[dict], baselines=BASELINES) -> str:
@@ -179,7 +179,6 @@ def run_end_to_end_sweep(out_dir="build/estimate", models=None, systems=SWEEP_SY
                          jobs: int | None = None, scheduler: str | None = None, cache: bool = True) -> dict:
     """The whole-step sweep with its CSV and PNG under ``out_dir``. Returns the paths, the rows, the wall
     time, the worker count and the scheduler."""
-    from dysharp import engine
     out = Path(out_dir)
     jobs = jobs or engine.DEFAULT_JOBS
     t0 = time.time()

@@ -12,7 +12,7 @@ sensitivity figures over the design and workload inputs (issue 14, items 5 and 6
   --sweep`` uses it with its smaller grid (:data:`SENSITIVITY`); ``--sensitivity`` with
   :data:`FIGURES_GRID`.
 
-Both run their estimates as tasks of :func:`dysharp.engine.map_tasks` (process pool or Dask, tqdm bar,
+Both run their estimates as tasks of :func:`infra.engine.map_tasks` (process pool or Dask, tqdm bar,
 ``build/cache/estimate`` when ``cache``), each distinct estimate once.
 """
 
@@ -22,10 +22,12 @@ import math
 import time
 from pathlib import Path
 
+from infra import engine
+
 from .calibration import Calibration, load_calibration
 from .estimator import DEFAULT_TOKENS, FULL, SCHEMES, Params
 from .moe_config import ModelConfig, load_model
-from .sweep import _key, _one, _plt, _save, write_csv
+from .sweep import estimate_key, estimate_task, pyplot, save_figure, write_csv
 from .system_config import SystemConfig, load_system
 
 __all__ = ["Assumption", "ASSUMPTIONS", "TORNADO_BASELINES", "SENSITIVITY", "QUICK_SENSITIVITY", "FIGURES_GRID",
@@ -182,7 +184,6 @@ def _canonical(m: ModelConfig, s: SystemConfig, p: Params) -> Params:
 def _run_points(model: str, points: list, jobs: int, scheduler, cache: bool, desc: str) -> list[list[dict]]:
     """Rows (one per scheme) of each (system, params, cal) point; each distinct point is estimated once.
     An unchanged system goes by name, so a point equal to a sweep's shares its cache entry."""
-    from dysharp import engine
     m = load_model(model)
     names = {}
     work, index, labels = [], [], []
@@ -199,8 +200,8 @@ def _run_points(model: str, points: list, jobs: int, scheduler, cache: bool, des
             labels.append(f"{model} {sysc.name} {label}")
         index.append(seen[k])
     store = engine.cache("estimate") if cache else None
-    out = engine.map_tasks(_one, work, jobs=jobs, scheduler=scheduler, desc=desc, labels=labels, cache=store,
-                           key=_key if cache else None)
+    out = engine.map_tasks(estimate_task, work, jobs=jobs, scheduler=scheduler, desc=desc, labels=labels, cache=store,
+                           key=estimate_key if cache else None)
     return [out[i] for i in index]
 
 
@@ -270,10 +271,10 @@ def tornado(model="deepseek-v3", system="gh200-nvl32", params: Params = Params()
 
 
 def _save_small(plt, fig, path) -> Path:
-    """:func:`sweep._save`, then the PNG reduced to a 64-colour palette (a third of the size, the same
+    """:func:`sweep.save_figure`, then the PNG reduced to a 64-colour palette (a third of the size, the same
     picture), so ``docs/img`` holds the build's file as it is."""
     from PIL import Image
-    path = _save(plt, fig, path)
+    path = save_figure(plt, fig, path)
     Image.open(path).convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
     return path
 
@@ -311,7 +312,7 @@ def tornado_table(result: dict) -> str:
 def plot_tornado(result: dict, path: Path) -> Path:
     """One panel per baseline: a horizontal bar per assumption from the base speedup to the speedup at the
     low (blue) and the high (orange) end of its range, largest swing on top; lines at 1.0x and the base."""
-    plt = _plt()
+    plt = pyplot()
     bl = result["baselines"]
     n = len(bl)
     ncols = min(3, n)
@@ -352,7 +353,6 @@ def run_tornado(out_dir="build/estimate", model="deepseek-v3", system="gh200-nvl
                 scheduler: str | None = None, cache: bool = True) -> dict:
     """:func:`tornado`, written as ``tornado.csv``, ``tornado.json`` and ``tornado.png`` under ``out_dir``.
     ``quick``: the base point at :data:`QUICK_TOKENS` tokens per GPU (prefill/training) unless fewer."""
-    from dysharp import engine
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     jobs = jobs or engine.DEFAULT_JOBS
@@ -478,7 +478,7 @@ def plot_sensitivity(rows: list[dict], path: Path, baselines=("deepep", "comet",
     """DySHARP's speedup over each baseline against each varied input, one panel per input (``panels``:
     lists of grid keys sharing a panel; default one per input present in ``rows``); ``title`` names the
     base point."""
-    plt = _plt()
+    plt = pyplot()
     if panels is None:
         present = list(dict.fromkeys(r["param"] for r in rows))
         panels = [[k] for k in present if k != "zipf_ungrouped"]
@@ -508,7 +508,6 @@ def run_sensitivity(out_dir="build/estimate", model="deepseek-v3", system="gh200
     """:func:`sensitivity` over :data:`FIGURES_GRID` (``quick``: :data:`QUICK_FIGURES_GRID` around
     :data:`QUICK_TOKENS` tokens per GPU), written as ``sensitivity_all.csv``, one PNG per figure
     (``sensitivity_{tile,gpus,tokens,skew,dtype}.png``) and all panels in ``sensitivity_all.png``."""
-    from dysharp import engine
     baselines = _check_baselines(baselines)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

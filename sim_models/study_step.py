@@ -12,17 +12,16 @@ from .calibration import load_calibration
 from .end_to_end import end_to_end
 from .end_to_end_sweep import markdown_tables, run_end_to_end_sweep
 from .estimator import BASELINES, Params, estimate
+from .full_sweep import run_sweep
 from .moe_config import load_model
 from .sensitivity import run_sensitivity, run_tornado, tornado_table
-from .sweep import QUICK_MODELS, markdown_table, run_sweep
+from .sweep import QUICK_MODELS, markdown_table
 from .system_config import load_system
+from .tables import format_calibration, format_end_to_end, format_estimate
 from .validation import markdown as validation_markdown, validate
 
 
 def estimate_step(args, out_dir: Path) -> str:
-    from dysharp.commands.estimate import format_calibration, format_estimate
-    from dysharp.commands.estimate_e2e import format_end_to_end
-
     out_dir = Path(out_dir)
     cal = load_calibration([out_dir, "build/bench"])
     est_dir = out_dir / "estimate"

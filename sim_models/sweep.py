@@ -1,26 +1,26 @@
-"""Sweeps of the estimator: the main grid (models x systems x schemes) and the sensitivity studies, written
-as CSV and plotted with matplotlib (Agg backend) under ``build/estimate/``.
+"""The estimator's main grid (models x systems x schemes), written as CSV and plotted with matplotlib (Agg
+backend), and the pieces the other sweeps share: one estimate as a task (:func:`estimate_task`) with its
+cache key (:func:`estimate_key`), the CSV writer and the plot helpers.
 
 ``main_sweep`` runs one :func:`estimator.estimate` per (model, system) -- every scheme shares that
-layer's routing -- as tasks of :func:`dysharp.engine.map_tasks` (``jobs`` local processes, or the Dask
-cluster at ``scheduler``). ``run_sweep`` adds the one-at-a-time sensitivity of :mod:`sensitivity` (GPU
-count, tokens per GPU, Zipf skew, tile size) around DeepSeek-V3. With ``cache`` an estimate is reused from ``build/cache/estimate`` when
-its content key (the ``sim_models`` source with its configs, the model, system, parameters and
-calibration) is unchanged.
+layer's routing -- as tasks of :func:`infra.engine.map_tasks` (``jobs`` local processes, or the Dask
+cluster at ``scheduler``). With ``cache`` an estimate is reused from ``build/cache/estimate`` when its
+content key (the ``sim_models`` source with its configs, the model, system, parameters and calibration)
+is unchanged. :mod:`sim_models.full_sweep` adds the sensitivity studies (:mod:`sim_models.sensitivity`).
 """
 
 import csv
-import dataclasses
-import time
 from pathlib import Path
+
+from infra import engine
 
 from .calibration import Calibration, load_calibration
 from .estimator import BASELINES, FULL, SCHEMES, Estimate, Params, estimate
 from .moe_config import load_model, model_names
 from .system_config import SystemConfig, load_system
 
-__all__ = ["SWEEP_SYSTEMS", "QUICK_MODELS", "COLUMNS", "rows_of", "main_sweep", "write_csv", "plot_speedups", "plot_breakdown",
-           "markdown_table", "run_sweep"]
+__all__ = ["SWEEP_SYSTEMS", "QUICK_MODELS", "COLUMNS", "rows_of", "estimate_task", "estimate_key", "main_sweep",
+           "write_csv", "pyplot", "save_figure", "plot_speedups", "plot_breakdown", "markdown_table"]
 
 SWEEP_SYSTEMS = ("hgx-h200", "gh200-nvl32", "nvl72")
 QUICK_MODELS = ("deepseek-v3", "qwen3-30b-a3b", "mixtral-8x7b")     # --quick: one model of each kind
@@ -44,7 +44,7 @@ def rows_of(e: Estimate, **extra) -> list[dict]:
     return out
 
 
-def _one(job):
+def estimate_task(job):
     """One estimate's rows. ``system`` is a name, or a :class:`SystemConfig` (a system with some fields
     changed, e.g. by the tornado of :mod:`sensitivity`)."""
     model, system, params, cal, extra = job
@@ -53,19 +53,17 @@ def _one(job):
     return rows_of(e, **extra)
 
 
-def _key(job) -> str:
+def estimate_key(job) -> str:
     """What one estimate depends on: the estimator's code and configs, and the job's inputs."""
-    from dysharp import engine
     return engine.content_key("estimate", engine.source_hash("sim_models"), job)
 
 
 def _map(work, jobs, scheduler=None, cache=False, desc="estimate"):
-    from dysharp import engine
     store = engine.cache("estimate") if cache else None
     labels = [" ".join([m, getattr(s, "name", s), *(f"{k}={v}" for k, v in extra.items())])
               for m, s, _p, _c, extra in work]
-    return engine.map_tasks(_one, work, jobs=jobs, scheduler=scheduler, desc=desc, labels=labels,
-                            cache=store, key=_key if cache else None)
+    return engine.map_tasks(estimate_task, work, jobs=jobs, scheduler=scheduler, desc=desc, labels=labels,
+                            cache=store, key=estimate_key if cache else None)
 
 
 def main_sweep(models=None, systems=SWEEP_SYSTEMS, params: Params = Params(), cal: Calibration | None = None,
@@ -91,23 +89,26 @@ def write_csv(rows: list[dict], path: Path, columns=COLUMNS) -> Path:
     return path
 
 
-def _plt():
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend (imported here, not at the top: it costs start-up time)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
 
 
-def _save(plt, fig, path) -> Path:
+def save_figure(plt, fig, path) -> Path:
+    """``fig`` laid out, written to ``path`` (PNG, 110 dpi) and closed."""
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
+
 def plot_speedups(rows: list[dict], path: Path, baselines=BASELINES) -> Path:
     """One panel per system: DySHARP's speedup over each baseline, per model."""
-    plt = _plt()
+    plt = pyplot()
     systems = list(dict.fromkeys(r["system"] for r in rows))
     models = list(dict.fromkeys(r["model"] for r in rows))
     fig, axes = plt.subplots(len(systems), 1, figsize=(13, 3.6 * len(systems)), squeeze=False)
@@ -127,12 +128,12 @@ def plot_speedups(rows: list[dict], path: Path, baselines=BASELINES) -> Path:
         ax.set_ylabel("DySHARP speedup (x)")
         ax.set_title(f"{s}: layer time of baseline / DySHARP (EP up to {g} GPUs)", fontsize=10)
     axes[0, 0].legend(ncol=4, fontsize=7, loc="upper left")
-    return _save(plt, fig, path)
+    return save_figure(plt, fig, path)
 
 
 def plot_breakdown(rows: list[dict], model: str, path: Path) -> Path:
     """Stacked layer-time breakdown (GEMM busy + exposed dispatch/combine) of every scheme, per system."""
-    plt = _plt()
+    plt = pyplot()
     sel = [r for r in rows if r["model"] == model]
     systems = list(dict.fromkeys(r["system"] for r in sel))
     fig, axes = plt.subplots(1, len(systems), figsize=(5.2 * len(systems), 4.2), squeeze=False)
@@ -152,7 +153,7 @@ def plot_breakdown(rows: list[dict], model: str, path: Path) -> Path:
         ax.set_ylabel("layer time (us)")
         ax.set_title(f"{model} on {s}", fontsize=10)
     axes[0, 0].legend(fontsize=7)
-    return _save(plt, fig, path)
+    return save_figure(plt, fig, path)
 
 
 def markdown_table(rows: list[dict], baselines=BASELINES) -> str:
@@ -168,40 +169,3 @@ def markdown_table(rows: list[dict], baselines=BASELINES) -> str:
                      + [f"{any_r['total_us']:.0f}"])
     return tabulate(table, headers=["model", "system", "GPUs", "D"] + [f"vs {b}" for b in baselines] +
                     ["DySHARP us"], tablefmt="github", disable_numparse=True)
-
-
-def run_sweep(out_dir="build/estimate", model="deepseek-v3", params: Params = Params(), cal=None,
-              quick: bool = False, jobs: int | None = None, models=None, systems=SWEEP_SYSTEMS,
-              grid: dict | None = None, scheduler: str | None = None, cache: bool = True) -> dict:
-    """The full ``dysharp estimate --sweep``: main grid + sensitivity, CSVs and PNGs. Returns the paths,
-    the rows and the wall times. ``jobs``, ``scheduler``: see :func:`dysharp.engine.map_tasks`;
-    ``cache``: reuse unchanged estimates (``build/cache/estimate``)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    from dysharp import engine
-    jobs = jobs or engine.DEFAULT_JOBS
-    cal = cal if cal is not None else load_calibration()
-    t0 = time.time()
-    if quick and models is None:
-        models = list(QUICK_MODELS)
-    rows = main_sweep(models, systems, params, cal, jobs, scheduler, cache)
-    t_main = time.time() - t0
-    sens_system = "gh200-nvl32" if "gh200-nvl32" in systems else systems[0]
-    from .sensitivity import QUICK_SENSITIVITY, SENSITIVITY, plot_sensitivity, sensitivity
-    t1 = time.time()
-    if grid is None:
-        grid = QUICK_SENSITIVITY if quick else SENSITIVITY
-    sparams = dataclasses.replace(params, tokens_per_gpu=min(params.tokens, 1024)) if quick else params
-    srows = sensitivity(model, sens_system, sparams, cal, grid, jobs, scheduler, cache)
-    t_sens = time.time() - t1
-    paths = {
-        "csv": write_csv(rows, out / "sweep.csv"),
-        "sensitivity_csv": write_csv(srows, out / "sensitivity.csv"),
-        "speedup_png": plot_speedups(rows, out / "speedup.png"),
-        # the breakdown of ``model``, or of the grid's first model when the grid leaves it out
-        "breakdown_png": plot_breakdown(rows, model if any(r["model"] == model for r in rows) else rows[0]["model"],
-                                        out / "breakdown.png"),
-        "sensitivity_png": plot_sensitivity(srows, out / "sensitivity.png"),
-    }
-    return {"paths": paths, "rows": rows, "sensitivity": srows, "main_s": t_main, "sensitivity_s": t_sens,
-            "jobs": jobs, "scheduler": engine.scheduler_address(scheduler), "calibration": cal}

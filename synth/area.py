@@ -1,6 +1,8 @@
-"""The area study: every registered module over its ``area_grid`` (default: its ``points``).
+"""The area of one design synthesized flat, and the grids of the area study (:func:`parse_grid`,
+:func:`grid_points`; :mod:`synth.area_study` runs them, a large switch costed from its parts by
+:mod:`synth.hierarchical`).
 
-For one (module, point), :func:`area_point`
+For one (module, point), :func:`flat_area_point`
 
 1. generates the Verilog through :mod:`hw.registry` (cached);
 2. synthesizes it with every ``lib.memory`` array as a black box (:mod:`synth.yosys_flow`): cell area
@@ -16,11 +18,9 @@ For one (module, point), :func:`area_point`
 
 Nothing is silently zero: a point whose synthesis yields no cells, or an array neither CACTI nor the
 flip-flop synthesis can cost, is an error. Results (a point's synthesis, the flip-flop arrays, the macros)
-are cached by :mod:`dysharp.engine` (``build/cache/synth``) under the content hash of the Verilog, the flow
+are cached by :mod:`infra.engine` (``build/cache/synth``) under the content hash of the Verilog, the flow
 version, the liberty checksum, the yosys command and the clock, so a re-run only synthesizes what changed;
 the JSON files of earlier versions (``build/synth/area/`` etc.) are read once when present.
-:func:`run_study` runs the points as :func:`dysharp.engine.map_tasks` tasks (local processes or a Dask
-cluster).
 """
 
 import dataclasses
@@ -34,10 +34,13 @@ from pathlib import Path
 
 from hw import registry
 
+from infra import engine
+
 from . import cacti, liberty, macros, tools, yosys_flow
 
-__all__ = ["AreaPoint", "grid_points", "parse_grid", "area_point", "run_study", "DEFAULT_PERIOD_PS",
-           "CLOCK_GHZ"]
+__all__ = ["AreaPoint", "grid_points", "parse_grid", "flat_area_point", "file_sha", "yosys_id",
+           "strip_array_params", "run_sta", "sta_slack_ps", "sta_timing", "cost_array", "cost_macro", "BUILD",
+           "DEFAULT_PERIOD_PS", "CLOCK_GHZ"]
 
 CLOCK_GHZ = 1.5625
 STA_VERSION = 2      # bump when the timing step changes (re-times cached points; v2: no cell of the
@@ -110,18 +113,19 @@ def grid_points(module: str, grid: dict[str, list] | None = None, fixed: dict | 
 # ---------------------------------------------------------------------------------------------------------
 # One point
 
-def _sha(path: Path) -> str:
+def file_sha(path: Path) -> str:
+    """The sha256 (hex) of a file's bytes (the liberty file's, in cache keys)."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def _yosys_id() -> str:
+def yosys_id() -> str:
+    """The yosys command the flow runs (its executables' names), part of every synthesis cache key."""
     return " ".join(Path(c).name for c in tools.yosys_command())
 
 
 def _cached(parts: tuple, run, legacy: Path | None = None):
-    """``run()``'s result, cached under the content key of ``parts`` (:func:`dysharp.engine.cached_call`);
+    """``run()``'s result, cached under the content key of ``parts`` (:func:`infra.engine.cached_call`);
     ``legacy``: the JSON cache file an earlier version wrote for it, taken when present."""
-    from dysharp import engine
 
     def compute():
         if legacy is not None and legacy.is_file():
@@ -133,7 +137,7 @@ def _cached(parts: tuple, run, legacy: Path | None = None):
     return engine.cached_call(engine.cache("synth"), engine.content_key(*parts), compute)
 
 
-def _strip_array_params(netlist_v: Path) -> None:
+def strip_array_params(netlist_v: Path) -> None:
     """OpenSTA's Verilog reader takes no parameters: drop ``#(...)`` from the black-box instances, and
     give each instance its own (undefined) cell name, since OpenSTA sizes a black box's ports from the
     first instance it sees."""
@@ -199,7 +203,7 @@ def sta_timing(netlist_v: Path, top: str, liberty_path: Path, period_ps: float, 
     sta = tools.opensta_binary(required=False)
     if not sta:
         return None
-    _strip_array_params(netlist_v)
+    strip_array_params(netlist_v)
     text = _sta_report(sta, netlist_v, top, liberty_path, period_ps, workdir)
     if "syntax error" in text:
         try:
@@ -220,8 +224,8 @@ def cost_array(geom: dict, lib, liberty_path: Path, period_ps: float, node_nm: i
     """CACTI and flip-flop figures of one array geometry, and which one is counted."""
     key = f"{geom['rows']}x{geom['width']}_r{geom['read_ports']}s{geom['sync_reads']}_w{geom['write_ports']}"
     out = {"geometry": key, "bits": geom["rows"] * geom["width"]}
-    lib_sha = _sha(liberty_path)
-    out["ff"] = _cached(("ffarray", geom, yosys_flow.FLOW_VERSION, yosys_flow.FF_METHOD, lib_sha, _yosys_id(),
+    lib_sha = file_sha(liberty_path)
+    out["ff"] = _cached(("ffarray", geom, yosys_flow.FLOW_VERSION, yosys_flow.FF_METHOD, lib_sha, yosys_id(),
                          period_ps),
                         lambda: yosys_flow.synthesize_ff_array(geom, lib, liberty_path, period_ps=period_ps,
                                                                workdir=BUILD / "ffarray" / key),
@@ -279,7 +283,7 @@ def _macro_ff_from_slices(kind, geom: dict, lib, liberty_path: Path, lib_sha: st
 
         msg = None if quiet else f"[area] macro {kind.name}: synthesizing a {e}-entry slice as flip-flops ..."
         figs.append(_cached(("macro-ff", hashlib.sha256(text.encode()).hexdigest(), yosys_flow.FLOW_VERSION,
-                             lib_sha, _yosys_id(), period_ps),
+                             lib_sha, yosys_id(), period_ps),
                             lambda text=text, work=work, msg=msg: _macro_ff(text, work, lib, liberty_path,
                                                                            period_ps, msg)))
     return ff_extrapolate(figs, MACRO_FF_SLICES, geom["entries"])
@@ -303,7 +307,7 @@ def cost_macro(mac: dict, verilog_text: str, lib, liberty_path: Path, period_ps:
     kind = macros.kind(mac["kind"])
     geom = {k: mac[k] for k in ("entries", "key_width", "value_width")}
     key = f"{kind.name}{geom['entries']}x{geom['key_width']}+{geom['value_width']}"
-    lib_sha = _sha(liberty_path)
+    lib_sha = file_sha(liberty_path)
     lib8 = lib_sha[:8]
     out = {"geometry": key, "kind": kind.name, **kind.bits(geom)}
     out["bits"] = out["cam_bits"] + out["sram_bits"]
@@ -318,7 +322,7 @@ def cost_macro(mac: dict, verilog_text: str, lib, liberty_path: Path, period_ps:
                          f"[area] macro {key}: synthesizing it alone as flip-flops (the upper bound) ...")
     if geom["entries"] <= MACRO_FF_MAX_ENTRIES:
         out["ff"] = _cached(("macro-ff", hashlib.sha256(text.encode()).hexdigest(), yosys_flow.FLOW_VERSION,
-                             lib_sha, _yosys_id(), period_ps), ff_run,
+                             lib_sha, yosys_id(), period_ps), ff_run,
                             legacy=BUILD / "macro" / f"{key}-{digest}-v{yosys_flow.FLOW_VERSION}-{lib8}.json")
     else:
         out["ff"] = _macro_ff_from_slices(kind, geom, lib, liberty_path, lib_sha, period_ps, quiet)
@@ -344,7 +348,7 @@ def cost_macro(mac: dict, verilog_text: str, lib, liberty_path: Path, period_ps:
                 "yosys_s": r["yosys_s"]}
     out["control"] = _cached(
         ("macro-control", hashlib.sha256(ctext.encode()).hexdigest(), yosys_flow.FLOW_VERSION, lib_sha,
-         _yosys_id(), period_ps), control_run,
+         yosys_id(), period_ps), control_run,
         legacy=BUILD / "macro" / f"control-{kind.name}-{cslug}-{cdigest}-v{yosys_flow.FLOW_VERSION}-{lib8}.json")
     try:
         out["cacti"] = cacti.run(kind.cacti_array(geom)).as_dict()
@@ -367,15 +371,12 @@ def cost_macro(mac: dict, verilog_text: str, lib, liberty_path: Path, period_ps:
     return out
 
 
-def area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERIOD_PS, netlist: bool = True,
-               max_mb: float = 0.0, cache: bool = True, quiet: bool = False) -> AreaPoint:
-    """Synthesize ``module`` at ``point`` and cost its arrays (see the module docstring)."""
+def flat_area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERIOD_PS, netlist: bool = True,
+                    max_mb: float = 0.0, cache: bool = True, quiet: bool = False) -> AreaPoint:
+    """Synthesize ``module`` at ``point`` as one design and cost its arrays (see the module docstring).
+    :func:`synth.area_study.area_point` costs a large switch from its parts instead."""
     spec = registry.get(module)
     params = spec.resolve(point)
-    from . import hierarchical
-    if hierarchical.applies(module, params):   # a large switch: its parts synthesized alone, summed
-        return hierarchical.area_point(module, point, period_ps=period_ps, netlist=netlist, max_mb=max_mb,
-                                       cache=cache, quiet=quiet)
     lp = tools.liberty_path()
     lib = liberty.load(lp)
     vpath = registry.generate_verilog(module, point, "build/verilog")
@@ -383,12 +384,11 @@ def area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERIOD_PS
     slug = vpath.stem
     vtext = vpath.read_text()
     macs = macros.find_macros(vtext)
-    key = {"verilog": _sha(vpath), "flow": yosys_flow.FLOW_VERSION, "liberty": tools.LIBERTY_SHA256,
-           "yosys": _yosys_id(), "period_ps": period_ps,
+    key = {"verilog": file_sha(vpath), "flow": yosys_flow.FLOW_VERSION, "liberty": tools.LIBERTY_SHA256,
+           "yosys": yosys_id(), "period_ps": period_ps,
            "sta": STA_VERSION if tools.opensta_binary(required=False) else False}
     if macs:
         key["macros"] = [m["module"] for m in macs]
-    from dysharp import engine
     store = engine.cache("synth")
     ckey = engine.content_key("area", key)
     work = BUILD / "work" / slug
@@ -500,62 +500,3 @@ def _from_old_cache(d: dict) -> dict:
     timing = {"min_period_ps": r["critical_path_ps"], "source": r["timing_source"]} \
         if r["timing_source"] == "OpenSTA" else None
     return {"key": d["key"], "syn": syn, "timing": timing, "seconds": r["seconds"]}
-
-
-def _point_task(job) -> AreaPoint:
-    module, point, kw = job
-    return area_point(module, point, **kw)
-
-
-def run_study(selection: dict[str, list[dict]], *, jobs: int | None = None, scheduler: str | None = None,
-              **kw) -> list[AreaPoint]:
-    """``selection``: {module: [points]} -> every point's :class:`AreaPoint`, in order.
-
-    The points are :func:`dysharp.engine.map_tasks` tasks (``jobs`` local processes, or the Dask cluster
-    at ``scheduler``), ``kw`` passed to :func:`area_point`. With ``max_mb`` they run in waves of as many
-    points as there are workers, in order: a point at least as large (every numeric parameter >=) as one
-    skipped for size in an earlier wave is skipped without generating its Verilog, which alone takes
-    minutes for a 64-port switch. Without it they run as one batch, the points costed hierarchically (a
-    large switch, its parts one after another in one task: the longest task) first, so that the other
-    points run beside it rather than after it."""
-    from dysharp import engine
-
-    from . import hierarchical
-    todo = [(m, p) for m, points in selection.items() for p in points]
-    out: list = [None] * len(todo)
-    skipped: dict[str, list] = {m: [] for m in selection}
-    width = len(todo) if not kw.get("max_mb") else \
-        (jobs or (8 if engine.scheduler_address(scheduler) else engine.DEFAULT_JOBS))
-    pending = list(range(len(todo)))
-    if not kw.get("max_mb"):
-        def flat(i):
-            module, point = todo[i]
-            return not hierarchical.applies(module, registry.get(module).resolve(point))
-        pending.sort(key=flat)
-    while pending:
-        wave = []
-        while pending and len(wave) < width:
-            i = pending.pop(0)
-            module, p = todo[i]
-            big = next((q for q in skipped[module] if _dominates(p, q)), None)
-            if big is not None and kw.get("max_mb"):
-                out[i] = AreaPoint(module, p, registry.get(module).resolve(p), None,
-                                   skipped=f"larger than {big}, which exceeds --max-mb {kw['max_mb']:g}; run "
-                                           f"with --max-mb 0 to include it")
-                continue
-            wave.append(i)
-        results = engine.map_tasks(_point_task, [(*todo[i], kw) for i in wave], jobs=jobs, scheduler=scheduler,
-                                   desc="area", labels=[f"{todo[i][0]} {todo[i][1] or '(defaults)'}" for i in wave])
-        for i, ap in zip(wave, results):
-            out[i] = ap
-            if ap.result is None:
-                skipped[ap.module].append(ap.point)
-    return out
-
-
-def _dominates(p: dict, q: dict) -> bool:
-    keys = set(p) | set(q)
-    if not keys or any(not isinstance(p.get(k), (int, float)) or not isinstance(q.get(k), (int, float))
-                       for k in keys):
-        return False
-    return all(p[k] >= q[k] for k in keys)

@@ -34,6 +34,9 @@ listed with both CACTI figures but scale as logic in the headline, not by either
 
 import dataclasses
 
+from . import area_study, cacti, hierarchical, integrated, macros, scaling
+from .summary_csv import write_csv
+
 __all__ = ["CELL_UM2", "CACTI_CAM_OVER_SRAM", "N5_CAM_OVER_SRAM", "route_factor", "cost_routes", "crosscheck_rows",
            "write_crosscheck", "table_sources", "integrated_sources"]
 
@@ -45,7 +48,6 @@ NODES = (45, 22)
 
 def route_factor(node: int, cam: bool = False) -> float:
     """Area factor from a CACTI array at ``node`` nm to N5 (SRAM cells, or CAM cells when ``cam``)."""
-    from . import scaling
     if node not in NODES:
         raise ValueError(f"the cross-check has routes from {NODES} nm, got {node!r}")
     sram = scaling.SRAM_AREA if node == 45 else CELL_UM2["N5"] / CELL_UM2[22]
@@ -66,7 +68,6 @@ def _cam_share(a) -> float:
 def cost_routes(array) -> dict:
     """CACTI area of ``array`` (a :class:`synth.cacti.Array`) at 45 and 22 nm and both routes to N5 (um^2).
     A node CACTI finds no organisation for gives ``None`` figures and its reason in ``error_<node>``."""
-    from . import cacti
     out = {"cam_share": _cam_share(array), "n5_headline_um2": None}
     for node in NODES:
         a = dataclasses.replace(array, node_nm=node)
@@ -88,7 +89,6 @@ def cost_routes(array) -> dict:
 
 def _arrays_of(result: dict):
     """(name, cacti.Array, counted-as) of every array and macro of an area result, as the flow costs them."""
-    from . import cacti, macros
     for a in result["arrays"]:
         if "key_width" in a:       # a CAM macro
             geom = {"entries": a["rows"], "key_width": a["key_width"], "value_width": a["width"]}
@@ -102,12 +102,11 @@ def _arrays_of(result: dict):
 def crosscheck_rows(sources: list[tuple[str, str, dict, int]], off_chip: dict | None = None,
                     total_label: str = "TOTAL") -> list[dict]:
     """One row per distinct array of each source ``(label, module, point, instances)`` (synthesized or
-    cached by :func:`synth.area.area_point`), with its count, and one TOTAL row per route over the arrays
+    cached by :func:`synth.area_study.area_point`), with its count, and one TOTAL row per route over the arrays
     counted as CACTI macros. ``off_chip`` maps a module to array names left out (as the overhead table)."""
-    from .area import area_point
     rows = []
     for label, module, point, n in sources:
-        res = area_point(module, point, quiet=True).result
+        res = area_study.area_point(module, point, quiet=True).result
         if res is None:
             raise RuntimeError(f"{module} {point}: no area result")
         skip = set((off_chip or {}).get(module, ()))
@@ -143,7 +142,6 @@ def table_sources(sides=("switch", "gpu")) -> tuple[list, dict]:
     arrays."""
     from hw import registry
 
-    from . import scaling
     sources, off = [], {}
     for r in scaling.resolve_roles(sorted(registry.MODULES)):
         if r["side"] not in sides:
@@ -159,7 +157,6 @@ def table_sources(sides=("switch", "gpu")) -> tuple[list, dict]:
 def integrated_sources(params: dict, names: dict) -> list:
     """The integrated design's added parts (:func:`synth.hierarchical.dysharp_parts` without the request
     network, which the plain switch has too) as sources; ``names`` maps a part to its registered name."""
-    from . import hierarchical
     return [(f"integrated: {name}", names[name], prm, c) for name, _f, prm, c in hierarchical.dysharp_parts(params)
             if name != "reqnet"]
 
@@ -173,7 +170,6 @@ def main(argv=None) -> int:
 
     from hw import registry
 
-    from . import hierarchical, integrated
     p = argparse.ArgumentParser(prog="python -m synth.array_crosscheck", description=main.__doc__)
     p.add_argument("--blocks", action="store_true",
                    help="also the sum-of-blocks table's switch-side blocks (synthesized if not cached)")
@@ -181,7 +177,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     params = registry.get("dysharp_switch").resolve(integrated.ARCH_POINT)
     plist = hierarchical.dysharp_parts(params)
-    with hierarchical._part_modules("dysharp_switch", plist) as names:
+    with hierarchical.part_modules("dysharp_switch", plist) as names:
         rows = crosscheck_rows(integrated_sources(params, names), None,
                                f"TOTAL switch side, integrated addition at {integrated.ARCH_POINT['ports']} ports")
     sources, off = table_sources(("gpu",))
@@ -205,10 +201,9 @@ def write_crosscheck(rows: list[dict], out="synth_reports") -> str:
 
     from tabulate import tabulate
 
-    from .report import _write_csv
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    _write_csv(out / "array_crosscheck_summary.csv", [{k: r.get(k, "") for k in COLUMNS} for r in rows])
+    write_csv(out / "array_crosscheck_summary.csv", [{k: r.get(k, "") for k in COLUMNS} for r in rows])
 
     def f(x, spec=",.0f"):
         return "-" if x is None or x == "" else format(x, spec)

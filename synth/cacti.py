@@ -7,7 +7,7 @@ associative array (``kind="fa"``: a ``tag_width``-bit CAM tag per row searched i
 (22/32/45/65/90 nm). :func:`run` writes a configuration derived from CACTI's own ``cache.cfg`` (the
 keys below replaced), runs the binary built by :mod:`synth.tools`, and returns a :class:`Result` with
 the area (um^2), access time (ns), read/write/search energy per access (pJ) and leakage (mW). Results,
-and CACTI's refusals, are cached (:mod:`dysharp.engine`, ``build/cache/synth``) by the content hash of the
+and CACTI's refusals, are cached (:mod:`infra.engine`, ``build/cache/synth``) by the content hash of the
 configuration text; the configurations are kept under ``build/synth/cacti/``.
 
 CACTI's geometry limits (found by running it): whole-byte rows and a capacity of at least 64 bytes;
@@ -23,6 +23,8 @@ import math
 import re
 import subprocess
 from pathlib import Path
+
+from infra import engine
 
 from .tools import ToolError, cacti_binary
 
@@ -185,8 +187,6 @@ def run(a: Array, cache_dir="build/synth/cacti") -> Result:
 
 
 def _run(a: Array, cache_dir, pow2: bool) -> Result:
-    from dysharp import engine
-
     exe = cacti_binary()
     template = (exe.parent / "cache.cfg").read_text()
     cfg, rows, width = config_text(a, template, pow2)

@@ -3,7 +3,7 @@
 A flat 64-port switch is ~35 MB of Verilog; synthesizing it whole takes hours here. Synthesis teams cost
 such a design bottom-up, and so does this: one input unit, the allocator, the crossbar, one egress queue,
 one credit sender and the group table are each generated at the point's parameters and run through the
-same flow as :func:`synth.area.area_point` (yosys, OpenSTA, CACTI or flip-flops for every array), and
+same flow as :func:`synth.area.flat_area_point` (yosys, OpenSTA, CACTI or flip-flops for every array), and
 
     area = N x input unit + allocator + crossbar + N x (egress queue + credit sender) + group table
            (+ N x request register, with ``req_stage``).
@@ -44,13 +44,18 @@ switch: 2,738 ps flat against a bound of 3,021).
 """
 
 from contextlib import contextmanager
+from pathlib import Path
 
 from hw import registry
 from hw.switch.allocator import ISlipAllocator
 from hw.vc_link import VcReceiver, VcSender
 
-__all__ = ["HIER_MIN_PORTS", "HIER_MARGIN", "VALIDATION_POINT", "applies", "parts", "area_point", "validate",
-           "flat_check", "write_flat_checks"]
+from . import area, timing, tools
+from .paths import sta_inputs
+from .summary_csv import merge_csv, point_text
+
+__all__ = ["HIER_MIN_PORTS", "HIER_MARGIN", "VALIDATION_POINT", "applies", "parts", "part_modules", "area_point",
+           "validate", "flat_check", "write_flat_checks"]
 
 # Switch points with at least this many ports are costed hierarchically by ``dysharp area``: 16 ports is
 # ~5 MB of Verilog, past the 3 MB the flat flow is allowed by default.
@@ -194,7 +199,7 @@ class _VcSender(VcSender):
 
 
 @contextmanager
-def _part_modules(module: str, plist):
+def part_modules(module: str, plist):
     """Register each part as a (hidden) registry module for the duration, so that it is generated,
     cached and synthesized by exactly the flat flow's code."""
     added = []
@@ -220,16 +225,16 @@ def _part_area(area, key: str, name: str, prm: dict, kw: dict):
     """(result, skipped) of one part: synthesized as it is, or, for a part in ``SLICED``, at the two slice
     values of its parameter and extrapolated linearly to its value (see ``SLICED``)."""
     if name not in SLICED or prm[SLICED[name][0]] <= max(SLICED[name][1]):
-        ap = area.area_point(key, prm, **kw)
+        ap = area.flat_area_point(key, prm, **kw)
         return ap.result, ap.skipped
     param, (x0, x1) = SLICED[name]
     # The slices are registered like parts, next to the part (``<prefix>__part_<name>_<param><value>``).
     prefix = key.rsplit("__part_", 1)[0]
     slices = [(f"{name}_{param}{x}", registry.MODULES[key].factory, {**prm, param: x}, 1) for x in (x0, x1)]
     sliced = []
-    with _part_modules(prefix, slices) as names:
+    with part_modules(prefix, slices) as names:
         for sname, _factory, sprm, _ in slices:
-            ap = area.area_point(names[sname], sprm, **kw)
+            ap = area.flat_area_point(names[sname], sprm, **kw)
             if ap.result is None:
                 return None, ap.skipped
             sliced.append(ap.result)
@@ -266,10 +271,7 @@ def _sta_half(result: dict, ports: str, direction: str) -> float | None:
     """The longest path of a synthesized part to (``direction="to"``) or from (``"from"``) its ``ports``, as
     a minimum period in ps (arrival, plus the setup time when it ends at a register); None when OpenSTA or
     the part's netlist is not at hand."""
-    from pathlib import Path
 
-    from . import area, tools
-    from .paths import sta_inputs
     sta = tools.opensta_binary(required=False)
     work = area.BUILD / "work" / Path(result.get("verilog", "")).stem
     netlist, top = sta_inputs(work)
@@ -299,8 +301,7 @@ def cross_paths(results: dict[str, dict]) -> dict[str, float]:
 
 def area_point(module: str, point: dict, **kw):
     """:class:`synth.area.AreaPoint` of a switch point, costed from its parts (see the module doc).
-    Keyword arguments are :func:`synth.area.area_point`'s; ``max_mb`` applies to each part."""
-    from . import area
+    Keyword arguments are :func:`synth.area.flat_area_point`'s; ``max_mb`` applies to each part."""
 
     spec = registry.get(module)
     params = spec.resolve(point)
@@ -314,7 +315,7 @@ def area_point(module: str, point: dict, **kw):
     # names its parts alike: parts with the same parameters (input unit, allocator, crossbar) then have the
     # same Verilog and are synthesized once (the 64-port crossbar alone takes half an hour here).
     prefix = module if module in DYSHARP_MODULES else "switch"
-    with _part_modules(prefix, plist) as names:
+    with part_modules(prefix, plist) as names:
         for name, _factory, prm, count in plist:
             res, skipped = _part_area(area, names[name], name, prm, kw)
             if res is None:
@@ -364,11 +365,10 @@ def area_point(module: str, point: dict, **kw):
 def validate(module: str = "switch", point: dict | None = None, **kw) -> dict:
     """Flat and hierarchical area of one point (default ``VALIDATION_POINT``) and their relative
     difference (hierarchical minus flat, over flat)."""
-    from . import area
     point = point or dict(VALIDATION_POINT)
     if applies(module, registry.get(module).resolve(point)):
         raise ValueError(f"validate needs a point below {HIER_MIN_PORTS} ports (flat synthesis), got {point}")
-    flat = area.area_point(module, point, max_mb=0, **kw).result
+    flat = area.flat_area_point(module, point, max_mb=0, **kw).result
     hier = area_point(module, point, max_mb=0, **kw).result
     out = {"point": point, "flat_um2": flat["area_um2"], "hier_um2": hier["area_um2"],
            "rel_diff": (hier["area_um2"] - flat["area_um2"]) / flat["area_um2"],
@@ -381,12 +381,11 @@ def validate(module: str = "switch", point: dict | None = None, **kw) -> dict:
 def check_slices(ports: int, part: str = "xbar", **kw) -> dict:
     """The switch part ``part`` at ``ports`` ports (the switch's defaults otherwise), synthesized whole
     and from its ``SLICED`` slices; returns both areas and their relative difference."""
-    from . import area
     params = registry.get("switch").resolve({"ports": ports})
     name, factory, prm, _ = next(p for p in parts(params) if p[0] == part)
     plist = [(name, factory, prm, 1)]
-    with _part_modules(f"check{ports}", plist) as names:
-        whole = area.area_point(names[name], prm, max_mb=0, **kw).result
+    with part_modules(f"check{ports}", plist) as names:
+        whole = area.flat_area_point(names[name], prm, max_mb=0, **kw).result
         sliced, _ = _part_area(area, names[name], name, prm, dict(kw, max_mb=0))
     return {"part": part, "ports": ports, "params": prm, "whole_um2": whole["area_um2"],
             "sliced_um2": sliced["area_um2"], "rel_diff": (sliced["area_um2"] - whole["area_um2"]) / whole["area_um2"],
@@ -399,14 +398,13 @@ def flat_check(module: str, point: dict, parts_row: dict, *, quiet: bool = True)
     a flat netlist may beat. ``parts_row`` is the point's ``area_summary.csv`` row; its critical path is
     kept beside the flat one, so that :mod:`synth.timing` can tell when the check is stale (the row changed
     since: new RTL or flow)."""
-    from . import area
-    from .report import _pt
     params = registry.get(module).resolve(point)
     if not applies(module, params):
-        raise ValueError(f"{module} {_pt(point)} is synthesized flat by `dysharp area` already: nothing to check")
+        raise ValueError(f"{module} {point_text(point)} is synthesized flat by `dysharp area` already: "
+                         f"nothing to check")
     with flat_up_to(params["ports"]):
-        r = area.area_point(module, point, max_mb=0, quiet=quiet).result
-    return {"module": module, "point": _pt(point), "flat_critical_path_ps": r["critical_path_ps"],
+        r = area.flat_area_point(module, point, max_mb=0, quiet=quiet).result
+    return {"module": module, "point": point_text(point), "flat_critical_path_ps": r["critical_path_ps"],
             "parts_critical_path_ps": float(parts_row["critical_path_ps"]), "flat_area_um2": r["area_um2"],
             "parts_area_um2": float(parts_row["area_um2"]), "cells": r["cell_count"],
             "verilog_mb": r["verilog_mb"], "synth_s": r["seconds"]}
@@ -427,19 +425,16 @@ def _parse_point(spec: str) -> tuple[str, dict]:
 def write_flat_checks(specs: list[str], reports="synth_reports", quiet: bool = True) -> list[dict]:
     """Flat-check each ``MODULE:k=v,...`` point of ``reports/area_summary.csv``, merge the results into
     ``reports/flat_check_summary.csv`` and rewrite ``timing_summary.csv`` from both."""
-    from pathlib import Path
 
-    from . import timing
-    from .report import _pt, merge_csv
     reports = Path(reports)
     rows = {(r["module"], r["point"]): r for r in timing.read_area_summary(reports / "area_summary.csv")}
     todo = []
     for spec in specs:
         module, point = _parse_point(spec)
-        row = rows.get((module, _pt(point)))
+        row = rows.get((module, point_text(point)))
         if row is None or row["status"] != "ok" or not (row.get("timing") or "").startswith("max of parts"):
-            raise ValueError(f"{reports / 'area_summary.csv'} has no row of {module} {_pt(point)} costed from its "
-                             f"parts; run `dysharp area -m {module} "
+            raise ValueError(f"{reports / 'area_summary.csv'} has no row of {module} {point_text(point)} costed "
+                             f"from its parts; run `dysharp area -m {module} "
                              f"{' '.join(f'--grid {module}.{k}={v}' for k, v in point.items())} --max-mb 0` first")
         todo.append((module, point, row))
     out = [flat_check(module, point, row, quiet=quiet) for module, point, row in todo]
@@ -451,7 +446,6 @@ def write_flat_checks(specs: list[str], reports="synth_reports", quiet: bool = T
 def main(argv=None) -> int:
     import argparse
     import json
-    from pathlib import Path
     ap = argparse.ArgumentParser(prog="python -m synth.hierarchical",
                                  description="Checks of the hierarchical area method against whole synthesis.")
     ap.add_argument("--check-slices", metavar="PORTS", default="8,16",
@@ -493,6 +487,6 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     # Through the imported module: `python -m` runs this file as __main__, whose flat_up_to state
-    # synth.area (which imports synth.hierarchical) would not see.
+    # synth.area_study (which imports synth.hierarchical) would not see.
     from synth.hierarchical import main as _main
     raise SystemExit(_main())

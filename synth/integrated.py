@@ -12,6 +12,9 @@ workload (:mod:`synth.workloads.dysharp_switch`): ``synth_reports/integrated_pow
 
 import csv
 
+from . import area_study, hierarchical, power_study, scaling
+from .summary_csv import merge_csv, write_csv
+
 __all__ = ["integrated_rows", "write_integrated", "ARCH_POINT", "overhead_rows", "write_overhead", "power_rows",
            "write_power", "POWER_POINT"]
 
@@ -19,8 +22,7 @@ __all__ = ["integrated_rows", "write_integrated", "ARCH_POINT", "overhead_rows",
 def _area(module, point, max_mb: float = 0.0):
     """The area result of ``module`` at ``point`` (synthesized if not cached; None when skipped by
     ``max_mb``, which a tiny value turns into "cached results only")."""
-    from .area import area_point
-    return area_point(module, point, quiet=True, max_mb=max_mb).result
+    return area_study.area_point(module, point, quiet=True, max_mb=max_mb).result
 
 
 CACHED_ONLY_MB = 1e-9       # max_mb that skips every point not already synthesized
@@ -73,11 +75,10 @@ def write_integrated(out="synth_reports", ports: int = 8) -> str:
 
     from tabulate import tabulate
 
-    from .report import _write_csv
     rows = integrated_rows(ports)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    _write_csv(out / "integrated_summary.csv", rows)
+    write_csv(out / "integrated_summary.csv", rows)
     def mm2(x):
         return "" if x is None else f"{x / 1e6:.3f}"
     table = [[r["design"], mm2(r["area_um2"]), mm2(r["logic_um2"]), mm2(r["seq_um2"]), mm2(r["arrays_um2"]),
@@ -112,7 +113,6 @@ _GROUPS = (
 
 def _n5(r: dict, count: int = 1) -> dict:
     """45 nm logic / SRAM split of an area result (``count`` instances) and its N5 area."""
-    from . import scaling
     logic = count * (r["area_random_logic_um2"] + r["arrays_logic_um2"])
     sram = count * r["arrays_sram_um2"]
     n5 = scaling.to_n5(logic, sram, 0.0)
@@ -129,7 +129,6 @@ def overhead_rows(point: dict | None = None, cached_only: bool = False) -> list[
     from hw import registry
     from hw.switch.dysharp_switch import _NET_OUT_DEPTH
 
-    from . import hierarchical, scaling
     point = dict(ARCH_POINT if point is None else point)
     params = registry.get("dysharp_switch").resolve(point)
     n = params["ports"]
@@ -145,7 +144,7 @@ def overhead_rows(point: dict | None = None, cached_only: bool = False) -> list[
     # The parts' own results (cached: the sum above synthesized them).
     counts = {name: c for name, _f, _p, c in hierarchical.dysharp_parts(params)}
     res = {}
-    with hierarchical._part_modules("dysharp_switch", hierarchical.dysharp_parts(params)) as names:
+    with hierarchical.part_modules("dysharp_switch", hierarchical.dysharp_parts(params)) as names:
         for name, _f, prm, _c in hierarchical.dysharp_parts(params):
             res[name] = _area(names[name], prm, max_mb=mb)
     nv = scaling.NVSWITCH
@@ -203,7 +202,6 @@ def update_overhead_summary(out, row: dict) -> None:
     earlier integrated row), keeping the other rows as they are."""
     from pathlib import Path
 
-    from .report import merge_csv
     path = Path(out) / "overhead_summary.csv"
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: run `dysharp area` first (it writes the table)")
@@ -225,11 +223,10 @@ def write_overhead(out="synth_reports", point: dict | None = None) -> str:
 
     from tabulate import tabulate
 
-    from .report import _write_csv
     rows = overhead_rows(point)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    _write_csv(out / "integrated_overhead_summary.csv", [{k: r.get(k, "") for k in _OV_COLUMNS} for r in rows])
+    write_csv(out / "integrated_overhead_summary.csv", [{k: r.get(k, "") for k in _OV_COLUMNS} for r in rows])
     update_overhead_summary(out, summary_row(rows))
 
     def f(x, spec):
@@ -257,7 +254,6 @@ def power_rows(point: dict | None = None, *, hierarchical_sum: bool = True, **ru
     (:func:`synth.power_study.power_points`, cached like ``dysharp power``'s with the same settings)."""
     from hw import registry
 
-    from . import area, hierarchical, power_study
     point = dict(POWER_POINT if point is None else point)
     run = {**POWER_RUN, **run}
     params = registry.get("dysharp_switch").resolve(point)
@@ -265,7 +261,7 @@ def power_rows(point: dict | None = None, *, hierarchical_sum: bool = True, **ru
         raise ValueError(f"dysharp_switch {point}: the flat synthesis takes at most {FLAT_MAX_PORTS} ports "
                          f"(larger points are costed from their parts: --overhead)")
     with hierarchical.flat_up_to(params["ports"]):
-        flat = area.area_point("dysharp_switch", point, period_ps=1000 / run["freq_ghz"], quiet=True).result
+        flat = area_study.area_point("dysharp_switch", point, period_ps=1000 / run["freq_ghz"], quiet=True).result
     label = ", ".join(f"{k}={v}" for k, v in point.items())
     rows = []
 
@@ -359,7 +355,6 @@ def write_power(out="synth_reports", point: dict | None = None, hierarchical_sum
 
     from tabulate import tabulate
 
-    from .report import merge_csv
     rows = power_rows(point, hierarchical_sum=hierarchical_sum)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

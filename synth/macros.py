@@ -35,6 +35,8 @@ Adding a macro kind is one :class:`MacroKind` in :data:`KINDS`.
 import dataclasses
 import re
 
+from verif.lint_blocks import module_spans   # the one splitter of yosys-written Verilog into modules
+
 __all__ = ["MacroKind", "KINDS", "find_macros", "module_text", "module_ports", "wrapper_verilog",
            "MACRO_PREFIX"]
 
@@ -96,21 +98,6 @@ class MacroKind:
 
 KINDS = [MacroKind("cam", "hw.switch.cam:Cam", frozenset({"valid", "plru", "lmatch", "wmatch", "key_0",
                                                           "value_0"}))]
-
-_MODULE_RE = re.compile(r"^module\s+(\\?[\w$.]+)\s*\(", re.M)
-
-
-def module_spans(text: str) -> dict[str, tuple[int, int]]:
-    """Module name (an escaped name without its backslash) -> (start, end) offsets of its text, from
-    ``module`` to ``endmodule``."""
-    out = {}
-    for m in _MODULE_RE.finditer(text):
-        end = text.find("endmodule", m.end())
-        if end < 0:
-            raise ValueError(f"module {m.group(1)} has no endmodule")
-        out[m.group(1).lstrip("\\")] = (m.start(), end + len("endmodule"))
-    return out
-
 
 def module_text(text: str, name: str) -> str:
     """The Verilog of module ``name`` (from ``module`` to ``endmodule``)."""

@@ -14,9 +14,10 @@ import subprocess
 from pathlib import Path
 
 from hw import registry
+from infra import engine
 
 from . import area as area_mod
-from . import liberty, macros, power, tools, workloads
+from . import area_study, liberty, macros, power, tools, workloads
 from .power import blackbox
 from .activity import vcd_activity
 from .vcd_run import run_workload
@@ -132,7 +133,7 @@ def power_point(module: str, point: dict, *, freq_ghz: float = area_mod.CLOCK_GH
                 zero_activity: bool = False) -> dict:
     """Power of ``module`` at ``point`` (see the module docstring). ``zero_activity``: every net,
     the clock included, held still (the leakage-only check)."""
-    ap = area_mod.area_point(module, point, period_ps=1000 / freq_ghz, netlist=True, quiet=quiet)
+    ap = area_study.area_point(module, point, period_ps=1000 / freq_ghz, netlist=True, quiet=quiet)
     if ap.result is None:
         raise RuntimeError(f"{module} {point}: no synthesis result ({ap.skipped})")
     res = ap.result
@@ -224,19 +225,17 @@ def _power_task(job) -> dict:
 def _power_key(job) -> str:
     """What a power point depends on: the hardware, the flow and workload code (``synth``, ``verif``),
     the liberty, the yosys command and the parameters."""
-    from dysharp import engine
     module, point, kw = job
     return engine.content_key("power", registry.hw_source_hash(), engine.source_hash("synth", "verif"),
-                              area_mod._sha(tools.liberty_path()), area_mod._yosys_id(),
+                              area_mod.file_sha(tools.liberty_path()), area_mod.yosys_id(),
                               bool(tools.opensta_binary(required=False)), module, point, kw)
 
 
 def power_points(points: list[tuple[str, dict]], *, jobs: int | None = None, scheduler: str | None = None,
                  cache: bool = True, **kw) -> list[dict]:
-    """:func:`power_point` of every (module, point), as :func:`dysharp.engine.map_tasks` tasks (``jobs``
+    """:func:`power_point` of every (module, point), as :func:`infra.engine.map_tasks` tasks (``jobs``
     local processes or the Dask cluster at ``scheduler``); with ``cache`` a point whose content key is
     unchanged is read from ``build/cache/power``. Results in order."""
-    from dysharp import engine
     store = engine.cache("power") if cache else None
     work = [(m, p, kw) for m, p in points]
     return engine.map_tasks(_power_task, work, jobs=jobs, scheduler=scheduler, desc="power",
@@ -254,7 +253,7 @@ def opensta_crosscheck(module: str, point: dict, *, freq_ghz: float, seed: int =
     then checks the power arithmetic (loads, wire-load model, internal-power tables, leakage) of cells;
     arrays are black boxes to OpenSTA and left out of both figures."""
     sta = tools.opensta_binary(required=True)
-    ap = area_mod.area_point(module, point, period_ps=1000 / freq_ghz, netlist=True, quiet=True)
+    ap = area_study.area_point(module, point, period_ps=1000 / freq_ghz, netlist=True, quiet=True)
     work = area_mod.BUILD / "work" / Path(ap.result["verilog"]).stem
     lp = tools.liberty_path()
     lib = liberty.load(lp)
@@ -271,7 +270,7 @@ def opensta_crosscheck(module: str, point: dict, *, freq_ghz: float, seed: int =
     for b in clk:
         act.P[b], act.D[b] = 0.5, 2.0
     ours = power.compute_power(nl, act, weights, freq_ghz=freq_ghz, clock_nets=clk)
-    area_mod._strip_array_params(work / "netlist.v")
+    area_mod.strip_array_params(work / "netlist.v")
     lines = [f"read_liberty {lp.resolve()}", f"read_verilog {(work / 'netlist.v').resolve()}",
              f"link_design {module}",
              f"create_clock -name clk -period {1 / freq_ghz:.6f} [get_ports clk]",

@@ -14,9 +14,10 @@ from tabulate import tabulate
 
 from hw import registry
 
-from . import scaling, timing, tools
+from . import area_study, integrated, scaling, timing, tools
+from .summary_csv import merge_csv, point_text, write_csv
 
-__all__ = ["write_reports", "merge_csv", "overhead", "write_overhead_csv", "AREA_JSON", "POWER_JSON"]
+__all__ = ["write_reports", "overhead", "write_overhead_csv", "AREA_JSON", "POWER_JSON"]
 
 # False: the overhead table uses only the area points at hand and marks the others, instead of
 # synthesizing every block at its architecture point (``dysharp study --quick`` sets it).
@@ -38,56 +39,6 @@ def _table(rows, headers) -> str:
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
-def _pt(point: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in point.items()) or "defaults"
-
-
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    if not rows:
-        path.unlink(missing_ok=True)
-        return
-    keys = list(rows[0])
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
-
-
-def merge_csv(path: Path, rows: list[dict], key: tuple[str, ...], *, sort=None, place_new=None) -> list[dict]:
-    """Write ``rows`` into the CSV at ``path``, keyed by the columns ``key``: the file's rows with a key
-    that ``rows`` has are replaced, where the first of them stood, by the new rows with that key; every
-    other row of the file stays (a run over some modules or points must not drop the others' figures).
-    New keys go where ``place_new(kept_rows)`` says (an index), else at the end. Columns follow ``rows``;
-    ``sort`` orders the result. Returns the rows written."""
-    old = []
-    if path.is_file():
-        with open(path, newline="") as f:
-            old = [dict(r) for r in csv.DictReader(f)]
-
-    def k(r):
-        return tuple(str(r.get(c, "")) for c in key)
-    groups = {}
-    for r in rows:
-        groups.setdefault(k(r), []).append(r)
-    merged, placed = [], set()
-    for r in old:
-        if k(r) not in groups:
-            merged.append(r)
-        elif k(r) not in placed:
-            placed.add(k(r))
-            merged += groups[k(r)]
-    fresh = [r for r in rows if k(r) not in placed]
-    at = place_new(merged) if place_new and fresh else len(merged)
-    merged[at:at] = fresh
-    cols = list(rows[0]) if rows else (list(old[0]) if old else [])
-    merged = [{c: r.get(c, "") for c in cols} for r in merged]
-    if sort:
-        merged.sort(key=sort)
-    _write_csv(path, merged)
-    return merged
-
-
 def _power_for(power: list | None, module: str, point: dict | None = None):
     """The power result of ``module`` (at ``point`` when given: a figure at another size is not used)."""
     for p in power or []:
@@ -104,7 +55,6 @@ def _same_point(module: str, p: dict, point: dict) -> bool:
 def overhead(area_points: list[dict], power: list | None) -> dict:
     """The DySHARP addition at 64 ports: per role (:data:`synth.scaling.ROLES`), its module(s) at the
     role's architecture point; per-port blocks x 64, GPU-side blocks per GPU."""
-    from .area import area_point
 
     registered = sorted(registry.MODULES)
     roles = scaling.resolve_roles(registered)
@@ -133,7 +83,7 @@ def overhead(area_points: list[dict], power: list | None) -> dict:
             point = r.get("points", {}).get(m, {})
             res = found[m]
             if res is None:
-                res = area_point(m, point, quiet=True).result
+                res = area_study.area_point(m, point, quiet=True).result
             off = [a for a in res["arrays"] if a["name"].split(".")[-1] in r.get("off_chip", ())]
             on = [a for a in res["arrays"] if a not in off]
             if off:
@@ -144,7 +94,7 @@ def overhead(area_points: list[dict], power: list | None) -> dict:
             transistors += res["transistors_logic"] + sum(
                 a.get("transistors", (a["ff"].get("transistors") or 0) if a["chosen"] == "ff" else 6 * a["bits"])
                 for a in on)
-            points.append(f"{m} {_pt(point)}")
+            points.append(f"{m} {point_text(point)}")
             p = _power_for(power, m, point)
             if p is None:
                 pw_known = False
@@ -226,7 +176,7 @@ def _plots(out: Path, area_points: list[dict], power: list | None) -> list[str]:
         comb = [best[n]["result"]["area_logic_um2"] / 1e6 for n in names]
         arr = [best[n]["result"]["arrays_um2"] / 1e6 for n in names]
         fig, ax = plt.subplots(figsize=(7, 4))
-        labels = [f"{n}\n{_pt(best[n]['point'])}" for n in names]
+        labels = [f"{n}\n{point_text(best[n]['point'])}" for n in names]
         ax.bar(labels, seq, label="sequential cells")
         ax.bar(labels, comb, bottom=seq, label="logic cells")
         ax.bar(labels, arr, bottom=[s + c for s, c in zip(seq, comb)], label="arrays (CACTI / flip-flops)")
@@ -244,7 +194,8 @@ def _plots(out: Path, area_points: list[dict], power: list | None) -> list[str]:
         for p in pw:
             for g in ("no_gating", "clock_gated"):
                 c = p[g]["cells"]
-                labels.append(f"{p['module']} {_pt(p['point'])}\n{'no gating' if g == 'no_gating' else 'clock gated'}")
+                gating = "no gating" if g == "no_gating" else "clock gated"
+                labels.append(f"{p['module']} {point_text(p['point'])}\n{gating}")
                 parts["internal"].append(c["internal_mw"])
                 parts["switching"].append(c["switching_mw"])
                 parts["leakage"].append(c["leakage_mw"])
@@ -298,17 +249,18 @@ def write_reports(out="synth_reports", area_points=None, power=None, commands=No
     for a in area_points:
         r = a["result"]
         if not r:
-            summary.append({"module": a["module"], "point": _pt(a["point"]), "status": "skipped: " + a["skipped"]})
+            summary.append({"module": a["module"], "point": point_text(a["point"]),
+                            "status": "skipped: " + a["skipped"]})
             continue
         summary.append({
-            "module": a["module"], "point": _pt(a["point"]), "status": "ok",
+            "module": a["module"], "point": point_text(a["point"]), "status": "ok",
             "area_um2": r["area_um2"], "seq_um2": r["area_seq_um2"], "logic_um2": r["area_logic_um2"],
             "arrays_um2": r["arrays_um2"], "all_ff_um2": r["area_all_ff_um2"], "array_bits": r["array_bits"],
             "cells": r["cell_count"], "transistors_logic": r["transistors_logic"],
             "transistors_all_ff": r["transistors_all_ff"], "critical_path_ps": r["critical_path_ps"],
             "timing": r["timing_source"], "verilog_mb": r["verilog_mb"], "synth_s": r["seconds"]})
         for x in r["arrays"]:
-            arrays.append({"module": a["module"], "point": _pt(a["point"]), "array": x["name"],
+            arrays.append({"module": a["module"], "point": point_text(a["point"]), "array": x["name"],
                            "kind": x.get("kind", "ram"), "geometry": x["geometry"], "bits": x["bits"],
                            "chosen": x["chosen"], "counted_um2": x["area_um2"], "ff_um2": x["ff"]["area_um2"],
                            "cacti_um2": x["cacti"].get("area_um2"),
@@ -324,15 +276,15 @@ def write_reports(out="synth_reports", area_points=None, power=None, commands=No
         merge_csv(out / "area_summary.csv", summary, ("module", "point"))
     # The critical paths scaled to N5 against the port clock: timing_summary.csv (synth/timing.py).
     timing_md = timing.write_timing(out / "area_summary.csv", out) if summary else ""
-    _write_csv(out / "area.csv", summary)
-    _write_csv(out / "arrays.csv", arrays)
+    write_csv(out / "area.csv", summary)
+    write_csv(out / "arrays.csv", arrays)
     prows = []
     for p in power:
         if "no_gating" not in p:
             continue
         for g in ("no_gating", "clock_gated"):
             c = p[g]["cells"]
-            prows.append({"module": p["module"], "point": _pt(p["point"]), "clock_gating": g,
+            prows.append({"module": p["module"], "point": point_text(p["point"]), "clock_gating": g,
                           "freq_ghz": p["freq_ghz"], "total_mw": p[g]["total_mw"], "internal_mw": c["internal_mw"],
                           "switching_mw": c["switching_mw"], "cell_leakage_mw": c["leakage_mw"],
                           "clock_pins_mw": c["clock_pin_mw"], "arrays_mw": p[g]["arrays_mw"],
@@ -341,7 +293,7 @@ def write_reports(out="synth_reports", area_points=None, power=None, commands=No
                           "activity": p["activity_source"]})
     if prows:
         merge_csv(out / "power_summary.csv", prows, ("module", "point", "clock_gating"))
-    _write_csv(out / "power.csv", prows)
+    write_csv(out / "power.csv", prows)
     ov = overhead(area_points, power) if area_points else None
     if ov:
         t, g = ov["switch_total"], ov["gpu_total"]
@@ -360,7 +312,6 @@ def write_reports(out="synth_reports", area_points=None, power=None, commands=No
         # The restated headline (the integrated design at 64 ports), when it is already synthesized: an hour
         # of synthesis on a cold cache, so it is never started from here (`python -m synth.integrated
         # --overhead`); quick runs skip even the look-up (it generates the 64-port parts' Verilog).
-        from . import integrated
         irows = integrated.overhead_rows(cached_only=True) if SYNTHESIZE_MISSING else None
         write_overhead_csv(out / "overhead_summary.csv", ov["rows"], totals,
                            integrated.summary_row(irows) if irows else None,
@@ -384,7 +335,6 @@ def write_overhead_csv(path: Path, rows: list[dict], totals: list[dict], headlin
     power does not replace one that has it (``dysharp power`` writes it then), and the integrated headline,
     which only ``python -m synth.integrated --overhead`` computes, is carried over when this run has none.
     Returns whether the file was written; says why when it was kept."""
-    from .integrated import HEADLINE_ROLE
     old = []
     if path.is_file():
         with open(path, newline="") as f:
@@ -393,11 +343,11 @@ def write_overhead_csv(path: Path, rows: list[dict], totals: list[dict], headlin
         print(f"[report] {path} kept: this run's power results ({POWER_JSON}) do not cover every role of the "
               f"table; `dysharp power` over the architecture points rewrites it", flush=True)
         return False
-    headline = headline or next((r for r in old if r.get("role") == HEADLINE_ROLE), None)
+    headline = headline or next((r for r in old if r.get("role") == integrated.HEADLINE_ROLE), None)
     totals = list(totals)
     if headline:
         totals.insert(1, headline)
-    _write_csv(path, [{k: r.get(k, "") for k in _OVERHEAD_COLUMNS} for r in rows + totals])
+    write_csv(path, [{k: r.get(k, "") for k in _OVERHEAD_COLUMNS} for r in rows + totals])
     return True
 
 
@@ -417,9 +367,9 @@ def _markdown(area_points, arrays, power, crosscheck, ov, plots, commands) -> st
     for a in area_points:
         r = a["result"]
         if not r:
-            rows.append([a["module"], _pt(a["point"]), f"skipped: {a['skipped']}"] + [""] * 8)
+            rows.append([a["module"], point_text(a["point"]), f"skipped: {a['skipped']}"] + [""] * 8)
             continue
-        rows.append([a["module"], _pt(a["point"]), _fmt(r["area_um2"]), _fmt(r["area_seq_um2"]),
+        rows.append([a["module"], point_text(a["point"]), _fmt(r["area_um2"]), _fmt(r["area_seq_um2"]),
                      _fmt(r["area_logic_um2"]), _fmt(r["arrays_um2"]), _fmt(r["area_all_ff_um2"]),
                      _fmt(r["cell_count"]), _fmt(r["transistors_logic"]), _fmt(r["critical_path_ps"]),
                      _fmt(r["seconds"])])
@@ -449,7 +399,7 @@ def _markdown(area_points, arrays, power, crosscheck, ov, plots, commands) -> st
         for p in pw:
             for g in ("no_gating", "clock_gated"):
                 c = p[g]["cells"]
-                rows.append([p["module"], _pt(p["point"]), "none" if g == "no_gating" else "ideal",
+                rows.append([p["module"], point_text(p["point"]), "none" if g == "no_gating" else "ideal",
                              f"{p[g]['total_mw']:.2f}", f"{c['internal_mw']:.2f}", f"{c['switching_mw']:.2f}",
                              f"{p[g]['leakage_mw']:.3f}", f"{c['clock_pin_mw']:.2f}", f"{p[g]['arrays_mw']:.2f}",
                              _fmt(p[g].get("pj_per_dispatched_flit"), ".1f"),
@@ -458,13 +408,13 @@ def _markdown(area_points, arrays, power, crosscheck, ov, plots, commands) -> st
                                "clock pins", "arrays", "pJ / dispatched flit", "pJ / reduced flit"]))
         L.append("")
         for p in pw:
-            L.append(f"- {p['module']} {_pt(p['point'])} at {p['freq_ghz']} GHz: activity from "
+            L.append(f"- {p['module']} {point_text(p['point'])} at {p['freq_ghz']} GHz: activity from "
                      f"{p['activity_source']}; {p['seeded_nets']} of {p['nets']} nets measured "
                      f"({p['ff_seeded']} of {p['ff_total']} flip-flops).")
     if crosscheck:
         c = crosscheck
         L += ["", "### Cross-check against OpenSTA `report_power`", "",
-              f"{c['module']} {_pt(c['point'])}, the same activity annotated on every net "
+              f"{c['module']} {point_text(c['point'])}, the same activity annotated on every net "
               f"({c['annotated_pins']} pins), cells only: OpenSTA {c['opensta']['total_mw']:.2f} mW "
               f"(internal {c['opensta']['internal_mw']:.2f}, switching {c['opensta']['switching_mw']:.2f}, "
               f"leakage {c['opensta']['leakage_mw']:.3f}); this flow {c['ours']['total_mw']:.2f} mW "

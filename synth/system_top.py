@@ -22,6 +22,7 @@ import csv
 from pathlib import Path
 
 from . import scaling
+from .summary_csv import write_csv
 
 __all__ = ["system_rows", "write_system", "main"]
 
@@ -111,11 +112,10 @@ def write_system(out="synth_reports", gpus: int = 8, reports=None) -> str:
     Markdown table."""
     from tabulate import tabulate
 
-    from .report import _write_csv
     rows = system_rows(gpus, reports or out)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    _write_csv(out / "system_summary.csv", rows)
+    write_csv(out / "system_summary.csv", rows)
     table = [[r["part"], f"{r['area_um2'] / 1e6:.3f}", f"{r['critical_path_ps']:,.0f}",
               f"{r['critical_path_ps_n5']:,.0f} ({r['slack_ps_n5']:+,.0f})",
               f"{r['power_mw_no_gating']:,.0f} / {r['power_mw_clock_gated']:,.0f}"] for r in rows]

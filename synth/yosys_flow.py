@@ -207,7 +207,7 @@ def sta_netlist(netlist_v: Path, top: str, liberty_path: Path, workdir: Path) ->
     bits tied to zero, nets and ports split into single bits, the same cells and connections.
 
     Every cell is kept (``keep``): a black-box pin that was fed by a concatenation is left unconnected
-    (:func:`synth.area._strip_array_params`), and without ``keep`` the clean-up would delete the
+    (:func:`synth.area.strip_array_params`), and without ``keep`` the clean-up would delete the
     registers and logic whose only load was that pin (e.g. a reduction ALU writing an SRAM row), so
     their paths would never be timed."""
     workdir = Path(workdir)

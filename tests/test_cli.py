@@ -264,12 +264,12 @@ def test_study_scopes_parse_and_full_is_the_bench(bench):
 
 
 def test_study_area_power_covers_the_architecture_points():
-    from synth.study_step import _grid_args, architecture_points
+    from synth.study_points import architecture_points, grid_args
     arch = architecture_points()
     assert arch["switch"] == {"ports": 64} and arch["al_tlb"] == {"ports": 64, "entries": 1024}
     assert {"token_tracker", "request_gen", "receive_path", "memory_manager"} <= set(arch)
     # A module at its defaults is still one point (a single --grid), not its whole area grid.
-    argv = _grid_args("receive_path", {})
+    argv = grid_args("receive_path", {})
     assert argv[:2] == ["-m", "receive_path"] and len(argv) == 3 and argv[2].startswith("--grid=receive_path.")
 
 
@@ -291,7 +291,7 @@ def test_study_verilog_points_by_scope():
 
 def test_study_lint_points_add_the_big_tops_whole():
     """The lint step lints each study point (block by block when large) and, outside --quick, each deduplicated
-    top's first standard point whole (the loops between blocks, see dysharp/lint_blocks.py)."""
+    top's first standard point whole (the loops between blocks, see verif/lint_blocks.py)."""
     import argparse
 
     from dysharp.study_steps import lint_points
@@ -312,7 +312,7 @@ def test_study_lint_step_fails_on_a_warning(tmp_path, monkeypatch):
     import pytest
 
     from dysharp import study_steps
-    from dysharp.commands import lint
+    from verif import lint
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(study_steps, "study_points", lambda args: [("vc_sender", {}), ("credit_receiver", {})])
     out = tmp_path / "rep"
@@ -331,9 +331,9 @@ def test_study_grid_args_of_every_default_point_parse_back():
     its values on commas, and the quick study's area step failed on '8]')."""
     from hw import registry
     from synth.area import grid_points, parse_grid
-    from synth.study_step import _grid_args
+    from synth.study_points import grid_args
     for m in sorted(registry.MODULES):
-        argv = _grid_args(m, {})
+        argv = grid_args(m, {})
         items = [a.split("=", 1)[1] for a in argv if a.startswith("--grid=")]
         (point,) = grid_points(m, parse_grid(items, [m])[m])
         spec = registry.get(m)
@@ -379,11 +379,11 @@ def test_reduction_bench_rejects_bad_points(capsys, tmp_path):
 def test_quick_overhead_table_does_not_synthesize(monkeypatch):
     """With SYNTHESIZE_MISSING off (study --quick), blocks without an area point at hand are marked, not
     synthesized at their architecture point."""
-    from synth import area, report
+    from synth import area_study, report
 
     def no_synthesis(*a, **k):
         raise AssertionError("synthesized an architecture point")
-    monkeypatch.setattr(area, "area_point", no_synthesis)
+    monkeypatch.setattr(area_study, "area_point", no_synthesis)
     monkeypatch.setattr(report, "SYNTHESIZE_MISSING", False)
     ov = report.overhead([], None)
     status = {r["modules"]: r["status"] for r in ov["rows"]}
@@ -400,15 +400,16 @@ def test_study_area_power_writes_committed_summaries_only_with_full(scope, tmp_p
 
     from dysharp.commands import area as area_cmd
     from dysharp.commands import power as power_cmd
-    from synth import report, study_step
+    from dysharp import study_steps
+    from synth import report
     seen = {}
     monkeypatch.setattr(area_cmd, "run", lambda a: seen.setdefault("area", a.out) and seen.setdefault("mb", a.max_mb))
     monkeypatch.setattr(power_cmd, "run", lambda a: seen.setdefault("power", a.out))
     monkeypatch.setattr(report, "write_reports", lambda out: seen.setdefault("report", out) and "")
     if scope == "quick":      # its module choice generates every module's Verilog: one small module here
-        monkeypatch.setattr(study_step.registry, "MODULES", {"vc_sender": study_step.registry.MODULES["vc_sender"]})
+        monkeypatch.setattr(study_steps.registry, "MODULES", {"vc_sender": study_steps.registry.MODULES["vc_sender"]})
     args = argparse.Namespace(quick=scope == "quick", full=scope == "full")
-    study_step.area_power_step(args, tmp_path)
+    study_steps.area_power_step(args, tmp_path)
     beside = str(tmp_path / "synth_reports")
     assert seen["report"] == beside
     if scope == "full":

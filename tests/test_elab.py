@@ -126,7 +126,7 @@ def test_hierarchical_parts_cover_the_switch():
     assert hierarchical.applies("switch", params) and not hierarchical.applies(
         "switch", registry.get("switch").resolve({"ports": 8}))
     # Every part builds with the registry's parameters, and the part modules are removed afterwards.
-    with hierarchical._part_modules("switch", hierarchical.parts(params)) as names:
+    with hierarchical.part_modules("switch", hierarchical.parts(params)) as names:
         for name, (prm, _) in parts.items():
             registry.get(names[name]).build(**prm)
     assert not any("__part_" in k for k in registry.MODULES)
@@ -142,7 +142,7 @@ def test_dysharp_parts_build_with_a_constant_port():
 
     params = registry.get("dysharp_switch").resolve({"ports": 8})
     plist = hierarchical.dysharp_parts(params)
-    with hierarchical._part_modules("dysharp_switch", plist) as names:
+    with hierarchical.part_modules("dysharp_switch", plist) as names:
         for name, _f, prm, _c in plist:
             comp = registry.get(names[name]).build(**prm)
             assert "port" not in comp.signature.members, name
@@ -210,13 +210,13 @@ def test_switch_datapaths_share_part_syntheses(monkeypatch):
         res = {k: 1.0 for k in hierarchical._SUMMED}
         res.update(cells={}, arrays=[], critical_path_ps=None, timing_source="none", period_ps=640.0)
         return area.AreaPoint(module, point, point, res)
-    monkeypatch.setattr(area, "area_point", fake_area_point)
+    monkeypatch.setattr(area, "flat_area_point", fake_area_point)
     hierarchical.area_point("switch", {"ports": 16}, quiet=True)
     plain = dict(calls)
     calls.clear()
     params = registry.get("dysharp_switch").resolve({"ports": 16})
     net = {n: prm for n, _f, prm, _c in hierarchical.dysharp_parts(params) if n == "respnet"}
-    with hierarchical._part_modules("dysharp_switch", hierarchical.dysharp_parts(params)) as names:
+    with hierarchical.part_modules("dysharp_switch", hierarchical.dysharp_parts(params)) as names:
         hierarchical.area_point(names["respnet"], net["respnet"], quiet=True)
     resp = dict(calls)
     # The crossbar is costed from two column slices (synth.hierarchical.SLICED), each shared.

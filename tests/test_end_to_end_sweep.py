@@ -68,19 +68,19 @@ def test_sweep_shared_serial_reaches_every_cell(tmp_path, capsys):
 def test_a_cached_whole_step_sweep_serves_the_layer_sweep(tmp_path, monkeypatch):
     """With the cache, each step's routed MoE layer is stored as the layer sweep's estimate of that point, and
     equals what the layer sweep computes itself."""
-    from dysharp import engine
+    from infra import engine
     from sim_models.end_to_end_sweep import end_to_end_sweep
-    from sim_models.sweep import _key, main_sweep
+    from sim_models.sweep import estimate_key, main_sweep
     monkeypatch.setenv("DYSHARP_CACHE", str(tmp_path / "cache"))
     cal = load_calibration(tmp_path / "no-bench")
     params = Params(tokens_per_gpu=64)
     end_to_end_sweep(["mixtral-8x7b"], ("hgx-h200",), ("prefill",), params, cal=cal, cache=True)
-    stored = engine.cache("estimate").get(_key(("mixtral-8x7b", "hgx-h200", params, cal, {})))
+    stored = engine.cache("estimate").get(estimate_key(("mixtral-8x7b", "hgx-h200", params, cal, {})))
     assert stored is not None and {r["scheme"] for r in stored} == set(SCHEMES)
     assert stored == main_sweep(["mixtral-8x7b"], ("hgx-h200",), params, cal, cache=False)
     # a subset of schemes is not the layer sweep's estimate: nothing stored for it
     end_to_end_sweep(["qwen3-30b-a3b"], ("hgx-h200",), ("prefill",), params, cal=cal, schemes=["deepep"], cache=True)
-    assert engine.cache("estimate").get(_key(("qwen3-30b-a3b", "hgx-h200", params, cal, {}))) is None
+    assert engine.cache("estimate").get(estimate_key(("qwen3-30b-a3b", "hgx-h200", params, cal, {}))) is None
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -1,4 +1,4 @@
-"""The task engine (dysharp.engine): local pool vs a Dask LocalCluster, an unreachable scheduler, the
+"""The task engine (infra.engine): local pool vs a Dask LocalCluster, an unreachable scheduler, the
 content-hash cache (hits, a changed parameter, an interrupted sweep), and the CLI's --scheduler."""
 
 import socket
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from dysharp import engine
+from infra import engine
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -44,10 +44,10 @@ def test_local_cluster_equals_local_pool():
     items = [(x, 7) for x in range(6)]
     jobs = _estimator_jobs()
     local = engine.map_tasks(square_plus, items, jobs=2, scheduler="")
-    local_est = engine.map_tasks(sweep._one, jobs, jobs=2, scheduler="")
+    local_est = engine.map_tasks(sweep.estimate_task, jobs, jobs=2, scheduler="")
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as lc:
         dask = engine.map_tasks(square_plus, items, scheduler=lc.scheduler_address)
-        dask_est = engine.map_tasks(sweep._one, jobs, scheduler=lc.scheduler_address)
+        dask_est = engine.map_tasks(sweep.estimate_task, jobs, scheduler=lc.scheduler_address)
     assert local == [{"x": x, "y": x * x + 7} for x in range(6)]
     assert dask == local
     assert len(local_est) == 2 and all(rows for rows in local_est)

@@ -160,7 +160,7 @@ def test_cli_table_and_errors(tmp_path, capsys):
 
 
 def test_sweep_writes_csv_and_plots(tmp_path):
-    from sim_models.sweep import run_sweep
+    from sim_models.full_sweep import run_sweep
     res = run_sweep(tmp_path, model="qwen3-30b-a3b", params=Params(tokens_per_gpu=128), jobs=1,
                     models=["qwen3-30b-a3b", "mixtral-8x7b"], systems=("hgx-h200",),
                     grid={"gpus": [4, 8], "tokens_per_gpu": [64, 128], "zipf": [0.0, 0.5], "tile": [64, 128]})

@@ -1,9 +1,9 @@
-"""Lint block by block (dysharp/lint_blocks.py): the plan, the stubs, and what a run finds or cannot find."""
+"""Lint block by block (verif/lint_blocks.py): the plan, the stubs, and what a run finds or cannot find."""
 
 import pytest
 
-from dysharp import lint_blocks
-from dysharp.commands import lint
+from verif import lint, lint_blocks
+from verif.bench import lint_blocks as lint_blocks_bench
 
 CHILD = """module leaf(a, b);
   input [3:0] a;
@@ -86,4 +86,4 @@ def test_a_loop_between_blocks_needs_the_whole_run(tmp_path, monkeypatch):
 
 def test_compare_command_rejects_a_bad_point():
     with pytest.raises(SystemExit):
-        lint_blocks.main(["switch:ports=x"])
+        lint_blocks_bench.main(["switch:ports=x"])

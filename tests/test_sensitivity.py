@@ -185,7 +185,7 @@ def test_switch_latency_row_overrides_the_rtl_figure(cal):
 
 def test_each_distinct_estimate_runs_once(cal, monkeypatch):
     """Grid points at the base value (written explicitly or as the default) are one estimate."""
-    from dysharp import engine
+    from infra import engine
     seen = []
     real = engine.map_tasks
 

@@ -79,8 +79,8 @@ def test_cacti_reference_figure_and_rejection():
 
 
 def test_flow_small_point_and_area_grows_with_entries(lib_path):
-    from synth import area
-    results = [area.area_point("group_table", {"entries": e}, quiet=True).result for e in (4, 32, 256)]
+    from synth import area_study
+    results = [area_study.area_point("group_table", {"entries": e}, quiet=True).result for e in (4, 32, 256)]
     r = results[0]
     assert r["area_seq_um2"] > 0 and r["area_logic_um2"] > 0
     assert r["area_random_logic_um2"] == pytest.approx(r["area_seq_um2"] + r["area_logic_um2"])
@@ -195,7 +195,7 @@ def test_cam_is_a_macro_costed_with_cacti(lib_path):
     from amaranth.back import verilog
 
     from hw.switch.cam import Cam
-    from synth import area, macros
+    from synth import area_study, macros
     text = verilog.convert(Cam(entries=16, key_width=8, value_width=12), name="cam", emit_src=False)
     assert macros.find_macros(text) == [{"module": "cam", "kind": "cam", "entries": 16, "key_width": 8,
                                          "value_width": 12}]
@@ -203,7 +203,7 @@ def test_cam_is_a_macro_costed_with_cacti(lib_path):
     fa = cacti.run(macros.kind("cam").cacti_array({"entries": 64, "key_width": 28, "value_width": 48}))
     ram = cacti.run(cacti.Array(rows=64, width=48))
     assert fa.area_um2 > ram.area_um2 and fa.search_pj > 0
-    r = area.area_point("cam", {"entries": 16, "key_width": 8, "value_width": 12}, quiet=True).result
+    r = area_study.area_point("cam", {"entries": 16, "key_width": 8, "value_width": 12}, quiet=True).result
     (mac,) = r["arrays"]
     assert mac["kind"] == "cam" and r["area_seq_um2"] == 0 and r["area_logic_um2"] == 0
     assert mac["control"]["area_um2"] > 0 and mac["ff"]["area_um2"] > 0 and mac["cacti"]["area_um2"] > 0
@@ -292,7 +292,7 @@ def test_paths_names_the_registers_of_the_worst_path(lib_path, tmp_path):
 def test_merge_csv_replaces_its_keys_and_keeps_the_rest(tmp_path):
     import csv
 
-    from synth.report import merge_csv
+    from synth.summary_csv import merge_csv
     path = tmp_path / "s.csv"
     path.write_text("module,point,area\nalu,w=8,1\nswitch,ports=4,2\nswitch,ports=4,2b\ntlb,e=64,3\n")
     merge_csv(path, [{"module": "switch", "point": "ports=4", "area": "20"},
@@ -353,10 +353,10 @@ def test_fill_pair_rejects_a_port_count_outside_the_switch(ports, message, capsy
 
 
 def test_area_batch_starts_the_hierarchical_points_first(monkeypatch):
-    """``synth.area.run_study`` without ``max_mb``: one batch, the hierarchically costed point (the longest
+    """``synth.area_study.run_study`` without ``max_mb``: one batch, the hierarchically costed point (the longest
     task) handed to the workers first; the results come back in the selection's order."""
-    from dysharp import engine
-    from synth import area
+    from infra import engine
+    from synth import area, area_study
 
     seen = []
 
@@ -366,7 +366,7 @@ def test_area_batch_starts_the_hierarchical_points_first(monkeypatch):
         return [area.AreaPoint(m, p, {}, None, skipped="fake") for m, p, _ in items]
     monkeypatch.setattr(engine, "map_tasks", fake_map)
     sel = {"al_tlb": [{"ports": 64}], "switch": [{"ports": 4}, {"ports": 64}], "request_gen": [{"ports": 64}]}
-    got = area.run_study(sel)
+    got = area_study.run_study(sel)
     assert seen == [("switch", {"ports": 64}), ("al_tlb", {"ports": 64}), ("switch", {"ports": 4}),
                     ("request_gen", {"ports": 64})]
     assert [(a.module, a.point) for a in got] == [(m, p) for m, ps in sel.items() for p in ps]

@@ -32,7 +32,7 @@ def add_arguments(p) -> None:
 
 
 def add_engine_arguments(p, what: str) -> None:
-    """``--jobs`` and ``--scheduler`` (see :mod:`dysharp.engine`); also used by ``dysharp power``."""
+    """``--jobs`` and ``--scheduler`` (see :mod:`infra.engine`); also used by ``dysharp power``."""
     p.add_argument("--jobs", type=int, default=None, metavar="N",
                    help=f"{what} synthesized in parallel by N local processes (default: min(2, CPUs))")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
@@ -53,7 +53,7 @@ def selection(args) -> dict[str, list[dict]]:
 
 
 def run(args) -> int:
-    from synth import area, report, tools
+    from synth import area_study, report, tools
 
     if args.clock_ghz <= 0:
         raise ValueError(f"--clock-ghz must be positive, got {args.clock_ghz}")
@@ -65,8 +65,8 @@ def run(args) -> int:
         raise RuntimeError(str(e)) from None
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
-    points = area.run_study(sel, period_ps=1000 / args.clock_ghz, max_mb=args.max_mb,
-                            cache=not args.no_cache, jobs=args.jobs, scheduler=args.scheduler)
+    points = area_study.run_study(sel, period_ps=1000 / args.clock_ghz, max_mb=args.max_mb,
+                                  cache=not args.no_cache, jobs=args.jobs, scheduler=args.scheduler)
     doc = {"command": "dysharp area " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if
            sys.argv[1:2] == ["area"] else "dysharp area", "points": [p.as_dict() for p in points]}
     report.AREA_JSON.parent.mkdir(parents=True, exist_ok=True)

@@ -13,13 +13,16 @@ from pathlib import Path
 
 from sim_models.calibration import load_calibration
 from sim_models.end_to_end_sweep import E2E_MODES
-from sim_models.estimator import BASELINES, DEFAULT_TOKENS, MODES, SCHEMES, Estimate, Params, estimate
+from sim_models.estimator import DEFAULT_TOKENS, MODES, SCHEMES, Params, estimate
 from sim_models.moe_config import load_model, model_names
 from sim_models.routing import TRACE_FORMAT
 from sim_models.sweep import SWEEP_SYSTEMS
 from sim_models.system_config import load_system, system_names
+from sim_models.tables import format_calibration, format_estimate
 from sim_models.traffic import DTYPES
 from sim_models.workload import parse_placement
+
+from .estimate_e2e import run_end_to_end, run_end_to_end_sweep
 
 
 def add_arguments(p) -> None:
@@ -123,46 +126,6 @@ def _schemes(text):
     return names
 
 
-def format_estimate(e: Estimate) -> str:
-    """The layer-time breakdown and speedups as Markdown (readable in a terminal)."""
-    p = e.params
-    lines = [f"### {e.model.name} on {e.system.name}: {p.mode}, {e.tokens_per_gpu} tokens/GPU",
-             "",
-             f"{e.gpus} GPUs in the expert-parallel group ({e.system.description}); routing `{e.routing}` "
-             f"(seed {p.seed}), placement `{p.placement}`, dispatch {p.dtype} / combine bf16, tile {p.tile}.",
-             f"Distinct destination GPUs per token: measured {e.measured_d:.2f}"
-             + f" (closed form for uniform routing: {e.closed_form_d:.2f})"
-             + f"; all GEMMs with no communication: {e.compute_only * 1e6:.1f} us.",
-             "",
-             "| scheme | layer us | dispatch us | GEMM us | combine us | exposed us | comm SMs | DySHARP speedup |",
-             "|---|---|---|---|---|---|---|---|"]
-    for name, r in e.results.items():
-        lines.append(f"| {SCHEMES[name].label} | {r.total * 1e6:.1f} | {r.dispatch * 1e6:.1f} | {r.gemm * 1e6:.1f} | "
-                     f"{r.combine * 1e6:.1f} | {r.exposed * 1e6:.1f} | {r.comm_sms} | {e.speedup(name):.2f}x |")
-    if "unicast" in e.traffic and "dynamic" in e.traffic:
-        ratio = e.traffic["dynamic"].dispatch.up_wire.sum() / max(e.traffic["unicast"].dispatch.up_wire.sum(), 1e-30)
-        meas = e.calibration.get("reqgen_uplink_flit_ratio")
-        lines += ["", f"Dispatch uplink flits, dymultimem / unicast, for this routing: {ratio:.3f}"
-                  + (f" (request generator RTL measured {meas:.3f} on its own dispatch)" if meas is not None else "")
-                  + "."]
-    base = [b for b in BASELINES if b in e.results]
-    lines += ["", "DySHARP (full) speedup: " + ", ".join(f"{b} {e.speedup(b):.2f}x" for b in base) + "."]
-    lines += ["", "dispatch/combine: that phase alone (busiest link direction + latency); GEMM: busy time on the "
-                  "SMs the scheme leaves to GEMMs; exposed: layer - GEMM."]
-    return "\n".join(lines)
-
-
-def format_calibration(cal) -> str:
-    lines = ["| RTL figure | value | source |", "|---|---|---|"]
-    for name, v, src in cal.status():
-        lines.append(f"| {name} | {'-' if v is None else f'{v:g}'} | {src} |")
-    n_un = len(cal.uncalibrated())
-    lines.append("")
-    lines.append(f"{len(cal.values) - n_un} of {len(cal.values)} figures calibrated from the RTL benchmarks; "
-                 + ("uncalibrated: " + ", ".join(cal.uncalibrated()) if n_un else "all calibrated") + ".")
-    return "\n".join(lines)
-
-
 def notices(model, system, gpus: int | None) -> list[str]:
     """What the estimate does with a GPU count it cannot take as given (printed before the result)."""
     out = []
@@ -235,10 +198,10 @@ def run(args) -> int:
         from sim_models.sensitivity import run_cli
         return run_cli(args, model, system, params, cal, schemes)
     if args.sweep and args.end_to_end:
-        from .estimate_e2e import run_end_to_end_sweep
-        return run_end_to_end_sweep(args, cal, schemes)
+        return run_end_to_end_sweep(args, cal, schemes, params, sweep_grid(args))
     if args.sweep:
-        from sim_models.sweep import markdown_table, run_sweep
+        from sim_models.full_sweep import run_sweep
+        from sim_models.sweep import markdown_table
         models, systems = sweep_grid(args)
         res = run_sweep(args.out, model=model.name, params=params, cal=cal, quick=args.quick, jobs=args.jobs,
                         scheduler=args.scheduler, cache=not args.no_cache, models=models, systems=systems)
@@ -253,7 +216,6 @@ def run(args) -> int:
         print(format_calibration(cal))
         return 0
     if getattr(args, "end_to_end", False):
-        from .estimate_e2e import run_end_to_end
         return run_end_to_end(args, model, system, params, cal, schemes)
     e = estimate(model, system, params, cal, schemes)
     print(format_estimate(e))

@@ -18,9 +18,9 @@ import tomllib
 from pathlib import Path
 
 from hw import registry
+from verif.lint import WAIVED
 
 from ..cli import UsageError
-from .lint import WAIVED
 from .verilog import generate
 
 FORMATS = ("fusesoc",)

@@ -2,9 +2,9 @@
 
 The study is a list of steps, registered one line each in ``STEPS``. Each step is a function
 ``step(args, out_dir) -> str`` that does its work (generating Verilog, running benchmarks, ...) and
-returns a Markdown section for the report. ``args.quick`` / ``args.full`` select the scope (see
-``SCOPES``); a step reads them and sizes its sweeps. The report goes to ``<out>/report.md`` with every
-figure's source (JSON/CSV/PNG) beside it, and the wall time of each step to ``<out>/timings.json``.
+returns a Markdown section for the report. ``args.quick`` / ``args.full`` select the scope
+(:mod:`infra.scope`); a step reads them and sizes its sweeps. The report goes to ``<out>/report.md`` with
+every figure's source (JSON/CSV/PNG) beside it, and the wall time of each step to ``<out>/timings.json``.
 
 While a step runs, everything written to file descriptors 1 and 2 (the steps' own prints and the
 cocotb, Verilator, Icarus and yosys subprocesses that inherit them) goes to ``build/logs/<step>.log``;
@@ -29,6 +29,8 @@ from pathlib import Path
 from tabulate import tabulate
 from tqdm import tqdm
 
+from infra.scope import SCOPES, scope_of
+
 # (name, "module:function", what it does) in execution order. Later steps may read what earlier steps wrote.
 STEPS = [
     ("verilog", "dysharp.study_steps:verilog_step", "Verilog of every module's standard points"),
@@ -39,7 +41,7 @@ STEPS = [
     ("dysharp_switch", "verif.bench.dysharp_switch:study", "integrated DySHARP switch: dispatch, combine, fused"),
     ("gpu_side", "verif.bench.token_tracker:study_step", "GPU side: tile table, request generator"),
     ("system", "verif.bench.system:study", "a whole MoE layer in RTL: every scheme, plot, estimator"),
-    ("area_power", "synth.study_step:area_power_step", "area and power (yosys, Nangate45, CACTI)"),
+    ("area_power", "dysharp.study_steps:area_power_step", "area and power (yosys, Nangate45, CACTI)"),
     # Last: the estimator reads the calibration figures the RTL steps wrote.
     ("estimate", "sim_models.study_step:estimate_step", "end-to-end MoE layer-time estimate"),
 ]
@@ -57,12 +59,6 @@ AFTER = {"lint": ("verilog",), "estimate": ("switch", "al_tlb", "reduction", "gp
 EXPECTED_S = {"verilog": 150, "lint": 130, "switch": 65, "al_tlb": 45, "reduction": 180, "dysharp_switch": 750,
               "gpu_side": 25, "system": 325, "area_power": 1225, "estimate": 50}
 
-SCOPES = {
-    "quick": "smoke run: small sweeps, small points",
-    "default": "architecture points: every step, each benchmark's headline figures",
-    "full": "exhaustive grids: every bench point, the area grids",
-}
-
 LOG_DIR = Path("build/logs")
 
 
@@ -78,10 +74,6 @@ def add_arguments(p) -> None:
     p.add_argument("--jobs", type=int, default=2, metavar="N",
                    help="steps run at once, each in its own process (default: 2; 1 runs them in turn and shows "
                         "each step's own progress bars). Steps that read another's output wait for it")
-
-
-def scope_of(args) -> str:
-    return "quick" if getattr(args, "quick", False) else "full" if getattr(args, "full", False) else "default"
 
 
 @contextlib.contextmanager

@@ -50,7 +50,7 @@ from verif.models.gpu_nic import Desc, NicModel
 from verif.models.memory_manager import SET_GROUP
 from verif.tb.gpu_nic import PORT, ServeEnv
 
-from .gpu_side import COMBINE_ROW_FLITS, ROW_FLITS, _routing, _write
+from .gpu_side import COMBINE_ROW_FLITS, ROW_FLITS, moe_routing, write_result
 
 __all__ = ["LayerEnv", "moe_layer"]
 
@@ -181,7 +181,7 @@ def _queue_layer(env, s, need_flits, need_own):
     this GPU has ``need_own`` tokens of its own."""
     p = env.p
     gpus, me, P = s.get("gpus", 8), env.me, p["max_payload"]
-    _, rt, _, masks = _routing(s.get("model", "deepseek-v3"), gpus, 4096, tbenv.seed())
+    _, rt, _, masks = moe_routing(s.get("model", "deepseek-v3"), gpus, 4096, tbenv.seed())
     rng = env.rng
     queued = own = rows = 0
     for t, mask in enumerate(int(m) for m in masks):
@@ -250,8 +250,9 @@ async def moe_layer(dut):
     assert not env.bindings, f"{len(env.bindings)} combine requests never left the uplink"
     dispatched = up.get("DYN_ST", 0) + down.get("TLB_FILL", 0) + down.get("WRITE", 0)
     reduced = up.get("RED_READ_RESP", 0) + down.get("RED_RESP", 0)
-    r = _write(s, t0, t1, dispatched_flits=dispatched, reduced_flits=reduced,
-               events={**{f"up_{k}": v for k, v in up.items()}, **{f"down_{k}": v for k, v in down.items()}},
-               own_tokens=own, rows_received=rows, combine_requests=env.requested,
-               uplink_utilisation=sum(up.values()) / window, downlink_utilisation=sum(down.values()) / window)
+    r = write_result(s, t0, t1, dispatched_flits=dispatched, reduced_flits=reduced,
+                     events={**{f"up_{k}": v for k, v in up.items()}, **{f"down_{k}": v for k, v in down.items()}},
+                     own_tokens=own, rows_received=rows, combine_requests=env.requested,
+                     uplink_utilisation=sum(up.values()) / window,
+                     downlink_utilisation=sum(down.values()) / window)
     dut._log.info(f"power workload: {r}")

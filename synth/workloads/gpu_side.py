@@ -43,7 +43,8 @@ ROW_FLITS = 463          # FP8 row: 7168 B + 56 fp32 scales + one metadata flit 
 COMBINE_ROW_FLITS = 896  # BF16 output row: 14336 B
 
 
-def _routing(model, gpus, tokens, seed):
+def moe_routing(model, gpus, tokens, seed):
+    """(model config, routing, placement, destination masks) of ``tokens`` tokens of ``model`` over ``gpus``."""
     from sim_models.moe_config import load_model
     from sim_models.routing import destination_masks, place_experts, uniform_topk
     cfg = load_model(model)
@@ -52,7 +53,8 @@ def _routing(model, gpus, tokens, seed):
     return cfg, rt, pl, destination_masks(rt, pl)
 
 
-def _write(s, t0, t1, **fields):
+def write_result(s, t0, t1, **fields):
+    """The workload's result (its measured window and ``fields``) written to ``s["out"]`` (JSON) and returned."""
     result = {"window_ps": [t0, t1], "cycles": s.get("cycles", 1000), **fields}
     with open(s["out"], "w") as f:
         json.dump(result, f)
@@ -69,8 +71,8 @@ async def tracker_dispatch(dut):
     s = tbenv.settings()
     p = tbenv.params()
     gpus = s.get("gpus", 8)
-    cfg, rt, pl, _ = _routing(s.get("model", "deepseek-v3"), gpus, s.get("tokens_per_gpu", 256) * gpus,
-                              tbenv.seed())
+    cfg, rt, pl, _ = moe_routing(s.get("model", "deepseek-v3"), gpus, s.get("tokens_per_gpu", 256) * gpus,
+                                 tbenv.seed())
     assert cfg.routed_experts // gpus <= p["experts"], "the table has fewer experts than a GPU hosts"
     g1, g2 = S.tile_gemm_cycles(cfg.hidden, cfg.expert_ffn, p["tile_size"], sms=33)
     params = S.SchedulerParams(tile_size=p["tile_size"], tiles=p["tiles"], ready_depth=p["ready_depth"],
@@ -105,8 +107,8 @@ async def tracker_dispatch(dut):
     errors = read_errors(dut)
     assert not any(errors.values()), f"errors on a clean MoE layer: {errors}"
     assert counts["arrival"] > 0, "no token arrived in the window"
-    r = _write(s, t0, t1, events=counts, arrivals_per_cycle=counts["arrival"] / s.get("cycles", 1000),
-               gpus=gpus, lockstep_cycles=ls.cycles)
+    r = write_result(s, t0, t1, events=counts, arrivals_per_cycle=counts["arrival"] / s.get("cycles", 1000),
+                     gpus=gpus, lockstep_cycles=ls.cycles)
     dut._log.info(f"power workload: {r}")
 
 
@@ -123,7 +125,7 @@ async def reqgen_fused(dut):
     env = GenEnv(dut, unicast=False, latency=s.get("latency", 20), stall=0.0, hold=1)
     env.tags.hold = s.get("hold", 200)
     env.tags.rng = _FixedHold()
-    _, _, _, masks = _routing(s.get("model", "deepseek-v3"), gpus, 512, tbenv.seed())
+    _, _, _, masks = moe_routing(s.get("model", "deepseek-v3"), gpus, 512, tbenv.seed())
     own = env.port
     warm, window = s.get("warmup", 200), s.get("cycles", 1000)
     need = (warm + window) // (ROW_FLITS + COMBINE_ROW_FLITS // 16) + 2
@@ -148,8 +150,8 @@ async def reqgen_fused(dut):
     flits, packets = env.tx_flits - f0, env.sb.count["gen"] - packets0
     await env.drain(timeout=200000)
     assert flits > 0.5 * window, f"the uplink was mostly idle in the window ({flits} flits)"
-    r = _write(s, t0, t1, dispatched_flits=flits, events={"packet": packets}, tokens=k, gpus=gpus,
-               uplink_utilisation=flits / window)
+    r = write_result(s, t0, t1, dispatched_flits=flits, events={"packet": packets}, tokens=k, gpus=gpus,
+                     uplink_utilisation=flits / window)
     dut._log.info(f"power workload: {r}")
 
 
@@ -176,7 +178,7 @@ async def rx_dispatch(dut):
     c.row_shift, c.meta_flit, c.expert_base = 13, ROW_FLITS - 1, me * p["experts"]
     dut.cfg.value = pack(RxConfig, port=c.port, row_shift=c.row_shift, win_base=c.win_base, win_rows=c.win_rows,
                          meta_flit=c.meta_flit, expert_base=c.expert_base)
-    cfg, rt, pl, masks = _routing(s.get("model", "deepseek-v3"), gpus, 512, tbenv.seed())
+    cfg, rt, pl, masks = moe_routing(s.get("model", "deepseek-v3"), gpus, 512, tbenv.seed())
     assert cfg.routed_experts // gpus == p["experts"], "the receive path's experts must be one GPU's share"
     rng = tbenv.rng("rx")
     warm, window = s.get("warmup", 200), s.get("cycles", 1000)
@@ -201,5 +203,5 @@ async def rx_dispatch(dut):
     flits, arrivals = env.src.flits_sent - f0, env.sb.count["arrival"] - a0
     await env.drain()
     assert flits > 0.9 * window, f"the downlink was not busy in the window ({flits} flits)"
-    r = _write(s, t0, t1, dispatched_flits=flits, events={"arrival": arrivals}, rows=rows, gpus=gpus)
+    r = write_result(s, t0, t1, dispatched_flits=flits, events={"arrival": arrivals}, rows=rows, gpus=gpus)
     dut._log.info(f"power workload: {r}")

@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 from tabulate import tabulate
+from infra.scope import scope_of
 
 __all__ = ["table", "finish"]
 
@@ -27,7 +28,6 @@ def study_run(bench, args, out_dir, name: str) -> str:
     (``bench.FULL_ONLY``)."""
     import argparse
 
-    from dysharp.commands.study import scope_of
 
     scope = scope_of(args)
     out = Path(out_dir) / f"{name}.json"

@@ -52,6 +52,7 @@ from hw.packet import HEADER_BITS, EType, Header, Opcode, RedOp, flit_layout
 from verif.bench.common import finish, study_run, table
 from verif.harness.fastsim.files import (RECV_VC0, RECV_VC1, SENT_VC0, SENT_VC1, GpuGroup, Traffic, VcTraffic,
                                          flag_bits, flit_to_words, flit_words)
+from infra import engine
 
 MODULE = "dysharp_switch"
 PAYLOAD = 16                 # flits per packet (256 B)
@@ -566,7 +567,6 @@ def _point_task(item):
 
 
 def run(args) -> int:
-    from dysharp import engine
 
     ports = _ints(args.ports, "ports")
     for n in ports:

@@ -126,7 +126,7 @@ def _lint_worker(path: str, top: str) -> None:
     """Child process: ``dysharp lint``'s check of one file; its verdict and Verilator's CPU and peak RSS."""
     import resource
 
-    from dysharp.commands.lint import lint_file
+    from verif.lint import lint_file
 
     t0 = time.perf_counter()
     waived, problems = lint_file(path, top)

@@ -28,6 +28,7 @@ import cocotb
 import numpy as np
 
 from hw.packet import HEADER_BITS, ErrorCode, Header, Opcode, check_header, flit_layout
+from infra import engine
 
 from verif.harness import tbenv
 from verif.harness.fastsim.files import (SimLog, Traffic, flag_bits, flit_to_words, flit_words, fnv_words,
@@ -452,7 +453,6 @@ def run(args) -> int:
               "runs": [], "probes": []}
     common = dict(payload=args.payload, credits=args.credits, iterations=args.iterations, seed=args.seed,
                   harness=args.harness, sim=args.sim)
-    from dysharp import engine
     from hw import registry
 
     # Every (port count, variant) gives a zero-load task, one task per load and, for VOQ at the largest

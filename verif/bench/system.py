@@ -32,6 +32,7 @@ from pathlib import Path
 from verif.bench.common import table
 
 from verif.models.moe_layer import SCHEMES, TRAFFIC_SCHEME
+from infra.scope import scope_of
 DEFAULTS = {"model": "deepseek-v3", "gpus": 8, "tokens": 256, "hidden": 128, "seed": 1}
 
 
@@ -359,7 +360,6 @@ STUDY_ARGS = {"quick": ["--gpus", "4", "--tokens", "16", "--gemm", "64,32"], "de
 def study(args, out_dir) -> str:
     """The ``system`` step of ``dysharp study``: the layer at the study's scope, every scheme."""
     import argparse
-    from dysharp.commands.study import scope_of
     p = argparse.ArgumentParser()
     add_arguments(p)
     sargs = p.parse_args(["--out", str(Path(out_dir) / "system")] + STUDY_ARGS[scope_of(args)])

@@ -1,5 +1,5 @@
-"""Lint of a large design one distinct block at a time (what :func:`dysharp.commands.lint.lint_file` does
-for a large file that repeats blocks).
+"""Lint of a large design one distinct block at a time (what :func:`verif.lint.lint_file` does for a large
+file that repeats blocks).
 
 Verilator's lint elaborates every instance, even of a deduplicated file (:mod:`hw.emission`) that writes
 each distinct block once: the 64-port integrated switch (two 64-port networks, 64 AL-TLBs, 64 reduction
@@ -17,15 +17,17 @@ sub-modules. A larger one is linted with each sub-module replaced by a *stub* th
   code at fewer ports).
 
 A stub's own warnings (undriven outputs, unused inputs) are switched off inside it.
+``python -m verif.bench.lint_blocks`` times both ways on the big tops.
 """
 
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["WHOLE_BYTES", "VerilogModule", "parse_modules", "stub", "LintRun", "plan", "run_text"]
+__all__ = ["WHOLE_BYTES", "VerilogModule", "module_spans", "parse_modules", "stub", "LintRun", "plan", "run_text"]
 
 WHOLE_BYTES = 4_000_000     # elaborated Verilog up to this is linted whole (the 64-port AL-TLB: 2.7 MB, 25 s)
 
+_MODULE_RE = re.compile(r"^module\s+(\\?[\w$.]+)\s*\(", re.M)
 _INSTANCE = re.compile(r"^\s+\\?([\w$.]+)\s+\\?[\w$.]+\s*\(", re.M)
 _PORT = re.compile(r"^\s*(input|output|inout)\b[^;]*;", re.M)
 
@@ -37,10 +39,22 @@ class VerilogModule:
     children: dict = field(default_factory=dict)    # sub-module name -> instance count
 
 
+def module_spans(text: str) -> dict[str, tuple[int, int]]:
+    """Module name (an escaped name without its backslash) -> (start, end) offsets of its text, from
+    ``module`` to ``endmodule``, in a Verilog file as yosys ``write_verilog`` (Amaranth's backend) writes it
+    (one ``module`` keyword at the start of a line per module)."""
+    out = {}
+    for m in _MODULE_RE.finditer(text):
+        end = text.find("endmodule", m.end())
+        if end < 0:
+            raise ValueError(f"module {m.group(1)} has no endmodule")
+        out[m.group(1).lstrip("\\")] = (m.start(), end + len("endmodule"))
+    return out
+
+
 def parse_modules(text: str) -> dict[str, VerilogModule]:
-    """The modules of a Verilog file as yosys ``write_verilog`` (Amaranth's backend) writes it (split by
-    :func:`synth.macros.module_spans`), with their instances of each other."""
-    from synth.macros import module_spans
+    """The modules of a Verilog file as yosys ``write_verilog`` writes it (split by :func:`module_spans`),
+    with their instances of each other."""
     mods = {name: VerilogModule(name, text[s:e] + "\n") for name, (s, e) in module_spans(text).items()}
     if not mods:
         raise ValueError("no Verilog module found")
@@ -112,53 +126,3 @@ def run_text(mods: dict[str, VerilogModule], run: LintRun) -> str:
         return mods[run.top].text + "".join(stub(mods[c]) for c in run.stubs)
     return "".join(mods[n].text for n in _subtree(mods, run.top, []))
 
-
-def compare(points: list[tuple[str, dict]], out="build/bench/lint_blocks.json") -> list[dict]:
-    """Lint each (module, point) both ways, whole and block by block, in this process, one after the other:
-    wall seconds, runs, waived counts and unwaived warnings of each, written to ``out`` (JSON)."""
-    import json
-    import time
-    from pathlib import Path
-
-    from dysharp.commands.lint import lint_file
-    from verif.harness.runner import locked_verilog
-    rows = []
-    for name, params in points:
-        path = locked_verilog(name, params)
-        row = {"module": name, "params": params, "file": str(path), "mb": round(path.stat().st_size / 1e6, 2)}
-        for how, whole in (("whole", True), ("blocks", False)):
-            t0 = time.time()
-            waived, problems, runs = lint_file(path, name, whole=whole, with_runs=True)
-            row[how] = {"seconds": round(time.time() - t0, 1), "runs": runs, "waived": dict(sorted(waived.items())),
-                        "problems": problems}
-            print(f"{name} {params} {how}: {row[how]['seconds']} s, {runs} run(s), waived {row[how]['waived']}",
-                  flush=True)
-        rows.append(row)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(rows, indent=1) + "\n")
-    return rows
-
-
-def main(argv=None) -> int:
-    """``python -m dysharp.lint_blocks [MODULE:k=v,...] ...``: lint each point whole and block by block,
-    one after the other, and write the times (default: the 64-port switch and integrated switch)."""
-    import argparse
-    p = argparse.ArgumentParser(prog="python -m dysharp.lint_blocks", description=main.__doc__)
-    p.add_argument("points", nargs="*", default=["switch:ports=64", "dysharp_switch:ports=64"],
-                   help="MODULE:k=v,... (default: switch:ports=64 dysharp_switch:ports=64)")
-    p.add_argument("--out", default="build/bench/lint_blocks.json")
-    a = p.parse_args(argv)
-    points = []
-    for text in a.points:
-        name, _, kv = text.partition(":")
-        try:
-            params = {k: int(v) for k, v in (x.split("=", 1) for x in kv.split(",") if x)}
-        except ValueError:
-            p.error(f"bad point {text!r}: expected MODULE:k=v,... with integer values")
-        points.append((name, params))
-    compare(points, a.out)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
