@@ -158,6 +158,8 @@ def test_study_sends_tool_output_to_logs_and_reports_failures(jobs, tmp_path, mo
     assert [s["status"] == "ok" for s in timings["steps"]] == [True, False, True]
     report = (tmp_path / "rep/report.md").read_text()
     assert "## noisy" in report and "Step failed" in report and "| a " in report
+    # the summary opens the report, the step times close it
+    assert report.index("## Summary") < report.index("## noisy") < report.index("## Step wall and CPU times")
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])

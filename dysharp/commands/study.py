@@ -4,7 +4,8 @@ The study is a list of steps, registered one line each in ``STEPS``. Each step i
 ``step(args, out_dir) -> str`` that does its work (generating Verilog, running benchmarks, ...) and
 returns a Markdown section for the report. ``args.quick`` / ``args.full`` select the scope
 (:mod:`infra.scope`); a step reads them and sizes its sweeps. The report goes to ``<out>/report.md`` with
-every figure's source (JSON/CSV/PNG) beside it, and the wall time of each step to ``<out>/timings.json``.
+every figure's source (JSON/CSV/PNG) beside it; it opens with a one-screen summary
+(:mod:`dysharp.report_summary`) and ends with the steps' wall times, also in ``<out>/timings.json``.
 
 While a step runs, everything written to file descriptors 1 and 2 (the steps' own prints and the
 cocotb, Verilator, Icarus and yosys subprocesses that inherit them) goes to ``build/logs/<step>.log``;
@@ -29,6 +30,7 @@ from pathlib import Path
 from tabulate import tabulate
 from tqdm import tqdm
 
+from dysharp.report_summary import summary
 from infra.scope import SCOPES, scope_of
 
 # (name, "module:function", what it does) in execution order. Later steps may read what earlier steps wrote.
@@ -180,7 +182,8 @@ def run(args) -> int:
                       "is its own; steps overlap; its CPU time is user + system time of the step's process "
                       "and every process it waited for). Tables marked *`--full` only* are left out of the "
                       "default study; `dysharp study --full` or the named `dysharp bench` command produces "
-                      "them.\n\n## Step wall and CPU times\n\n" + table + "\n\n" + "\n\n".join(sections) + "\n")
+                      "them.\n\n" + summary(out, timings) + "\n\n" + "\n\n".join(sections) +
+                      "\n\n## Step wall and CPU times\n\n" + table + "\n")
     tqdm.write(f"[study] total {_hms(total)}; report: {report}; timings: {out / 'timings.json'}", file=terminal)
     if failed:
         tqdm.write(f"[study] {len(failed)} step(s) failed: {', '.join(failed)} (logs in {LOG_DIR}/)",
