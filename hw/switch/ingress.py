@@ -30,6 +30,8 @@ class Ingress(wiring.Component):
     dropped; a packet it interrupts is ended by a poisoned terminator (``write`` with ``terminate``:
     it holds no sender credit) when a cell is free, and the rest of it is discarded.
 
+    ``payload``: the payload flits the header in ``flit`` announces (combinational).
+
     ``in_pkt``/``cur_q``/``cur_hdr``/``cur_left``/``cur_written``: the packet being received (its queue,
     header cell, payload flits still expected and flits written so far), for cut-through decisions.
     """
@@ -61,6 +63,7 @@ class Ingress(wiring.Component):
             "err_push": Out(1),
             "err_code": Out(8),
             "err_tag": Out(8),
+            "payload": Out(range(MAX_LENGTH + 1)),
             "in_pkt": Out(1),
             "cur_q": Out(range(max(2, n_uc + 1))),    # never zero-width
             "cur_hdr": Out(cell_shape),
@@ -76,7 +79,7 @@ class Ingress(wiring.Component):
         m.d.comb += hdr_err.eq(rtl_header_error(hdr, n_ports=self.n_ports, max_payload=self.max_payload,
                                                 group_mask=self.group_mask))
         exp = Signal(range(MAX_LENGTH + 1))
-        m.d.comb += exp.eq(rtl_payload_flits(hdr))
+        m.d.comb += [exp.eq(rtl_payload_flits(hdr)), self.payload.eq(exp)]
 
         dropping = Signal()     # discarding flits until `last`
         cur_poison = Signal()   # a flit of the packet arrived poisoned: poison its last flit

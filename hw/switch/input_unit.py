@@ -91,7 +91,15 @@ class InputUnit(wiring.Component):
     Timing: header arrives in cycle t; it can be requested and matched in t+1, granted (dequeued) in
     t+2, read in t+3 and be at the crossbar output in t+4. One flit per cycle in and out; between two
     transfers of one input the reader idles two cycles (request, grant), hidden by the ``lanes`` = 2
-    speedup.
+    speedup from 4-flit packets up.
+
+    Short transfers: a unicast packet of at most ``lanes`` flits whose last flit is written is read whole
+    in the first cycle of its transfer, so its end is known at the request. ``req_short`` marks the
+    requested outputs whose packet is short; the switch does not hold such an output (it admits the
+    transfer only with egress room for it, so it never stalls), and the input asks again while the short
+    transfer is granted and read, for the packet behind it in the same VOQ too. Back-to-back short
+    transfers give one packet per cycle per input and per output. Not with ``grant_delay`` 2 (registered
+    requests) nor in ``fifo`` mode, where ``req_short`` is zero. ``releasing`` is only for held outputs.
     """
 
     def __init__(self, *, port: int | None, n_ports: int, credits: int, flit_width: int = DEFAULT_FLIT_WIDTH,
@@ -125,6 +133,7 @@ class InputUnit(wiring.Component):
             "grant": In(n_ports),
             "dests": Out(n_ports),
             "releasing": Out(1),
+            "req_short": Out(n_ports),
             "space": In(n_ports),
             "out_valid": Out(lanes),
             "out_flit": Out(flit).array(lanes),
@@ -156,6 +165,8 @@ class InputUnit(wiring.Component):
         new_cell, used = pool.new_cell, pool.used
         m.submodules.queues = pq = PacketQueues(n_uc=n_uc, n_cells=C, n_ports=N)
         q_count = pq.count
+        # Short transfers (see the class docstring): a whole packet read in one cycle.
+        short_ok = int(self.grant_delay == 1 and n_uc > 0)
         mc_res = Signal(N)                    # remaining destinations of the mask-queue head
         mc_pend = [Signal(range(C + 1), name=f"mc_pend{j}") for j in range(N)]  # mask packets for j
 
@@ -196,11 +207,13 @@ class InputUnit(wiring.Component):
             pq.enq_q.eq(target_q),
             pq.enq_cell.eq(new_cell),
             pq.enq_mask.eq(hdr_mask),
+            pq.enq_fit.eq(short_ok & (ing.payload < L)),
             errq.w_data.eq(Cat(ing.err_tag, ing.err_code)),
             errq.w_en.eq(ing.err_push),
         ]
 
         # ---------------------------------------------------------------- reader
+        cur_short = Signal()     # the reader's transfer is short: it reads all of it in its first cycle
         m.submodules.reader = rd = CellReader(n_ports=N, n_cells=C, flit_width=self.flit_width, lanes=L)
         for k in range(L):
             rp = cnext.read_port(domain="comb")
@@ -214,7 +227,7 @@ class InputUnit(wiring.Component):
             rd.err.eq(errq.r_data),
             errq.r_en.eq(rd.err_pop),
             self.dests.eq(rd.dests),
-            self.releasing.eq(rd.release),
+            self.releasing.eq(rd.release & ~cur_short),   # a short transfer holds no output
             self.out_valid.eq(rd.out_valid),
             self.out_dests.eq(rd.out_dests),
         ]
@@ -230,16 +243,27 @@ class InputUnit(wiring.Component):
         cut_ok = Signal()
         m.d.comb += cut_ok.eq((self.credits - held >= ing.cur_left) | (used == ing.cur_written))
         uc_vec = Signal(N)
+        short_vec = Signal(N)
         mc_block = Signal(N)
+        # A short grant (unicast) dequeues its VOQ's head in the cycle the input asks again: that VOQ then
+        # asks for the packet behind it (``next_fit``; the grant is a register).
+        req_cls = Signal(2)      # the class of the request the grant answers
+        uc_grant = Signal(N)
+        m.d.comb += uc_grant.eq(Mux(req_cls == REQ_UC, self.grant, 0))
         for j in range(n_uc):
             # A VOQ head younger than the mask-queue head waits while the mask queue holds a packet for
-            # the same output (conservative: the holder may be younger than the VOQ head). A mask-queue
-            # head waits, per output, for an older VOQ head to that output.
+            # the same output (conservative: the holder may be younger than the VOQ head; and while the
+            # head is dequeued, the order of the packet behind it is not known yet). A mask-queue head
+            # waits, per output, for an older VOQ head to that output.
+            gone = uc_grant[j]
             has = q_count[j] != 0
-            arriving = ing.in_pkt & (ing.cur_q == j) & (q_count[j] == 1)   # the head is the packet arriving
+            asked = Mux(gone, q_count[j] > 1, has)
+            # The packet asked for is the one arriving (its last flit not written yet).
+            arriving = ing.in_pkt & (ing.cur_q == j) & (q_count[j] == Mux(gone, 2, 1))
             m.d.comb += [
-                uc_vec[j].eq(has & ~(arriving & ~cut_ok) &
-                             ~(mq_has & (mc_pend[j] != 0) & ~older[j])),
+                uc_vec[j].eq(asked & ~(arriving & ~cut_ok) &
+                             ~(mq_has & (mc_pend[j] != 0) & (~older[j] | gone))),
+                short_vec[j].eq(Mux(gone, pq.next_fit[j], pq.head_fit[j]) & ~arriving),
                 mc_block[j].eq(has & older[j]),
             ]
         mc_arriving = Signal()   # the mask-queue head is the packet still being received
@@ -250,7 +274,13 @@ class InputUnit(wiring.Component):
         prefer_mask = Signal()
         # Requests come from registers only: an input asks again the cycle after its last read (not in
         # it) and not while its registered match is starting, so no reader logic feeds the allocator.
-        avail = ~rd.active & ~self.grant.any()
+        # A short transfer is the exception that makes short packets line rate: it ends in its first read
+        # cycle for certain (its cells are written; the switch admitted it with egress room), so the input
+        # asks again while it is starting and while it is read.
+        short_d = Signal(N)      # the short outputs of the request the grant answers
+        grant_short = Signal()
+        m.d.comb += grant_short.eq((self.grant & short_d).any())
+        avail = ~(rd.active & ~cur_short) & ~(self.grant.any() & ~grant_short)
         cls = Signal(2)
         with m.If(errq.r_rdy):                  # nothing leaves the error queue while avail
             m.d.comb += cls.eq(REQ_ERR)
@@ -268,11 +298,13 @@ class InputUnit(wiring.Component):
             with m.Default():
                 m.d.comb += vec.eq(uc_vec)
         m.d.comb += [self.req.eq(Mux(avail, vec, 0)), self.req_class.eq(cls)]
+        if short_ok:
+            m.d.comb += self.req_short.eq(Mux(avail & (cls == REQ_UC), vec & short_vec, 0))
+            m.d.sync += short_d.eq(self.req_short)
 
         # The grant answers the request of ``grant_delay`` cycles ago, whose class is kept here; the queues
         # it names cannot have changed meanwhile (only a start dequeues, enqueues only append, and the
         # switch drops the requests made while a grant is on its way). A grant starts a transfer next cycle.
-        req_cls = Signal(2)
         if self.grant_delay == 1:
             m.d.sync += req_cls.eq(cls)
         else:
@@ -280,6 +312,8 @@ class InputUnit(wiring.Component):
             m.d.sync += [cls_d.eq(cls), req_cls.eq(cls_d)]
         start = Signal()
         m.d.comb += start.eq(self.grant.any())
+        with m.If(start):
+            m.d.sync += cur_short.eq(grant_short)
         with m.If(start & (req_cls != REQ_ERR)):
             m.d.sync += prefer_mask.eq(req_cls == REQ_UC)
         is_mask = req_cls[0]

@@ -21,6 +21,11 @@ class PacketQueues(wiring.Component):
     queue, whose ``sel_head`` is read combinationally, and with it the next packet's ``next_mask`` (the
     destination set of the packet behind ``sel``'s head).
 
+    ``enq_fit``: the arriving packet is *short* (the input reads all of it in one cycle).
+    ``head_fit[q]``/``next_fit[q]``: whether queue ``q``'s head and the packet behind it are short (in
+    registers; ``next_fit`` is meaningful while the queue holds two packets or more), so that an input can
+    ask for the packet behind a head it is giving up in the same cycle.
+
     Each packet gets an arrival number at its enqueue. ``older[j]`` (:class:`HeadOrder`, registered): VOQ
     ``j``'s head arrived before the mask queue's head, so that packets of one (source, destination) pair
     never overtake each other across the two kinds of queue. At most ``n_cells`` packets are alive, so
@@ -37,12 +42,15 @@ class PacketQueues(wiring.Component):
             "enq_q": In(range(max(2, n_q))),
             "enq_cell": In(cell_shape),
             "enq_mask": In(n_ports),
+            "enq_fit": In(1),
             "deq": In(n_q),
             "count": Out(range(C + 1)).array(n_q),
             "head": Out(cell_shape).array(n_q),
             "sel": In(range(max(2, n_q))),
             "sel_head": Out(cell_shape),
             "next_mask": Out(n_ports),
+            "head_fit": Out(n_q),
+            "next_fit": Out(n_q),
             "older": Out(max(1, n_uc)),
         })
 
@@ -55,6 +63,9 @@ class PacketQueues(wiring.Component):
         pnext_w, pnext_r = pnext.write_port(), pnext.read_port(domain="comb")
         pmask_w, pmask_r = pmask.write_port(), pmask.read_port(domain="comb")
         pseq_w, pseq_r = pseq.write_port(), pseq.read_port(domain="comb")
+        # pfitn[c]: the packet queued behind the one whose header is in cell c is short (written beside pnext).
+        m.submodules.pfitn = pfitn = memory.Memory(shape=1, depth=C, init=[])
+        pfitn_w, pfitn_r = pfitn.write_port(), pfitn.read_port(domain="comb")
         q_tail = [Signal(len(self.enq_cell), name=f"q{q}_tail") for q in range(n_q)]
         q_hseq = [Signal(S, name=f"q{q}_hseq") for q in range(n_q)]   # arrival number of each head
         aseq = Signal(S)                                                # arrival number of the next packet
@@ -73,6 +84,10 @@ class PacketQueues(wiring.Component):
             pseq_w.en.eq(self.enq),
             pnext_w.addr.eq(q_tail[0]),
             pnext_w.data.eq(self.enq_cell),
+            pfitn_w.addr.eq(pnext_w.addr),
+            pfitn_w.data.eq(self.enq_fit),
+            pfitn_w.en.eq(pnext_w.en),
+            pfitn_r.addr.eq(pnext_r.data),
         ]
         with m.If(self.enq):
             m.d.sync += aseq.eq(aseq + 1)
@@ -82,16 +97,24 @@ class PacketQueues(wiring.Component):
             d = self.deq[q]
             m.d.sync += self.count[q].eq(self.count[q] + e - d)
             remaining = self.count[q] - d
+            # A dequeue moves the second packet's fit to the head and reads the third's (pfitn at the new head).
             with m.If(e):
                 m.d.sync += q_tail[q].eq(self.enq_cell)
                 with m.If(self.count[q] != 0):
                     m.d.comb += [pnext_w.addr.eq(q_tail[q]), pnext_w.en.eq(1)]
                 with m.If(remaining == 0):
-                    m.d.sync += [self.head[q].eq(self.enq_cell), q_hseq[q].eq(aseq)]
+                    m.d.sync += [self.head[q].eq(self.enq_cell), q_hseq[q].eq(aseq),
+                                 self.head_fit[q].eq(self.enq_fit)]
                 with m.Elif(d):
-                    m.d.sync += [self.head[q].eq(pnext_r.data), q_hseq[q].eq(pseq_r.data)]
+                    m.d.sync += [self.head[q].eq(pnext_r.data), q_hseq[q].eq(pseq_r.data),
+                                 self.head_fit[q].eq(self.next_fit[q])]
+                with m.If(remaining == 1):
+                    m.d.sync += self.next_fit[q].eq(self.enq_fit)
+                with m.Elif(d):
+                    m.d.sync += self.next_fit[q].eq(pfitn_r.data)
             with m.Elif(d):
-                m.d.sync += [self.head[q].eq(pnext_r.data), q_hseq[q].eq(pseq_r.data)]
+                m.d.sync += [self.head[q].eq(pnext_r.data), q_hseq[q].eq(pseq_r.data),
+                             self.head_fit[q].eq(self.next_fit[q]), self.next_fit[q].eq(pfitn_r.data)]
 
         # Head order, kept in registers so that no sequence-number arithmetic feeds the requests (the age
         # subtractions and comparisons of 65 queues were a 3.5 ns path into a 64-port allocator).
