@@ -116,6 +116,7 @@ class ErrorCode(enum.Enum, shape=8):
     TYPE_MISMATCH = 13    #: a contribution's type/length disagrees with its reduction
     UNKNOWN_ENTRY = 14    #: a response for a reduction entry that is not in flight
     TLB_FAULT = 15        #: the backing translation table has no valid entry
+    POISONED = 16         #: the request arrived marked ``poison`` (its sender or a link found it corrupt)
 
 
 # ---------------------------------------------------------------------------------------------------------

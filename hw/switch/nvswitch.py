@@ -4,7 +4,8 @@ multicast by destination mask.
 Contract
 --------
 * Ports: ``rx[i]``/``tx[i]`` credit links (one flit per cycle each way), ``cfg`` (group-table writes),
-  ``err_count`` (one 32-bit counter per :class:`~hw.packet.ErrorCode`), ``cfg_errors``.
+  ``err_count`` (one 32-bit counter per :class:`~hw.packet.ErrorCode` value below ``N_ERROR_CODES``: every
+  code the network answers), ``cfg_errors``.
 * Routing: unicast opcodes go to ``dst``; static ``multimem`` to the group table's mask for ``group``;
   ``dymultimem`` to the header ``mask``. A packet whose destination is its own source port is delivered
   like any other. Every packet is forwarded unchanged (header rewriting belongs to the DySHARP blocks).
@@ -42,7 +43,7 @@ from .request_stage import RequestStage
 
 __all__ = ["NVSwitch", "N_ERROR_CODES", "REQ_STAGE_PORTS", "uses_req_stage", "zero_load_latency"]
 
-N_ERROR_CODES = 16
+N_ERROR_CODES = 16      # codes 0..15: the network never answers a later one (POISONED is the reduction engine's)
 # From this many ports the requests are registered before the allocator by default (``req_stage``): at 64
 # ports the request vector (1.5 ns at 45 nm) and the allocator (2.6 ns) are 4.1 ns together, against 2.8 ns.
 REQ_STAGE_PORTS = 32

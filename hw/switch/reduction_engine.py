@@ -4,13 +4,28 @@ one ``RED_READ`` per destination, the ``RED_READ_RESP`` contributions are reduce
 
 Flow
 ----
-1. **Request** (``req``, header-only packets). Checked like the switch ingress does
-   (:func:`hw.packet.rtl_header_error` with ``max_payload = max_length``) plus: an opcode other than
-   ``DYN_LD_REDUCE``/``MM_LD_REDUCE`` is ``UNKNOWN_OPCODE``, ``length == 0`` is ``BAD_LENGTH``, a header
-   that is not ``last`` is ``LENGTH_MISMATCH`` (its trailing flits are dropped). A failing request gets
-   a header-only ``ERROR`` (``dst = src`` = the requester, its ``tag``) and is counted in
-   ``bad_requests``; a poisoned header-only request is dropped silently (the switch has answered it).
-   A good one allocates a buffer entry (``expected`` = popcount of the destination mask: the header's
+1. **Request** (``req``, header-only packets). Every malformed request gets one header-only ``ERROR``
+   (``dst = src`` = the requester, its ``tag``) with the code of the first row that matches its header
+   flit, and is counted in ``bad_requests``; flits that follow a malformed header are dropped:
+
+   =======================================================  ===================
+   request                                                  answer (``code``)
+   =======================================================  ===================
+   header flit marked ``poison`` (sender or link corrupt)   ``POISONED``
+   opcode not ``DYN_LD_REDUCE``/``MM_LD_REDUCE``            ``UNKNOWN_OPCODE``
+   ``length`` 0 or above ``max_length``                     ``BAD_LENGTH``
+   header not ``last`` (flits follow it)                    ``LENGTH_MISMATCH``
+   ``dymultimem`` mask zero or naming ports past ``ports``  ``BAD_MASK``
+   static group handle not configured                       ``BAD_GROUP``
+   ``etype``/``redop`` undefined                            ``BAD_TYPE``
+   =======================================================  ===================
+
+   (the last three are :func:`hw.packet.rtl_header_error` with ``max_payload = max_length``). Poison comes
+   first because nothing else in a poisoned header can be trusted; it is told apart from a length
+   mismatch, which is a framing error of an intact header. In the DySHARP switch nothing before the
+   engine answers a poisoned request (the link receiver poisons the flits after an overrun, the ingress
+   check passes poison through), so this answer is the requester's only one.
+   A good request allocates a buffer entry (``expected`` = popcount of the destination mask: the header's
    ``mask`` for ``dymultimem``, the group table's mask for a static group). With no free entry the
    request waits (``req.ready`` low): backpressure, never a drop.
 2. **Fan-out**, one destination per cycle, lowest port first. ``dymultimem``: a translation request
@@ -160,10 +175,11 @@ class ReductionEngine(wiring.Component):
         is_ldr = static | (h.opcode == Opcode.DYN_LD_REDUCE)
         base_code = rtl_header_error(h, n_ports=P, max_payload=self.max_length,
                                      group_mask=groups.lookup_mask[0])
-        code = Signal(8)
-        m.d.comb += code.eq(Mux(~is_ldr, ErrorCode.UNKNOWN_OPCODE.value,
+        code = Signal(8)       # the request's answer, by the priority of the docstring's table
+        m.d.comb += code.eq(Mux(rq.payload.poison, ErrorCode.POISONED.value,
+                            Mux(~is_ldr, ErrorCode.UNKNOWN_OPCODE.value,
                                 Mux((h.length == 0) | (h.length > self.max_length), ErrorCode.BAD_LENGTH.value,
-                                    Mux(~rq.payload.last, ErrorCode.LENGTH_MISMATCH.value, base_code))))
+                                    Mux(~rq.payload.last, ErrorCode.LENGTH_MISMATCH.value, base_code)))))
         mask = Signal(P)
         m.d.comb += mask.eq(Mux(static, groups.lookup_mask[0], h.route.dyn.mask[0:P]))
         expected = Signal(range(P + 1))
@@ -174,11 +190,10 @@ class ReductionEngine(wiring.Component):
         m.submodules.info = info = fifo.SyncFIFO(width=info_layout.size, depth=4)
         m.submodules.errq = errq = fifo.SyncFIFO(width=flit_bits, depth=4)
         skip = Signal()                       # dropping the trailing flits of a malformed request
-        poisoned = rq.payload.last & rq.payload.poison
         bad = code != 0
         ok_path = buf.alloc.ready & info.w_rdy
-        m.d.comb += rq.ready.eq(skip | poisoned | Mux(bad, errq.w_rdy, ok_path))
-        header_in = rq.valid & ~skip & ~poisoned
+        m.d.comb += rq.ready.eq(skip | Mux(bad, errq.w_rdy, ok_path))
+        header_in = rq.valid & ~skip
         m.d.comb += [
             buf.alloc.valid.eq(header_in & ~bad & info.w_rdy),
             buf.alloc.payload.src.eq(h.src),

@@ -55,6 +55,16 @@ CLASSES: dict[str, FaultClass] = {c.name: c for c in [
         "lost: as poison_request",
         {"rounds": 6}),
     FaultClass(
+        "malformed_ld_reduce",
+        "An ld_reduce request (dymultimem or static multimem) whose header flit arrives marked poison (link CRC "
+        "failure), or that a flit follows (misframed), is answered at once by the requester port's engine: one "
+        "ERROR POISONED or ERROR LENGTH_MISMATCH, counted in its bad_requests; it takes no buffer entry and "
+        "sends no RED_READ; all other traffic is delivered exactly.",
+        "malformed_ld_reduce",
+        "injected: malformed requests (poisoned and misframed in turn); detected = recovered: their ERROR "
+        "answers (entries all free at the end); lost: good data never delivered",
+        {"rounds": 6}),
+    FaultClass(
         "poison_response",
         "A RED_READ_RESP contribution with a poisoned flit never enters a result: its reduction entry aborts "
         "and the requester gets ERROR LENGTH_MISMATCH; every other reduction is bit-exact.",

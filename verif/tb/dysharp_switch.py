@@ -35,7 +35,7 @@ import functools
 import cocotb
 import numpy as np
 
-from hw.packet import N_VCS, EType, ErrorCode, Header, Opcode, Packet, RedOp
+from hw.packet import N_VCS, EType, ErrorCode, Flit, Header, Opcode, Packet, RedOp
 
 from verif.harness import tbenv
 from verif.harness.cycler import Cycler
@@ -279,6 +279,26 @@ class DySharpEnv:
         self.send(src, Packet(Header(opcode=Opcode.MM_LD_REDUCE, src=src, tag=self.tag(src), length=length,
                                      etype=etype, redop=op, group=handle, addr=addr)))
 
+    def bad_ld_reduce(self, src, how: str, *, static=False) -> None:
+        """An ``ld_reduce`` that reaches the switch malformed (``how``): ``poison`` (its header flit marked
+        poison, a link CRC failure; the header keeps its bits), ``long`` (a flit after the header: not
+        ``last``), ``empty`` (``length`` 0). The model expects the engine's ERROR for it."""
+        etype, op = EType.S32, RedOp.MAX
+        length = 0 if how == "empty" else self.rng.randint(1, self.max_payload)
+        if static:
+            h = Header(opcode=Opcode.MM_LD_REDUCE, src=src, tag=self.tag(src), length=length, etype=etype,
+                       redop=op, group=sorted(self.static_groups)[0], addr=REGION_STATIC_RED)
+        else:
+            h = Header(opcode=Opcode.DYN_LD_REDUCE, src=src, tag=self.tag(src), length=length, etype=etype,
+                       redop=op, group=G_COMB, mask=self.random_mask(src), index=src * INDEX_SPAN, offset=0)
+        pkt = self.model.inject(src, Packet(h), poison=how == "poison", last=how != "long")
+        flits = [Flit(pkt.header.encode(), last=how != "long", poison=how == "poison")]
+        if how == "long":
+            flits.append(Flit(self.rng.getrandbits(self.w), last=True))
+        elif how not in ("poison", "empty"):
+            raise ValueError(f"unknown malformed ld_reduce {how!r}; valid: poison, long, empty")
+        self.sources[src].send(flits, vc=0)
+
     def mixed(self, src, kinds=None):
         """One random packet of the mix."""
         kinds = kinds or {"unicast": 3, "read": 1, "mm_st": 2, "dyn_st": 4, "ld_reduce": 2, "mm_ld_reduce": 1}
@@ -330,7 +350,8 @@ def tlb_counters(env, port) -> dict:
 def check_counters(env, *, duplicates=0, stale=True):
     """Every status counter the model can predict exactly, per port: AL-TLB (misses = fills the GPU got,
     error answers by code), egress (translated / passed / translation errors), engine (completed, aborts,
-    timeouts, duplicates, stale unless the test made it timing-dependent, nothing refused), ingress and
+    timeouts, duplicates, stale unless the test made it timing-dependent, refused requests: the model's
+    ``bad_requests``, nothing else refused), ingress and
     network error counters (no bad packet was sent), ``cfg_errors``. ``stale``: the model's count (True),
     a number, or None (not checked)."""
     from hw.switch.al_tlb import TlbCounter
@@ -375,7 +396,8 @@ def check_counters(env, *, duplicates=0, stale=True):
             problems.append(f"{en}aborts/timeouts = {got_a}/{got_t}, expected {aborts}/{timeouts} plus {either} "
                             f"counted as either")
         expect(en + "in_use", 0)
-        for name in ("mismatches", "bad_requests", "bad_responses"):
+        expect(en + "bad_requests", m.bad_requests[d])
+        for name in ("mismatches", "bad_responses"):
             expect(en + name, 0)
         for c in IngressCounter:
             expect(f"port.{d}.ingress.{c.value}", 0)
@@ -593,6 +615,9 @@ async def _bad_run(dut, kind):
                 env.mm_ld_reduce(src, handle=_static_with(env, f), etype=EType.S32, op=RedOp.ADD)
             elif kind == "duplicate":
                 env.ld_reduce(src, mask=everyone, etype=EType.U32, op=RedOp.ADD, length=4)
+            elif kind == "malformed_ld_reduce":
+                for how in ("poison", "long", "empty"):
+                    env.bad_ld_reduce(src, how, static=bool(r % 2))
     await env.drain()
     env.log_summary(f"bad input {kind}")
     return env
@@ -613,14 +638,16 @@ async def test_bad_input(dut):
     right error responses, nothing written for it, everything else delivered exactly."""
     s = tbenv.settings()
     kind = s["kind"]
-    valid = ("foreign", "bounds", "fault", "silent_red_read", "stale", "duplicate")
+    valid = ("foreign", "bounds", "fault", "silent_red_read", "stale", "duplicate", "malformed_ld_reduce")
     # stale: a contribution for a freed entry (a late answer after its entry timed out)
     assert kind in valid, f"unknown kind {kind!r}; valid: {valid}"
     env = await _bad_run(dut, kind)
-    code = {"foreign": ErrorCode.ISOLATION, "bounds": ErrorCode.OUT_OF_BOUNDS, "fault": ErrorCode.TLB_FAULT,
-            "silent_red_read": ErrorCode.TIMEOUT, "stale": ErrorCode.TIMEOUT, "duplicate": None}[kind]
-    if code is not None:
-        assert env.model.errors[code] > 0, f"no {code.name} was expected: the test did not inject its input"
+    E = ErrorCode
+    codes = {"foreign": (E.ISOLATION,), "bounds": (E.OUT_OF_BOUNDS,), "fault": (E.TLB_FAULT,),
+             "silent_red_read": (E.TIMEOUT,), "stale": (E.TIMEOUT,), "duplicate": (),
+             "malformed_ld_reduce": (E.POISONED, E.LENGTH_MISMATCH, E.BAD_LENGTH)}[kind]
+    for c in codes:
+        assert env.model.errors[c] > 0, f"no {c.name} was expected: the test did not inject its input"
     st = env.status()
     want = 0
     if kind == "duplicate":

@@ -301,15 +301,11 @@ class EngineEnv:
         """Send a request (optionally as raw flits) and record what must come back."""
         h = r.h
         flits = flits or Packet(h, []).flits(self.W)
-        poisoned = flits[-1].poison and len(flits) == 1
         code = engine_request_error(h, n_ports=self.P, max_length=self.max_length, groups=self.groups,
-                                    last=len(flits) == 1)
+                                    last=flits[0].last, poison=flits[0].poison)
         key = (h.src, h.tag)
-        if not poisoned:
-            self.awaiting.add(key)
-        if poisoned:
-            self.in_flight.discard(key)
-        elif code != ErrorCode.NONE:
+        self.awaiting.add(key)
+        if code != ErrorCode.NONE:
             self.sb.expect(key, Packet(Header(opcode=Opcode.ERROR, src=h.src, tag=h.tag, dst=h.src, code=code)))
             self.expected_counts["bad_requests"] += 1
         else:
@@ -590,7 +586,12 @@ async def test_errors(dut):
         r = good(static=False)
         env.inject(r, flits=[Flit(r.h.encode()), Flit(5, last=True)])           # header not last
         r = good(static=False)
-        env.inject(r, flits=[Flit(r.h.encode(), last=True, poison=True)])       # poisoned: dropped
+        env.inject(r, flits=[Flit(r.h.encode(), last=True, poison=True)])       # poisoned: POISONED
+        r = good(static=True)
+        r.h.group = 200
+        env.inject(r, flits=[Flit(r.h.encode(), last=True, poison=True)])       # poison before BAD_GROUP
+        r = good(static=False)
+        env.inject(r, flits=[Flit(r.h.encode(), poison=True), Flit(7, last=True, poison=True)])  # and not last
         # Translation failures: an unconfigured destination (ISOLATION), an index out of bounds.
         r = env.make_request(static=False, fanout=3)
         if (env.P - 1) not in r.dsts:
