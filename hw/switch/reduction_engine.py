@@ -45,11 +45,30 @@ Flow
    ``length``/``etype``/``redop`` of the request, ``addr``. The destination answers ``RED_READ_RESP``
    (``src`` = itself: the DySHARP switch stamps it with the arrival port) echoing ``tag``, ``xtag``,
    ``length`` and ``etype``, with ``code`` 0 and ``length`` payload flits, or with an error ``code``.
-4. **Responses** (``resp``): each payload flit becomes a contribution (flit index counted from the
-   header). A packet that is not ``RED_READ_RESP`` is dropped and counted in ``bad_responses``; a
-   poisoned last flit aborts the entry with ``LENGTH_MISMATCH``; type/length disagreements, stale tags
-   and timeouts are the buffer's (``TYPE_MISMATCH``, ``stale``, ``TIMEOUT``). A poisoned header-only
-   packet is ignored.
+4. **Responses** (``resp``): each payload flit of a ``RED_READ_RESP`` becomes a contribution (flit index
+   counted from the header). An aborted entry answers its requester ``ERROR`` with the code (``aborts``);
+   the first matching row decides, and an abort or contribution for an entry no longer in flight only
+   counts ``stale`` (buffer):
+
+   ================================================  ========================================
+   response                                          what it does to its entry
+   ================================================  ========================================
+   not a ``RED_READ_RESP``                           none: dropped whole, ``bad_responses``
+   from a port that was not asked                    none: dropped whole, ``bad_responses``
+   a destination's second answer                     none: dropped whole, ``duplicates``
+   header only, ``code`` ``NONE`` (payload missing)  aborted ``LENGTH_MISMATCH``
+   header only, marked ``poison``                    aborted ``POISONED``
+   ``code`` not ``NONE``                             aborted with that code (payload dropped)
+   payload whose last flit is ``poison``             aborted ``LENGTH_MISMATCH``
+   ``etype``/``length`` not the entry's              aborted ``TYPE_MISMATCH`` (buffer)
+   none within ``timeout`` cycles of allocation      aborted ``TIMEOUT`` (buffer)
+   ================================================  ========================================
+
+   A header-only answer without a code is one whose payload was cut off (the response network ends a
+   misframed packet at its header with ``poison``, or nothing framed it): it can never contribute, so its
+   entry is aborted at once rather than left to time out. A poisoned payload flit cannot be told from a
+   cut one here (the network re-frames a packet that runs long to its header's ``length`` and poisons its
+   last flit), so both are ``LENGTH_MISMATCH``.
 
    *Error codes.* A ``RED_READ_RESP`` whose ``route.uni.code`` is not ``NONE`` aborts its entry with that
    code (the requester gets ``ERROR`` with it, as for any abort; ``aborts`` counts it, or ``stale`` if the
@@ -416,6 +435,11 @@ class ReductionEngine(wiring.Component):
                                     dropping | ~v_hold))
         take = rs.valid & rs.ready
         is_resp = rh.opcode == Opcode.RED_READ_RESP
+        # The code a response aborts its entry with (NONE: it contributes). A header-only answer without a
+        # code lacks its payload (cut, poisoned or not): LENGTH_MISMATCH; a poisoned error answer: POISONED.
+        in_code = rh.route.uni.code.as_value()
+        hdr_code = Mux(rs.payload.last & (in_code == ErrorCode.NONE.value), ErrorCode.LENGTH_MISMATCH.value,
+                       Mux(rs.payload.last & rs.payload.poison, ErrorCode.POISONED.value, in_code))
         m.d.comb += hdr_take.eq(take & ~in_payload & ~dropping)
         with m.If(take):
             with m.If(in_payload | dropping):
@@ -423,14 +447,12 @@ class ReductionEngine(wiring.Component):
                 with m.If(rs.payload.last):
                     m.d.sync += [in_payload.eq(0), dropping.eq(0)]
             with m.Else():
-                m.d.sync += [r_rtag.eq(rh_rtag), r_len.eq(rh.length), r_src.eq(rh.src),
-                             r_code.eq(rh.route.uni.code.as_value()),
+                m.d.sync += [r_rtag.eq(rh_rtag), r_len.eq(rh.length), r_src.eq(rh.src), r_code.eq(hdr_code),
                              r_in_range.eq(rh_rtag[0:EB] < N if N < 1 << EB else 1),
                              r_etype.eq(rh.etype.as_value()), r_k.eq(0),
                              in_payload.eq(is_resp & ~rs.payload.last),
                              dropping.eq(~is_resp & ~rs.payload.last)]
-        # A poisoned header-only packet has been answered by whoever poisoned it: ignored.
-        m.d.sync += vcyc.eq(v_hold | (hdr_take & is_resp & ~(rs.payload.last & rs.payload.poison)))
+        m.d.sync += vcyc.eq(v_hold | (hdr_take & is_resp))
         m.d.sync += [
             self.bad_responses.eq(self.bad_responses + (hdr_take & ~is_resp) + (v_done & unasked)),
             self.duplicates.eq(self.duplicates + (v_done & dup)),

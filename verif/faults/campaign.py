@@ -75,9 +75,8 @@ CLASSES: dict[str, FaultClass] = {c.name: c for c in [
     FaultClass(
         "framing_response",
         "A misframed RED_READ_RESP (one flit short or long) is ended with poison by the response network and "
-        "the responder is answered ERROR LENGTH_MISMATCH; the requester gets ERROR LENGTH_MISMATCH, or TIMEOUT "
-        "(after red_timeout) when the cut leaves a header-only packet, which the engine ignores as already "
-        "answered; no corrupted contribution enters a result.",
+        "the responder is answered ERROR LENGTH_MISMATCH; the requester gets ERROR LENGTH_MISMATCH (also when "
+        "the cut leaves only the header); no corrupted contribution enters a result.",
         "framing_response",
         "as poison_response; also checks one ERROR per misframed packet back to the responder",
         {"rounds": 6, "gpu": 1}, fast=False),
