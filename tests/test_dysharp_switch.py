@@ -79,7 +79,8 @@ def test_fill_never_arrives_ld_reduce(seed, sim):
     run("test_fill_timeout", seed, sim, packets=2)
 
 
-BAD_KINDS = ["foreign", "bounds", "fault", "silent_red_read", "stale", "duplicate", "malformed_ld_reduce"]
+BAD_KINDS = ["foreign", "bounds", "fault", "silent_red_read", "stale", "duplicate", "malformed_ld_reduce",
+             "static_foreign"]
 
 
 @needs_top
@@ -88,14 +89,16 @@ def test_bad_input(kind, seed, sim):
     """Each bad input alone among good traffic on every port (foreign group, index out of bounds, TLB fault:
     on dymultimem.st; a RED_READ destination that never answers; a contribution for a freed entry; a
     duplicate contribution; ld_reduce requests poisoned, followed by a flit, or of length 0: each answered
-    once, POISONED / LENGTH_MISMATCH / BAD_LENGTH, and counted in the engine's bad_requests)."""
+    once, POISONED / LENGTH_MISMATCH / BAD_LENGTH, and counted in the engine's bad_requests; multimem.st to a
+    static group the source is not a member of: ISOLATION, counted by the request network)."""
     run("test_bad_input", seed, sim, kind=kind, rounds=2, reduce=False)
 
 
 @needs_top
-@pytest.mark.parametrize("kind", ["foreign", "bounds", "fault"])
+@pytest.mark.parametrize("kind", ["foreign", "bounds", "fault", "static_foreign"])
 def test_bad_input_ld_reduce(kind, seed, sim):
-    """The same bad inputs on dymultimem.ld_reduce as well: the requester gets the destinations' error."""
+    """The same bad inputs on dymultimem.ld_reduce (static_foreign: multimem.ld_reduce over a group the source
+    is not a member of, refused by its engine) as well: the requester gets the error."""
     run("test_bad_input", seed, sim, kind=kind, rounds=2)
 
 

@@ -16,7 +16,9 @@ Contract
   bad ``dst``, bad reduction type): the packet is dropped whole, an ``ERROR`` response goes back out of
   the arrival port, and ``err_count[code]`` increments. A length that disagrees with ``last`` is found at
   the packet's end, after cut-through forwarding began: the packet is ended with ``poison`` (receivers
-  drop it), the error response and counter are as above.
+  drop it), the error response and counter are as above. With ``isolate_static=True`` a static
+  ``multimem`` packet from a port that is not a member of its group is refused the same way
+  (``ISOLATION``); by default any port may send to any configured group, as NVLS's plain switch does.
 * Latency: header in at cycle t, header out at t+5 with no contention (the allocator's match is
   registered, see :class:`~hw.switch.input_unit.InputUnit`), t+6 with ``req_stage`` (the requests are
   registered too: from ``REQ_STAGE_PORTS`` ports by default, where the input units' request vectors and
@@ -72,7 +74,7 @@ class NVSwitch(wiring.Component):
     def __init__(self, *, ports: int = 8, credits: int = 256, out_credits: int | None = None,
                  flit_width: int = DEFAULT_FLIT_WIDTH, max_payload: int = 16, groups: int = 16,
                  queueing: str = "voq", egress_depth: int | None = None, iterations: int = 1,
-                 speedup: int = 2, req_stage: bool | None = None):
+                 speedup: int = 2, req_stage: bool | None = None, isolate_static: bool = False):
         if not isinstance(ports, int) or not 4 <= ports <= MAX_PORTS:
             raise ValueError(f"ports must be an integer in 4..{MAX_PORTS}, got {ports!r}")
         if not isinstance(credits, int) or not 4 <= credits <= 1024:
@@ -92,6 +94,9 @@ class NVSwitch(wiring.Component):
             egress_depth = 4 if speedup == 1 else 2 * (max_payload + 1)
         if not isinstance(egress_depth, int) or not 2 * speedup <= egress_depth <= 256:
             raise ValueError(f"egress_depth must be an integer in {2 * speedup}..256, got {egress_depth!r}")
+        if not isinstance(isolate_static, bool):
+            raise ValueError(f"isolate_static must be a bool, got {isolate_static!r}")
+        self.isolate_static = isolate_static
         self.speedup = speedup
         flit_layout(flit_width)   # validates flit_width
         self.ports = ports
@@ -137,7 +142,7 @@ class NVSwitch(wiring.Component):
             # The index is a strap input, so the N input units are one Verilog module (hw.emission).
             iu = InputUnit(port=None, n_ports=N, credits=self.credits, flit_width=self.flit_width,
                            max_payload=self.max_payload, queueing=self.queueing, lanes=self.speedup,
-                           grant_delay=2 if self.req_stage else 1)
+                           grant_delay=2 if self.req_stage else 1, isolate_static=self.isolate_static)
             m.submodules[f"in{i}"] = iu
             inputs.append(iu)
             connect(m, wiring.flipped(self.rx[i]), iu.rx)

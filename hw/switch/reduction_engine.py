@@ -18,9 +18,11 @@ Flow
    ``dymultimem`` mask zero or naming ports past ``ports``  ``BAD_MASK``
    static group handle not configured                       ``BAD_GROUP``
    ``etype``/``redop`` undefined                            ``BAD_TYPE``
+   static group that ``src`` is not a member of             ``ISOLATION``
    =======================================================  ===================
 
-   (the last three are :func:`hw.packet.rtl_header_error` with ``max_payload = max_length``). Poison comes
+   (``BAD_MASK`` to ``ISOLATION``: :func:`hw.packet.rtl_header_error` with ``max_payload = max_length``,
+   then the membership of ``src`` in the static group). Poison comes
    first because nothing else in a poisoned header can be trusted; it is told apart from a length
    mismatch, which is a framing error of an intact header. In the DySHARP switch nothing before the
    engine answers a poisoned request (the link receiver poisons the flits after an overrun, the ingress
@@ -175,6 +177,18 @@ class ReductionEngine(wiring.Component):
             **status_members(entries, ENGINE_COUNTERS),
         })
 
+    def _request_code(self, m, h, flit, static, is_ldr, group_mask):
+        """The answer to request header ``h`` (its ``flit``), by the priority of the docstring's table."""
+        header_code = rtl_header_error(h, n_ports=self.ports, max_payload=self.max_length, group_mask=group_mask)
+        outsider = static & ~(group_mask >> h.src)[0]      # a src past the ports is no member either
+        base_code = Mux((header_code == 0) & outsider, ErrorCode.ISOLATION.value, header_code)
+        code = Signal(8)
+        m.d.comb += code.eq(Mux(flit.poison, ErrorCode.POISONED.value,
+                            Mux(~is_ldr, ErrorCode.UNKNOWN_OPCODE.value,
+                                Mux((h.length == 0) | (h.length > self.max_length), ErrorCode.BAD_LENGTH.value,
+                                    Mux(~flit.last, ErrorCode.LENGTH_MISMATCH.value, base_code)))))
+        return code
+
     def elaborate(self, platform):
         m = Module()
         P, W, S = self.ports, self.flit_width, self.translate_slots
@@ -192,13 +206,7 @@ class ReductionEngine(wiring.Component):
         m.d.comb += groups.lookup_handle[0].eq(h.route.mm.group)
         static = h.opcode == Opcode.MM_LD_REDUCE
         is_ldr = static | (h.opcode == Opcode.DYN_LD_REDUCE)
-        base_code = rtl_header_error(h, n_ports=P, max_payload=self.max_length,
-                                     group_mask=groups.lookup_mask[0])
-        code = Signal(8)       # the request's answer, by the priority of the docstring's table
-        m.d.comb += code.eq(Mux(rq.payload.poison, ErrorCode.POISONED.value,
-                            Mux(~is_ldr, ErrorCode.UNKNOWN_OPCODE.value,
-                                Mux((h.length == 0) | (h.length > self.max_length), ErrorCode.BAD_LENGTH.value,
-                                    Mux(~rq.payload.last, ErrorCode.LENGTH_MISMATCH.value, base_code)))))
+        code = self._request_code(m, h, rq.payload, static, is_ldr, groups.lookup_mask[0])
         mask = Signal(P)
         m.d.comb += mask.eq(Mux(static, groups.lookup_mask[0], h.route.dyn.mask[0:P]))
         expected = Signal(range(P + 1))

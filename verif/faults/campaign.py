@@ -155,8 +155,9 @@ CLASSES: dict[str, FaultClass] = {c.name: c for c in [
         "A hostile GPU spraying dymultimem stores and reductions for groups it does not belong to (a foreign "
         "tenant's group, a group configured nowhere): 0 writes into foreign groups' memory, every request "
         "answered ISOLATION (one ERROR per destination of a store, one per reduction), other tenants' "
-        "traffic delivered exactly (their writes into their own group included). Static multimem groups have "
-        "no membership check of the source (plain NVSwitch semantics) and are not covered.",
+        "traffic delivered exactly (their writes into their own group included). (Static multimem groups are "
+        "isolated too, ISOLATION from the request network or the engine: tests/test_dysharp_switch.py "
+        "test_bad_input[static_foreign].)",
         "hostile",
         "injected: hostile requests (stores counted per destination); detected = recovered: ISOLATION "
         "answers; lost: good data never delivered",

@@ -28,7 +28,8 @@ Contract, per packet a GPU ``s`` sends (the switch stamps ``src = s``):
   it (for min/max and integer add every order gives the same bits) and records it. A translation error at
   any destination answers ``ERROR{dst=s, src=s, tag, code}`` with that code; a destination that never
   answers makes it ``TIMEOUT``.
-* Header errors the ingress finds (:func:`hw.packet.check_header`): ``ERROR{dst=s, src=s, tag, code}``.
+* Header errors the ingress finds (:func:`hw.packet.check_header`, static groups isolated: a ``MM_ST``
+  from a non-member is ``ISOLATION``): ``ERROR{dst=s, src=s, tag, code}``.
   An ``ld_reduce`` request is checked by the requester port's engine instead
   (:func:`verif.models.reduction.engine_request_error`: a header flit marked ``poison`` is ``POISONED``, one
   without ``last`` is ``LENGTH_MISMATCH``, ``length`` 0 is ``BAD_LENGTH``, ...), with the same answer, and
@@ -245,6 +246,7 @@ class DySharpSwitchModel:
         self.xlate = [collections.Counter() for _ in range(n_ports)]    # translation requests by result code
         self.passed = collections.Counter()       # port -> packets its egress passes unchanged
         self.bad_requests = collections.Counter() # port -> ld_reduce requests its engine answered ERROR
+        self.net_errors = collections.Counter()   # ErrorCode -> header errors the request network answered
 
     # ---- configuration (mirrors what the testbench writes to the switch and the GPUs)
     def configure_static(self, handle: int, mask: int) -> None:
@@ -297,7 +299,8 @@ class DySharpSwitchModel:
             raise ValueError(f"the model predicts a poisoned or misframed ld_reduce request only, not {h!r} "
                              f"(poison={poison}, last={last})")
         else:
-            code = check_header(h, n_ports=self.n, max_payload=self.max_payload, groups=self.static)
+            code = check_header(h, n_ports=self.n, max_payload=self.max_payload, groups=self.static, src=port)
+            self.net_errors[code] += code != ErrorCode.NONE      # the request network answers it
         if code != ErrorCode.NONE:
             self._respond(port, Packet(Header(opcode=Opcode.ERROR, src=port, dst=port, tag=h.tag, code=code)))
             return pkt

@@ -138,4 +138,4 @@ def engine_request_error(h: Header, *, n_ports: int, max_length: int, groups: di
         return ErrorCode.BAD_LENGTH
     if not last:
         return ErrorCode.LENGTH_MISMATCH
-    return check_header(h, n_ports=n_ports, max_payload=max_length, groups=groups)
+    return check_header(h, n_ports=n_ports, max_payload=max_length, groups=groups, src=h.src)

@@ -265,7 +265,9 @@ class EngineEnv:
         static = (self.groups and rng.random() < 0.25) if static is None else static
         while True:
             if static:
-                group = int(rng.choice(list(self.groups)))
+                # A group src is a member of (the engine refuses the others: ISOLATION, test_errors).
+                mine = [g for g, mk in self.groups.items() if mk >> src & 1] or list(self.groups)
+                group = int(rng.choice(mine))
                 mask = self.groups[group]
                 addr = int(rng.integers(0, 1 << 40)) << 4
                 h = Header(opcode=Opcode.MM_LD_REDUCE, src=src, tag=tag, length=length, etype=etype, redop=op,
@@ -566,6 +568,7 @@ async def test_errors(dut):
             env.fix_addrs(r)
         return r
 
+    isolated = 0
     for rnd in range(s.get("rounds", 2)):
         for _ in range(4):
             env.inject(fix_dsts(good(static=False)))
@@ -593,6 +596,12 @@ async def test_errors(dut):
             env.inject(r)
         r = good(static=True)
         r.h.group = 200
+        env.inject(r)
+        r = good(static=True)
+        foreign = [g for g, mk in env.groups.items() if not mk >> r.h.src & 1]
+        if foreign:                                                             # src not a member: ISOLATION
+            r.h.group = foreign[0]
+            isolated += 1
         env.inject(r)
         r = good(static=False)
         env.inject(r, flits=[Flit(r.h.encode()), Flit(5, last=True)])           # header not last
@@ -640,6 +649,7 @@ async def test_errors(dut):
         env.send_stale(now + 70, int(rng.integers(0, env.p["entries"])))
         await env.cycler.cycles(100)
     await env.drain()
+    assert isolated > 0, "no static request from a non-member was sent"
     dut._log.info(f"expected counters {dict(env.expected_counts)}; model stale {env.model.stale}")
 
 
