@@ -117,6 +117,7 @@ class ErrorCode(enum.Enum, shape=8):
     TYPE_MISMATCH = 13    #: a contribution's type/length disagrees with its reduction
     UNKNOWN_ENTRY = 14    #: a response for a reduction entry that is not in flight
     TLB_FAULT = 15        #: the backing translation table has no valid entry
+    POISONED = 16         #: the request arrived marked ``poison`` (its sender or a link found it corrupt)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -424,11 +425,13 @@ class Packet:
         return cls(Header.decode(flits[0].data), [f.data for f in flits[1:]])
 
 
-def check_header(h: Header, *, n_ports: int, max_payload: int, groups: dict[int, int] | None = None
-                 ) -> ErrorCode:
+def check_header(h: Header, *, n_ports: int, max_payload: int, groups: dict[int, int] | None = None,
+                 src: int | None = None) -> ErrorCode:
     """Python twin of :func:`rtl_header_error`: the error a switch ingress reports for this header.
 
-    ``groups`` maps configured group handles to member masks (static ``multimem`` only).
+    ``groups`` maps configured group handles to member masks (static ``multimem`` only). ``src``: the
+    sending port, where static groups are isolated (a non-member is ``ISOLATION``, after every other
+    check); None where any port may use any group.
     """
     if not _is_known(h.opcode):
         return ErrorCode.UNKNOWN_OPCODE
@@ -443,6 +446,8 @@ def check_header(h: Header, *, n_ports: int, max_payload: int, groups: dict[int,
         return ErrorCode.BAD_GROUP
     if info.typed and (h.etype not in {e.value for e in EType} or h.redop not in {r.value for r in RedOp}):
         return ErrorCode.BAD_TYPE
+    if src is not None and info.routing == "group" and not (groups or {})[h.group] >> src & 1:
+        return ErrorCode.ISOLATION
     return ErrorCode.NONE
 
 

@@ -28,10 +28,10 @@ import hashlib
 import itertools
 import json
 import re
-import subprocess
 import time
 from pathlib import Path
 
+from infra.procs import run_bounded
 from hw import registry
 
 from infra import engine
@@ -176,7 +176,7 @@ def run_sta(sta: str, liberty_path: Path, netlist_v: Path, top: str, period_ps: 
         "set_input_delay 0 -clock clk [delete_from_list [all_inputs] [get_ports clk]]",
         "set_output_delay 0 -clock clk [all_outputs]",
         *reports, "exit", ""]))
-    r = subprocess.run([sta, "-no_splash", "-exit", str(tcl)], capture_output=True, text=True, timeout=3600)
+    r = run_bounded([sta, "-no_splash", "-exit", str(tcl)], capture_output=True, text=True, timeout=3600)
     return r.stdout + r.stderr
 
 

@@ -25,6 +25,7 @@ import subprocess
 from pathlib import Path
 
 from infra import engine
+from infra.procs import run_bounded
 
 from .tools import ToolError, cacti_binary
 
@@ -218,8 +219,8 @@ def _invoke(exe: Path, a: Array, cfg: str, cfg_path: Path, rows: int, width: int
     cfg_path.parent.mkdir(parents=True, exist_ok=True)
     cfg_path.write_text(cfg)
     try:
-        r = subprocess.run([str(exe), "-infile", str(cfg_path)], cwd=exe.parent, capture_output=True,
-                           text=True, timeout=300)
+        r = run_bounded([str(exe), "-infile", str(cfg_path)], cwd=exe.parent, capture_output=True,
+                        text=True, timeout=300)
     except subprocess.TimeoutExpired:
         raise CactiError(f"CACTI ran over 300 s on {a}; try fewer ports or a smaller array") from None
     except OSError as e:

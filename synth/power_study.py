@@ -10,9 +10,9 @@ outputs) and the same clock, and returns both totals.
 
 import json
 import re
-import subprocess
 from pathlib import Path
 
+from infra.procs import run_bounded
 from hw import registry
 from infra import engine
 
@@ -299,7 +299,7 @@ def opensta_crosscheck(module: str, point: dict, *, freq_ghz: float, seed: int =
     lines += ["report_power -digits 6", "exit", ""]
     tcl = work / "power.tcl"
     tcl.write_text("\n".join(lines))
-    r = subprocess.run([sta, "-no_splash", "-exit", str(tcl)], capture_output=True, text=True, timeout=3600)
+    r = run_bounded([sta, "-no_splash", "-exit", str(tcl)], capture_output=True, text=True, timeout=3600)
     (work / "power_sta.txt").write_text(r.stdout + r.stderr)
     m = re.search(r"^Total\s+([-\d.eE+]+)\s+([-\d.eE+]+)\s+([-\d.eE+]+)\s+([-\d.eE+]+)", r.stdout, re.M)
     if not m:

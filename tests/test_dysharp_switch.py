@@ -2,6 +2,7 @@
 of its environment on their own: the 2-VC link agents on a loopback, the GPU model and the reference
 model in plain Python."""
 
+import dataclasses
 import os
 import random
 
@@ -78,7 +79,8 @@ def test_fill_never_arrives_ld_reduce(seed, sim):
     run("test_fill_timeout", seed, sim, packets=2)
 
 
-BAD_KINDS = ["foreign", "bounds", "fault", "silent_red_read", "stale", "duplicate"]
+BAD_KINDS = ["foreign", "bounds", "fault", "silent_red_read", "stale", "duplicate", "malformed_ld_reduce",
+             "static_foreign"]
 
 
 @needs_top
@@ -86,14 +88,17 @@ BAD_KINDS = ["foreign", "bounds", "fault", "silent_red_read", "stale", "duplicat
 def test_bad_input(kind, seed, sim):
     """Each bad input alone among good traffic on every port (foreign group, index out of bounds, TLB fault:
     on dymultimem.st; a RED_READ destination that never answers; a contribution for a freed entry; a
-    duplicate contribution)."""
+    duplicate contribution; ld_reduce requests poisoned, followed by a flit, or of length 0: each answered
+    once, POISONED / LENGTH_MISMATCH / BAD_LENGTH, and counted in the engine's bad_requests; multimem.st to a
+    static group the source is not a member of: ISOLATION, counted by the request network)."""
     run("test_bad_input", seed, sim, kind=kind, rounds=2, reduce=False)
 
 
 @needs_top
-@pytest.mark.parametrize("kind", ["foreign", "bounds", "fault"])
+@pytest.mark.parametrize("kind", ["foreign", "bounds", "fault", "static_foreign"])
 def test_bad_input_ld_reduce(kind, seed, sim):
-    """The same bad inputs on dymultimem.ld_reduce as well: the requester gets the destinations' error."""
+    """The same bad inputs on dymultimem.ld_reduce (static_foreign: multimem.ld_reduce over a group the source
+    is not a member of, refused by its engine) as well: the requester gets the error."""
     run("test_bad_input", seed, sim, kind=kind, rounds=2)
 
 
@@ -282,6 +287,30 @@ def test_model_dyn_store():
         m.deliver(3, 0, Packet(bad.header, [1, 2]), 12)
     with pytest.raises(ScoreboardError):
         m.finish()
+
+
+def test_model_malformed_ld_reduce():
+    """The engine's answers to malformed ld_reduce requests (verif.models.reduction.engine_request_error):
+    poison first, then the opcode/length/framing checks, then the header checks."""
+    m, gpus = _model()
+    h = Header(opcode=Opcode.DYN_LD_REDUCE, tag=1, length=2, etype=EType.S32, redop=RedOp.ADD, group=2,
+               mask=0b0110, index=3)
+    m.inject(0, Packet(h), poison=True)
+    m.inject(0, Packet(dataclasses.replace(h, tag=2)), last=False)
+    m.inject(0, Packet(dataclasses.replace(h, tag=3, length=0)))
+    m.inject(0, Packet(dataclasses.replace(h, tag=4, length=0)), poison=True)     # poison first
+    m.inject(1, Packet(dataclasses.replace(h, tag=5, mask=0)), last=False)       # framing before mask
+    assert m.errors == {ErrorCode.POISONED: 2, ErrorCode.LENGTH_MISMATCH: 2, ErrorCode.BAD_LENGTH: 1}
+    assert m.bad_requests == {0: 4, 1: 1} and not m.reductions
+    with pytest.raises(ValueError, match="ld_reduce request only"):
+        m.inject(0, Packet(Header(opcode=Opcode.WRITE, dst=1, tag=6, length=1), [5]), poison=True)
+    for tag, code in ((1, ErrorCode.POISONED), (2, ErrorCode.LENGTH_MISMATCH), (3, ErrorCode.BAD_LENGTH),
+                      (4, ErrorCode.POISONED)):
+        m.deliver(0, 1, Packet(Header(opcode=Opcode.ERROR, src=0, dst=0, tag=tag, code=code)), tag)
+    with pytest.raises(ScoreboardError):     # wrong code
+        m.deliver(1, 1, Packet(Header(opcode=Opcode.ERROR, src=1, dst=1, tag=5, code=ErrorCode.BAD_MASK)), 9)
+    m.deliver(1, 1, Packet(Header(opcode=Opcode.ERROR, src=1, dst=1, tag=5, code=ErrorCode.LENGTH_MISMATCH)), 9)
+    m.finish()
 
 
 def test_model_errors():

@@ -83,7 +83,8 @@ def test_zero_load_latency():
              (120, 0, 0, Packet(Header(opcode=Opcode.WRITE, tag=3, length=1, dst=1, addr=0x40), [0xC])),
              (180, 0, 0, Packet(Header(opcode=Opcode.DYN_LD_REDUCE, tag=4, length=1, group=1, mask=0b0010,
                                        index=5, etype=EType.S32, redop=RedOp.ADD))),
-             (300, 0, 0, Packet(Header(opcode=Opcode.MM_LD_REDUCE, tag=5, length=1, group=2, addr=0x80,
+             # From GPU 1, the static group's member (the switch refuses a non-member: ISOLATION).
+             (300, 1, 0, Packet(Header(opcode=Opcode.MM_LD_REDUCE, tag=5, length=1, group=2, addr=0x80,
                                        etype=EType.S32, redop=RedOp.ADD)))]
     out, _ = _run(sends)
     seen = [(c, port, vc, Opcode(h.opcode).name, h.tag if h.opcode != Opcode.RED_READ.value else None,
@@ -97,7 +98,7 @@ def test_zero_load_latency():
         (195, 1, 0, "RED_READ", None, FILL),             # ld_reduce header in -> RED_READ out: 15
         (231, 0, 1, "RED_RESP", 4, None),                # RED_READ_RESP in (215) -> RED_RESP out: 16
         (312, 1, 0, "RED_READ", None, 0x80),             # static: no translation, 12
-        (348, 0, 1, "RED_RESP", 5, None),
+        (348, 1, 1, "RED_RESP", 5, None),
     ], seen
 
 

@@ -103,3 +103,10 @@ def test_req_stage_is_set_by_port_count_or_by_hand():
     from hw.switch.input_unit import InputUnit
     with pytest.raises(ValueError, match="grant_delay must be 1 or 2"):
         InputUnit(port=0, n_ports=4, credits=8, grant_delay=3)
+
+
+@pytest.mark.parametrize("value", [1, None, "yes"])
+def test_isolate_static_must_be_bool(value):
+    from hw.switch.nvswitch import NVSwitch
+    with pytest.raises(ValueError, match="isolate_static must be a bool"):
+        NVSwitch(ports=4, isolate_static=value)

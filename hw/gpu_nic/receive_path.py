@@ -46,8 +46,8 @@ dropped and counted ``UNKNOWN_OPCODE``:
 * ``"resp"`` (VC 1): ``READ_RESP``, ``RED_RESP``, ``ERROR``. This instance never emits anything (no
   ``rsp``, ``fill`` or memory reads), so it depends on nothing but ``mem_wr``.
 
-Every ``ERROR`` taken is also counted by its code in ``remote_codes[code]`` (entry 0: code ``NONE`` or an
-undefined code >= 16).
+Every ``ERROR`` taken is also counted by its code in ``remote_codes[code]``, one counter per
+:class:`~hw.packet.ErrorCode` (entry 0: code ``NONE`` or an undefined code).
 
 Contract
 --------
@@ -55,7 +55,7 @@ Contract
   ``mem_rd``, ``rsp`` (flit stream: read responses, to the uplink), ``arrival`` (stream of
   :class:`TokenArrival`), ``tag_issue`` (stream in, always ready), ``tag_busy``, ``clear``, ``err_count``
   (per :class:`RxError`), ``fill`` (stream of ``BackingRequest``; ``accept="req"`` only),
-  ``remote_codes`` (16 counters).
+  ``remote_codes`` (one counter per ``ErrorCode``).
 * Credits: one per ingress-buffer flit, returned as flits leave the buffer. A flit sent without credit
   is dropped and counted (``CREDIT_OVERFLOW``) and its packet is dropped.
 * Backpressure on ``mem_wr``, ``mem_rd``, ``rsp`` and ``arrival`` stalls the commit; nothing is lost.
@@ -72,7 +72,7 @@ from amaranth.lib.wiring import In, Out, connect
 
 from ..arbiter import first_set
 from ..credit import credit_link_signature
-from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, MAX_LENGTH, HeaderLayout, Opcode, UnicastRoute,
+from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, MAX_LENGTH, ErrorCode, HeaderLayout, Opcode, UnicastRoute,
                       flit_layout, rtl_payload_flits)
 from ..switch.backing_if import BackingRequest
 from .memory_if import BYTE_ADDR_BITS, flit_addr_bits, flit_shift, mem_read_signature, mem_write_signature
@@ -172,7 +172,7 @@ _ACCEPT = {
     "req": frozenset(_LAND_ADDR + _READS + (Opcode.TLB_FILL,)),
     "resp": frozenset(_LAND_TAG + (Opcode.ERROR,)),
 }
-N_REMOTE_CODES = 16        # ErrorCode values counted one by one in remote_codes
+N_REMOTE_CODES = len(ErrorCode)   # every ErrorCode value is counted on its own in remote_codes
 
 
 def _one_of(m, name, op, ops, accept) -> Signal:

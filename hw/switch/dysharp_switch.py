@@ -15,7 +15,10 @@ Per port ``i`` (see ``docs/architecture.md`` for the picture and the cycles per 
 What each request does
 ----------------------
 * Unicast, static ``multimem.st``: routed by the request network (``dst``, or the static group table) and
-  delivered unchanged.
+  delivered unchanged. A static ``multimem`` store or reduction from a GPU that is not a member of the
+  group is refused with ``ERROR{code = ISOLATION}`` (the request network's ``err_count``, or the
+  requester's engine's ``bad_requests``): tenants sharing the switch cannot write or read each other's
+  static groups.
 * ``dymultimem.st``: sent once by its source, replicated by the request network's crossbar to the ``mask``
   ports; at each destination's egress the AL-TLB of that port translates (group, index, destination) into
   that GPU's row address and the packet leaves as ``WRITE`` at ``row + offset * flit_bytes``.
@@ -240,7 +243,7 @@ class DySharpSwitch(wiring.Component):
         self.resp_credits = resp_credits
         # Build the parts now: their constructors validate the remaining parameters.
         net = dict(ports=ports, out_credits=_NET_OUT_DEPTH, flit_width=flit_width, max_payload=max_payload)
-        self.reqnet = NVSwitch(credits=credits, groups=groups, **net)
+        self.reqnet = NVSwitch(credits=credits, groups=groups, isolate_static=True, **net)
         # The response network routes by dst only; its group table is idle (2 entries: a 1-entry table has a
         # zero-width address).
         self.respnet = NVSwitch(credits=resp_credits, groups=2, iterations=resp_iterations, **net)

@@ -34,15 +34,23 @@ class Ingress(wiring.Component):
 
     ``in_pkt``/``cur_q``/``cur_hdr``/``cur_left``/``cur_written``: the packet being received (its queue,
     header cell, payload flits still expected and flits written so far), for cut-through decisions.
+
+    ``isolate_static`` (bool): a static ``multimem`` header (routed by ``group``) from an input ``port``
+    that is not a member of its group is an ``ISOLATION`` error (after every other header check); adds the
+    ``port`` input (this input's index).
     """
 
     def __init__(self, *, n_ports: int, n_uc: int, n_cells: int, flit_width: int = DEFAULT_FLIT_WIDTH,
-                 max_payload: int = 16):
+                 max_payload: int = 16, isolate_static: bool = False):
+        if not isinstance(isolate_static, bool):
+            raise ValueError(f"isolate_static must be a bool, got {isolate_static!r}")
+        self.isolate_static = isolate_static
         self.n_ports, self.n_uc, self.n_cells = n_ports, n_uc, n_cells
         self.flit_width, self.max_payload = flit_width, max_payload
         C = n_cells
         cell_shape = unsigned(max(1, (C - 1).bit_length()))
         super().__init__({
+            **({"port": In(range(n_ports))} if isolate_static else {}),
             "valid": In(1),
             "flit": In(flit_layout(flit_width)),
             "full": In(1),
@@ -74,10 +82,14 @@ class Ingress(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         hdr = HeaderLayout(self.flit.data[:HEADER_BITS])
-        self._route(m, hdr)
+        routing_group = self._route(m, hdr)
         hdr_err = Signal(8)
-        m.d.comb += hdr_err.eq(rtl_header_error(hdr, n_ports=self.n_ports, max_payload=self.max_payload,
-                                                group_mask=self.group_mask))
+        base_err = rtl_header_error(hdr, n_ports=self.n_ports, max_payload=self.max_payload,
+                                    group_mask=self.group_mask)
+        if self.isolate_static:
+            outsider = routing_group & ~(self.group_mask >> self.port)[0]
+            base_err = Mux((base_err == ErrorCode.NONE.value) & outsider, ErrorCode.ISOLATION.value, base_err)
+        m.d.comb += hdr_err.eq(base_err)
         exp = Signal(range(MAX_LENGTH + 1))
         m.d.comb += [exp.eq(rtl_payload_flits(hdr)), self.payload.eq(exp)]
 
@@ -156,3 +168,4 @@ class Ingress(wiring.Component):
             m.d.comb += self.target_q.eq(Mux(routing_dst, hdr.route.uni.dst, self.n_uc))
         else:
             m.d.comb += self.target_q.eq(self.n_uc)
+        return routing_group

@@ -4,7 +4,8 @@ multicast by destination mask.
 Contract
 --------
 * Ports: ``rx[i]``/``tx[i]`` credit links (one flit per cycle each way), ``cfg`` (group-table writes),
-  ``err_count`` (one 32-bit counter per :class:`~hw.packet.ErrorCode`), ``cfg_errors``.
+  ``err_count`` (one 32-bit counter per :class:`~hw.packet.ErrorCode` value below ``N_ERROR_CODES``: every
+  code the network answers), ``cfg_errors``.
 * Routing: unicast opcodes go to ``dst``; static ``multimem`` to the group table's mask for ``group``;
   ``dymultimem`` to the header ``mask``. A packet whose destination is its own source port is delivered
   like any other. Every packet is forwarded unchanged (header rewriting belongs to the DySHARP blocks).
@@ -15,7 +16,9 @@ Contract
   bad ``dst``, bad reduction type): the packet is dropped whole, an ``ERROR`` response goes back out of
   the arrival port, and ``err_count[code]`` increments. A length that disagrees with ``last`` is found at
   the packet's end, after cut-through forwarding began: the packet is ended with ``poison`` (receivers
-  drop it), the error response and counter are as above.
+  drop it), the error response and counter are as above. With ``isolate_static=True`` a static
+  ``multimem`` packet from a port that is not a member of its group is refused the same way
+  (``ISOLATION``); by default any port may send to any configured group, as NVLS's plain switch does.
 * Latency: header in at cycle t, header out at t+5 with no contention (the allocator's match is
   registered, see :class:`~hw.switch.input_unit.InputUnit`), t+6 with ``req_stage`` (the requests are
   registered too: from ``REQ_STAGE_PORTS`` ports by default, where the input units' request vectors and
@@ -45,7 +48,7 @@ from .request_stage import RequestStage
 
 __all__ = ["NVSwitch", "N_ERROR_CODES", "REQ_STAGE_PORTS", "uses_req_stage", "zero_load_latency"]
 
-N_ERROR_CODES = 16
+N_ERROR_CODES = 16      # codes 0..15: the network never answers a later one (POISONED is the reduction engine's)
 # From this many ports the requests are registered before the allocator by default (``req_stage``): at 64
 # ports the request vector (1.5 ns at 45 nm) and the allocator (2.6 ns) are 4.1 ns together, against 2.8 ns.
 REQ_STAGE_PORTS = 32
@@ -74,7 +77,7 @@ class NVSwitch(wiring.Component):
     def __init__(self, *, ports: int = 8, credits: int = 256, out_credits: int | None = None,
                  flit_width: int = DEFAULT_FLIT_WIDTH, max_payload: int = 16, groups: int = 16,
                  queueing: str = "voq", egress_depth: int | None = None, iterations: int = 1,
-                 speedup: int = 2, req_stage: bool | None = None):
+                 speedup: int = 2, req_stage: bool | None = None, isolate_static: bool = False):
         if not isinstance(ports, int) or not 4 <= ports <= MAX_PORTS:
             raise ValueError(f"ports must be an integer in 4..{MAX_PORTS}, got {ports!r}")
         if not isinstance(credits, int) or not 4 <= credits <= 1024:
@@ -94,6 +97,9 @@ class NVSwitch(wiring.Component):
             egress_depth = 4 if speedup == 1 else 2 * (max_payload + 1)
         if not isinstance(egress_depth, int) or not 2 * speedup <= egress_depth <= 256:
             raise ValueError(f"egress_depth must be an integer in {2 * speedup}..256, got {egress_depth!r}")
+        if not isinstance(isolate_static, bool):
+            raise ValueError(f"isolate_static must be a bool, got {isolate_static!r}")
+        self.isolate_static = isolate_static
         self.speedup = speedup
         flit_layout(flit_width)   # validates flit_width
         self.ports = ports
@@ -139,7 +145,7 @@ class NVSwitch(wiring.Component):
             # The index is a strap input, so the N input units are one Verilog module (hw.emission).
             iu = InputUnit(port=None, n_ports=N, credits=self.credits, flit_width=self.flit_width,
                            max_payload=self.max_payload, queueing=self.queueing, lanes=self.speedup,
-                           grant_delay=2 if self.req_stage else 1)
+                           grant_delay=2 if self.req_stage else 1, isolate_static=self.isolate_static)
             m.submodules[f"in{i}"] = iu
             inputs.append(iu)
             connect(m, wiring.flipped(self.rx[i]), iu.rx)

@@ -4,13 +4,30 @@ one ``RED_READ`` per destination, the ``RED_READ_RESP`` contributions are reduce
 
 Flow
 ----
-1. **Request** (``req``, header-only packets). Checked like the switch ingress does
-   (:func:`hw.packet.rtl_header_error` with ``max_payload = max_length``) plus: an opcode other than
-   ``DYN_LD_REDUCE``/``MM_LD_REDUCE`` is ``UNKNOWN_OPCODE``, ``length == 0`` is ``BAD_LENGTH``, a header
-   that is not ``last`` is ``LENGTH_MISMATCH`` (its trailing flits are dropped). A failing request gets
-   a header-only ``ERROR`` (``dst = src`` = the requester, its ``tag``) and is counted in
-   ``bad_requests``; a poisoned header-only request is dropped silently (the switch has answered it).
-   A good one allocates a buffer entry (``expected`` = popcount of the destination mask: the header's
+1. **Request** (``req``, header-only packets). Every malformed request gets one header-only ``ERROR``
+   (``dst = src`` = the requester, its ``tag``) with the code of the first row that matches its header
+   flit, and is counted in ``bad_requests``; flits that follow a malformed header are dropped:
+
+   =======================================================  ===================
+   request                                                  answer (``code``)
+   =======================================================  ===================
+   header flit marked ``poison`` (sender or link corrupt)   ``POISONED``
+   opcode not ``DYN_LD_REDUCE``/``MM_LD_REDUCE``            ``UNKNOWN_OPCODE``
+   ``length`` 0 or above ``max_length``                     ``BAD_LENGTH``
+   header not ``last`` (flits follow it)                    ``LENGTH_MISMATCH``
+   ``dymultimem`` mask zero or naming ports past ``ports``  ``BAD_MASK``
+   static group handle not configured                       ``BAD_GROUP``
+   ``etype``/``redop`` undefined                            ``BAD_TYPE``
+   static group that ``src`` is not a member of             ``ISOLATION``
+   =======================================================  ===================
+
+   (``BAD_MASK`` to ``ISOLATION``: :func:`hw.packet.rtl_header_error` with ``max_payload = max_length``,
+   then the membership of ``src`` in the static group). Poison comes
+   first because nothing else in a poisoned header can be trusted; it is told apart from a length
+   mismatch, which is a framing error of an intact header. In the DySHARP switch nothing before the
+   engine answers a poisoned request (the link receiver poisons the flits after an overrun, the ingress
+   check passes poison through), so this answer is the requester's only one.
+   A good request allocates a buffer entry (``expected`` = popcount of the destination mask: the header's
    ``mask`` for ``dymultimem``, the group table's mask for a static group). With no free entry the
    request waits (``req.ready`` low): backpressure, never a drop.
 2. **Fan-out**, one destination per cycle, lowest port first. ``dymultimem``: a translation request
@@ -30,11 +47,30 @@ Flow
    ``length``/``etype``/``redop`` of the request, ``addr``. The destination answers ``RED_READ_RESP``
    (``src`` = itself: the DySHARP switch stamps it with the arrival port) echoing ``tag``, ``xtag``,
    ``length`` and ``etype``, with ``code`` 0 and ``length`` payload flits, or with an error ``code``.
-4. **Responses** (``resp``): each payload flit becomes a contribution (flit index counted from the
-   header). A packet that is not ``RED_READ_RESP`` is dropped and counted in ``bad_responses``; a
-   poisoned last flit aborts the entry with ``LENGTH_MISMATCH``; type/length disagreements, stale tags
-   and timeouts are the buffer's (``TYPE_MISMATCH``, ``stale``, ``TIMEOUT``). A poisoned header-only
-   packet is ignored.
+4. **Responses** (``resp``): each payload flit of a ``RED_READ_RESP`` becomes a contribution (flit index
+   counted from the header). An aborted entry answers its requester ``ERROR`` with the code (``aborts``);
+   the first matching row decides, and an abort or contribution for an entry no longer in flight only
+   counts ``stale`` (buffer):
+
+   ================================================  ========================================
+   response                                          what it does to its entry
+   ================================================  ========================================
+   not a ``RED_READ_RESP``                           none: dropped whole, ``bad_responses``
+   from a port that was not asked                    none: dropped whole, ``bad_responses``
+   a destination's second answer                     none: dropped whole, ``duplicates``
+   header only, ``code`` ``NONE`` (payload missing)  aborted ``LENGTH_MISMATCH``
+   header only, marked ``poison``                    aborted ``POISONED``
+   ``code`` not ``NONE``                             aborted with that code (payload dropped)
+   payload whose last flit is ``poison``             aborted ``LENGTH_MISMATCH``
+   ``etype``/``length`` not the entry's              aborted ``TYPE_MISMATCH`` (buffer)
+   none within ``timeout`` cycles of allocation      aborted ``TIMEOUT`` (buffer)
+   ================================================  ========================================
+
+   A header-only answer without a code is one whose payload was cut off (the response network ends a
+   misframed packet at its header with ``poison``, or nothing framed it): it can never contribute, so its
+   entry is aborted at once rather than left to time out. A poisoned payload flit cannot be told from a
+   cut one here (the network re-frames a packet that runs long to its header's ``length`` and poisons its
+   last flit), so both are ``LENGTH_MISMATCH``.
 
    *Error codes.* A ``RED_READ_RESP`` whose ``route.uni.code`` is not ``NONE`` aborts its entry with that
    code (the requester gets ``ERROR`` with it, as for any abort; ``aborts`` counts it, or ``stale`` if the
@@ -141,6 +177,18 @@ class ReductionEngine(wiring.Component):
             **status_members(entries, ENGINE_COUNTERS),
         })
 
+    def _request_code(self, m, h, flit, static, is_ldr, group_mask):
+        """The answer to request header ``h`` (its ``flit``), by the priority of the docstring's table."""
+        header_code = rtl_header_error(h, n_ports=self.ports, max_payload=self.max_length, group_mask=group_mask)
+        outsider = static & ~(group_mask >> h.src)[0]      # a src past the ports is no member either
+        base_code = Mux((header_code == 0) & outsider, ErrorCode.ISOLATION.value, header_code)
+        code = Signal(8)
+        m.d.comb += code.eq(Mux(flit.poison, ErrorCode.POISONED.value,
+                            Mux(~is_ldr, ErrorCode.UNKNOWN_OPCODE.value,
+                                Mux((h.length == 0) | (h.length > self.max_length), ErrorCode.BAD_LENGTH.value,
+                                    Mux(~flit.last, ErrorCode.LENGTH_MISMATCH.value, base_code)))))
+        return code
+
     def elaborate(self, platform):
         m = Module()
         P, W, S = self.ports, self.flit_width, self.translate_slots
@@ -158,12 +206,7 @@ class ReductionEngine(wiring.Component):
         m.d.comb += groups.lookup_handle[0].eq(h.route.mm.group)
         static = h.opcode == Opcode.MM_LD_REDUCE
         is_ldr = static | (h.opcode == Opcode.DYN_LD_REDUCE)
-        base_code = rtl_header_error(h, n_ports=P, max_payload=self.max_length,
-                                     group_mask=groups.lookup_mask[0])
-        code = Signal(8)
-        m.d.comb += code.eq(Mux(~is_ldr, ErrorCode.UNKNOWN_OPCODE.value,
-                                Mux((h.length == 0) | (h.length > self.max_length), ErrorCode.BAD_LENGTH.value,
-                                    Mux(~rq.payload.last, ErrorCode.LENGTH_MISMATCH.value, base_code))))
+        code = self._request_code(m, h, rq.payload, static, is_ldr, groups.lookup_mask[0])
         mask = Signal(P)
         m.d.comb += mask.eq(Mux(static, groups.lookup_mask[0], h.route.dyn.mask[0:P]))
         expected = Signal(range(P + 1))
@@ -174,11 +217,10 @@ class ReductionEngine(wiring.Component):
         m.submodules.info = info = fifo.SyncFIFO(width=info_layout.size, depth=4)
         m.submodules.errq = errq = fifo.SyncFIFO(width=flit_bits, depth=4)
         skip = Signal()                       # dropping the trailing flits of a malformed request
-        poisoned = rq.payload.last & rq.payload.poison
         bad = code != 0
         ok_path = buf.alloc.ready & info.w_rdy
-        m.d.comb += rq.ready.eq(skip | poisoned | Mux(bad, errq.w_rdy, ok_path))
-        header_in = rq.valid & ~skip & ~poisoned
+        m.d.comb += rq.ready.eq(skip | Mux(bad, errq.w_rdy, ok_path))
+        header_in = rq.valid & ~skip
         m.d.comb += [
             buf.alloc.valid.eq(header_in & ~bad & info.w_rdy),
             buf.alloc.payload.src.eq(h.src),
@@ -401,6 +443,11 @@ class ReductionEngine(wiring.Component):
                                     dropping | ~v_hold))
         take = rs.valid & rs.ready
         is_resp = rh.opcode == Opcode.RED_READ_RESP
+        # The code a response aborts its entry with (NONE: it contributes). A header-only answer without a
+        # code lacks its payload (cut, poisoned or not): LENGTH_MISMATCH; a poisoned error answer: POISONED.
+        in_code = rh.route.uni.code.as_value()
+        hdr_code = Mux(rs.payload.last & (in_code == ErrorCode.NONE.value), ErrorCode.LENGTH_MISMATCH.value,
+                       Mux(rs.payload.last & rs.payload.poison, ErrorCode.POISONED.value, in_code))
         m.d.comb += hdr_take.eq(take & ~in_payload & ~dropping)
         with m.If(take):
             with m.If(in_payload | dropping):
@@ -408,14 +455,12 @@ class ReductionEngine(wiring.Component):
                 with m.If(rs.payload.last):
                     m.d.sync += [in_payload.eq(0), dropping.eq(0)]
             with m.Else():
-                m.d.sync += [r_rtag.eq(rh_rtag), r_len.eq(rh.length), r_src.eq(rh.src),
-                             r_code.eq(rh.route.uni.code.as_value()),
+                m.d.sync += [r_rtag.eq(rh_rtag), r_len.eq(rh.length), r_src.eq(rh.src), r_code.eq(hdr_code),
                              r_in_range.eq(rh_rtag[0:EB] < N if N < 1 << EB else 1),
                              r_etype.eq(rh.etype.as_value()), r_k.eq(0),
                              in_payload.eq(is_resp & ~rs.payload.last),
                              dropping.eq(~is_resp & ~rs.payload.last)]
-        # A poisoned header-only packet has been answered by whoever poisoned it: ignored.
-        m.d.sync += vcyc.eq(v_hold | (hdr_take & is_resp & ~(rs.payload.last & rs.payload.poison)))
+        m.d.sync += vcyc.eq(v_hold | (hdr_take & is_resp))
         m.d.sync += [
             self.bad_responses.eq(self.bad_responses + (hdr_take & ~is_resp) + (v_done & unasked)),
             self.duplicates.eq(self.duplicates + (v_done & dup)),

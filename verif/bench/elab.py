@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from infra.procs import run_bounded
+
 __all__ = ["add_arguments", "run", "measure"]
 
 DEFAULT_PORTS = (4, 8, 16, 32, 64)
@@ -138,14 +140,11 @@ def _lint_worker(path: str, top: str) -> None:
 
 def _child(code: str, tag: str, timeout: float, env=None) -> dict:
     """Run ``code`` in a fresh Python; the JSON it prints after ``tag`` (or an ``error``)."""
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
-    try:
-        out, err = proc.communicate(timeout=timeout)
+    try:        # the worker runs Verilator or yosys: a timeout kills them too (run_bounded)
+        proc = run_bounded([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
         return {"error": f"timed out after {timeout:g} s"}
+    out, err = proc.stdout, proc.stderr
     line = next((ln for ln in out.splitlines() if ln.startswith(tag + " ")), None)
     if proc.returncode or line is None:
         tail = (err or out).strip().splitlines()[-3:]

@@ -55,6 +55,16 @@ CLASSES: dict[str, FaultClass] = {c.name: c for c in [
         "lost: as poison_request",
         {"rounds": 6}),
     FaultClass(
+        "malformed_ld_reduce",
+        "An ld_reduce request (dymultimem or static multimem) whose header flit arrives marked poison (link CRC "
+        "failure), or that a flit follows (misframed), is answered at once by the requester port's engine: one "
+        "ERROR POISONED or ERROR LENGTH_MISMATCH, counted in its bad_requests; it takes no buffer entry and "
+        "sends no RED_READ; all other traffic is delivered exactly.",
+        "malformed_ld_reduce",
+        "injected: malformed requests (poisoned and misframed in turn); detected = recovered: their ERROR "
+        "answers (entries all free at the end); lost: good data never delivered",
+        {"rounds": 6}),
+    FaultClass(
         "poison_response",
         "A RED_READ_RESP contribution with a poisoned flit never enters a result: its reduction entry aborts "
         "and the requester gets ERROR LENGTH_MISMATCH; every other reduction is bit-exact.",
@@ -65,9 +75,8 @@ CLASSES: dict[str, FaultClass] = {c.name: c for c in [
     FaultClass(
         "framing_response",
         "A misframed RED_READ_RESP (one flit short or long) is ended with poison by the response network and "
-        "the responder is answered ERROR LENGTH_MISMATCH; the requester gets ERROR LENGTH_MISMATCH, or TIMEOUT "
-        "(after red_timeout) when the cut leaves a header-only packet, which the engine ignores as already "
-        "answered; no corrupted contribution enters a result.",
+        "the responder is answered ERROR LENGTH_MISMATCH; the requester gets ERROR LENGTH_MISMATCH (also when "
+        "the cut leaves only the header); no corrupted contribution enters a result.",
         "framing_response",
         "as poison_response; also checks one ERROR per misframed packet back to the responder",
         {"rounds": 6, "gpu": 1}, fast=False),
@@ -146,8 +155,9 @@ CLASSES: dict[str, FaultClass] = {c.name: c for c in [
         "A hostile GPU spraying dymultimem stores and reductions for groups it does not belong to (a foreign "
         "tenant's group, a group configured nowhere): 0 writes into foreign groups' memory, every request "
         "answered ISOLATION (one ERROR per destination of a store, one per reduction), other tenants' "
-        "traffic delivered exactly (their writes into their own group included). Static multimem groups have "
-        "no membership check of the source (plain NVSwitch semantics) and are not covered.",
+        "traffic delivered exactly (their writes into their own group included). (Static multimem groups are "
+        "isolated too, ISOLATION from the request network or the engine: tests/test_dysharp_switch.py "
+        "test_bad_input[static_foreign].)",
         "hostile",
         "injected: hostile requests (stores counted per destination); detected = recovered: ISOLATION "
         "answers; lost: good data never delivered",

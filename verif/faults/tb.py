@@ -258,12 +258,45 @@ async def sc_framing_request(dut, env, s, m):
     m["notes"].append(f"poisoned deliveries {sum(env.poisoned_seen.values())}, committed {committed}")
 
 
+async def sc_malformed_ld_reduce(dut, env, s, m):
+    """ld_reduce requests (dymultimem and static multimem in turn) whose header flit is marked poison (a
+    link CRC failure, the header's bits kept) or that a flit follows (misframed), among good traffic; the
+    model expects each one's ERROR and no RED_READ for it."""
+    answers = collections.Counter()      # ErrorCode -> ERRORs the GPUs got for malformed requests
+    sent = set()                          # (src, tag) of the malformed requests
+
+    def peek(port, vc, pkt, flits):
+        h = Header.decode(flits[0].data)
+        if pkt is not None and h.opcode == Opcode.ERROR.value and (port, h.tag) in sent:
+            answers[_E(h.code)] += 1
+        return False      # the model checks it too
+    env.claims.append(peek)
+    k = {"n": 0}
+
+    def inject(src):
+        how = ("poison", "long")[k["n"] % 2]
+        sent.add((src, env.tags[src] & 0xFF))
+        env.bad_ld_reduce(src, how, static=bool(k["n"] // 2 % 2))
+        k["n"] += 1
+        return 1
+    inj = await _fault_rounds(env, s, inject)
+    st = _link_checks(env, m)
+    refused = sum(st[f"port.{d}.engine.bad_requests"] for d in range(env.n))
+    want = {_E.POISONED: (inj + 1) // 2, _E.LENGTH_MISMATCH: inj // 2}
+    m.update(injected=inj, detected=sum(answers.values()), lost=0)
+    m["recovered"] = m["detected"] if m["checks"]["every reduction entry freed"] else 0
+    m["checks"]["each poisoned request answered POISONED, each misframed one LENGTH_MISMATCH"] = answers == want
+    m["checks"]["the engines counted each in bad_requests"] = refused == inj
+    m["notes"].append(f"answers {{{', '.join(f'{c.name}: {n}' for c, n in answers.items())}}}; engines' "
+                      f"bad_requests {refused}")
+
+
 def _response_faults(env, gpu, corrupt, m, *, every=2, responder_errors=False):
     """GPU ``gpu`` answers every ``every``-th RED_READ with ``corrupt(flits)``; the reduction it feeds must
     end in ERROR LENGTH_MISMATCH. With ``responder_errors`` (framing) the response network also answers
     the responder with ERROR LENGTH_MISMATCH; ``gpu``'s own reductions are then left uncorrupted, so that
     the two ERRORs it could receive are never confused."""
-    hit = {"n": 0, "k": 0}
+    hit = collections.Counter()
     faulty = {}       # (requester, tag16) -> reduction
 
     def hook(p):
@@ -279,11 +312,10 @@ def _response_faults(env, gpu, corrupt, m, *, every=2, responder_errors=False):
         hit["n"] += 1
         faulty[id(r)] = r
         flits = corrupt(p.flits(env.w))
-        # A contribution cut down to its header reaches the engine as a poisoned header-only packet, which
-        # the engine ignores (documented: whoever poisoned it answered -- here the responder): the entry
-        # then times out.
-        code = _E.TIMEOUT if len(flits) == 1 else _E.LENGTH_MISMATCH
-        hit[code.name] = hit.get(code.name, 0) + 1
+        # A contribution cut down to its header reaches the engine as a header-only answer without a code
+        # (poisoned by the response network): LENGTH_MISMATCH too, at once.
+        code = _E.LENGTH_MISMATCH
+        hit["cut to the header" if len(flits) == 1 else "payload"] += 1
         env.expect_error(r, code)
         return [flits]
     env.gpus[gpu].answer_hook = hook
@@ -325,8 +357,8 @@ async def _sc_response(dut, env, s, m, corrupt_of, responder_errors=False):
     m["recovered"] = ended
     m["checks"]["no corrupted contribution in a result"] = got["committed"] == 0
     m["checks"]["every reduction fed a bad contribution answered ERROR"] = ended == hit["n"] > 0
-    m["notes"].append(f"reductions ended by code: LENGTH_MISMATCH {hit.get('LENGTH_MISMATCH', 0)}, TIMEOUT "
-                      f"{hit.get('TIMEOUT', 0)} (contributions cut to a header-only packet)")
+    m["notes"].append(f"reductions ended LENGTH_MISMATCH: {hit['payload']} with a bad payload flit, "
+                      f"{hit['cut to the header']} with the contribution cut to its header")
     return got
 
 
@@ -766,6 +798,7 @@ SCENARIOS = {
     "fill_never": sc_fill_never,
     "fill_garbage": sc_fill_garbage,
     "hostile": sc_hostile,
+    "malformed_ld_reduce": sc_malformed_ld_reduce,
 }
 
 ENV_ARGS = {     # scenario -> DySharpEnv keyword arguments

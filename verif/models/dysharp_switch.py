@@ -28,7 +28,12 @@ Contract, per packet a GPU ``s`` sends (the switch stamps ``src = s``):
   it (for min/max and integer add every order gives the same bits) and records it. A translation error at
   any destination answers ``ERROR{dst=s, src=s, tag, code}`` with that code; a destination that never
   answers makes it ``TIMEOUT``.
-* Header errors the ingress finds (:func:`hw.packet.check_header`): ``ERROR{dst=s, src=s, tag, code}``.
+* Header errors the ingress finds (:func:`hw.packet.check_header`, static groups isolated: a ``MM_ST``
+  from a non-member is ``ISOLATION``): ``ERROR{dst=s, src=s, tag, code}``.
+  An ``ld_reduce`` request is checked by the requester port's engine instead
+  (:func:`verif.models.reduction.engine_request_error`: a header flit marked ``poison`` is ``POISONED``, one
+  without ``last`` is ``LENGTH_MISMATCH``, ``length`` 0 is ``BAD_LENGTH``, ...), with the same answer, and
+  counted in that engine's ``bad_requests``.
 
 Ordering: request-class deliveries (``WRITE``, ``MM_ST``, ``READ``, translated stores) keep their order per
 (source, destination) pair; ``RED_READ`` s (made by the switch) and all responses are matched in any order.
@@ -42,6 +47,7 @@ from hw.packet import OPCODES, EType, ErrorCode, Header, Opcode, Packet, RedOp, 
 
 from verif.harness.scoreboard import ScoreboardError, describe_diff
 from verif.models import reduce_ref as R
+from verif.models.reduction import engine_request_error
 
 __all__ = ["DySharpSwitchModel", "Reduction", "order_sensitive", "reduce_candidates"]
 
@@ -239,6 +245,8 @@ class DySharpSwitchModel:
         # What the status counters must show, per port.
         self.xlate = [collections.Counter() for _ in range(n_ports)]    # translation requests by result code
         self.passed = collections.Counter()       # port -> packets its egress passes unchanged
+        self.bad_requests = collections.Counter() # port -> ld_reduce requests its engine answered ERROR
+        self.net_errors = collections.Counter()   # ErrorCode -> header errors the request network answered
 
     # ---- configuration (mirrors what the testbench writes to the switch and the GPUs)
     def configure_static(self, handle: int, mask: int) -> None:
@@ -275,13 +283,24 @@ class DySharpSwitchModel:
         return [p for p in range(self.n) if mask >> p & 1]
 
     # ---- stimulus
-    def inject(self, port: int, packet: Packet) -> Packet:
+    def inject(self, port: int, packet: Packet, *, poison: bool = False, last: bool = True) -> Packet:
         """Record what the switch must do with ``packet`` sent by GPU ``port``; returns it as the switch sees
-        it (``src`` stamped)."""
+        it (``src`` stamped). ``poison``/``last``: the header flit arrives marked ``poison`` / without
+        ``last`` (more flits follow it); the model predicts such framing for ``ld_reduce`` requests only."""
         h = dataclasses.replace(packet.header)
         h.src = port
         pkt = Packet(h, list(packet.payload))
-        code = check_header(h, n_ports=self.n, max_payload=self.max_payload, groups=self.static)
+        if h.opcode in (Opcode.DYN_LD_REDUCE.value, Opcode.MM_LD_REDUCE.value):
+            # The requester port's engine checks it (verif.models.reduction.engine_request_error).
+            code = engine_request_error(h, n_ports=self.n, max_length=self.max_payload, groups=self.static,
+                                        last=last, poison=poison)
+            self.bad_requests[port] += code != ErrorCode.NONE
+        elif poison or not last:
+            raise ValueError(f"the model predicts a poisoned or misframed ld_reduce request only, not {h!r} "
+                             f"(poison={poison}, last={last})")
+        else:
+            code = check_header(h, n_ports=self.n, max_payload=self.max_payload, groups=self.static, src=port)
+            self.net_errors[code] += code != ErrorCode.NONE      # the request network answers it
         if code != ErrorCode.NONE:
             self._respond(port, Packet(Header(opcode=Opcode.ERROR, src=port, dst=port, tag=h.tag, code=code)))
             return pkt

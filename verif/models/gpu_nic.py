@@ -17,7 +17,7 @@ import dataclasses
 
 from hw.gpu_nic.receive_path import pack_token_meta, unpack_token_meta
 from hw.gpu_nic.request_gen import MAX_ROW_FLITS, DescOp, Descriptor
-from hw.packet import EType, Header, Opcode, Packet, RedOp, payload_flits
+from hw.packet import EType, ErrorCode, Header, Opcode, Packet, RedOp, payload_flits
 
 from verif.harness.structs import pack
 
@@ -36,7 +36,7 @@ ACCEPT = {
     "req": frozenset(_LAND_ADDR | _READS | {Opcode.TLB_FILL.value}),
     "resp": frozenset(_LAND_TAG | {Opcode.ERROR.value}),
 }
-N_REMOTE_CODES = 16
+N_REMOTE_CODES = len(ErrorCode)     # as hw.gpu_nic.receive_path
 
 
 @dataclasses.dataclass

@@ -125,13 +125,17 @@ class ReductionBufferModel:
 
 
 def engine_request_error(h: Header, *, n_ports: int, max_length: int, groups: dict[int, int],
-                         last: bool = True) -> ErrorCode:
-    """The error the ``ld_reduce`` engine answers a request header with (``NONE`` if it is accepted)."""
+                         last: bool = True, poison: bool = False) -> ErrorCode:
+    """The error the ``ld_reduce`` engine answers a request header with (``NONE`` if it is accepted):
+    ``last``/``poison`` are the header flit's. Every request that is not ``NONE`` gets exactly one
+    ``ERROR`` with this code (the table of :mod:`hw.switch.reduction_engine`)."""
     from hw.packet import check_header
+    if poison:
+        return ErrorCode.POISONED
     if h.opcode not in (Opcode.DYN_LD_REDUCE.value, Opcode.MM_LD_REDUCE.value):
         return ErrorCode.UNKNOWN_OPCODE
     if h.length == 0 or h.length > max_length:
         return ErrorCode.BAD_LENGTH
     if not last:
         return ErrorCode.LENGTH_MISMATCH
-    return check_header(h, n_ports=n_ports, max_payload=max_length, groups=groups)
+    return check_header(h, n_ports=n_ports, max_payload=max_length, groups=groups, src=h.src)

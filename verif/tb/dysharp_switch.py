@@ -15,7 +15,8 @@ allocation on first touch), combine group ``G_COMB`` (``dymultimem.ld_reduce``, 
 ports as members; GPU ``d``'s rows start at ``(d + 1) << 32`` (+ ``1 << 31`` for layout 1) with a row
 stride of ``64 + 8 d`` flits (layout ``L`` at ``+ L << 30``), so no two GPUs share a layout. Every source uses its own indices, so the
 memory managers' isolation (an index belongs to the source that allocated it) never refuses good traffic.
-Static groups 0..3 have random member masks. Address regions: unicast writes ``1 << 40``, ``MM_ST``
+Static groups 0..3 have random member masks (each GPU a member of one at least); a GPU uses only groups it
+is a member of (the switch refuses the others, ``ISOLATION``). Address regions: unicast writes ``1 << 40``, ``MM_ST``
 ``2 << 40``, static reductions read ``3 << 40``, reads ``4 << 40``: nothing a test reads is ever written.
 
 Settings (``DYSHARP_ENV``): ``packets`` (per port), ``gap``, ``stall``, ``burst``, ``lat`` (max memory
@@ -35,7 +36,7 @@ import functools
 import cocotb
 import numpy as np
 
-from hw.packet import N_VCS, EType, ErrorCode, Header, Opcode, Packet, RedOp
+from hw.packet import N_VCS, EType, ErrorCode, Flit, Header, Opcode, Packet, RedOp
 
 from verif.harness import tbenv
 from verif.harness.cycler import Cycler
@@ -177,6 +178,9 @@ class DySharpEnv:
             while bin(mask).count("1") < 2:
                 mask = self.rng.getrandbits(self.n)
             self.static_group(h, mask)
+        for p in range(self.n if static_groups else 0):     # every GPU a member of some static group
+            if not self.member_groups(p):
+                self.static_group(p % static_groups, self.static_groups[p % static_groups] | 1 << p)
         await self.cycler.until(lambda: self.cfg.idle, timeout=200, what="configuration writes")
         await self.cycler.cycles(4)
 
@@ -237,8 +241,12 @@ class DySharpEnv:
         self.send(src, Packet(Header(opcode=Opcode.READ, src=src, tag=self.tag(src), dst=dst, length=length,
                                      addr=addr)))
 
+    def member_groups(self, src) -> list[int]:
+        """The static groups ``src`` is a member of (the only ones it may use: the switch isolates them)."""
+        return sorted(h for h, m in self.static_groups.items() if m >> src & 1)
+
     def mm_st(self, src, handle=None):
-        handle = self.rng.choice(sorted(self.static_groups)) if handle is None else handle
+        handle = self.rng.choice(self.member_groups(src)) if handle is None else handle
         length = self.rng.randint(1, self.max_payload)
         addr = REGION_MM + self.rng.randrange(1 << 20) * 16
         self.send(src, Packet(Header(opcode=Opcode.MM_ST, src=src, tag=self.tag(src), length=length,
@@ -268,16 +276,36 @@ class DySharpEnv:
         etype = self.rng.choice(ETYPES) if etype is None else etype
         op = self.rng.choice(OPS) if op is None else op
         if handle is None:
-            ok = [h for h, m in self.static_groups.items()
-                  if not order_sensitive(etype, op) or bin(m).count("1") <= 4]
+            ok = [h for h in self.member_groups(src)
+                  if not order_sensitive(etype, op) or bin(self.static_groups[h]).count("1") <= 4]
             handle = self.rng.choice(ok) if ok else None
             if handle is None:
                 op = RedOp.MAX
-                handle = self.rng.choice(sorted(self.static_groups))
+                handle = self.rng.choice(self.member_groups(src))
         length = self.rng.randint(1, self.max_payload) if length is None else length
         addr = REGION_STATIC_RED + self.rng.randrange(1 << 12) * 16 * 16
         self.send(src, Packet(Header(opcode=Opcode.MM_LD_REDUCE, src=src, tag=self.tag(src), length=length,
                                      etype=etype, redop=op, group=handle, addr=addr)))
+
+    def bad_ld_reduce(self, src, how: str, *, static=False) -> None:
+        """An ``ld_reduce`` that reaches the switch malformed (``how``): ``poison`` (its header flit marked
+        poison, a link CRC failure; the header keeps its bits), ``long`` (a flit after the header: not
+        ``last``), ``empty`` (``length`` 0). The model expects the engine's ERROR for it."""
+        etype, op = EType.S32, RedOp.MAX
+        length = 0 if how == "empty" else self.rng.randint(1, self.max_payload)
+        if static:
+            h = Header(opcode=Opcode.MM_LD_REDUCE, src=src, tag=self.tag(src), length=length, etype=etype,
+                       redop=op, group=sorted(self.static_groups)[0], addr=REGION_STATIC_RED)
+        else:
+            h = Header(opcode=Opcode.DYN_LD_REDUCE, src=src, tag=self.tag(src), length=length, etype=etype,
+                       redop=op, group=G_COMB, mask=self.random_mask(src), index=src * INDEX_SPAN, offset=0)
+        pkt = self.model.inject(src, Packet(h), poison=how == "poison", last=how != "long")
+        flits = [Flit(pkt.header.encode(), last=how != "long", poison=how == "poison")]
+        if how == "long":
+            flits.append(Flit(self.rng.getrandbits(self.w), last=True))
+        elif how not in ("poison", "empty"):
+            raise ValueError(f"unknown malformed ld_reduce {how!r}; valid: poison, long, empty")
+        self.sources[src].send(flits, vc=0)
 
     def mixed(self, src, kinds=None):
         """One random packet of the mix."""
@@ -330,8 +358,9 @@ def tlb_counters(env, port) -> dict:
 def check_counters(env, *, duplicates=0, stale=True):
     """Every status counter the model can predict exactly, per port: AL-TLB (misses = fills the GPU got,
     error answers by code), egress (translated / passed / translation errors), engine (completed, aborts,
-    timeouts, duplicates, stale unless the test made it timing-dependent, nothing refused), ingress and
-    network error counters (no bad packet was sent), ``cfg_errors``. ``stale``: the model's count (True),
+    timeouts, duplicates, stale unless the test made it timing-dependent, refused requests: the model's
+    ``bad_requests``, nothing else refused), ingress and
+    network error counters (the request network's: the model's ``net_errors``), ``cfg_errors``. ``stale``: the model's count (True),
     a number, or None (not checked)."""
     from hw.switch.al_tlb import TlbCounter
     from hw.switch.dysharp_switch import IngressCounter
@@ -375,7 +404,8 @@ def check_counters(env, *, duplicates=0, stale=True):
             problems.append(f"{en}aborts/timeouts = {got_a}/{got_t}, expected {aborts}/{timeouts} plus {either} "
                             f"counted as either")
         expect(en + "in_use", 0)
-        for name in ("mismatches", "bad_requests", "bad_responses"):
+        expect(en + "bad_requests", m.bad_requests[d])
+        for name in ("mismatches", "bad_responses"):
             expect(en + name, 0)
         for c in IngressCounter:
             expect(f"port.{d}.ingress.{c.value}", 0)
@@ -387,7 +417,7 @@ def check_counters(env, *, duplicates=0, stale=True):
         expect("total.engine.stale", stale)
     for net in ("req_net", "resp_net"):
         for k in range(len([f for f in st if f.startswith(net + ".")])):
-            expect(f"{net}.{k}", 0)
+            expect(f"{net}.{k}", m.net_errors[ErrorCode(k)] if net == "req_net" else 0)
     expect("cfg_errors", 0)
     if problems:
         raise AssertionError("status counters differ from the model:\n  " + "\n  ".join(problems))
@@ -547,6 +577,8 @@ async def _bad_run(dut, kind):
     env.tlb_group(G_FAULT, everyone, ROWS)
     env.mm_group(G_SMALL, layout=2)
     env.tlb_group(G_SMALL, everyone, SMALL_ROWS)
+    foreign = max(env.static_groups) + 1        # a static group of every GPU but bad_src
+    env.static_group(foreign, everyone & ~(1 << bad_src))
     await env.cycler.until(lambda: env.cfg.idle, timeout=200, what="configuration writes")
     await env.cycler.cycles(4)
     others = everyone & ~(1 << bad_src)
@@ -590,20 +622,29 @@ async def _bad_run(dut, kind):
             elif kind in ("silent_red_read", "stale"):
                 f = s.get("silent", 1)
                 env.ld_reduce(src, mask=env.random_mask(src) | (1 << f), etype=EType.FP16, op=RedOp.MAX)
-                env.mm_ld_reduce(src, handle=_static_with(env, f), etype=EType.S32, op=RedOp.ADD)
+                env.mm_ld_reduce(src, handle=_static_with(env, f, src), etype=EType.S32, op=RedOp.ADD)
             elif kind == "duplicate":
                 env.ld_reduce(src, mask=everyone, etype=EType.U32, op=RedOp.ADD, length=4)
+            elif kind == "static_foreign":
+                env.mm_st(src, handle=foreign)
+                if reduce:
+                    env.mm_ld_reduce(src, handle=foreign, etype=EType.S32, op=RedOp.MAX)
+            elif kind == "malformed_ld_reduce":
+                for how in ("poison", "long", "empty"):
+                    env.bad_ld_reduce(src, how, static=bool(r % 2))
     await env.drain()
     env.log_summary(f"bad input {kind}")
     return env
 
 
-def _static_with(env, port):
+def _static_with(env, port, src):
+    """A static group with ``port`` and ``src`` as members (configured if none is)."""
+    both = (1 << port) | (1 << src)
     for h, m in sorted(env.static_groups.items()):
-        if m >> port & 1:
+        if m & both == both:
             return h
     h = max(env.static_groups) + 1
-    env.static_group(h, (1 << port) | 1)
+    env.static_group(h, both)
     return h
 
 
@@ -613,14 +654,18 @@ async def test_bad_input(dut):
     right error responses, nothing written for it, everything else delivered exactly."""
     s = tbenv.settings()
     kind = s["kind"]
-    valid = ("foreign", "bounds", "fault", "silent_red_read", "stale", "duplicate")
+    valid = ("foreign", "bounds", "fault", "silent_red_read", "stale", "duplicate", "malformed_ld_reduce",
+             "static_foreign")
     # stale: a contribution for a freed entry (a late answer after its entry timed out)
     assert kind in valid, f"unknown kind {kind!r}; valid: {valid}"
     env = await _bad_run(dut, kind)
-    code = {"foreign": ErrorCode.ISOLATION, "bounds": ErrorCode.OUT_OF_BOUNDS, "fault": ErrorCode.TLB_FAULT,
-            "silent_red_read": ErrorCode.TIMEOUT, "stale": ErrorCode.TIMEOUT, "duplicate": None}[kind]
-    if code is not None:
-        assert env.model.errors[code] > 0, f"no {code.name} was expected: the test did not inject its input"
+    E = ErrorCode
+    codes = {"foreign": (E.ISOLATION,), "bounds": (E.OUT_OF_BOUNDS,), "fault": (E.TLB_FAULT,),
+             "silent_red_read": (E.TIMEOUT,), "stale": (E.TIMEOUT,), "duplicate": (),
+             "malformed_ld_reduce": (E.POISONED, E.LENGTH_MISMATCH, E.BAD_LENGTH),
+             "static_foreign": (E.ISOLATION,)}[kind]
+    for c in codes:
+        assert env.model.errors[c] > 0, f"no {c.name} was expected: the test did not inject its input"
     st = env.status()
     want = 0
     if kind == "duplicate":

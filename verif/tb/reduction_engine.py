@@ -27,6 +27,7 @@ translation errors and timeouts have their expected ``ERROR`` responses; a score
 """
 
 import collections
+import dataclasses
 import heapq
 
 import cocotb
@@ -161,9 +162,10 @@ class Req:
         self.doomed = None       # ErrorCode of an injected translation failure
         self.failing = set()     # destinations whose translation fails
         self.silent = set()      # destinations that never answer
-        self.bad_resp = {}       # dst -> "etype" | "poison"
+        self.bad_resp = {}       # dst -> "etype" | "poison" | "cut" (header only, no code; poisoned or not)
         self.expect_timeout = False
         self.err_resp = {}       # dst -> (code, with_payload): that destination answers with an error code
+        self.err_poison = set()  # destinations whose header-only error answer arrives poisoned
         self.dup = set()         # destinations that answer twice (the second copy right after the first)
         self.unasked = []        # ports not in the mask that answer anyway
         self.late = False        # answers not involved in the above come LATE cycles later
@@ -263,7 +265,9 @@ class EngineEnv:
         static = (self.groups and rng.random() < 0.25) if static is None else static
         while True:
             if static:
-                group = int(rng.choice(list(self.groups)))
+                # A group src is a member of (the engine refuses the others: ISOLATION, test_errors).
+                mine = [g for g, mk in self.groups.items() if mk >> src & 1] or list(self.groups)
+                group = int(rng.choice(mine))
                 mask = self.groups[group]
                 addr = int(rng.integers(0, 1 << 40)) << 4
                 h = Header(opcode=Opcode.MM_LD_REDUCE, src=src, tag=tag, length=length, etype=etype, redop=op,
@@ -301,15 +305,11 @@ class EngineEnv:
         """Send a request (optionally as raw flits) and record what must come back."""
         h = r.h
         flits = flits or Packet(h, []).flits(self.W)
-        poisoned = flits[-1].poison and len(flits) == 1
         code = engine_request_error(h, n_ports=self.P, max_length=self.max_length, groups=self.groups,
-                                    last=len(flits) == 1)
+                                    last=flits[0].last, poison=flits[0].poison)
         key = (h.src, h.tag)
-        if not poisoned:
-            self.awaiting.add(key)
-        if poisoned:
-            self.in_flight.discard(key)
-        elif code != ErrorCode.NONE:
+        self.awaiting.add(key)
+        if code != ErrorCode.NONE:
             self.sb.expect(key, Packet(Header(opcode=Opcode.ERROR, src=h.src, tag=h.tag, dst=h.src, code=code)))
             self.expected_counts["bad_requests"] += 1
         else:
@@ -396,6 +396,9 @@ class EngineEnv:
                          redop=h.redop, code=code, **rtag_to_header(rtag))
             payload = [int(self.rng.integers(0, 1 << 62)) for _ in range(h.length)] if with_payload else []
             flits = Packet(hdr, payload).flits(self.W)
+            if h.dst in r.err_poison:      # a corrupted error answer: POISONED, whatever its code said
+                flits = [Flit(flits[0].data, last=True, poison=True)]
+                hdr = dataclasses.replace(hdr, code=ErrorCode.POISONED.value)
             self.resp.schedule(due, flits, ("err", rtag, hdr))
             if h.dst in r.dup:
                 # Right behind it (same due time): the duplicate's header reads the tracking row the
@@ -403,6 +406,12 @@ class EngineEnv:
                 self.resp.schedule(due, list(flits), ("dup_after_err", rtag, hdr))
             return
         bad = r.bad_resp.get(h.dst)
+        if bad == "cut":       # the header alone (its payload lost): the entry aborts LENGTH_MISMATCH
+            hdr = Header(opcode=Opcode.RED_READ_RESP, src=h.dst, dst=h.src, length=h.length, etype=etype,
+                         redop=h.redop, addr=h.addr, **rtag_to_header(rtag))
+            flit = Flit(hdr.encode(), last=True, poison=bool(self.rng.random() < 0.5))
+            self.resp.schedule(due, [flit], ("err", rtag, dataclasses.replace(hdr, code=ErrorCode.LENGTH_MISMATCH.value)))
+            return
         resp_etype = (etype + 1) % 5 if bad == "etype" else etype
         payload = [self.gpu_data(h.dst, h.addr, k, etype) for k in range(h.length)]
         hdr = Header(opcode=Opcode.RED_READ_RESP, src=h.dst, dst=h.src, length=h.length, etype=resp_etype,
@@ -542,7 +551,7 @@ async def test_traffic(dut):
 
 @cocotb.test()
 async def test_errors(dut):
-    """Malformed requests, translation failures, junk/stale/mistyped/poisoned responses, among good
+    """Malformed requests, translation failures, junk/stale/mistyped/poisoned/cut responses, among good
     traffic: each gets its defined answer and counter; the good reductions stay bit-exact."""
     env, s = _env(dut, gap=0.1, stall=0.1, lat=[10, 80])
     await env.start(unconfigured=[env.P - 1])
@@ -559,6 +568,7 @@ async def test_errors(dut):
             env.fix_addrs(r)
         return r
 
+    isolated = 0
     for rnd in range(s.get("rounds", 2)):
         for _ in range(4):
             env.inject(fix_dsts(good(static=False)))
@@ -587,10 +597,21 @@ async def test_errors(dut):
         r = good(static=True)
         r.h.group = 200
         env.inject(r)
+        r = good(static=True)
+        foreign = [g for g, mk in env.groups.items() if not mk >> r.h.src & 1]
+        if foreign:                                                             # src not a member: ISOLATION
+            r.h.group = foreign[0]
+            isolated += 1
+        env.inject(r)
         r = good(static=False)
         env.inject(r, flits=[Flit(r.h.encode()), Flit(5, last=True)])           # header not last
         r = good(static=False)
-        env.inject(r, flits=[Flit(r.h.encode(), last=True, poison=True)])       # poisoned: dropped
+        env.inject(r, flits=[Flit(r.h.encode(), last=True, poison=True)])       # poisoned: POISONED
+        r = good(static=True)
+        r.h.group = 200
+        env.inject(r, flits=[Flit(r.h.encode(), last=True, poison=True)])       # poison before BAD_GROUP
+        r = good(static=False)
+        env.inject(r, flits=[Flit(r.h.encode(), poison=True), Flit(7, last=True, poison=True)])  # and not last
         # Translation failures: an unconfigured destination (ISOLATION), an index out of bounds.
         r = env.make_request(static=False, fanout=3)
         if (env.P - 1) not in r.dsts:
@@ -619,12 +640,16 @@ async def test_errors(dut):
         r = fix_dsts(good(static=False, length=2))
         r.bad_resp[r.dsts[-1]] = "poison"
         env.inject(r)
+        r = fix_dsts(good(static=False))
+        r.bad_resp[r.dsts[0]] = "cut"          # header only: aborted LENGTH_MISMATCH, not left to time out
+        env.inject(r)
         now = env.cycler.cycle
         env.send_junk(now + 50, Packet(Header(opcode=Opcode.READ_RESP, src=1, dst=0, length=2), [1, 2]))
         env.send_junk(now + 60, Packet(Header(opcode=Opcode.WRITE, src=1, dst=0, length=0, addr=16), []))
         env.send_stale(now + 70, int(rng.integers(0, env.p["entries"])))
         await env.cycler.cycles(100)
     await env.drain()
+    assert isolated > 0, "no static request from a non-member was sent"
     dut._log.info(f"expected counters {dict(env.expected_counts)}; model stale {env.model.stale}")
 
 
@@ -662,7 +687,7 @@ async def test_full(dut):
 @cocotb.test()
 async def test_bad_answers(dut):
     """Among good traffic: destinations answering with an error code (header only, or with a payload that
-    must be dropped; once twice back to back), duplicated answers, answers from ports that were not asked. An error code aborts its
+    must be dropped; once twice back to back; header only and poisoned: POISONED), duplicated answers, answers from ports that were not asked. An error code aborts its
     entry with that code (ERROR to the requester; the others' answers are then stale); a duplicate is
     dropped whole and counted in ``duplicates``, an unasked port's answer in ``bad_responses``; neither
     contributes, so the result is the reduction of the distinct contributions in arrival order."""
@@ -681,6 +706,12 @@ async def test_bad_answers(dut):
             if not with_payload:
                 r.dup = {d}          # the error answer twice, back to back
             env.inject(r)
+        # A header-only error answer that arrives poisoned: POISONED.
+        r = env.make_request(static=bool(rng.random() < 0.3), fanout=int(rng.integers(1, 4)))
+        d = int(rng.choice(r.dsts))
+        r.err_resp[d] = (int(rng.choice(codes).value), False)
+        r.err_poison = {d}
+        env.inject(r)
         # A duplicated answer (fan-out >= 2 so the entry is live when it arrives).
         r = env.make_request(static=False, fanout=int(rng.integers(2, env.P + 1)))
         r.dup = {int(rng.choice(r.dsts))}
@@ -697,6 +728,6 @@ async def test_bad_answers(dut):
     dut._log.info(f"expected counters {dict(env.expected_counts)}; model aborts {env.model.aborts}, "
                   f"stale {env.model.stale}")
     assert env.expected_counts["duplicates"] == 2 * s.get("rounds", 3)
-    assert env.model.aborts == 2 * s.get("rounds", 3)
+    assert env.model.aborts == 3 * s.get("rounds", 3)
     # Dropping, verdicts and aborts cost no response cycle here (no translation aborts, no timeouts).
     assert env.resp_stalls == 0, f"resp not ready in {env.resp_stalls} cycles with a flit waiting"
