@@ -47,7 +47,7 @@ import numpy as np
 from amaranth.lib import data
 
 from hw.gpu_nic.memory_manager import MmCommand, MmCounter
-from hw.gpu_nic.receive_path import RxConfig, RxError, unpack_token_meta
+from hw.gpu_nic.receive_path import N_REMOTE_CODES, RxConfig, RxError, unpack_token_meta
 from hw.gpu_nic.request_gen import DescError, GenConfig
 from hw.gpu_nic.token_tracker import TileCmdOp, TileCommand, TileReady, TokenRelease, TrackerError
 from hw.packet import Header, Opcode
@@ -601,8 +601,8 @@ async def test_layer(dut):
         for name, n in (("gen_errors", len(DescError)), ("rx_errors", len(RxError)), ("rsp_errors", len(RxError)),
                         ("tracker_errors", len(TrackerError))):
             assert not any(env.counters(name, g, n)), f"GPU {g} {name}: {env.counters(name, g, n)}"
-        assert not any(int(v) for v in env.counters("remote_codes", g, 8)[1:]), \
-            f"GPU {g} remote error codes {env.counters('remote_codes', g, 8)}"
+        codes = env.counters("remote_codes", g, N_REMOTE_CODES)
+        assert not any(codes[1:]), f"GPU {g} remote error codes {codes}"
         mm = env.counters("mm_counters", g, len(MmCounter))
         routed = int(L.dest.remote[:, g].sum()) if env.scheme not in ml.UNICAST_SCHEMES else 0
         assert mm[MmCounter.ALLOCATED] == routed, f"GPU {g}: {mm[MmCounter.ALLOCATED]} rows allocated, {routed} routed"
