@@ -42,29 +42,25 @@ checks, routing, the write decision per flit), :class:`~hw.switch.cell_pool.Cell
 last cells; the next-write cell), :class:`~hw.switch.packet_queues.PacketQueues` (the VOQs and the mask
 queue, with their heads' arrival order), :class:`~hw.switch.cell_reader.CellReader` (a granted transfer
 into the crossbar), :class:`~hw.credit.CreditReturn` (credits owed upstream) and a ``lib.fifo`` error
-queue. The unit itself makes the allocator requests (cut-through, ordering against the mask queue) and
-keeps the mask-queue head's remaining destinations.
+queue, :class:`~hw.switch.alloc_request.AllocRequest` (the allocator requests: cut-through, ordering
+against the mask queue, short transfers). The unit itself starts the granted transfers and keeps the
+mask-queue head's remaining destinations.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import fifo, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..arbiter import decode, onehot_to_index
+from ..arbiter import onehot_to_index
 from ..credit import CreditReturn, credit_link_signature
 from ..packet import DEFAULT_FLIT_WIDTH, ErrorCode, flit_layout
+from .alloc_request import REQ_ERR, REQ_MASK, REQ_MASK_ALL, REQ_UC, AllocRequest
 from .cell_pool import CellPool
 from .cell_reader import CellReader, ErrorEntry
 from .ingress import Ingress
 from .packet_queues import PacketQueues
 
 __all__ = ["InputUnit", "REQ_UC", "REQ_MASK", "REQ_ERR", "REQ_MASK_ALL"]
-
-# Request classes an input presents to the allocator (bit 0 set = the mask queue).
-REQ_UC = 0        # unicast VOQ heads: the allocator accepts one grant
-REQ_MASK = 1      # mask-queue head: the allocator accepts every grant (fanout splitting)
-REQ_ERR = 2       # an error response to this port
-REQ_MASK_ALL = 3  # mask-queue head still arriving: all requested outputs at once, or none
 
 
 class InputUnit(wiring.Component):
@@ -238,88 +234,38 @@ class InputUnit(wiring.Component):
         m.d.comb += [self.out_flit[k].eq(rd.out_flit[k]) for k in range(L)]
 
         # ---------------------------------------------------------------- allocator requests
-        mq_has = q_count[MQ] != 0
-        older = pq.older      # older[j]: VOQ j's head arrived before the mask-queue head
         # Virtual cut-through: a packet still arriving may start only if its sender holds the credits to
         # send the rest back to back, or if nothing else is in the buffer (a packet longer than the buffer
         # must stream through it). Otherwise, with the buffer full, it would trickle in at one flit per
         # credit round trip while holding its outputs idle.
-        cut_ok = Signal()
-        m.d.comb += cut_ok.eq((self.credits - held >= ing.cur_left) | (used == ing.cur_written))
-        uc_vec = Signal(N)
-        short_vec = Signal(N)
-        mc_block = Signal(N)
-        # A short grant (unicast) dequeues its VOQ's head in the cycle the input asks again: that VOQ then
-        # asks for the packet behind it (``next_fit``; the grant is a register).
-        req_cls = Signal(2)      # the class of the request the grant answers
-        uc_grant = Signal(N)
-        m.d.comb += uc_grant.eq(Mux(req_cls == REQ_UC, self.grant, 0))
-        for j in range(n_uc):
-            # A VOQ head younger than the mask-queue head waits while the mask queue holds a packet for
-            # the same output (conservative: the holder may be younger than the VOQ head; and while the
-            # head is dequeued, the order of the packet behind it is not known yet). A mask-queue head
-            # waits, per output, for an older VOQ head to that output.
-            gone = uc_grant[j]
-            has = q_count[j] != 0
-            asked = Mux(gone, q_count[j] > 1, has)
-            # The packet asked for is the one arriving (its last flit not written yet).
-            arriving = ing.in_pkt & (ing.cur_q == j) & (q_count[j] == Mux(gone, 2, 1))
-            m.d.comb += [
-                uc_vec[j].eq(asked & ~(arriving & ~cut_ok) &
-                             ~(mq_has & (mc_pend[j] != 0) & (~older[j] | gone))),
-                short_vec[j].eq(Mux(gone, pq.next_fit[j], pq.head_fit[j]) & ~arriving),
-                mc_block[j].eq(has & older[j]),
-            ]
-        mc_arriving = Signal()   # the mask-queue head is the packet still being received
-        m.d.comb += mc_arriving.eq(ing.in_pkt & (ing.cur_hdr == pq.head[MQ]))
-        mc_vec = Signal(N)
-        m.d.comb += mc_vec.eq(Mux(mq_has & ~(mc_arriving & ((mc_res & mc_block).any() | ~cut_ok)),
-                                  mc_res & ~mc_block, 0))
-        prefer_mask = Signal()
-        # Requests come from registers only: an input asks again the cycle after its last read (not in
-        # it) and not while its registered match is starting, so no reader logic feeds the allocator.
-        # A short transfer is the exception that makes short packets line rate: it ends in its first read
-        # cycle for certain (its cells are written; the switch admitted it with egress room), so the input
-        # asks again while it is starting and while it is read.
-        short_d = Signal(N)      # the short outputs of the request the grant answers
-        grant_short = Signal()
-        m.d.comb += grant_short.eq((self.grant & short_d).any())
-        avail = ~(rd.active & ~cur_short) & ~(self.grant.any() & ~grant_short)
-        cls = Signal(2)
-        with m.If(errq.r_rdy):                  # nothing leaves the error queue while avail
-            m.d.comb += cls.eq(REQ_ERR)
-        with m.Elif(mc_vec.any() & (prefer_mask | ~uc_vec.any())):
-            m.d.comb += cls.eq(Mux(mc_arriving, REQ_MASK_ALL, REQ_MASK))
-        with m.Else():
-            m.d.comb += cls.eq(REQ_UC)
-        vec = Signal(N)
-        own = Const(1 << self.port, N) if isinstance(self.port, int) else decode(m, self.port, N, name="own_port")
-        with m.Switch(cls):
-            with m.Case(REQ_ERR):
-                m.d.comb += vec.eq(own)
-            with m.Case(REQ_MASK, REQ_MASK_ALL):
-                m.d.comb += vec.eq(mc_vec)
-            with m.Default():
-                m.d.comb += vec.eq(uc_vec)
-        m.d.comb += [self.req.eq(Mux(avail, vec, 0)), self.req_class.eq(cls)]
-        if short_ok:
-            m.d.comb += self.req_short.eq(Mux(avail & (cls == REQ_UC), vec & short_vec, 0))
-            m.d.sync += short_d.eq(self.req_short)
-
-        # The grant answers the request of ``grant_delay`` cycles ago, whose class is kept here; the queues
-        # it names cannot have changed meanwhile (only a start dequeues, enqueues only append, and the
-        # switch drops the requests made while a grant is on its way). A grant starts a transfer next cycle.
-        if self.grant_delay == 1:
-            m.d.sync += req_cls.eq(cls)
-        else:
-            cls_d = Signal(2)
-            m.d.sync += [cls_d.eq(cls), req_cls.eq(cls_d)]
+        fixed = isinstance(self.port, int)
+        m.submodules.request = rq = AllocRequest(n_ports=N, n_uc=n_uc, n_cells=C, port=self.port if fixed else None,
+                                                 grant_delay=self.grant_delay, short=bool(short_ok))
+        if not fixed:
+            m.d.comb += rq.port.eq(self.port)
+        m.d.comb += [rq.count[q].eq(q_count[q]) for q in range(n_q)]
+        m.d.comb += [
+            rq.older.eq(pq.older),
+            rq.head_fit.eq(pq.head_fit),
+            rq.next_fit.eq(pq.next_fit),
+            rq.mq_head.eq(pq.head[MQ]),
+            rq.in_pkt.eq(ing.in_pkt),
+            rq.cur_q.eq(ing.cur_q),
+            rq.cur_hdr.eq(ing.cur_hdr),
+            rq.cut_ok.eq((self.credits - held >= ing.cur_left) | (used == ing.cur_written)),
+            rq.mc_res.eq(mc_res),
+            rq.mc_pend.eq(Cat(p != 0 for p in mc_pend)),
+            rq.err_rdy.eq(errq.r_rdy),
+            rq.rd_active.eq(rd.active),
+            rq.grant.eq(self.grant),
+            self.req.eq(rq.req),
+            self.req_class.eq(rq.req_class),
+            self.req_short.eq(rq.req_short),
+            cur_short.eq(rq.cur_short),
+        ]
+        req_cls = rq.grant_class
         start = Signal()
         m.d.comb += start.eq(self.grant.any())
-        with m.If(start):
-            m.d.sync += cur_short.eq(grant_short)
-        with m.If(start & (req_cls != REQ_ERR)):
-            m.d.sync += prefer_mask.eq(req_cls == REQ_UC)
         is_mask = req_cls[0]
 
         # Dequeue at the grant: a unicast packet always; the mask-queue head on its last fanout round.

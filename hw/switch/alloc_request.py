@@ -1,0 +1,146 @@
+"""What a switch input asks the allocator for (see :mod:`hw.switch.input_unit`)."""
+
+from amaranth.hdl import Const, Module, Mux, Signal, unsigned
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..arbiter import decode
+
+__all__ = ["AllocRequest", "REQ_UC", "REQ_MASK", "REQ_ERR", "REQ_MASK_ALL"]
+
+# Request classes an input presents to the allocator (bit 0 set = the mask queue).
+REQ_UC = 0        # unicast VOQ heads: the allocator accepts one grant
+REQ_MASK = 1      # mask-queue head: the allocator accepts every grant (fanout splitting)
+REQ_ERR = 2       # an error response to this port
+REQ_MASK_ALL = 3  # mask-queue head still arriving: all requested outputs at once, or none
+
+
+class AllocRequest(wiring.Component):
+    """An input's allocator request, from registers only, and the class of the request its grant answers.
+
+    Queue state (``count``, ``older``, ``head_fit``/``next_fit`` and the mask-queue head ``mq_head`` of
+    :class:`~hw.switch.packet_queues.PacketQueues`), the packet being received (``in_pkt``, ``cur_q``,
+    ``cur_hdr``; ``cut_ok``: it may be cut through), the mask-queue head's remaining destinations
+    ``mc_res`` and, per output, whether the mask queue holds a packet for it (``mc_pend``), a queued error
+    response (``err_rdy``), the reader's ``rd_active`` and this cycle's ``grant``.
+
+    ``req``/``req_class``/``req_short``: the request (zero while the input is busy), its class and its
+    short outputs (see :class:`~hw.switch.input_unit.InputUnit`; zero unless ``short``). ``grant_class``/
+    ``grant_short``: the class of the request ``grant`` answers (``grant_delay`` cycles old) and whether
+    it was for a short transfer; ``cur_short``: the reader's transfer is short.
+
+    Unicast heads go to the allocator unless ordered behind the mask-queue head; the mask-queue head goes
+    with fanout splitting, all at once while it is still arriving; an error response goes first. Mask
+    and unicast requests alternate when both can go.
+    """
+
+    def __init__(self, *, n_ports: int, n_uc: int, n_cells: int, port: int | None, grant_delay: int,
+                 short: bool):
+        self.n_ports, self.n_uc, self.n_cells = n_ports, n_uc, n_cells
+        self.grant_delay, self.short = grant_delay, short
+        if port is not None:
+            self.port = port
+        N, n_q, C = n_ports, n_uc + 1, n_cells
+        cell_shape = unsigned(max(1, (C - 1).bit_length()))
+        super().__init__({
+            **({"port": In(range(N))} if port is None else {}),
+            "count": In(range(C + 1)).array(n_q),
+            "older": In(max(1, n_uc)),
+            "head_fit": In(n_q),
+            "next_fit": In(n_q),
+            "mq_head": In(cell_shape),
+            "in_pkt": In(1),
+            "cur_q": In(range(max(2, n_q))),
+            "cur_hdr": In(cell_shape),
+            "cut_ok": In(1),
+            "mc_res": In(N),
+            "mc_pend": In(N),
+            "err_rdy": In(1),
+            "rd_active": In(1),
+            "grant": In(N),
+            "req": Out(N),
+            "req_class": Out(2),
+            "req_short": Out(N),
+            "grant_class": Out(2),
+            "grant_short": Out(1),
+            "cur_short": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        N, n_uc = self.n_ports, self.n_uc
+        MQ = n_uc
+        q_count, older, req_cls = self.count, self.older, self.grant_class
+        mq_has = q_count[MQ] != 0
+        uc_vec = Signal(N)
+        short_vec = Signal(N)
+        mc_block = Signal(N)
+        # A short grant (unicast) dequeues its VOQ's head in the cycle the input asks again: that VOQ then
+        # asks for the packet behind it (``next_fit``; the grant is a register).
+        uc_grant = Signal(N)
+        m.d.comb += uc_grant.eq(Mux(req_cls == REQ_UC, self.grant, 0))
+        for j in range(n_uc):
+            # A VOQ head younger than the mask-queue head waits while the mask queue holds a packet for
+            # the same output (conservative: the holder may be younger than the VOQ head; and while the
+            # head is dequeued, the order of the packet behind it is not known yet). A mask-queue head
+            # waits, per output, for an older VOQ head to that output.
+            gone = uc_grant[j]
+            has = q_count[j] != 0
+            asked = Mux(gone, q_count[j] > 1, has)
+            # The packet asked for is the one arriving (its last flit not written yet).
+            arriving = self.in_pkt & (self.cur_q == j) & (q_count[j] == Mux(gone, 2, 1))
+            m.d.comb += [
+                uc_vec[j].eq(asked & ~(arriving & ~self.cut_ok) &
+                             ~(mq_has & self.mc_pend[j] & (~older[j] | gone))),
+                short_vec[j].eq(Mux(gone, self.next_fit[j], self.head_fit[j]) & ~arriving),
+                mc_block[j].eq(has & older[j]),
+            ]
+        mc_arriving = Signal()   # the mask-queue head is the packet still being received
+        m.d.comb += mc_arriving.eq(self.in_pkt & (self.cur_hdr == self.mq_head))
+        mc_vec = Signal(N)
+        m.d.comb += mc_vec.eq(Mux(mq_has & ~(mc_arriving & ((self.mc_res & mc_block).any() | ~self.cut_ok)),
+                                  self.mc_res & ~mc_block, 0))
+        prefer_mask = Signal()
+        # Requests come from registers only: an input asks again the cycle after its last read (not in
+        # it) and not while its registered match is starting, so no reader logic feeds the allocator.
+        # A short transfer is the exception that makes short packets line rate: it ends in its first read
+        # cycle for certain (its cells are written; the switch admitted it with egress room), so the input
+        # asks again while it is starting and while it is read.
+        short_d = Signal(N)      # the short outputs of the request the grant answers
+        m.d.comb += self.grant_short.eq((self.grant & short_d).any())
+        avail = ~(self.rd_active & ~self.cur_short) & ~(self.grant.any() & ~self.grant_short)
+        cls = Signal(2)
+        with m.If(self.err_rdy):                # nothing leaves the error queue while avail
+            m.d.comb += cls.eq(REQ_ERR)
+        with m.Elif(mc_vec.any() & (prefer_mask | ~uc_vec.any())):
+            m.d.comb += cls.eq(Mux(mc_arriving, REQ_MASK_ALL, REQ_MASK))
+        with m.Else():
+            m.d.comb += cls.eq(REQ_UC)
+        vec = Signal(N)
+        own = Const(1 << self.port, N) if isinstance(self.port, int) else decode(m, self.port, N, name="own_port")
+        with m.Switch(cls):
+            with m.Case(REQ_ERR):
+                m.d.comb += vec.eq(own)
+            with m.Case(REQ_MASK, REQ_MASK_ALL):
+                m.d.comb += vec.eq(mc_vec)
+            with m.Default():
+                m.d.comb += vec.eq(uc_vec)
+        m.d.comb += [self.req.eq(Mux(avail, vec, 0)), self.req_class.eq(cls)]
+        if self.short:
+            m.d.comb += self.req_short.eq(Mux(avail & (cls == REQ_UC), vec & short_vec, 0))
+            m.d.sync += short_d.eq(self.req_short)
+
+        # The grant answers the request of ``grant_delay`` cycles ago, whose class is kept here; the queues
+        # it names cannot have changed meanwhile (only a start dequeues, enqueues only append, and the
+        # switch drops the requests made while a grant is on its way). A grant starts a transfer next cycle.
+        if self.grant_delay == 1:
+            m.d.sync += req_cls.eq(cls)
+        else:
+            cls_d = Signal(2)
+            m.d.sync += [cls_d.eq(cls), req_cls.eq(cls_d)]
+        start = self.grant.any()
+        with m.If(start):
+            m.d.sync += self.cur_short.eq(self.grant_short)
+        with m.If(start & (req_cls != REQ_ERR)):
+            m.d.sync += prefer_mask.eq(req_cls == REQ_UC)
+        return m
