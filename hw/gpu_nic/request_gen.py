@@ -47,14 +47,14 @@ Contract
 
 import enum as py_enum
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out, connect
 
 from ..arbiter import first_set
 from ..credit import CreditSender, credit_link_signature
-from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, MAX_LENGTH, MAX_PORTS, EType, HeaderLayout, Opcode,
-                      RedOp, flit_layout)
+from ..packet import (DEFAULT_FLIT_WIDTH, MAX_LENGTH, MAX_PORTS, EType, HeaderLayout, Opcode, RedOp,
+                      flit_layout)
 from .memory_if import BYTE_ADDR_BITS, flit_shift, mem_read_signature
 from .packet_builder import PacketBuilder, emit_layout, fetch_layout
 
