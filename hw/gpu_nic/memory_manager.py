@@ -54,6 +54,10 @@ from ..switch.backing_if import BackingRequest, BackingResponse, backing_signatu
 __all__ = ["MemoryManager", "MmCommand", "MmOp", "MmCounter"]
 
 
+def _width(struct, field) -> int:
+    return data.Layout.cast(struct)[field].width
+
+
 class MmOp(enum.Enum, shape=1):
     SET_GROUP = 0
     EPOCH_RESET = 1
@@ -61,11 +65,11 @@ class MmOp(enum.Enum, shape=1):
 
 class MmCommand(data.Struct):
     op: MmOp
-    group: 8
+    group: _width(BackingRequest, "group")
     valid: 1          #: SET_GROUP: bind (1) or unbind (0) the handle
     alloc: 1          #: SET_GROUP: allocate on first read (dispatch) or lookup only (combine)
     layout: 4
-    base: 48          #: byte address of slot 0
+    base: _width(BackingResponse, "addr")   #: byte address of slot 0
     stride: 12        #: row stride in 16-byte units (1..4095)
 
 
@@ -88,7 +92,98 @@ def _bits(n: int) -> int:
     return max(1, (n - 1).bit_length())
 
 
+def _group_layout(layouts):
+    """A group handle's binding, as stored (one entry per handle)."""
+    return data.StructLayout({"valid": 1, "alloc": 1, "layout": _bits(layouts), "base": _width(MmCommand, "base"),
+                              "stride": _width(MmCommand, "stride")})
+
+
+def _entry_layout(epoch_bits, slots):
+    """A table row: the slot recorded for an index, the epoch it was written in and the GPU that asked."""
+    return data.StructLayout({"valid": 1, "epoch": epoch_bits, "src": _width(BackingRequest, "src"),
+                              "slot": _bits(slots)})
+
+
+class _Layouts(wiring.Component):
+    """Per layout: the bump pointer (next free slot, 0..``slots``) and the epoch. ``reset`` (an
+    ``EPOCH_RESET`` of ``layout``) returns the bump pointer to 0 and advances the epoch; ``wraps`` says the
+    epoch of ``reset.layout`` is at its last value (the reset wraps it). ``alloc`` advances the bump
+    pointer of ``alloc.layout``. ``epoch``/``bump`` are those of layout ``sel``."""
+
+    def __init__(self, *, layouts, slots, epoch_bits):
+        self.layouts, self.slots, self.epoch_bits = layouts, slots, epoch_bits
+        cmd = data.StructLayout({"valid": 1, "layout": _bits(layouts)})
+        super().__init__({
+            "reset": In(cmd), "alloc": In(cmd), "sel": In(_bits(layouts)),
+            "wraps": Out(1), "epoch": Out(epoch_bits), "bump": Out(range(slots + 1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        L, eb = self.layouts, self.epoch_bits
+        epoch = [Signal(eb, name=f"epoch_{i}") for i in range(L)]
+        bump = [Signal(range(self.slots + 1), name=f"bump_{i}") for i in range(L)]
+        # One top-level expression each (see MemoryManager.elaborate).
+        m.d.comb += [
+            self.epoch.eq(or_reduce([Mux(self.sel == i, epoch[i], 0) for i in range(L)])),
+            self.bump.eq(or_reduce([Mux(self.sel == i, bump[i], 0) for i in range(L)])),
+            self.wraps.eq(or_reduce([(self.reset.layout == i) & (epoch[i] == (1 << eb) - 1) for i in range(L)])),
+        ]
+        for i in range(L):
+            with m.If(self.reset.valid & (self.reset.layout == i)):
+                m.d.sync += [bump[i].eq(0), epoch[i].eq(epoch[i] + 1)]
+            with m.If(self.alloc.valid & (self.alloc.layout == i)):
+                m.d.sync += bump[i].eq(bump[i] + 1)
+        return m
+
+
+class _Decide(wiring.Component):
+    """The answer to backing request ``req``, combinationally, from its group's binding ``group``, the
+    table row ``entry`` at its index, and its layout's ``epoch`` and ``bump`` pointer: ``code`` (the first
+    of unconfigured group, index out of bounds, recorded by another GPU, lookup-only miss, no free slot),
+    the row's byte address ``addr`` (``base + slot * stride * 16``), ``found`` (a recorded slot of this
+    GPU) and ``alloc`` (allocate the next slot, ``slot``)."""
+
+    def __init__(self, *, groups, layouts, index_bits, slots, epoch_bits):
+        self.groups, self.index_bits, self.slots = groups, index_bits, slots
+        super().__init__({
+            "req": In(BackingRequest), "group": In(_group_layout(layouts)),
+            "entry": In(_entry_layout(epoch_bits, slots)), "epoch": In(epoch_bits), "bump": In(range(slots + 1)),
+            "code": Out(ErrorCode), "slot": Out(_bits(slots)), "addr": Out(_width(BackingResponse, "addr")),
+            "found": Out(1), "alloc": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        req, g, e = self.req, self.group, self.entry
+        configured = Signal(name="configured")
+        in_bounds = Signal(name="in_bounds")
+        current = Signal(name="current")
+        own = Signal(name="own")
+        room = Signal(name="room")
+        # One top-level expression each (see MemoryManager.elaborate).
+        m.d.comb += [
+            configured.eq((req.group < self.groups) & g.valid),
+            in_bounds.eq((req.index >> self.index_bits) == 0),
+            current.eq(e.valid & (e.epoch == self.epoch)),
+            own.eq(e.src == req.src),
+            room.eq(self.bump < self.slots),
+            self.slot.eq(Mux(current, e.slot, self.bump)),
+            self.code.as_value().eq(
+                Mux(~configured, ErrorCode.TLB_FAULT.value,
+                    Mux(~in_bounds, ErrorCode.OUT_OF_BOUNDS.value,
+                        Mux(current, Mux(own, ErrorCode.NONE.value, ErrorCode.ISOLATION.value),
+                            Mux(~g.alloc, ErrorCode.TLB_FAULT.value,
+                                Mux(room, ErrorCode.NONE.value, ErrorCode.BUFFER_FULL.value)))))),
+            self.found.eq(configured & in_bounds & current & own),
+            self.alloc.eq(configured & in_bounds & ~current & g.alloc & room),
+            self.addr.eq(g.base + ((self.slot * g.stride) << 4)),
+        ]
+        return m
+
+
 class MemoryManager(wiring.Component):
+
     """A GPU's memory manager: compact receive layout and backing translation table (serves AL-TLB misses).
 
     Parameters: ``groups`` (handles, 1..256), ``layouts`` (receive buffers, 1..16), ``index_bits``
@@ -121,27 +216,25 @@ class MemoryManager(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        L, ib, sb, eb = self.layouts, self.index_bits, self.slot_bits, self.epoch_bits
-        lb = _bits(L)
+        L, ib = self.layouts, self.index_bits
         rows = 1 << ib
-
-        gcfg_layout = data.StructLayout({"valid": 1, "alloc": 1, "layout": lb, "base": 48, "stride": 12})
-        m.submodules.gcfg = gcfg = memory.Memory(shape=gcfg_layout, depth=self.groups, init=[])
+        group_l = _group_layout(L)
+        m.submodules.gcfg = gcfg = memory.Memory(shape=group_l, depth=self.groups, init=[])
         gw = gcfg.write_port()
         gr = gcfg.read_port()
-        entry_layout = data.StructLayout({"valid": 1, "epoch": eb, "src": 6, "slot": sb})
-        m.submodules.table = table = memory.Memory(shape=entry_layout, depth=L * rows, init=[])
+        m.submodules.table = table = memory.Memory(shape=_entry_layout(self.epoch_bits, self.slots),
+                                                   depth=L * rows, init=[])
         tw = table.write_port()
         tr = table.read_port()
-
-        epoch = [Signal(eb, name=f"epoch_{i}") for i in range(L)]
-        bump = [Signal(range(self.slots + 1), name=f"bump_{i}") for i in range(L)]
+        m.submodules.layouts = lay = _Layouts(layouts=L, slots=self.slots, epoch_bits=self.epoch_bits)
+        m.submodules.decide = dec = _Decide(groups=self.groups, layouts=L, index_bits=ib, slots=self.slots,
+                                            epoch_bits=self.epoch_bits)
 
         req = Signal(BackingRequest, name="cur")         # the request being served
-        gcur = Signal(gcfg_layout, name="gcur")          # its group's configuration
+        gcur = Signal(group_l, name="gcur")              # its group's configuration
         resp = Signal(BackingResponse, name="resp_reg")
         cfgp = self.cfg.payload
-        sweep_layout = Signal(lb, name="sweep_layout")
+        sweep_layout = Signal(_bits(L), name="sweep_layout")
         sweep_ptr = Signal(ib, name="sweep_ptr")
 
         # Control: an explicit state register. Every combinational signal below is one top-level
@@ -159,6 +252,7 @@ class MemoryManager(wiring.Component):
         is_set = Signal(name="is_set")
         legal_set = Signal(name="legal_set")
         legal_reset = Signal(name="legal_reset")
+        do_alloc = Signal(name="do_alloc")
         in_group = self.mem.req.payload.group
         m.d.comb += [
             self.cfg.ready.eq(idle),
@@ -178,47 +272,27 @@ class MemoryManager(wiring.Component):
             gw.data.layout.eq(cfgp.layout),
             gw.data.base.eq(cfgp.base),
             gw.data.stride.eq(cfgp.stride),
+            lay.reset.valid.eq(take_cfg & ~is_set & legal_reset),
+            lay.reset.layout.eq(cfgp.layout),
             # LOOK: the group's configuration arrived from the read started at acceptance; read the table.
             tr.addr.eq(Cat(req.index[:ib], gr.data.layout)),
-        ]
-
-        # DECIDE: the table entry is on tr.data.
-        g = gcur
-        e = tr.data
-        lay_epoch = Signal(eb, name="lay_epoch")
-        lay_bump = Signal(range(self.slots + 1), name="lay_bump")
-        configured = Signal(name="configured")
-        in_bounds = Signal(name="in_bounds")
-        current = Signal(name="current")
-        own = Signal(name="own")
-        room = Signal(name="room")
-        slot = Signal(sb, name="slot")
-        code = Signal(8, name="code")
-        do_alloc = Signal(name="do_alloc")
-        addr = Signal(48, name="row_addr")
-        m.d.comb += [
-            lay_epoch.eq(or_reduce([Mux(g.layout == i, epoch[i], 0) for i in range(L)])),
-            lay_bump.eq(or_reduce([Mux(g.layout == i, bump[i], 0) for i in range(L)])),
-            configured.eq((req.group < self.groups) & g.valid),
-            in_bounds.eq((req.index >> ib) == 0),
-            current.eq(e.valid & (e.epoch == lay_epoch)),
-            own.eq(e.src == req.src),
-            room.eq(lay_bump < self.slots),
-            slot.eq(Mux(current, e.slot, lay_bump)),
-            code.eq(Mux(~configured, ErrorCode.TLB_FAULT.value,
-                    Mux(~in_bounds, ErrorCode.OUT_OF_BOUNDS.value,
-                    Mux(current, Mux(own, ErrorCode.NONE.value, ErrorCode.ISOLATION.value),
-                    Mux(~g.alloc, ErrorCode.TLB_FAULT.value,
-                    Mux(room, ErrorCode.NONE.value, ErrorCode.BUFFER_FULL.value)))))),
-            do_alloc.eq(decide & configured & in_bounds & ~current & g.alloc & room),
-            addr.eq(g.base + ((slot * g.stride) << 4)),
+            # DECIDE: the table entry is on tr.data.
+            lay.sel.eq(gcur.layout),
+            dec.req.eq(req),
+            dec.group.eq(gcur),
+            dec.entry.eq(tr.data),
+            dec.epoch.eq(lay.epoch),
+            dec.bump.eq(lay.bump),
+            do_alloc.eq(decide & dec.alloc),
+            lay.alloc.valid.eq(do_alloc),
+            lay.alloc.layout.eq(gcur.layout),
             # table writes: the allocation (DECIDE) or the wrap-around clear (SWEEP)
-            tw.addr.eq(Mux(sweep, Cat(sweep_ptr, sweep_layout), Cat(req.index[:ib], g.layout))),
+            tw.addr.eq(Mux(sweep, Cat(sweep_ptr, sweep_layout), Cat(req.index[:ib], gcur.layout))),
             tw.en.eq(sweep | do_alloc),
             tw.data.valid.eq(~sweep),
-            tw.data.epoch.eq(Mux(sweep, 0, lay_epoch)),
+            tw.data.epoch.eq(Mux(sweep, 0, lay.epoch)),
             tw.data.src.eq(Mux(sweep, 0, req.src)),
-            tw.data.slot.eq(Mux(sweep, 0, lay_bump)),
+            tw.data.slot.eq(Mux(sweep, 0, lay.bump)),
         ]
         sweep_done = Signal(name="sweep_done")
         m.d.comb += sweep_done.eq(sweep & (sweep_ptr == rows - 1))
@@ -226,35 +300,28 @@ class MemoryManager(wiring.Component):
         inc = {c: Signal(name=f"inc_{c.name.lower()}") for c in MmCounter}
         m.d.comb += [
             inc[MmCounter.CFG_ERRORS].eq(take_cfg & Mux(is_set, ~legal_set, ~legal_reset)),
-            inc[MmCounter.EPOCH_RESETS].eq(take_cfg & ~is_set & legal_reset),
+            inc[MmCounter.EPOCH_RESETS].eq(lay.reset.valid),
             inc[MmCounter.ALLOCATED].eq(do_alloc),
-            inc[MmCounter.FOUND].eq(decide & configured & in_bounds & current & own),
+            inc[MmCounter.FOUND].eq(decide & dec.found),
             inc[MmCounter.SWEEPS].eq(sweep_done),
         ]
         for name in ("BUFFER_FULL", "TLB_FAULT", "ISOLATION", "OUT_OF_BOUNDS"):
-            m.d.comb += inc[MmCounter[name]].eq(decide & (code == ErrorCode[name].value))
+            m.d.comb += inc[MmCounter[name]].eq(decide & (dec.code == ErrorCode[name]))
 
         # ---- state updates ----------------------------------------------------------------------------
-        with m.If(take_cfg & ~is_set & legal_reset):
-            for i in range(L):
-                with m.If(cfgp.layout == i):
-                    m.d.sync += [bump[i].eq(0), epoch[i].eq(epoch[i] + 1)]
-                    with m.If(epoch[i] == (1 << eb) - 1):
-                        m.d.sync += [sweep_layout.eq(i), sweep_ptr.eq(0), state.eq(SWEEP)]
+        with m.If(lay.reset.valid & lay.wraps):
+            m.d.sync += [sweep_layout.eq(cfgp.layout), sweep_ptr.eq(0), state.eq(SWEEP)]
         with m.If(take_req):
             m.d.sync += [req.eq(self.mem.req.payload), state.eq(LOOK)]
         with m.If(look):
             m.d.sync += [gcur.eq(gr.data), state.eq(DECIDE)]
         with m.If(decide):
             m.d.sync += [
-                resp.addr.eq(Mux(code == ErrorCode.NONE.value, addr, 0)),
-                resp.code.as_value().eq(code),
+                resp.addr.eq(Mux(dec.code == ErrorCode.NONE, dec.addr, 0)),
+                resp.code.eq(dec.code),
                 resp.tag.eq(req.tag),
                 state.eq(RESP),
             ]
-            for i in range(L):
-                with m.If(do_alloc & (g.layout == i)):
-                    m.d.sync += bump[i].eq(bump[i] + 1)
         with m.If(respond & self.mem.resp.ready):
             m.d.sync += state.eq(IDLE)
         with m.If(sweep):

@@ -72,12 +72,13 @@ from amaranth.lib.wiring import In, Out, connect
 
 from ..arbiter import first_set
 from ..credit import credit_link_signature
-from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, MAX_LENGTH, ErrorCode, HeaderLayout, Opcode, UnicastRoute,
-                      flit_layout, rtl_payload_flits)
+from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, INDEX_BITS, MAX_LENGTH, ErrorCode, HeaderLayout, Opcode,
+                      UnicastRoute, flit_layout, rtl_payload_flits)
 from ..switch.backing_if import BackingRequest
 from .memory_if import BYTE_ADDR_BITS, flit_addr_bits, flit_shift, mem_read_signature, mem_write_signature
-from .packet_builder import PacketBuilder
+from .packet_builder import PacketBuilder, emit_layout, fetch_layout
 from .request_gen import TagIssue
+from .token_tracker import COUNT_BITS, EXPERT_BITS, TILE_BITS
 
 __all__ = ["RxConfig", "TokenArrival", "RxError", "ReceivePath", "META_ENTRIES", "N_REMOTE_CODES",
            "pack_token_meta", "unpack_token_meta", "header_value"]
@@ -90,16 +91,16 @@ class RxConfig(data.Struct):
     port: 6             # this GPU's switch port (src of responses)
     row_shift: 6        # log2 of the row stride in bytes (token window and DYN_ST translation)
     win_base: BYTE_ADDR_BITS
-    win_rows: 18        # rows in the token window (0: no arrival reports)
+    win_rows: INDEX_BITS   # rows in the token window (0: no arrival reports)
     meta_flit: 10       # flit of a row that holds the routing metadata
     expert_base: _META_EXPERT_BITS
 
 
 class TokenArrival(data.Struct):
-    expert: 8           # local expert
-    tile: 8
-    slot: 16            # the token's position among the expert's tokens (arrival order)
-    row: 18             # the token's row in the window (the GEMM's gather index)
+    expert: EXPERT_BITS     # local expert
+    tile: TILE_BITS
+    slot: COUNT_BITS        # the token's position among the expert's tokens (arrival order)
+    row: INDEX_BITS         # the token's row in the window (the GEMM's gather index)
 
 
 class RxError(py_enum.IntEnum):
@@ -173,6 +174,7 @@ _ACCEPT = {
     "resp": frozenset(_LAND_TAG + (Opcode.ERROR,)),
 }
 N_REMOTE_CODES = len(ErrorCode)   # every ErrorCode value is counted on its own in remote_codes
+_META_DEPTH = 3            # metadata queue entries (token window -> arrival reports)
 
 
 def _one_of(m, name, op, ops, accept) -> Signal:
@@ -204,6 +206,458 @@ def _chain(m, branches) -> None:
             with ctx:
                 body()
         first = False
+
+
+_TAG_BITS = data.Layout.cast(HeaderLayout)["tag"].width
+_META_ENTRY_BITS = _META_EXPERT_BITS + 1       # expert id and a valid bit
+
+
+def _status_layout(credits):
+    """Per staged packet: its flits (``n``), ``bad`` (poisoned or a flit lost), ``long`` (truncated)."""
+    return data.StructLayout({"bad": 1, "long": 1, "n": credits.bit_length()})
+
+
+def _meta_layout():
+    """A token's metadata as queued for the arrival side: its row and its listed experts made local (id -
+    ``expert_base``), with a mask of the ones hosted here."""
+    return data.StructLayout({"row": INDEX_BITS, "mask": META_ENTRIES,
+                              "local": data.ArrayLayout(EXPERT_BITS, META_ENTRIES)})
+
+
+def _written_layout(flit_width):
+    """A flit written to memory this cycle: its flit address and its low bits (the metadata entries)."""
+    return data.StructLayout({"valid": 1, "addr": flit_addr_bits(flit_width),
+                              "meta": _META_ENTRY_BITS * META_ENTRIES})
+
+
+def _tag_lookup_signature(flit_width):
+    """Seen from the asker: a tag out; its landing flit address and whether it is outstanding back."""
+    return wiring.Signature({"tag": Out(_TAG_BITS), "addr": In(flit_addr_bits(flit_width)), "known": In(1)})
+
+
+class _EventCounters(wiring.Component):
+    """``count[i]`` (32 bits, wrapping) counts the cycles with ``strobe[i]`` high."""
+
+    def __init__(self, n):
+        super().__init__({"strobe": In(n), "count": Out(data.ArrayLayout(32, n))})
+
+    def elaborate(self, platform):
+        m = Module()
+        for i in range(len(self.strobe)):
+            with m.If(self.strobe[i]):
+                m.d.sync += self.count[i].eq(self.count[i] + 1)
+        return m
+
+
+class _Stager(wiring.Component):
+    """Ingress: stages whole packets from the credit link ``rx`` in a ``credits``-flit buffer.
+
+    ``flit`` (the buffered flits) and ``status`` (one entry per packet that stored a flit) are streams
+    out; the reader pops a packet's status with its header flit. Every legal packet fits in the buffer
+    (``credits`` >= ``max_payload`` + 1). A packet still going at that length can never be staged whole:
+    its stored part is queued for dropping at once, ``long`` (waiting for its end could deadlock: the
+    buffer may be full), and the rest is discarded as it arrives; those flits had credits, which are owed
+    back. One credit per cycle returns: for a flit leaving the buffer, else for a discarded one. A flit
+    sent without credit is dropped (its packet ``bad``) and strobes ``credit_overflow``."""
+
+    def __init__(self, *, flit_width, credits, max_payload):
+        self.flit_width, self.credits, self.max_payload = flit_width, credits, max_payload
+        super().__init__({
+            "rx": In(credit_link_signature(flit_width)),
+            "flit": Out(stream.Signature(flit_width)),
+            "status": Out(stream.Signature(_status_layout(credits))),
+            "credit_overflow": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        status_l = _status_layout(self.credits)
+        nbits = self.credits.bit_length()
+        m.submodules.flits = flits = fifo.SyncFIFO(width=self.flit_width, depth=self.credits)
+        m.submodules.status = status = fifo.SyncFIFO(width=status_l.size, depth=self.credits)
+        connect(m, flits.r_stream, wiring.flipped(self.flit))
+        connect(m, status.r_stream, wiring.flipped(self.status))
+        fw, sw = flits.w_stream, status.w_stream
+        rx = self.rx
+        limit = self.max_payload + 1
+        cnt = Signal(nbits)          # flits of the arriving packet stored so far
+        spoiled = Signal()           # a flit of the arriving packet was dropped
+        truncating = Signal()        # discarding the rest of an over-long packet
+        owed = Signal(range(self.credits + 1))
+        popped = Signal()
+        held = Signal(range(2 * self.credits + 2))
+        m.d.comb += held.eq(flits.level + owed)
+        no_credit = Signal()
+        m.d.comb += no_credit.eq(rx.valid & (held >= self.credits))
+        store = Signal()
+        m.d.comb += store.eq(rx.valid & ~no_credit & ~truncating)
+        discard = rx.valid & ~no_credit & truncating
+        too_long = store & (cnt == limit - 1) & ~rx.flit.last
+        m.d.comb += [fw.payload.eq(rx.flit.data), fw.valid.eq(store), self.credit_overflow.eq(no_credit)]
+        st_in = Signal(status_l)
+        with m.If(too_long):
+            m.d.comb += [sw.valid.eq(1), st_in.bad.eq(1), st_in.long.eq(1), st_in.n.eq(limit)]
+            m.d.sync += [cnt.eq(0), spoiled.eq(0), truncating.eq(1)]
+        with m.Elif(truncating):
+            with m.If(rx.valid & rx.flit.last):
+                m.d.sync += truncating.eq(0)
+        with m.Elif(rx.valid & rx.flit.last):
+            # A packet none of whose flits was stored leaves nothing to drop: no status entry.
+            m.d.comb += [st_in.bad.eq(spoiled | rx.flit.poison | no_credit), st_in.n.eq(cnt + store),
+                         sw.valid.eq((cnt + store) != 0)]
+            m.d.sync += [cnt.eq(0), spoiled.eq(0)]
+        with m.Elif(rx.valid):
+            m.d.sync += [cnt.eq(cnt + store), spoiled.eq(spoiled | no_credit)]
+        m.d.comb += sw.payload.eq(st_in)
+        m.d.comb += [popped.eq(self.flit.ready & self.flit.valid), rx.credit.eq(popped | (owed != 0))]
+        m.d.sync += owed.eq(owed + discard - (~popped & (owed != 0)))
+        return m
+
+
+class _TagTable(wiring.Component):
+    """Outstanding combine tags. ``issue`` (always ready) binds a tag to a landing byte address and marks
+    it busy (``busy``); ``lookup`` answers a tag's flit address and whether it is busy, combinationally;
+    ``free`` clears the busy bits set in it."""
+
+    def __init__(self, *, flit_width, tags):
+        self.flit_width, self.tags = flit_width, tags
+        super().__init__({
+            "issue": In(stream.Signature(TagIssue)),
+            "busy": Out(tags),
+            "free": In(tags),
+            "lookup": In(_tag_lookup_signature(flit_width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.tagmem = tagmem = memory.Memory(shape=flit_addr_bits(self.flit_width), depth=self.tags,
+                                                      init=[])
+        tag_w = tagmem.write_port()
+        tag_r = tagmem.read_port(domain="comb")
+        issue = self.issue
+        m.d.comb += [
+            issue.ready.eq(1),
+            tag_w.addr.eq(issue.payload.tag),
+            tag_w.data.eq(issue.payload.addr >> flit_shift(self.flit_width)),
+            tag_w.en.eq(issue.valid),
+        ]
+        set_bit = Signal(self.tags)
+        with m.If(issue.valid & (issue.payload.tag < self.tags)):
+            m.d.comb += set_bit.eq(Const(1, self.tags) << issue.payload.tag)
+        m.d.sync += self.busy.eq((self.busy & ~self.free) | set_bit)
+        tag = self.lookup.tag
+        m.d.comb += [
+            tag_r.addr.eq(tag),
+            self.lookup.addr.eq(tag_r.data),
+            self.lookup.known.eq((tag < self.tags) &
+                                 self.busy.bit_select(tag[:max(1, (self.tags - 1).bit_length())], 1)),
+        ]
+        return m
+
+
+class _HeaderDecode(wiring.Component):
+    """What to do with the packet whose header is ``header`` (``status``: its staging status), decided
+    combinationally: its class (the opcodes this ``accept`` instance takes), ``reason`` (one-hot
+    :class:`RxError`, 0 if the packet is good: the first of long/poisoned, unknown opcode, bad length,
+    length mismatch, bad group, unknown tag), its landing flit address ``land`` (``WRITE``'s ``addr``,
+    ``MM_ST``'s, ``DYN_ST`` translated through ``dyn_base``, a response's tag binding through ``tag``) and
+    the header ``rsp_header`` that answers a ``READ``/``RED_READ``."""
+
+    def __init__(self, *, flit_width, credits, max_payload, groups, tags, accept):
+        self.flit_width, self.max_payload, self.groups, self.tags = flit_width, max_payload, groups, tags
+        self.accept = _ACCEPT[accept]
+        super().__init__({
+            "header": In(HeaderLayout),
+            "status": In(_status_layout(credits)),
+            "cfg": In(RxConfig),
+            "dyn_base": In(data.ArrayLayout(BYTE_ADDR_BITS, groups)),
+            "tag": Out(_tag_lookup_signature(flit_width)),
+            "kind": Out(data.StructLayout({"land_tag": 1, "read": 1, "error": 1, "fill": 1})),
+            "reason": Out(len(RxError)),
+            "land": Out(flit_addr_bits(flit_width)),
+            "rsp_header": Out(HEADER_BITS),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        hdr, st, acc, fsh = self.header, self.status, self.accept, flit_shift(self.flit_width)
+        op = hdr.opcode
+        is_land_addr = _one_of(m, "is_land_addr", op, _LAND_ADDR, acc)
+        is_land_tag = _one_of(m, "is_land_tag", op, _LAND_TAG, acc)
+        is_read = _one_of(m, "is_read", op, _READS, acc)
+        is_error = _one_of(m, "is_error", op, (Opcode.ERROR,), acc)
+        is_fill = _one_of(m, "is_fill", op, (Opcode.TLB_FILL,), acc)
+        m.d.comb += [self.kind.land_tag.eq(is_land_tag), self.kind.read.eq(is_read),
+                     self.kind.error.eq(is_error), self.kind.fill.eq(is_fill), self.tag.tag.eq(hdr.tag)]
+        expected_n = Signal(range(MAX_LENGTH + 2))
+        m.d.comb += expected_n.eq(rtl_payload_flits(hdr) + 1)
+        dyn_base = Signal(BYTE_ADDR_BITS)
+        m.d.comb += dyn_base.eq(self.dyn_base[hdr.route.dyn.group])
+        land = self.land
+        with m.If(op == Opcode.DYN_ST):
+            m.d.comb += land.eq(((dyn_base + (hdr.route.dyn.index << self.cfg.row_shift)) >> fsh) +
+                                hdr.route.dyn.offset)
+        with m.Elif(op == Opcode.MM_ST):
+            m.d.comb += land.eq(hdr.route.mm.addr >> fsh)
+        with m.Elif(is_land_tag):
+            m.d.comb += land.eq(self.tag.addr)
+        with m.Else():
+            m.d.comb += land.eq(hdr.route.uni.addr >> fsh)
+        typed = op == Opcode.RED_READ
+        m.d.comb += self.rsp_header.eq(header_value(
+            opcode=Mux(typed, Opcode.RED_READ_RESP.value, Opcode.READ_RESP.value), src=self.cfg.port,
+            tag=hdr.tag, length=hdr.length, etype=Mux(typed, hdr.etype.as_value(), 0),
+            redop=Mux(typed, hdr.redop.as_value(), 0), dst=hdr.src, xtag=hdr.route.uni.xtag))
+
+        def set_reason(value):
+            def body():
+                m.d.comb += self.reason.eq(value)
+            return body
+        # Only the branches this instance can take: a branch on a constant-0 condition becomes a constant
+        # case pattern in the generated Verilog (a lint failure).
+        _chain(m, [
+            (st.long, set_reason(Mux(hdr.length > self.max_payload, 1 << RxError.BAD_LENGTH,
+                                     1 << RxError.LENGTH_MISMATCH))),
+            (st.bad, set_reason(1 << RxError.POISONED)),
+            (~(is_land_addr | is_land_tag | is_read | is_error | is_fill), set_reason(1 << RxError.UNKNOWN_OPCODE)),
+            (hdr.length > self.max_payload, set_reason(1 << RxError.BAD_LENGTH)),
+            (st.n != expected_n, set_reason(1 << RxError.LENGTH_MISMATCH)),
+            ((op == Opcode.DYN_ST) & (hdr.route.dyn.group >= self.groups) if Opcode.DYN_ST in acc else None,
+             set_reason(1 << RxError.BAD_GROUP)),
+            (is_land_tag & ~self.tag.known if any(o in acc for o in _LAND_TAG) else None,
+             set_reason(1 << RxError.UNKNOWN_TAG)),
+        ])
+        return m
+
+
+class _Commit(wiring.Component):
+    """Commits staged packets at one flit per cycle (header cycle included).
+
+    At a packet's header (``flit`` and ``status`` both valid) the :class:`_HeaderDecode` decision is
+    acted on: a bad packet is dropped whole (its ``err`` strobe); a read queues its ``fetch`` and the
+    response header on ``emit`` (waiting for both to have room); a TLB fill waits for ``fill`` to take it;
+    an ``ERROR`` frees its tag and strobes ``err[REMOTE_ERROR]`` and ``remote[code]``; anything else
+    writes its payload on ``mem_wr`` from ``land``, a flit per cycle while ``meta_room``, and reports each
+    written flit on ``written``. A response landing through a tag frees it (``tag_free``) with its last
+    flit."""
+
+    def __init__(self, *, flit_width, credits, max_payload, groups, tags, accept):
+        self.flit_width, self.credits, self.tags, self.accept = flit_width, credits, tags, _ACCEPT[accept]
+        self.decode = _HeaderDecode(flit_width=flit_width, credits=credits, max_payload=max_payload,
+                                    groups=groups, tags=tags, accept=accept)
+        super().__init__({
+            "flit": In(stream.Signature(flit_width)),
+            "status": In(stream.Signature(_status_layout(credits))),
+            "cfg": In(RxConfig),
+            "dyn_base": In(data.ArrayLayout(BYTE_ADDR_BITS, groups)),
+            "tag": Out(_tag_lookup_signature(flit_width)),
+            "tag_free": Out(tags),
+            "fetch": Out(stream.Signature(fetch_layout(flit_width))),
+            "emit": Out(stream.Signature(emit_layout())),
+            "fill": Out(stream.Signature(BackingRequest)),
+            "mem_wr": Out(mem_write_signature(flit_width)),
+            "written": Out(_written_layout(flit_width)),
+            "meta_room": In(1),
+            "err": Out(len(RxError)),
+            "remote": Out(N_REMOTE_CODES),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.decode = dec = self.decode
+        acc, flit, st = self.accept, self.flit, self.status.payload
+        hdr = HeaderLayout(flit.payload[:HEADER_BITS])
+        m.d.comb += [dec.header.eq(hdr), dec.status.eq(st), dec.cfg.eq(self.cfg), dec.dyn_base.eq(self.dyn_base)]
+        connect(m, dec.tag, wiring.flipped(self.tag))
+        kind, reason, err, clr_bit = dec.kind, dec.reason, self.err, self.tag_free
+        remote = Signal()           # an ERROR is taken this cycle
+        writing = Signal()          # committing a packet's payload
+        dropping = Signal()         # discarding a packet's remaining flits
+        left = Signal(len(st.n))
+        waddr = Signal(len(self.written.addr))
+        wtag = Signal(_TAG_BITS)
+        wfree = Signal()            # the packet lands through a tag: free it at the end
+        mw = self.mem_wr
+        m.d.comb += [mw.payload.addr.eq(waddr), mw.payload.data.eq(flit.payload),
+                     self.written.addr.eq(waddr), self.written.meta.eq(flit.payload[:len(self.written.meta)])]
+        with m.If(writing):
+            # Valid never waits on ready.
+            m.d.comb += mw.valid.eq(flit.valid & self.meta_room)
+            with m.If(mw.valid & mw.ready):
+                m.d.comb += [flit.ready.eq(1), self.written.valid.eq(1)]
+                m.d.sync += [waddr.eq(waddr + 1), left.eq(left - 1)]
+                with m.If(left == 1):
+                    m.d.sync += writing.eq(0)
+                    with m.If(wfree):
+                        m.d.comb += clr_bit.eq(Const(1, self.tags) << wtag)
+        with m.Elif(dropping):
+            m.d.comb += flit.ready.eq(1)
+            m.d.sync += left.eq(left - 1)
+            with m.If(left == 1):
+                m.d.sync += dropping.eq(0)
+        with m.Elif(self.status.valid):
+            # A packet's header: decide what to do with the whole packet.
+            m.d.comb += err.eq(reason)
+            take = Signal()
+
+            def do_drop():
+                m.d.comb += take.eq(1)
+                m.d.sync += [dropping.eq(st.n > 1), left.eq(st.n - 1)]
+
+            def do_read():
+                # Answer: fetch the rows and queue the response header (both queues must have room).
+                ok = self.fetch.ready & self.emit.ready
+                m.d.comb += [
+                    self.fetch.valid.eq(ok),
+                    self.fetch.payload.addr.eq(dec.land),
+                    self.fetch.payload.n.eq(hdr.length),
+                    self.emit.valid.eq(ok),
+                    self.emit.payload.header.eq(dec.rsp_header),
+                    self.emit.payload.n.eq(hdr.length),
+                    take.eq(ok),
+                ]
+
+            def do_fill():
+                # A TLB fill: one backing request to the memory manager (waits for it to be taken).
+                m.d.comb += [self.fill.valid.eq(1), take.eq(self.fill.ready)]
+
+            def do_error():
+                m.d.comb += [take.eq(1), err[RxError.REMOTE_ERROR].eq(1), remote.eq(1)]
+                with m.If(dec.tag.known):
+                    m.d.comb += clr_bit.eq(Const(1, self.tags) << hdr.tag)
+
+            def do_write():
+                m.d.comb += take.eq(1)
+                m.d.sync += [writing.eq(st.n > 1), left.eq(st.n - 1), waddr.eq(dec.land), wtag.eq(hdr.tag),
+                             wfree.eq(kind.land_tag)]
+                with m.If(kind.land_tag & (st.n == 1)):
+                    m.d.comb += clr_bit.eq(Const(1, self.tags) << hdr.tag)
+            _chain(m, [
+                (reason != 0, do_drop),
+                (kind.read if any(o in acc for o in _READS) else None, do_read),
+                (kind.fill if Opcode.TLB_FILL in acc else None, do_fill),
+                (kind.error if Opcode.ERROR in acc else None, do_error),
+                (True, do_write),
+            ])
+            m.d.comb += [self.status.ready.eq(take), flit.ready.eq(take)]
+
+        fp = self.fill.payload
+        m.d.comb += [fp.group.eq(hdr.route.dyn.group), fp.index.eq(hdr.route.dyn.index), fp.dst.eq(self.cfg.port),
+                     fp.src.eq(hdr.src), fp.tag.eq(hdr.tag)]
+        code = hdr.route.uni.code.as_value()
+        code_ix = Signal(range(N_REMOTE_CODES))
+        m.d.comb += code_ix.eq(Mux(code < N_REMOTE_CODES, code, 0))
+        m.d.comb += self.remote.eq(Cat(remote & (code_ix == k) for k in range(N_REMOTE_CODES)))
+        return m
+
+
+class _TokenWindow(wiring.Component):
+    """The token-window test of each ``written`` flit, one cycle after its write (a register stage: the
+    window arithmetic on the write's own cycle kept the 640 ps clock from closing). A row's metadata flit
+    (``cfg.meta_flit``) inside the window (``cfg.win_rows`` rows from ``cfg.win_base``) is pushed on
+    ``meta`` (:func:`_meta_layout`). ``room``: the meta queue (``level`` of ``depth`` entries) has room
+    for one more entry beside the one this stage may push (every write needs it)."""
+
+    def __init__(self, *, flit_width, experts, depth):
+        self.flit_width, self.experts, self.depth = flit_width, experts, depth
+        super().__init__({
+            "written": In(_written_layout(flit_width)),
+            "cfg": In(RxConfig),
+            "level": In(range(depth + 1)),
+            "room": Out(1),
+            "meta": Out(stream.Signature(_meta_layout())),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        fsh, abits, cfg = flit_shift(self.flit_width), flit_addr_bits(self.flit_width), self.cfg
+        wrote = Signal(data.StructLayout({"valid": 1, "rel": abits, "meta": len(self.written.meta)}))
+        m.d.sync += [wrote.valid.eq(self.written.valid), wrote.rel.eq(self.written.addr - (cfg.win_base >> fsh)),
+                     wrote.meta.eq(self.written.meta)]
+        sh = Signal(len(cfg.row_shift))
+        m.d.comb += sh.eq(cfg.row_shift - fsh)
+        row = Signal(abits)
+        m.d.comb += row.eq(wrote.rel >> sh)
+        in_row = Signal(abits)
+        m.d.comb += in_row.eq(wrote.rel & ~(Const(-1, abits) << sh))
+        m.d.comb += self.room.eq(self.level + wrote.valid < self.depth)
+        meta_in = self.meta.payload
+        for i in range(META_ENTRIES):
+            entry = wrote.meta[_META_ENTRY_BITS * i:_META_ENTRY_BITS * (i + 1)]
+            le = Signal(_META_EXPERT_BITS, name=f"meta_local{i}")
+            m.d.comb += [
+                le.eq(entry[:_META_EXPERT_BITS] - cfg.expert_base),
+                meta_in.local[i].eq(le),
+                meta_in.mask[i].eq(entry[_META_EXPERT_BITS] & (entry[:_META_EXPERT_BITS] >= cfg.expert_base) &
+                                   (le < self.experts)),
+            ]
+        m.d.comb += [meta_in.row.eq(row),
+                     self.meta.valid.eq(wrote.valid & (row < cfg.win_rows) & (in_row == cfg.meta_flit))]
+        return m
+
+
+class _ArrivalReporter(wiring.Component):
+    """Turns each queued token (``meta``) into one ``arrival`` per listed local expert, lowest entry
+    first, one per cycle: the expert's next slot (a bump pointer per expert, in arrival order; ``clear``
+    resets them) and its tile ``slot / tile_size``. A slot at ``max_slots`` or beyond is refused (strobes
+    ``slot_overflow``), not reported. The token leaves ``meta`` with its last entry."""
+
+    def __init__(self, *, experts, tile_size, max_slots):
+        self.experts, self.tile_size, self.max_slots = experts, tile_size, max_slots
+        super().__init__({
+            "meta": In(stream.Signature(_meta_layout())),
+            "clear": In(1),
+            "arrival": Out(stream.Signature(TokenArrival)),
+            "slot_overflow": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        head = self.meta.payload
+        lb = self.tile_size.bit_length() - 1
+        sb = self.max_slots.bit_length() - 1
+        local = [head.local[i] for i in range(META_ENTRIES)]
+        done = Signal(META_ENTRIES)
+        pending = Signal(META_ENTRIES)
+        m.d.comb += pending.eq(Mux(self.meta.valid, head.mask & ~done, 0))
+        any_pending, pick = first_set(m, pending, name="meta_pick")
+        pick_bit = Signal(META_ENTRIES)
+        m.d.comb += pick_bit.eq(Const(1, META_ENTRIES) << pick)
+        cur_e = Signal(EXPERT_BITS)
+        m.d.comb += cur_e.eq(local[0])
+        for i in range(1, META_ENTRIES):
+            with m.If(pick == i):
+                m.d.comb += cur_e.eq(local[i])
+        bump = [Signal(sb + 1, name=f"bump{e}") for e in range(self.experts)]
+        slot = Signal(sb + 1)
+        m.d.comb += slot.eq(bump[0])
+        for e in range(1, self.experts):
+            with m.If(cur_e == e):
+                m.d.comb += slot.eq(bump[e])
+        full = slot >= self.max_slots
+        a = self.arrival
+        m.d.comb += [
+            a.valid.eq(any_pending & ~full),
+            a.payload.expert.eq(cur_e),
+            a.payload.tile.eq(slot >> lb),
+            a.payload.slot.eq(slot),
+            a.payload.row.eq(head.row),
+        ]
+        consumed = Signal()          # the picked entry is done this cycle (reported or refused)
+        m.d.comb += consumed.eq(any_pending & (full | a.ready))
+        m.d.comb += self.slot_overflow.eq(any_pending & full)
+        last_one = (pending & ~pick_bit) == 0
+        with m.If(self.meta.valid & ((pending == 0) | (consumed & last_one))):
+            m.d.comb += self.meta.ready.eq(1)
+            m.d.sync += done.eq(0)
+        with m.Elif(consumed):
+            m.d.sync += done.eq(done | pick_bit)
+        for e in range(self.experts):
+            with m.If(self.clear):
+                m.d.sync += bump[e].eq(0)
+            with m.Elif(consumed & ~full & (cur_e == e)):
+                m.d.sync += bump[e].eq(bump[e] + 1)
+        return m
 
 
 class ReceivePath(wiring.Component):
@@ -275,302 +729,53 @@ class ReceivePath(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         W = self.flit_width
-        fsh = flit_shift(W)
-        abits = flit_addr_bits(W)
-        nbits = (self.credits).bit_length()
-        err = {e: Signal(name=f"err_{e.name.lower()}") for e in RxError}
-
-        # ------------------------------------------------------------ ingress: stage whole packets
-        # Every legal packet fits in the buffer (credits >= max_payload + 1). A packet still going at that
-        # length can never be staged whole: its stored part is queued for dropping at once (waiting for
-        # its end could deadlock: the buffer may be full) and the rest is discarded as it arrives; those
-        # flits had credits, which are owed back.
-        m.submodules.flits = flits = fifo.SyncFIFO(width=W, depth=self.credits)
-        status_l = data.StructLayout({"bad": 1, "long": 1, "n": nbits})
-        m.submodules.status = status = fifo.SyncFIFO(width=status_l.size, depth=self.credits)
-        rx = self.rx
-        limit = self.max_payload + 1
-        cnt = Signal(nbits)          # flits of the arriving packet stored so far
-        spoiled = Signal()           # a flit of the arriving packet was dropped
-        truncating = Signal()        # discarding the rest of an over-long packet
-        owed = Signal(range(self.credits + 1))
-        popped = Signal()
-        held = Signal(range(2 * self.credits + 2))
-        m.d.comb += held.eq(flits.level + owed)
-        no_credit = Signal()
-        m.d.comb += no_credit.eq(rx.valid & (held >= self.credits))
-        store = Signal()
-        m.d.comb += store.eq(rx.valid & ~no_credit & ~truncating)
-        discard = rx.valid & ~no_credit & truncating
-        too_long = store & (cnt == limit - 1) & ~rx.flit.last
-        m.d.comb += [
-            flits.w_data.eq(rx.flit.data),
-            flits.w_en.eq(store),
-            err[RxError.CREDIT_OVERFLOW].eq(no_credit),
-        ]
-        st_in = Signal(status_l)
-        with m.If(too_long):
-            m.d.comb += [status.w_en.eq(1), st_in.bad.eq(1), st_in.long.eq(1), st_in.n.eq(limit)]
-            m.d.sync += [cnt.eq(0), spoiled.eq(0), truncating.eq(1)]
-        with m.Elif(truncating):
-            with m.If(rx.valid & rx.flit.last):
-                m.d.sync += truncating.eq(0)
-        with m.Elif(rx.valid & rx.flit.last):
-            # A packet none of whose flits was stored leaves nothing to drop: no status entry.
-            m.d.comb += [st_in.bad.eq(spoiled | rx.flit.poison | no_credit), st_in.n.eq(cnt + store),
-                         status.w_en.eq((cnt + store) != 0)]
-            m.d.sync += [cnt.eq(0), spoiled.eq(0)]
-        with m.Elif(rx.valid):
-            m.d.sync += [cnt.eq(cnt + store), spoiled.eq(spoiled | no_credit)]
-        m.d.comb += status.w_data.eq(st_in)
-        # One credit per cycle: for a flit leaving the buffer, else for a discarded one.
-        m.d.comb += [popped.eq(flits.r_en & flits.r_rdy), rx.credit.eq(popped | (owed != 0))]
-        m.d.sync += owed.eq(owed + discard - (~popped & (owed != 0)))
-
-        # ------------------------------------------------------------ tag table (combine landings)
-        m.submodules.tagmem = tagmem = memory.Memory(shape=abits, depth=self.tags, init=[])
-        tag_w = tagmem.write_port()
-        tag_r = tagmem.read_port(domain="comb")
-        busy = Signal(self.tags)
-        m.d.comb += [
-            self.tag_busy.eq(busy),
-            self.tag_issue.ready.eq(1),
-            tag_w.addr.eq(self.tag_issue.payload.tag),
-            tag_w.data.eq(self.tag_issue.payload.addr >> fsh),
-            tag_w.en.eq(self.tag_issue.valid),
-        ]
-        set_bit = Signal(self.tags)
-        clr_bit = Signal(self.tags)
-        with m.If(self.tag_issue.valid & (self.tag_issue.payload.tag < self.tags)):
-            m.d.comb += set_bit.eq(Const(1, self.tags) << self.tag_issue.payload.tag)
-        m.d.sync += busy.eq((busy & ~clr_bit) | set_bit)
-
-        # ------------------------------------------------------------ read responder
+        m.submodules.stager = stager = _Stager(flit_width=W, credits=self.credits, max_payload=self.max_payload)
+        m.submodules.tag_table = tags = _TagTable(flit_width=W, tags=self.tags)
         m.submodules.builder = builder = PacketBuilder(flit_width=W, depth=self.read_depth)
+        m.submodules.commit = commit = _Commit(flit_width=W, credits=self.credits, max_payload=self.max_payload,
+                                               groups=self.groups, tags=self.tags, accept=self.accept)
+        m.submodules.window = window = _TokenWindow(flit_width=W, experts=self.experts, depth=_META_DEPTH)
+        m.submodules.metaq = metaq = fifo.SyncFIFO(width=_meta_layout().size, depth=_META_DEPTH)
+        m.submodules.arrivals = arrivals = _ArrivalReporter(experts=self.experts, tile_size=self.tile_size,
+                                                            max_slots=self.max_slots)
+        m.submodules.errors = errors = _EventCounters(len(RxError))
+        m.submodules.remote_counters = remote = _EventCounters(N_REMOTE_CODES)
+
+        # Packets: staged whole, then committed (memory writes, read answers, fills, tag landings).
+        connect(m, wiring.flipped(self.rx), stager.rx)
+        connect(m, stager.flit, commit.flit)
+        connect(m, stager.status, commit.status)
+        connect(m, wiring.flipped(self.tag_issue), tags.issue)
+        connect(m, commit.tag, tags.lookup)
+        connect(m, commit.fetch, builder.fetch)
+        connect(m, commit.emit, builder.emit)
         connect(m, builder.mem_rd, wiring.flipped(self.mem_rd))
         connect(m, builder.o, wiring.flipped(self.rsp))
-
-        # ------------------------------------------------------------ commit
-        hdr = HeaderLayout(flits.r_data[:HEADER_BITS])
-        st = data.View(status_l, status.r_data)
-        op = hdr.opcode
-        acc = _ACCEPT[self.accept]
-        is_land_addr = _one_of(m, "is_land_addr", op, _LAND_ADDR, acc)
-        is_land_tag = _one_of(m, "is_land_tag", op, _LAND_TAG, acc)
-        is_read = _one_of(m, "is_read", op, _READS, acc)
-        is_error = _one_of(m, "is_error", op, (Opcode.ERROR,), acc)
-        is_fill = _one_of(m, "is_fill", op, (Opcode.TLB_FILL,), acc)
-        expected_n = Signal(6)
-        m.d.comb += expected_n.eq(rtl_payload_flits(hdr) + 1)
-        tag_known = Signal()
+        connect(m, commit.mem_wr, wiring.flipped(self.mem_wr))
+        connect(m, commit.fill, wiring.flipped(self.fill))
         m.d.comb += [
-            tag_r.addr.eq(hdr.tag),
-            tag_known.eq((hdr.tag < self.tags) & busy.bit_select(hdr.tag[:max(1, (self.tags - 1).bit_length())], 1)),
+            commit.cfg.eq(self.cfg),
+            commit.dyn_base.eq(self.dyn_base),
+            tags.free.eq(commit.tag_free),
+            self.tag_busy.eq(tags.busy),
         ]
-        dyn_base = Signal(BYTE_ADDR_BITS)
-        m.d.comb += dyn_base.eq(self.dyn_base[hdr.route.dyn.group])
-        land = Signal(abits)
-        with m.If(op == Opcode.DYN_ST):
-            m.d.comb += land.eq(((dyn_base + (hdr.route.dyn.index << self.cfg.row_shift)) >> fsh) +
-                                hdr.route.dyn.offset)
-        with m.Elif(op == Opcode.MM_ST):
-            m.d.comb += land.eq(hdr.route.mm.addr >> fsh)
-        with m.Elif(is_land_tag):
-            m.d.comb += land.eq(tag_r.data)
-        with m.Else():
-            m.d.comb += land.eq(hdr.route.uni.addr >> fsh)
-
-        remote = Signal()           # an ERROR is taken this cycle
-        writing = Signal()          # committing a packet's payload
-        dropping = Signal()         # discarding a packet's remaining flits
-        left = Signal(nbits)
-        waddr = Signal(abits)
-        wtag = Signal(8)
-        wfree = Signal()            # the packet lands through a tag: free it at the end
-
-        # Token-window test of a written flit, one cycle after its write (a register stage: the window
-        # arithmetic on the write's own cycle kept the 640 ps clock from closing). Every write needs room
-        # for a metadata entry: the one the stage may push plus its own.
-        wrote = Signal(data.StructLayout({"valid": 1, "rel": abits, "meta": 16 * META_ENTRIES}))
-        sh = Signal(6)
-        m.d.comb += sh.eq(self.cfg.row_shift - fsh)
-        row = Signal(abits)
-        m.d.comb += row.eq(wrote.rel >> sh)
-        in_row = Signal(abits)
-        m.d.comb += in_row.eq(wrote.rel & ~(Const(-1, abits) << sh))
-        is_meta = Signal()
-        m.d.comb += is_meta.eq(wrote.valid & (row < self.cfg.win_rows) & (in_row == self.cfg.meta_flit))
-        # The queue holds each token's row and its listed experts already made local (id - expert_base,
-        # with a mask of the ones hosted here), so the arrival side starts from registers.
-        meta_l = data.StructLayout({"row": 18, "mask": META_ENTRIES,
-                                    "local": data.ArrayLayout(8, META_ENTRIES)})
-        m.submodules.metaq = metaq = fifo.SyncFIFO(width=meta_l.size, depth=3)
-        meta_room = Signal()
-        m.d.comb += meta_room.eq(metaq.level + wrote.valid < metaq.depth)
-        meta_in = Signal(meta_l)
-        for i in range(META_ENTRIES):
-            entry = wrote.meta[16 * i:16 * i + 16]
-            le = Signal(_META_EXPERT_BITS, name=f"meta_local{i}")
-            m.d.comb += [
-                le.eq(entry[:_META_EXPERT_BITS] - self.cfg.expert_base),
-                meta_in.local[i].eq(le),
-                meta_in.mask[i].eq(entry[15] & (entry[:_META_EXPERT_BITS] >= self.cfg.expert_base) &
-                                   (le < self.experts)),
-            ]
-        m.d.comb += [meta_in.row.eq(row), metaq.w_data.eq(meta_in), metaq.w_en.eq(is_meta)]
-        m.d.sync += [wrote.valid.eq(0), wrote.rel.eq(waddr - (self.cfg.win_base >> fsh)),
-                     wrote.meta.eq(flits.r_data[:16 * META_ENTRIES])]
-
-        mw = self.mem_wr
-        m.d.comb += [mw.payload.addr.eq(waddr), mw.payload.data.eq(flits.r_data)]
-        # The response to a READ / RED_READ.
-        typed = op == Opcode.RED_READ
-        job_hdr = Signal(HEADER_BITS)
-        m.d.comb += job_hdr.eq(header_value(
-            opcode=Mux(typed, Opcode.RED_READ_RESP.value, Opcode.READ_RESP.value), src=self.cfg.port,
-            tag=hdr.tag, length=hdr.length, etype=Mux(typed, hdr.etype.as_value(), 0),
-            redop=Mux(typed, hdr.redop.as_value(), 0), dst=hdr.src, xtag=hdr.route.uni.xtag))
-        with m.If(writing):
-            # Valid never waits on ready.
-            m.d.comb += mw.valid.eq(flits.r_rdy & meta_room)
-            with m.If(mw.valid & mw.ready):
-                m.d.comb += flits.r_en.eq(1)
-                m.d.sync += [waddr.eq(waddr + 1), left.eq(left - 1), wrote.valid.eq(1)]
-                with m.If(left == 1):
-                    m.d.sync += writing.eq(0)
-                    with m.If(wfree):
-                        m.d.comb += clr_bit.eq(Const(1, self.tags) << wtag)
-        with m.Elif(dropping):
-            m.d.comb += flits.r_en.eq(1)
-            m.d.sync += left.eq(left - 1)
-            with m.If(left == 1):
-                m.d.sync += dropping.eq(0)
-        with m.Elif(status.r_rdy):
-            # A packet's header: decide what to do with the whole packet.
-            reason = Signal(len(RxError))
-            acc_tag = any(o in acc for o in _LAND_TAG)
-
-            def set_reason(value):
-                def body():
-                    m.d.comb += reason.eq(value)
-                return body
-            # Only the branches this instance can take: a branch on a constant-0 condition becomes a
-            # constant case pattern in the generated Verilog (a lint failure).
-            _chain(m, [
-                (st.long, set_reason(Mux(hdr.length > self.max_payload, 1 << RxError.BAD_LENGTH,
-                                         1 << RxError.LENGTH_MISMATCH))),
-                (st.bad, set_reason(1 << RxError.POISONED)),
-                (~(is_land_addr | is_land_tag | is_read | is_error | is_fill),
-                 set_reason(1 << RxError.UNKNOWN_OPCODE)),
-                (hdr.length > self.max_payload, set_reason(1 << RxError.BAD_LENGTH)),
-                (st.n != expected_n, set_reason(1 << RxError.LENGTH_MISMATCH)),
-                ((op == Opcode.DYN_ST) & (hdr.route.dyn.group >= self.groups) if Opcode.DYN_ST in acc else None,
-                 set_reason(1 << RxError.BAD_GROUP)),
-                (is_land_tag & ~tag_known if acc_tag else None, set_reason(1 << RxError.UNKNOWN_TAG)),
-            ])
-            for e in (RxError.POISONED, RxError.UNKNOWN_OPCODE, RxError.BAD_LENGTH, RxError.LENGTH_MISMATCH,
-                      RxError.BAD_GROUP, RxError.UNKNOWN_TAG):
-                m.d.comb += err[e].eq(reason[e])
-            take = Signal()
-
-            def do_drop():
-                m.d.comb += take.eq(1)
-                m.d.sync += [dropping.eq(st.n > 1), left.eq(st.n - 1)]
-
-            def do_read():
-                # Answer: fetch the rows and queue the response header (both queues must have room).
-                ok = builder.fetch.ready & builder.emit.ready
-                m.d.comb += [
-                    builder.fetch.valid.eq(ok),
-                    builder.fetch.payload.addr.eq(land),
-                    builder.fetch.payload.n.eq(hdr.length),
-                    builder.emit.valid.eq(ok),
-                    builder.emit.payload.header.eq(job_hdr),
-                    builder.emit.payload.n.eq(hdr.length),
-                    take.eq(ok),
-                ]
-
-            def do_fill():
-                # A TLB fill: one backing request to the memory manager (waits for it to be taken).
-                m.d.comb += [self.fill.valid.eq(1), take.eq(self.fill.ready)]
-
-            def do_error():
-                m.d.comb += [take.eq(1), err[RxError.REMOTE_ERROR].eq(1), remote.eq(1)]
-                with m.If(tag_known):
-                    m.d.comb += clr_bit.eq(Const(1, self.tags) << hdr.tag)
-
-            def do_write():
-                m.d.comb += take.eq(1)
-                m.d.sync += [writing.eq(st.n > 1), left.eq(st.n - 1), waddr.eq(land), wtag.eq(hdr.tag),
-                             wfree.eq(is_land_tag)]
-                with m.If(is_land_tag & (st.n == 1)):
-                    m.d.comb += clr_bit.eq(Const(1, self.tags) << hdr.tag)
-            _chain(m, [
-                (reason != 0, do_drop),
-                (is_read if any(o in acc for o in _READS) else None, do_read),
-                (is_fill if Opcode.TLB_FILL in acc else None, do_fill),
-                (is_error if Opcode.ERROR in acc else None, do_error),
-                (True, do_write),
-            ])
-            m.d.comb += [status.r_en.eq(take), flits.r_en.eq(take)]
-
-        fp = self.fill.payload
-        m.d.comb += [fp.group.eq(hdr.route.dyn.group), fp.index.eq(hdr.route.dyn.index), fp.dst.eq(self.cfg.port),
-                     fp.src.eq(hdr.src), fp.tag.eq(hdr.tag)]
-        code = hdr.route.uni.code.as_value()
-        code_ix = Signal(range(N_REMOTE_CODES))
-        m.d.comb += code_ix.eq(Mux(code < N_REMOTE_CODES, code, 0))
-        for k in range(N_REMOTE_CODES):
-            with m.If(remote & (code_ix == k)):
-                m.d.sync += self.remote_codes[k].eq(self.remote_codes[k] + 1)
-
-        # ------------------------------------------------------------ token arrivals
-        head = data.View(meta_l, metaq.r_data)
-        lb = self.tile_size.bit_length() - 1
-        sb = self.max_slots.bit_length() - 1
-        local = [head.local[i] for i in range(META_ENTRIES)]
-        done = Signal(META_ENTRIES)
-        pending = Signal(META_ENTRIES)
-        m.d.comb += pending.eq(Mux(metaq.r_rdy, head.mask & ~done, 0))
-        any_pending, pick = first_set(m, pending, name="meta_pick")
-        pick_bit = Signal(META_ENTRIES)
-        m.d.comb += pick_bit.eq(Const(1, META_ENTRIES) << pick)
-        cur_e = Signal(8)
-        m.d.comb += cur_e.eq(local[0])
-        for i in range(1, META_ENTRIES):
-            with m.If(pick == i):
-                m.d.comb += cur_e.eq(local[i])
-        bump = [Signal(sb + 1, name=f"bump{e}") for e in range(self.experts)]
-        slot = Signal(sb + 1)
-        m.d.comb += slot.eq(bump[0])
-        for e in range(1, self.experts):
-            with m.If(cur_e == e):
-                m.d.comb += slot.eq(bump[e])
-        full = slot >= self.max_slots
-        a = self.arrival
+        # Token arrivals: written flits -> window test -> metadata queue -> one report per local expert.
+        connect(m, window.meta, metaq.w_stream)
+        connect(m, metaq.r_stream, arrivals.meta)
+        connect(m, arrivals.arrival, wiring.flipped(self.arrival))
         m.d.comb += [
-            a.valid.eq(any_pending & ~full),
-            a.payload.expert.eq(cur_e),
-            a.payload.tile.eq(slot >> lb),
-            a.payload.slot.eq(slot),
-            a.payload.row.eq(head.row),
+            window.written.eq(commit.written),
+            window.cfg.eq(self.cfg),
+            window.level.eq(metaq.level),
+            commit.meta_room.eq(window.room),
+            arrivals.clear.eq(self.clear),
         ]
-        consumed = Signal()          # the picked entry is done this cycle (reported or refused)
-        m.d.comb += consumed.eq(any_pending & (full | a.ready))
-        m.d.comb += err[RxError.SLOT_OVERFLOW].eq(any_pending & full)
-        last_one = (pending & ~pick_bit) == 0
-        with m.If(metaq.r_rdy & ((pending == 0) | (consumed & last_one))):
-            m.d.comb += metaq.r_en.eq(1)
-            m.d.sync += done.eq(0)
-        with m.Elif(consumed):
-            m.d.sync += done.eq(done | pick_bit)
-        for e in range(self.experts):
-            with m.If(self.clear):
-                m.d.sync += bump[e].eq(0)
-            with m.Elif(consumed & ~full & (cur_e == e)):
-                m.d.sync += bump[e].eq(bump[e] + 1)
-
-        for e, sig in err.items():
-            with m.If(sig):
-                m.d.sync += self.err_count[e].eq(self.err_count[e] + 1)
+        # Counters.
+        m.d.comb += [
+            errors.strobe.eq(commit.err | (stager.credit_overflow << RxError.CREDIT_OVERFLOW) |
+                             (arrivals.slot_overflow << RxError.SLOT_OVERFLOW)),
+            self.err_count.eq(errors.count),
+            remote.strobe.eq(commit.remote),
+            self.remote_codes.eq(remote.count),
+        ]
         return m

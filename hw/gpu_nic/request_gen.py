@@ -47,16 +47,16 @@ Contract
 
 import enum as py_enum
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out, connect
 
 from ..arbiter import first_set
 from ..credit import CreditSender, credit_link_signature
-from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, MAX_LENGTH, MAX_PORTS, EType, HeaderLayout, Opcode,
-                      RedOp, flit_layout)
+from ..packet import (DEFAULT_FLIT_WIDTH, MAX_LENGTH, MAX_PORTS, EType, HeaderLayout, Opcode, RedOp,
+                      flit_layout)
 from .memory_if import BYTE_ADDR_BITS, flit_shift, mem_read_signature
-from .packet_builder import PacketBuilder
+from .packet_builder import PacketBuilder, emit_layout, fetch_layout
 
 __all__ = ["DescOp", "Descriptor", "GenConfig", "TagIssue", "DescError", "RequestGenerator", "MAX_ROW_FLITS"]
 
@@ -96,6 +96,172 @@ class DescError(py_enum.IntEnum):
     BAD_LENGTH = 1
     BAD_TYPE = 2
     BAD_GROUP = 3
+
+
+_OFF_BITS = data.Layout.cast(Descriptor)["length"].width     # a flit offset within a row
+_N_BITS = data.Layout.cast(HeaderLayout)["length"].width      # flits in one packet
+
+
+class _Planner(wiring.Component):
+    """The descriptor walker: takes a descriptor (checked at intake; a bad one is dropped and counted in
+    ``err_count``) and cuts its row into packets of at most ``max_payload`` flits, one packet command per
+    cycle: a header on ``emit``, for a store the payload read on ``fetch``, for a reduction load the tag
+    binding on ``bind`` (it waits for a free tag, ``tag_busy``). Unicast mode (``cfg.unicast``) repeats
+    the row for each destination in the mask, lowest first. A new descriptor may load in the cycle the
+    previous one finishes."""
+
+    def __init__(self, *, ports, flit_width, max_payload, groups, tags):
+        self.ports, self.flit_width, self.max_payload, self.groups, self.tags = (
+            ports, flit_width, max_payload, groups, tags)
+        super().__init__({
+            "desc": In(stream.Signature(Descriptor)),
+            "cfg": In(GenConfig),
+            "rbase": In(data.ArrayLayout(BYTE_ADDR_BITS, groups)),
+            "tag_busy": In(tags),
+            "emit": Out(stream.Signature(emit_layout())),
+            "fetch": Out(stream.Signature(fetch_layout(flit_width))),
+            "bind": Out(stream.Signature(TagIssue)),
+            "err_count": Out(data.ArrayLayout(32, len(DescError))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        fsh = flit_shift(self.flit_width)
+        P = self.max_payload
+        busy = Signal()
+        d = Signal(Descriptor)              # the descriptor being walked
+        rem = Signal(self.ports)            # destinations still to do (unicast)
+        off = Signal(_OFF_BITS)             # flit offset of the next packet in the row
+        copy_base = Signal(BYTE_ADDR_BITS)  # unicast LD_REDUCE: landing address of this copy
+        next_tag = Signal(range(self.tags))
+        unicast = self.cfg.unicast
+
+        left = Signal(_OFF_BITS)
+        n = Signal(_N_BITS)
+        m.d.comb += [
+            left.eq(d.length - off),
+            n.eq(Mux(left > P, P, left)),
+        ]
+        _, dst = first_set(m, rem, name="dst")
+        dst_bit = Signal(self.ports)
+        m.d.comb += dst_bit.eq(Const(1, self.ports) << dst)
+        is_st = d.op == DescOp.STORE
+        row_done = (off + n) >= d.length
+        final = row_done & (~unicast | ((rem & ~dst_bit) == 0))
+
+        # Addresses.
+        rbase = Signal(BYTE_ADDR_BITS)
+        m.d.comb += rbase.eq(self.rbase[d.group])
+        remote = Signal(BYTE_ADDR_BITS)
+        m.d.comb += remote.eq(rbase + (d.index << self.cfg.row_shift) + (off << fsh))
+        land = Signal(BYTE_ADDR_BITS)
+        m.d.comb += land.eq(Mux(unicast, copy_base, d.addr) + (off << fsh))
+
+        hdr = Signal(HeaderLayout)
+        m.d.comb += [hdr.src.eq(self.cfg.port), hdr.length.eq(n)]
+        with m.If(unicast):
+            m.d.comb += [
+                hdr.opcode.eq(Mux(is_st, Opcode.WRITE, Opcode.READ)),
+                hdr.route.uni.dst.eq(dst),
+                hdr.route.uni.addr.eq(remote),
+                hdr.tag.eq(Mux(is_st, 0, next_tag)),
+            ]
+        with m.Else():
+            m.d.comb += [
+                hdr.opcode.eq(Mux(is_st, Opcode.DYN_ST, Opcode.DYN_LD_REDUCE)),
+                hdr.route.dyn.group.eq(d.group),
+                hdr.route.dyn.mask.eq(d.mask),
+                hdr.route.dyn.index.eq(d.index),
+                hdr.route.dyn.offset.eq(off),
+            ]
+            with m.If(~is_st):
+                m.d.comb += [hdr.tag.eq(next_tag), hdr.etype.eq(d.etype), hdr.redop.eq(d.redop)]
+
+        # One packet command per cycle when everything it needs has room.
+        tag_free = ~self.tag_busy.bit_select(next_tag, 1)
+        can = Signal()
+        m.d.comb += can.eq(busy & self.emit.ready &
+                           Mux(is_st, self.fetch.ready, tag_free & self.bind.ready))
+        m.d.comb += [
+            self.emit.valid.eq(can),
+            self.emit.payload.header.eq(hdr),
+            self.emit.payload.n.eq(Mux(is_st, n, 0)),
+            self.fetch.valid.eq(can & is_st),
+            self.fetch.payload.addr.eq((d.addr >> fsh) + off),
+            self.fetch.payload.n.eq(n),
+            self.bind.valid.eq(can & ~is_st),
+            self.bind.payload.tag.eq(next_tag),
+            self.bind.payload.addr.eq(land),
+        ]
+        with m.If(can):
+            with m.If(~is_st):
+                m.d.sync += next_tag.eq(next_tag + 1)
+            with m.If(row_done):
+                m.d.sync += [off.eq(0), rem.eq(rem & ~dst_bit),
+                             copy_base.eq(copy_base + (d.length << fsh))]
+            with m.Else():
+                m.d.sync += off.eq(off + n)
+            with m.If(final):
+                m.d.sync += busy.eq(0)
+
+        # Descriptor intake.
+        nd = self.desc.payload
+        m.d.comb += self.desc.ready.eq(~busy | (can & final))
+        bad_mask = (nd.mask == 0) | ((nd.mask >> self.ports) != 0)
+        bad_len = (nd.length == 0) | (nd.length > MAX_ROW_FLITS)
+        bad_type = (nd.op == DescOp.LD_REDUCE) & (
+            (nd.etype.as_value() > max(e.value for e in EType)) | (nd.redop.as_value() > max(r.value for r in RedOp)))
+        bad_group = unicast & (nd.group >= self.groups)
+        take = self.desc.valid & self.desc.ready
+        errs = {DescError.BAD_MASK: bad_mask, DescError.BAD_LENGTH: ~bad_mask & bad_len,
+                DescError.BAD_TYPE: ~bad_mask & ~bad_len & bad_type,
+                DescError.BAD_GROUP: ~bad_mask & ~bad_len & ~bad_type & bad_group}
+        ok = ~(bad_mask | bad_len | bad_type | bad_group)
+        for code, cond in errs.items():
+            with m.If(take & cond):
+                m.d.sync += self.err_count[code].eq(self.err_count[code] + 1)
+        with m.If(take & ok):
+            m.d.sync += [busy.eq(1), d.eq(nd), rem.eq(nd.mask[:self.ports]), off.eq(0), copy_base.eq(nd.addr)]
+        return m
+
+
+class _UplinkMerge(wiring.Component):
+    """Generated packets (``gen``) and ``aux`` packets onto ``o``, packet by packet, round-robin when both
+    wait. The choice is held while its flit waits for ``o.ready`` and through the packet (gaps included)
+    until its last flit has gone."""
+
+    def __init__(self, *, flit_width):
+        super().__init__({
+            "gen": In(stream.Signature(flit_layout(flit_width))),
+            "aux": In(stream.Signature(flit_layout(flit_width))),
+            "o": Out(stream.Signature(flit_layout(flit_width))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        srcs, out = [self.gen, self.aux], self.o
+        lock = Signal(2)          # 1 = generated packet, 2 = aux packet, 0 = choose at the next header
+        prefer_aux = Signal()
+        pick = Signal(2)
+        with m.If(lock != 0):
+            m.d.comb += pick.eq(lock)
+        with m.Elif(srcs[0].valid & srcs[1].valid):
+            m.d.comb += pick.eq(Mux(prefer_aux, 2, 1))
+        with m.Elif(srcs[0].valid):
+            m.d.comb += pick.eq(1)
+        with m.Elif(srcs[1].valid):
+            m.d.comb += pick.eq(2)
+        for k, s in enumerate(srcs, start=1):
+            with m.If(pick == k):
+                m.d.comb += [out.valid.eq(s.valid), out.payload.eq(s.payload), s.ready.eq(out.ready)]
+        moved = out.valid & out.ready
+        with m.If(moved):
+            m.d.sync += lock.eq(Mux(out.payload.last, 0, pick))
+        with m.Elif(out.valid):
+            m.d.sync += lock.eq(pick)
+        with m.If(moved & out.payload.last):
+            m.d.sync += prefer_aux.eq(pick == 1)
+        return m
 
 
 class RequestGenerator(wiring.Component):
@@ -153,142 +319,31 @@ class RequestGenerator(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        fsh = flit_shift(self.flit_width)
-        P = self.max_payload
+        m.submodules.planner = planner = _Planner(ports=self.ports, flit_width=self.flit_width,
+                                                  max_payload=self.max_payload, groups=self.groups, tags=self.tags)
         m.submodules.builder = builder = PacketBuilder(flit_width=self.flit_width, depth=self.fetch_depth)
         m.submodules.tagq = tagq = fifo.SyncFIFO(width=data.Layout.cast(TagIssue).size, depth=2)
+        m.submodules.merge = merge = _UplinkMerge(flit_width=self.flit_width)
+
+        connect(m, wiring.flipped(self.desc), planner.desc)
         m.d.comb += [
-            self.tag_issue.valid.eq(tagq.r_rdy),
-            self.tag_issue.payload.eq(tagq.r_data),
-            tagq.r_en.eq(self.tag_issue.ready),
+            planner.cfg.eq(self.cfg),
+            planner.rbase.eq(self.rbase),
+            planner.tag_busy.eq(self.tag_busy),
+            self.err_count.eq(planner.err_count),
         ]
+        connect(m, planner.emit, builder.emit)
+        connect(m, planner.fetch, builder.fetch)
+        connect(m, planner.bind, tagq.w_stream)
+        connect(m, tagq.r_stream, wiring.flipped(self.tag_issue))
         connect(m, builder.mem_rd, wiring.flipped(self.mem_rd))
-
-        # ------------------------------------------------------------ descriptor walker (the planner)
-        busy = Signal()
-        d = Signal(Descriptor)              # the descriptor being walked
-        rem = Signal(self.ports)            # destinations still to do (unicast)
-        off = Signal(11)                    # flit offset of the next packet in the row
-        copy_base = Signal(BYTE_ADDR_BITS)  # unicast LD_REDUCE: landing address of this copy
-        next_tag = Signal(range(self.tags))
-        unicast = self.cfg.unicast
-
-        left = Signal(11)
-        n = Signal(5)
-        m.d.comb += [
-            left.eq(d.length - off),
-            n.eq(Mux(left > P, P, left)),
-        ]
-        _, dst = first_set(m, rem, name="dst")
-        dst_bit = Signal(self.ports)
-        m.d.comb += dst_bit.eq(Const(1, self.ports) << dst)
-        is_st = d.op == DescOp.STORE
-        row_done = (off + n) >= d.length
-        final = row_done & (~unicast | ((rem & ~dst_bit) == 0))
-
-        # Addresses.
-        rbase = Signal(BYTE_ADDR_BITS)
-        m.d.comb += rbase.eq(self.rbase[d.group])
-        remote = Signal(BYTE_ADDR_BITS)
-        m.d.comb += remote.eq(rbase + (d.index << self.cfg.row_shift) + (off << fsh))
-        land = Signal(BYTE_ADDR_BITS)
-        m.d.comb += land.eq(Mux(unicast, copy_base, d.addr) + (off << fsh))
-
-        hdr = Signal(HeaderLayout)
-        m.d.comb += [hdr.src.eq(self.cfg.port), hdr.length.eq(n)]
-        with m.If(unicast):
-            m.d.comb += [
-                hdr.opcode.eq(Mux(is_st, Opcode.WRITE, Opcode.READ)),
-                hdr.route.uni.dst.eq(dst),
-                hdr.route.uni.addr.eq(remote),
-                hdr.tag.eq(Mux(is_st, 0, next_tag)),
-            ]
-        with m.Else():
-            m.d.comb += [
-                hdr.opcode.eq(Mux(is_st, Opcode.DYN_ST, Opcode.DYN_LD_REDUCE)),
-                hdr.route.dyn.group.eq(d.group),
-                hdr.route.dyn.mask.eq(d.mask),
-                hdr.route.dyn.index.eq(d.index),
-                hdr.route.dyn.offset.eq(off),
-            ]
-            with m.If(~is_st):
-                m.d.comb += [hdr.tag.eq(next_tag), hdr.etype.eq(d.etype), hdr.redop.eq(d.redop)]
-
-        # One packet command per cycle when everything it needs has room.
-        tag_free = ~self.tag_busy.bit_select(next_tag, 1)
-        can = Signal()
-        m.d.comb += can.eq(busy & builder.emit.ready &
-                           Mux(is_st, builder.fetch.ready, tag_free & tagq.w_rdy))
-        m.d.comb += [
-            builder.emit.valid.eq(can),
-            builder.emit.payload.header.eq(hdr),
-            builder.emit.payload.n.eq(Mux(is_st, n, 0)),
-            builder.fetch.valid.eq(can & is_st),
-            builder.fetch.payload.addr.eq((d.addr >> fsh) + off),
-            builder.fetch.payload.n.eq(n),
-            tagq.w_en.eq(can & ~is_st),
-        ]
-        binding = Signal(TagIssue)
-        m.d.comb += [binding.tag.eq(next_tag), binding.addr.eq(land), tagq.w_data.eq(binding)]
-        with m.If(can):
-            with m.If(~is_st):
-                m.d.sync += next_tag.eq(next_tag + 1)
-            with m.If(row_done):
-                m.d.sync += [off.eq(0), rem.eq(rem & ~dst_bit),
-                             copy_base.eq(copy_base + (d.length << fsh))]
-            with m.Else():
-                m.d.sync += off.eq(off + n)
-            with m.If(final):
-                m.d.sync += busy.eq(0)
-
-        # Descriptor intake: a new descriptor may load in the cycle the previous one finishes.
-        nd = self.desc.payload
-        m.d.comb += self.desc.ready.eq(~busy | (can & final))
-        bad_mask = (nd.mask == 0) | ((nd.mask >> self.ports) != 0)
-        bad_len = (nd.length == 0) | (nd.length > MAX_ROW_FLITS)
-        bad_type = (nd.op == DescOp.LD_REDUCE) & (
-            (nd.etype.as_value() > max(e.value for e in EType)) | (nd.redop.as_value() > max(r.value for r in RedOp)))
-        bad_group = unicast & (nd.group >= self.groups)
-        take = self.desc.valid & self.desc.ready
-        errs = {DescError.BAD_MASK: bad_mask, DescError.BAD_LENGTH: ~bad_mask & bad_len,
-                DescError.BAD_TYPE: ~bad_mask & ~bad_len & bad_type,
-                DescError.BAD_GROUP: ~bad_mask & ~bad_len & ~bad_type & bad_group}
-        ok = ~(bad_mask | bad_len | bad_type | bad_group)
-        for code, cond in errs.items():
-            with m.If(take & cond):
-                m.d.sync += self.err_count[code].eq(self.err_count[code] + 1)
-        with m.If(take & ok):
-            m.d.sync += [busy.eq(1), d.eq(nd), rem.eq(nd.mask[:self.ports]), off.eq(0), copy_base.eq(nd.addr)]
-
-        # ------------------------------------------------------------ uplink: merge with aux, credits
+        # Uplink: generated and aux packets merged, then (credit link) a credit sender.
+        connect(m, builder.o, merge.gen)
+        connect(m, wiring.flipped(self.aux), merge.aux)
         if self.link == "credit":
             m.submodules.sender = sender = CreditSender(credits=self.credits, flit_width=self.flit_width)
+            connect(m, merge.o, sender.i)
             connect(m, sender.link, wiring.flipped(self.tx))
-            out = sender.i
         else:
-            out = self.tx
-        srcs = [builder.o, self.aux]
-        lock = Signal(2)          # 1 = generated packet, 2 = aux packet, 0 = choose at the next header
-        prefer_aux = Signal()
-        pick = Signal(2)
-        with m.If(lock != 0):
-            m.d.comb += pick.eq(lock)
-        with m.Elif(srcs[0].valid & srcs[1].valid):
-            m.d.comb += pick.eq(Mux(prefer_aux, 2, 1))
-        with m.Elif(srcs[0].valid):
-            m.d.comb += pick.eq(1)
-        with m.Elif(srcs[1].valid):
-            m.d.comb += pick.eq(2)
-        for k, s in enumerate(srcs, start=1):
-            with m.If(pick == k):
-                m.d.comb += [out.valid.eq(s.valid), out.payload.eq(s.payload), s.ready.eq(out.ready)]
-        moved = out.valid & out.ready
-        # Hold the choice while its flit waits for a credit, and through the packet (gaps included) until
-        # its last flit has gone.
-        with m.If(moved):
-            m.d.sync += lock.eq(Mux(out.payload.last, 0, pick))
-        with m.Elif(out.valid):
-            m.d.sync += lock.eq(pick)
-        with m.If(moved & out.payload.last):
-            m.d.sync += prefer_aux.eq(pick == 1)
+            connect(m, merge.o, wiring.flipped(self.tx))
         return m

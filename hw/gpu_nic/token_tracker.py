@@ -60,20 +60,22 @@ The cycle-exact Python twin is :class:`sim_models.scheduler.TileTableModel`.
 import enum as py_enum
 from types import SimpleNamespace
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, enum, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["TileArrival", "TileCmdOp", "TileCommand", "TileReady", "TokenRelease", "TileState",
-           "TrackerError", "TokenTracker", "COUNT_BITS"]
+           "TrackerError", "TokenTracker", "COUNT_BITS", "EXPERT_BITS", "TILE_BITS"]
 
 COUNT_BITS = 16     # width of token counts on the interfaces (totals up to 65535 tokens per expert)
+EXPERT_BITS = 8     # a local expert on the interfaces (experts <= 256)
+TILE_BITS = 8       # a tile of an expert on the interfaces (tiles <= 256)
 
 
 class TileArrival(data.Struct):
     """One token has arrived for ``tile`` of local expert ``expert``."""
-    expert: 8
-    tile: 8
+    expert: EXPERT_BITS
+    tile: TILE_BITS
 
 
 class TileCmdOp(enum.Enum, shape=2):
@@ -85,22 +87,22 @@ class TileCmdOp(enum.Enum, shape=2):
 
 class TileCommand(data.Struct):
     op: TileCmdOp
-    expert: 8
-    tile: 8
+    expert: EXPERT_BITS
+    tile: TILE_BITS
     count: COUNT_BITS
 
 
 class TileReady(data.Struct):
     """A tile ready for GEMM-1, with its token count (``tile_size`` except a partial last tile)."""
-    expert: 8
-    tile: 8
+    expert: EXPERT_BITS
+    tile: TILE_BITS
     count: COUNT_BITS
 
 
 class TokenRelease(data.Struct):
     """Token ``slot`` of (``expert``, ``tile``) may be combined; ``last`` marks the tile's final token."""
-    expert: 8
-    tile: 8
+    expert: EXPERT_BITS
+    tile: TILE_BITS
     slot: COUNT_BITS
     last: 1
 
@@ -124,8 +126,14 @@ class TrackerError(py_enum.IntEnum):
 
 # Internal operation codes of the table pipeline.
 _OP_ARRIVE, _OP_EXPECT, _OP_DONE, _OP_RETIRE, _OP_CLEAR, _OP_ISSUED = range(6)
+_OP_BITS = 3
 _CMD_TO_OP = {TileCmdOp.EXPECT: _OP_EXPECT, TileCmdOp.DONE: _OP_DONE, TileCmdOp.RETIRE: _OP_RETIRE,
               TileCmdOp.CLEAR: _OP_CLEAR}
+
+# A tile whose last token has been released (the release walker tells the table to mark it issued).
+_Issued = data.StructLayout({"valid": 1, "expert": EXPERT_BITS, "tile": TILE_BITS})
+# Per-expert total, stored once the count exchange gives it.
+_Total = data.StructLayout({"known": 1, "total": COUNT_BITS})
 
 
 def _log2_exact(value, name, lo, hi):
@@ -134,94 +142,68 @@ def _log2_exact(value, name, lo, hi):
     return value.bit_length() - 1
 
 
-class TokenTracker(wiring.Component):
-    """Tile Status Table: ``experts`` local experts x ``tiles`` tiles of ``tile_size`` tokens.
+class _Geometry:
+    """The table's shape, derived once from the tracker's parameters and shared by its stages."""
 
-    Parameters: ``experts`` (1..256, power of two), ``tiles`` (tiles per expert, 1..256, power of two;
-    ``experts * tiles`` >= 2 is the table depth), ``tile_size`` (1..16384 tokens, power of two, default
-    128), ``ready_depth`` and ``release_depth`` (output queue entries, 2..64).
-
-    Ports: ``arrival``, ``cmd`` (streams in), ``ready``, ``release`` (streams out), ``err_count``
-    (32-bit counter per :class:`TrackerError`). Latency: arrival accepted at t -> ``ready`` valid at t+2;
-    ``DONE`` accepted at t -> first ``release`` at t+2. Throughput: one table operation per cycle.
-    """
-
-    _forward = True     # the read-modify-write forwarding (False only in a formal mutant)
-
-    def __init__(self, *, experts: int = 32, tiles: int = 16, tile_size: int = 128, ready_depth: int = 4,
-                 release_depth: int = 4):
+    def __init__(self, experts, tiles, tile_size, ready_depth, release_depth):
+        self.E, self.T, self.L = experts, tiles, tile_size
         self.eb = _log2_exact(experts, "experts", 1, 256)
         self.tb = _log2_exact(tiles, "tiles", 1, 256)
         self.lb = _log2_exact(tile_size, "tile_size", 1, 16384)
-        if experts * tiles < 2:
-            raise ValueError(f"the table needs at least 2 entries (experts * tiles), got {experts * tiles}")
-        for name, v in (("ready_depth", ready_depth), ("release_depth", release_depth)):
-            if not isinstance(v, int) or not 2 <= v <= 64:
-                raise ValueError(f"{name} must be an integer in 2..64, got {v!r}")
-        self.experts = experts
-        self.tiles = tiles
-        self.tile_size = tile_size
-        self.ready_depth = ready_depth
-        self.release_depth = release_depth
+        self.ready_depth, self.release_depth = ready_depth, release_depth
         self.depth = experts * tiles
+        self.idx_w = self.eb + self.tb                   # table address: {expert, tile}
+        self.ex_aw = max(1, self.eb)                     # totals address (the array has >= 2 entries)
+        self.entry = data.StructLayout({"state": TileState, "count": self.lb + 1})   # count 0..tile_size
+        self.op = data.StructLayout({"valid": 1, "op": _OP_BITS, "expert": EXPERT_BITS, "tile": TILE_BITS,
+                                     "count": COUNT_BITS, "idx": self.idx_w, "err": 1})
+
+    def index(self, expert, tile):
+        return Cat(*([tile[:self.tb]] if self.tb else []), *([expert[:self.eb]] if self.eb else []))
+
+    def ex_index(self, expert):
+        return expert[:self.ex_aw] if self.eb else 0
+
+
+class _OpSelect(wiring.Component):
+    """Stage 0: picks one table operation per cycle and registers it on ``op`` (stage 1).
+
+    Priority: ``issued`` (a tile's last token released last cycle), then ``cmd``, then ``arrival``. An
+    operation is taken only if the queue it may push to (levels ``ready_level``/``release_level``) has room
+    for it and for what the operation now on ``op`` may push there. Drives the table's and the totals'
+    read addresses (``tab_addr``, ``ex_addr``) in the cycle it takes the operation; ``op.err`` flags an
+    operand out of range. ``EXPECT`` reads the expert's last tile, ``(count - 1) >> lb``."""
+
+    def __init__(self, g: _Geometry):
+        self.g = g
         super().__init__({
             "arrival": In(stream.Signature(TileArrival)),
             "cmd": In(stream.Signature(TileCommand)),
-            "ready": Out(stream.Signature(TileReady)),
-            "release": Out(stream.Signature(TokenRelease)),
-            "err_count": Out(data.ArrayLayout(32, len(TrackerError))),
+            "issued": In(_Issued),
+            "ready_level": In(range(g.ready_depth + 1)),
+            "release_level": In(range(g.release_depth + 1)),
+            "tab_addr": Out(g.idx_w),
+            "ex_addr": Out(g.ex_aw),
+            "op": Out(g.op),
         })
 
     def elaborate(self, platform):
         m = Module()
-        E, T, L = self.experts, self.tiles, self.tile_size
-        eb, tb, lb = self.eb, self.tb, self.lb
-        cbits = lb + 1                               # a tile count, 0..tile_size
-        entry = data.StructLayout({"state": TileState, "count": cbits})
-        total_l = data.StructLayout({"known": 1, "total": COUNT_BITS})
-        idx_w = eb + tb
-
-        m.submodules.tab = tab = memory.Memory(shape=entry, depth=self.depth, init=[])
-        m.submodules.ex = ex = memory.Memory(shape=total_l, depth=max(2, E), init=[])
-        tab_r = tab.read_port()          # synchronous: data the cycle after the address
-        tab_w = tab.write_port()
-        ex_r = ex.read_port()
-        ex_w = ex.write_port()
-
-        m.submodules.readyq = readyq = fifo.SyncFIFO(width=data.Layout.cast(TileReady).size,
-                                                     depth=self.ready_depth)
-        m.submodules.relq = relq = fifo.SyncFIFO(width=data.Layout.cast(TileReady).size,
-                                                 depth=self.release_depth)
-
-        def index(expert, tile):
-            parts = []
-            if tb:
-                parts.append(tile[:tb])
-            if eb:
-                parts.append(expert[:eb])
-            return Cat(*parts)
-
-        # ------------------------------------------------------------ stage 0: pick one operation
-        s1_valid = Signal()
-        iss_pending = Signal()           # a tile's last token was released last cycle
-        iss_expert = Signal(8)
-        iss_tile = Signal(8)
-        # Room: an operation is taken only if the queue it may push to has space for it and for what the
-        # operation now in stage 1 may push there (arrivals and EXPECT push ready tiles, DONE release jobs).
-        s1_op = Signal(3)
+        g, s1 = self.g, self.op
         ready_room = Signal()
         rel_room = Signal()
         m.d.comb += [
-            ready_room.eq((readyq.level + (s1_valid & ((s1_op == _OP_ARRIVE) | (s1_op == _OP_EXPECT))))
-                          < self.ready_depth),
-            rel_room.eq((relq.level + (s1_valid & (s1_op == _OP_DONE))) < self.release_depth),
+            ready_room.eq((self.ready_level + (s1.valid & ((s1.op == _OP_ARRIVE) | (s1.op == _OP_EXPECT))))
+                          < g.ready_depth),
+            rel_room.eq((self.release_level + (s1.valid & (s1.op == _OP_DONE))) < g.release_depth),
         ]
+        cmd = self.cmd.payload
         cmd_room = Signal()
-        m.d.comb += cmd_room.eq(Mux(self.cmd.payload.op == TileCmdOp.EXPECT, ready_room,
-                                    Mux(self.cmd.payload.op == TileCmdOp.DONE, rel_room, 1)))
+        m.d.comb += cmd_room.eq(Mux(cmd.op == TileCmdOp.EXPECT, ready_room,
+                                    Mux(cmd.op == TileCmdOp.DONE, rel_room, 1)))
         m.d.comb += [
-            self.cmd.ready.eq(~iss_pending & cmd_room),
-            self.arrival.ready.eq(~iss_pending & ~(self.cmd.valid & cmd_room) & ready_room),
+            self.cmd.ready.eq(~self.issued.valid & cmd_room),
+            self.arrival.ready.eq(~self.issued.valid & ~(self.cmd.valid & cmd_room) & ready_room),
         ]
         take_cmd = Signal()
         take_arr = Signal()
@@ -230,14 +212,14 @@ class TokenTracker(wiring.Component):
             take_arr.eq(self.arrival.valid & self.arrival.ready),
         ]
 
-        op = Signal(3)
-        op_expert = Signal(8)
-        op_tile = Signal(8)
+        op = Signal(_OP_BITS)
+        op_expert = Signal(EXPERT_BITS)
+        op_tile = Signal(TILE_BITS)
         op_count = Signal(COUNT_BITS)
         issue = Signal()
-        cmd = self.cmd.payload
-        with m.If(iss_pending):
-            m.d.comb += [issue.eq(1), op.eq(_OP_ISSUED), op_expert.eq(iss_expert), op_tile.eq(iss_tile)]
+        with m.If(self.issued.valid):
+            m.d.comb += [issue.eq(1), op.eq(_OP_ISSUED), op_expert.eq(self.issued.expert),
+                         op_tile.eq(self.issued.tile)]
         with m.Elif(take_cmd):
             m.d.comb += [issue.eq(1), op_expert.eq(cmd.expert), op_tile.eq(cmd.tile), op_count.eq(cmd.count)]
             with m.Switch(cmd.op):
@@ -248,59 +230,78 @@ class TokenTracker(wiring.Component):
             m.d.comb += [issue.eq(1), op.eq(_OP_ARRIVE), op_expert.eq(self.arrival.payload.expert),
                          op_tile.eq(self.arrival.payload.tile)]
 
-        # EXPECT looks at the expert's last tile, (count - 1) >> lb.
         exp_last = Signal(COUNT_BITS)
-        m.d.comb += exp_last.eq((op_count - 1) >> lb)
-        rd_tile = Signal(8)
-        m.d.comb += rd_tile.eq(Mux(op == _OP_EXPECT, exp_last[:8], op_tile))
-        bad_expert = op_expert >= E
-        bad_tile = op_tile >= T
+        m.d.comb += exp_last.eq((op_count - 1) >> g.lb)
+        rd_tile = Signal(TILE_BITS)
+        m.d.comb += rd_tile.eq(Mux(op == _OP_EXPECT, exp_last[:TILE_BITS], op_tile))
+        bad_expert = op_expert >= g.E
+        bad_tile = op_tile >= g.T
         range_err = Signal()
-        m.d.comb += range_err.eq(Mux(op == _OP_EXPECT, bad_expert | (op_count > T * L),
+        m.d.comb += range_err.eq(Mux(op == _OP_EXPECT, bad_expert | (op_count > g.T * g.L),
                                      Mux(op == _OP_CLEAR, bad_expert, bad_expert | bad_tile)))
         m.d.comb += [
-            tab_r.addr.eq(index(op_expert, rd_tile)),
-            ex_r.addr.eq(op_expert[:max(1, eb)] if eb else 0),
+            self.tab_addr.eq(g.index(op_expert, rd_tile)),
+            self.ex_addr.eq(g.ex_index(op_expert)),
         ]
-
-        s1_expert = Signal(8)
-        s1_tile = Signal(8)
-        s1_count = Signal(COUNT_BITS)
-        s1_idx = Signal(max(1, idx_w))
-        s1_err = Signal()
         m.d.sync += [
-            s1_valid.eq(issue),
-            s1_op.eq(op),
-            s1_expert.eq(op_expert),
-            s1_tile.eq(rd_tile),
-            s1_count.eq(op_count),
-            s1_idx.eq(index(op_expert, rd_tile)),
-            s1_err.eq(range_err),
+            s1.valid.eq(issue),
+            s1.op.eq(op),
+            s1.expert.eq(op_expert),
+            s1.tile.eq(rd_tile),
+            s1.count.eq(op_count),
+            s1.idx.eq(g.index(op_expert, rd_tile)),
+            s1.err.eq(range_err),
         ]
+        return m
 
-        # ------------------------------------------------------------ stage 1: read-modify-write
-        # Forwarding: the read in stage 0 does not see the write made in the same cycle by the operation
-        # then in stage 1, so that write is kept for one cycle and overrides a matching read.
-        tw_valid = Signal()
-        tw_idx = Signal(max(1, idx_w))
-        tw_data = Signal(entry)
+
+class _TableUpdate(wiring.Component):
+    """Stage 1: the read-modify-write of the operation on ``op``.
+
+    ``entry``/``total`` are the table's and the totals' read data for ``op`` (synchronous reads addressed
+    by stage 0); a write made in the previous cycle to the same entry (or expert) overrides them (the
+    read did not see it), unless ``forward`` is off (a formal mutant). Writes go out on ``tab_w``/``ex_w``;
+    a tile made ready is pushed on ``ready_push``, a ``DONE`` tile on ``release_push`` (stage 0's room
+    check guarantees space, so their ``ready`` is not looked at). Each refused operation counts once in
+    ``err_count`` and writes nothing.
+
+    ``te`` (the entry as seen), ``err`` and the forwarding register ``tw_*`` are named in ``__init__`` for
+    formal harnesses."""
+
+    def __init__(self, g: _Geometry, *, forward: bool = True):
+        self.g = g
+        self.forward = forward
+        super().__init__({
+            "op": In(g.op),
+            "entry": In(g.entry),
+            "total": In(_Total),
+            "tab_w": In(memory.WritePort.Signature(addr_width=g.idx_w, shape=g.entry)),
+            "ex_w": In(memory.WritePort.Signature(addr_width=g.ex_aw, shape=_Total)),
+            "ready_push": Out(stream.Signature(TileReady)),
+            "release_push": Out(stream.Signature(TileReady)),
+            "err_count": Out(data.ArrayLayout(32, len(TrackerError))),
+        })
+        self.te = Signal(g.entry)
+        self.err = Signal()
+        self.tw_valid = Signal()
+        self.tw_idx = Signal(g.idx_w)
+        self.tw_data = Signal(g.entry)
+
+    def elaborate(self, platform):
+        m = Module()
+        g, s1, te = self.g, self.op, self.te
         ew_valid = Signal()
-        ew_idx = Signal(8)
-        ew_data = Signal(total_l)
-        te = Signal(entry)
-        ev = Signal(total_l)
+        ew_idx = Signal(EXPERT_BITS)
+        ew_data = Signal(_Total)
+        ev = Signal(_Total)
         m.d.comb += [
-            te.eq(Mux(self._forward & tw_valid & (tw_idx == s1_idx), tw_data, tab_r.data)),
-            ev.eq(Mux(ew_valid & (ew_idx == s1_expert), ew_data, ex_r.data)),
+            te.eq(Mux(self.forward & self.tw_valid & (self.tw_idx == s1.idx), self.tw_data, self.entry)),
+            ev.eq(Mux(ew_valid & (ew_idx == s1.expert), ew_data, self.total)),
         ]
-
-        t_we = Signal()
-        t_wd = Signal(entry)
-        e_we = Signal()
-        e_wd = Signal(total_l)
-        push_ready = Signal()
-        push_rel = Signal()
-        err = Signal()
+        t_we, t_wd = self.tab_w.en, self.tab_w.data
+        e_we, e_wd = self.ex_w.en, self.ex_w.data
+        push_ready, push_rel = self.ready_push.valid, self.release_push.valid
+        err = self.err
         err_code = Signal(range(len(TrackerError)))
 
         def fail(code):
@@ -309,28 +310,21 @@ class TokenTracker(wiring.Component):
         total = ev.total
         last = Signal(COUNT_BITS)
         rem = Signal(COUNT_BITS)
-        m.d.comb += [
-            last.eq((total - 1) >> lb),
-            rem.eq(total - (last << lb)),
-        ]
-        state = te.state
-        count = te.count
-        is_last = ev.known & (total != 0) & (s1_tile == last)
+        m.d.comb += [last.eq((total - 1) >> g.lb), rem.eq(total - (last << g.lb))]
+        state, count = te.state, te.count
+        is_last = ev.known & (total != 0) & (s1.tile == last)
         expected = Signal(COUNT_BITS)
-        m.d.comb += expected.eq(Mux(is_last, rem, L))
-        new_count = Signal(cbits + 1)
+        m.d.comb += expected.eq(Mux(is_last, rem, g.L))
+        new_count = Signal(g.lb + 2)
         m.d.comb += new_count.eq(count + 1)
         # EXPECT's own view of the last tile (from the command's count, not the stored total).
         x_last = Signal(COUNT_BITS)
         x_rem = Signal(COUNT_BITS)
-        m.d.comb += [
-            x_last.eq((s1_count - 1) >> lb),
-            x_rem.eq(s1_count - (x_last << lb)),
-        ]
+        m.d.comb += [x_last.eq((s1.count - 1) >> g.lb), x_rem.eq(s1.count - (x_last << g.lb))]
 
-        with m.If(s1_valid):
-            with m.If(s1_op == _OP_ARRIVE):
-                with m.If(s1_err | (ev.known & ((total == 0) | (s1_tile > last)))):
+        with m.If(s1.valid):
+            with m.If(s1.op == _OP_ARRIVE):
+                with m.If(s1.err | (ev.known & ((total == 0) | (s1.tile > last)))):
                     m.d.comb += fail(TrackerError.UNKNOWN_TILE)
                 with m.Elif(((state != TileState.FREE) & (state != TileState.FILLING)) |
                             (count >= expected)):
@@ -343,23 +337,23 @@ class TokenTracker(wiring.Component):
                         t_wd.count.eq(new_count),
                         push_ready.eq(done),
                     ]
-            with m.Elif(s1_op == _OP_EXPECT):
-                with m.If(s1_err):
+            with m.Elif(s1.op == _OP_EXPECT):
+                with m.If(s1.err):
                     m.d.comb += fail(TrackerError.UNKNOWN_TILE)
                 with m.Elif(ev.known):
-                    with m.If(total != s1_count):
+                    with m.If(total != s1.count):
                         m.d.comb += fail(TrackerError.BAD_EXPECT)
-                with m.Elif(s1_count == 0):
+                with m.Elif(s1.count == 0):
                     m.d.comb += [e_we.eq(1), e_wd.known.eq(1), e_wd.total.eq(0)]
                 with m.Elif(count > x_rem):
                     m.d.comb += fail(TrackerError.OVERFLOW)
                 with m.Else():
-                    m.d.comb += [e_we.eq(1), e_wd.known.eq(1), e_wd.total.eq(s1_count)]
+                    m.d.comb += [e_we.eq(1), e_wd.known.eq(1), e_wd.total.eq(s1.count)]
                     with m.If((count == x_rem) & (state == TileState.FILLING)):
                         m.d.comb += [t_we.eq(1), t_wd.state.eq(TileState.READY), t_wd.count.eq(count),
                                      push_ready.eq(1)]
-            with m.Elif(s1_op == _OP_DONE):
-                with m.If(s1_err):
+            with m.Elif(s1.op == _OP_DONE):
+                with m.If(s1.err):
                     m.d.comb += fail(TrackerError.UNKNOWN_TILE)
                 with m.Elif(state == TileState.READY):
                     m.d.comb += [t_we.eq(1), t_wd.state.eq(TileState.GEMM2_DONE), t_wd.count.eq(count),
@@ -368,77 +362,155 @@ class TokenTracker(wiring.Component):
                     m.d.comb += fail(TrackerError.DOUBLE_DONE)
                 with m.Else():
                     m.d.comb += fail(TrackerError.NOT_READY)
-            with m.Elif(s1_op == _OP_ISSUED):
+            with m.Elif(s1.op == _OP_ISSUED):
                 with m.If(state == TileState.GEMM2_DONE):
-                    m.d.comb += [t_we.eq(1), t_wd.state.eq(TileState.COMBINE_ISSUED),
-                                 t_wd.count.eq(count)]
-            with m.Elif(s1_op == _OP_RETIRE):
-                with m.If(s1_err):
+                    m.d.comb += [t_we.eq(1), t_wd.state.eq(TileState.COMBINE_ISSUED), t_wd.count.eq(count)]
+            with m.Elif(s1.op == _OP_RETIRE):
+                with m.If(s1.err):
                     m.d.comb += fail(TrackerError.UNKNOWN_TILE)
                 with m.Elif(state == TileState.COMBINE_ISSUED):
                     m.d.comb += [t_we.eq(1), t_wd.state.eq(TileState.FREE), t_wd.count.eq(0)]
                 with m.Else():
                     m.d.comb += fail(TrackerError.BAD_RETIRE)
-            with m.Elif(s1_op == _OP_CLEAR):
-                with m.If(s1_err):
+            with m.Elif(s1.op == _OP_CLEAR):
+                with m.If(s1.err):
                     m.d.comb += fail(TrackerError.UNKNOWN_TILE)
                 with m.Else():
                     m.d.comb += [e_we.eq(1), e_wd.known.eq(0), e_wd.total.eq(0)]
 
-        # The table's read-modify-write stage, for formal harnesses (verif/formal/token_tracker.py).
-        self.state = SimpleNamespace(s1_valid=s1_valid, s1_op=s1_op, s1_idx=s1_idx, te=te, t_we=t_we, t_wd=t_wd,
-                                     err=err, tw_valid=tw_valid, tw_idx=tw_idx, tw_data=tw_data)
-        m.d.comb += [
-            tab_w.addr.eq(s1_idx),
-            tab_w.data.eq(t_wd),
-            tab_w.en.eq(t_we),
-            ex_w.addr.eq(s1_expert[:max(1, eb)] if eb else 0),
-            ex_w.data.eq(e_wd),
-            ex_w.en.eq(e_we),
-        ]
+        m.d.comb += [self.tab_w.addr.eq(s1.idx), self.ex_w.addr.eq(g.ex_index(s1.expert))]
         m.d.sync += [
-            tw_valid.eq(t_we), tw_idx.eq(s1_idx), tw_data.eq(t_wd),
-            ew_valid.eq(e_we), ew_idx.eq(s1_expert), ew_data.eq(e_wd),
+            self.tw_valid.eq(t_we), self.tw_idx.eq(s1.idx), self.tw_data.eq(t_wd),
+            ew_valid.eq(e_we), ew_idx.eq(s1.expert), ew_data.eq(e_wd),
         ]
         for code in TrackerError:
             with m.If(err & (err_code == code)):
                 m.d.sync += self.err_count[code].eq(self.err_count[code] + 1)
+        # The tile pushed to either queue: its count is the one written, else the one read.
+        for push in (self.ready_push, self.release_push):
+            m.d.comb += [push.payload.expert.eq(s1.expert), push.payload.tile.eq(s1.tile),
+                         push.payload.count.eq(Mux(t_we, t_wd.count, count))]
+        return m
 
-        # ------------------------------------------------------------ output queues
-        item = Signal(TileReady)
-        m.d.comb += [
-            item.expert.eq(s1_expert),
-            item.tile.eq(s1_tile),
-            item.count.eq(Mux(t_we, t_wd.count, count)),
-            readyq.w_data.eq(item),
-            readyq.w_en.eq(push_ready),
-            relq.w_data.eq(item),
-            relq.w_en.eq(push_rel),
-        ]
-        head = TileReady(readyq.r_data)
-        m.d.comb += [
-            self.ready.valid.eq(readyq.r_rdy),
-            self.ready.payload.eq(head),
-            readyq.r_en.eq(self.ready.ready),
-        ]
 
-        # Release engine: walks the head job's slots, one token per cycle.
-        job = TileReady(relq.r_data)
+class _ReleaseWalker(wiring.Component):
+    """Walks the head ``jobs`` tile's slots ``0 .. count-1`` onto ``release``, one token per cycle, ``last``
+    on the final one, and takes the job then. The cycle after a tile's last token leaves, ``issued`` names
+    it for one cycle (the table marks it ``COMBINE_ISSUED``)."""
+
+    def __init__(self):
+        super().__init__({
+            "jobs": In(stream.Signature(TileReady)),
+            "release": Out(stream.Signature(TokenRelease)),
+            "issued": Out(_Issued),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        job = self.jobs.payload
         slot = Signal(COUNT_BITS)
         final = Signal()
         m.d.comb += [
             final.eq(slot == job.count - 1),
-            self.release.valid.eq(relq.r_rdy),
+            self.release.valid.eq(self.jobs.valid),
             self.release.payload.expert.eq(job.expert),
             self.release.payload.tile.eq(job.tile),
             self.release.payload.slot.eq(slot),
             self.release.payload.last.eq(final),
         ]
         sent = self.release.valid & self.release.ready
-        m.d.comb += relq.r_en.eq(sent & final)
-        m.d.sync += iss_pending.eq(sent & final)
+        m.d.comb += self.jobs.ready.eq(sent & final)
+        m.d.sync += self.issued.valid.eq(sent & final)
         with m.If(sent):
             m.d.sync += slot.eq(Mux(final, 0, slot + 1))
         with m.If(sent & final):
-            m.d.sync += [iss_expert.eq(job.expert), iss_tile.eq(job.tile)]
+            m.d.sync += [self.issued.expert.eq(job.expert), self.issued.tile.eq(job.tile)]
+        return m
+
+
+class TokenTracker(wiring.Component):
+    """Tile Status Table: ``experts`` local experts x ``tiles`` tiles of ``tile_size`` tokens.
+
+    Parameters: ``experts`` (1..256, power of two), ``tiles`` (tiles per expert, 1..256, power of two;
+    ``experts * tiles`` >= 2 is the table depth), ``tile_size`` (1..16384 tokens, power of two, default
+    128), ``ready_depth`` and ``release_depth`` (output queue entries, 2..64).
+
+    Ports: ``arrival``, ``cmd`` (streams in), ``ready``, ``release`` (streams out), ``err_count``
+    (32-bit counter per :class:`TrackerError`). Latency: arrival accepted at t -> ``ready`` valid at t+2;
+    ``DONE`` accepted at t -> first ``release`` at t+2. Throughput: one table operation per cycle.
+
+    Structure: ``select`` (stage 0, :class:`_OpSelect`) -> the table and totals memories ->
+    ``update`` (stage 1, :class:`_TableUpdate`) -> the ``readyq`` and ``relq`` FIFOs; ``relq`` feeds
+    ``walker`` (:class:`_ReleaseWalker`), which reports each tile's last release back to ``select``.
+    """
+
+    _forward = True     # the read-modify-write forwarding (False only in a formal mutant)
+
+    def __init__(self, *, experts: int = 32, tiles: int = 16, tile_size: int = 128, ready_depth: int = 4,
+                 release_depth: int = 4):
+        g = _Geometry(experts, tiles, tile_size, ready_depth, release_depth)
+        if experts * tiles < 2:
+            raise ValueError(f"the table needs at least 2 entries (experts * tiles), got {experts * tiles}")
+        for name, v in (("ready_depth", ready_depth), ("release_depth", release_depth)):
+            if not isinstance(v, int) or not 2 <= v <= 64:
+                raise ValueError(f"{name} must be an integer in 2..64, got {v!r}")
+        self.g = g
+        self.eb, self.tb, self.lb = g.eb, g.tb, g.lb
+        self.experts = experts
+        self.tiles = tiles
+        self.tile_size = tile_size
+        self.ready_depth = ready_depth
+        self.release_depth = release_depth
+        self.depth = g.depth
+        super().__init__({
+            "arrival": In(stream.Signature(TileArrival)),
+            "cmd": In(stream.Signature(TileCommand)),
+            "ready": Out(stream.Signature(TileReady)),
+            "release": Out(stream.Signature(TokenRelease)),
+            "err_count": Out(data.ArrayLayout(32, len(TrackerError))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        g = self.g
+        # Storage: synchronous reads (data the cycle after the address), so stage 0 addresses and stage 1
+        # reads.
+        m.submodules.tab = tab = memory.Memory(shape=g.entry, depth=g.depth, init=[])
+        m.submodules.ex = ex = memory.Memory(shape=_Total, depth=max(2, g.E), init=[])
+        tab_r = tab.read_port()
+        ex_r = ex.read_port()
+        item_w = data.Layout.cast(TileReady).size
+        m.submodules.readyq = readyq = fifo.SyncFIFO(width=item_w, depth=g.ready_depth)
+        m.submodules.relq = relq = fifo.SyncFIFO(width=item_w, depth=g.release_depth)
+
+        m.submodules.select = select = _OpSelect(g)
+        m.submodules.update = update = _TableUpdate(g, forward=self._forward)
+        m.submodules.walker = walker = _ReleaseWalker()
+
+        wiring.connect(m, wiring.flipped(self.arrival), select.arrival)
+        wiring.connect(m, wiring.flipped(self.cmd), select.cmd)
+        m.d.comb += [
+            select.issued.eq(walker.issued),
+            select.ready_level.eq(readyq.level),
+            select.release_level.eq(relq.level),
+            tab_r.addr.eq(select.tab_addr),
+            ex_r.addr.eq(select.ex_addr),
+            update.entry.eq(tab_r.data),
+            update.total.eq(ex_r.data),
+        ]
+        m.d.comb += update.op.eq(select.op)
+        wiring.connect(m, update.tab_w, tab.write_port())
+        wiring.connect(m, update.ex_w, ex.write_port())
+        wiring.connect(m, update.ready_push, readyq.w_stream)
+        wiring.connect(m, update.release_push, relq.w_stream)
+        wiring.connect(m, readyq.r_stream, wiring.flipped(self.ready))
+        wiring.connect(m, relq.r_stream, walker.jobs)
+        wiring.connect(m, walker.release, wiring.flipped(self.release))
+        m.d.comb += self.err_count.eq(update.err_count)
+
+        # The table's read-modify-write stage, for formal harnesses (verif/formal/token_tracker.py).
+        op = select.op
+        self.state = SimpleNamespace(s1_valid=op.valid, s1_op=op.op, s1_idx=op.idx, te=update.te,
+                                     t_we=update.tab_w.en, t_wd=update.tab_w.data, err=update.err,
+                                     tw_valid=update.tw_valid, tw_idx=update.tw_idx, tw_data=update.tw_data)
         return m
