@@ -41,12 +41,16 @@ BENCH_ONLY = {
 # ---------------------------------------------------------------------------------------------------------
 # The README's table and footnotes
 
-def headline_rows(text: str) -> dict[str, dict]:
-    """result -> {"figure", "rtl", "command"} of the "Headline results" table of README text."""
+def headline_section(text: str) -> str:
     m = re.search(r"^## Headline results\n(.*?)(?=^## )", text, re.S | re.M)
     assert m, "README.md has no '## Headline results' section"
+    return m.group(1)
+
+
+def headline_rows(text: str) -> dict[str, dict]:
+    """result -> {"figure", "rtl", "command"} of the "Headline results" table of README text."""
     rows = {}
-    for line in m.group(1).splitlines():
+    for line in headline_section(text).splitlines():
         if not line.startswith("|"):
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -60,7 +64,7 @@ def headline_rows(text: str) -> dict[str, dict]:
 
 def footnote(text: str, n: int) -> str:
     """Footnote (n) of the headline table: its text up to the next footnote or blank line."""
-    m = re.search(rf"^\({n}\) (.*?)(?=^\(\d+\) |^\s*$)", text, re.S | re.M)
+    m = re.search(rf"^\({n}\) (.*?)(?=^\(\d+\) |^\s*$)", headline_section(text), re.S | re.M)
     assert m, f"README.md has no footnote ({n}) under the headline table"
     return " ".join(m.group(1).split())
 
@@ -129,8 +133,9 @@ def _estimate():
     from sim_models.moe_config import load_model
     from sim_models.system_config import load_system
     args = _cli_args("estimate", ["--bench-dir", str(ROOT / "tests" / "no-calibration")])
-    return estimate(load_model(args.model), load_system(args.system), params_from_args(args),
-                    load_calibration(args.bench_dir), None)
+    cal = load_calibration(args.bench_dir)
+    assert not any(cal.calibrated(n) for n, _, _ in cal.status()), "the estimate must use the defaults only"
+    return estimate(load_model(args.model), load_system(args.system), params_from_args(args), cal, None)
 
 
 @functools.lru_cache(maxsize=None)
@@ -150,13 +155,19 @@ def _end_to_end(mode: str):
 
 def _system_totals(heading: str) -> dict[str, int]:
     """scheme -> bold total cycles of the first table under ``heading`` in docs/system.md."""
-    text = (ROOT / "docs" / "system.md").read_text()
-    start = text.index(heading)
-    out = {}
-    for m in re.finditer(r"^\| `([\w-]+)` \|.*?\*\*([\d,]+)\*\*", text[start:], re.M):
-        if m.group(1) in out:
+    lines = (ROOT / "docs" / "system.md").read_text().split(heading, 1)[1].splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    table = []
+    for line in lines[first:]:
+        if not line.startswith("|"):
             break
-        out[m.group(1)] = int(_num(m.group(2)))
+        table.append(line)
+    out = {}
+    for line in table:
+        m = re.match(r"\| `([\w-]+)` \|.*?\*\*([\d,]+)\*\*", line)
+        if m:
+            out[m.group(1)] = int(_num(m.group(2)))
+    assert out, f"docs/system.md: no table of total cycles under {heading!r}"
     return out
 
 
@@ -293,6 +304,20 @@ def _timing(name, row, text):
     return c.errors
 
 
+# The command each checked row must name (README's "command" column).
+COMMANDS = {
+    "payload efficiency, 256 B": "`dysharp efficiency`",
+    "MoE layer speedup over DeepEP": "`dysharp estimate`",
+    "... over DySHARP-Basic (no fusion)": "`dysharp estimate`",
+    "... over CCFuser / COMET": "`dysharp estimate`",
+    "whole step over DeepEP": "`dysharp estimate --end-to-end`",
+    "switch-side area, 64 ports, N5 (4)": "`python -m synth.integrated --overhead`",
+    "switch-side power, 64 ports, N5 (4)": "`dysharp power`",
+    "GPU side, per GPU, N5 (4)": "`dysharp area`, `dysharp power`",
+    "system top, 8 GPUs, 45 nm (4)": "`python -m synth.system_top`",
+    "port clock, 640 ps at N5 (4)": "`python -m synth.timing`",
+}
+
 CHECKS = {
     "payload efficiency, 256 B": _efficiency,
     "MoE layer speedup over DeepEP": _layer_deepep,
@@ -307,6 +332,15 @@ CHECKS = {
 }
 
 
+def check_row(name: str, row: dict, text: str) -> list[str]:
+    """The mismatches of one checked row: its command, then its figures against their sources."""
+    errors = []
+    if not row["command"].startswith(COMMANDS[name]):
+        errors.append(f"README row {name!r}: names the command {row['command']!r}; its check reproduces "
+                      f"{COMMANDS[name]}")
+    return errors + CHECKS[name](name, row, text)
+
+
 def check_readme(text: str) -> list[str]:
     """Every mismatch between README text's headline table and its sources, and every row not covered."""
     errors = []
@@ -317,7 +351,7 @@ def check_readme(text: str) -> list[str]:
             errors.append(f"README row {name!r} has no check in tests/test_readme_figures.py: add one to CHECKS, "
                           f"or name it in BENCH_ONLY with its slow bench")
             continue
-        errors += CHECKS[name](name, row, text)
+        errors += check_row(name, row, text)
     return errors
 
 
@@ -334,11 +368,12 @@ def test_every_row_checked_or_bench_only():
     stale = [n for n in list(CHECKS) + list(BENCH_ONLY) if n not in ROWS]
     assert not stale, f"CHECKS / BENCH_ONLY name rows the README no longer has: {stale}"
     assert not set(CHECKS) & set(BENCH_ONLY)
+    assert set(COMMANDS) == set(CHECKS)
 
 
 @pytest.mark.parametrize("name", sorted(CHECKS))
 def test_row_matches_source(name):
-    errors = CHECKS[name](name, ROWS[name], TEXT)
+    errors = check_row(name, ROWS[name], TEXT)
     assert not errors, "\n".join(errors)
 
 
@@ -358,6 +393,8 @@ WRONG = [
     ("1.025x (2)", "1.052x (2)", "... over DySHARP-Basic (no fusion)", "1.052", "1.025"),
     ("1.043x at 16", "1.034x at 16", "MoE layer speedup over DeepEP", "1.034", "1.043"),
     ("dysharp 416,705 cycles", "dysharp 461,705 cycles", "MoE layer speedup over DeepEP", "461,705", "416,705"),
+    ("| `python -m synth.timing` |", "| `dysharp timing` |", "port clock, 640 ps at N5 (4)", "`dysharp timing`",
+     "`python -m synth.timing`"),
 ]
 
 
