@@ -56,7 +56,8 @@ FIGURES = {
     "tlb_backing_latency_cycles": ("al_tlb", 300.0, "as the miss penalty (assumption)"),
     "tlb_hit_rate": ("al_tlb", 0.9, "assumption (conservative; tornado 0.5..1)"),
     "reduce_alu_latency_cycles": ("reduction", 4.0, "assumption"),
-    "reduce_flits_per_cycle": ("reduction", 1.0, "issue 5: one contribution flit per cycle per engine"),
+    "reduce_flits_per_cycle": ("reduction", 1.0, "the RTL reduction engine's design: one contribution flit "
+                                                 "per cycle per engine"),
     "reduce_last_to_result_cycles": ("reduction", 8.0, "assumption"),
     "tracker_updates_per_cycle": ("token_tracker", 1.0, "issue 6: one arrival per cycle sustained"),
     "tracker_ready_latency_cycles": (("system", "token_tracker"), 4.0, "assumption"),

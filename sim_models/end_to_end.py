@@ -48,7 +48,7 @@ of the layers.
 Every non-MoE kernel pays the system's ``kernel_overhead_us`` (as the MoE kernels do). Not modelled:
 norms, RoPE, residuals and activations (fused or small), the embedding lookup, data-parallel gradient
 all-reduce and the optimizer (per iteration, not per micro-batch), activation recomputation, pipeline
-parallelism. Constants and sources: ``docs/estimator.md``, "End to end".
+parallelism. Constants and sources: ``docs/estimator_end_to_end.md``.
 """
 
 import dataclasses

@@ -68,5 +68,5 @@ def format_end_to_end(e: EndToEnd) -> str:
     lines += ["", "MoE share: MoE layers x routed MoE layer time / step. Shared experts "
               + ("overlap the routed path's exposed time" if e.params.shared_overlap else "run after the routed path")
               + "; DualPipe hides its exposed communication under attention and the shared expert"
-              + ("" if e.params.dualpipe_overlap else " (off)") + ". Model: docs/estimator.md, \"End to end\"."]
+              + ("" if e.params.dualpipe_overlap else " (off)") + ". Model: docs/estimator_end_to_end.md."]
     return "\n".join(lines)

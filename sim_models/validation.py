@@ -47,7 +47,7 @@ DEEPGEMM = ("github.com/deepseek-ai/DeepGEMM README.md at {commit}, \"Performanc
 DEEPGEMM_H800_2025_03 = [("contiguous", 4, 8192, 4096, 7168, 1346), ("contiguous", 4, 8192, 7168, 2048, 1214),
                          ("contiguous", 8, 4096, 4096, 7168, 1346), ("contiguous", 8, 4096, 7168, 2048, 1214)]
 
-# Why a row stays outside its tolerance: the mechanism the estimator lacks (docs/estimator.md, "Validation").
+# Why a row stays outside its tolerance: the mechanism the estimator lacks (docs/estimator_validation.md).
 WHY_DEEPEP_COPY = ("DeepEP's remote traffic moves at 0.67-0.69 of raw NVLink on H800 (the README's own "
                    "maximum is ~160 of 200 GB/s), the estimator's unicast at NCCL's bulk 0.822: the efficiency of "
                    "DeepEP's SM-issued copy protocol (per-channel ring buffers with head/tail flow control, "

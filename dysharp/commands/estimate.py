@@ -243,7 +243,7 @@ def sweep_grid(args) -> tuple[list[str] | None, tuple[str, ...]]:
 
 
 def _validate(args) -> int:
-    """``--validate``: the published-figure validation table (docs/estimator.md), its JSON and Markdown.
+    """``--validate``: the published-figure validation table (docs/estimator_validation.md), its JSON and Markdown.
     Exit status 1 when a row is outside its tolerance without a stated reason, or inside it with one."""
     from sim_models.validation import failures, markdown, validate
     rows = validate(cal=load_calibration(args.bench_dir))
