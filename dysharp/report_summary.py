@@ -77,7 +77,7 @@ def speedup_lines(out: Path) -> list[str]:
         for system, sp in by_system.items():
             vs = ", ".join(f"{sp[s]:.2f}x over {s}" for s in SUMMARY_BASELINES if s in sp)
             lines.append(f"- Estimated at full scale, DeepSeek-V3, {system}: dysharp {vs}.")
-        lines.append("  (`estimate/sweep.csv`; `docs/estimator.md`)")
+        lines.append("  (`estimate/sweep.csv`; `docs/estimator_results.md`)")
     else:
         lines.append("- Full-scale estimate: none (the `estimate` step did not write `estimate/sweep.csv`).")
     return lines
