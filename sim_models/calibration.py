@@ -49,8 +49,8 @@ FIGURES = {
                                         "the system config's switch_latency_ns (an assumption)"),
     "switch_saturation_throughput": ("switch", 1.0, "VOQ + iSLIP approaches 100% under uniform traffic "
                                                     "(McKeown 1999)"),
-    "tlb_hit_latency_cycles": ("al_tlb", 2.0, "issue 4's CAM: fixed lookup latency of at most 2 cycles"),
-    "tlb_translations_per_cycle": ("al_tlb", 1.0, "one lookup per cycle per port (issue 4's CAM)"),
+    "tlb_hit_latency_cycles": ("al_tlb", 2.0, "the AL-TLB's CAM: fixed lookup latency of at most 2 cycles"),
+    "tlb_translations_per_cycle": ("al_tlb", 1.0, "one lookup per cycle per port (the AL-TLB's CAM)"),
     "tlb_miss_penalty_cycles": ("al_tlb", 300.0, "one backing-table read in GPU memory, ~200 ns (assumption; "
                                                  "bounded by the tornado's hit-rate row)"),
     "tlb_backing_latency_cycles": ("al_tlb", 300.0, "as the miss penalty (assumption)"),
@@ -59,7 +59,7 @@ FIGURES = {
     "reduce_flits_per_cycle": ("reduction", 1.0, "the RTL reduction engine's design: one contribution flit "
                                                  "per cycle per engine"),
     "reduce_last_to_result_cycles": ("reduction", 8.0, "assumption"),
-    "tracker_updates_per_cycle": ("token_tracker", 1.0, "issue 6: one arrival per cycle sustained"),
+    "tracker_updates_per_cycle": ("token_tracker", 1.0, "the Tile Status Table's design: one arrival per cycle sustained"),
     "tracker_ready_latency_cycles": (("system", "token_tracker"), 4.0, "assumption"),
     "tlb_misses_per_key": ("system", None, "tlb_hit_rate (no per-key figure)"),
     "reqgen_uplink_flit_ratio": ("token_tracker", None, "computed by this model (check only)"),

@@ -10,7 +10,7 @@ with bytes = the expert's weights (read ``weight_reads`` times) + the activation
 compute dtype is the dispatch dtype (FP8 GEMMs when dispatch is FP8, as in DeepSeek-V3; BF16 otherwise);
 outputs and the intermediate activation are BF16.
 
-**Tile-aware model** (``block_m`` set; what the estimator uses, issue 14): a GEMM runs as CTA blocks of
+**Tile-aware model** (``block_m`` set; what the estimator uses): a GEMM runs as CTA blocks of
 ``block_m x block_n`` outputs, each looping over K.
 
 * *Tensor-core tile quantisation*: a GEMM of M rows costs ``ceil(M / block_m) * block_m`` rows of MMA work

@@ -1,5 +1,5 @@
 """What the estimator's conclusions hang on: a tornado over its assumed constants, and one-at-a-time
-sensitivity figures over the design and workload inputs (issue 14, items 5 and 6).
+sensitivity figures over the design and workload inputs.
 
 * :func:`tornado` moves each key assumption (:data:`ASSUMPTIONS`: comm SMs, GEMM and HBM efficiency, link
   efficiency, switch and link latency, kernel overhead, routing skew, ...) to the low and the high end of

@@ -76,8 +76,8 @@ def test_dysharp_basic_alone_gives_no_speedup_and_fusion_does(small):
     e, tot = _totals(m, s, wl)
     assert tot["dysharp-basic"] == pytest.approx(tot["deepep"], rel=0.03)
     assert e.speedup("deepep") > 1.3 and e.speedup("ccfuser") > 1.0
-    # (Before issue 14: > 1.05 over CCFuser. Shared HBM (an idle stage's bandwidth goes to the other) speeds up
-    # CCFuser's HBM-bound tiles more than DySHARP's, whose ld_reduce combine tail stays: 1.045 now.)
+    # (Shared HBM, an idle stage's bandwidth going to the other, speeds up CCFuser's HBM-bound tiles more than
+    # DySHARP's, whose ld_reduce combine tail stays: about 1.045 over CCFuser.)
     # With each tile re-reading its expert's weights (16 experts per GPU interleave, L2 holds 10) the fused
     # lead over DeepEP shrinks.
     e_l2, _ = _totals(m, s, wl, weight_reuse="l2")

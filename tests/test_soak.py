@@ -157,7 +157,7 @@ def test_bad_arguments_get_clear_errors(argv, message, capsys):
 
 @pytest.mark.slow
 def test_million_cycle_soak(tmp_path):
-    """The soak of issue 16: >= 10^6 cycles in one run, 0 lost / duplicated / mismatched, no deadlock."""
+    """The long soak: >= 10^6 cycles in one run, 0 lost / duplicated / mismatched, no deadlock."""
     from verif.bench import soak
 
     r = soak.run_soak(soak.SoakConfig(cycles=1_000_000))
