@@ -27,6 +27,9 @@ COMMANDS = {
                  "Estimate an MoE layer's time with DySHARP against DeepEP, NVLS and other baselines."),
     "area": ("dysharp.commands.area",
              "Synthesize modules to Nangate45 gates (yosys, CACTI) and report their area in synth_reports/."),
+    "timing": ("dysharp.commands.timing",
+               "Time the synthesized blocks at the N5 port clock: the timing table, a point's worst paths, the "
+               "AL-TLB fill pair."),
     "power": ("dysharp.commands.power",
               "Estimate modules' power from simulated switching activity and report it in synth_reports/."),
     "export": ("dysharp.commands.export", "Package modules as FuseSoC cores (Verilog + Verilator lint target)."),

@@ -161,20 +161,14 @@ def integrated_sources(params: dict, names: dict) -> list:
             if name != "reqnet"]
 
 
-def main(argv=None) -> int:
-    """``python -m synth.array_crosscheck``: synth_reports/array_crosscheck_summary.csv for the arrays of the
+def write_all(out="synth_reports", blocks: bool = False) -> str:
+    """``synth_reports/array_crosscheck_summary.csv`` (``dysharp area --crosscheck``) for the arrays of the
     integrated design's added parts at 64 ports (the switch side of the restated headline) and of the
-    GPU-side blocks; ``--blocks`` also the sum-of-blocks table's switch-side blocks (al_tlb,
-    reduction_engine, egress_translator at their architecture points)."""
-    import argparse
-
+    GPU-side blocks; ``blocks`` also the sum-of-blocks table's switch-side blocks (al_tlb,
+    reduction_engine, egress_translator at their architecture points, synthesized if not cached). Returns the
+    Markdown table."""
     from hw import registry
 
-    p = argparse.ArgumentParser(prog="python -m synth.array_crosscheck", description=main.__doc__)
-    p.add_argument("--blocks", action="store_true",
-                   help="also the sum-of-blocks table's switch-side blocks (synthesized if not cached)")
-    p.add_argument("--out", default="synth_reports")
-    a = p.parse_args(argv)
     params = registry.get("dysharp_switch").resolve(integrated.ARCH_POINT)
     plist = hierarchical.dysharp_parts(params)
     with hierarchical.part_modules("dysharp_switch", plist) as names:
@@ -182,11 +176,10 @@ def main(argv=None) -> int:
                                f"TOTAL switch side, integrated addition at {integrated.ARCH_POINT['ports']} ports")
     sources, off = table_sources(("gpu",))
     rows += crosscheck_rows(sources, off, "TOTAL GPU side, per GPU")
-    if a.blocks:
+    if blocks:
         sources, off = table_sources(("switch",))
         rows += crosscheck_rows(sources, off, "TOTAL switch side, sum-of-blocks table")
-    print(write_crosscheck(rows, a.out))
-    return 0
+    return write_crosscheck(rows, out)
 
 
 COLUMNS = ["source", "module", "point", "array", "kind", "geometry", "bits", "count", "counted", "cam_share",
@@ -215,6 +208,3 @@ def write_crosscheck(rows: list[dict], out="synth_reports") -> str:
                                     "N5 via 22 nm, CAM own", "22/45"],
                     tablefmt="github", disable_numparse=True)
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -7,21 +7,19 @@ integrated switch the AL-TLB's ``mem.resp`` comes from the fill bridge's respons
 integrated switch's table sizes) with the area flow (yosys, the CAM as a macro, OpenSTA) and writes the
 worst register-to-register path::
 
-    python -m synth.fill_pair [--ports 4] [--out build/synth/fill_pair.json]
+    dysharp timing --fill-pair [--ports 4] [--out build/synth/fill_pair.json]
 
-``python -m synth.paths build/synth/work/fill_pair__ports4`` then names the path's registers.
+``dysharp timing --paths build/synth/work/fill_pair__ports4`` then names the path's registers.
 """
 
-import argparse
 import inspect
-import json
 from pathlib import Path
 
 from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import Out, connect, flipped
 
-__all__ = ["FillPair", "pair_timing", "main"]
+__all__ = ["FillPair", "pair_timing"]
 
 
 class FillPair(wiring.Component):
@@ -76,22 +74,3 @@ def pair_timing(ports: int = 4, build: str = "build/synth") -> dict:
             "critical_path_ps_n5": round(crit * scaling.DELAY, 1),
             "slack_ps_n5": round(scaling.PORT_PERIOD_PS - crit * scaling.DELAY, 1),
             "timing": "OpenSTA" if t else "ABC", "workdir": str(work)}
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m synth.fill_pair", description=__doc__.split("\n\n")[0])
-    p.add_argument("--ports", type=int, default=4, help="switch ports (default: 4, the flat point)")
-    p.add_argument("--out", default="build/synth/fill_pair.json")
-    a = p.parse_args(argv)
-    try:
-        r = pair_timing(a.ports)
-    except ValueError as e:
-        p.error(str(e))
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(r, indent=1) + "\n")
-    print(json.dumps(r, indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -38,7 +38,7 @@ from one part into another that the design has by construction, timed as the sum
 input unit's request vector into the allocator, in the same cycle, unless the switch registers its
 requests: ``req_stage``, the default from 32 ports). Other paths across parts start or end at a register
 next to the boundary; the figure is labelled ``timing_source = "max of parts (...)"``. A cross path's sum
-bounds the real path; :func:`flat_check` (``python -m synth.hierarchical --flat switch:ports=16``) times a
+bounds the real path; :func:`flat_check` (``dysharp area --flat-check switch:ports=16``) times a
 point flat instead, and :mod:`synth.timing` uses that while the parts' row is unchanged (the 16-port
 switch: 2,738 ps flat against a bound of 3,021).
 """
@@ -72,7 +72,7 @@ DYSHARP_HIER_MIN_PORTS = 8
 # area is a + b x n_out; it is synthesized with 2 and 4 output columns. The whole 64 x 64 crossbar at
 # 130 bits x 2 lanes is 2.1 M gates before mapping (half an hour in Debian's native yosys, past the
 # WebAssembly yosys's 4 GB); its 2- and 4-column slices take about a minute. Measured against whole
-# syntheses (``python -m synth.hierarchical --check-slices``): +4.6% at 8 ports (18,545 vs 17,731
+# syntheses (``dysharp area --check-slices``): +4.6% at 8 ports (18,545 vs 17,731
 # um^2), +0.7% at 16 (70,108 vs 69,619), -2.4% at 64 (1,053,974 vs 1.08 mm^2).
 SLICED = {"xbar": ("n_out", (2, 4))}
 
@@ -441,52 +441,3 @@ def write_flat_checks(specs: list[str], reports="synth_reports", quiet: bool = T
     merge_csv(reports / timing.FLAT_CHECKS, out, ("module", "point"))
     timing.write_timing(reports / "area_summary.csv", reports)
     return out
-
-
-def main(argv=None) -> int:
-    import argparse
-    import json
-    ap = argparse.ArgumentParser(prog="python -m synth.hierarchical",
-                                 description="Checks of the hierarchical area method against whole synthesis.")
-    ap.add_argument("--check-slices", metavar="PORTS", default="8,16",
-                    help="port counts at which the crossbar costed from its 2- and 4-column slices is "
-                         "compared with the whole one (default 8,16)")
-    ap.add_argument("--flat", metavar="MODULE:PARAM=VALUE,...", action="append", default=[],
-                    help="instead: synthesize this point of REPORTS/area_summary.csv, costed there from its parts, "
-                         "flat, and record its critical path in REPORTS/flat_check_summary.csv (the timing table then "
-                         "uses it); repeatable. E.g. switch:ports=16")
-    ap.add_argument("--reports", default="synth_reports", help="with --flat: the summaries' folder")
-    ap.add_argument("--out", default="build/synth/hierarchical_checks.json", help="JSON written here")
-    args = ap.parse_args(argv)
-    if args.flat:
-        try:
-            for r in write_flat_checks(args.flat, args.reports, quiet=False):
-                print(f"{r['module']} {r['point']}: flat {r['flat_critical_path_ps']:,.1f} ps (from parts "
-                      f"{r['parts_critical_path_ps']:,.1f}), {r['flat_area_um2']:,.0f} um^2 flat against "
-                      f"{r['parts_area_um2']:,.0f} from parts")
-        except ValueError as e:
-            ap.error(str(e))
-        print(f"written {Path(args.reports) / 'flat_check_summary.csv'} and timing_summary.csv")
-        return 0
-    try:
-        ports = [int(x) for x in args.check_slices.split(",")]
-    except ValueError:
-        ap.error(f"--check-slices takes comma-separated port counts, got {args.check_slices!r}")
-    if not ports or any(p < 2 for p in ports):
-        ap.error(f"--check-slices: port counts must be >= 2, got {args.check_slices!r}")
-    rows = [check_slices(p, quiet=True) for p in ports]
-    for r in rows:
-        print(f"{r['part']} at {r['ports']} ports: whole {r['whole_um2']:,.0f} um^2, from slices "
-              f"{r['sliced_um2']:,.0f} um^2 ({100 * r['rel_diff']:+.2f}%); critical path "
-              f"{r['whole_critical_path_ps']} / {r['sliced_critical_path_ps']} ps")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(rows, indent=1))
-    print(f"written {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    # Through the imported module: `python -m` runs this file as __main__, whose flat_up_to state
-    # synth.area_study (which imports synth.hierarchical) would not see.
-    from synth.hierarchical import main as _main
-    raise SystemExit(_main())

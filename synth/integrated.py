@@ -5,7 +5,7 @@ integrated top existed (AL-TLB + reduction engine per port, no egress rewrite, n
 :func:`write_integrated` (called by the area report when both points are at hand) synthesizes what is
 missing (cached like every area point) and writes ``synth_reports/integrated_summary.csv``.
 
-:func:`write_power` (``python -m synth.integrated --power 4``) synthesizes the integrated top flat at a
+:func:`write_power` (``dysharp power --integrated 4``) synthesizes the integrated top flat at a
 small port count, compares it with its sum of parts, and powers it under the MoE dispatch + combine
 workload (:mod:`synth.workloads.dysharp_switch`): ``synth_reports/integrated_power_summary.csv``.
 """
@@ -259,7 +259,7 @@ def power_rows(point: dict | None = None, *, hierarchical_sum: bool = True, **ru
     params = registry.get("dysharp_switch").resolve(point)
     if params["ports"] > FLAT_MAX_PORTS:
         raise ValueError(f"dysharp_switch {point}: the flat synthesis takes at most {FLAT_MAX_PORTS} ports "
-                         f"(larger points are costed from their parts: --overhead)")
+                         f"(larger points are costed from their parts: dysharp area --overhead)")
     with hierarchical.flat_up_to(params["ports"]):
         flat = area_study.area_point("dysharp_switch", point, period_ps=1000 / run["freq_ghz"], quiet=True).result
     label = ", ".join(f"{k}={v}" for k, v in point.items())
@@ -371,35 +371,3 @@ def write_power(out="synth_reports", point: dict | None = None, hierarchical_sum
     return tabulate([[q(r["quantity"]), f(r["value"]), r["unit"], r["note"]] for r in rows],
                     headers=[f"dysharp_switch {rows[0]['point']}", "value", "unit", "note"], tablefmt="github",
                     disable_numparse=True)
-
-
-def main(argv=None) -> int:
-    """``python -m synth.integrated``: the integrated design's tables (``--ports 8``, the default:
-    integrated_summary.csv, 45 nm; ``--overhead``: integrated_overhead_summary.csv, the 64-port addition at N5)."""
-    import argparse
-    p = argparse.ArgumentParser(prog="python -m synth.integrated", description=main.__doc__)
-    p.add_argument("--ports", type=int, default=None,
-                   help="integrated_summary.csv at this port count (default 8 when --overhead is not given)")
-    p.add_argument("--overhead", action="store_true",
-                   help=f"the 64-port addition at {ARCH_POINT} -> integrated_overhead_summary.csv and its row in "
-                        f"overhead_summary.csv")
-    p.add_argument("--power", type=int, default=None, metavar="PORTS",
-                   help="the integrated switch flat at PORTS ports (at most 8) with the registry's defaults: flat "
-                        "area and timing, the sum of its parts, and its power under MoE dispatch and combine -> "
-                        "integrated_power_summary.csv")
-    p.add_argument("--no-parts", action="store_true", help="with --power: skip the sum-of-parts comparison")
-    p.add_argument("--out", default="synth_reports")
-    a = p.parse_args(argv)
-    if a.power is not None:
-        print(write_power(a.out, {"ports": a.power}, hierarchical_sum=not a.no_parts))
-        if a.ports is None and not a.overhead:
-            return 0
-    if a.ports is not None or not a.overhead:
-        print(write_integrated(a.out, a.ports or 8))
-    if a.overhead:
-        print(write_overhead(a.out))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

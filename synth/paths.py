@@ -6,13 +6,12 @@ OpenSTA on the same netlist (the rewritten ``sta/netlist.v`` when the area flow 
 clock and prints the worst endpoints (one line each) and the worst paths with net names, every flip-flop
 labelled with the register it holds (its ``Q`` net in the mapped netlist)::
 
-    python -m synth.paths build/synth/work/reduction_buffer__entries64 [--ps 2841] [--endpoints 40]
+    dysharp timing --paths build/synth/work/reduction_buffer__entries64 [--ps 2841] [--endpoints 40]
 
 The default clock, 2,841 ps, is the 640 ps port clock before the 45 nm -> N5 delay scaling
 (:mod:`synth.scaling`).
 """
 
-import argparse
 import re
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 from . import scaling, tools
 from .area import run_sta
 
-__all__ = ["register_names", "sta_inputs", "report", "main"]
+__all__ = ["register_names", "sta_inputs", "report"]
 
 
 def register_names(netlist_text: str) -> dict[str, str]:
@@ -68,26 +67,3 @@ def report(workdir, top: str | None = None, period_ps: float | None = None, endp
         return f"{inst}[{names[inst]}]{match.group(2)}" if inst in names else match.group(0)
     lines = [re.sub(r"(_\d+_)(/\w+)", label, ln) for ln in out.splitlines() if not ln.startswith("Warning")]
     return "\n".join(lines)
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m synth.paths", description=__doc__.split("\n\n")[0])
-    p.add_argument("workdir", help="a point's work folder, build/synth/work/<point>")
-    p.add_argument("--top", default=None, help="top module (default: the one in the folder's timing.tcl)")
-    p.add_argument("--ps", type=float, default=None,
-                   help=f"clock period at 45 nm (default: {scaling.PORT_PERIOD_PS / scaling.DELAY:.0f}, "
-                        f"the port clock before scaling)")
-    p.add_argument("--endpoints", type=int, default=40, help="endpoints listed (default: 40)")
-    args = p.parse_args(argv)
-    try:
-        if args.endpoints < 1:
-            raise ValueError(f"--endpoints must be >= 1, got {args.endpoints}")
-        print(report(args.workdir, args.top, args.ps, args.endpoints))
-    except (ValueError, tools.ToolError) as e:
-        print(f"synth.paths: error: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -310,7 +310,7 @@ def write_reports(out="synth_reports", area_points=None, power=None, commands=No
                    "note": f"{g['pct_area']:.4f}% of an H100's 814 mm^2; {g['pct_transistors']:.4f}% of its 80 B "
                            f"transistors"}]
         # The restated headline (the integrated design at 64 ports), when it is already synthesized: an hour
-        # of synthesis on a cold cache, so it is never started from here (`python -m synth.integrated
+        # of synthesis on a cold cache, so it is never started from here (`dysharp area
         # --overhead`); quick runs skip even the look-up (it generates the 64-port parts' Verilog).
         irows = integrated.overhead_rows(cached_only=True) if SYNTHESIZE_MISSING else None
         write_overhead_csv(out / "overhead_summary.csv", ov["rows"], totals,
@@ -333,7 +333,7 @@ def write_overhead_csv(path: Path, rows: list[dict], totals: list[dict], headlin
     """Write ``overhead_summary.csv`` (the role rows, the side totals and the integrated headline after
     the switch total) without losing what the file holds and this run lacks: a table without every role's
     power does not replace one that has it (``dysharp power`` writes it then), and the integrated headline,
-    which only ``python -m synth.integrated --overhead`` computes, is carried over when this run has none.
+    which only ``dysharp area --overhead`` computes, is carried over when this run has none.
     Returns whether the file was written; says why when it was kept."""
     old = []
     if path.is_file():

@@ -8,13 +8,13 @@ system's clock is the slower chip's.
 
 Inputs (all committed under ``synth_reports/``), nothing synthesized here:
 
-* the switch: ``integrated_power_summary.csv`` at ``ports = gpus`` (``python -m synth.integrated --power
+* the switch: ``integrated_power_summary.csv`` at ``ports = gpus`` (``dysharp power --integrated
   G``: the integrated switch synthesized flat, powered under the MoE dispatch + combine workload);
 * each GPU: ``area_summary.csv`` and ``power_summary.csv``, module ``gpu_nic`` at the registry's defaults
   (``dysharp area -m gpu_nic``, ``dysharp power -m gpu_nic``: the composed NIC under one GPU's share of
   the same kind of layer, :mod:`synth.workloads.gpu_nic`).
 
-:func:`write_system` (``python -m synth.system_top --gpus 8``) writes ``system_summary.csv`` and returns
+:func:`write_system` (``dysharp area --system-top --gpus 8``) writes ``system_summary.csv`` and returns
 its Markdown table. A missing input is an error naming the command that makes it.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from . import scaling
 from .summary_csv import write_csv
 
-__all__ = ["system_rows", "write_system", "main"]
+__all__ = ["system_rows", "write_system"]
 
 _GATING = (("no_gating", "power, no clock gating"), ("clock_gated", "power, ideal register clock gating"))
 
@@ -38,7 +38,7 @@ def _read(path: Path, what: str, command: str) -> list[dict]:
 
 def _switch(reports: Path, gpus: int) -> dict:
     rows = _read(reports / "integrated_power_summary.csv", "the flat integrated switch's area, timing and power",
-                 f"python -m synth.integrated --power {gpus}")
+                 f"dysharp power --integrated {gpus}")
     have = {(r["quantity"].strip(), r["point"]): r for r in rows}
     point = f"ports={gpus}"
     need = ["area, flat", "critical path", *(q for _, q in _GATING)]
@@ -122,22 +122,3 @@ def write_system(out="synth_reports", gpus: int = 8, reports=None) -> str:
     return tabulate(table, headers=[f"system top, {gpus} GPUs (45 nm)", "area mm^2", "critical path ps",
                                     "N5 ps (slack at 640)", "power mW (no gating / ideal gating)"],
                     tablefmt="github", disable_numparse=True)
-
-
-def main(argv=None) -> int:
-    """``python -m synth.system_top``: the system top's area, timing and power, chip by chip, from the
-    committed summaries -> ``system_summary.csv``."""
-    import argparse
-    p = argparse.ArgumentParser(prog="python -m synth.system_top", description=main.__doc__)
-    p.add_argument("--gpus", type=int, default=8, help="GPUs on the switch (default 8: the HGX system)")
-    p.add_argument("--out", default="synth_reports")
-    a = p.parse_args(argv)
-    try:
-        print(write_system(a.out, a.gpus))
-    except (FileNotFoundError, ValueError) as e:
-        p.error(str(e))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -5,12 +5,10 @@ column ``critical_path_ps``). Output: ``timing_summary.csv`` beside it, with per
 45 nm path, the path scaled by :func:`synth.scaling.delay_to_n5`, the slack against the 1.5625 GHz port
 clock (640 ps) and whether it meets it, and the same table in Markdown. :func:`synth.report.write_reports`
 (``dysharp area``, ``dysharp study``) calls :func:`write_timing` after it writes ``area_summary.csv``;
-``python -m synth.timing`` regenerates the table from the committed CSV without synthesizing anything.
+``dysharp timing`` regenerates the table from the committed CSV without synthesizing anything.
 """
 
-import argparse
 import csv
-import sys
 from pathlib import Path
 
 from tabulate import tabulate
@@ -18,7 +16,7 @@ from tabulate import tabulate
 from . import scaling
 
 __all__ = ["REQUIRED", "COLUMNS", "MISS_NOTES", "FLAT_CHECKS", "read_area_summary", "read_flat_checks", "timing_rows",
-           "markdown", "write_timing", "main"]
+           "markdown", "write_timing"]
 
 REQUIRED = ("module", "point", "status", "critical_path_ps")
 COLUMNS = ["module", "point", "critical_path_ps_45", "critical_path_ps_n5", "slack_ps", "meets", "note"]
@@ -30,7 +28,7 @@ MISS_NOTES = {
                                           "acc_stages=3 (the acc_stages=3 row)" for w in (128, 256, 512)},
     ("switch", "ports=16"): "the input-to-allocator request path in one cycle, kept at 16 ports so that the "
                             "8- and 16-port benchmarks keep their latency, bounded by the sum of its halves; a "
-                            "flat synthesis times it (python -m synth.hierarchical --flat switch:ports=16); "
+                            "flat synthesis times it (dysharp area --flat-check switch:ports=16); "
                             "req_stage=True registers it (one more cycle per traversal), the default from 32 ports",
 }
 
@@ -73,7 +71,7 @@ def _flat(r: dict, flat: dict, ps45: float) -> tuple[float, str]:
         return ps45, ""
     if abs(float(chk["parts_critical_path_ps"]) - ps45) > 0.05:
         return ps45, (f"flat check stale (made against {float(chk['parts_critical_path_ps']):,.1f} ps from parts): "
-                      f"python -m synth.hierarchical --flat {r['module']}:{r['point'].replace(', ', ',')}")
+                      f"dysharp area --flat-check {r['module']}:{r['point'].replace(', ', ',')}")
     return float(chk["flat_critical_path_ps"]), (f"synthesized flat ({FLAT_CHECKS}); from its parts "
                                                  f"{ps45:,.1f} ps, a bound")
 
@@ -159,27 +157,3 @@ def write_timing(area_csv, out_dir=None, period_ps: float = scaling.PORT_PERIOD_
         for r in rows:
             w.writerow({k: _csv_value(r[k]) for k in COLUMNS})
     return markdown(rows, period_ps)
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m synth.timing", description=__doc__.split("\n\n")[0])
-    p.add_argument("--area-csv", default="synth_reports/area_summary.csv",
-                   help="area summary to read (default: synth_reports/area_summary.csv)")
-    p.add_argument("--out", default=None, help="folder for timing_summary.csv (default: beside --area-csv)")
-    p.add_argument("--clock-ghz", type=float, default=scaling.PORT_CLOCK_GHZ,
-                   help=f"clock to meet (default: {scaling.PORT_CLOCK_GHZ}, the NVLink4 port clock)")
-    args = p.parse_args(argv)
-    try:
-        if args.clock_ghz <= 0:
-            raise ValueError(f"--clock-ghz must be positive, got {args.clock_ghz}")
-        md = write_timing(args.area_csv, args.out, 1000 / args.clock_ghz)
-    except ValueError as e:
-        print(f"synth.timing: error: {e}", file=sys.stderr)
-        return 2
-    print(md)
-    print(f"wrote {Path(args.out or Path(args.area_csv).parent) / 'timing_summary.csv'}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -44,7 +44,7 @@ LIBERTY_SHA256 = "0f936d453c0a26809975b1226cef893a02d26c6f4c3477b4acd6e9b09ec8a1
 CACTI_WHEEL = "hwcomponents-cacti==1.0.40"
 CACTI_PREFIX = "hwcomponents_cacti/cacti/"
 
-SETUP_HINT = "run `./run setup` (or `python -m synth.tools setup`)"
+SETUP_HINT = "run `./run setup`"
 
 
 class ToolError(RuntimeError):

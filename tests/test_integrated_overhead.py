@@ -112,7 +112,7 @@ def _ov_csv(path, rows):
 
 def test_a_run_without_every_power_keeps_the_committed_overhead_table(tmp_path, capsys):
     """`dysharp area` on a few modules with no power results must not blank the committed power columns,
-    nor drop the integrated headline that only `python -m synth.integrated --overhead` computes."""
+    nor drop the integrated headline that only `dysharp area --overhead` computes."""
     from synth.integrated import HEADLINE_ROLE
     from synth.report import write_overhead_csv
     path = tmp_path / "overhead_summary.csv"

@@ -85,5 +85,5 @@ def test_a_loop_between_blocks_needs_the_whole_run(tmp_path, monkeypatch):
 
 
 def test_compare_command_rejects_a_bad_point():
-    with pytest.raises(SystemExit):
-        lint_blocks_bench.main(["switch:ports=x"])
+    with pytest.raises(ValueError, match="bad point 'switch:ports=x'"):
+        lint_blocks_bench.parse_points(["switch:ports=x"])

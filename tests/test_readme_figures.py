@@ -311,11 +311,11 @@ COMMANDS = {
     "... over DySHARP-Basic (no fusion)": "`dysharp estimate`",
     "... over CCFuser / COMET": "`dysharp estimate`",
     "whole step over DeepEP": "`dysharp estimate --end-to-end`",
-    "switch-side area, 64 ports, N5 (4)": "`python -m synth.integrated --overhead`",
+    "switch-side area, 64 ports, N5 (4)": "`dysharp area --overhead`",
     "switch-side power, 64 ports, N5 (4)": "`dysharp power`",
     "GPU side, per GPU, N5 (4)": "`dysharp area`, `dysharp power`",
-    "system top, 8 GPUs, 45 nm (4)": "`python -m synth.system_top`",
-    "port clock, 640 ps at N5 (4)": "`python -m synth.timing`",
+    "system top, 8 GPUs, 45 nm (4)": "`dysharp area --system-top`",
+    "port clock, 640 ps at N5 (4)": "`dysharp timing`",
 }
 
 CHECKS = {
@@ -393,8 +393,8 @@ WRONG = [
     ("1.025x (2)", "1.052x (2)", "... over DySHARP-Basic (no fusion)", "1.052", "1.025"),
     ("1.043x at 16", "1.034x at 16", "MoE layer speedup over DeepEP", "1.034", "1.043"),
     ("dysharp 416,705 cycles", "dysharp 461,705 cycles", "MoE layer speedup over DeepEP", "461,705", "416,705"),
-    ("| `python -m synth.timing` |", "| `dysharp timing` |", "port clock, 640 ps at N5 (4)", "`dysharp timing`",
-     "`python -m synth.timing`"),
+    ("| `dysharp timing` |", "| `dysharp lint` |", "port clock, 640 ps at N5 (4)", "`dysharp lint`",
+     "`dysharp timing`"),
 ]
 
 

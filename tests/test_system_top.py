@@ -46,7 +46,7 @@ def test_the_system_is_its_chips_summed(tmp_path):
 
 
 def test_missing_or_vectorless_inputs_are_refused(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"synth.integrated --power 8"):
+    with pytest.raises(FileNotFoundError, match=r"dysharp power --integrated 8"):
         system_top.system_rows(8, tmp_path)
     _inputs(tmp_path, gpus=4)
     with pytest.raises(ValueError, match=r"no area, flat, critical path.* at ports=8 .*up to 8 ports"):
@@ -61,13 +61,14 @@ def test_missing_or_vectorless_inputs_are_refused(tmp_path):
 
 
 def test_cli_states_what_is_wrong(tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        system_top.main(["--out", str(tmp_path)])
+    from dysharp import cli
+
+    assert cli.main(["area", "--system-top", "--out", str(tmp_path)]) == 2
     assert "integrated_power_summary.csv is missing" in capsys.readouterr().err
 
 
 def test_committed_summary_is_regenerated_from_the_committed_inputs(tmp_path):
-    """synth_reports/system_summary.csv is what `python -m synth.system_top --gpus 8` writes from the
+    """synth_reports/system_summary.csv is what `dysharp area --system-top --gpus 8` writes from the
     committed inputs (so it cannot drift from them)."""
     system_top.write_system(tmp_path, 8, reports=REPORTS)
     assert (tmp_path / "system_summary.csv").read_text() == (REPORTS / "system_summary.csv").read_text()

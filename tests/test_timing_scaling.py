@@ -68,7 +68,7 @@ def test_a_known_miss_carries_its_reason_and_plan(tmp_path):
                                          ["switch", "ports=8", "ok", "10", "2356", "OpenSTA"]])
     miss, meet = timing.timing_rows(timing.read_area_summary(src))
     assert miss["meets"] == "no" and "req_stage=True registers it" in miss["note"]
-    assert "python -m synth.hierarchical --flat switch:ports=16" in miss["note"]
+    assert "dysharp area --flat-check switch:ports=16" in miss["note"]
     assert meet["meets"] == "yes" and meet["note"] == ""
 
 
@@ -94,7 +94,7 @@ def test_a_flat_check_replaces_the_parts_bound_until_the_row_changes(tmp_path):
     # A check made against another row (the RTL changed since) is stale: the bound stays, and the note says so.
     assert float(r64["critical_path_ps_45"]) == 2704.0
     assert r64["note"].startswith("flat check stale (made against 2,999.0 ps from parts)")
-    assert "python -m synth.hierarchical --flat switch:ports=64" in r64["note"]
+    assert "dysharp area --flat-check switch:ports=64" in r64["note"]
     # A point synthesized flat by `dysharp area` keeps its own path.
     assert float(r8["critical_path_ps_45"]) == 2355.7 and r8["note"] == ""
 
@@ -131,14 +131,16 @@ def test_bad_values_are_named(tmp_path):
 
 
 def test_main_writes_csv_and_rejects_bad_input(tmp_path, capsys):
+    from dysharp import cli
+
     src = write_csv(tmp_path / "area_summary.csv", [["fast", "ports=8", "ok", "10", "2000", "OpenSTA"]])
-    assert timing.main(["--area-csv", str(src), "--out", str(tmp_path / "o")]) == 0
+    assert cli.main(["timing", "--area-csv", str(src), "--out", str(tmp_path / "o")]) == 0
     assert "| fast " in capsys.readouterr().out and (tmp_path / "o" / "timing_summary.csv").is_file()
     bad = write_csv(tmp_path / "bad.csv", [["x"]], header=["module"])
-    assert timing.main(["--area-csv", str(bad)]) == 2
+    assert cli.main(["timing", "--area-csv", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "missing column(s) point, status, critical_path_ps" in err and str(bad) in err
-    assert timing.main(["--area-csv", str(src), "--clock-ghz", "0"]) == 2
+    assert cli.main(["timing", "--area-csv", str(src), "--clock-ghz", "0"]) == 2
     assert "--clock-ghz must be positive" in capsys.readouterr().err
 
 

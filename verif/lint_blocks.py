@@ -17,7 +17,7 @@ sub-modules. A larger one is linted with each sub-module replaced by a *stub* th
   code at fewer ports).
 
 A stub's own warnings (undriven outputs, unused inputs) are switched off inside it.
-``python -m verif.bench.lint_blocks`` times both ways on the big tops.
+``dysharp bench lint_blocks`` times both ways on the big tops.
 """
 
 import re

@@ -2,7 +2,9 @@
 
 Each module is synthesized at every point of its ``area_grid`` (the registry's ``points`` when it has
 none), or of the grid given with ``--grid MODULE.PARAM=V1,V2`` (several ``--grid`` for one module form
-their cartesian product); ``--set`` fixes a parameter at every point. See :mod:`synth.area`.
+their cartesian product); ``--set`` fixes a parameter at every point. See :mod:`synth.area`. The options
+of :mod:`dysharp.commands.area_tables` write one derived table instead (the 64-port overhead, the system
+top, the array cross-check, flat checks).
 """
 
 import json
@@ -10,6 +12,8 @@ import shlex
 import sys
 
 from hw import registry
+
+from . import area_tables
 
 ALL_MB = 3.0
 
@@ -29,6 +33,7 @@ def add_arguments(p) -> None:
     p.add_argument("--no-cache", action="store_true", help="synthesize again even when a result is cached")
     add_engine_arguments(p, "points")
     p.add_argument("--out", default="synth_reports", help="report folder (default: synth_reports)")
+    area_tables.add_arguments(p)
 
 
 def add_engine_arguments(p, what: str) -> None:
@@ -55,6 +60,9 @@ def selection(args) -> dict[str, list[dict]]:
 def run(args) -> int:
     from synth import area_study, report, tools
 
+    done = area_tables.run(args)
+    if done is not None:
+        return done
     if args.clock_ghz <= 0:
         raise ValueError(f"--clock-ghz must be positive, got {args.clock_ghz}")
     sel = selection(args)

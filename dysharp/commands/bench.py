@@ -13,6 +13,7 @@ BENCHES = {
     "dysharp_switch": ("verif.bench.dysharp_switch", "DySHARP switch: dispatch vs NVSwitch, combine at the uplink bound, fused mix, zero-load latency"),
     "soak": ("verif.bench.soak", "DySHARP switch soak: one run of >= 10^6 cycles of mixed dispatch/combine under random stalls, memory latency and TLB misses; 0 lost/duplicated/mismatched, no deadlock"),
     "linerate": ("verif.bench.linerate", "packets and flits per cycle per port against packet length at full load, NVSwitch and DySHARP switch"),
+    "lint_blocks": ("verif.bench.lint_blocks", "lint time of the big tops whole against block by block, with the same waived counts"),
     "reduction": ("verif.bench.reduction", "in-switch reduction: ALU conformance, buffer absorption, ld_reduce throughput vs entries"),
 }
 

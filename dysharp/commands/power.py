@@ -31,11 +31,20 @@ def add_arguments(p) -> None:
     from dysharp.commands.area import add_engine_arguments
     add_engine_arguments(p, "modules' points")
     p.add_argument("--out", default="synth_reports", help="report folder (default: synth_reports)")
+    p.add_argument("--integrated", type=int, default=None, metavar="PORTS",
+                   help="instead: the integrated switch synthesized flat at PORTS ports (4..8) with the registry's "
+                        "defaults: flat area and timing, its sum of parts, and its power under MoE dispatch and "
+                        "combine (integrated_power_summary.csv)")
+    p.add_argument("--no-parts", action="store_true", help="with --integrated: skip the sum-of-parts comparison")
 
 
 def run(args) -> int:
     from synth import power_study, report, tools, workloads
 
+    if args.integrated is not None:
+        from synth import integrated
+        print(integrated.write_power(args.out, {"ports": args.integrated}, hierarchical_sum=not args.no_parts))
+        return 0
     if args.clock_ghz <= 0:
         raise ValueError(f"--clock-ghz must be positive, got {args.clock_ghz}")
     if args.cycles < 10 or args.warmup < 10:

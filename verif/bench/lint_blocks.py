@@ -1,9 +1,8 @@
 """Lint whole vs block by block (:mod:`verif.lint_blocks`): each point linted both ways, one after the other,
 in this process; the wall time, runs, waived counts and unwaived warnings of each go to
-``build/bench/lint_blocks.json``. ``python -m verif.bench.lint_blocks`` (default: the 64-port switch and
+``build/bench/lint_blocks.json``. ``dysharp bench lint_blocks`` (default: the 64-port switch and
 integrated switch)."""
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -32,25 +31,27 @@ def compare(points: list[tuple[str, dict]], out="build/bench/lint_blocks.json") 
     return rows
 
 
-def main(argv=None) -> int:
-    """``python -m verif.bench.lint_blocks [MODULE:k=v,...] ...``: lint each point whole and block by block,
-    one after the other, and write the times (default: the 64-port switch and integrated switch)."""
-    p = argparse.ArgumentParser(prog="python -m verif.bench.lint_blocks", description=main.__doc__)
+def add_arguments(p) -> None:
     p.add_argument("points", nargs="*", default=["switch:ports=64", "dysharp_switch:ports=64"],
                    help="MODULE:k=v,... (default: switch:ports=64 dysharp_switch:ports=64)")
     p.add_argument("--out", default="build/bench/lint_blocks.json")
-    a = p.parse_args(argv)
+
+
+def parse_points(texts: list[str]) -> list[tuple[str, dict]]:
+    """``MODULE:k=v,...`` -> (module, {k: int}); a malformed point is a ValueError naming it."""
     points = []
-    for text in a.points:
+    for text in texts:
         name, _, kv = text.partition(":")
         try:
             params = {k: int(v) for k, v in (x.split("=", 1) for x in kv.split(",") if x)}
         except ValueError:
-            p.error(f"bad point {text!r}: expected MODULE:k=v,... with integer values")
+            raise ValueError(f"bad point {text!r}: expected MODULE:k=v,... with integer values") from None
         points.append((name, params))
-    compare(points, a.out)
+    return points
+
+
+def run(args) -> int:
+    """``dysharp bench lint_blocks [MODULE:k=v,...] ...``: lint each point whole and block by block, one after
+    the other, and write the times (default: the 64-port switch and integrated switch)."""
+    compare(parse_points(args.points), args.out)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
