@@ -436,7 +436,7 @@ def _markdown(area_points, arrays, power, crosscheck, ov, plots, commands) -> st
               f"Scaling: logic area x{scaling.LOGIC_AREA:.4f} (45->7 nm Stillmaker & Baas 0.059, then N7->N5 "
               f"logic density 1.84x), SRAM area x{scaling.SRAM_AREA:.4f} (bit cell 0.346->0.027 um^2, then "
               f"N7->N5 1.3x; CACTI-costed arrays and CAM macros count as SRAM, their control logic and "
-              f"flip-flop arrays as logic), power x{scaling.ENERGY} (45->7 nm energy; no N7->N5 step). "
+              f"flip-flop arrays as logic), power x{scaling.ENERGY:.4f} (45->7 nm energy, Stillmaker & Baas fits at nominal Vdd; no N7->N5 step). "
               f"NVSwitch: {scaling.NVSWITCH['source']}: {scaling.NVSWITCH['area_mm2']:.0f} mm^2. Each block at "
               f"its architecture point (`synth/scaling.py`, justified below); power from `dysharp power` at "
               f"1.5625 GHz, no clock gating / ideal clock gating.", ""]
