@@ -48,6 +48,7 @@ from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arbiter import or_reduce
+from ..event_counters import EventCounters
 from ..packet import INDEX_BITS, ErrorCode
 from ..switch.backing_if import BackingRequest, BackingResponse, backing_signature
 
@@ -329,7 +330,7 @@ class MemoryManager(wiring.Component):
             with m.If(sweep_done):
                 m.d.sync += state.eq(IDLE)
 
-        for cnt, sig in inc.items():
-            with m.If(sig):
-                m.d.sync += self.counters[int(cnt)].eq(self.counters[int(cnt)] + 1)
+        m.submodules.counters = counters = EventCounters(len(MmCounter))
+        m.d.comb += [counters.strobe[int(c)].eq(sig) for c, sig in inc.items()]
+        m.d.comb += self.counters.eq(counters.count)
         return m

@@ -72,6 +72,7 @@ from amaranth.lib.wiring import In, Out, connect
 
 from ..arbiter import first_set
 from ..credit import credit_link_signature
+from ..event_counters import EventCounters
 from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, INDEX_BITS, MAX_LENGTH, ErrorCode, HeaderLayout, Opcode,
                       UnicastRoute, flit_layout, rtl_payload_flits)
 from ..switch.backing_if import BackingRequest
@@ -233,20 +234,6 @@ def _written_layout(flit_width):
 def _tag_lookup_signature(flit_width):
     """Seen from the asker: a tag out; its landing flit address and whether it is outstanding back."""
     return wiring.Signature({"tag": Out(_TAG_BITS), "addr": In(flit_addr_bits(flit_width)), "known": In(1)})
-
-
-class _EventCounters(wiring.Component):
-    """``count[i]`` (32 bits, wrapping) counts the cycles with ``strobe[i]`` high."""
-
-    def __init__(self, n):
-        super().__init__({"strobe": In(n), "count": Out(data.ArrayLayout(32, n))})
-
-    def elaborate(self, platform):
-        m = Module()
-        for i in range(len(self.strobe)):
-            with m.If(self.strobe[i]):
-                m.d.sync += self.count[i].eq(self.count[i] + 1)
-        return m
 
 
 class _Stager(wiring.Component):
@@ -738,8 +725,8 @@ class ReceivePath(wiring.Component):
         m.submodules.metaq = metaq = fifo.SyncFIFO(width=_meta_layout().size, depth=_META_DEPTH)
         m.submodules.arrivals = arrivals = _ArrivalReporter(experts=self.experts, tile_size=self.tile_size,
                                                             max_slots=self.max_slots)
-        m.submodules.errors = errors = _EventCounters(len(RxError))
-        m.submodules.remote_counters = remote = _EventCounters(N_REMOTE_CODES)
+        m.submodules.errors = errors = EventCounters(len(RxError))
+        m.submodules.remote_counters = remote = EventCounters(N_REMOTE_CODES)
 
         # Packets: staged whole, then committed (memory writes, read answers, fills, tag landings).
         connect(m, wiring.flipped(self.rx), stager.rx)

@@ -53,6 +53,7 @@ from amaranth.lib.wiring import In, Out, connect
 
 from ..arbiter import first_set
 from ..credit import CreditSender, credit_link_signature
+from ..event_counters import EventCounters
 from ..packet import (DEFAULT_FLIT_WIDTH, MAX_LENGTH, MAX_PORTS, EType, HeaderLayout, Opcode, RedOp,
                       flit_layout)
 from .memory_if import BYTE_ADDR_BITS, flit_shift, mem_read_signature
@@ -217,9 +218,9 @@ class _Planner(wiring.Component):
                 DescError.BAD_TYPE: ~bad_mask & ~bad_len & bad_type,
                 DescError.BAD_GROUP: ~bad_mask & ~bad_len & ~bad_type & bad_group}
         ok = ~(bad_mask | bad_len | bad_type | bad_group)
-        for code, cond in errs.items():
-            with m.If(take & cond):
-                m.d.sync += self.err_count[code].eq(self.err_count[code] + 1)
+        m.submodules.errors = errors = EventCounters(len(DescError))
+        m.d.comb += [errors.strobe[code].eq(take & cond) for code, cond in errs.items()]
+        m.d.comb += self.err_count.eq(errors.count)
         with m.If(take & ok):
             m.d.sync += [busy.eq(1), d.eq(nd), rem.eq(nd.mask[:self.ports]), off.eq(0), copy_base.eq(nd.addr)]
         return m

@@ -64,6 +64,8 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, enum, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..event_counters import EventCounters
+
 __all__ = ["TileArrival", "TileCmdOp", "TileCommand", "TileReady", "TokenRelease", "TileState",
            "TrackerError", "TokenTracker", "COUNT_BITS", "EXPERT_BITS", "TILE_BITS"]
 
@@ -383,9 +385,9 @@ class _TableUpdate(wiring.Component):
             self.tw_valid.eq(t_we), self.tw_idx.eq(s1.idx), self.tw_data.eq(t_wd),
             ew_valid.eq(e_we), ew_idx.eq(s1.expert), ew_data.eq(e_wd),
         ]
-        for code in TrackerError:
-            with m.If(err & (err_code == code)):
-                m.d.sync += self.err_count[code].eq(self.err_count[code] + 1)
+        m.submodules.errors = errors = EventCounters(len(TrackerError))
+        m.d.comb += [errors.strobe[code].eq(err & (err_code == code)) for code in TrackerError]
+        m.d.comb += self.err_count.eq(errors.count)
         # The tile pushed to either queue: its count is the one written, else the one read.
         for push in (self.ready_push, self.release_push):
             m.d.comb += [push.payload.expert.eq(s1.expert), push.payload.tile.eq(s1.tile),
