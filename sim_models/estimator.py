@@ -37,7 +37,7 @@ import numpy as np
 from hw.packet import payload_efficiency, wire_flits
 
 from .calibration import Calibration, load_calibration
-from .gemm import GemmModel
+from .gemm import GemmModel, dtype_efficiency
 from .moe_config import ModelConfig
 from .pipeline import PipelineInputs, run_pipeline
 from .routing import expected_distinct_gpus
@@ -96,7 +96,10 @@ class Params:
     dtype: str = "fp8"                       # dispatch and GEMM dtype (combine is always BF16): DeepSeek-V3
     #                                          (MISSION.md); --sensitivity compares bf16
     tile: int = 128                          # MISSION.md: the token tracker's 128-token tile; --sensitivity 32..512
-    gemm_efficiency: float = 0.6             # DeepGEMM README: 1,093-1,297 of 1,979 TFLOPS (0.55-0.66); tornado 0.45..0.75
+    gemm_efficiency: float = 0.6             # FP8 GEMMs: DeepGEMM README: 1,093-1,297 of 1,979 TFLOPS (0.55-0.66);
+    #                                          tornado 0.45..0.75
+    bf16_gemm_efficiency: float | None = None  # BF16 GEMMs; None: gemm_efficiency x 2 / 1.75 (cuBLAS 12.9: block-
+    #                                          scaled FP8 1.75x BF16 on large matmuls; gemm.dtype_efficiency)
     mem_efficiency: float = 0.75             # DeepGEMM README: memory-bound shapes 2.2-2.6 of 3.35 TB/s; tornado 0.6..0.9
     comm_sms: int = 24                       # SMs a DeepEP-like kernel needs to keep the links busy: DeepEP
     #                                          README (24 of 132 on H800; MISSION.md 20-24); tornado 0..48
@@ -135,6 +138,8 @@ class Params:
         for f in ("gemm_efficiency", "mem_efficiency"):
             if not 0 < getattr(self, f) <= 1:
                 bad(f, "must be in (0, 1]")
+        if self.bf16_gemm_efficiency is not None and not 0 < self.bf16_gemm_efficiency <= 1:
+            bad("bf16_gemm_efficiency", "must be in (0, 1], or None (derived from gemm_efficiency)")
         if self.weight_reuse not in WEIGHT_REUSE:
             bad("weight_reuse", f"valid: {', '.join(WEIGHT_REUSE)}")
         if self.block_m is not None and not (isinstance(self.block_m, int) and 1 <= self.block_m <= 1024):
@@ -153,6 +158,11 @@ class Params:
             bad("slots", "must be >= 20")
         if not self.tutel_degrees or any(d < 1 for d in self.tutel_degrees):
             bad("tutel_degrees", "must be positive integers")
+
+    def gemm_efficiency_of(self, dtype: str, system) -> float:
+        """The GEMM efficiency of ``dtype`` on ``system`` (:func:`gemm.dtype_efficiency`)."""
+        return dtype_efficiency(dtype, self.gemm_efficiency, system.fp8_tflops, system.bf16_tflops,
+                                self.bf16_gemm_efficiency)
 
     @property
     def tokens(self) -> int:
@@ -227,7 +237,7 @@ class _Context:
         self.l_red = cal.get("reduce_last_to_result_cycles") / self.clock * ls
         self.l_trk = cal.get("tracker_ready_latency_cycles") / self.clock * ls
         self.ko = s.kernel_overhead_us * 1e-6 * ls
-        self.gemm = GemmModel.for_model(model, s, p.dtype, gemm_efficiency=p.gemm_efficiency,
+        self.gemm = GemmModel.for_model(model, s, p.dtype, gemm_efficiency=p.gemm_efficiency_of(p.dtype, s),
                                         mem_efficiency=p.mem_efficiency, tile=p.tile, block_m=p.block_m,
                                         block_n=p.block_n, sms=s.sms)
         # Per-GPU GEMM time on all SMs (forward): one grouped launch per GEMM over the GPU's experts

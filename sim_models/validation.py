@@ -272,9 +272,6 @@ WHY_MEGATRON = ("Megatron's MoE layer costs outside the transfers and the GEMMs:
                 "its own kernel) and NCCL's collectives; the estimator's deepep scheme is line-rate transfers, "
                 "one grouped GEMM per stage and three 2-us kernel overheads. Largest with several small experts "
                 "per GPU (Qwen2-MoE, Phi-3.5-MoE). Also: " + ARTIFACT)
-WHY_COMET_GEMM = ("a dtype-dependent GEMM efficiency: the published layer runs Mixtral's 2.89 TFLOP of BF16 expert "
-                  "GEMMs at 0.71 of BF16 peak, the GEMM model's one efficiency is 0.6 (set from DeepGEMM's FP8 "
-                  "tables)")
 WHY_COMET_SMALL = ("COMET's costs on many small experts: GEMM-bound, the published time would put eight 2,048 x 1,408 "
                    "experts per GPU at 0.22-0.24 of BF16 peak, far below the 0.50-0.52 DeepGEMM's dense tables give "
                    "for K = 1,536-2,048, so the GEMM efficiency alone does not explain it; the candidates are the "
@@ -289,11 +286,10 @@ WHY_COMET_OVER = ("COMET's published lead over Megatron-Cutlass per layer (1.4-3
                   "whole dispatch + combine (0.6-1.5 ms), so overlap alone cannot give it: " + WHY_MEGATRON)
 # The COMET rows outside their tolerance and the mechanism each points to, by (model, M, quantity).
 _COMET_WHY = {
-    ("Mixtral", 4096, "COMET"): WHY_COMET_GEMM, ("Mixtral", 8192, "COMET"): WHY_COMET_GEMM,
     ("Qwen2-MoE", 4096, "COMET"): WHY_COMET_SMALL, ("Qwen2-MoE", 8192, "COMET"): WHY_COMET_SMALL,
     ("Qwen2-MoE", 4096, "Megatron-Cutlass"): WHY_MEGATRON, ("Qwen2-MoE", 8192, "Megatron-Cutlass"): WHY_MEGATRON,
     ("Phi-3.5-MoE", 4096, "Megatron-Cutlass"): WHY_MEGATRON, ("Phi-3.5-MoE", 8192, "Megatron-Cutlass"): WHY_MEGATRON,
-    ("Mixtral", 4096, "over-Megatron-Cutlass"): WHY_COMET_GEMM,
+    ("Mixtral", 4096, "over-Megatron-Cutlass"): WHY_MEGATRON,
     ("Qwen2-MoE", 4096, "over-Megatron-Cutlass"): WHY_COMET_OVER,
     ("Phi-3.5-MoE", 4096, "over-Megatron-Cutlass"): WHY_COMET_OVER,
     ("Phi-3.5-MoE", 8192, "over-Megatron-Cutlass"): WHY_COMET_OVER,
