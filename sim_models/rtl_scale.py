@@ -65,9 +65,11 @@ def predict_cycles(layer, schemes, calibration=None) -> dict:
     wl = workload_from_routing(layer.routing, layer.placement, layer.G, tile=p.tile_size)
     # block_m=None: the GEMM model the RTL run's tile cycles come from (MoeLayer.derived_gemm_tile_cycles),
     # so that measured and predicted differ by the communication and the overlap, not by two GEMM models.
-    # bf16_gemm_efficiency = the FP8 one: MoeLayer's tile cycles use one efficiency for either dtype.
+    # bf16_gemm_efficiency = the FP8 one: MoeLayer's tile cycles use one efficiency for either dtype. No
+    # unfused kernels: the RTL layer's GPUs run GEMM tiles only (no permutation or activation kernels).
     est = estimate(ms, ss, Params(tokens_per_gpu=layer.T, dtype=p.dtype, tile=p.tile_size, gpus=layer.G,
-                                  seed=p.seed, block_m=None, bf16_gemm_efficiency=Params.gemm_efficiency),
+                                  seed=p.seed, block_m=None, bf16_gemm_efficiency=Params.gemm_efficiency,
+                                  unfused_kernels=False),
                    calibration=calibration,
                    schemes=[ESTIMATOR_SCHEME.get(s, s) for s in schemes], workload=wl)
     f = ss.switch_clock_ghz * 1e9
