@@ -192,13 +192,9 @@ SETUPS: list[Setup] = [
           "one direction and 1/N*size in the other\"",
           kind="nvls_allgather_busbw", system="hgx-h100", model=_shape("allgather-probe", 7168, 8, 1),
           tokens=8192, dtype="bf16",
-          note="the estimator's NVLS AllGather (the nvls scheme's dispatch: one multimem.st per token, the switch "
-               "writes the G-1 other GPUs); busbw = S/t x (G-1)/G",
-          reason=("NCCL's NVLS all-gather multicasts to every member of the group, the sender included, so each "
-                  "GPU's downlink carries all S bytes (the maintainer's \"size in one direction\"), while the "
-                  "estimator's nvls AllGather writes a GPU's own rows locally ((G-1)/G of S on the downlink): "
-                  "with the sender's copy through the switch the same accounting gives 368 x 7/8 = 322 GB/s "
-                  "(+7%)")),
+          note="the nvls scheme's AllGather (one multimem.st per token) with NCCL's multicast to the whole group: "
+               "each GPU's own rows also cross the switch to its downlink (the maintainer's \"size in one "
+               "direction\"; the MoE baseline's nvls AllGather writes them locally); busbw = S/t x (G-1)/G"),
     Setup("nccl-b300-ring-allreduce", "NCCL", "8x B300, NVLink5 (18 x 50 GB/s), NVLS off (NCCL 2.30.4)",
           "allreduce busbw without NVLS", 695.0, "GB/s",
           "github.com/NVIDIA/nccl issue #2140 (2026-04-28), \"8x B300 (NVLS off vs on)\" (a user's measurement)",
@@ -456,8 +452,17 @@ def run_setup(st: Setup, cal: Calibration | None = None, params: Params | None =
         model, wl, ctx, disp, _ = _phases(st, "nvls", cal, params)
         G = wl.gpus
         S = G * st.tokens * payload_bytes(model.hidden, st.dtype)
-        return {"estimate": S / disp * (G - 1) / G / 1e9, "time_us": disp * 1e6, "bytes": S,
-                "how": "the nvls scheme's AllGather (dispatch: multimem.st of every token) of S bytes"}
+        # NCCL's NVLS all-gather multicasts every chunk to the whole group, the sender included (the NCCL
+        # maintainer, nccl issue #1506: it "will transmit size in one direction"): each GPU's downlink carries
+        # its own rows too, G/(G-1) of the nvls AllGather's, which writes them locally.
+        tr = account(wl.dest, "nvls", payload_bytes(model.hidden, st.dtype), payload_bytes(model.hidden, "bf16"),
+                     ctx.flit, MAX_PAYLOAD)
+        ld, _ = ctx.latencies("nvls", tiled=False)
+        bulk = max(float(np.max(tr.dispatch.up_wire)), float(np.max(tr.dispatch.down_wire)) * G / (G - 1))
+        t = bulk / ctx.rate + ld + ctx.ko
+        return {"estimate": S / t * (G - 1) / G / 1e9, "time_us": t * 1e6, "bytes": S,
+                "how": "the nvls scheme's AllGather (dispatch: multimem.st of every token) of S bytes, each "
+                       "GPU's own rows also through the switch (NCCL's multicast to the whole group)"}
     # nvls_allreduce_busbw
     model, wl, ctx, disp, comb = _phases(st, "nvls", cal, params)
     G = wl.gpus
