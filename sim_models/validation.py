@@ -261,7 +261,7 @@ ARTIFACT = ("the artifact's MoE layers move every token to every GPU (Megatron's
             "and flux's AllGather+scatter / gather+ReduceScatter for COMET), on synthetic routing balanced by "
             "construction (megatron/test_forward/utils.py, generate_scatter_index); the estimator's schemes send "
             "each token only to the GPUs of its experts, on a uniform random draw. With the all-gather volume "
-            "the sequential estimate is -30% to +49% on hgx-h800 (the nvls scheme's sequential timing moves the "
+            "the sequential estimate is -25% to +48% on hgx-h800 (the nvls scheme's sequential timing moves the "
             "same (G-1)/G of the tokens per direction), so the traffic alone does not explain the rows either")
 WHY_MEGATRON = ("Megatron's MoE layer costs beyond those the estimator charges its deepep scheme (transfers at the "
                 "link rate, one grouped GEMM per stage, and the permutation, activation and unpermutation "
