@@ -8,7 +8,8 @@ engine:
 ===================  ==========  ==================================================================
 scheme               traffic     engine (overlap policy)
 ===================  ==========  ==================================================================
-deepep               unicast     sequential: dispatch, then all GEMMs, then combine (3 kernels)
+deepep               unicast     sequential: dispatch, then all GEMMs, then combine (3 kernels), plus
+                                 the permute / activation / unpermute kernels (``UNFUSED_KERNELS``)
 nvls                 nvls        sequential AllGather + GEMMs + ReduceScatter over static groups
 tutel                unicast     token chunks pipelined (comm of one chunk under GEMMs of another);
                                  the best degree of ``tutel_degrees`` (Tutel's adaptive pipelining)
@@ -25,7 +26,9 @@ dysharp              dynamic     token-centric fused pipeline (:func:`pipeline.r
 ===================  ==========  ==================================================================
 
 Every figure comes from the model and system configs, the calibration figures and the ``Params``;
-``docs/estimator.md`` lists each assumption with its source. Nothing is fitted to a published speedup.
+``docs/estimator.md`` lists each assumption with its source. Nothing is fitted to a published speedup. The
+separate-kernel schemes (deepep, nvls, tutel, fastermoe, dualpipe, dysharp-basic) also run the memory-bound
+kernels around their grouped GEMMs (:data:`UNFUSED_KERNELS`); the tile-level ones fold them into the GEMMs.
 """
 
 import collections
