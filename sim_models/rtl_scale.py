@@ -15,6 +15,10 @@ states the same configuration to the estimator:
   the overridden to the derived per-tile time;
 * no link latency and no kernel overhead (the RTL links are wires and the testbench launches no kernels),
   the switch latency of the DySHARP switch (``switch_latency`` cycles, docs/architecture.md);
+* none of the separate-kernel baselines' permutation, activation and unpermutation kernels
+  (``Params.unfused_kernels=False``: the RTL GPUs run GEMM tiles only, so a scheme's time there is its
+  transfers and tiles), and one GEMM efficiency for FP8 and BF16 (``bf16_gemm_efficiency`` = FP8's), as
+  ``MoeLayer``'s derived tile cycles use;
 
 and :func:`predict_cycles` runs :func:`sim_models.estimator.estimate` on the RTL run's own routing and
 placement (:func:`sim_models.workload.workload_from_routing`), converting seconds to cycles.
