@@ -169,7 +169,7 @@ class _Gemms:
         self.split_k = split_k
         peak = (system.fp8_tflops if dtype == "fp8" else system.bf16_tflops) * 1e12
         wb = 1 if dtype == "fp8" else 2
-        self.model = GemmModel(1, 1, peak, system.hbm_tbps * 1e12, wb, wb, params.gemm_efficiency,
+        self.model = GemmModel(1, 1, peak, system.hbm_tbps * 1e12, wb, wb, params.gemm_efficiency_of(dtype, system),
                                params.mem_efficiency, params.tile, params.block_m or 64, params.block_n, system.sms)
 
     def __call__(self, m: int, n: int, k: int, groups: int = 1) -> float:

@@ -8,7 +8,8 @@ engine:
 ===================  ==========  ==================================================================
 scheme               traffic     engine (overlap policy)
 ===================  ==========  ==================================================================
-deepep               unicast     sequential: dispatch, then all GEMMs, then combine (3 kernels)
+deepep               unicast     sequential: dispatch, then all GEMMs, then combine (3 kernels), plus
+                                 the permute / activation / unpermute kernels (``UNFUSED_KERNELS``)
 nvls                 nvls        sequential AllGather + GEMMs + ReduceScatter over static groups
 tutel                unicast     token chunks pipelined (comm of one chunk under GEMMs of another);
                                  the best degree of ``tutel_degrees`` (Tutel's adaptive pipelining)
@@ -25,7 +26,9 @@ dysharp              dynamic     token-centric fused pipeline (:func:`pipeline.r
 ===================  ==========  ==================================================================
 
 Every figure comes from the model and system configs, the calibration figures and the ``Params``;
-``docs/estimator.md`` lists each assumption with its source. Nothing is fitted to a published speedup.
+``docs/estimator.md`` lists each assumption with its source. Nothing is fitted to a published speedup. The
+separate-kernel schemes (deepep, nvls, tutel, fastermoe, dualpipe, dysharp-basic) also run the memory-bound
+kernels around their grouped GEMMs (:data:`UNFUSED_KERNELS`); the tile-level ones fold them into the GEMMs.
 """
 
 import collections
@@ -37,7 +40,7 @@ import numpy as np
 from hw.packet import payload_efficiency, wire_flits
 
 from .calibration import Calibration, load_calibration
-from .gemm import GemmModel
+from .gemm import GemmModel, dtype_efficiency
 from .moe_config import ModelConfig
 from .pipeline import PipelineInputs, run_pipeline
 from .routing import expected_distinct_gpus
@@ -46,7 +49,7 @@ from .system_config import SystemConfig
 from .traffic import DTYPES, SchemeTraffic, account, payload_bytes
 from .workload import Workload, build_workload
 
-__all__ = ["MODES", "SCHEMES", "BASELINES", "ABLATIONS", "FULL", "Params", "SchemeResult", "Estimate",
+__all__ = ["MODES", "SCHEMES", "BASELINES", "ABLATIONS", "FULL", "UNFUSED_KERNELS", "Params", "SchemeResult", "Estimate",
            "estimate", "DEFAULT_TOKENS"]
 
 MODES = ("prefill", "decode", "training")
@@ -96,7 +99,10 @@ class Params:
     dtype: str = "fp8"                       # dispatch and GEMM dtype (combine is always BF16): DeepSeek-V3
     #                                          (MISSION.md); --sensitivity compares bf16
     tile: int = 128                          # MISSION.md: the token tracker's 128-token tile; --sensitivity 32..512
-    gemm_efficiency: float = 0.6             # DeepGEMM README: 1,093-1,297 of 1,979 TFLOPS (0.55-0.66); tornado 0.45..0.75
+    gemm_efficiency: float = 0.6             # FP8 GEMMs: DeepGEMM README: 1,093-1,297 of 1,979 TFLOPS (0.55-0.66);
+    #                                          tornado 0.45..0.75
+    bf16_gemm_efficiency: float | None = None  # BF16 GEMMs; None: gemm_efficiency x 2 / 1.75 (cuBLAS 12.9: block-
+    #                                          scaled FP8 1.75x BF16 on large matmuls; gemm.dtype_efficiency)
     mem_efficiency: float = 0.75             # DeepGEMM README: memory-bound shapes 2.2-2.6 of 3.35 TB/s; tornado 0.6..0.9
     comm_sms: int = 24                       # SMs a DeepEP-like kernel needs to keep the links busy: DeepEP
     #                                          README (24 of 132 on H800; MISSION.md 20-24); tornado 0..48
@@ -114,6 +120,9 @@ class Params:
     block_n: int = 128                       # CTA block N (DeepGEMM's usual BLOCK_N)
     bandwidth_scale: float = 1.0             # scales links, switch datapath and reduction engines (a knob, 1 = as given)
     latency_scale: float = 1.0               # scales every latency and kernel overhead (a knob, 1 = as given)
+    unfused_kernels: bool = True             # the separate-kernel schemes' permutation, activation and
+    #                                          unpermutation kernels (UNFUSED_KERNELS); False: the GEMMs alone
+    #                                          (the RTL-scaled layer, which has no such kernels)
     gpus: int | None = None                  # override the system's GPU count; --sensitivity 8..72
     seed: int = 0
     slots: int = 300                         # time resolution of the tile-level engine (numerical: 300 vs 1000
@@ -135,6 +144,8 @@ class Params:
         for f in ("gemm_efficiency", "mem_efficiency"):
             if not 0 < getattr(self, f) <= 1:
                 bad(f, "must be in (0, 1]")
+        if self.bf16_gemm_efficiency is not None and not 0 < self.bf16_gemm_efficiency <= 1:
+            bad("bf16_gemm_efficiency", "must be in (0, 1], or None (derived from gemm_efficiency)")
         if self.weight_reuse not in WEIGHT_REUSE:
             bad("weight_reuse", f"valid: {', '.join(WEIGHT_REUSE)}")
         if self.block_m is not None and not (isinstance(self.block_m, int) and 1 <= self.block_m <= 1024):
@@ -153,6 +164,11 @@ class Params:
             bad("slots", "must be >= 20")
         if not self.tutel_degrees or any(d < 1 for d in self.tutel_degrees):
             bad("tutel_degrees", "must be positive integers")
+
+    def gemm_efficiency_of(self, dtype: str, system) -> float:
+        """The GEMM efficiency of ``dtype`` on ``system`` (:func:`gemm.dtype_efficiency`)."""
+        return dtype_efficiency(dtype, self.gemm_efficiency, system.fp8_tflops, system.bf16_tflops,
+                                self.bf16_gemm_efficiency)
 
     @property
     def tokens(self) -> int:
@@ -227,7 +243,7 @@ class _Context:
         self.l_red = cal.get("reduce_last_to_result_cycles") / self.clock * ls
         self.l_trk = cal.get("tracker_ready_latency_cycles") / self.clock * ls
         self.ko = s.kernel_overhead_us * 1e-6 * ls
-        self.gemm = GemmModel.for_model(model, s, p.dtype, gemm_efficiency=p.gemm_efficiency,
+        self.gemm = GemmModel.for_model(model, s, p.dtype, gemm_efficiency=p.gemm_efficiency_of(p.dtype, s),
                                         mem_efficiency=p.mem_efficiency, tile=p.tile, block_m=p.block_m,
                                         block_n=p.block_n, sms=s.sms)
         # Per-GPU GEMM time on all SMs (forward): one grouped launch per GEMM over the GPU's experts
@@ -307,12 +323,58 @@ def _comm_sms(ctx: _Context, tr: SchemeTraffic, kind: str, base: int) -> int:
     return min(sms, ctx.s.sms - 1)
 
 
+# The schemes built of separate kernels around their grouped GEMMs (the sequential, chunked and per-peer
+# engines) and the memory-bound kernels each runs per layer on its compute stream: "permute" gathers the
+# received rows into expert order (the grouped GEMM's contiguous layout), "act" is the gated activation
+# between GEMM-1 and GEMM-2, "unpermute" sums each received (token, GPU) pair's expert outputs (weighted by
+# the gate) into the row the combine sends. Megatron-LM's MoE layer (token_permutation / moe grouped GEMM /
+# bias_act / token_unpermutation), DeepEP + DeepGEMM as deployed (a permute kernel into DeepGEMM's
+# contiguous layout, an activation + quantisation kernel, the gather before the combine), Tutel's
+# encode/decode and FastMoE's local scatter/gather kernels are such kernels. The tile-level schemes (COMET,
+# CCFuser, DySHARP-COMET/-full) fuse them into the GEMM prologue/epilogue. Dynamic (DySHARP-Basic) rows land
+# in their expert's slots (the GPU receive path's per-expert bump pointer, docs/gpu_side.md), so it has no
+# permute; it keeps the activation and the unpermutation its separate grouped GEMMs need.
+UNFUSED_KERNELS = {"deepep": ("permute", "act", "unpermute"), "nvls": ("permute", "act", "unpermute"),
+                   "tutel": ("permute", "act", "unpermute"), "fastermoe": ("permute", "act", "unpermute"),
+                   "dualpipe": ("permute", "act", "unpermute"), "dysharp-basic": ("act", "unpermute")}
+
+
+def _kernel_passes(ctx: _Context, name: str, ps: "_Pass"):
+    """The unfused kernels of scheme ``name`` (:data:`UNFUSED_KERNELS`) for one pass: a function of the rows
+    per instance (all the layer's, or one chunk's) returning each GPU's seconds of HBM traffic at
+    ``hbm x mem_efficiency`` (the kernels are copies: memory-bound) plus one kernel overhead per kernel; None
+    when the scheme has none. Bytes per GPU, n = rows its experts compute, R = (token, GPU) pairs it
+    receives (every token for nvls, whose ReduceScatter takes the whole zero-filled output): permute 2 n
+    s_d (read + write a dispatched row); act n f (4 + 2 w): GEMM-1's 2f-wide BF16 output written, read back
+    and written f wide in GEMM-2's input dtype (w bytes), which GEMM-2 reads, against the fused GEMM model's
+    f-wide BF16 intermediate; unpermute n s_c + R s_c (read each expert output row, write one partial per
+    pair)."""
+    names = UNFUSED_KERNELS.get(name, ()) if ctx.p.unfused_kernels else ()
+    if not names:
+        return None
+    wl, G = ctx.wl, ctx.G
+    f, w = ctx.m.expert_ffn, ctx.gemm.weight_bytes
+    inst_total = np.bincount(wl.inst_gpu, weights=wl.inst_rows.astype(float), minlength=G)
+    pairs = (np.full(G, float(G * wl.tokens_per_gpu)) if name == "nvls"
+             else np.bincount(wl.pair_gpu, minlength=G).astype(float))
+    rate = ctx.s.hbm_tbps * 1e12 * ctx.p.mem_efficiency
+    per_row = (("permute" in names) * 2.0 * ps.s_d + ("act" in names) * f * (4.0 + 2.0 * w)
+               + ("unpermute" in names) * ps.s_c)
+
+    def passes(rows):
+        n = np.bincount(wl.inst_gpu, weights=np.asarray(rows, dtype=float), minlength=G)
+        r = pairs * np.divide(n, inst_total, out=np.zeros(G), where=inst_total > 0)
+        nbytes = n * per_row + ("unpermute" in names) * r * ps.s_c
+        return np.where(n > 0, nbytes / rate + len(names) * ctx.ko, 0.0)
+    return passes
+
+
 def _bounds(T: int, n: int) -> np.ndarray:
     """Start token index of each of ``n`` chunks of ``T`` tokens (token j is in chunk j * n // T)."""
     return np.searchsorted(np.arange(T) * n // T, np.arange(n), side="left")
 
 
-def _token_chunks(ctx: _Context, tr: SchemeTraffic, n: int, sm_fraction: float, factor: float):
+def _token_chunks(ctx: _Context, tr: SchemeTraffic, n: int, sm_fraction: float, factor: float, kern=None):
     """Per-chunk (dispatch, GEMM, combine) times when every GPU splits its tokens into ``n`` index ranges
     (unicast traffic; each chunk's GEMMs are their own grouped GEMM, so weights are read per chunk)."""
     wl, c = ctx.wl, tr.costs
@@ -323,10 +385,10 @@ def _token_chunks(ctx: _Context, tr: SchemeTraffic, n: int, sm_fraction: float, 
     disp = np.maximum(copies * c.disp_copy, hosted * c.disp_copy).max(axis=0) / ctx.rate + ld
     comb = np.maximum(hosted * c.comb_copy, copies * c.comb_copy).max(axis=0) / ctx.rate + lc
     rows = np.add.reduceat(wl.inst_rows_by_j, b, axis=1)
-    return disp, _chunk_gemm(ctx, rows, sm_fraction, factor), comb
+    return disp, _chunk_gemm(ctx, rows, sm_fraction, factor, kern), comb
 
 
-def _peer_chunks(ctx: _Context, tr: SchemeTraffic, groups: int, sm_fraction: float, factor: float):
+def _peer_chunks(ctx: _Context, tr: SchemeTraffic, groups: int, sm_fraction: float, factor: float, kern=None):
     """FasterMoE-like pairwise schedule: the peer ``o`` places away ((h - g) mod G) is exchanged in step
     ``o``; chunk 0 is the local tokens (no communication, its GEMMs start at once) and the G-1 remote steps
     are batched into ``groups`` chunks of consecutive offsets."""
@@ -348,17 +410,20 @@ def _peer_chunks(ctx: _Context, tr: SchemeTraffic, groups: int, sm_fraction: flo
     disp = busiest * c.disp_copy / ctx.rate + ld
     comb = busiest * c.comb_copy / ctx.rate + lc
     disp[0] = comb[0] = 0.0                                   # the local chunk moves nothing
-    return disp, _chunk_gemm(ctx, rows, sm_fraction, factor), comb
+    return disp, _chunk_gemm(ctx, rows, sm_fraction, factor, kern), comb
 
 
-def _chunk_gemm(ctx: _Context, rows: np.ndarray, sm_fraction: float, factor: float) -> np.ndarray:
-    """Per-chunk GEMM time of the busiest GPU, from rows per (instance, chunk): each chunk is one grouped
-    launch per GPU (its own waves; weights read once per expert per chunk)."""
-    out = np.zeros(rows.shape[1])
+def _chunk_gemm(ctx: _Context, rows: np.ndarray, sm_fraction: float, factor: float, kern=None):
+    """Per-chunk compute-stream time of the busiest GPU, from rows per (instance, chunk): each chunk is one
+    grouped launch per GPU (its own waves; weights read once per expert per chunk), plus the chunk's unfused
+    kernels (``kern``, :func:`_kernel_passes`). Returns (compute-stream time, GEMM time) per chunk."""
+    out, gemm = np.zeros(rows.shape[1]), np.zeros(rows.shape[1])
     for c in range(rows.shape[1]):
         t1, t2 = ctx.gemm.launch_times(rows[:, c], ctx.wl.inst_gpu, ctx.G, sm_fraction)
-        out[c] = float(np.max(t1 + t2)) * factor
-    return out
+        g = (t1 + t2) * factor
+        gemm[c] = float(np.max(g))
+        out[c] = float(np.max(g + kern(rows[:, c]))) if kern is not None else gemm[c]
+    return out, gemm
 
 
 def _tile_weight_reads(ctx: _Context) -> tuple[np.ndarray, np.ndarray]:
@@ -471,9 +536,12 @@ def _run_pass(ctx: _Context, spec: SchemeSpec, ps: _Pass, tr: SchemeTraffic, sms
     disp, comb = _standalone(ctx, tr, kind)
     S = ctx.s.sms
     full_gemm = float(np.max(ctx.gpu_gemm)) * ps.gemm_factor
+    kern = _kernel_passes(ctx, spec.name, ps)
     if engine == "sequential":
-        total = disp + full_gemm + comb + 3 * ctx.ko
-        return SchemeResult(spec.name, total, disp, full_gemm, comb, total - full_gemm, 0)
+        k = ctx.gpu_gemm * ps.gemm_factor + (kern(ctx.wl.inst_rows) if kern is not None else 0.0)
+        total = disp + float(np.max(k)) + comb + 3 * ctx.ko
+        return SchemeResult(spec.name, total, disp, full_gemm, comb, total - full_gemm, 0,
+                            {"kernels": float(np.max(k)) - full_gemm})
     frac = (S - sms) / S
     if engine in ("tutel", "dualpipe"):
         degrees = ctx.p.tutel_degrees if engine == "tutel" else (2,)
@@ -481,8 +549,8 @@ def _run_pass(ctx: _Context, spec: SchemeSpec, ps: _Pass, tr: SchemeTraffic, sms
         for n in degrees:
             n = min(n, ctx.wl.tokens_per_gpu)
             f = frac if n > 1 else 1.0          # one chunk overlaps nothing: GEMMs keep every SM
-            dch, gch, cch = _token_chunks(ctx, tr, n, f, ps.gemm_factor)
-            total, busy = list_schedule(_chains(dch, gch, cch, ctx.ko))
+            dch, (kch, gch), cch = _token_chunks(ctx, tr, n, f, ps.gemm_factor, kern)
+            total, busy = list_schedule(_chains(dch, kch, cch, ctx.ko))
             if best is None or total < best[0]:
                 best = (total, float(gch.sum()), n)
         total, gemm, n = best
@@ -490,8 +558,8 @@ def _run_pass(ctx: _Context, spec: SchemeSpec, ps: _Pass, tr: SchemeTraffic, sms
     if engine == "fastermoe":
         best = None
         for groups in sorted({min(d, ctx.G - 1) for d in ctx.p.tutel_degrees}):
-            dch, gch, cch = _peer_chunks(ctx, tr, groups, frac, ps.gemm_factor)
-            total, _ = list_schedule(_chains(dch, gch, cch, ctx.ko))
+            dch, (kch, gch), cch = _peer_chunks(ctx, tr, groups, frac, ps.gemm_factor, kern)
+            total, _ = list_schedule(_chains(dch, kch, cch, ctx.ko))
             if best is None or total < best[0]:
                 best = (total, float(gch.sum()), groups + 1)
         total, gemm, n = best
@@ -582,7 +650,9 @@ def _dualpipe_training(ctx, spec, passes, traffic, sms) -> SchemeResult:
         tr = traffic[ps.name][spec.traffic]
         d, c = _standalone(ctx, tr, spec.traffic)
         g = float(np.max(ctx.gpu_gemm)) * ps.gemm_factor / frac
-        chains.append([("net", d + ctx.ko), ("comp", g + ctx.ko), ("net", c + ctx.ko)])
+        kern = _kernel_passes(ctx, spec.name, ps)
+        k = float(np.max(ctx.gpu_gemm * ps.gemm_factor / frac + kern(ctx.wl.inst_rows))) if kern else g
+        chains.append([("net", d + ctx.ko), ("comp", k + ctx.ko), ("net", c + ctx.ko)])
         gemm += g
         disp_sum += d
         comb_sum += c

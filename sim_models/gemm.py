@@ -32,7 +32,28 @@ import math
 
 import numpy as np
 
-__all__ = ["GemmModel"]
+__all__ = ["GemmModel", "FP8_OVER_BF16", "dtype_efficiency"]
+
+# Measured throughput of a block-scaled FP8 GEMM over a BF16 GEMM of the same large shape on Hopper: NVIDIA,
+# "Boosting Matrix Multiplication Speed and Flexibility with NVIDIA cuBLAS 12.9" (developer blog, 2025):
+# cuBLAS 12.9's channel- and block-scaled FP8 matmuls on Hopper reach "a 1.75x speedup for large matmuls" over
+# the BF16 baseline. The tensor cores' peak ratio is 2 (1,979 / 989 TFLOPS), so BF16 keeps 2 / 1.75 = 1.14x the
+# fraction of its peak that block-scaled FP8 keeps of its own (FP8's per-128-channel scale promotion costs
+# CUDA-core work and registers that BF16 does not pay).
+FP8_OVER_BF16 = 1.75
+
+
+def dtype_efficiency(dtype: str, fp8_efficiency: float, fp8_tflops: float, bf16_tflops: float,
+                     bf16_efficiency: float | None = None) -> float:
+    """Fraction of the dtype's tensor-core peak a grouped GEMM reaches. ``fp8_efficiency`` is FP8's (set
+    from DeepGEMM's block-scaled FP8 tables); BF16's is ``bf16_efficiency`` when given, else FP8's scaled by
+    the measured FP8/BF16 throughput ratio (:data:`FP8_OVER_BF16`): ``fp8_eff x (fp8 peak / bf16 peak) /
+    1.75`` (0.686 for 0.6 on H100 and B200), capped at 1."""
+    if dtype == "fp8":
+        return fp8_efficiency
+    if bf16_efficiency is not None:
+        return bf16_efficiency
+    return min(1.0, fp8_efficiency * (fp8_tflops / bf16_tflops) / FP8_OVER_BF16)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,6 +15,10 @@ states the same configuration to the estimator:
   the overridden to the derived per-tile time;
 * no link latency and no kernel overhead (the RTL links are wires and the testbench launches no kernels),
   the switch latency of the DySHARP switch (``switch_latency`` cycles, docs/architecture.md);
+* none of the separate-kernel baselines' permutation, activation and unpermutation kernels
+  (``Params.unfused_kernels=False``: the RTL GPUs run GEMM tiles only, so a scheme's time there is its
+  transfers and tiles), and one GEMM efficiency for FP8 and BF16 (``bf16_gemm_efficiency`` = FP8's), as
+  ``MoeLayer``'s derived tile cycles use;
 
 and :func:`predict_cycles` runs :func:`sim_models.estimator.estimate` on the RTL run's own routing and
 placement (:func:`sim_models.workload.workload_from_routing`), converting seconds to cycles.
@@ -65,8 +69,12 @@ def predict_cycles(layer, schemes, calibration=None) -> dict:
     wl = workload_from_routing(layer.routing, layer.placement, layer.G, tile=p.tile_size)
     # block_m=None: the GEMM model the RTL run's tile cycles come from (MoeLayer.derived_gemm_tile_cycles),
     # so that measured and predicted differ by the communication and the overlap, not by two GEMM models.
+    # bf16_gemm_efficiency = the FP8 one: MoeLayer's tile cycles use one efficiency for either dtype. No
+    # unfused kernels: the RTL layer's GPUs run GEMM tiles only (no permutation or activation kernels).
     est = estimate(ms, ss, Params(tokens_per_gpu=layer.T, dtype=p.dtype, tile=p.tile_size, gpus=layer.G,
-                                  seed=p.seed, block_m=None), calibration=calibration,
+                                  seed=p.seed, block_m=None, bf16_gemm_efficiency=Params.gemm_efficiency,
+                                  unfused_kernels=False),
+                   calibration=calibration,
                    schemes=[ESTIMATOR_SCHEME.get(s, s) for s in schemes], workload=wl)
     f = ss.switch_clock_ghz * 1e9
     return {s: {k: getattr(est.results[ESTIMATOR_SCHEME.get(s, s)], k) * f

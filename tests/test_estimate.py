@@ -41,8 +41,10 @@ def test_more_bandwidth_is_never_slower(small):
 
 
 def test_zero_communication_limit_is_compute_time(small):
+    """Without communication, kernel overheads and the separate-kernel schemes' memory-bound kernels
+    (``unfused_kernels``, tested below), every scheme's time is its GEMM time."""
     m, s, wl = small
-    e, tot = _totals(m, s, wl, bandwidth_scale=1e7, latency_scale=0.0)
+    e, tot = _totals(m, s, wl, bandwidth_scale=1e7, latency_scale=0.0, unfused_kernels=False)
     for n in SEQUENTIAL:
         assert tot[n] == pytest.approx(e.compute_only, rel=1e-5)
     # The tile engines' floor: their tiles' compute on all SMs, fluid (a persistent kernel streams the blocks
@@ -74,7 +76,10 @@ def test_dysharp_basic_alone_gives_no_speedup_and_fusion_does(small):
     fusion turns it into time."""
     m, s, wl = small
     e, tot = _totals(m, s, wl)
-    assert tot["dysharp-basic"] == pytest.approx(tot["deepep"], rel=0.03)
+    # the same kernels on both sides (DySHARP-Basic also has no permute kernel: its rows land in expert slots)
+    _, bare = _totals(m, s, wl, unfused_kernels=False)
+    assert bare["dysharp-basic"] == pytest.approx(bare["deepep"], rel=0.03)
+    assert tot["dysharp-basic"] < tot["deepep"]
     assert e.speedup("deepep") > 1.3 and e.speedup("ccfuser") > 1.0
     # (Shared HBM, an idle stage's bandwidth going to the other, speeds up CCFuser's HBM-bound tiles more than
     # DySHARP's, whose ld_reduce combine tail stays: about 1.045 over CCFuser.)
@@ -264,3 +269,33 @@ def test_run_modes_are_exclusive(flags, named, tmp_path, capsys):
     assert main(["estimate", *flags, "--out", str(tmp_path)]) == 2
     assert named in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def test_unfused_kernels_by_hand(small):
+    """The separate-kernel schemes' permutation, activation and unpermutation kernels (estimator.
+    UNFUSED_KERNELS): per GPU, n rows its experts compute and R (token, GPU) pairs it receives move
+    n (2 s_d + f (4 + 2 w)) + (n + R) s_c bytes at HBM x mem_efficiency, plus one kernel overhead each; the
+    sequential deepep scheme adds the busiest GPU's GEMMs + kernels instead of its GEMMs alone. DySHARP-Basic's
+    rows land in their experts' slots (no permute); the tile-level schemes fuse all three (unchanged)."""
+    from sim_models.estimator import UNFUSED_KERNELS
+    from sim_models.traffic import payload_bytes
+    m, s, wl = small
+    on, t_on = _totals(m, s, wl)
+    off, t_off = _totals(m, s, wl, unfused_kernels=False)
+    G = wl.gpus
+    n = np.bincount(wl.inst_gpu, weights=wl.inst_rows.astype(float), minlength=G)
+    R = np.bincount(wl.pair_gpu, minlength=G).astype(float)
+    s_d, s_c, f, w = payload_bytes(m.hidden, "fp8"), payload_bytes(m.hidden, "bf16"), m.expert_ffn, 1
+    rate = s.hbm_tbps * 1e12 * 0.75
+    ko = s.kernel_overhead_us * 1e-6
+    from sim_models.estimator import _Context
+    gemm = _Context(m, s, on.params, on.calibration, wl).gpu_gemm
+    for name, extra in (("deepep", n * (2 * s_d + f * (4 + 2 * w) + s_c) + R * s_c),
+                        ("dysharp-basic", n * (f * (4 + 2 * w) + s_c) + R * s_c)):
+        k = extra / rate + len(UNFUSED_KERNELS[name]) * ko
+        assert t_on[name] - t_off[name] == pytest.approx(float(np.max(gemm + k) - np.max(gemm)), rel=1e-9)
+        assert on.results[name].detail["kernels"] == pytest.approx(float(np.max(gemm + k) - np.max(gemm)))
+    for name in ("comet", "ccfuser", "dysharp-comet", "dysharp"):
+        assert t_on[name] == t_off[name]
+    for name in ("tutel", "fastermoe", "dualpipe", "nvls"):
+        assert t_on[name] > t_off[name]

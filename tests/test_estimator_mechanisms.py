@@ -204,3 +204,27 @@ def test_bad_gemm_parameters_are_named():
         E.Params(block_m=0).validate()
     with pytest.raises(ValueError, match="share1"):
         SharedHbmGemm([[1.0]], [[1.0]], [[1.0]], [[1.0]], [[1.0]], [1], 1.0)
+
+
+# ------------------------------------------------------------------------------------- dtype efficiency
+
+def test_bf16_efficiency_from_the_measured_fp8_over_bf16_ratio():
+    """BF16's efficiency is FP8's x (FP8 peak / BF16 peak) / 1.75 (cuBLAS 12.9: block-scaled FP8 1.75x BF16):
+    on H100 0.6 x 1979/989 / 1.75 = 0.6861; FP8 keeps its own; an explicit BF16 figure wins; capped at 1."""
+    from sim_models.gemm import dtype_efficiency
+    h100 = load_system("hgx-h100")
+    assert dtype_efficiency("bf16", 0.6, 1979, 989) == pytest.approx(0.6 * 1979 / 989 / 1.75)
+    assert dtype_efficiency("fp8", 0.6, 1979, 989) == 0.6
+    assert dtype_efficiency("bf16", 0.6, 1979, 989, bf16_efficiency=0.5) == 0.5
+    assert dtype_efficiency("bf16", 0.95, 1979, 989) == 1.0
+    # The estimate's BF16 GEMMs run at that efficiency: a GEMM-bound layer's BF16 GEMM time is the FP8 one's
+    # x (FP8 peak x 0.6) / (BF16 peak x 0.6861) = 1.75 when both are compute-bound.
+    m = load_model("mixtral-8x7b")
+    wl = build_workload(m.routed_experts, m.top_k, 8, 4096, seed=0, tile=128)
+    t = {}
+    for dt in ("fp8", "bf16"):
+        p = E.Params(dtype=dt, tokens_per_gpu=4096)
+        t[dt] = float(np.max(E._Context(m, h100, p, load_calibration(None), wl).gpu_gemm))
+    assert t["bf16"] / t["fp8"] == pytest.approx(1.75, rel=0.01)
+    with pytest.raises(ValueError, match="bf16_gemm_efficiency"):
+        E.Params(bf16_gemm_efficiency=1.5).validate()
