@@ -211,7 +211,7 @@ class Estimate:
 class _Context:
     """Rates, latencies and GEMM models for one (model, system, params, calibration)."""
 
-    def __init__(self, model, system, params: Params, cal: Calibration, wl: Workload):
+    def __init__(self, model, system, params: Params, cal: Calibration, wl: Workload, gemm_on=None):
         self.m, self.s, self.p, self.cal, self.wl = model, system, params, cal, wl
         s, p = system, params
         self.G = wl.gpus
@@ -243,9 +243,10 @@ class _Context:
         self.l_red = cal.get("reduce_last_to_result_cycles") / self.clock * ls
         self.l_trk = cal.get("tracker_ready_latency_cycles") / self.clock * ls
         self.ko = s.kernel_overhead_us * 1e-6 * ls
-        self.gemm = GemmModel.for_model(model, s, p.dtype, gemm_efficiency=p.gemm_efficiency_of(p.dtype, s),
+        gm, gs = gemm_on or (model, s)
+        self.gemm = GemmModel.for_model(gm, gs, p.dtype, gemm_efficiency=p.gemm_efficiency_of(p.dtype, gs),
                                         mem_efficiency=p.mem_efficiency, tile=p.tile, block_m=p.block_m,
-                                        block_n=p.block_n, sms=s.sms)
+                                        block_n=p.block_n, sms=gs.sms)
         # Per-GPU GEMM time on all SMs (forward): one grouped launch per GEMM over the GPU's experts
         # (tile and wave quantisation, each expert's weights once); the totals of each stage.
         t1, t2 = self.gemm.times(wl.inst_rows)
@@ -595,8 +596,11 @@ def _sum(results: list[SchemeResult]) -> SchemeResult:
 
 
 def estimate(model: ModelConfig, system: SystemConfig, params: Params = Params(),
-             calibration: Calibration | None = None, schemes=None, workload: Workload | None = None) -> Estimate:
-    """Layer time of every scheme (see the module docstring) for one model on one system."""
+             calibration: Calibration | None = None, schemes=None, workload: Workload | None = None,
+             gemm_on=None) -> Estimate:
+    """Layer time of every scheme (see the module docstring) for one model on one system. ``gemm_on``: the
+    (model, system) whose shapes and rates the expert GEMMs are timed on, when they differ from the layer's
+    (a scaled layer whose GEMM time is the real one's scaled linearly: :mod:`sim_models.rtl_scale`)."""
     params.validate()
     schemes = list(SCHEMES) if schemes is None else list(schemes)
     for s in schemes:
@@ -614,7 +618,7 @@ def estimate(model: ModelConfig, system: SystemConfig, params: Params = Params()
     wl = workload or build_workload(model.routed_experts, model.top_k, ep, params.tokens, routing=routing,
                                     placement=params.placement, seed=params.seed, tile=params.tile,
                                     n_group=model.n_group, topk_group=model.topk_group)
-    ctx = _Context(model, sysx, params, cal, wl)
+    ctx = _Context(model, sysx, params, cal, wl, gemm_on=gemm_on)
     passes = [_Pass("forward", payload_bytes(model.hidden, params.dtype), payload_bytes(model.hidden, "bf16"), 1.0)]
     if params.mode == "training":
         # Backward: the output gradient goes out like a dispatch (multicast to the same GPUs), the input

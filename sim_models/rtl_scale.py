@@ -6,11 +6,16 @@ GEMM times that are the real model's divided by ``hidden_factor`` and multiplied
 ``links_per_gpu / rtl_links``, so that compute and communication keep the real ratio. :func:`scaled_configs`
 states the same configuration to the estimator:
 
-* the model with ``hidden = H`` (the wire bytes and the GEMM work are linear in it);
+* the model with ``hidden = H`` for the wire bytes (linear in it);
 * a system of ``gpus`` GPUs with ``rtl_links`` links of exactly one switch port (``port_bytes_per_cycle``
   at ``switch_clock_ghz``; link efficiency = the unicast payload efficiency, so the estimator's wire rate
   is one flit per cycle, as in the RTL);
-* the GPU's FLOP/s and HBM bandwidth scaled by ``rtl_links / links_per_gpu`` (the GEMM-time rule above);
+* the expert GEMMs timed on the real model's shapes with the GPU's FLOP/s and HBM bandwidth multiplied by
+  ``hidden_factor x rtl_links / links_per_gpu`` (:func:`gemm_configs`): every roofline term of the real
+  GEMM scaled by the GEMM-time rule above, exactly as ``MoeLayer`` derives its tile cycles. Timing the
+  GEMMs on the scaled shapes instead would not scale linearly: the intermediate activations (``2 x ffn``
+  bytes per row) do not shrink with ``H``, so at ``H = 128`` the scaled GEMMs turn memory-bound (at
+  DeepSeek-V3, G = 8, 4096 tokens per GPU: 3.45 M cycles of GEMM against 1.32 M scaled linearly);
 * a run whose GEMM times are overridden (``gemm_cycles``) scales both rates once more, by the ratio of
   the overridden to the derived per-tile time;
 * no link latency and no kernel overhead (the RTL links are wires and the testbench launches no kernels),
@@ -33,7 +38,7 @@ from .moe_config import load_model
 from .system_config import load_system
 from .workload import workload_from_routing
 
-__all__ = ["scaled_configs", "predict_cycles", "ESTIMATOR_SCHEME"]
+__all__ = ["scaled_configs", "gemm_configs", "predict_cycles", "ESTIMATOR_SCHEME"]
 
 
 def scaled_configs(model: str, gpus: int, hidden: int, system: str = "hgx-h100", rtl_links: int = 1,
@@ -52,6 +57,17 @@ def scaled_configs(model: str, gpus: int, hidden: int, system: str = "hgx-h100",
                              switch_latency_ns=switch_latency / s.switch_clock_ghz, link_latency_ns=0.0,
                              kernel_overhead_us=0.0)
     return ms, ss
+
+
+def gemm_configs(model: str, hidden: int, system: str = "hgx-h100", rtl_links: int = 1, gemm_scale: float = 1.0):
+    """(ModelConfig, SystemConfig) the scaled run's expert GEMMs are timed on: the real model, and the real
+    GPU with its FLOP/s and HBM bandwidth x ``hidden_factor x rtl_links / links_per_gpu / gemm_scale``, so
+    that each GEMM takes the real time x ``links_per_gpu / rtl_links / hidden_factor`` (x ``gemm_scale``)."""
+    m = load_model(model)
+    s = load_system(system)
+    r = (m.hidden / hidden) * rtl_links / s.links_per_gpu / gemm_scale
+    return m, dataclasses.replace(s, name=f"{s.name}-rtl-gemm", bf16_tflops=s.bf16_tflops * r,
+                                  fp8_tflops=s.fp8_tflops * r, hbm_tbps=s.hbm_tbps * r)
 
 
 # The estimator's scheme for each RTL scheme whose name differs: the token-centric fusion over unicast is
@@ -75,7 +91,8 @@ def predict_cycles(layer, schemes, calibration=None) -> dict:
                                   seed=p.seed, block_m=None, bf16_gemm_efficiency=Params.gemm_efficiency,
                                   unfused_kernels=False),
                    calibration=calibration,
-                   schemes=[ESTIMATOR_SCHEME.get(s, s) for s in schemes], workload=wl)
+                   schemes=[ESTIMATOR_SCHEME.get(s, s) for s in schemes], workload=wl,
+                   gemm_on=gemm_configs(p.model, layer.hidden, p.system, p.rtl_links, scale))
     f = ss.switch_clock_ghz * 1e9
     return {s: {k: getattr(est.results[ESTIMATOR_SCHEME.get(s, s)], k) * f
                 for k in ("total", "dispatch", "gemm", "combine")} for s in schemes}
