@@ -19,7 +19,9 @@ How each figure enters the model (see ``docs/estimator.md``):
   responses arrive whole, one after another (as the switch's packet-atomic response network delivers
   them); one engine per switch port, so a home GPU's ports absorb ``links * rate`` flits per cycle of its
   partials. (The bench's flit-interleaved worst case is reported beside it, not used.)
-* ``reduce_last_to_result_cycles`` -- added to every in-switch-reduced combine.
+* ``reduce_last_to_result_cycles`` -- added to the NVLS ReduceScatter's ld_reduce.
+* ``reduce_request_overhead_cycles`` -- the reduction engine's own time in one ld_reduce at zero load
+  (request -> result minus the read latency; the networks not included): added to every DySHARP pull combine.
 * ``tracker_updates_per_cycle`` -- token-tracker updates per cycle per link (one per arriving packet):
   caps the fused pipeline's dispatch arrival rate.
 * ``tracker_ready_latency_cycles`` -- added to every tile's ready time in the fused pipeline (``dysharp
@@ -59,6 +61,8 @@ FIGURES = {
     "reduce_flits_per_cycle": ("reduction", 1.0, "the RTL reduction engine's design: one contribution flit "
                                                  "per cycle per engine"),
     "reduce_last_to_result_cycles": ("reduction", 8.0, "assumption"),
+    "reduce_request_overhead_cycles": ("reduction", 24.0, "the RTL ld_reduce unit as last measured (docs/"
+                                                          "reduction.md: request -> result = read latency + 24)"),
     "tracker_updates_per_cycle": ("token_tracker", 1.0, "the Tile Status Table's design: one arrival per cycle sustained"),
     "tracker_ready_latency_cycles": (("system", "token_tracker"), 4.0, "assumption"),
     "tlb_misses_per_key": ("system", None, "tlb_hit_rate (no per-key figure)"),

@@ -299,8 +299,11 @@ def end_to_end(model: ModelConfig, system: SystemConfig, params: Params = Params
 def comm_sms_while_exposed(name: str, r, params: Params) -> int:
     """SMs a scheme's communication holds while its GEMM SMs wait: a unicast (DeepEP-like) kernel issues
     every byte from ``comm_sms`` SMs; dymultimem and NVLS issue one store or request per token (the switch
-    replicates and reduces), so only the SMs the estimator reserves for them (``r.comm_sms``)."""
-    return params.comm_sms if SCHEMES[name].traffic == "unicast" else r.comm_sms
+    replicates and reduces), so only the SMs the estimator reserves for them (``r.comm_sms``). DySHARP with
+    the push combine (``r.detail["combine"]``) issues its partials from SMs, as a unicast kernel does."""
+    if SCHEMES[name].traffic == "unicast" or r.detail.get("combine") == "push":
+        return params.comm_sms
+    return r.comm_sms
 
 
 def shared_excess(shared: float, exposed: float, comm_sms: int, sms: int) -> float:

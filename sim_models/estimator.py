@@ -22,7 +22,8 @@ dualpipe             unicast     two micro-batches, comm of one under the GEMMs 
 dysharp-basic        dynamic     sequential, dynamic multimem (no fusion)
 dysharp-comet        dynamic     COMET-style tile-level overlap with dynamic multimem
 dysharp-explicit     explicit    DySHARP-full with explicit per-destination addresses
-dysharp              dynamic     token-centric fused pipeline (:func:`pipeline.run_pipeline`)
+dysharp              dynamic     token-centric fused pipeline (:func:`pipeline.run_pipeline`), with the
+                                 faster of its pull (ld_reduce) and push combines (``Params.combine``)
 ===================  ==========  ==================================================================
 
 Every figure comes from the model and system configs, the calibration figures and the ``Params``;
@@ -49,7 +50,7 @@ from .system_config import SystemConfig
 from .traffic import DTYPES, SchemeTraffic, account, payload_bytes
 from .workload import Workload, build_workload
 
-__all__ = ["MODES", "SCHEMES", "BASELINES", "ABLATIONS", "FULL", "UNFUSED_KERNELS", "Params", "SchemeResult", "Estimate",
+__all__ = ["MODES", "COMBINES", "SCHEMES", "BASELINES", "ABLATIONS", "FULL", "UNFUSED_KERNELS", "Params", "SchemeResult", "Estimate",
            "estimate", "DEFAULT_TOKENS"]
 
 MODES = ("prefill", "decode", "training")
@@ -57,6 +58,12 @@ MODES = ("prefill", "decode", "training")
 # decode 64: assumption (DeepEP's low-latency tests use 128 per batch); --sensitivity 512..16384 and 1..256.
 DEFAULT_TOKENS = {"prefill": 4096, "training": 4096, "decode": 64}
 WEIGHT_REUSE = ("l2", "expert")
+# DySHARP-full's combine (``Params.combine``): "pull" = dymultimem.ld_reduce (the home requests, the switch
+# reads and reduces the partials: one result per token on the home's downlink), "push" = the expert GPUs
+# store their partials at the home (d partials on its downlink; the home sums them, as CCFuser's does),
+# "auto" = the faster of the two for the layer (a runtime that can issue either picks per layer shape).
+COMBINES = ("auto", "pull", "push")
+HBM_SPLITS = ("sms", "equal")
 MAX_PAYLOAD = 256          # bytes of payload per packet (hw.packet's default max_payload_bytes)
 
 
@@ -129,6 +136,15 @@ class Params:
     #                                          slots within 1.1%, docs/estimator.md)
     tutel_degrees: tuple = (1, 2, 4, 8)      # chunk counts tried (best taken): assumption, the search space of
     #                                          Tutel's adaptive pipelining degree and of FasterMoE's peer batching
+    combine: str = "auto"                    # DySHARP-full's combine (COMBINES): pull (ld_reduce), push (partials
+    #                                          stored at the home) or auto (the faster per layer: docs/estimator.md);
+    #                                          tornado: pull / push
+    combine_link_share: float = 0.5          # the least share of a link the tile engines give the combine while
+    #                                          dispatch has backlog (0.5: max-min fair); assumption, tornado 0.25..0.75
+    hbm_split: str = "sms"                   # fused stages' HBM split when both saturate: "sms" (by SM count, each
+    #                                          SM a bounded number of loads in flight) or "equal"; assumption, tornado
+    comm_sm_duty: bool = True                # overlapped schemes reserve ceil(pool x phi) comm SMs (COMET-style
+    #                                          adaptive sizing); False: the whole pool; assumption, tornado
 
     def validate(self):
         def bad(field, what):
@@ -146,6 +162,12 @@ class Params:
                 bad(f, "must be in (0, 1]")
         if self.bf16_gemm_efficiency is not None and not 0 < self.bf16_gemm_efficiency <= 1:
             bad("bf16_gemm_efficiency", "must be in (0, 1], or None (derived from gemm_efficiency)")
+        if not 0 < self.combine_link_share < 1:
+            bad("combine_link_share", "must be in (0, 1)")
+        if self.hbm_split not in HBM_SPLITS:
+            bad("hbm_split", f"valid: {', '.join(HBM_SPLITS)}")
+        if self.combine not in COMBINES:
+            bad("combine", f"valid: {', '.join(COMBINES)}")
         if self.weight_reuse not in WEIGHT_REUSE:
             bad("weight_reuse", f"valid: {', '.join(WEIGHT_REUSE)}")
         if self.block_m is not None and not (isinstance(self.block_m, int) and 1 <= self.block_m <= 1024):
@@ -241,6 +263,9 @@ class _Context:
         self.l_tlb = (cal.get("tlb_hit_latency_cycles") + (1 - hr) * cal.get("tlb_miss_penalty_cycles")) \
             / self.clock * ls
         self.l_red = cal.get("reduce_last_to_result_cycles") / self.clock * ls
+        # An ld_reduce's time in the reduction engine beyond the two network traversals: request in -> reads
+        # out and last answer -> result out (the RTL's ld_reduce unit at zero load, `dysharp bench reduction`).
+        self.l_rq = cal.get("reduce_request_overhead_cycles") / self.clock * ls
         self.l_trk = cal.get("tracker_ready_latency_cycles") / self.clock * ls
         self.ko = s.kernel_overhead_us * 1e-6 * ls
         gm, gs = gemm_on or (model, s)
@@ -255,18 +280,33 @@ class _Context:
         self.w1_total, self.w2_total = float(t1.sum()), float(t2.sum())
 
     def latencies(self, kind: str, tiled: bool) -> tuple[float, float]:
-        """(dispatch, combine) latency of one traversal pattern for a traffic kind."""
+        """(dispatch, combine) latency of one traversal pattern for a traffic kind (``push``: dynamic
+        dispatch, partials pushed to the home; see :meth:`combine_latency`)."""
         if kind == "unicast":
             return self.l_trav, self.l_trav
         if kind == "nvls":
             return self.l_trav, 2 * self.l_trav + self.l_red
+        tlb = self.l_tlb if kind in ("dynamic", "push") else 0.0
+        return self.l_trav + tlb + (self.l_trk if tiled else 0.0), self.combine_latency(kind, tiled)
+
+    def combine_latency(self, kind: str, tiled: bool) -> float:
+        """From the last partial computed to the result at the home, at zero load.
+
+        Push (``unicast``, ``push``): the partial is a plain store to the home, its completion flag behind
+        it on the same path: one traversal. Pull (``dynamic``, ``explicit``: ``ld_reduce``): the request
+        goes home -> switch -> expert GPUs as ``RED_READ``s and the answers come back through the switch's
+        reduction engine: two traversals, the AL-TLB lookup (dynamic) and the engine's own request -> result
+        time (``reduce_request_overhead_cycles``, RTL); and in a tile pipeline (``tiled``) the home can only
+        issue it once it knows that the expert GPUs released the token: a flag from the expert GPU, one more
+        traversal (a sequential scheme's kernel boundary gives that knowledge; its overhead is charged)."""
+        if kind in ("unicast", "push"):
+            return self.l_trav
         tlb = self.l_tlb if kind == "dynamic" else 0.0
-        return (self.l_trav + tlb + (self.l_trk if tiled else 0.0),
-                2 * self.l_trav + tlb + self.l_red)
+        return 2 * self.l_trav + tlb + self.l_rq + (self.l_trav if tiled else 0.0)
 
     def tlb_mult(self, kind: str, d: np.ndarray) -> np.ndarray:
         """Uplink slow-down of a dynamic packet that needs ``d`` AL-TLB translations at the ingress port."""
-        if kind != "dynamic":
+        if kind not in ("dynamic", "push"):
             return np.ones(np.shape(d))
         return np.maximum(1.0, np.asarray(d) / (self.tlb_tpc * self.packet_flits))
 
@@ -279,13 +319,20 @@ class _Pass:
     gemm_factor: float
 
 
+def _push(dyn: SchemeTraffic, uni: SchemeTraffic) -> SchemeTraffic:
+    """DySHARP with a push combine: the dynamic (multicast) dispatch, the unicast combine (each expert GPU
+    stores its pre-summed partial at the home; the home sums the d partials)."""
+    return SchemeTraffic("push", dyn.dispatch, uni.combine, dataclasses.replace(
+        dyn.costs, comb_copy=uni.costs.comb_copy, comb_request=0))
+
+
 def _standalone(ctx: _Context, tr: SchemeTraffic, kind: str) -> tuple[float, float]:
     """Bulk dispatch and combine times of a traffic pattern: the busiest link direction (and, for in-switch
     reduction, the busiest home's reduction engines) plus the latency of one traversal."""
     ld, lc = ctx.latencies(kind, tiled=False)
     wl = ctx.wl
     up_d = tr.dispatch.up_wire
-    if kind == "dynamic":
+    if kind in ("dynamic", "push"):
         mult = ctx.tlb_mult(kind, wl.dest.d_remote)
         per_tok = tr.costs.disp_up(wl.dest.d_remote) * mult
         up_d = np.bincount(wl.dest.src, weights=per_tok, minlength=ctx.G)
@@ -309,6 +356,8 @@ def _comm_sms(ctx: _Context, tr: SchemeTraffic, kind: str, base: int) -> int:
     down = tr.dispatch.down_wire + tr.combine.down_wire
     if kind == "unicast":
         issued = up
+    elif kind == "push":       # one store per token out, every partial pushed back by the SMs
+        issued = tr.dispatch.up_wire + tr.combine.up_wire
     else:
         d = ctx.wl.dest.d_remote
         req = np.bincount(ctx.wl.dest.src, weights=tr.costs.comb_request_up(d).astype(float), minlength=ctx.G)
@@ -317,7 +366,7 @@ def _comm_sms(ctx: _Context, tr: SchemeTraffic, kind: str, base: int) -> int:
     window = max(float(np.max(np.maximum(up, down))) / ctx.rate, float(np.max(ctx.gpu_gemm)))
     if issue_time <= 0 or window <= 0:
         return 0
-    phi = min(1.0, issue_time / window)
+    phi = min(1.0, issue_time / window) if ctx.p.comm_sm_duty else 1.0
     sms = math.ceil(base * phi - 1e-9)
     if kind == "explicit":     # the 10-20% of SMs explicit addressing costs (MISSION.md), not duty-scaled
         sms += math.ceil(ctx.p.explicit_sm_fraction * ctx.s.sms - 1e-9)
@@ -514,8 +563,8 @@ def _pipeline_inputs(ctx: _Context, tr: SchemeTraffic, kind: str, ps: _Pass, f1:
         w1, w2 = z(np.maximum(c1 / f1, m1)), z(np.maximum(c2 / f2, m2))      # durations without contention
         w2_tail = z(np.maximum(c2 / both, m2))
         hbm = dict(tile_c1=z(c1 / f1), tile_m1=z(m1), tile_c2=z(c2 / f2), tile_m2=z(m2),
-                   tile_c2_tail=z(c2 / both), hbm_share1=f1 / both)
-    reduced = kind != "unicast"
+                   tile_c2_tail=z(c2 / both), hbm_share1=f1 / both if ctx.p.hbm_split == "sms" else 0.5)
+    reduced = kind not in ("unicast", "push")
     pr = rem.astype(float)
     ld, lc = ctx.latencies(kind, tiled=True)
     home = wl.dest.src
@@ -529,11 +578,13 @@ def _pipeline_inputs(ctx: _Context, tr: SchemeTraffic, kind: str, ps: _Pass, f1:
         token_req_up=c.comb_request_up(d).astype(float) if reduced else np.zeros(len(d)),
         up_rate=np.full(G, ctx.rate), dn_rate=np.full(G, ctx.rate), reduce_rate=np.full(G, ctx.reduce_rate),
         reduced=reduced, barrier=barrier, latency_dispatch=ld, latency_combine=lc,
-        start_overhead=ctx.ko * (2 if barrier else 1), slots=ctx.p.slots, **hbm)
+        start_overhead=ctx.ko * (2 if barrier else 1), slots=ctx.p.slots,
+        combine_share=ctx.p.combine_link_share, **hbm)
 
 
-def _run_pass(ctx: _Context, spec: SchemeSpec, ps: _Pass, tr: SchemeTraffic, sms: int) -> SchemeResult:
-    kind, engine = spec.traffic, spec.engine
+def _run_pass(ctx: _Context, spec: SchemeSpec, ps: _Pass, tr: SchemeTraffic, sms: int,
+              kind: str | None = None) -> SchemeResult:
+    kind, engine = kind or spec.traffic, spec.engine
     disp, comb = _standalone(ctx, tr, kind)
     S = ctx.s.sms
     full_gemm = float(np.max(ctx.gpu_gemm)) * ps.gemm_factor
@@ -626,6 +677,8 @@ def estimate(model: ModelConfig, system: SystemConfig, params: Params = Params()
         bf = payload_bytes(model.hidden, "bf16")
         passes.append(_Pass("backward", bf, bf, 2.0))
     kinds = {SCHEMES[s].traffic for s in schemes}
+    if params.combine != "pull":
+        kinds |= {"dynamic", "unicast"}        # DySHARP's push combine: dynamic dispatch, unicast partials
     flit = sysx.port_bytes_per_cycle
     traffic = {ps.name: {k: account(wl.dest, k, ps.s_d, ps.s_c, flit, MAX_PAYLOAD) for k in kinds} for ps in passes}
     results = {}
@@ -637,12 +690,33 @@ def estimate(model: ModelConfig, system: SystemConfig, params: Params = Params()
         if spec.engine == "dualpipe" and params.mode == "training":
             results[name] = _dualpipe_training(ctx, spec, passes, traffic, sms)
             continue
+        if name == FULL:
+            results[name] = _dysharp_full(ctx, spec, passes, traffic, sms, base)
+            continue
         results[name] = _sum([_run_pass(ctx, spec, ps, traffic[ps.name][spec.traffic], sms) for ps in passes])
     compute_only = sum(float(np.max(ctx.gpu_gemm)) * ps.gemm_factor for ps in passes)
     k = model.top_k
     closed = expected_distinct_gpus(model.routed_experts, ep, k)
     return Estimate(model, sysx, params, ep, wl.tokens_per_gpu, routing, wl.mean_distinct_gpus(), closed,
                     results, traffic["forward"], cal, compute_only)
+
+
+def _dysharp_full(ctx, spec, passes, traffic, sms_pull, base) -> SchemeResult:
+    """DySHARP-full with the combine of ``Params.combine``: ``pull`` (ld_reduce), ``push`` (partials stored at
+    the home), or ``auto``: both timed, the faster taken (the rule a runtime that can issue either would
+    apply per layer shape; ties go to pull). ``detail``: the choice and both layer times."""
+    mode = ctx.p.combine
+    out = {}
+    if mode in ("auto", "pull"):
+        out["pull"] = _sum([_run_pass(ctx, spec, ps, traffic[ps.name]["dynamic"], sms_pull) for ps in passes])
+    if mode in ("auto", "push"):
+        trs = {ps.name: _push(traffic[ps.name]["dynamic"], traffic[ps.name]["unicast"]) for ps in passes}
+        sms = _comm_sms(ctx, trs["forward"], "push", base)
+        out["push"] = _sum([_run_pass(ctx, spec, ps, trs[ps.name], sms, kind="push") for ps in passes])
+    choice = min(out, key=lambda k: (out[k].total, k != "pull"))
+    r = out[choice]
+    r.detail.update(combine=choice, **{f"{k}_total": v.total for k, v in out.items()})
+    return r
 
 
 def _dualpipe_training(ctx, spec, passes, traffic, sms) -> SchemeResult:

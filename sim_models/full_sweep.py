@@ -12,7 +12,7 @@ from infra import engine
 from .calibration import load_calibration
 from .estimator import Params
 from .sensitivity import QUICK_SENSITIVITY, SENSITIVITY, plot_sensitivity, sensitivity
-from .sweep import QUICK_MODELS, SWEEP_SYSTEMS, main_sweep, plot_breakdown, plot_speedups, write_csv
+from .sweep import QUICK_MODELS, SWEEP_SYSTEMS, combine_table, main_sweep, plot_breakdown, plot_speedups, write_csv
 
 __all__ = ["run_sweep"]
 
@@ -48,5 +48,8 @@ def run_sweep(out_dir="build/estimate", model="deepseek-v3", params: Params = Pa
                                         out / "breakdown.png"),
         "sensitivity_png": plot_sensitivity(srows, out / "sensitivity.png"),
     }
+    if any(r["combine"] for r in rows):     # DySHARP's pull and push combine per point, the one taken
+        paths["combine_md"] = out / "combine.md"
+        paths["combine_md"].write_text(combine_table(rows) + "\n")
     return {"paths": paths, "rows": rows, "sensitivity": srows, "main_s": t_main, "sensitivity_s": t_sens,
             "jobs": jobs, "scheduler": engine.scheduler_address(scheduler), "calibration": cal}

@@ -13,7 +13,8 @@ with the Tile Status Table (and so the RTL testbench) runs the same code.
 Model (a fluid simulation in fixed time slots of ``dt``):
 
 * **Links.** Each GPU has an uplink and a downlink with a rate in wire bytes/s. Dispatch and combine
-  share them; when both have backlog, each gets at least half of a link and takes what the other leaves
+  share them; when both have backlog, each gets at least half of a link (``combine_share`` for combine) and
+  takes what the other leaves
   (max-min fair sharing, work conserving). The switch is a non-blocking single-level fabric (VOQ), so only
   the GPU links constrain.
 * **Dispatch** is lock-step: every source sends its tokens in index order and all sources progress
@@ -73,6 +74,8 @@ class PipelineInputs:
     latency_combine: float = 0.0
     start_overhead: float = 0.0
     slots: int = 300             # time resolution (numerical: 300 vs 1000 slots within 1.1%)
+    combine_share: float = 0.5   # the least share of a link combine gets while dispatch has backlog (0.5:
+    #                              max-min fair between the two classes; an assumption, Params.combine_link_share)
     # Shared HBM (fused stages without a barrier; see SharedHbmGemm): per tile, the compute seconds on the
     # stage's SMs (c1, c2; c2_tail on both pools' SMs) and the memory seconds with all of HBM (m1, m2).
     # None: tile_w1 / tile_w2 / tile_w2_tail are fixed durations (TilePolicy), as for the barrier schemes.
@@ -227,10 +230,11 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
             p_full = min(T, float(np.min(inv_up(base_up + cap_up))), float(np.min(inv_dn(base_dn + cap_dn))))
             use_up = _interp_rows(x.disp_up_cum, knots, p_full) - base_up
             use_dn = _interp_rows(x.disp_dn_cum, knots, p_full) - base_dn
-            # Combine gets at least half a link while dispatch is active, and whatever dispatch leaves
-            # (an assumption: max-min fair arbitration between the two traffic classes).
-            a_up = np.minimum(qu, np.maximum(cap_up / 2, cap_up - use_up))
-            a_dn = np.minimum(np.minimum(qd, np.maximum(cap_dn / 2, cap_dn - use_dn)), red_cap)
+            # Combine gets at least ``combine_share`` of a link while dispatch is active (half: max-min fair
+            # arbitration between the two traffic classes, an assumption), and whatever dispatch leaves.
+            cs = x.combine_share
+            a_up = np.minimum(qu, np.maximum(cap_up * cs, cap_up - use_up))
+            a_dn = np.minimum(np.minimum(qd, np.maximum(cap_dn * cs, cap_dn - use_dn)), red_cap)
             a_up_first, a_dn_first = a_up, a_dn
             p_new = min(T, float(np.min(inv_up(base_up + cap_up - a_up))),
                         float(np.min(inv_dn(base_dn + cap_dn - a_dn))))

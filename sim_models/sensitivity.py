@@ -61,11 +61,19 @@ class Assumption:
     unit: str
     source: str      # where the default comes from, or "assumption"
     why: str         # why the range is plausible
+    modes: tuple = ()   # the modes whose base point it enters (empty: every mode)
+
+    def applies(self, mode: str) -> bool:
+        return not self.modes or mode in self.modes
 
     def base(self, model: ModelConfig, system: SystemConfig, params: Params, cal: Calibration):
         """The value the base point uses."""
         kind, _, field = self.target.partition(".")
         if kind == "params":
+            if field == "bf16_gemm_efficiency" and params.bf16_gemm_efficiency is None:   # derived from FP8's
+                return round(params.gemm_efficiency_of("bf16", system), 3)
+            if field == "tokens_per_gpu":
+                return params.tokens
             return getattr(params, field)
         if kind == "system":
             if field == "switch_latency_ns":     # the RTL's zero-load latency replaces it when calibrated
@@ -123,9 +131,10 @@ ASSUMPTIONS = (
     Assumption("switch_latency_ns", "switch latency", "system.switch_latency_ns", 50, 500, "ns",
                "assumption (the RTL's zero-load latency replaces it when build/bench/switch.json has it)",
                "half to five times the assumed 100 ns per switch traversal"),
-    Assumption("link_latency_ns", "link latency", "system.link_latency_ns", 200, 800, "ns",
+    Assumption("link_latency_ns", "link latency", "system.link_latency_ns", 200, 1000, "ns",
                "assumption (GPU memory system + PHY, one way; no public primary figure)",
-               "half to twice the assumed 400 ns per crossing"),
+               "half the assumed 400 ns per crossing, up to 2.1 us per GPU-to-GPU traversal (the ~1-2 us quoted "
+               "for NVLink intra-node latency, software included)"),
     Assumption("kernel_overhead_us", "kernel overhead", "system.kernel_overhead_us", 0.0, 10.0, "us",
                "assumption (DeepEP's published latencies do not resolve a fixed cost; docs: Kernel overheads)",
                "0: launches fully hidden (CUDA graphs, persistent kernels); 10: a host-synchronised launch"),
@@ -139,6 +148,40 @@ ASSUMPTIONS = (
     Assumption("tlb_hit_rate", "AL-TLB hit rate", "calibration.tlb_hit_rate", 0.5, 1.0, "",
                "assumption, 0.9 (replaced by dysharp system's misses per key when measured)",
                "from half the lookups missing to none"),
+    Assumption("combine", "DySHARP combine", "params.combine", "pull", "push", "",
+               "modelled: a runtime takes the faster of ld_reduce (pull) and stored partials (push) per layer",
+               "each combine alone: what the choice is worth"),
+    Assumption("combine_link_share", "combine's least link share", "params.combine_link_share", 0.25, 0.75, "",
+               "assumption: max-min fair arbitration between dispatch and combine (half each under backlog)",
+               "dispatch-first to combine-first arbitration"),
+    Assumption("hbm_split", "fused stages' HBM split", "params.hbm_split", "equal", "sms", "",
+               "assumption: by SM count when both stages saturate HBM (bounded loads in flight per SM)",
+               "an equal split against the base's SM-weighted one"),
+    Assumption("comm_sm_duty", "comm-SM duty scaling", "params.comm_sm_duty", False, True, "",
+               "assumption: COMET-style adaptive sizing, ceil(pool x phi) SMs, every scheme alike",
+               "the whole pool reserved while overlapped, against the duty-scaled base"),
+    Assumption("tutel_degrees", "chunk counts tried", "params.tutel_degrees", (1, 2), (1, 2, 4, 8, 16), "",
+               "assumption: the search space of Tutel's pipelining degree and FasterMoE's peer batching",
+               "half the choices to one more doubling"),
+    Assumption("bf16_gemm_efficiency", "BF16 GEMM efficiency", "params.bf16_gemm_efficiency", 0.6, 0.8,
+               "of BF16 peak", "cuBLAS 12.9 blog: block-scaled FP8 1.75x BF16; assumption: DeepGEMM and the BF16 "
+               "kernels stand in that ratio (0.686)",
+               "an FP8/BF16 ratio of 2.0 to 1.5 at FP8's 0.6 (moves only BF16 GEMMs: nothing at an FP8 base)"),
+    Assumption("tlb_miss_penalty", "AL-TLB miss penalty", "calibration.tlb_miss_penalty_cycles", 100, 1000,
+               "cycles", "assumption: one backing-table read in GPU memory, ~200 ns",
+               "64 ns to 640 ns per miss"),
+    Assumption("tracker_ready_latency", "tracker ready latency", "calibration.tracker_ready_latency_cycles", 1,
+               160, "cycles", "assumption, 4 (dysharp system's measured 4.2 replaces it)",
+               "one cycle to 100 ns of GPU-side signalling"),
+    Assumption("reduce_last_to_result", "NVLS reduce last-to-result", "calibration.reduce_last_to_result_cycles",
+               4, 64, "cycles", "assumption, 8 (the RTL engine measures 8); enters the NVLS ReduceScatter only",
+               "half to eight times"),
+    Assumption("reduce_request_overhead", "ld_reduce engine time", "calibration.reduce_request_overhead_cycles",
+               12, 200, "cycles", "the RTL ld_reduce unit, 24 cycles (docs/reduction.md)",
+               "half to a 128 ns engine (a larger switch's longer pipeline)"),
+    Assumption("decode_tokens", "decode tokens per GPU", "params.tokens_per_gpu", 16, 256, "tokens",
+               "assumption: 64 (DeepEP's low-latency tests use 128 per batch)",
+               "a quarter to four times the assumed batch", modes=("decode",)),
     Assumption("explicit_sm_fraction", "explicit-address SMs", "params.explicit_sm_fraction", 0.10, 0.20,
                "of SMs", "MISSION.md: explicit addressing costs 10-20% of the SMs",
                "MISSION.md's range (moves only the DySHARP explicit-address ablation)"),
@@ -247,6 +290,7 @@ def tornado(model="deepseek-v3", system="gh200-nvl32", params: Params = Params()
     keys = [a.key for a in assumptions]
     if len(set(keys)) != len(keys):
         raise ValueError(f"assumption keys must be distinct, got {keys}")
+    assumptions = [a for a in assumptions if a.applies(params.mode)]
     points = [(s, params, cal, "base")]
     for a in assumptions:
         for end, v in (("low", a.low), ("high", a.high)):
@@ -280,6 +324,10 @@ def _save_small(plt, fig, path) -> Path:
 
 
 def _fmt(v) -> str:
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    if isinstance(v, tuple):
+        return ",".join(map(str, v))
     return f"{v:g}" if isinstance(v, (int, float)) else str(v)
 
 

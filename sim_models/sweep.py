@@ -20,7 +20,7 @@ from .moe_config import load_model, model_names
 from .system_config import SystemConfig, load_system
 
 __all__ = ["SWEEP_SYSTEMS", "QUICK_MODELS", "COLUMNS", "rows_of", "estimate_task", "estimate_key", "main_sweep",
-           "write_csv", "pyplot", "save_figure", "plot_speedups", "plot_breakdown", "markdown_table"]
+           "write_csv", "combine_table", "pyplot", "save_figure", "plot_speedups", "plot_breakdown", "markdown_table"]
 
 SWEEP_SYSTEMS = ("hgx-h200", "gh200-nvl32", "nvl72")
 QUICK_MODELS = ("deepseek-v3", "qwen3-30b-a3b", "mixtral-8x7b")     # --quick: one model of each kind
@@ -38,7 +38,11 @@ def rows_of(e: Estimate, **extra) -> list[dict]:
                "dtype": e.params.dtype, "tile": e.params.tile, "measured_d": round(e.measured_d, 4),
                "scheme": name, "total_us": r.total * 1e6, "dispatch_us": r.dispatch * 1e6,
                "gemm_us": r.gemm * 1e6, "combine_us": r.combine * 1e6, "exposed_us": r.exposed * 1e6,
-               "comm_sms": r.comm_sms, "dysharp_speedup": e.speedup(name)}
+               "comm_sms": r.comm_sms, "dysharp_speedup": e.speedup(name),
+               # DySHARP-full's combine: the one taken and both layer times (Params.combine)
+               "combine": r.detail.get("combine", ""),
+               "pull_us": r.detail["pull_total"] * 1e6 if "pull_total" in r.detail else "",
+               "push_us": r.detail["push_total"] * 1e6 if "push_total" in r.detail else ""}
         row.update(extra)
         out.append(row)
     return out
@@ -169,3 +173,22 @@ def markdown_table(rows: list[dict], baselines=BASELINES) -> str:
                      + [f"{any_r['total_us']:.0f}"])
     return tabulate(table, headers=["model", "system", "GPUs", "D"] + [f"vs {b}" for b in baselines] +
                     ["DySHARP us"], tablefmt="github", disable_numparse=True)
+
+
+def combine_table(rows: list[dict], baselines=BASELINES) -> str:
+    """Models x systems: DySHARP-full's layer time with each combine (pull = ld_reduce, push = partials
+    stored at the home), the one taken, and its speedup over each baseline (bold: DySHARP loses)."""
+    from tabulate import tabulate
+    table = []
+    for m, s in dict.fromkeys((r["model"], r["system"]) for r in rows):
+        rs = {r["scheme"]: r for r in rows if r["model"] == m and r["system"] == s}
+        d = rs[FULL]
+        pull, push = d["pull_us"], d["push_us"]
+        ratio = f"{push / pull:.3f}" if pull != "" and push != "" else "-"
+        cell = lambda b: (f"**{rs[b]['dysharp_speedup']:.2f}**" if rs[b]["dysharp_speedup"] < 0.995
+                          else f"{rs[b]['dysharp_speedup']:.2f}") if b in rs else "-"
+        table.append([m, s, str(d["gpus"]), f"{d['measured_d']:.2f}",
+                      f"{pull:.1f}" if pull != "" else "-", f"{push:.1f}" if push != "" else "-", ratio,
+                      d["combine"]] + [cell(b) for b in baselines])
+    return tabulate(table, headers=["model", "system", "GPUs", "D", "pull us", "push us", "push/pull", "taken"]
+                    + [f"vs {b}" for b in baselines], tablefmt="github", disable_numparse=True)

@@ -4,7 +4,7 @@ the study's estimator section (:mod:`sim_models.study_step`) reports them."""
 from tabulate import tabulate
 
 from .end_to_end import EndToEnd
-from .estimator import BASELINES, SCHEMES, Estimate
+from .estimator import BASELINES, FULL, SCHEMES, Estimate
 
 __all__ = ["format_estimate", "format_calibration", "format_end_to_end"]
 
@@ -31,6 +31,11 @@ def format_estimate(e: Estimate) -> str:
         lines += ["", f"Dispatch uplink flits, dymultimem / unicast, for this routing: {ratio:.3f}"
                   + (f" (request generator RTL measured {meas:.3f} on its own dispatch)" if meas is not None else "")
                   + "."]
+    full = e.results[FULL].detail
+    if "combine" in full:
+        times = ", ".join(f"{k} {full[f'{k}_total'] * 1e6:.1f} us" for k in ("pull", "push") if f"{k}_total" in full)
+        lines += ["", f"DySHARP (full) combine: {full['combine']} ({times}; `--combine {p.combine}`: "
+                  + ("the faster of the two for this layer" if p.combine == "auto" else "as given") + ")."]
     base = [b for b in BASELINES if b in e.results]
     lines += ["", "DySHARP (full) speedup: " + ", ".join(f"{b} {e.speedup(b):.2f}x" for b in base) + "."]
     lines += ["", "dispatch/combine: that phase alone (busiest link direction + latency); GEMM: busy time on the "

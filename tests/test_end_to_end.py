@@ -244,3 +244,16 @@ def test_a_reused_estimate_must_match(dsv3):
         end_to_end(m, H200, dataclasses.replace(p, tokens_per_gpu=128), estimate_result=est)
     with pytest.raises(ValueError, match="another model"):
         end_to_end(load_model("kimi-k2"), H200, p, estimate_result=est)
+
+
+def test_push_combine_holds_the_comm_pool_while_exposed():
+    """While the routed path is exposed, a unicast scheme's SMs issue every byte (the whole comm pool);
+    DySHARP with the pull issues one request per token (its reserved SMs), with the push its partials from
+    SMs like a unicast kernel (the whole pool)."""
+    from sim_models.end_to_end import comm_sms_while_exposed
+    from sim_models.estimator import SchemeResult
+    p = Params(comm_sms=24)
+    r = lambda combine: SchemeResult(FULL, 1.0, 0, 0, 0, 0, 3, {"combine": combine})   # noqa: E731
+    assert comm_sms_while_exposed(FULL, r("pull"), p) == 3
+    assert comm_sms_while_exposed(FULL, r("push"), p) == 24
+    assert comm_sms_while_exposed("ccfuser", SchemeResult("ccfuser", 1.0, 0, 0, 0, 0, 9), p) == 24

@@ -299,3 +299,14 @@ def test_unfused_kernels_by_hand(small):
         assert t_on[name] == t_off[name]
     for name in ("tutel", "fastermoe", "dualpipe", "nvls"):
         assert t_on[name] > t_off[name]
+
+
+def test_cli_combine(tmp_path, capsys):
+    """--combine: a bad value is refused with the valid ones; a forced combine is the one printed."""
+    assert main(["estimate", "--combine", "both", "--out", str(tmp_path)]) == 2
+    assert "unknown --combine 'both'; valid: auto, pull, push" in capsys.readouterr().err
+    assert main(["estimate", "--model", "qwen3-30b-a3b", "--system", "hgx-h100", "--mode", "decode", "--tokens", "4",
+                 "--schemes", "ccfuser", "--combine", "push", "--bench-dir", str(tmp_path / "none"),
+                 "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "DySHARP (full) combine: push (push " in out and "pull " not in out.split("combine: push")[1].split(")")[0]

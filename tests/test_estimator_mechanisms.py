@@ -228,3 +228,67 @@ def test_bf16_efficiency_from_the_measured_fp8_over_bf16_ratio():
     assert t["bf16"] / t["fp8"] == pytest.approx(1.75, rel=0.01)
     with pytest.raises(ValueError, match="bf16_gemm_efficiency"):
         E.Params(bf16_gemm_efficiency=1.5).validate()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# DySHARP's combine: pull (ld_reduce) against push (partials stored at the home), and the choice
+
+def _tiny_decode(combine, cal):
+    """Qwen3-30B (hidden 2,048: a BF16 partial is 4,096 B) on 2 HGX H100s, 1 token per GPU, decode: each
+    token has experts on both GPUs (top-8 of 128), so each GPU sends one partial and receives one."""
+    p = E.Params(mode="decode", tokens_per_gpu=1, gpus=2, combine=combine)
+    return E.estimate(load_model("qwen3-30b-a3b"), load_system("hgx-h100"), p, cal, schemes=["dysharp"])
+
+
+def test_decode_combine_by_hand():
+    """The combine phase alone (busiest link direction + latency) of each combine, by hand, and their
+    difference in the layer (the links are idle, so only the latency differs)."""
+    cal = load_calibration(None)
+    pull, push = _tiny_decode("pull", cal), _tiny_decode("push", cal)
+    assert pull.measured_d == push.measured_d == 2.0            # both tokens have a remote expert GPU
+    # Link rate: 18 links x 25 GB/s x 0.822, in wire bytes (a 256-B unicast packet = 17 flits of 16 B carries
+    # 256 B, so full unicast packets reach 0.822 of raw).
+    rate = 18 * 25e9 * 0.822 / (256 / (17 * 16))
+    trav = 2 * 400e-9 + 100e-9                                   # link + switch + link, defaults
+    tlb = (2 + 0.1 * 300) / 1.5625e9                             # AL-TLB: hit + 10% x 300-cycle miss
+    engine = 24 / 1.5625e9                                       # the RTL ld_reduce unit's request -> result
+    # Push: one 4,096-B partial (16 packets x 17 flits) up and down; one traversal.
+    partial = 16 * 17 * 16
+    assert push.results["dysharp"].combine == pytest.approx(partial / rate + trav, rel=1e-9)
+    # Pull: up: the answer to the RED_READ (a dynamic packet stream) plus the home's ld_reduce requests; down:
+    # the read requests and the reduced result; two traversals + AL-TLB + engine (no notify: phase alone).
+    c = pull.traffic["dynamic"].combine
+    busiest = max(float(np.max(c.up_wire)), float(np.max(c.down_wire)))
+    assert busiest > partial                                     # dynamic headers and requests cost more bytes
+    assert pull.results["dysharp"].combine == pytest.approx(busiest / rate + 2 * trav + tlb + engine, rel=1e-9)
+    # In the layer the pull also waits for the release flag (one traversal) before its two: the layers
+    # differ by 2 traversals + AL-TLB + engine (1.836 us) up to the few bytes the idle links carry.
+    diff = pull.results["dysharp"].total - push.results["dysharp"].total
+    assert diff == pytest.approx(2 * trav + tlb + engine, abs=0.02e-6)
+    assert diff == pytest.approx(1.83584e-6, abs=0.02e-6)
+
+
+def test_the_choice_takes_the_faster_combine():
+    """auto = the faster of pull and push, both recorded; each side is taken somewhere: push in a
+    latency-bound decode layer, pull where the fused pipeline's combine competes with dispatch for the
+    home's downlink (DeepSeek-V3, 32 GPUs, 2,048 tokens/GPU)."""
+    cal = load_calibration(None)
+    small = _tiny_decode("auto", cal).results["dysharp"]
+    assert small.detail["combine"] == "push"
+    assert small.total == small.detail["push_total"] < small.detail["pull_total"]
+    p = E.Params(tokens_per_gpu=2048)
+    big = E.estimate(load_model("deepseek-v3"), load_system("gh200-nvl32"), p, cal, schemes=["dysharp"])
+    r = big.results["dysharp"]
+    assert r.detail["combine"] == "pull"
+    assert r.total == r.detail["pull_total"] < r.detail["push_total"]
+    forced = E.estimate(load_model("deepseek-v3"), load_system("gh200-nvl32"),
+                        E.Params(tokens_per_gpu=2048, combine="push"), cal, schemes=["dysharp"])
+    assert forced.results["dysharp"].total == r.detail["push_total"]
+    assert "pull_total" not in forced.results["dysharp"].detail
+
+
+def test_bad_combine_and_new_knobs_are_named():
+    for kw, msg in ((dict(combine="both"), "valid: auto, pull, push"), (dict(hbm_split="x"), "valid: sms, equal"),
+                    (dict(combine_link_share=1.0), "combine_link_share")):
+        with pytest.raises(ValueError, match=msg):
+            E.Params(**kw).validate()

@@ -3,7 +3,9 @@
 range, files written, bad input rejected."""
 
 import csv
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +20,7 @@ from sim_models.system_config import load_system
 MODEL, SYSTEM = "qwen3-30b-a3b", "hgx-h200"
 PARAMS = Params(tokens_per_gpu=256, routing="uniform", seed=3)
 BY_KEY = {a.key: a for a in ASSUMPTIONS}
+APPLY = [a for a in ASSUMPTIONS if a.applies(PARAMS.mode)]       # the rows of a prefill tornado
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +47,7 @@ def test_base_is_a_plain_estimate(result, cal):
         assert result["base"][b] == e.speedup(b)
     assert result["point"]["dysharp_us"] == pytest.approx(e.results["dysharp"].total * 1e6)
     rows = result["rows"]
-    assert len(rows) == len(ASSUMPTIONS) * len(result["baselines"])
+    assert len(rows) == len(APPLY) * len(result["baselines"])
     for r in rows:
         assert r["speedup_base"] == result["base"][r["baseline"]]
         assert r["swing"] == pytest.approx(r["speedup_high"] - r["speedup_low"])
@@ -130,8 +133,8 @@ def test_cli_writes_files(tmp_path, capsys):
     assert "| comm SMs" in out and "| base point" in out and "vs CCFuser" in out
     with open(tmp_path / "tornado.csv") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == len(ASSUMPTIONS) * len(TORNADO_BASELINES)
-    assert {r["assumption"] for r in rows} == {a.key for a in ASSUMPTIONS}
+    assert len(rows) == len(APPLY) * len(TORNADO_BASELINES)
+    assert {r["assumption"] for r in rows} == {a.key for a in APPLY}
     data = json.loads((tmp_path / "tornado.json").read_text())
     assert data["point"]["tokens_per_gpu"] == 128 and set(data["base"]) == set(TORNADO_BASELINES)
     with open(tmp_path / "sensitivity_all.csv") as f:
@@ -198,3 +201,35 @@ def test_each_distinct_estimate_runs_once(cal, monkeypatch):
     rows = sensitivity(MODEL, SYSTEM, base, cal, {"tile": [128], "dtype": ["fp8"], "gpus": [8],
                                                   "tokens_per_gpu": [4096], "zipf": [0.0]})
     assert seen == [1] and len(rows) == 5 * len(SCHEMES)
+
+
+def test_decode_only_rows_and_the_combine_row(cal):
+    """The decode batch size enters only a decode tornado; the combine row's ends are DySHARP with one
+    combine forced, and the base (auto) is never slower than either end."""
+    assert not BY_KEY["decode_tokens"].applies("prefill") and BY_KEY["decode_tokens"].applies("decode")
+    p = Params(mode="decode", tokens_per_gpu=16, routing="uniform", seed=3)
+    res = tornado(MODEL, SYSTEM, p, cal, assumptions=[BY_KEY["combine"], BY_KEY["decode_tokens"]],
+                  baselines=("ccfuser",))
+    by = {r["assumption"]: r for r in res["rows"]}
+    assert set(by) == {"combine", "decode_tokens"}
+    r = by["combine"]
+    assert r["speedup_base"] >= max(r["speedup_low"], r["speedup_high"])
+    e = estimate(load_model(MODEL), load_system(SYSTEM), dataclasses.replace(p, combine="pull"), cal)
+    assert r["speedup_low"] == e.speedup("ccfuser")
+
+
+def test_every_assumption_of_the_parameter_table_has_a_tornado_row():
+    """docs/estimator.md's parameter table: every row marked *assumption* names the tornado (or says why no
+    tornado row can move it), and every Params field appears in the table."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "estimator.md").read_text()
+    table = text.split("## Assumptions and their sources", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| constant")]
+    assert len(rows) > 20
+    for line in rows:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if "*assumption*" in cells[3]:
+            assert "tornado" in cells[4] or "not an input" in cells[4], cells[0]
+    for f in dataclasses.fields(Params):
+        assert f"Params.{f.name}" in table or f"`{f.name}`" in table, f"Params.{f.name} missing from the table"
+    for a in ASSUMPTIONS:                  # and the tornado's rows are named in the table
+        assert a.label in table or a.key in table, a.key

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sim_models.calibration import load_calibration
 from sim_models.end_to_end_sweep import E2E_MODES
-from sim_models.estimator import DEFAULT_TOKENS, MODES, SCHEMES, Params, estimate
+from sim_models.estimator import COMBINES, DEFAULT_TOKENS, MODES, SCHEMES, Params, estimate
 from sim_models.moe_config import load_model, model_names
 from sim_models.routing import TRACE_FORMAT
 from sim_models.sweep import SWEEP_SYSTEMS
@@ -49,6 +49,9 @@ def add_arguments(p) -> None:
     p.add_argument("--weight-reuse", default=Params.weight_reuse, choices=("l2", "expert"),
                    help="tile-level schemes' weight traffic: expert (once per expert, default) or l2 (tiles in "
                         "ready order, each re-reads its expert's weights unless L2 still holds them)")
+    p.add_argument("--combine", default=Params.combine,
+                   help="DySHARP's combine: auto (the faster of pull and push per layer) | pull (ld_reduce) | "
+                        "push (partials stored at the home) (default auto)")
     p.add_argument("--bench-dir", default="build/bench", help="RTL benchmark JSON folder (calibration)")
     p.add_argument("--sweep", action="store_true", help="run the model x system sweep and sensitivity plots")
     p.add_argument("--tornado", action="store_true",
@@ -109,11 +112,15 @@ def params_from_args(args, mode: str | None = None) -> Params:
         raise ValueError(f"--gemm-efficiency must be in (0, 1], got {args.gemm_efficiency}")
     if args.comm_sms < 0:
         raise ValueError(f"--comm-sms must be >= 0, got {args.comm_sms}")
+    combine = getattr(args, "combine", Params.combine)
+    if combine not in COMBINES:
+        raise ValueError(f"unknown --combine {combine!r}; valid: {', '.join(COMBINES)}")
     parse_placement(args.placement)
     return Params(mode=mode, tokens_per_gpu=args.tokens, routing=args.routing, placement=args.placement,
                   dtype=args.dtype, tile=args.tile, gemm_efficiency=args.gemm_efficiency, comm_sms=args.comm_sms,
                   per_tile_weights=args.per_tile_weights,
-                  weight_reuse=getattr(args, "weight_reuse", Params.weight_reuse), gpus=args.gpus, seed=args.seed)
+                  weight_reuse=getattr(args, "weight_reuse", Params.weight_reuse), gpus=args.gpus, seed=args.seed,
+                  combine=combine)
 
 
 def _schemes(text):
