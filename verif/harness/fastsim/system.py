@@ -37,7 +37,7 @@ SO_FLAGS = VERILATOR_FLAGS + ["-CFLAGS", "-fPIC", "-LDFLAGS", "-shared"]
 
 _STREAMS = ("desc", "cmd", "mm_cfg", "ready", "release")
 _VRP = ("valid", "ready", "payload")
-EV_WAKE, EV_WRITE, EV_READY, EV_RELEASE, EV_POLL = 1, 2, 3, 4, 5
+EV_WAKE, EV_WRITE, EV_READY, EV_RELEASE, EV_POLL, EV_LANDED = 1, 2, 3, 4, 5, 6
 _CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_uint64,
                              ctypes.POINTER(ctypes.c_uint32))
 PW = 8            # 32-bit words of a stream payload in the harness (system_main.cpp)
@@ -104,13 +104,13 @@ class SystemLib:
                               ("sys_port_read", [ctypes.c_int, u32p], None),
                               ("sys_port_write", [ctypes.c_int, u32p], None),
                               ("sys_init", [_CALLBACK, ctypes.POINTER(ctypes.c_int32), i64p], ctypes.c_int),
-                              ("sys_watch", [ctypes.c_int] + [i64] * 7, None),
+                              ("sys_watch", [ctypes.c_int] + [i64] * 8, None),
                               ("sys_reset", [], None),
                               ("sys_send", [ctypes.c_int, ctypes.c_int, u32p], None),
                               ("sys_feed", [ctypes.c_int, u32p], None),
                               ("sys_feed_ready", [ctypes.c_int, i64, i64, i64, u32p], None),
                               ("sys_set_wake", [ctypes.c_int, i64], None),
-                              ("sys_silence", [ctypes.c_int], None),
+                              ("sys_silence", [ctypes.c_int, i64], None),
                               ("sys_mem_read", [ctypes.c_int, i64, ctypes.c_int, u32p], None),
                               ("sys_mem_write", [ctypes.c_int, i64, ctypes.c_int, u32p], None),
                               ("sys_start", [i64], None),
@@ -120,6 +120,7 @@ class SystemLib:
                               ("sys_series_len", [ctypes.c_int], i64),
                               ("sys_series", [ctypes.c_int, i64p], None),
                               ("sys_gpus", [], ctypes.c_int),
+                              ("sys_eval_seconds", [], ctypes.c_double),
                               ("sys_finish", [], None)):
             f = getattr(so, fn)
             f.argtypes, f.restype = args, res
@@ -302,7 +303,7 @@ def _classes():
             return self.mem.read_row(flit_addr, n)
 
         def silence(self):
-            self.env.lib.so.sys_silence(self.g)
+            pass            # the library's (sys_silence): at the same cycle, at the same point of it
 
     class FastEnv(tb.SystemEnv):
         gpu_class = FastGpu
@@ -311,6 +312,7 @@ def _classes():
             self.lib = lib
             self.error = None
             self.predicate = None
+            self.loop_s = self.python_s = 0.0        # in the library's cycle loop; of that, in Python
             super().__init__(FastDut(lib), params, settings)
 
         def _cycler(self, dut):
@@ -330,12 +332,10 @@ def _classes():
             return list(a[:n])
 
         def wake(self, gs):
-            at = gs.due[0][0] if gs.due else -1
-            if self.silent and self.silent[0] == gs.g and self.silent[1] > self.cycler.cycle:
-                at = self.silent[1] if at < 0 else min(at, self.silent[1])
-            self.lib.so.sys_set_wake(gs.g, at)
+            self.lib.so.sys_set_wake(gs.g, gs.due[0][0] if gs.due else -1)
 
         def callback(self, kind, g, cycle, arg, words):
+            c0 = time.perf_counter()
             try:
                 self.cycler.cycle = cycle
                 if kind == EV_POLL:
@@ -346,6 +346,9 @@ def _classes():
                     self.wake(gs)
                 elif kind == EV_WRITE:
                     gs._on_write(int(arg), int.from_bytes(ctypes.string_at(words, 16), "little"))
+                elif kind == EV_LANDED:
+                    base = gs.out0 if 0 <= arg - gs.out0 < self.L.G * self.L.N * gs.stride else gs.part0
+                    gs.landed[(base, (arg - base) // gs.stride)] = words[0]
                 elif kind == EV_READY:
                     gs._on_ready(int(arg), cycle)
                     self.wake(gs)
@@ -355,10 +358,14 @@ def _classes():
             except BaseException as e:      # noqa: BLE001 -- re-raised by run() once the library returns
                 self.error = e
                 return -1
+            finally:
+                self.python_s += time.perf_counter() - c0
 
         def run(self, mode, arg=0, timeout=1 << 62, what=""):
             seen = ctypes.c_int64()
+            c0 = time.perf_counter()
             r = self.lib.so.sys_run(mode, arg, timeout, ctypes.byref(seen))
+            self.loop_s += time.perf_counter() - c0
             self.cycler.cycle = seen.value
             if r == 2:
                 raise self.error
@@ -434,8 +441,10 @@ def run_layer(lib_path: Path, names: list[str], params: dict, settings: dict) ->
     stride = 1 << (L.row_shift - 4)
     for gs in env.gpus:
         so.sys_watch(gs.g, gs.win0, gs.win0 + L.N * stride, stride, L.meta_flit, gs.out0, gs.part0,
-                     L.G * L.N * stride)
+                     L.G * L.N * stride, L.comb_flits)
         env.wake(gs)
+    if env.silent:
+        so.sys_silence(*env.silent)
     timeout = s.get("timeout", 400_000)
     so.sys_reset()
     env.configure()
@@ -464,6 +473,8 @@ def run_layer(lib_path: Path, names: list[str], params: dict, settings: dict) ->
     env.run(2, 50)                       # let anything stray show up in the counters
     env.state()
     fig = layer_figures(env, t0, total, wall0)
-    fig["sim"]["harness"] = "fast"
+    sim = fig["sim"]
+    sim["harness"] = "fast"
+    sim["loop_s"], sim["python_s"], sim["eval_s"] = env.loop_s, env.python_s, so.sys_eval_seconds()
     so.sys_finish()
     return fig

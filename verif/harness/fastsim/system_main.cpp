@@ -11,13 +11,15 @@
 //     per bin), the reduction-buffer occupancy samples, SystemEnv.skip's quiet rule and the dropped
 //     rounds.
 // Python is called (one callback) only on events: a GPU's wake cycle (its next GEMM end) in the drive
-// phase, a watched memory write (a window row's metadata flit, a result or partial row's flit), a
+// phase, a watched memory write (a window row's metadata flit; a result or partial row once all its flits
+// have landed: the testbench compares the flits landed per row with the row's flits only), a
 // TileReady / TokenRelease output, and after any cycle that had one of those, to test the phase's
 // predicate. All stream gates are always open (the testbench's stall = 0).
 #include <verilated.h>
 #include "V@@TOP@@.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -74,7 +76,7 @@ static inline uint64_t bits(const uint32_t* w, int off, int width) {    // width
 }
 
 // ------------------------------------------------------------------------------------------ callbacks
-enum { EV_WAKE = 1, EV_WRITE = 2, EV_READY = 3, EV_RELEASE = 4, EV_POLL = 5 };
+enum { EV_WAKE = 1, EV_WRITE = 2, EV_READY = 3, EV_RELEASE = 4, EV_POLL = 5, EV_LANDED = 6 };
 typedef int (*callback_t)(int kind, int g, int64_t cycle, uint64_t arg, const uint32_t* words);
 static callback_t cb = nullptr;
 static int failed = 0;           // a callback returned < 0 (a Python exception): stop
@@ -177,8 +179,9 @@ struct Gpu {
     Monitor rdy, rel;
     std::deque<Pay> fq;                                                    // feeder queue
     std::priority_queue<Ready, std::vector<Ready>, std::greater<Ready>> fr;   // feeder ready heap
-    int64_t issued = 0, wake = NEVER;
-    int64_t win0 = 0, win_end = 0, stride = 1, meta = 0, out0 = 0, part0 = 0, land = 0;
+    int64_t issued = 0, wake = NEVER, silence_at = -1;
+    int64_t win0 = 0, win_end = 0, stride = 1, meta = 0, out0 = 0, part0 = 0, land = 0, full = 0;
+    std::vector<uint32_t> landed[2];       // flits written per result (out) / partial (part) row
 };
 
 static Gpu gpus[G];
@@ -203,7 +206,13 @@ static std::vector<int64_t> occ;             // pairs
 static int64_t cycle = 0, skipped = 0, dropped = 0, skip_pending = 0, quiet = 0, skip_interrupted = 0;
 static int64_t drop_k = 0, drop_period = 0, quiet_min = 64;
 
-static inline void eval_clk(int v) { top->clk = v; top->eval(); }
+static double eval_s = 0;                    // seconds inside the Verilated model's eval()
+static inline void eval_clk(int v) {
+    auto a = std::chrono::steady_clock::now();
+    top->clk = v;
+    top->eval();
+    eval_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+}
 
 static uint32_t probe_words[(NL * 16 + 31) / 32 + 4];
 
@@ -286,6 +295,13 @@ static void resumed() {                      // SystemEnv.resumed
     if (busy || probe_any()) skip_interrupted++;
 }
 
+static void silence(Gpu& x) {           // GpuSide.silence: reads accepted, never answered
+    for (ReadPort* p : {&x.rtx, &x.rrx}) {
+        p->latency = int64_t(1) << 62;
+        for (auto& e : p->pending) e.first = int64_t(1) << 62;
+    }
+}
+
 static void drive() {
     for (int g = 0; g < G; g++) {
         Gpu& x = gpus[g];
@@ -304,7 +320,8 @@ static void drive() {
         x.mmcfg.drive();
         x.rdy.drive();
         x.rel.drive();
-        if (x.wake <= cycle) call(EV_WAKE, g, cycle, 0, nullptr);     // GpuSide.drive: GEMM ends
+        if (cycle == x.silence_at) silence(x);                          // GpuSide.drive: the fault,
+        if (x.wake <= cycle) call(EV_WAKE, g, cycle, 0, nullptr);     // the GEMM ends
     }
     swcfg.drive();
 }
@@ -320,10 +337,15 @@ static void sample() {
             for (int i = 0; i < 4; i++) d[i] = uint32_t(bits(w, data_off + 32 * i, 32));
             x.mem.write(addr, d);
             int64_t a = int64_t(addr);
-            bool watch = false;
-            if (a >= x.win0 && a < x.win_end) watch = (a - x.win0) % x.stride == x.meta;
-            else watch = (a >= x.out0 && a < x.out0 + x.land) || (a >= x.part0 && a < x.part0 + x.land);
-            if (watch) call(EV_WRITE, g, cycle, addr, d);
+            if (a >= x.win0 && a < x.win_end) {
+                if ((a - x.win0) % x.stride == x.meta) call(EV_WRITE, g, cycle, addr, d);
+            } else {         // a result row's flit: Python hears of the row once it is whole (or over)
+                int k = (a >= x.out0 && a < x.out0 + x.land) ? 0 : (a >= x.part0 && a < x.part0 + x.land) ? 1 : -1;
+                if (k >= 0) {
+                    uint32_t n = ++x.landed[k][(a - (k ? x.part0 : x.out0)) / x.stride];
+                    if (n >= x.full) call(EV_LANDED, g, cycle, addr, &n);
+                }
+            }
         }
         x.rtx.sample(cycle, x.mem);
         x.rrx.sample(cycle, x.mem);
@@ -375,6 +397,7 @@ static bool config_idle() {
 extern "C" {
 
 int sys_gpus() { return G; }
+double sys_eval_seconds() { return eval_s; }
 int sys_nports() { return NPORTS; }
 int sys_port_width(int i) { return (i >= 0 && i < NPORTS) ? P[i].w : -1; }
 void sys_port_read(int i, uint32_t* out) { pget(P[i], out); }
@@ -414,10 +437,12 @@ int sys_init(callback_t callback, const int32_t* roles, const int64_t* cfg) {
 }
 
 void sys_watch(int g, int64_t win0, int64_t win_end, int64_t stride, int64_t meta, int64_t out0, int64_t part0,
-               int64_t land) {
+               int64_t land, int64_t full) {
     Gpu& x = gpus[g];
     x.win0 = win0; x.win_end = win_end; x.stride = stride; x.meta = meta; x.out0 = out0; x.part0 = part0;
-    x.land = land;
+    x.land = land; x.full = full;
+    x.landed[0].assign(land / stride + 1, 0);
+    x.landed[1].assign(land / stride + 1, 0);
 }
 
 // Cycler.start: reset high for three rising edges with every agent's first drive, then low.
@@ -446,12 +471,7 @@ void sys_feed_ready(int g, int64_t at, int64_t planned, int64_t token, const uin
     gpus[g].fr.push(e);
 }
 void sys_set_wake(int g, int64_t at) { gpus[g].wake = at < 0 ? NEVER : at; }
-void sys_silence(int g) {              // GpuSide.silence: reads accepted, never answered
-    for (ReadPort* p : {&gpus[g].rtx, &gpus[g].rrx}) {
-        p->latency = int64_t(1) << 62;
-        for (auto& e : p->pending) e.first = int64_t(1) << 62;
-    }
-}
+void sys_silence(int g, int64_t at) { gpus[g].silence_at = at; }
 void sys_mem_read(int g, int64_t addr, int n, uint32_t* out) {
     for (int i = 0; i < n; i++) { W4 v = gpus[g].mem.read(uint64_t(addr + i)); std::memcpy(out + 4 * i, v.w, 16); }
 }
