@@ -79,3 +79,14 @@ def test_fast_harness_refuses_settings_it_does_not_model():
     for bad in ({"stall": 0.2}, {"skip": False}):
         with pytest.raises(ValueError, match="stall 0 and the quiet-cycle skip on"):
             run_layer(None, [], {}, {**LAYER, **bad})
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--harnesses", "cocotb,pyverilator"], "--harnesses 'cocotb,pyverilator': valid: cocotb, fast"),
+    (["--scheme", "nvls"], "--scheme 'nvls': valid: deepep, fused-unicast, dysharp-basic, dysharp"),
+    (["--gpus", "6"], "--gpus 6: deepseek-v3 needs G in 4..64"),
+])
+def test_system_speed_bench_refuses_bad_arguments(argv, message, capsys):
+    from dysharp.cli import main
+    assert main(["bench", "system_speed", *argv]) == 2
+    assert message in capsys.readouterr().err

@@ -14,8 +14,8 @@ checks) and runs only on events, through one ctypes callback: a GPU's next GEMM 
 set), a watched memory write (a window row's metadata flit, a result or partial row's flit), a TileReady
 or TokenRelease output, and after a cycle that had one of those, the phase's predicate. Memory is the
 C++ side's; Python reads and writes it through the library. The gates of the testbench's agents are
-always open: the random stalls (``stall``/``lat`` settings other than the defaults) are the cocotb
-harness's only.
+always open: the random stalls (the ``stall`` setting) are the cocotb harness's only; the read latency
+(``lat``) is modelled.
 """
 
 import ctypes
