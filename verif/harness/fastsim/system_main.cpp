@@ -445,7 +445,9 @@ void sys_watch(int g, int64_t win0, int64_t win_end, int64_t stride, int64_t met
     x.landed[1].assign(land / stride + 1, 0);
 }
 
-// Cycler.start: reset high for three rising edges with every agent's first drive, then low.
+// Cycler.start: reset high for three rising edges with every agent's first drive, then low, lowered while
+// the clock is high (after the third rising edge) so that the latched reset (registered_reset) lets the
+// next rising edge see it low, as cocotb's direct reset does.
 void sys_reset() {
     pset1(rst, 1);
     for (int g = 0; g < G; g++) {
@@ -455,8 +457,11 @@ void sys_reset() {
     }
     swcfg.drive();
     eval_clk(0);
-    for (int i = 0; i < 3; i++) { eval_clk(1); eval_clk(0); }
-    pset1(rst, 0);
+    for (int i = 0; i < 3; i++) {
+        eval_clk(1);
+        if (i == 2) pset1(rst, 0);
+        eval_clk(0);
+    }
 }
 
 void sys_send(int which, int g, const uint32_t* w) {      // 0 desc, 1 cmd, 2 mm_cfg, 3 switch_cfg
