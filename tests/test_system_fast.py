@@ -1,5 +1,5 @@
-"""The compiled whole-system harness (verif/harness/fastsim/system.py) against the cocotb testbench
-(verif/tb/system.py): at the smallest layer (G = 4, 16 tokens per GPU, GEMM 64/32) every figure of the
+"""The compiled whole-system harness (verif/tb/system_fast.py on verif/harness/fastsim/system.py) against
+the cocotb testbench (verif/tb/system.py): at the smallest layer (G = 4, 16 tokens per GPU, GEMM 64/32) every figure of the
 run's JSON (cycles per phase, flits per link and direction, fills, AL-TLB hits, engine counters,
 reduction-buffer occupancy, link utilization, tile ready cycles and latencies, simulated, skipped and
 dropped cycles) is the same on both, each run having passed the same checks (numpy bit for bit, error
@@ -29,7 +29,8 @@ def figures(fig):
 
 def fast_run(scheme, **extra):
     from hw import registry
-    from verif.harness.fastsim.system import build_system, run_layer
+    from verif.harness.fastsim.system import build_system
+    from verif.tb.system_fast import run_layer
     lib, names, _ = build_system(PARAMS)
     return run_layer(lib, names, registry.get("system").resolve(PARAMS), {**LAYER, "scheme": scheme, **extra})
 
@@ -75,7 +76,7 @@ def test_port_table_covers_the_system_top():
 
 
 def test_fast_harness_refuses_settings_it_does_not_model():
-    from verif.harness.fastsim.system import run_layer
+    from verif.tb.system_fast import run_layer
     for bad in ({"stall": 0.2}, {"skip": False}):
         with pytest.raises(ValueError, match="stall 0 and the quiet-cycle skip on"):
             run_layer(None, [], {}, {**LAYER, **bad})

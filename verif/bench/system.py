@@ -2,7 +2,7 @@
 
 Each scheme is one run of the layer testbench :mod:`verif.tb.system` on the same RTL (``system`` at the
 layer's :meth:`~verif.models.moe_layer.MoeLayer.system_params`). ``--harness fast`` (the default) runs it on
-the compiled harness :mod:`verif.harness.fastsim.system` (Verilator; the per-cycle agents in C++, the
+the compiled harness :mod:`verif.tb.system_fast` (Verilator; the per-cycle agents in C++, the
 testbench's models in Python on events only), ``--harness cocotb`` under cocotb (Verilator by default, or
 ``--sim icarus``); both give the same figures (``tests/test_system_fast.py``). The testbench checks every
 home GPU's output rows bit for bit against numpy, every error counter, and each GPU's link flits per
@@ -154,7 +154,7 @@ def run_scheme(point: Point, scheme: str, sim: str, out: Path, timeout: int, bin
     t0 = time.perf_counter()
     if fast is not None:
         from hw import registry
-        from verif.harness.fastsim.system import run_layer
+        from verif.tb.system_fast import run_layer
         try:
             fig = run_layer(*fast, registry.get("system").resolve(L.system_params()), env)
         except AssertionError as e:

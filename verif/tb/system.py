@@ -345,7 +345,7 @@ class GpuSide(Agent):
 
 class SystemEnv:
     """The layer's testbench state. ``params``/``settings`` default to the cocotb run's (:mod:`tbenv`); the
-    compiled harness (:mod:`verif.harness.fastsim.system`) passes its own, and its own ``dut`` and agents
+    compiled harness (:mod:`verif.tb.system_fast`) passes its own, and its own ``dut`` and agents
     (:meth:`_connect`, :attr:`gpu_class`)."""
 
     gpu_class = GpuSide
