@@ -217,7 +217,8 @@ def run_layer(lib_path: Path, names: list[str], params: dict, settings: dict) ->
         so.sys_silence(*env.silent)
     timeout = s.get("timeout", 400_000)
     so.sys_reset()
-    env.configure()
+    env.configure()                      # while the clock is high, as under cocotb
+    so.sys_settle()
     seen = ctypes.c_int64()
     if so.sys_run(0, 0, 1000, ctypes.byref(seen)) == 1:
         raise AssertionError(f"timeout: configuration did not happen within 1000 cycles (cycle {seen.value})")

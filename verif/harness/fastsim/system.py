@@ -3,7 +3,7 @@
 
 :func:`build_system` compiles the Verilated top with ``system_main.cpp`` into a shared library (cached
 under ``build/fastsim/`` by the hash of the Verilog, the harness and the flags, like the switch fast path:
-the deduplicated blocks kept apart, the reset latched); :class:`SystemLib` loads a fresh copy of it
+the deduplicated blocks kept apart, every input latched: :func:`registered_inputs`); :class:`SystemLib` loads a fresh copy of it
 (ctypes) and gives its ports by name. The library does every per-cycle job of the cocotb testbench
 :mod:`verif.tb.system` (the GPU memories and their ports, the descriptor feeders, the stream drivers and
 monitors, the link counters, the occupancy samples, the quiet-skip rule
@@ -20,6 +20,7 @@ cocotb harness's only; the read latency (``lat``) is modelled.
 
 import ctypes
 import os
+import re
 import shutil
 import tempfile
 from importlib import resources
@@ -67,9 +68,47 @@ def render_system_main(top: str, ports: dict, gpus: int) -> tuple[str, list[str]
     return text, names
 
 
+LATCH_SUFFIX = "__sim_q"
+
+
+def registered_inputs(verilog: str, top: str) -> str:
+    """The Verilog with every input of module ``top`` but ``clk`` taken through a register latched on the
+    falling clock edge (``<name>__sim_q``; ``rst``'s starts high), the generalization of
+    :func:`verif.harness.fastsim.registered_reset` to every input.
+
+    Verilator evaluates all logic fed by a top-level input (its ``ico`` region) at every ``eval()``, twice
+    per cycle; latched, each input's fan-out is evaluated once, after the falling edge that latches it.
+    Each rising edge sees the value an input had at the falling edge before it, the value it sees
+    directly, since the harness changes inputs only while the clock is high (after a rising edge)."""
+    m = re.search(rf"^module {re.escape(top)}\(.*?^endmodule", verilog, re.M | re.S)
+    if not m:
+        raise FastsimBuildError(f"module {top!r} not found in the Verilog")
+    body = m.group(0)
+    ports_end = body.index(");\n") + 3
+    head, rest = body[:ports_end], body[ports_end:]
+    decls = re.findall(r"^  input (\[\d+:\d+\] )?([A-Za-z_][A-Za-z0-9_]*);$", rest, re.M)
+    names = {n: w for w, n in decls if n != "clk"}
+    if "clk" not in {n for _, n in decls} or not names:
+        return verilog
+    use = re.compile(r"(?<![\w$\\.])(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) +
+                     r")(?![\w$])")
+    lines = []
+    for line in rest.split("\n"):
+        d = re.match(r"^  (input|wire) (\[\d+:\d+\] )?([A-Za-z_][A-Za-z0-9_]*);$", line)
+        lines.append(line if d and d.group(3) in names else use.sub(lambda x: x.group(1) + LATCH_SUFFIX, line))
+    regs = "".join(f"  reg {w}{n}{LATCH_SUFFIX} = {'1' if n == 'rst' else '0'};\n" for n, w in names.items())
+    latch = "  always @(negedge clk) begin\n" + "".join(f"    {n}{LATCH_SUFFIX} <= {n};\n" for n in names) + \
+        "  end\n"
+    text = "\n".join(lines)
+    cut = text.index("\n  assign ") + 1 if "\n  assign " in text else text.rindex("endmodule")
+    text = text[:cut] + regs + latch + text[cut:]
+    return verilog[:m.start()] + head + text + verilog[m.end():]
+
+
 def build_system(params: dict, *, build_root: str | os.PathLike = "build") -> tuple[Path, list[str], float]:
     """Build (or reuse) the harness library of the system top at ``params``: (library, port names, build
-    seconds, 0 when reused)."""
+    seconds, 0 when reused). The library's copy of the Verilog has every input latched
+    (:func:`registered_inputs`)."""
     from verif.harness.runner import locked_verilog, require_simulator
 
     require_simulator("verilator")
@@ -78,10 +117,15 @@ def build_system(params: dict, *, build_root: str | os.PathLike = "build") -> tu
         raise FastsimBuildError("the system harness models 128-bit flits only")
     build_root = Path(build_root)
     vpath = locked_verilog("system", params, build_root)
-    ports = top_ports(vpath.read_text(), "system")
+    verilog = vpath.read_text()
+    ports = top_ports(verilog, "system")
     main, names = render_system_main("system", ports, full["gpus"])
-    lib, build_s = _compile("system", params, vpath, main, build_root, flags=SO_FLAGS, latch_reset=True,
-                            keep_apart=True)
+    latched = build_root / "fastsim" / "latched" / vpath.name
+    latched.parent.mkdir(parents=True, exist_ok=True)
+    text = registered_inputs(verilog, "system")
+    if not latched.exists() or latched.read_text() != text:
+        latched.write_text(text)
+    lib, build_s = _compile("system", params, latched, main, build_root, flags=SO_FLAGS, keep_apart=True)
     return lib, names, build_s
 
 
@@ -105,6 +149,7 @@ class SystemLib:
                               ("sys_init", [_CALLBACK, ctypes.POINTER(ctypes.c_int32), i64p], ctypes.c_int),
                               ("sys_watch", [ctypes.c_int] + [i64] * 8, None),
                               ("sys_reset", [], None),
+                              ("sys_settle", [], None),
                               ("sys_send", [ctypes.c_int, ctypes.c_int, u32p], None),
                               ("sys_feed", [ctypes.c_int, u32p], None),
                               ("sys_feed_ready", [ctypes.c_int, i64, i64, i64, u32p], None),

@@ -1,4 +1,6 @@
 // Compiled harness of the whole-system top (hw/system.py), loaded by Python as a shared library (ctypes).
+// Every input of the top but clk is latched on the falling clock edge (registered_inputs in system.py):
+// inputs are written only while the clock is high, after a rising edge.
 //
 // Template: verif/harness/fastsim/system.py fills the marked fields (top module, GPU count, port table).
 // C++ does every per-cycle job of the cocotb testbench verif/tb/system.py, cycle for cycle the same
@@ -445,9 +447,10 @@ void sys_watch(int g, int64_t win0, int64_t win_end, int64_t stride, int64_t met
     x.landed[1].assign(land / stride + 1, 0);
 }
 
-// Cycler.start: reset high for three rising edges with every agent's first drive, then low, lowered while
-// the clock is high (after the third rising edge) so that the latched reset (registered_reset) lets the
-// next rising edge see it low, as cocotb's direct reset does.
+// Cycler.start: reset high for three rising edges with every agent's first drive, then low. The inputs are
+// latched on the falling edge (registered_inputs), so they change only while the clock is high: this
+// returns after the third rising edge with reset low, the testbench then writes its configuration ports
+// (as cocotb's does after that edge) and sys_settle() gives the falling edge that latches them all.
 void sys_reset() {
     pset1(rst, 1);
     for (int g = 0; g < G; g++) {
@@ -459,10 +462,11 @@ void sys_reset() {
     eval_clk(0);
     for (int i = 0; i < 3; i++) {
         eval_clk(1);
-        if (i == 2) pset1(rst, 0);
-        eval_clk(0);
+        if (i < 2) eval_clk(0);
     }
+    pset1(rst, 0);
 }
+void sys_settle() { eval_clk(0); }
 
 void sys_send(int which, int g, const uint32_t* w) {      // 0 desc, 1 cmd, 2 mm_cfg, 3 switch_cfg
     Pay p; std::memcpy(p.w, w, sizeof p.w);
