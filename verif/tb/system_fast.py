@@ -87,6 +87,7 @@ class FastGpu(tb.GpuSide):
     def silence(self):
         pass            # the library's (sys_silence): at the same cycle, at the same point of it
 
+
 class FastEnv(tb.SystemEnv):
     """The testbench's state on the library: its callback, the phases' waits (``Cycler.until``'s semantics)."""
 
