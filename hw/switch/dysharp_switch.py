@@ -53,7 +53,10 @@ inside the switch they use two separate datapaths, the request network and the r
    for its response channel. Fill requests join the request channel of link ``i`` after the egress stage,
    ahead of the packets that wait for them, so the waiting traffic cannot block them.
 4. No cycle exists, so no protocol deadlock; timeouts (AL-TLB, reduction buffer) bound every wait on a
-   silent GPU.
+   silent GPU. They are sized from the buffers and ``gpu_latency`` so that a request whose GPUs all answer
+   never times out (:mod:`hw.switch.timeouts`). A multicast head still arriving is sent to all its
+   destinations at once, so ``credits`` must hold a whole packet: two such heads whose grants cross would
+   otherwise wait for each other.
 
 Ordering guarantee
 ------------------
