@@ -29,11 +29,12 @@ class FillPair(wiring.Component):
     def __init__(self, *, ports: int = 4, groups: int | None = None, tlb_entries: int | None = None,
                  tlb_mshrs: int | None = None, tlb_timeout: int | None = None):
         from hw.switch.al_tlb import AlTlb
-        from hw.switch.dysharp_switch import DySharpSwitch
+        from hw.switch.dysharp_switch import DySharpSwitch, switch_timeouts
         from hw.switch.tlb_fill_bridge import TlbFillBridge
         d = {k: v.default for k, v in inspect.signature(DySharpSwitch.__init__).parameters.items()}
         self.tlb = AlTlb(ports=ports, groups=groups or d["groups"], entries=tlb_entries or d["tlb_entries"],
-                         mshrs=tlb_mshrs or d["tlb_mshrs"], timeout=tlb_timeout or d["tlb_timeout"])
+                         mshrs=tlb_mshrs or d["tlb_mshrs"],
+                         timeout=tlb_timeout or switch_timeouts(ports=ports, tlb_mshrs=tlb_mshrs or d["tlb_mshrs"])[0])
         self.fill = TlbFillBridge(port=0, ports=ports)
         tm, fm = self.tlb.signature.members, self.fill.signature.members
         super().__init__({"tr": tm["tr"], "cfg": tm["cfg"], "counters": tm["counters"],

@@ -113,8 +113,9 @@ def flat_up_to(ports: int):
 
 def dysharp_parts(params: dict) -> list[tuple[str, str, dict, int]]:
     """(part name, factory, parameters, count) of a ``dysharp_switch`` at ``params`` (as it builds them)."""
-    from hw.switch.dysharp_switch import _NET_OUT_DEPTH
+    from hw.switch.dysharp_switch import _NET_OUT_DEPTH, switch_timeouts
     N, W, P = params["ports"], params["flit_width"], params["max_payload"]
+    tlb_timeout, red_timeout, _ = switch_timeouts(**params)
     net = {"ports": N, "out_credits": _NET_OUT_DEPTH, "flit_width": W, "max_payload": P}
     L, G = params["link_credits"], params["gpu_credits"]
     return [
@@ -123,10 +124,10 @@ def dysharp_parts(params: dict) -> list[tuple[str, str, dict, int]]:
                                        **({"iterations": params["resp_iterations"]}
                                           if params.get("resp_iterations", 1) != 1 else {})}, 1),
         ("tlb", "hw.switch.al_tlb:AlTlb", {"ports": N, "groups": params["groups"], "entries": params["tlb_entries"],
-                                           "mshrs": params["tlb_mshrs"], "timeout": params["tlb_timeout"]}, N),
+                                           "mshrs": params["tlb_mshrs"], "timeout": tlb_timeout}, N),
         ("engine", "hw.switch.reduction_engine:ReductionEngine",
          {"ports": N, "entries": params["red_entries"], "max_length": P, "flit_width": W,
-          "timeout": params["red_timeout"], "groups": params["groups"], "defer_translation": True}, N),
+          "timeout": red_timeout, "groups": params["groups"], "defer_translation": True}, N),
         ("egress", "hw.switch.egress_translator:EgressTranslator",
          {"port": 0, "ports": N, "flit_width": W, "max_payload": P, "slots": params["egress_slots"]}, N),
         ("fill", "hw.switch.tlb_fill_bridge:TlbFillBridge", {"port": 0, "ports": N, "flit_width": W}, N),

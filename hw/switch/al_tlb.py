@@ -73,6 +73,7 @@ from .backing_if import BACKING_TAG_BITS, BackingRequest, backing_signature
 from .cam import Cam, CamOp
 from .mshr_file import MshrFile, backing_tag_fields
 from .owed_tags import OwedTags
+from .timeouts import MAX_DERIVED_TIMEOUT
 from .translate_if import TranslateRequest, TranslateResponse, translate_signature
 
 __all__ = ["AlTlb", "TlbConfig", "TlbConfigOp", "TlbCounter", "INDEX_BITS", "MAX_ROWS", "tlb_key_fields",
@@ -80,7 +81,7 @@ __all__ = ["AlTlb", "TlbConfig", "TlbConfigOp", "TlbCounter", "INDEX_BITS", "MAX
 
 MAX_ROWS = 1 << INDEX_BITS
 DEFAULT_TIMEOUT = 8192      # cycles; the reduction engine's default too
-MAX_TIMEOUT = 1 << 20
+MAX_TIMEOUT = MAX_DERIVED_TIMEOUT     # 2**26: room for the DySHARP switch's derived timeouts
 
 
 class TlbConfigOp(enum.Enum, shape=1):
@@ -133,8 +134,9 @@ class AlTlb(wiring.Component):
     Parameters: ``ports`` (GPU ports, 2..64: mask width and ``dst``/``src`` range), ``groups`` (group
     handles, 1..256), ``entries`` (CAM entries, power of two 16..1024), ``mshrs`` (miss-status holding
     registers, 1..32), ``resp_depth`` (response FIFO entries, 4..64), ``timeout`` (cycles a backing read
-    may take before its waiters are answered ``TIMEOUT``, 16..2**20; default 8192, 8 x the 1000-cycle
-    backing latency the benchmark assumes; always on: 2**20 cycles, 0.67 ms, is the practical "off")."""
+    may take before its waiters are answered ``TIMEOUT``, 16..2**26; default 8192, 8 x the 1000-cycle
+    backing latency the benchmark assumes; always on: 2**26 cycles, 43 ms, is the practical "off"; the
+    DySHARP switch sizes it from its buffers, :mod:`hw.switch.timeouts`)."""
 
     def __init__(self, *, ports: int = 8, groups: int = 16, entries: int = 1024, mshrs: int = 32,
                  resp_depth: int = 8, timeout: int = DEFAULT_TIMEOUT):

@@ -53,7 +53,10 @@ inside the switch they use two separate datapaths, the request network and the r
    for its response channel. Fill requests join the request channel of link ``i`` after the egress stage,
    ahead of the packets that wait for them, so the waiting traffic cannot block them.
 4. No cycle exists, so no protocol deadlock; timeouts (AL-TLB, reduction buffer) bound every wait on a
-   silent GPU.
+   silent GPU. They are sized from the buffers and ``gpu_latency`` so that a request whose GPUs all answer
+   never times out (:mod:`hw.switch.timeouts`). A multicast head still arriving is sent to all its
+   destinations at once, so ``credits`` must hold a whole packet: two such heads whose grants cross would
+   otherwise wait for each other.
 
 Ordering guarantee
 ------------------
@@ -89,9 +92,11 @@ from .group_table import GroupWrite
 from .ingress_check import IngressCheck
 from .nvswitch import N_ERROR_CODES, NVSwitch
 from .reduction_engine import ENGINE_COUNTERS, ReductionEngine
+from .timeouts import (DEFAULT_GPU_LATENCY, MAX_DERIVED_TIMEOUT, TimeoutBound, check_timeouts, derived_timeouts,
+                       timeout_bounds)
 from .tlb_fill_bridge import TlbFillBridge
 
-__all__ = ["DySharpSwitch", "SwitchConfig", "CfgTarget", "IngressCounter", "status_layout",
+__all__ = ["DySharpSwitch", "switch_timeouts", "SwitchConfig", "CfgTarget", "IngressCounter", "status_layout",
            "port_status_layout", "status_signature", "status_ports", "error_fields", "errors_in"]
 
 # Receive FIFO between each network's output and the egress stages (covers the 2-cycle credit loop).
@@ -200,6 +205,55 @@ def status_ports(ports: int, prefix: str = "status") -> list[tuple[str, int, int
     return out
 
 
+def _timeouts(*, tlb_timeout, red_timeout, allow_short_timeouts, gpu_latency, **sizes):
+    """(tlb_timeout, red_timeout, :class:`~hw.switch.timeouts.TimeoutBound`): None derived, values checked."""
+    if not isinstance(gpu_latency, int) or isinstance(gpu_latency, bool) or not 1 <= gpu_latency <= 1 << 20:
+        raise ValueError(f"gpu_latency must be an integer in 1..{1 << 20} cycles, got {gpu_latency!r}")
+    if not isinstance(allow_short_timeouts, bool):
+        raise ValueError(f"allow_short_timeouts must be a bool, got {allow_short_timeouts!r}")
+    for name, v in (("tlb_timeout", tlb_timeout), ("red_timeout", red_timeout)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+            raise ValueError(f"{name} must be an integer number of cycles or None (derived), got {v!r}")
+    for name, v in sizes.items():      # the blocks check the ranges; the bound needs numbers
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    # A multicast head still arriving is sent to all its destinations at once or not at all: two such heads
+    # whose grants cross wait for each other for ever unless each can arrive whole. No wait is bounded then.
+    if sizes["credits"] < sizes["max_payload"] + 1:
+        raise ValueError(f"credits must be at least max_payload + 1 = {sizes['max_payload'] + 1} (a multicast "
+                         f"packet must fit whole in a request-network input: a multicast head still arriving is "
+                         f"sent to all its destinations at once, and two such heads whose grants cross would wait "
+                         f"for each other for ever), got {sizes['credits']}")
+    bound = timeout_bounds(gpu_latency=gpu_latency, **sizes)
+    d_tlb, d_red = derived_timeouts(bound)
+    tlb = d_tlb if tlb_timeout is None else tlb_timeout
+    red = d_red if red_timeout is None else red_timeout
+    for name, v, given in (("tlb_timeout", tlb, tlb_timeout), ("red_timeout", red, red_timeout)):
+        if given is None and v > MAX_DERIVED_TIMEOUT:
+            raise ValueError(f"the derived {name} {v:,} is above {MAX_DERIVED_TIMEOUT:,} cycles, the longest "
+                             f"timer: these buffers and gpu_latency allow waits too long to time (bound "
+                             f"{bound.tlb if name == 'tlb_timeout' else bound.red:,}); use smaller buffers")
+    if not allow_short_timeouts:
+        check_timeouts(bound, tlb, red)
+    return tlb, red, bound
+
+
+def switch_timeouts(**params) -> tuple[int, int, TimeoutBound]:
+    """(``tlb_timeout``, ``red_timeout``, their :class:`~hw.switch.timeouts.TimeoutBound`) that
+    :class:`DySharpSwitch` builds with ``params`` (any of its parameters; the others at their defaults),
+    checked as the constructor checks them, without building it."""
+    import inspect
+    p = {k: v.default for k, v in inspect.signature(DySharpSwitch.__init__).parameters.items()
+         if v.kind == v.KEYWORD_ONLY}
+    unknown = set(params) - set(p)
+    if unknown:
+        raise ValueError(f"DySharpSwitch has no parameter {', '.join(sorted(unknown))}")
+    p.update(params)
+    return _timeouts(**{k: p[k] for k in (
+        "ports", "credits", "resp_credits", "link_credits", "gpu_credits", "max_payload", "red_entries",
+        "tlb_mshrs", "egress_slots", "gpu_latency", "tlb_timeout", "red_timeout", "allow_short_timeouts")})
+
+
 def _is(*ops):
     def select(h):
         hit = 0
@@ -219,15 +273,23 @@ class DySharpSwitch(wiring.Component):
     ``row_bytes`` (the longest row of any GPU's buffers: a ``dymultimem`` access past it is answered
     ``OUT_OF_BOUNDS`` by the egress; default: the reach of the 10-bit flit offset, 16 KB at 16-B flits).
 
+    Timeouts (:mod:`hw.switch.timeouts`, ``docs/timeouts.md``): ``gpu_latency`` (cycles within which every
+    GPU answers a request it has taken, 1..2**20; default 1000) and the buffer sizes above bound the longest
+    legal wait of a ``TLB_FILL`` and of an ``ld_reduce`` (``self.timeout_bound``). ``tlb_timeout`` and
+    ``red_timeout`` default to twice their bound (None: derived); a value below its bound is refused with the
+    bound and its terms, unless ``allow_short_timeouts`` (fault experiments, where answered requests may
+    time out).
+
     Ports: ``rx[i]``/``tx[i]`` (:func:`~hw.vc_link.vc_link_signature`, GPU to switch and back), ``cfg``
     (:class:`SwitchConfig`), ``status`` (:func:`status_signature`).
     """
 
     def __init__(self, *, ports: int = 8, credits: int = 256, resp_credits: int = 256, link_credits: int = 8,
                  gpu_credits: int = 32, flit_width: int = DEFAULT_FLIT_WIDTH, max_payload: int = 16,
-                 groups: int = 16, tlb_entries: int = 64, tlb_mshrs: int = 8, tlb_timeout: int = 8192,
-                 red_entries: int = 64, red_timeout: int = 8192, egress_slots: int = 8, resp_iterations: int = 1,
-                 row_bytes: int | None = None):
+                 groups: int = 16, tlb_entries: int = 64, tlb_mshrs: int = 8, tlb_timeout: int | None = None,
+                 red_entries: int = 64, red_timeout: int | None = None, egress_slots: int = 8,
+                 resp_iterations: int = 1, row_bytes: int | None = None, gpu_latency: int = DEFAULT_GPU_LATENCY,
+                 allow_short_timeouts: bool = False):
         if not isinstance(ports, int) or not 4 <= ports <= MAX_PORTS:
             raise ValueError(f"ports must be an integer in 4..{MAX_PORTS}, got {ports!r}")
         for name, v, lo, hi in (("link_credits", link_credits, 2, 256), ("gpu_credits", gpu_credits, 1, 1024)):
@@ -235,6 +297,12 @@ class DySharpSwitch(wiring.Component):
                 raise ValueError(f"{name} must be an integer in {lo}..{hi}, got {v!r}")
         if not isinstance(max_payload, int) or not 1 <= max_payload <= MAX_LENGTH:
             raise ValueError(f"max_payload must be an integer in 1..{MAX_LENGTH}, got {max_payload!r}")
+        tlb_timeout, red_timeout, self.timeout_bound = _timeouts(
+            ports=ports, credits=credits, resp_credits=resp_credits, link_credits=link_credits,
+            gpu_credits=gpu_credits, max_payload=max_payload, red_entries=red_entries, tlb_mshrs=tlb_mshrs,
+            egress_slots=egress_slots, gpu_latency=gpu_latency, tlb_timeout=tlb_timeout,
+            red_timeout=red_timeout, allow_short_timeouts=allow_short_timeouts)
+        self.tlb_timeout, self.red_timeout = tlb_timeout, red_timeout
         self.ports = ports
         self.flit_width = flit_width
         self.link_credits = link_credits

@@ -97,6 +97,7 @@ from ..arbiter import first_set
 from ..packet import (DEFAULT_FLIT_WIDTH, MAX_LENGTH, EType, ErrorCode, HeaderLayout, Opcode, RedOp,
                       flit_layout, wide_tag, wide_tag_fields)
 from .reduce_alu import ReduceALU, alu_operands
+from .timeouts import MAX_DERIVED_TIMEOUT
 
 __all__ = ["ReductionBuffer", "AllocRequest", "RTAG_BITS", "COUNT_BITS", "contrib_layout",
            "rtag_to_header", "rtag_from_header", "LAST_TO_RESULT_CYCLES", "BUFFER_COUNTERS", "status_members",
@@ -385,7 +386,7 @@ class ReductionBuffer(wiring.Component):
 
     Parameters: ``entries`` (16..512 outstanding reductions), ``max_length`` (payload flits per
     reduction, 1..31), ``flit_width`` (128/256/512), ``timeout`` (cycles from allocation to a ``TIMEOUT``
-    error, 64..2**20), ``outstanding`` (allocation limit, 1..entries; default ``entries``),
+    error, 64..2**26; the DySHARP switch sizes it, :mod:`hw.switch.timeouts`), ``outstanding`` (allocation limit, 1..entries; default ``entries``),
     ``acc_stages`` (the ALU's accumulate stages, 3 (default: meets the 640 ps clock) or 1 (the earlier
     one-cycle loop: no same-row wait, misses it)).
 
@@ -402,8 +403,8 @@ class ReductionBuffer(wiring.Component):
             raise ValueError(f"entries must be an integer in 16..512, got {entries!r}")
         if not isinstance(max_length, int) or not 1 <= max_length <= MAX_LENGTH:
             raise ValueError(f"max_length must be an integer in 1..{MAX_LENGTH}, got {max_length!r}")
-        if not isinstance(timeout, int) or not 64 <= timeout <= 1 << 20:
-            raise ValueError(f"timeout must be an integer in 64..{1 << 20} cycles, got {timeout!r}")
+        if not isinstance(timeout, int) or not 64 <= timeout <= MAX_DERIVED_TIMEOUT:
+            raise ValueError(f"timeout must be an integer in 64..{MAX_DERIVED_TIMEOUT} cycles, got {timeout!r}")
         if acc_stages not in ACC_STAGES:
             raise ValueError(f"acc_stages must be 1 or 3, got {acc_stages!r}")
         if outstanding is None:

@@ -33,6 +33,15 @@ from [base, base + ``--jitter``], so GPUs answer out of order. The switch relies
 destination) order of requests only (``hw/switch/dysharp_switch.py``, "Ordering guarantee"); responses are
 matched by tag (AL-TLB MSHRs, reduction entries), so a GPU may answer different requests in any order.
 
+Switch parameters: ``--set PARAM=V`` (repeatable) sets any :class:`~hw.switch.dysharp_switch.DySharpSwitch`
+parameter but ``ports``, checked by the switch's constructor before anything is built: e.g. the smallest
+buffers (``--set credits=8 --set resp_credits=8 --set link_credits=2 --set gpu_credits=2 --set
+red_entries=16 --set tlb_entries=16 --set tlb_mshrs=2 --set egress_slots=2``). The timeouts are then
+derived from those buffers (:mod:`hw.switch.timeouts`); a timeout below its bound is refused, unless
+``--set allow_short_timeouts=1`` forces it (the run then reports how many answered requests timed out).
+The soak's GPUs answer within ``max(--read-latency, --fill-latency) + --jitter`` cycles, which must not
+exceed the switch's ``gpu_latency`` (the bound's assumption).
+
 Verdict: the run FAILS (exit 1) on any lost, duplicated or mismatched delivery (the scoreboard's counts,
 with ``complete=True``: every store delivered at every destination, every request answered, each GPU's
 RED_READs equal to the requests naming it), or on a deadlock: anything unfinished at the end (a traffic
@@ -49,6 +58,7 @@ from pathlib import Path
 import numpy as np
 
 from hw import packet as hwp
+from hw.registry import point_slug
 from hw.packet import Opcode
 
 from verif.bench import dysharp_switch as dsw
@@ -79,6 +89,7 @@ class SoakConfig:
     fanouts: tuple = (1, 2, 4, 8)
     contributors: tuple = (1, 2, 4, 8)
     combine_rows: int = 16
+    switch: dict = dataclasses.field(default_factory=dict)   # further DySharpSwitch parameters (--set)
 
     @property
     def drain_cycles(self) -> int:
@@ -105,7 +116,22 @@ class SoakConfig:
                 raise ValueError(f"--{name} must be in 1..{self.ports} (the port count), got {list(v)}")
         if self.combine_rows < 1:
             raise ValueError(f"--combine-rows must be >= 1, got {self.combine_rows}")
+        if "ports" in self.switch:
+            raise ValueError("--set ports=...: use --ports")
+        from hw import registry
+        from hw.switch.dysharp_switch import switch_timeouts
+
+        full = registry.get(MODULE).resolve(self.module_params())     # unknown names refused
+        switch_timeouts(**self.module_params())                        # timeouts below their bound refused
+        worst = max(self.read_latency, self.fill_latency) + self.jitter
+        if worst > full["gpu_latency"]:
+            raise ValueError(f"the soak's GPUs answer within {worst} cycles (max(--read-latency, --fill-latency) "
+                             f"+ --jitter), above the switch's gpu_latency {full['gpu_latency']}, the bound its "
+                             f"timeouts are sized for: --set gpu_latency={worst} or lower the latencies")
         return self
+
+    def module_params(self) -> dict:
+        return {"ports": self.ports, **self.switch}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -167,9 +193,11 @@ def simulate(cfg: SoakConfig, build_root: str = "build"):
     t0 = time.perf_counter()
     vt = soak_traffic(cfg)
     t1 = time.perf_counter()
-    sim = dsw._sim(cfg.ports, None, build_root)
+    from verif.harness.fastsim import build_vc
+    sim = build_vc(MODULE, cfg.module_params(), build_root=build_root)
     t2 = time.perf_counter()
-    log = sim.run(vt, Path(build_root) / "bench" / "soak", tag=f"soak-{cfg.ports}-{cfg.seed}")
+    tag = f"soak-{cfg.ports}-{cfg.seed}" + ("" if not cfg.switch else "-" + point_slug(cfg.switch, {}))
+    log = sim.run(vt, Path(build_root) / "bench" / "soak", tag=tag)
     return vt, log, t1 - t0, time.perf_counter() - t2
 
 
@@ -310,6 +338,11 @@ def evaluate(cfg: SoakConfig, vt, log, *, show: int = 5) -> dict:
         for k in rep.result_record:
             h = Header.decode(words_to_int(vt.flits[vt.first[k], :4]))
             contributions += bin(h.mask).count("1")
+    from hw.switch.dysharp_switch import switch_timeouts
+    tlb_timeout, red_timeout, bound = switch_timeouts(**cfg.module_params())
+    timeouts = {"tlb_timeout": tlb_timeout, "red_timeout": red_timeout, "tlb_bound": bound.tlb,
+                "red_bound": bound.red, "ld_reduce_timeouts": engine["timeouts"],
+                "tlb_read_timeouts": tlb_all["read_timeouts"], "stale_contributions": engine["stale"]}
     failures = sum(counts.values())
     ok = error is None and failures == 0 and not deadlock and not errors
     return {
@@ -329,7 +362,7 @@ def evaluate(cfg: SoakConfig, vt, log, *, show: int = 5) -> dict:
         "tlb": {**tlb, "hit_rate": hit_rate, "hit_rate_primary": hit_rate_primary, "misses_by_tenth": misses_by_tenth,
                 "read_timeouts": tlb_all["read_timeouts"], "timeout_answers": tlb_all["timeout"],
                 "stale_responses": tlb_all["stale_responses"], "bad_responses": tlb_all["bad_responses"]},
-        "engine": engine, "errors": errors,
+        "engine": engine, "errors": errors, "timeouts": timeouts,
         "stalls": {"credit_return": cr_stalled / cr_draws if cr_draws else 0.0,
                    "sender": s_stalled / s_draws if s_draws else 0.0,
                    "credit_return_draws": cr_draws, "sender_draws": s_draws},
@@ -376,16 +409,21 @@ def add_arguments(p) -> None:
     p.add_argument("--fanouts", default="1,2,4,8", help="dispatch fanouts, one stream each (default: 1,2,4,8)")
     p.add_argument("--contributors", default="1,2,4,8", help="ld_reduce contributors d, one stream each (default: 1,2,4,8)")
     p.add_argument("--combine-rows", type=int, default=16, help="combine rows per requester (default: 16)")
+    p.add_argument("--set", action="append", default=[], metavar="PARAM=V",
+                   help="a DySHARP switch parameter (repeatable; not ports), e.g. --set credits=8")
     p.add_argument("--out", default="build/bench/soak.json")
 
 
 def config_from_args(args) -> SoakConfig:
+    from hw.registry import parse_assignments
+
+    switch = parse_assignments(list(getattr(args, "set", None) or []), [MODULE])[MODULE]
     return SoakConfig(cycles=args.cycles, ports=args.ports, seed=args.seed, stall=args.stall,
                       send_stall=args.stall if args.send_stall is None else args.send_stall, jitter=args.jitter,
                       read_latency=args.read_latency, fill_latency=args.fill_latency, load=args.load,
                       drain=args.drain, fanouts=_ints(args.fanouts, "fanouts"),
                       contributors=_ints(args.contributors, "contributors"),
-                      combine_rows=args.combine_rows).validate()
+                      combine_rows=args.combine_rows, switch=switch).validate()
 
 
 def _f(x, spec=".3f"):
@@ -407,6 +445,10 @@ def summary(r: dict) -> str:
                  ["lost / duplicated / mismatched", f"{r['lost']} / {r['duplicated']} / {r['mismatched']}"],
                  ["switch error counters", "all zero" if not r["errors"] else
                   ", ".join(f"{k} {v:,}" for k, v in r["errors"].items())],
+                 ["timeouts: ld_reduce / TLB reads (red_timeout, tlb_timeout; their bounds)",
+                  f"{r['timeouts']['ld_reduce_timeouts']:,} / {r['timeouts']['tlb_read_timeouts']:,} "
+                  f"({r['timeouts']['red_timeout']:,}, {r['timeouts']['tlb_timeout']:,}; "
+                  f"{r['timeouts']['red_bound']:,}, {r['timeouts']['tlb_bound']:,} cycles)"],
                  ["deadlock", "yes: " + "; ".join(r["unfinished"]) if r["deadlock"] else "no (all drained)"],
                  ["longest wait, store (sent -> delivered / arrival -> delivered)",
                   f"{w.get('store_delivery')} / {w.get('store_end_to_end')} cycles"],
@@ -438,7 +480,8 @@ def run(args) -> int:
     report["command"] = ("dysharp bench soak " + " ".join(
         f"--{k.replace('_', '-')}={v}" for k, v in (("cycles", cfg.cycles), ("ports", cfg.ports), ("seed", cfg.seed),
                                                    ("stall", cfg.stall), ("send_stall", cfg.send_stall),
-                                                   ("jitter", cfg.jitter), ("load", cfg.load))))
+                                                   ("jitter", cfg.jitter), ("load", cfg.load))) +
+        "".join(f" --set {k}={v}" for k, v in cfg.switch.items()))
     out.write_text(json.dumps(report, indent=1))
     print(summary(report))
     print(f"wrote {out}")
