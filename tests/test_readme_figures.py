@@ -221,6 +221,9 @@ def _layer_deepep(name, row, text):
     g16 = _system_totals("### 16 GPUs")
     r.same(r"([\d.]+)x at 16 GPUs", g16["deepep"] / g16["dysharp"], "16-GPU speedup over deepep",
            f"docs/system.md's 16-GPU table (deepep {g16['deepep']:,} / dysharp {g16['dysharp']:,})")
+    t4k = _system_totals("### 4,096 tokens per GPU")
+    r.same(r"([\d.]+)x at 4,096 tokens", t4k["deepep"] / t4k["dysharp"], "4,096-token speedup over deepep",
+           f"docs/system.md's 4,096-token table (deepep {t4k['deepep']:,} / dysharp {t4k['dysharp']:,})")
     return c.errors + r.errors
 
 
@@ -392,6 +395,7 @@ WRONG = [
     ("1.13x / 1.17x", "1.13x / 1.71x", "... over CCFuser / COMET", "1.71", "1.17"),
     ("1.025x (2)", "1.052x (2)", "... over DySHARP-Basic (no fusion)", "1.052", "1.025"),
     ("1.043x at 16", "1.034x at 16", "MoE layer speedup over DeepEP", "1.034", "1.043"),
+    ("1.129x at 4,096", "1.192x at 4,096", "MoE layer speedup over DeepEP", "1.192", "1.129"),
     ("dysharp 416,705 cycles", "dysharp 461,705 cycles", "MoE layer speedup over DeepEP", "461,705", "416,705"),
     ("| `dysharp timing` |", "| `dysharp lint` |", "port clock, 640 ps at N5 (4)", "`dysharp lint`",
      "`dysharp timing`"),
