@@ -239,7 +239,7 @@ def markdown(report: dict) -> str:
                                     "latched / direct reset", "logs equal"],
                      tablefmt="github", disable_numparse=True)
     text = (f"Simulated cycles per second of wall time (in brackets: per second of process CPU time), full load "
-            f"(`{report['command']}`):\n\n{table}\n")
+            f"(`{report['command']}`):\n\n" + (f"{table}\n" if rows else ""))
     if report.get("dysharp"):
         names = list(report["dysharp"][0]["harnesses"])
         rows = [[r["ports"], r["traffic"]] + [speed(r["harnesses"].get(h)) for h in names]
