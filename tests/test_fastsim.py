@@ -2,6 +2,7 @@
 same traffic, and its scoreboard catches a corrupted log."""
 
 import dataclasses
+import re
 import shutil
 import subprocess
 
@@ -10,7 +11,7 @@ import pytest
 
 from verif.bench.switch import figures, simulate, switch_traffic
 from verif.harness.fastsim import (SIM_RST, FastsimBuildError, ScoreboardError, check_delivery, read_log,
-                                   read_traffic, registered_reset, write_log, write_traffic)
+                                   read_traffic, registered_inputs, registered_reset, write_log, write_traffic)
 from verif.harness.fastsim.build import keep_apart_config, render_main, top_ports
 from verif.harness.runner import verilator_env
 
@@ -135,9 +136,9 @@ def test_benches_reject_bad_arguments(capsys):
     assert "fast path is Verilator only" in capsys.readouterr().err
 
 
-def _acc_verilog(with_reset: bool = True) -> str:
+def _acc_verilog(with_reset: bool = True, comb_out: bool = False) -> str:
     """A tiny registered design: an 8-bit accumulator with a non-zero reset value (or, without reset, a
-    combinational adder)."""
+    combinational adder); ``comb_out`` adds the input to the output combinationally."""
     from amaranth.back import verilog
     from amaranth.hdl import Module, Signal
     from amaranth.lib import wiring
@@ -152,7 +153,7 @@ def _acc_verilog(with_reset: bool = True) -> str:
             if with_reset:
                 acc = Signal(8, init=0x5A)
                 m.d.sync += acc.eq(acc + self.i)
-                m.d.comb += self.o.eq(acc)
+                m.d.comb += self.o.eq(acc + self.i if comb_out else acc)
             else:
                 m.d.comb += self.o.eq(self.i + 1)
             return m
@@ -193,7 +194,7 @@ module tb;
   wire [7:0] o_direct, o_latched;
   acc u0(.clk(clk), .rst(rst), .i(i), .o(o_direct));
   acc_latched u1(.clk(clk), .rst(rst), .i(i), .o(o_latched));
-  integer cyc, bad = 0, resets = 0, seed = 7;
+  integer cyc, bad = 0, resets = 0, seed = 7;  // bad: rising edges whose outputs differ
   always #1 clk = ~clk;
   initial begin
     for (cyc = 0; cyc < 400; cyc = cyc + 1) begin
@@ -247,3 +248,36 @@ def test_reduction_model_lanes_are_independent(seed):
             whole = reduce_sequence([f.reshape(-1) for f in flits], etype, op)
             each = np.concatenate([reduce_sequence([f[j] for f in flits], etype, op) for j in range(5)])
             assert np.array_equal(whole, each), (etype, op)
+
+
+def test_registered_inputs_rewrites_every_input_but_the_clock():
+    v = _acc_verilog(comb_out=True)
+    out = registered_inputs(v, "acc")
+    body = out[out.index(");\n", out.index("module acc(")) + 3:]
+    assert "  reg rst__sim_q = 1;\n  always @(negedge clk) rst__sim_q <= rst;" in body
+    assert "  reg [7:0] i__sim_q = 0;\n  always @(negedge clk) i__sim_q <= i;" in body
+    for name in ("rst", "i"):
+        uses = [ln for ln in body.splitlines() if re.search(rf"\b{name}\b", ln.replace(f"{name}__sim_q", ""))]
+        assert len(uses) == 3, uses     # the input, its wire and its latch
+    assert "negedge clk) clk" not in body
+    with pytest.raises(ValueError, match="module 'nope' not found"):
+        registered_inputs(v, "nope")
+
+
+@pytest.mark.parametrize("phase", ["high", "low"])
+def test_registered_inputs_sees_inputs_as_before_when_they_change_while_clk_is_high(phase, tmp_path):
+    """A design whose output also depends on its input combinationally, direct and with every input
+    latched, side by side under Icarus with random inputs and reset pulses: equal at every rising edge
+    when the inputs change while the clock is high (as ``vc_main.cpp`` changes them), different when they
+    change while it is low."""
+    if not (shutil.which("iverilog") and shutil.which("vvp")):
+        pytest.skip("Icarus is not installed")
+    v = _acc_verilog(comb_out=True)
+    latched = registered_inputs(v, "acc").replace("module acc(", "module acc_latched(", 1)
+    tb = _TB % {"when": "0" if phase == "high" else "1"}
+    (tmp_path / "tb.v").write_text(tb + v + latched)
+    subprocess.run(["iverilog", "-g2012", "-o", str(tmp_path / "sim"), str(tmp_path / "tb.v")], check=True)
+    out = subprocess.run(["vvp", "-n", str(tmp_path / "sim")], capture_output=True, text=True, check=True).stdout
+    bad, resets = (int(x) for x in out.split("BAD ")[1].split(" RESETS "))
+    assert resets > 30
+    assert (bad == 0) if phase == "high" else (bad > 100), out

@@ -100,40 +100,50 @@ class Cam(wiring.Component):
         valid, keys, values = self.state
         plru = Signal(E, name="plru")          # bit n (1..E-1) = node n; 1 = the victim is on the right
 
+        # The comparator arrays, encoders and the value tree are evaluated inside the conditions that use
+        # them (a write, a lookup, an answer): the same gates, but a cycle-based simulator (Verilator)
+        # computes them only in the cycles they matter. Outside those cycles they read 0, which nothing
+        # observes: every use of the write-side signals is qualified by ``ins``/``inv``, and of the
+        # lookup-side ones by ``s1_valid`` (through ``hit``).
+
         # ---- write port: compare, target selection -------------------------------------------------
         wv = self.write_valid
         ins = Signal(name="ins")
         inv = Signal(name="inv")
         m.d.comb += [ins.eq(wv & (self.write_op == CamOp.INSERT)),
                      inv.eq(wv & (self.write_op == CamOp.INVALIDATE))]
-        wmask = Signal(kw, name="wmask")
-        m.d.comb += wmask.eq(Mux(ins, Const(-1, kw), self.write_mask))
         wmatch = Signal(E, name="wmatch")
-        m.d.comb += wmatch.eq(Cat(valid[i] & (((keys[i] ^ self.write_key) & wmask) == 0) for i in range(E)))
         w_any = Signal(name="w_any")
-        m.d.comb += w_any.eq(wmatch.any())
-        w_first = lowest_one(m, wmatch, name="w_first")
-        free = Signal(E, name="free")
-        m.d.comb += free.eq(~valid)
         free_any = Signal(name="free_any")
-        m.d.comb += free_any.eq(free.any())
-        free_first = lowest_one(m, free, name="free_first")
-        # Tree-PLRU victim as a one-hot: entry e is the victim when every node on its path points to it.
-        victim = Signal(E, name="victim")
-        m.d.comb += victim.eq(Cat(self._on_path_all(plru, e) for e in range(E)))
         target = Signal(E, name="target")      # one-hot entry an insert writes
-        m.d.comb += target.eq(Mux(w_any, w_first, Mux(free_any, free_first, victim)))
         target_idx = Signal(range(E), name="target_idx")
-        m.d.comb += target_idx.eq(onehot_to_index(target))
+        with m.If(wv):
+            wmask = Signal(kw, name="wmask")
+            m.d.comb += wmask.eq(Mux(ins, Const(-1, kw), self.write_mask))
+            m.d.comb += wmatch.eq(Cat(valid[i] & (((keys[i] ^ self.write_key) & wmask) == 0) for i in range(E)))
+            m.d.comb += w_any.eq(wmatch.any())
+        with m.If(ins):
+            w_first = lowest_one(m, wmatch, name="w_first")
+            free = Signal(E, name="free")
+            m.d.comb += free.eq(~valid)
+            m.d.comb += free_any.eq(free.any())
+            free_first = lowest_one(m, free, name="free_first")
+            # Tree-PLRU victim as a one-hot: entry e is the victim when every node on its path points to it.
+            victim = Signal(E, name="victim")
+            m.d.comb += victim.eq(Cat(self._on_path_all(plru, e) for e in range(E)))
+            m.d.comb += target.eq(Mux(w_any, w_first, Mux(free_any, free_first, victim)))
+            m.d.comb += target_idx.eq(onehot_to_index(target))
         # Entries whose current contents disappear this cycle (for forwarding into the lookup pipeline).
         clear = Signal(E, name="clear")
         m.d.comb += clear.eq(Mux(ins, target, 0) | Mux(inv, wmatch, 0))
 
-        for i in range(E):
-            with m.If(ins & target[i]):
-                m.d.sync += [keys[i].eq(self.write_key), values[i].eq(self.write_value), valid[i].eq(1)]
-            with m.Elif(inv & wmatch[i]):
-                m.d.sync += valid[i].eq(0)
+        with m.If(ins):
+            m.d.sync += valid.eq(valid | target)
+            for i in range(E):
+                with m.If(target[i]):
+                    m.d.sync += [keys[i].eq(self.write_key), values[i].eq(self.write_value)]
+        with m.Elif(inv):
+            m.d.sync += valid.eq(valid & ~wmatch)
 
         m.d.sync += [
             self.write_done.eq(wv),
@@ -144,12 +154,13 @@ class Cam(wiring.Component):
 
         # ---- lookup stage 1 (cycle t): compare, forward this cycle's write ---------------------------
         lmatch = Signal(E, name="lmatch")
-        m.d.comb += lmatch.eq(Cat(valid[i] & (keys[i] == self.lookup_key) for i in range(E)))
         bypass1 = Signal(name="bypass1")
-        m.d.comb += bypass1.eq(ins & (self.write_key == self.lookup_key))
         s1_valid = Signal(name="s1_valid")
         s1_key = Signal(kw, name="s1_key")
         s1_match = Signal(E, name="s1_match")
+        with m.If(self.lookup_valid):
+            m.d.comb += lmatch.eq(Cat(valid[i] & (keys[i] == self.lookup_key) for i in range(E)))
+            m.d.comb += bypass1.eq(ins & (self.write_key == self.lookup_key))
         m.d.sync += [
             s1_valid.eq(self.lookup_valid),
             s1_key.eq(self.lookup_key),
@@ -158,19 +169,20 @@ class Cam(wiring.Component):
 
         # ---- lookup stage 2 (cycle t+1): forward this cycle's write, encode, read the value ----------
         kept = Signal(E, name="kept")
-        m.d.comb += kept.eq(s1_match & ~clear)
         bypass2 = Signal(name="bypass2")
-        m.d.comb += bypass2.eq(ins & (self.write_key == s1_key))
         kept_idx = Signal(range(E), name="kept_idx")
-        m.d.comb += kept_idx.eq(onehot_to_index(kept))
         kept_value = Signal(vw, name="kept_value")
-        m.d.comb += kept_value.eq(self._and_or(m, kept, values))
         hit = Signal(name="hit")
         hit_idx = Signal(range(E), name="hit_idx")
-        m.d.comb += [
-            hit.eq(s1_valid & (bypass2 | kept.any())),
-            hit_idx.eq(Mux(bypass2, target_idx, kept_idx)),
-        ]
+        with m.If(s1_valid):
+            m.d.comb += kept.eq(s1_match & ~clear)
+            m.d.comb += bypass2.eq(ins & (self.write_key == s1_key))
+            m.d.comb += kept_idx.eq(onehot_to_index(kept))
+            m.d.comb += kept_value.eq(self._and_or(m, kept, values))
+            m.d.comb += [
+                hit.eq(bypass2 | kept.any()),
+                hit_idx.eq(Mux(bypass2, target_idx, kept_idx)),
+            ]
         m.d.sync += [
             self.result_valid.eq(s1_valid),
             self.result_hit.eq(hit),
@@ -189,7 +201,8 @@ class Cam(wiring.Component):
             on_hit = hit & ((hit_idx >> shift) == prefix)
             new_plru.append(Mux(on_ins, ~target_idx[away_bit],
                                 Mux(on_hit, ~hit_idx[away_bit], plru[n])))
-        m.d.sync += plru.eq(Cat(Const(0, 1), *new_plru))
+        with m.If(ins | hit):
+            m.d.sync += plru.eq(Cat(Const(0, 1), *new_plru))
         return m
 
     def _on_path_all(self, plru, e):

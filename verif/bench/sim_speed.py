@@ -7,11 +7,12 @@ three harnesses side by side in one run, on the same traffic:
   ``public="ports"``);
 * ``fast``: the compiled Verilator main of :mod:`verif.harness.fastsim`;
 * ``fast_latched_rst``: the same main over the Verilog with its reset latched
-  (:func:`verif.harness.fastsim.registered_reset`, the two-VC fast path's default); its log must equal
-  the fast path's (``equal_to_fast``).
+  (:func:`verif.harness.fastsim.registered_reset`); its log must equal the fast path's (``equal_to_fast``).
 
-``--dysharp-ports`` compares the two on the integrated DySHARP switch's two-VC fast path, under the
-dispatch bench's full-load traffic (fanout 4, warm AL-TLB).
+``--dysharp-ports`` compares the integrated DySHARP switch's two-VC fast path built as generated
+(``direct``), with its reset latched (``latched_rst``) and with every input latched (``latched_inputs``,
+:func:`verif.harness.fastsim.registered_inputs`, the default), under the dispatch bench's full-load traffic
+(fanout 4, warm AL-TLB); every log must equal the first build's.
 
 Full load is uniform unicast at 1.0 flits/cycle/port (1..16-flit payloads). The cocotb runs simulate the
 first ``--cocotb-cycles`` cycles of the fast path's traffic; the fast path also runs that prefix, and its
@@ -111,11 +112,19 @@ def measure(ports: int, *, fast_cycles: int, cocotb_cycles: int, seed: int = 1, 
     return out
 
 
-def measure_dysharp_reset(ports: int, *, cycles: int, seed: int = 1, build_root: str = "build",
-                          repeat: int = 1) -> dict:
-    """The integrated switch's two-VC fast path with the latched reset and over the Verilog as generated,
-    on the same full-load dispatch traffic: cycles/s of each (the fastest of ``repeat`` runs, the two
-    alternating) and whether every logged array is equal."""
+#: The integrated switch's two-VC fast-path builds compared (:func:`measure_dysharp`): name -> build_vc options.
+DYSHARP_HARNESSES = {
+    "direct": {"latch_reset": False, "latch_inputs": False},         # the Verilog as generated
+    "latched_rst": {"latch_reset": True, "latch_inputs": False},     # rst latched (registered_reset)
+    "latched_inputs": {"latch_reset": True, "latch_inputs": True},   # every input latched (the default)
+}
+
+
+def measure_dysharp(ports: int, *, cycles: int, seed: int = 1, build_root: str = "build", repeat: int = 1,
+                    harnesses=tuple(DYSHARP_HARNESSES)) -> dict:
+    """The integrated switch's two-VC fast path built each way of :data:`DYSHARP_HARNESSES`, on the same
+    full-load dispatch traffic: cycles/s of each (the fastest of ``repeat`` runs, the builds alternating),
+    its build time and whether every logged array equals the first harness's."""
     from verif.bench import dysharp_switch as ds
     from verif.harness.fastsim import build_vc
 
@@ -124,24 +133,24 @@ def measure_dysharp_reset(ports: int, *, cycles: int, seed: int = 1, build_root:
     vt, _ = ds.assemble(ports, pkts, cycles, rng, seed=seed)
     out = {"module": ds.MODULE, "ports": ports, "traffic": "dispatch, fanout 4, warm AL-TLB, load 1.0",
            "harnesses": {}}
-    sims = {h: build_vc(ds.MODULE, ds.module_params(ports), build_root=build_root, latch_reset=latch)
-            for h, latch in (("fast", True), ("fast_direct_rst", False))}
+    sims = {h: build_vc(ds.MODULE, ds.module_params(ports), build_root=build_root, **DYSHARP_HARNESSES[h])
+            for h in harnesses}
     logs = {}
     for _ in range(max(1, repeat)):
         for h, sim in sims.items():
             log = sim.run(vt, tag=f"speed-dysharp{ports}-{h}")
             if h not in logs or log.loop_ns < logs[h].loop_ns:
                 logs[h] = log
+    ref = vars(logs[harnesses[0]])
     for h, log in logs.items():
+        a = vars(log)
         out["harnesses"][h] = {"sim_cycles": log.run_cycles, "loop_s": log.loop_ns * 1e-9,
-                               "cycles_per_s": log.cycles_per_s, "cycles_per_cpu_s": log.cycles_per_cpu_s}
+                               "cycles_per_s": log.cycles_per_s, "cycles_per_cpu_s": log.cycles_per_cpu_s,
+                               "build_s": sims[h].build_s,
+                               "equal": all(np.array_equal(a[k], ref[k]) for k in a if isinstance(a[k], np.ndarray))}
         print(f"  {ds.MODULE} N={ports} {h}: {out['harnesses'][h]['cycles_per_s']:,.0f} simulated cycles/s",
               flush=True)
-    a, b = vars(logs["fast"]), vars(logs["fast_direct_rst"])
-    out["logs_equal"] = all(np.array_equal(a[k], b[k]) for k in a if isinstance(a[k], np.ndarray))
-    hs = out["harnesses"]
-    out["ratio"] = hs["fast"]["cycles_per_s"] / hs["fast_direct_rst"]["cycles_per_s"]
-    out["ratio_cpu"] = hs["fast"]["cycles_per_cpu_s"] / hs["fast_direct_rst"]["cycles_per_cpu_s"]
+    out["logs_equal"] = all(r["equal"] for r in out["harnesses"].values())
     return out
 
 
@@ -151,8 +160,11 @@ def add_arguments(p) -> None:
     p.add_argument("--cocotb-cycles", type=int, default=3000, help="cycles of each cocotb run (default: 3000)")
     p.add_argument("--harnesses", default=",".join(HARNESSES), help=f"subset of {','.join(HARNESSES)}")
     p.add_argument("--dysharp-ports", default="8",
-                   help="comma-separated port counts of the integrated switch's latched-reset comparison "
+                   help="comma-separated port counts of the integrated switch's harness comparison "
                         "(default: 8; empty: none)")
+    p.add_argument("--dysharp-harnesses", default=",".join(DYSHARP_HARNESSES),
+                   help=f"the integrated switch's builds compared, a subset of {','.join(DYSHARP_HARNESSES)} "
+                        f"(default: all)")
     p.add_argument("--dysharp-cycles", type=int, default=20_000,
                    help="cycles of each integrated-switch run (default: 20000)")
     p.add_argument("--repeat", type=int, default=3,
@@ -172,6 +184,12 @@ def run(args) -> int:
         raise ValueError(f"--repeat must be at least 1, got {args.repeat}")
     if args.dysharp_cycles < 1000:
         raise ValueError(f"--dysharp-cycles must be at least 1000, got {args.dysharp_cycles}")
+    dharnesses = tuple(h for h in args.dysharp_harnesses.split(",") if h)
+    for h in dharnesses:
+        if h not in DYSHARP_HARNESSES:
+            raise ValueError(f"unknown integrated-switch harness {h!r}; valid: {', '.join(DYSHARP_HARNESSES)}")
+    if dports and not dharnesses:
+        raise ValueError("--dysharp-harnesses names none")
     harnesses = [h for h in args.harnesses.split(",") if h]
     for h in harnesses:
         if h not in HARNESSES:
@@ -182,17 +200,18 @@ def run(args) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     report = {"command": f"dysharp bench sim_speed --ports={args.ports} --fast-cycles={args.fast_cycles} "
                          f"--cocotb-cycles={args.cocotb_cycles} --harnesses={','.join(harnesses)} "
-                         f"--dysharp-ports={args.dysharp_ports} --dysharp-cycles={args.dysharp_cycles} "
+                         f"--dysharp-ports={args.dysharp_ports} --dysharp-harnesses={','.join(dharnesses)} "
+                         f"--dysharp-cycles={args.dysharp_cycles} "
                          f"--repeat={args.repeat} --seed={args.seed}",
-              "runs": [], "dysharp_reset": []}
+              "runs": [], "dysharp": []}
     for n in ports:
         print(f"[bench sim_speed] N={n}, full load ...", flush=True)
         report["runs"].append(measure(n, fast_cycles=args.fast_cycles, cocotb_cycles=args.cocotb_cycles,
                                       seed=args.seed, harnesses=harnesses, repeat=args.repeat))
     for n in dports:
-        print(f"[bench sim_speed] {n}-port integrated switch, latched against direct reset ...", flush=True)
-        report["dysharp_reset"].append(measure_dysharp_reset(n, cycles=args.dysharp_cycles, seed=args.seed,
-                                                             repeat=args.repeat))
+        print(f"[bench sim_speed] {n}-port integrated switch, {', '.join(dharnesses)} ...", flush=True)
+        report["dysharp"].append(measure_dysharp(n, cycles=args.dysharp_cycles, seed=args.seed,
+                                                 repeat=args.repeat, harnesses=dharnesses))
     out.write_text(json.dumps(report, indent=1))
     print(markdown(report))
     print(f"wrote {out}")
@@ -220,13 +239,12 @@ def markdown(report: dict) -> str:
                                     "latched / direct reset", "logs equal"],
                      tablefmt="github", disable_numparse=True)
     text = (f"Simulated cycles per second of wall time (in brackets: per second of process CPU time), full load "
-            f"(`{report['command']}`):\n\n{table}\n")
-    if report.get("dysharp_reset"):
-        rows = [[r["ports"], r["traffic"], speed(r["harnesses"]["fast_direct_rst"]), speed(r["harnesses"]["fast"]),
-                 f"{r['ratio']:.2f}x ({r['ratio_cpu']:.2f}x)", "yes" if r["logs_equal"] else "NO"]
-                for r in report["dysharp_reset"]]
-        text += ("\nThe integrated DySHARP switch's two-VC fast path, reset latched against direct (same "
-                 "command):\n\n" + tabulate(rows, headers=["ports", "traffic", "direct reset", "latched reset",
-                                                            "latched / direct", "logs equal"],
-                                             tablefmt="github", disable_numparse=True) + "\n")
+            f"(`{report['command']}`):\n\n" + (f"{table}\n" if rows else ""))
+    if report.get("dysharp"):
+        names = list(report["dysharp"][0]["harnesses"])
+        rows = [[r["ports"], r["traffic"]] + [speed(r["harnesses"].get(h)) for h in names]
+                + ["yes" if r["logs_equal"] else "NO"] for r in report["dysharp"]]
+        text += ("\nThe integrated DySHARP switch's two-VC fast path, built each way (same command):\n\n"
+                 + tabulate(rows, headers=["ports", "traffic"] + names + ["logs equal"],
+                            tablefmt="github", disable_numparse=True) + "\n")
     return text

@@ -12,7 +12,8 @@ credits, random credit stalls, a responder for ``TLB_FILL``/``RED_READ``/``READ`
 memory layout) and logs every packet each GPU received; :func:`check_vc` checks the log after the run.
 """
 
-from .build import SIM_RST, FastSim, FastsimBuildError, FastsimRunError, VcFastSim, build, build_vc, registered_reset
+from .build import (SIM_RST, FastSim, FastsimBuildError, FastsimRunError, VcFastSim, build, build_vc,
+                    registered_inputs, registered_reset)
 from .files import (GpuGroup, SimLog, Traffic, VcLog, VcTraffic, read_log, read_traffic, read_vc_log, write_log,
                     write_traffic, write_vc_traffic)
 from .scoreboard import DeliveryReport, ScoreboardError, VcReport, check_delivery, check_vc
@@ -20,4 +21,4 @@ from .scoreboard import DeliveryReport, ScoreboardError, VcReport, check_deliver
 __all__ = ["build", "FastSim", "FastsimBuildError", "FastsimRunError", "Traffic", "SimLog", "read_log",
            "write_log", "read_traffic", "write_traffic", "check_delivery", "DeliveryReport", "ScoreboardError",
            "build_vc", "VcFastSim", "VcTraffic", "VcLog", "GpuGroup", "read_vc_log", "write_vc_traffic", "check_vc",
-           "VcReport", "registered_reset", "SIM_RST"]
+           "VcReport", "registered_inputs", "registered_reset", "SIM_RST"]

@@ -22,7 +22,8 @@
 //     With both words 0 no extra draw is made: a run is cycle-identical to one without these features.
 //     The log ends with the stall tallies (credit-return draws and stalls, sender draws and stalls).
 // Cycle structure as in credit_main.cpp: reset for three edges; the cfg words, one per edge; then per
-// cycle: rising edge, drive (GPU flits and credit returns), falling edge + eval, sample.
+// cycle: rising edge, drive (GPU flits and credit returns), falling edge + eval, sample. Inputs change only
+// while the clock is high (between a rising edge and the next falling edge).
 // File formats: verif/harness/fastsim/files.py (VcTraffic, VcLog).
 #include <verilated.h>
 #include "V@@TOP@@.h"
@@ -297,16 +298,28 @@ int main(int argc, char** argv) {
     for (int i = 0; i < N; ++i) { *p.rx_valid[i] = 0; *p.tx_credit[i] = 0; }
 @@ZERO_INPUTS@@
     top->eval();
-    // rst falls while the clock is high, as cocotb's Cycler does: a top whose reset is latched on the falling
-    // edge (verif/harness/fastsim/build.py, registered_reset) sees it at every rising edge as one without.
-    for (int k = 0; k < 3; ++k) { top->clk = 1; top->eval(); if (k == 2) top->rst = 0; top->clk = 0; top->eval(); }
-    top->eval();
-    for (int64_t k = 0; k < ncfg; ++k) {   // configuration writes, one per edge (cfg is always ready)
-        drive_cfg(top.get(), &cfg[size_t(k) * cfg_words], true);
+    // Every input changes only while the clock is high, as cocotb's Cycler changes rst: a top whose inputs
+    // are latched on the falling edge (verif/harness/fastsim/build.py, registered_inputs) sees at every
+    // rising edge what one without sees. rst falls after the third rising edge; the configuration writes
+    // follow, one per rising edge (cfg is always ready), each driven after the edge before it.
+    for (int k = 0; k < 3; ++k) {
+        top->clk = 1;
         top->eval();
-        top->clk = 1; top->eval(); top->clk = 0; top->eval();
+        if (k == 2) {
+            top->rst = 0;
+            if (ncfg) drive_cfg(top.get(), &cfg[0], true);
+        }
+        top->clk = 0;
+        top->eval();
     }
-    if (ncfg) { drive_cfg(top.get(), nullptr, false); top->eval(); }
+    for (int64_t k = 0; k < ncfg; ++k) {
+        top->clk = 1;
+        top->eval();
+        if (k + 1 < ncfg) drive_cfg(top.get(), &cfg[size_t(k + 1) * cfg_words], true);
+        else drive_cfg(top.get(), nullptr, false);
+        top->clk = 0;
+        top->eval();
+    }
 
     auto t0 = std::chrono::steady_clock::now();
     timespec c0, c1;
