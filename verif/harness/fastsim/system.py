@@ -20,7 +20,6 @@ cocotb harness's only; the read latency (``lat``) is modelled.
 
 import ctypes
 import os
-import re
 import shutil
 import tempfile
 from importlib import resources
@@ -28,7 +27,7 @@ from pathlib import Path
 
 from hw import registry
 
-from .build import VERILATOR_FLAGS, FastsimBuildError, _compile, cxx_name, top_ports
+from .build import VERILATOR_FLAGS, FastsimBuildError, _compile, cxx_name, registered_inputs, top_ports
 
 __all__ = ["build_system", "render_system_main", "SystemLib", "FastDut"]
 
@@ -66,43 +65,6 @@ def render_system_main(top: str, ports: dict, gpus: int) -> tuple[str, list[str]
     if "@@" in text:
         raise FastsimBuildError("unfilled template field in system_main.cpp")
     return text, names
-
-
-LATCH_SUFFIX = "__sim_q"
-
-
-def registered_inputs(verilog: str, top: str) -> str:
-    """The Verilog with every input of module ``top`` but ``clk`` taken through a register latched on the
-    falling clock edge (``<name>__sim_q``; ``rst``'s starts high), the generalization of
-    :func:`verif.harness.fastsim.registered_reset` to every input.
-
-    Verilator evaluates all logic fed by a top-level input (its ``ico`` region) at every ``eval()``, twice
-    per cycle; latched, each input's fan-out is evaluated once, after the falling edge that latches it.
-    Each rising edge sees the value an input had at the falling edge before it, the value it sees
-    directly, since the harness changes inputs only while the clock is high (after a rising edge)."""
-    m = re.search(rf"^module {re.escape(top)}\(.*?^endmodule", verilog, re.M | re.S)
-    if not m:
-        raise FastsimBuildError(f"module {top!r} not found in the Verilog")
-    body = m.group(0)
-    ports_end = body.index(");\n") + 3
-    head, rest = body[:ports_end], body[ports_end:]
-    decls = re.findall(r"^  input (\[\d+:\d+\] )?([A-Za-z_][A-Za-z0-9_]*);$", rest, re.M)
-    names = {n: w for w, n in decls if n != "clk"}
-    if "clk" not in {n for _, n in decls} or not names:
-        return verilog
-    use = re.compile(r"(?<![\w$\\.])(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) +
-                     r")(?![\w$])")
-    lines = []
-    for line in rest.split("\n"):
-        d = re.match(r"^  (input|wire) (\[\d+:\d+\] )?([A-Za-z_][A-Za-z0-9_]*);$", line)
-        lines.append(line if d and d.group(3) in names else use.sub(lambda x: x.group(1) + LATCH_SUFFIX, line))
-    regs = "".join(f"  reg {w}{n}{LATCH_SUFFIX} = {'1' if n == 'rst' else '0'};\n" for n, w in names.items())
-    latch = "  always @(negedge clk) begin\n" + "".join(f"    {n}{LATCH_SUFFIX} <= {n};\n" for n in names) + \
-        "  end\n"
-    text = "\n".join(lines)
-    cut = text.index("\n  assign ") + 1 if "\n  assign " in text else text.rindex("endmodule")
-    text = text[:cut] + regs + latch + text[cut:]
-    return verilog[:m.start()] + head + text + verilog[m.end():]
 
 
 def build_system(params: dict, *, build_root: str | os.PathLike = "build") -> tuple[Path, list[str], float]:
