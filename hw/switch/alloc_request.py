@@ -29,8 +29,10 @@ class AllocRequest(wiring.Component):
     short outputs (see :class:`~hw.switch.input_unit.InputUnit`; zero unless ``short``). ``grant_class``/
     ``grant_short``: the class of the request ``grant`` answers (``grant_delay`` cycles old) and whether
     it was for a short transfer; ``cur_cd``: the reader's transfer is a counted one (it holds no output).
-    ``release``: the outputs a counted transfer frees this cycle (they may be matched from the next);
-    ``reads_next``: the outputs a counted transfer reads to in the next cycle.
+    ``req_cd``: the requested outputs whose packet is counted. ``release``: the outputs a counted transfer
+    frees this cycle (they may be matched from the next); ``reads_next``: the outputs the counted transfer
+    in progress reads to in the next cycle (a transfer granted this cycle is not in it: the switch knows
+    those from its own registered match).
 
     Unicast heads go to the allocator unless ordered behind the mask-queue head; the mask-queue head goes
     with fanout splitting, all at once while it is still arriving; an error response goes first. Mask
@@ -66,6 +68,7 @@ class AllocRequest(wiring.Component):
             "req": Out(N),
             "req_class": Out(2),
             "req_short": Out(N),
+            "req_cd": Out(N),
             "grant_class": Out(2),
             "grant_short": Out(1),
             "cur_cd": Out(1),
@@ -142,8 +145,8 @@ class AllocRequest(wiring.Component):
         m.d.comb += [self.req.eq(Mux(avail, vec, 0)), self.req_class.eq(cls)]
         if self.short:
             uc_req = Mux(avail & (cls == REQ_UC), vec, 0)
-            m.d.comb += self.req_short.eq(uc_req & short_vec)
-            m.d.sync += [short_d.eq(self.req_short), cd_d.eq(uc_req & cd_vec)]
+            m.d.comb += [self.req_short.eq(uc_req & short_vec), self.req_cd.eq(uc_req & cd_vec)]
+            m.d.sync += [short_d.eq(self.req_short), cd_d.eq(self.req_cd)]
 
         # The grant answers the request of ``grant_delay`` cycles ago, whose class is kept here; the queues
         # it names cannot have changed meanwhile (only a start dequeues, enqueues only append, and the
@@ -166,7 +169,7 @@ class AllocRequest(wiring.Component):
         m.d.comb += [
             self.release.eq(Mux(start & grant_cd & (self.grant_rc == 2), self.grant, 0) |
                             Mux(rleft == 3, self.rd_dests, 0)),
-            self.reads_next.eq(Mux(start & grant_cd, self.grant, 0) | Mux(rleft >= 2, self.rd_dests, 0)),
+            self.reads_next.eq(Mux(rleft >= 2, self.rd_dests, 0)),
         ]
         with m.If(start & (req_cls != REQ_ERR)):
             m.d.sync += prefer_mask.eq(req_cls == REQ_UC)

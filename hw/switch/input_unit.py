@@ -79,8 +79,10 @@ class InputUnit(wiring.Component):
     the allocator's match; 2: it registers the request too, and ignores the requests an input makes while
     its answer is on the way); a non-zero grant dequeues now and starts a transfer next cycle.
     ``release``: the outputs freed this cycle (a held transfer's in the cycle its last flit is read, a
-    counted one's ahead of its end, see below). ``reads_next``: the outputs a counted transfer reads to
-    next cycle, for the switch's egress admission. ``space``: per output, the egress can take ``lanes`` more flits. ``out_valid[k]``/
+    counted one's ahead of its end, see below). ``reads_next``: the outputs the counted transfer in
+    progress reads to next cycle, for the switch's egress admission (``req_cd``: the requested outputs
+    whose packet is counted; the switch registers its grants' first reads itself). ``space``: per output,
+    the egress can take ``lanes`` more flits. ``out_valid[k]``/
     ``out_flit[k]``/``out_dests``: crossbar input, ``lanes`` flits per cycle (lane 0 first), one cycle
     after the read. ``err_valid``/``err_code``: one error event
     per cycle for the status counters.
@@ -137,6 +139,7 @@ class InputUnit(wiring.Component):
             "grant": In(n_ports),
             "release": Out(n_ports),
             "req_short": Out(n_ports),
+            "req_cd": Out(n_ports),
             "reads_next": Out(n_ports),
             "space": In(n_ports),
             "out_valid": Out(lanes),
@@ -270,6 +273,7 @@ class InputUnit(wiring.Component):
             self.req.eq(rq.req),
             self.req_class.eq(rq.req_class),
             self.req_short.eq(rq.req_short),
+            self.req_cd.eq(rq.req_cd),
             self.reads_next.eq(rq.reads_next),
             self.release.eq(Mux(rd.release & ~cur_cd, rd.dests, 0) | rq.release),
             cur_cd.eq(rq.cur_cd),

@@ -173,9 +173,13 @@ class NVSwitch(wiring.Component):
         admit = Signal(N)   # the output queue can take a whole new packet (speedup 2), see below
         m.d.comb += alloc.out_free.eq(~out_busy & admit)
         newly = or_reduce([alloc.accept[i] & ~inputs[i].req_short for i in range(N)])
-        # Flits of counted transfers not in the output queue yet: reads in this cycle and the next.
+        # Flits of counted transfers not in the output queue yet: reads in this cycle and the next. A
+        # transfer matched in the last cycle reads next cycle (registered here from the match, like the match
+        # itself); the inputs report their transfers in progress. All from registers.
+        granted_cd = Signal(N)
+        m.d.sync += granted_cd.eq(or_reduce([alloc.accept[i] & inputs[i].req_cd for i in range(N)]))
         reads_next, reads_now = Signal(N), Signal(N)
-        m.d.comb += reads_next.eq(or_reduce([iu.reads_next for iu in inputs]))
+        m.d.comb += reads_next.eq(granted_cd | or_reduce([iu.reads_next for iu in inputs]))
         m.d.sync += [out_busy.eq((out_busy & ~release) | newly), reads_now.eq(reads_next)]
 
         # Crossbar (each output selects its one sending input by an encoded index, see
