@@ -1,7 +1,8 @@
 """``dysharp bench linerate`` on the plain switch (N = 4): every delivery passes the scoreboard, and the
 rates are the switch's contract (simulated cycle counts are deterministic): one header-only packet per
-cycle per output and per input, one flit per cycle for 2-flit packets, 0.75 for 3-flit ones (two read
-cycles and a two-cycle rematch, see docs/architecture.md) and line rate again from 4 flits."""
+cycle per output and per input, and one flit per cycle per output at every packet length (counted
+transfers: an input and an output start their next packet right after the last read of the current one,
+see docs/architecture.md)."""
 
 import pytest
 
@@ -11,14 +12,27 @@ pytestmark = pytest.mark.skipif("verilator" not in SIMULATORS, reason="the fast 
 
 
 @pytest.mark.parametrize("pattern,flits,out_packets", [
-    ("perm", 1, 1.0), ("perm", 2, 0.5), ("perm", 3, 0.25), ("perm", 4, 0.25),
-    ("fanout", 1, 1 / 3), ("fanin", 1, 1.0),
+    ("perm", 1, 1.0), ("perm", 2, 1 / 2), ("perm", 3, 1 / 3), ("perm", 4, 1 / 4), ("perm", 5, 1 / 5),
+    ("perm", 6, 1 / 6), ("perm", 17, 1 / 17), ("one", 3, 1 / 3),
+    ("fanout", 1, 1 / 3), ("fanout", 3, 1 / 9), ("fanin", 1, 1.0), ("fanin", 3, 1 / 3),
 ])
 def test_linerate_plain_switch(pattern, flits, out_packets):
     from verif.bench.linerate import measure
 
     x = measure("switch", 4, pattern, flits, cycles=600, warmup=300)
     assert x["out_packets"] == pytest.approx(out_packets, abs=0.004), x
+    # One flit per cycle on every output (fanout: the input's link shared by three outputs).
+    assert x["out_flits"] == pytest.approx(1 / 3 if pattern == "fanout" else 1.0, abs=0.004), x
+
+
+@pytest.mark.parametrize("flits", [1, 3, 5])
+def test_linerate_integrated_switch(flits):
+    """The integrated switch's request network gives the same rates on VC 0."""
+    from verif.bench.linerate import measure
+
+    x = measure("dysharp_switch", 4, "perm", flits, cycles=600, warmup=300)
+    assert x["out_packets"] == pytest.approx(1 / flits, abs=0.004), x
+    assert x["out_flits"] == pytest.approx(1.0, abs=0.004), x
 
 
 def test_linerate_rejects_bad_arguments():

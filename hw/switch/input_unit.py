@@ -78,25 +78,33 @@ class InputUnit(wiring.Component):
     ``grant``: the outputs accepted for the request of ``grant_delay`` cycles ago (1: the switch registers
     the allocator's match; 2: it registers the request too, and ignores the requests an input makes while
     its answer is on the way); a non-zero grant dequeues now and starts a transfer next cycle.
-    ``dests``/``releasing``: outputs held by the transfer in progress and whether its last flit is read
-    this cycle. ``space``: per output, the egress can take ``lanes`` more flits. ``out_valid[k]``/
+    ``release``: the outputs freed this cycle (a held transfer's in the cycle its last flit is read, a
+    counted one's ahead of its end, see below). ``reads_next``: the outputs the counted transfer in
+    progress reads to next cycle, for the switch's egress admission (``req_cd``: the requested outputs
+    whose packet is counted; the switch registers its grants' first reads itself). ``space``: per output,
+    the egress can take ``lanes`` more flits. ``out_valid[k]``/
     ``out_flit[k]``/``out_dests``: crossbar input, ``lanes`` flits per cycle (lane 0 first), one cycle
     after the read. ``err_valid``/``err_code``: one error event
     per cycle for the status counters.
 
     Timing: header arrives in cycle t; it can be requested and matched in t+1, granted (dequeued) in
-    t+2, read in t+3 and be at the crossbar output in t+4. One flit per cycle in and out; between two
-    transfers of one input the reader idles two cycles (request, grant), hidden by the ``lanes`` = 2
-    speedup from 4-flit packets up.
+    t+2, read in t+3 and be at the crossbar output in t+4. One flit per cycle in and out. A *held*
+    transfer keeps its input and outputs until its last read, so between two of them the reader idles
+    two cycles (request, grant).
 
-    Short transfers: a unicast packet of at most ``lanes`` flits whose last flit is written is read whole
-    in the first cycle of its transfer, so its end is known at the request. ``req_short`` marks the
-    requested outputs whose packet is short; the switch does not hold such an output (it admits the
-    transfer only with egress room for it, so it never stalls), and the input asks again while the short
-    transfer is granted and read, for the packet behind it in the same VOQ too. Back-to-back short
-    transfers give one packet per cycle per input and per output. Not with ``grant_delay`` 2 (registered
-    requests) nor in ``fifo`` mode, where ``req_short`` is zero. ``releasing`` is only for held outputs.
-    """
+    Counted transfers: a unicast packet whose last flit is written is read in exactly R =
+    ceil(flits / ``lanes``) cycles from the cycle after its grant (its *read-cycle count*, kept per packet
+    in :class:`~hw.switch.packet_queues.PacketQueues`), because the switch matches it only with egress room
+    for all of it. Its end is therefore known at the grant: the input asks again R - 1 cycles after the
+    grant and the transfer releases its output a cycle earlier (``release``), so the next transfer of the
+    input and of the output is read right after its last read: back to back, one packet per R cycles.
+    ``req_short`` marks the requested outputs whose packet is *short* (R = 1): the switch never holds
+    those, and the input asks again while the short transfer is granted, for the packet behind it in the
+    same VOQ too (one packet per cycle per input and per output). A packet still arriving (cut-through),
+    a multicast pass and an error response are held. Not with ``grant_delay`` 2 (registered requests) nor
+    in ``fifo`` mode; at ``lanes`` = 1 only R = 1 is counted (the switch admits a short transfer's room
+    there, not a whole packet's).
+        """
 
     def __init__(self, *, port: int | None, n_ports: int, credits: int, flit_width: int = DEFAULT_FLIT_WIDTH,
                  max_payload: int = 16, queueing: str = "voq", lanes: int = 1, grant_delay: int = 1,
@@ -129,9 +137,10 @@ class InputUnit(wiring.Component):
             "req": Out(n_ports),
             "req_class": Out(2),
             "grant": In(n_ports),
-            "dests": Out(n_ports),
-            "releasing": Out(1),
+            "release": Out(n_ports),
             "req_short": Out(n_ports),
+            "req_cd": Out(n_ports),
+            "reads_next": Out(n_ports),
             "space": In(n_ports),
             "out_valid": Out(lanes),
             "out_flit": Out(flit).array(lanes),
@@ -161,10 +170,13 @@ class InputUnit(wiring.Component):
 
         m.submodules.pool = pool = CellPool(n_cells=C, max_freed=L)
         new_cell, used = pool.new_cell, pool.used
-        m.submodules.queues = pq = PacketQueues(n_uc=n_uc, n_cells=C, n_ports=N)
-        q_count = pq.count
-        # Short transfers (see the class docstring): a whole packet read in one cycle.
+        # Counted transfers (see the class docstring): a packet's read cycles, ceil(flits / lanes); 0 where
+        # it is always held (registered requests, fifo mode; at one lane every packet longer than a flit:
+        # the switch admits only a short transfer's room there).
         short_ok = int(self.grant_delay == 1 and n_uc > 0)
+        max_rc = -(-(self.max_payload + 1) // L) if L > 1 else 1
+        m.submodules.queues = pq = PacketQueues(n_uc=n_uc, n_cells=C, n_ports=N, max_rc=max_rc)
+        q_count = pq.count
         mc_res = Signal(N)                    # remaining destinations of the mask-queue head
         mc_pend = [Signal(range(C + 1), name=f"mc_pend{j}") for j in range(N)]  # mask packets for j
 
@@ -207,13 +219,13 @@ class InputUnit(wiring.Component):
             pq.enq_q.eq(target_q),
             pq.enq_cell.eq(new_cell),
             pq.enq_mask.eq(hdr_mask),
-            pq.enq_fit.eq(short_ok & (ing.payload < L)),
+            pq.enq_rc.eq(Mux(short_ok & (ing.payload < L * max_rc), (ing.payload + L) >> (L - 1), 0)),
             errq.w_data.eq(Cat(ing.err_tag, ing.err_code)),
             errq.w_en.eq(ing.err_push),
         ]
 
         # ---------------------------------------------------------------- reader
-        cur_short = Signal()     # the reader's transfer is short: it reads all of it in its first cycle
+        cur_cd = Signal()        # the reader's transfer is counted: it holds no output
         m.submodules.reader = rd = CellReader(n_ports=N, n_cells=C, flit_width=self.flit_width, lanes=L)
         for k in range(L):
             rp = cnext.read_port(domain="comb")
@@ -226,8 +238,6 @@ class InputUnit(wiring.Component):
             rd.port.eq(self.port),
             rd.err.eq(errq.r_data),
             errq.r_en.eq(rd.err_pop),
-            self.dests.eq(rd.dests),
-            self.releasing.eq(rd.release & ~cur_short),   # a short transfer holds no output
             self.out_valid.eq(rd.out_valid),
             self.out_dests.eq(rd.out_dests),
         ]
@@ -240,14 +250,14 @@ class InputUnit(wiring.Component):
         # credit round trip while holding its outputs idle.
         fixed = isinstance(self.port, int)
         m.submodules.request = rq = AllocRequest(n_ports=N, n_uc=n_uc, n_cells=C, port=self.port if fixed else None,
-                                                 grant_delay=self.grant_delay, short=bool(short_ok))
+                                                 grant_delay=self.grant_delay, short=bool(short_ok), max_rc=max_rc)
         if not fixed:
             m.d.comb += rq.port.eq(self.port)
         m.d.comb += [rq.count[q].eq(q_count[q]) for q in range(n_q)]
+        m.d.comb += [rq.head_rc[q].eq(pq.head_rc[q]) for q in range(n_q)]
+        m.d.comb += [rq.next_rc[q].eq(pq.next_rc[q]) for q in range(n_q)]
         m.d.comb += [
             rq.older.eq(pq.older),
-            rq.head_fit.eq(pq.head_fit),
-            rq.next_fit.eq(pq.next_fit),
             rq.mq_head.eq(pq.head[MQ]),
             rq.in_pkt.eq(ing.in_pkt),
             rq.cur_q.eq(ing.cur_q),
@@ -257,11 +267,16 @@ class InputUnit(wiring.Component):
             rq.mc_pend.eq(Cat(p != 0 for p in mc_pend)),
             rq.err_rdy.eq(errq.r_rdy),
             rq.rd_active.eq(rd.active),
+            rq.rd_dests.eq(rd.dests),
             rq.grant.eq(self.grant),
+            rq.grant_rc.eq(pq.sel_rc),
             self.req.eq(rq.req),
             self.req_class.eq(rq.req_class),
             self.req_short.eq(rq.req_short),
-            cur_short.eq(rq.cur_short),
+            self.req_cd.eq(rq.req_cd),
+            self.reads_next.eq(rq.reads_next),
+            self.release.eq(Mux(rd.release & ~cur_cd, rd.dests, 0) | rq.release),
+            cur_cd.eq(rq.cur_cd),
         ]
         req_cls = rq.grant_class
         start = Signal()

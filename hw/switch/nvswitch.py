@@ -23,10 +23,10 @@ Contract
   registered, see :class:`~hw.switch.input_unit.InputUnit`), t+6 with ``req_stage`` (the requests are
   registered too: from ``REQ_STAGE_PORTS`` ports by default, where the input units' request vectors and
   the allocator's grant and accept do not fit one 640 ps cycle together). Throughput (one input to one
-  output, full load, speedup 2): one packet per cycle for 1- and 2-flit unicast packets (short transfers,
-  see :class:`~hw.switch.input_unit.InputUnit`; not with ``req_stage``), 0.75 flits per
-  cycle for 3-flit packets (two read cycles and a two-cycle rematch), one flit per cycle from 4 flits
-  (``dysharp bench linerate``). Inside, each input reads ``speedup`` cells per cycle into a crossbar lane per
+  output, full load, speedup 2): one flit per cycle at every packet length, one packet per cycle for
+  1- and 2-flit unicast packets (counted transfers, see :class:`~hw.switch.input_unit.InputUnit`; not
+  with ``req_stage``, where a transfer costs its read cycles plus two and 3-flit packets reach 0.75
+  flits per cycle; ``dysharp bench linerate``). Inside, each input reads ``speedup`` cells per cycle into a crossbar lane per
   cell and each output queues what it cannot send yet (combined input/output queueing): packet-mode
   matching then loses little when inputs and outputs free up at different times. ``queueing="fifo"``
   builds the head-of-line-blocking baseline (one FIFO per input).
@@ -163,21 +163,24 @@ class NVSwitch(wiring.Component):
             else:
                 m.d.comb += [alloc.req[i].eq(iu.req), alloc.req_class[i].eq(iu.req_class)]
 
-        # Output ownership: an output is busy from its match until the cycle after its packet's last flit
-        # is read (the release is registered, so no reader logic feeds the allocator).
+        # Output ownership: a held transfer's output is busy from its match until the cycle after its
+        # packet's last flit is read (the release is registered, so no reader logic feeds the allocator). A
+        # counted transfer (see InputUnit) releases its output so that the next one is read right after its
+        # last read; a short one (read whole in one cycle) never holds it.
         out_busy = Signal(N)
         release = Signal(N)
-        m.d.comb += release.eq(or_reduce([Mux(iu.releasing, iu.dests, 0) for iu in inputs]))
+        m.d.comb += release.eq(or_reduce([iu.release for iu in inputs]))
         admit = Signal(N)   # the output queue can take a whole new packet (speedup 2), see below
         m.d.comb += alloc.out_free.eq(~out_busy & admit)
-        # A short transfer (a whole packet read in one cycle, see InputUnit) does not hold its output: the
-        # output may be matched again in the next cycle, whose transfer is read one cycle later. Its flits
-        # are counted as on their way to the output queue for the two cycles until they reach it.
         newly = or_reduce([alloc.accept[i] & ~inputs[i].req_short for i in range(N)])
-        short_now = Signal(N)
-        m.d.comb += short_now.eq(or_reduce([alloc.accept[i] & inputs[i].req_short for i in range(N)]))
-        short_d1, short_d2 = Signal(N), Signal(N)
-        m.d.sync += [out_busy.eq((out_busy & ~release) | newly), short_d1.eq(short_now), short_d2.eq(short_d1)]
+        # Flits of counted transfers not in the output queue yet: reads in this cycle and the next. A
+        # transfer matched in the last cycle reads next cycle (registered here from the match, like the match
+        # itself); the inputs report their transfers in progress. All from registers.
+        granted_cd = Signal(N)
+        m.d.sync += granted_cd.eq(or_reduce([alloc.accept[i] & inputs[i].req_cd for i in range(N)]))
+        reads_next, reads_now = Signal(N), Signal(N)
+        m.d.comb += reads_next.eq(granted_cd | or_reduce([iu.reads_next for iu in inputs]))
+        m.d.sync += [out_busy.eq((out_busy & ~release) | newly), reads_now.eq(reads_next)]
 
         # Crossbar (each output selects its one sending input by an encoded index, see
         # hw.switch.crossbar) and an output queue + credit sender per output.
@@ -196,12 +199,12 @@ class NVSwitch(wiring.Component):
             # Room for S more flits after this cycle's writes (a read issued now lands next cycle).
             m.d.comb += space[j].eq(q.level + sum(n_in) + S <= self.egress_depth)
             # A new packet is only matched to an output whose queue can take all of it at full speed (the
-            # short transfers matched in the last two cycles included, whose flits are not in the queue
-            # yet): otherwise its input would stall at the drain rate, busy but unable to serve other
-            # outputs. The queue holds enough backlog meanwhile to keep the link busy until the next match.
-            # At speedup 1 only the room for a short transfer is asked (a longer one may stall on space),
-            # and nothing where no transfer is short.
-            coming = S * (short_d1[j] + short_d2[j])
+            # reads of counted transfers in this cycle and the next included, whose flits are not in the
+            # queue yet): otherwise its input would stall at the drain rate, busy but unable to serve other
+            # outputs, and a counted transfer could not end on time. The queue holds enough backlog
+            # meanwhile to keep the link busy until the next match. At speedup 1 only the room for a short
+            # transfer is asked (a longer one may stall on space), and nothing where no transfer is short.
+            coming = S * (reads_now[j] + reads_next[j])
             if S > 1:
                 m.d.comb += admit[j].eq(q.level + sum(n_in) + coming + S + self.max_payload + 1
                                         <= self.egress_depth)

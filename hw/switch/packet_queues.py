@@ -21,10 +21,11 @@ class PacketQueues(wiring.Component):
     queue, whose ``sel_head`` is read combinationally, and with it the next packet's ``next_mask`` (the
     destination set of the packet behind ``sel``'s head).
 
-    ``enq_fit``: the arriving packet is *short* (the input reads all of it in one cycle).
-    ``head_fit[q]``/``next_fit[q]``: whether queue ``q``'s head and the packet behind it are short (in
-    registers; ``next_fit`` is meaningful while the queue holds two packets or more), so that an input can
-    ask for the packet behind a head it is giving up in the same cycle.
+    ``enq_rc``: the arriving packet's *read-cycle count* (the cycles the input reads it in once it is
+    written, 1..``max_rc``; 0: it is always read as a held transfer, see :mod:`hw.switch.input_unit`).
+    ``head_rc[q]``/``next_rc[q]``: the counts of queue ``q``'s head and of the packet behind it (in
+    registers; ``next_rc`` is meaningful while the queue holds two packets or more), so that an input can
+    ask for the packet behind a head it is giving up in the same cycle. ``sel_rc``: ``sel``'s head's.
 
     Each packet gets an arrival number at its enqueue. ``older[j]`` (:class:`HeadOrder`, registered): VOQ
     ``j``'s head arrived before the mask queue's head, so that packets of one (source, destination) pair
@@ -32,8 +33,8 @@ class PacketQueues(wiring.Component):
     two more bits than a cell index keep the modular ages from wrapping.
     """
 
-    def __init__(self, *, n_uc: int, n_cells: int, n_ports: int):
-        self.n_uc, self.n_cells, self.n_ports = n_uc, n_cells, n_ports
+    def __init__(self, *, n_uc: int, n_cells: int, n_ports: int, max_rc: int = 1):
+        self.n_uc, self.n_cells, self.n_ports, self.max_rc = n_uc, n_cells, n_ports, max_rc
         n_q, C = n_uc + 1, n_cells
         cell_shape = unsigned(max(1, (C - 1).bit_length()))
         self.seq_bits = cell_shape.width + 2
@@ -42,15 +43,16 @@ class PacketQueues(wiring.Component):
             "enq_q": In(range(max(2, n_q))),
             "enq_cell": In(cell_shape),
             "enq_mask": In(n_ports),
-            "enq_fit": In(1),
+            "enq_rc": In(range(max_rc + 1)),
             "deq": In(n_q),
             "count": Out(range(C + 1)).array(n_q),
             "head": Out(cell_shape).array(n_q),
             "sel": In(range(max(2, n_q))),
             "sel_head": Out(cell_shape),
             "next_mask": Out(n_ports),
-            "head_fit": Out(n_q),
-            "next_fit": Out(n_q),
+            "head_rc": Out(range(max_rc + 1)).array(n_q),
+            "next_rc": Out(range(max_rc + 1)).array(n_q),
+            "sel_rc": Out(range(max_rc + 1)),
             "older": Out(max(1, n_uc)),
         })
 
@@ -63,15 +65,17 @@ class PacketQueues(wiring.Component):
         pnext_w, pnext_r = pnext.write_port(), pnext.read_port(domain="comb")
         pmask_w, pmask_r = pmask.write_port(), pmask.read_port(domain="comb")
         pseq_w, pseq_r = pseq.write_port(), pseq.read_port(domain="comb")
-        # pfitn[c]: the packet queued behind the one whose header is in cell c is short (written beside pnext).
-        m.submodules.pfitn = pfitn = memory.Memory(shape=1, depth=C, init=[])
-        pfitn_w, pfitn_r = pfitn.write_port(), pfitn.read_port(domain="comb")
+        # prc[c]: the read-cycle count of the packet queued behind the one whose header is in cell c
+        # (written beside pnext).
+        m.submodules.prc = prc = memory.Memory(shape=len(self.enq_rc), depth=C, init=[])
+        prc_w, prc_r = prc.write_port(), prc.read_port(domain="comb")
         q_tail = [Signal(len(self.enq_cell), name=f"q{q}_tail") for q in range(n_q)]
         q_hseq = [Signal(S, name=f"q{q}_hseq") for q in range(n_q)]   # arrival number of each head
         aseq = Signal(S)                                                # arrival number of the next packet
 
         m.d.comb += [
             self.sel_head.eq(or_reduce([Mux(self.sel == q, self.head[q], 0) for q in range(n_q)])),
+            self.sel_rc.eq(or_reduce([Mux(self.sel == q, self.head_rc[q], 0) for q in range(n_q)])),
             pnext_r.addr.eq(self.sel_head),
             pmask_r.addr.eq(pnext_r.data),
             pseq_r.addr.eq(pnext_r.data),
@@ -84,10 +88,10 @@ class PacketQueues(wiring.Component):
             pseq_w.en.eq(self.enq),
             pnext_w.addr.eq(q_tail[0]),
             pnext_w.data.eq(self.enq_cell),
-            pfitn_w.addr.eq(pnext_w.addr),
-            pfitn_w.data.eq(self.enq_fit),
-            pfitn_w.en.eq(pnext_w.en),
-            pfitn_r.addr.eq(pnext_r.data),
+            prc_w.addr.eq(pnext_w.addr),
+            prc_w.data.eq(self.enq_rc),
+            prc_w.en.eq(pnext_w.en),
+            prc_r.addr.eq(pnext_r.data),
         ]
         with m.If(self.enq):
             m.d.sync += aseq.eq(aseq + 1)
@@ -97,24 +101,24 @@ class PacketQueues(wiring.Component):
             d = self.deq[q]
             m.d.sync += self.count[q].eq(self.count[q] + e - d)
             remaining = self.count[q] - d
-            # A dequeue moves the second packet's fit to the head and reads the third's (pfitn at the new head).
+            # A dequeue moves the second packet's count to the head and reads the third's (prc at the new head).
             with m.If(e):
                 m.d.sync += q_tail[q].eq(self.enq_cell)
                 with m.If(self.count[q] != 0):
                     m.d.comb += [pnext_w.addr.eq(q_tail[q]), pnext_w.en.eq(1)]
                 with m.If(remaining == 0):
                     m.d.sync += [self.head[q].eq(self.enq_cell), q_hseq[q].eq(aseq),
-                                 self.head_fit[q].eq(self.enq_fit)]
+                                 self.head_rc[q].eq(self.enq_rc)]
                 with m.Elif(d):
                     m.d.sync += [self.head[q].eq(pnext_r.data), q_hseq[q].eq(pseq_r.data),
-                                 self.head_fit[q].eq(self.next_fit[q])]
+                                 self.head_rc[q].eq(self.next_rc[q])]
                 with m.If(remaining == 1):
-                    m.d.sync += self.next_fit[q].eq(self.enq_fit)
+                    m.d.sync += self.next_rc[q].eq(self.enq_rc)
                 with m.Elif(d):
-                    m.d.sync += self.next_fit[q].eq(pfitn_r.data)
+                    m.d.sync += self.next_rc[q].eq(prc_r.data)
             with m.Elif(d):
                 m.d.sync += [self.head[q].eq(pnext_r.data), q_hseq[q].eq(pseq_r.data),
-                             self.head_fit[q].eq(self.next_fit[q]), self.next_fit[q].eq(pfitn_r.data)]
+                             self.head_rc[q].eq(self.next_rc[q]), self.next_rc[q].eq(prc_r.data)]
 
         # Head order, kept in registers so that no sequence-number arithmetic feeds the requests (the age
         # subtractions and comparisons of 65 queues were a 3.5 ns path into a 64-port allocator).
