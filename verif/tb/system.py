@@ -576,6 +576,22 @@ class SystemEnv:
         return out
 
 
+def queue_dispatch(env) -> None:
+    """Every GPU's dispatch descriptors into its feeder, in order (both harnesses)."""
+    for w, gs in zip(env.work, env.gpus):
+        gs.feeder.queue.extend(w.dispatch)
+
+
+def start_combine(env) -> int:
+    """A sequential scheme's combine phase: the flit counts snapshotted, then every GPU's combine and return
+    descriptors into its feeder (both harnesses). Returns the phase's first cycle."""
+    env.snap = env.flits()
+    for w, gs in zip(env.work, env.gpus):
+        gs.feeder.queue.extend(c.desc for c in w.combine if c.desc is not None)
+        gs.feeder.queue.extend(r.desc for r in w.returns)
+    return env.cycler.cycle
+
+
 def layer_figures(env, t0: int, total: int, wall0: float) -> dict:
     """The end-of-run checks (numpy bit for bit, error counters, allocated rows, flits against the traffic
     model) and the run's figures, once the layer is done; ``t0`` is the cycle of the first dispatch
@@ -659,17 +675,12 @@ async def test_layer(dut):
     t0 = env.cycler.cycle
     env.links.start(t0)
     env.occupancy.start(t0)
-    for w, gs in zip(env.work, env.gpus):
-        gs.feeder.queue.extend(w.dispatch)
+    queue_dispatch(env)
     await env.wait(lambda: env.left == 0 and all(g.gemm_done for g in env.gpus), timeout, "dispatch and GEMMs",
                    lambda: [t for t in range(L.N) if +env.pending[t]])
     env.phase["dispatch_gemm"] = env.cycler.cycle - t0
     if env.scheme not in ml.FUSED_SCHEMES:
-        env.snap = env.flits()
-        t1 = env.cycler.cycle
-        for w, gs in zip(env.work, env.gpus):
-            gs.feeder.queue.extend(c.desc for c in w.combine if c.desc is not None)
-            gs.feeder.queue.extend(r.desc for r in w.returns)
+        t1 = start_combine(env)
     await env.wait(env.complete, timeout, "combine results", env.unfinished)
     total = env.cycler.cycle - t0
     if env.scheme not in ml.FUSED_SCHEMES:

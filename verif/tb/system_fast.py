@@ -29,7 +29,7 @@ from verif.harness.structs import fields
 from verif.models import moe_layer as ml
 
 from . import system as tb
-from .system import LinkCounters, layer_figures
+from .system import LinkCounters, layer_figures, queue_dispatch, start_combine
 
 __all__ = ["run_layer", "FastEnv", "FastGpu"]
 
@@ -226,17 +226,12 @@ def run_layer(lib_path: Path, names: list[str], params: dict, settings: dict) ->
     env.run(2, 4)
     t0 = env.cycler.cycle
     env.links.start(t0)
-    for w, gs in zip(env.work, env.gpus):
-        gs.feeder.queue.extend(w.dispatch)
+    queue_dispatch(env)
     env.wait(lambda: env.left == 0 and all(g.gemm_done for g in env.gpus), timeout, "dispatch and GEMMs",
              lambda: [t for t in range(L.N) if +env.pending[t]])
     env.phase["dispatch_gemm"] = env.cycler.cycle - t0
     if env.scheme not in ml.FUSED_SCHEMES:
-        env.snap = env.flits()
-        t1 = env.cycler.cycle
-        for w, gs in zip(env.work, env.gpus):
-            gs.feeder.queue.extend(c.desc for c in w.combine if c.desc is not None)
-            gs.feeder.queue.extend(r.desc for r in w.returns)
+        t1 = start_combine(env)
     env.wait(env.complete, timeout, "combine results", env.unfinished)
     total = env.cycler.cycle - t0
     if env.scheme not in ml.FUSED_SCHEMES:
