@@ -22,13 +22,17 @@ from verif.harness.runner import SIMULATORS
 pytestmark = pytest.mark.skipif("verilator" not in SIMULATORS, reason="the fast path needs Verilator")
 
 SHORT = 20_000
+# The default suite soaks the 4-port switch, the build the 4-port benches and the emission check already
+# make (an 8-port build costs about a minute of compile); the slow soak is the 8-port, 10^6-cycle run.
+SMALL = dict(ports=4, fanouts=(1, 2, 4), contributors=(1, 2, 4))
+SMALL_ARGS = ["--ports", "4", "--fanouts", "1,2,4", "--contributors", "1,2,4"]
 
 
 @pytest.fixture(scope="module")
 def short_run():
     from verif.bench import soak
 
-    cfg = soak.SoakConfig(cycles=SHORT).validate()
+    cfg = soak.SoakConfig(cycles=SHORT, **SMALL).validate()
     vt, log, _, _ = soak.simulate(cfg)
     return cfg, vt, log
 
@@ -114,7 +118,7 @@ def test_a_run_cut_off_before_the_drain_is_a_deadlock():
     """No drain and a run too short to finish: packets are in flight at the end, the soak names them."""
     from verif.bench import soak
 
-    cfg = soak.SoakConfig(cycles=2000, drain=0, load=1.5).validate()
+    cfg = soak.SoakConfig(cycles=2000, drain=0, load=1.5, **SMALL).validate()
     vt, log, _, _ = soak.simulate(cfg)
     r = soak.evaluate(cfg, vt, log)
     assert not r["ok"] and r["deadlock"] and r["lost"] > 0
@@ -126,14 +130,14 @@ def test_cli_writes_the_report_and_exits_nonzero_on_failure(tmp_path, capsys, mo
     from verif.bench import soak
 
     out = tmp_path / "soak.json"
-    assert main(["bench", "soak", "--cycles", "4000", "--drain", "2000", "--out", str(out)]) == 0
+    assert main(["bench", "soak", *SMALL_ARGS, "--cycles", "4000", "--drain", "2000", "--out", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["ok"] and r["cycles"] == 4000 and r["lost"] == r["duplicated"] == r["mismatched"] == 0
     text = capsys.readouterr().out
     assert "Soak (PASS)" in text and re.search(r"lost / duplicated / mismatched +\| 0 / 0 / 0 ", text)
     real = soak.evaluate
     monkeypatch.setattr(soak, "evaluate", lambda cfg, vt, log: real(cfg, vt, _tampered(log, unsent=1)))
-    assert main(["bench", "soak", "--cycles", "4000", "--drain", "2000", "--out", str(out)]) == 1
+    assert main(["bench", "soak", *SMALL_ARGS, "--cycles", "4000", "--drain", "2000", "--out", str(out)]) == 1
     assert "Soak (FAIL)" in capsys.readouterr().out
 
 
