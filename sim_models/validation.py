@@ -26,7 +26,7 @@ from .estimator import MAX_PAYLOAD, Params, _Context, _standalone, estimate
 from .gemm import DEEPGEMM_H800, deepgemm_validation
 from .moe_config import ModelConfig, load_model
 from .system_config import load_system
-from .traffic import account, payload_bytes
+from .traffic import account, payload_bytes, wire_costs
 from .workload import build_workload
 
 __all__ = ["Setup", "SETUPS", "KINDS", "TOLERANCE", "STATUSES", "FAILING", "run_setup", "validate", "error_pct",
@@ -59,13 +59,51 @@ WHY_DEEPEP_24SM = ("the 24-SM kernel is 11% (dispatch) and 9% (combine) slower t
                    "cap with DeepEP's own 50 GB/s per SM (V2 elastic.py) would not bind (24 SMs: 1,200 GB/s). "
                    "Missing: issue limited by bytes in flight per SM over the NVLink round trip, and the copy "
                    "protocol's efficiency (as for 64 SMs)")
-WHY_NVLS = ("NCCL's NVLS all-reduce pipelines its ReduceScatter and AllGather so both link directions carry "
-            "traffic at once (fully overlapped: 2(G-1)/G x 368 = 644 GB/s); the estimator's nvls phases run one "
-            "after the other, as the MoE baseline must (the GEMMs sit between them), so busbw is the link payload "
-            "rate")
+WHY_NVLS_B300 = ("NCCL's NVLS all-reduce, pipelined as NCCL runs it (both link directions busy), gives 1.40x "
+                 "NVLink5's payload rate (1,022 of 732 GB/s); on 8x B300 the same report's NVLS is 1.22x its ring "
+                 "all-reduce (845 / 695 GB/s), on 8x H100 1.30x (480 / 370). Missing: what caps NVLS below the full-duplex "
+                 "pipeline on NVLink5 (the NVLink5 switch's multicast and reduction rate, NCCL's 24 NVLS channels' "
+                 "loads in flight); no published figure isolates it")
 WHY_DEEPGEMM = ("the GEMM model's roofline max(compute, memory) with one efficiency: no pipeline fill and epilogue "
                 "per block (a larger share of a short K = 2,048 loop), and less load/MMA overlap near the ridge "
                 "(256-1,024 rows per group) than the roofline assumes")
+
+
+# NCCL's NVLS all-reduce on one node (github.com/NVIDIA/nccl, src/device/all_reduce.h,
+# RunWorkColl<ncclFuncAllReduce, NVLS, SIMPLE>, the oneNode branch; src/transport/nvls.cc). Per channel, a loop
+# of nHeads (= G) chunks: the head rank's reduce warps multimem.ld_reduce its chunk from every rank's buffer
+# (its own included: the multicast address goes through the switch) and multimem.st the sum to every rank (its
+# own included); the scatter and gather warps copy between the user buffers and the rank's own NVLS buffer
+# (local, no link). All channels and all chunks run at once (NCCL_STEPS slots per channel), so both link
+# directions carry traffic together; only the first loop's reads and the last loop's stores are not overlapped.
+NVLS_CHUNK_BYTES = 128 * 1024   # NCCL_NVLS_CHUNKSIZE's default, src/transport/nvls.cc (NvlsChunkSize)
+NVLS_CHANNELS_SM90 = 16         # NVLS_NCHANNELS_SM90, src/transport/nvls.cc (H100/H200)
+NVLS_CHANNELS_SM100 = 24        # NVLS_NCHANNELS_SM100_NVL, src/transport/nvls.cc (Blackwell, one NVLink domain)
+
+
+def nvls_allreduce_time(ctx: _Context, hidden: int, tokens: int, channels: int) -> tuple[float, int, dict]:
+    """(seconds, S bytes, detail) of NCCL's single-node NVLS all-reduce of ``G x tokens`` BF16 rows of
+    ``hidden`` channels: each GPU heads 1/G of S. Per GPU, its uplink carries the read answers for every row of
+    S (the switch reads every rank's copy for every head's ld_reduce, the GPU's own included), its ld_reduce
+    requests and its own reduced rows stored by multimem.st; its downlink carries its reduced rows, the read
+    requests for every row and every head's stored rows (S). Both directions run at once; the time is the
+    busier direction (or the switch's reduction engines), plus the fill and drain of one loop of chunks
+    (``channels`` x G x ``NVLS_CHUNK_BYTES``: the first loop's reads precede any store, the last loop's stores
+    follow every read), one ld_reduce and one store latency and one kernel overhead."""
+    G = ctx.G
+    s = payload_bytes(hidden, "bf16")
+    S = G * tokens * s
+    c = wire_costs("nvls", s, s, ctx.flit, MAX_PAYLOAD)
+    T = float(tokens)
+    up = G * T * c.comb_copy + T * c.comb_request + T * c.disp_copy
+    down = T * c.comb_copy + G * T * c.comb_request + G * T * c.disp_copy
+    reduce_in = G * T * c.comb_copy
+    steady = max(up / ctx.rate, down / ctx.rate, reduce_in / ctx.reduce_rate if ctx.reduce_rate > 0 else 0.0)
+    loop = min(float(S), float(channels * G * NVLS_CHUNK_BYTES))      # one loop of every channel, payload bytes
+    fill = loop / s * c.disp_copy / ctx.rate
+    ld, lc = ctx.latencies("nvls", tiled=False)
+    t = steady + fill + ld + lc + ctx.ko
+    return t, S, {"steady_us": steady * 1e6, "fill_drain_us": fill * 1e6}
 
 
 # The largest absolute error (percent) a validation row accepts unless its setup states another.
@@ -174,17 +212,19 @@ SETUPS: list[Setup] = [
     Setup("nccl-nvls-allreduce", "NVLS (NCCL)", "8x H100, NVLink4 + NVSwitch SHARP, large messages",
           "allreduce busbw", 480.0, "GB/s", NCCL_212, kind="nvls_allreduce_busbw", system="hgx-h100",
           model=_shape("allreduce-probe", 7168, 8, 1), tokens=8192, dtype="bf16",
-          note="the estimator's NVLS phases: ReduceScatter (multimem.ld_reduce) + AllGather (multimem.st); "
-               "busbw = S/t x 2(G-1)/G (github.com/NVIDIA/nccl-tests doc/PERFORMANCE.md)",
-          reason=WHY_NVLS),
+          note="NCCL's single-node NVLS all-reduce (github.com/NVIDIA/nccl src/device/all_reduce.h, "
+               "src/transport/nvls.cc): per 128 KiB chunk, multimem.ld_reduce from every GPU then multimem.st to "
+               "every GPU, 16 channels of chunks in flight, so both link directions carry traffic at once; each "
+               "GPU's own rows also cross the switch; plus the fill and drain of one loop of chunks. The MoE "
+               "baseline's nvls phases stay sequential (GEMMs between them). busbw = S/t x 2(G-1)/G "
+               "(github.com/NVIDIA/nccl-tests doc/PERFORMANCE.md)"),
     Setup("nccl-nvls-allreduce-h200", "NVLS (NCCL)", "8x H200, NVLink4 + NVSwitch SHARP, 64 KB to 4 GB (NCCL 2.20.3)",
           "allreduce busbw (peak)", 475.0, "GB/s",
           "github.com/NVIDIA/nccl-tests issue #272 (2024-11-27), all_reduce_perf output in the report (a user's "
           "measurement; NVLS is NCCL's default all-reduce on one NVLink4 node, and 475 GB/s is above the 370 "
           "GB/s a ring reaches)",
           kind="nvls_allreduce_busbw", system="hgx-h200", model=_shape("allreduce-probe", 7168, 8, 1),
-          tokens=8192, dtype="bf16", note="as for 8x H100: H200 has H100's NVLink4 and NVSwitch",
-          reason=WHY_NVLS),
+          tokens=8192, dtype="bf16", note="as for 8x H100: H200 has H100's NVLink4 and NVSwitch"),
     Setup("nccl-nvls-allgather", "NVLS (NCCL)", "8 NVLink4 GPUs (the same report's NVLS all-reduce: 470 GB/s), "
           "1 GB, NCCL_ALGO=NVLS", "allgather busbw", 300.0, "GB/s",
           "github.com/NVIDIA/nccl issue #1506 (2024-11-07), the report's figures (a user's measurement; ring "
@@ -207,7 +247,9 @@ SETUPS: list[Setup] = [
           "allreduce busbw", 845.0, "GB/s",
           "github.com/NVIDIA/nccl issue #2140 (2026-04-28), \"8x B300 (NVLS off vs on)\" (a user's measurement)",
           kind="nvls_allreduce_busbw", system="nvl72", gpus=8, model=_shape("allreduce-probe", 7168, 8, 1),
-          tokens=8192, dtype="bf16", note="as for 8x H100, on nvl72's NVLink5 GPU, 8 GPUs"),
+          tokens=8192, dtype="bf16", extra=dict(nvls_channels=NVLS_CHANNELS_SM100),
+          note="as for 8x H100, on nvl72's NVLink5 GPU, 8 GPUs, with NCCL's 24 NVLS channels on Blackwell",
+          reason=WHY_NVLS_B300),
     Setup("tutel-16", "Tutel", "16 A100 (2 nodes), single MoE layer", "speedup over Fairseq MoE", 4.96, "x",
           "Tutel, MLSys 2023 (arXiv 2206.03382), abstract",
           note="cross-node A100 + InfiniBand (2DH all-to-all, kernel and encode/decode "
@@ -464,12 +506,13 @@ def run_setup(st: Setup, cal: Calibration | None = None, params: Params | None =
                 "how": "the nvls scheme's AllGather (dispatch: multimem.st of every token) of S bytes, each "
                        "GPU's own rows also through the switch (NCCL's multicast to the whole group)"}
     # nvls_allreduce_busbw
-    model, wl, ctx, disp, comb = _phases(st, "nvls", cal, params)
+    model, wl, ctx, _, _ = _phases(st, "nvls", cal, params)
+    t, S, extra = nvls_allreduce_time(ctx, model.hidden, st.tokens, st.extra.get("nvls_channels",
+                                                                                 NVLS_CHANNELS_SM90))
     G = wl.gpus
-    S = G * st.tokens * payload_bytes(model.hidden, "bf16")
-    t = disp + comb
-    return {"estimate": S / t * 2 * (G - 1) / G / 1e9, "time_us": t * 1e6, "bytes": S,
-            "how": "the nvls scheme's ReduceScatter (combine) + AllGather (dispatch) of S bytes"}
+    return {"estimate": S / t * 2 * (G - 1) / G / 1e9, "time_us": t * 1e6, "bytes": S, **extra,
+            "how": "NCCL's single-node NVLS all-reduce of S bytes: per chunk multimem.ld_reduce then multimem.st, "
+                   "pipelined over chunks and channels (both link directions busy), plus one loop's fill/drain"}
 
 
 def validate(setups=None, cal: Calibration | None = None) -> list[dict]:
