@@ -21,6 +21,7 @@ import numpy as np
 from hw.packet import payload_efficiency
 
 from .calibration import Calibration, load_calibration
+from . import deepep
 from . import published_comet as comet_fig
 from .estimator import MAX_PAYLOAD, Params, _Context, _standalone, estimate
 from .gemm import DEEPGEMM_H800, deepgemm_validation
@@ -48,17 +49,23 @@ DEEPGEMM_H800_2025_03 = [("contiguous", 4, 8192, 4096, 7168, 1346), ("contiguous
                          ("contiguous", 8, 4096, 4096, 7168, 1346), ("contiguous", 8, 4096, 7168, 2048, 1214)]
 
 # Why a row stays outside its tolerance: the mechanism the estimator lacks (docs/estimator_validation.md).
-WHY_DEEPEP_COPY = ("DeepEP's remote traffic moves at 0.67-0.69 of raw NVLink on H800 (the README's own "
-                   "maximum is ~160 of 200 GB/s), the estimator's unicast at NCCL's bulk 0.822: the efficiency of "
-                   "DeepEP's SM-issued copy protocol (per-channel ring buffers with head/tail flow control, "
-                   "per-token metadata), which the estimator does not model. Not the SM count: DeepEP's own SM "
-                   "model (V2 deep_ep/buffers/elastic.py, get_theoretical_num_sms: 50 GB/s of NVLink writes per "
-                   "SM) lets even 12 sending SMs issue 600 GB/s")
+WHY_DEEPEP_COPY = ("DeepEP's remote traffic moves at 0.67-0.69 of raw NVLink on H800 (the README's own maximum is "
+                   "~160 of 200 GB/s, 0.80), the estimator's unicast at NCCL's bulk 0.822. DeepEP V1's copy "
+                   "protocol is built (sim_models/deepep.py): its separate stores of scales, source index and "
+                   "top-k indices and weights add 2.2% (dispatch) and 0.5% (combine) of wire bytes, and its copy "
+                   "loop on 24 SMs (12 sender SMs of 8 flows, a chunk of 6 or 4 tokens per two NVLink round "
+                   "trips, DeepEP's 50 GB/s of writes per SM) sustains 582-594 GB/s, 3x what the links carry, so "
+                   "the links bind. Missing: what the links lose on DeepEP's all-to-all against NCCL's ring "
+                   "(0.67-0.69 of raw against 0.822), which no published figure isolates")
 WHY_DEEPEP_24SM = ("the 24-SM kernel is 11% (dispatch) and 9% (combine) slower than the 64-SM one on the same "
-                   "links; the estimator's DeepEP phase does not depend on its SM count, and a linear per-SM issue "
-                   "cap with DeepEP's own 50 GB/s per SM (V2 elastic.py) would not bind (24 SMs: 1,200 GB/s). "
-                   "Missing: issue limited by bytes in flight per SM over the NVLink round trip, and the copy "
-                   "protocol's efficiency (as for 64 SMs)")
+                   "links. DeepEP V2's copy loop is built (sim_models/deepep.py: each warp one token in flight "
+                   "until its stores complete, one NVLink round trip per token, as many warps as shared memory "
+                   "holds token buffers, DeepEP's 50 GB/s of writes per SM): on 24 SMs it sustains 1,200 GB/s, "
+                   "above the links' 826-832, so it does not bind. The published 643 and 675 GB/s are 26.8 and "
+                   "28.1 GB/s per SM, about half DeepEP's own per-SM write figure (deep_ep/buffers/elastic.py "
+                   "sm_write_gbs = 50, \"TODO: use different values for other architectures\"). Missing: the "
+                   "per-SM NVLink write rate on Blackwell and the SMs' local load latencies per token (TMA load, "
+                   "top-k loads, slot atomic), which no published figure gives")
 WHY_NVLS_B300 = ("NCCL's NVLS all-reduce, pipelined as NCCL runs it (both link directions busy), gives 1.40x "
                  "NVLink5's payload rate (1,022 of 732 GB/s); on 8x B300 the same report's NVLS is 1.22x its ring "
                  "all-reduce (845 / 695 GB/s), on 8x H100 1.30x (480 / 370). Missing: what caps NVLS below the full-duplex "
@@ -162,34 +169,38 @@ SETUPS: list[Setup] = [
     Setup("deepep-v1-dispatch", "DeepEP normal", "H800 EP8 intranode, 4096 tokens/GPU, hidden 7168, "
           "top-8 of 256, FP8", "dispatch bottleneck bandwidth", 153.0, "GB/s", DEEPEP_V1 + ", Intranode row",
           kind="deepep_dispatch_bw", system="hgx-h800", model=_shape("deepep-bench", 7168, 256, 8),
+          extra=dict(version="v1", sms=24),
           note="DeepEP's tests/legacy/test_intranode.py: received bytes (rows incl. the GPU's own tokens) / "
                "kernel time, uniform random top-8",
           reason=WHY_DEEPEP_COPY),
     Setup("deepep-v1-combine", "DeepEP normal", "H800 EP8 intranode, 4096 tokens/GPU, hidden 7168, "
           "top-8 of 256, BF16", "combine bottleneck bandwidth", 158.0, "GB/s", DEEPEP_V1 + ", Intranode row",
           kind="deepep_combine_bw", system="hgx-h800", model=_shape("deepep-bench", 7168, 256, 8),
+          extra=dict(version="v1", sms=24),
           note="sent BF16 bytes (= the dispatch's received rows) / kernel time",
           reason=WHY_DEEPEP_COPY),
     Setup("deepep-v2-dispatch", "DeepEP normal (V2)", "SM100 (B200) EP8 NVLink, 8192 tokens/GPU, hidden "
           "7168, top-8 of 256, FP8", "dispatch bottleneck bandwidth (64 SMs)", 726.0, "GB/s", DEEPEP_V2,
           kind="deepep_dispatch_bw", system="nvl72", gpus=8, tokens=8192,
-          model=_shape("deepep-bench", 7168, 256, 8),
+          model=_shape("deepep-bench", 7168, 256, 8), extra=dict(version="v2", sms=64),
           note="nvl72's NVLink5 GPU (18 x 50 GB/s) on 8 GPUs; V2 counts local-rank traffic (\"logical "
-               "bandwidth\") and 96 B of top-k metadata per row (+1.3%, not in the estimate's bytes)"),
+               "bandwidth\") and the received top-k indices and weights (96 B per row, tests/elastic/test_ep.py "
+               "count_bytes), as the estimate does"),
     Setup("deepep-v2-combine", "DeepEP normal (V2)", "SM100 (B200) EP8 NVLink, 8192 tokens/GPU, hidden "
           "7168, top-8 of 256, BF16", "combine bottleneck bandwidth (64 SMs)", 740.0, "GB/s", DEEPEP_V2,
           kind="deepep_combine_bw", system="nvl72", gpus=8, tokens=8192,
-          model=_shape("deepep-bench", 7168, 256, 8)),
+          model=_shape("deepep-bench", 7168, 256, 8), extra=dict(version="v2", sms=64)),
     Setup("deepep-v2-dispatch-24sm", "DeepEP normal (V2)", "SM100 (B200) EP8 NVLink, 8192 tokens/GPU, "
           "hidden 7168, top-8 of 256, FP8", "dispatch bottleneck bandwidth (24 SMs)", 643.0, "GB/s", DEEPEP_V2,
           kind="deepep_dispatch_bw", system="nvl72", gpus=8, tokens=8192,
-          model=_shape("deepep-bench", 7168, 256, 8),
-          note="the estimator's sequential DeepEP moves data at line rate whatever its SM count",
+          model=_shape("deepep-bench", 7168, 256, 8), extra=dict(version="v2", sms=24),
+          note="DeepEP V2's copy loop on 24 SMs (sim_models/deepep.py): each warp a token in flight, a round "
+               "trip per token, DeepEP's 50 GB/s of writes per SM",
           reason=WHY_DEEPEP_24SM),
     Setup("deepep-v2-combine-24sm", "DeepEP normal (V2)", "SM100 (B200) EP8 NVLink, 8192 tokens/GPU, "
           "hidden 7168, top-8 of 256, BF16", "combine bottleneck bandwidth (24 SMs)", 675.0, "GB/s", DEEPEP_V2,
           kind="deepep_combine_bw", system="nvl72", gpus=8, tokens=8192,
-          model=_shape("deepep-bench", 7168, 256, 8),
+          model=_shape("deepep-bench", 7168, 256, 8), extra=dict(version="v2", sms=24),
           reason=WHY_DEEPEP_24SM),
     Setup("deepep-ll-ep8", "DeepEP low-latency", "H800 EP8, 128 tokens, hidden 7168, top-8, FP8 dispatch",
           "dispatch latency", 77.0, "us", DEEPEP_V1_LL,
@@ -473,15 +484,22 @@ def run_setup(st: Setup, cal: Calibration | None = None, params: Params | None =
         pe = payload_efficiency(MAX_PAYLOAD, scheme="unicast", flit_bytes=ctx.flit, max_payload_bytes=MAX_PAYLOAD)
         return {"estimate": ctx.rate * pe / 1e9, "how": "payload bytes/s of the estimator's link rate"}
     if st.kind in ("deepep_dispatch_bw", "deepep_combine_bw"):
-        model, wl, ctx, disp, comb = _phases(st, "unicast", cal, params)
+        model, wl, ctx, _, _ = _phases(st, "unicast", cal, params)
+        version, sms = st.extra.get("version", deepep.CURRENT), st.extra.get("sms", params.deepep_sms)
+        uni = account(wl.dest, "unicast", payload_bytes(model.hidden, st.dtype), payload_bytes(model.hidden, "bf16"),
+                      ctx.flit, MAX_PAYLOAD)
+        tr = deepep.deepep_traffic(uni, version, model.hidden, st.dtype, model.top_k, ctx.flit, MAX_PAYLOAD)
+        lat = ctx.latencies("unicast", tiled=False)
+        bd, bc = (t - l for t, l in zip(_standalone(ctx, tr, "unicast"), lat))
+        disp, comb, detail = deepep.phase_times(ctx, tr, bd, bc, lat, sms, st.dtype, version)
         rows = wl.dest.hit.sum(axis=0).astype(float)          # rows each GPU receives, its own tokens included
-        if st.kind == "deepep_dispatch_bw":
-            nbytes, t = float(rows.mean()) * payload_bytes(model.hidden, st.dtype), disp
-        else:
-            nbytes, t = float(rows.mean()) * payload_bytes(model.hidden, "bf16"), comb
-        return {"estimate": nbytes / t / 1e9, "time_us": t * 1e6, "bytes": nbytes,
-                "how": "DeepEP's bytes (mean rows received per GPU, own tokens included) / the estimator's "
-                       "unicast phase time (deepep engine)"}
+        phase = "dispatch" if st.kind == "deepep_dispatch_bw" else "combine"
+        row_bytes = deepep.counted_bytes(version, phase, model.hidden, st.dtype, model.top_k)
+        t = (disp if phase == "dispatch" else comb) + ctx.ko
+        nbytes = float(rows.mean()) * row_bytes
+        return {"estimate": nbytes / t / 1e9, "time_us": t * 1e6, "bytes": nbytes, "deepep": detail[phase],
+                "how": f"DeepEP's counted bytes (mean rows received per GPU, own tokens included) / the deepep "
+                       f"scheme's phase time with DeepEP {version.upper()}'s copy protocol on {sms} SMs"}
     if st.kind == "allgather_busbw":
         model, wl, ctx, disp, _ = _phases(st, "unicast", cal, params)
         G = wl.gpus
