@@ -52,7 +52,8 @@ SM_WRITE_BYTES_PER_S = 50e9      # DeepEP V2 deep_ep/buffers/elastic.py, get_the
 V1_THREADS = 768                 # intranode.cu: kNumThreads of the dispatch and combine kernels
 # deep_ep/buffers/legacy.py, get_dispatch_config(8) / get_combine_config(8): num_max_nvl_chunked_send_tokens
 V1_CHUNK_TOKENS = {"dispatch": 6, "combine": 4}
-V1_TOPK_IDX_BYTES = 8            # topk_idx_t = int64 (deep_ep/include/deep_ep/common/compiled.cuh, EP_NUM_TOPK_IDX_BITS)
+V1_TOPK_IDX_BYTES = 8            # topk_idx_t = int64 (deep_ep/include/deep_ep/common/compiled.cuh,
+#                                  EP_NUM_TOPK_IDX_BITS = 64)
 V2_NOTIFY_WARPS = 4              # csrc/kernels/elastic/dispatch.hpp: kNumNotifyWarps
 V2_MAX_WARPS = 32                # warps per SM (1,024 threads)
 TMA_ALIGN = 16                   # ptx::kNumTMAAlignBytes: each TokenLayout part is 16-B aligned
@@ -139,7 +140,9 @@ def issue_rate(version: str, phase: str, sms: int, gpus: int, token_bytes: int, 
         senders = sms // 2
         flows = gpus
         x = _mva(flows, per_cycle / r, 2 * rtt)
-        return {"rate": senders * x * per_cycle, "issuing_sms": senders, "flows_per_sm": flows,
+        # The receiver SMs copy every arrived token out of the ring (TMA load and store), one per channel,
+        # at the same per-SM write rate: a second cap on the same bytes.
+        return {"rate": min(senders * x * per_cycle, senders * r), "issuing_sms": senders, "flows_per_sm": flows,
                 "bytes_per_cycle": per_cycle, "round_trips_per_cycle": 2}
     buf = token_bytes + MBARRIER_BYTES
     notify = V2_NOTIFY_WARPS if phase == "dispatch" else 0

@@ -68,9 +68,9 @@ WHY_DEEPEP_24SM = ("the 24-SM kernel is 11% (dispatch) and 9% (combine) slower t
                    "top-k loads, slot atomic), which no published figure gives")
 WHY_NVLS_B300 = ("NCCL's NVLS all-reduce, pipelined as NCCL runs it (both link directions busy), gives 1.40x "
                  "NVLink5's payload rate (1,022 of 732 GB/s); on 8x B300 the same report's NVLS is 1.22x its ring "
-                 "all-reduce (845 / 695 GB/s), on 8x H100 1.30x (480 / 370). Missing: what caps NVLS below the full-duplex "
-                 "pipeline on NVLink5 (the NVLink5 switch's multicast and reduction rate, NCCL's 24 NVLS channels' "
-                 "loads in flight); no published figure isolates it")
+                 "all-reduce (845 / 695 GB/s), on 8x H100 1.30x (480 / 370). Missing: what caps NVLS below the "
+                 "full-duplex pipeline on NVLink5 (the NVLink5 switch's multicast and reduction rate, NCCL's 24 "
+                 "NVLS channels' loads in flight); no published figure isolates it")
 WHY_DEEPGEMM = ("the GEMM model's roofline max(compute, memory) with one efficiency: no pipeline fill and epilogue "
                 "per block (a larger share of a short K = 2,048 loop), and less load/MMA overlap near the ridge "
                 "(256-1,024 rows per group) than the roofline assumes")
