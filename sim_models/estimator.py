@@ -40,6 +40,7 @@ import numpy as np
 
 from hw.packet import payload_efficiency, wire_flits
 
+from . import deepep
 from .calibration import Calibration, load_calibration
 from .gemm import GemmModel, dtype_efficiency
 from .moe_config import ModelConfig
@@ -65,6 +66,9 @@ WEIGHT_REUSE = ("l2", "expert")
 COMBINES = ("auto", "pull", "push")
 HBM_SPLITS = ("sms", "equal")
 MAX_PAYLOAD = 256          # bytes of payload per packet (hw.packet's default max_payload_bytes)
+# The schemes that run DeepEP's kernels (its copy protocol: sim_models.deepep). Megatron's sequential MoE layer
+# in the COMET validation rows is timed as this scheme too (sim_models.published_comet).
+DEEPEP_SCHEMES = ("deepep",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +117,14 @@ class Params:
     mem_efficiency: float = 0.75             # DeepGEMM README: memory-bound shapes 2.2-2.6 of 3.35 TB/s; tornado 0.6..0.9
     comm_sms: int = 24                       # SMs a DeepEP-like kernel needs to keep the links busy: DeepEP
     #                                          README (24 of 132 on H800; MISSION.md 20-24); tornado 0..48
+    deepep_sms: int = 24                     # SMs the deepep scheme's DeepEP kernels run on (sim_models.deepep):
+    #                                          DeepEP V1's intranode benchmark (tests/legacy/test_intranode.py)
+    #                                          and V2's "Min #SM" row (README); not varied (its copy loop does
+    #                                          not bind above 12 SMs on these systems: docs/estimator.md)
+    deepep_protocol: bool = True             # the deepep scheme runs DeepEP's copy protocol (its stores per token,
+    #                                          its SMs' copy loop: sim_models.deepep); False: plain unicast copies
+    #                                          of the rows at the link rate (the RTL's deepep scheme, which is not
+    #                                          DeepEP's kernels: sim_models.rtl_scale should pass False)
     dualpipe_sms: int = 20                   # DeepSeek-V3's communication SMs under DualPipe (technical report);
     #                                          tornado 10..32
     explicit_sm_fraction: float = 0.15       # SMs lost to address computation with explicit addressing:
@@ -174,6 +186,8 @@ class Params:
             bad("block_m", "must be an integer in 1..1024, or None (the earlier GEMM model)")
         if not (isinstance(self.block_n, int) and 1 <= self.block_n <= 1024):
             bad("block_n", "must be an integer in 1..1024")
+        if not (isinstance(self.deepep_sms, int) and self.deepep_sms >= 2 and self.deepep_sms % 2 == 0):
+            bad("deepep_sms", "must be an even integer >= 2 (DeepEP pairs its SMs)")
         if not 0 <= self.explicit_sm_fraction < 1:
             bad("explicit_sm_fraction", "must be in [0, 1)")
         if self.bandwidth_scale <= 0:
@@ -586,6 +600,13 @@ def _run_pass(ctx: _Context, spec: SchemeSpec, ps: _Pass, tr: SchemeTraffic, sms
               kind: str | None = None) -> SchemeResult:
     kind, engine = kind or spec.traffic, spec.engine
     disp, comb = _standalone(ctx, tr, kind)
+    extra = {}
+    if spec.name in DEEPEP_SCHEMES and ctx.p.deepep_protocol:
+        # DeepEP's copy protocol (sim_models.deepep): the links' time of its stores or its SMs' issue loop.
+        lat = ctx.latencies(kind, tiled=False)
+        dtype = "bf16" if ps.s_d == payload_bytes(ctx.m.hidden, "bf16") else ctx.p.dtype
+        disp, comb, extra = deepep.phase_times(ctx, tr, disp - lat[0], comb - lat[1], lat, ctx.p.deepep_sms, dtype)
+        extra = {"deepep": extra}
     S = ctx.s.sms
     full_gemm = float(np.max(ctx.gpu_gemm)) * ps.gemm_factor
     kern = _kernel_passes(ctx, spec.name, ps)
@@ -593,7 +614,7 @@ def _run_pass(ctx: _Context, spec: SchemeSpec, ps: _Pass, tr: SchemeTraffic, sms
         k = ctx.gpu_gemm * ps.gemm_factor + (kern(ctx.wl.inst_rows) if kern is not None else 0.0)
         total = disp + float(np.max(k)) + comb + 3 * ctx.ko
         return SchemeResult(spec.name, total, disp, full_gemm, comb, total - full_gemm, 0,
-                            {"kernels": float(np.max(k)) - full_gemm})
+                            {"kernels": float(np.max(k)) - full_gemm, **extra})
     frac = (S - sms) / S
     if engine in ("tutel", "dualpipe"):
         degrees = ctx.p.tutel_degrees if engine == "tutel" else (2,)
@@ -681,11 +702,18 @@ def estimate(model: ModelConfig, system: SystemConfig, params: Params = Params()
         kinds |= {"dynamic", "unicast"}        # DySHARP's push combine: dynamic dispatch, unicast partials
     flit = sysx.port_bytes_per_cycle
     traffic = {ps.name: {k: account(wl.dest, k, ps.s_d, ps.s_c, flit, MAX_PAYLOAD) for k in kinds} for ps in passes}
+    deepep_on = params.deepep_protocol and any(s in DEEPEP_SCHEMES for s in schemes)
+    if deepep_on:
+        for ps in passes:
+            dt = "bf16" if ps.s_d == payload_bytes(model.hidden, "bf16") else params.dtype
+            traffic[ps.name]["deepep"] = deepep.deepep_traffic(
+                traffic[ps.name]["unicast"], deepep.CURRENT, model.hidden, dt, model.top_k, flit, MAX_PAYLOAD)
     results = {}
     for name in schemes:
         spec = SCHEMES[name]
         base = params.dualpipe_sms if spec.engine == "dualpipe" else params.comm_sms
-        fwd_tr = traffic["forward"][spec.traffic]
+        tkey = "deepep" if (deepep_on and name in DEEPEP_SCHEMES) else spec.traffic
+        fwd_tr = traffic["forward"][tkey]
         sms = 0 if spec.engine == "sequential" else _comm_sms(ctx, fwd_tr, spec.traffic, base)
         if spec.engine == "dualpipe" and params.mode == "training":
             results[name] = _dualpipe_training(ctx, spec, passes, traffic, sms)
@@ -693,7 +721,8 @@ def estimate(model: ModelConfig, system: SystemConfig, params: Params = Params()
         if name == FULL:
             results[name] = _dysharp_full(ctx, spec, passes, traffic, sms, base)
             continue
-        results[name] = _sum([_run_pass(ctx, spec, ps, traffic[ps.name][spec.traffic], sms) for ps in passes])
+        results[name] = _sum([_run_pass(ctx, spec, ps, traffic[ps.name][tkey], sms, kind=spec.traffic)
+                              for ps in passes])
     compute_only = sum(float(np.max(ctx.gpu_gemm)) * ps.gemm_factor for ps in passes)
     k = model.top_k
     closed = expected_distinct_gpus(model.routed_experts, ep, k)

@@ -21,12 +21,13 @@ import numpy as np
 from hw.packet import payload_efficiency
 
 from .calibration import Calibration, load_calibration
+from . import deepep
 from . import published_comet as comet_fig
 from .estimator import MAX_PAYLOAD, Params, _Context, _standalone, estimate
 from .gemm import DEEPGEMM_H800, deepgemm_validation
 from .moe_config import ModelConfig, load_model
 from .system_config import load_system
-from .traffic import account, payload_bytes
+from .traffic import account, payload_bytes, wire_costs
 from .workload import build_workload
 
 __all__ = ["Setup", "SETUPS", "KINDS", "TOLERANCE", "STATUSES", "FAILING", "run_setup", "validate", "error_pct",
@@ -48,24 +49,68 @@ DEEPGEMM_H800_2025_03 = [("contiguous", 4, 8192, 4096, 7168, 1346), ("contiguous
                          ("contiguous", 8, 4096, 4096, 7168, 1346), ("contiguous", 8, 4096, 7168, 2048, 1214)]
 
 # Why a row stays outside its tolerance: the mechanism the estimator lacks (docs/estimator_validation.md).
-WHY_DEEPEP_COPY = ("DeepEP's remote traffic moves at 0.67-0.69 of raw NVLink on H800 (the README's own "
-                   "maximum is ~160 of 200 GB/s), the estimator's unicast at NCCL's bulk 0.822: the efficiency of "
-                   "DeepEP's SM-issued copy protocol (per-channel ring buffers with head/tail flow control, "
-                   "per-token metadata), which the estimator does not model. Not the SM count: DeepEP's own SM "
-                   "model (V2 deep_ep/buffers/elastic.py, get_theoretical_num_sms: 50 GB/s of NVLink writes per "
-                   "SM) lets even 12 sending SMs issue 600 GB/s")
+WHY_DEEPEP_COPY = ("DeepEP's remote traffic moves at 0.67-0.69 of raw NVLink on H800 (the README's own maximum is "
+                   "~160 of 200 GB/s, 0.80), the estimator's unicast at NCCL's bulk 0.822. DeepEP V1's copy "
+                   "protocol is built (sim_models/deepep.py): its separate stores of scales, source index and "
+                   "top-k indices and weights add 2.2% (dispatch) and 0.5% (combine) of wire bytes, and its copy "
+                   "loop on 24 SMs (12 sender SMs of 8 flows, a chunk of 6 or 4 tokens per two NVLink round "
+                   "trips, DeepEP's 50 GB/s of writes per SM) sustains 582-594 GB/s, 3x what the links carry, so "
+                   "the links bind. Missing: what the links lose on DeepEP's all-to-all against NCCL's ring "
+                   "(0.67-0.69 of raw against 0.822), which no published figure isolates")
 WHY_DEEPEP_24SM = ("the 24-SM kernel is 11% (dispatch) and 9% (combine) slower than the 64-SM one on the same "
-                   "links; the estimator's DeepEP phase does not depend on its SM count, and a linear per-SM issue "
-                   "cap with DeepEP's own 50 GB/s per SM (V2 elastic.py) would not bind (24 SMs: 1,200 GB/s). "
-                   "Missing: issue limited by bytes in flight per SM over the NVLink round trip, and the copy "
-                   "protocol's efficiency (as for 64 SMs)")
-WHY_NVLS = ("NCCL's NVLS all-reduce pipelines its ReduceScatter and AllGather so both link directions carry "
-            "traffic at once (fully overlapped: 2(G-1)/G x 368 = 644 GB/s); the estimator's nvls phases run one "
-            "after the other, as the MoE baseline must (the GEMMs sit between them), so busbw is the link payload "
-            "rate")
+                   "links. DeepEP V2's copy loop is built (sim_models/deepep.py: each warp one token in flight "
+                   "until its stores complete, one NVLink round trip per token, as many warps as shared memory "
+                   "holds token buffers, DeepEP's 50 GB/s of writes per SM): on 24 SMs it sustains 1,200 GB/s, "
+                   "above the links' 826-832, so it does not bind. The published 643 and 675 GB/s are 26.8 and "
+                   "28.1 GB/s per SM, about half DeepEP's own per-SM write figure (deep_ep/buffers/elastic.py "
+                   "sm_write_gbs = 50, \"TODO: use different values for other architectures\"). Missing: the "
+                   "per-SM NVLink write rate on Blackwell and the SMs' local load latencies per token (TMA load, "
+                   "top-k loads, slot atomic), which no published figure gives")
+WHY_NVLS_B300 = ("NCCL's NVLS all-reduce, pipelined as NCCL runs it (both link directions busy), gives 1.40x "
+                 "NVLink5's payload rate (1,022 of 732 GB/s); on 8x B300 the same report's NVLS is 1.22x its ring "
+                 "all-reduce (845 / 695 GB/s), on 8x H100 1.30x (480 / 370). Missing: what caps NVLS below the "
+                 "full-duplex pipeline on NVLink5 (the NVLink5 switch's multicast and reduction rate, NCCL's 24 "
+                 "NVLS channels' loads in flight); no published figure isolates it")
 WHY_DEEPGEMM = ("the GEMM model's roofline max(compute, memory) with one efficiency: no pipeline fill and epilogue "
                 "per block (a larger share of a short K = 2,048 loop), and less load/MMA overlap near the ridge "
                 "(256-1,024 rows per group) than the roofline assumes")
+
+
+# NCCL's NVLS all-reduce on one node (github.com/NVIDIA/nccl, src/device/all_reduce.h,
+# RunWorkColl<ncclFuncAllReduce, NVLS, SIMPLE>, the oneNode branch; src/transport/nvls.cc). Per channel, a loop
+# of nHeads (= G) chunks: the head rank's reduce warps multimem.ld_reduce its chunk from every rank's buffer
+# (its own included: the multicast address goes through the switch) and multimem.st the sum to every rank (its
+# own included); the scatter and gather warps copy between the user buffers and the rank's own NVLS buffer
+# (local, no link). All channels and all chunks run at once (NCCL_STEPS slots per channel), so both link
+# directions carry traffic together; only the first loop's reads and the last loop's stores are not overlapped.
+NVLS_CHUNK_BYTES = 128 * 1024   # NCCL_NVLS_CHUNKSIZE's default, src/transport/nvls.cc (NvlsChunkSize)
+NVLS_CHANNELS_SM90 = 16         # NVLS_NCHANNELS_SM90, src/transport/nvls.cc (H100/H200)
+NVLS_CHANNELS_SM100 = 24        # NVLS_NCHANNELS_SM100_NVL, src/transport/nvls.cc (Blackwell, one NVLink domain)
+
+
+def nvls_allreduce_time(ctx: _Context, hidden: int, tokens: int, channels: int) -> tuple[float, int, dict]:
+    """(seconds, S bytes, detail) of NCCL's single-node NVLS all-reduce of ``G x tokens`` BF16 rows of
+    ``hidden`` channels: each GPU heads 1/G of S. Per GPU, its uplink carries the read answers for every row of
+    S (the switch reads every rank's copy for every head's ld_reduce, the GPU's own included), its ld_reduce
+    requests and its own reduced rows stored by multimem.st; its downlink carries its reduced rows, the read
+    requests for every row and every head's stored rows (S). Both directions run at once; the time is the
+    busier direction (or the switch's reduction engines), plus the fill and drain of one loop of chunks
+    (``channels`` x G x ``NVLS_CHUNK_BYTES``: the first loop's reads precede any store, the last loop's stores
+    follow every read), one ld_reduce and one store latency and one kernel overhead."""
+    G = ctx.G
+    s = payload_bytes(hidden, "bf16")
+    S = G * tokens * s
+    c = wire_costs("nvls", s, s, ctx.flit, MAX_PAYLOAD)
+    T = float(tokens)
+    up = G * T * c.comb_copy + T * c.comb_request + T * c.disp_copy
+    down = T * c.comb_copy + G * T * c.comb_request + G * T * c.disp_copy
+    reduce_in = G * T * c.comb_copy
+    steady = max(up / ctx.rate, down / ctx.rate, reduce_in / ctx.reduce_rate if ctx.reduce_rate > 0 else 0.0)
+    loop = min(float(S), float(channels * G * NVLS_CHUNK_BYTES))      # one loop of every channel, payload bytes
+    fill = loop / s * c.disp_copy / ctx.rate
+    ld, lc = ctx.latencies("nvls", tiled=False)
+    t = steady + fill + ld + lc + ctx.ko
+    return t, S, {"steady_us": steady * 1e6, "fill_drain_us": fill * 1e6}
 
 
 # The largest absolute error (percent) a validation row accepts unless its setup states another.
@@ -124,34 +169,38 @@ SETUPS: list[Setup] = [
     Setup("deepep-v1-dispatch", "DeepEP normal", "H800 EP8 intranode, 4096 tokens/GPU, hidden 7168, "
           "top-8 of 256, FP8", "dispatch bottleneck bandwidth", 153.0, "GB/s", DEEPEP_V1 + ", Intranode row",
           kind="deepep_dispatch_bw", system="hgx-h800", model=_shape("deepep-bench", 7168, 256, 8),
+          extra=dict(version="v1", sms=24),
           note="DeepEP's tests/legacy/test_intranode.py: received bytes (rows incl. the GPU's own tokens) / "
                "kernel time, uniform random top-8",
           reason=WHY_DEEPEP_COPY),
     Setup("deepep-v1-combine", "DeepEP normal", "H800 EP8 intranode, 4096 tokens/GPU, hidden 7168, "
           "top-8 of 256, BF16", "combine bottleneck bandwidth", 158.0, "GB/s", DEEPEP_V1 + ", Intranode row",
           kind="deepep_combine_bw", system="hgx-h800", model=_shape("deepep-bench", 7168, 256, 8),
+          extra=dict(version="v1", sms=24),
           note="sent BF16 bytes (= the dispatch's received rows) / kernel time",
           reason=WHY_DEEPEP_COPY),
     Setup("deepep-v2-dispatch", "DeepEP normal (V2)", "SM100 (B200) EP8 NVLink, 8192 tokens/GPU, hidden "
           "7168, top-8 of 256, FP8", "dispatch bottleneck bandwidth (64 SMs)", 726.0, "GB/s", DEEPEP_V2,
           kind="deepep_dispatch_bw", system="nvl72", gpus=8, tokens=8192,
-          model=_shape("deepep-bench", 7168, 256, 8),
+          model=_shape("deepep-bench", 7168, 256, 8), extra=dict(version="v2", sms=64),
           note="nvl72's NVLink5 GPU (18 x 50 GB/s) on 8 GPUs; V2 counts local-rank traffic (\"logical "
-               "bandwidth\") and 96 B of top-k metadata per row (+1.3%, not in the estimate's bytes)"),
+               "bandwidth\") and the received top-k indices and weights (96 B per row, tests/elastic/test_ep.py "
+               "count_bytes), as the estimate does"),
     Setup("deepep-v2-combine", "DeepEP normal (V2)", "SM100 (B200) EP8 NVLink, 8192 tokens/GPU, hidden "
           "7168, top-8 of 256, BF16", "combine bottleneck bandwidth (64 SMs)", 740.0, "GB/s", DEEPEP_V2,
           kind="deepep_combine_bw", system="nvl72", gpus=8, tokens=8192,
-          model=_shape("deepep-bench", 7168, 256, 8)),
+          model=_shape("deepep-bench", 7168, 256, 8), extra=dict(version="v2", sms=64)),
     Setup("deepep-v2-dispatch-24sm", "DeepEP normal (V2)", "SM100 (B200) EP8 NVLink, 8192 tokens/GPU, "
           "hidden 7168, top-8 of 256, FP8", "dispatch bottleneck bandwidth (24 SMs)", 643.0, "GB/s", DEEPEP_V2,
           kind="deepep_dispatch_bw", system="nvl72", gpus=8, tokens=8192,
-          model=_shape("deepep-bench", 7168, 256, 8),
-          note="the estimator's sequential DeepEP moves data at line rate whatever its SM count",
+          model=_shape("deepep-bench", 7168, 256, 8), extra=dict(version="v2", sms=24),
+          note="DeepEP V2's copy loop on 24 SMs (sim_models/deepep.py): each warp a token in flight, a round "
+               "trip per token, DeepEP's 50 GB/s of writes per SM",
           reason=WHY_DEEPEP_24SM),
     Setup("deepep-v2-combine-24sm", "DeepEP normal (V2)", "SM100 (B200) EP8 NVLink, 8192 tokens/GPU, "
           "hidden 7168, top-8 of 256, BF16", "combine bottleneck bandwidth (24 SMs)", 675.0, "GB/s", DEEPEP_V2,
           kind="deepep_combine_bw", system="nvl72", gpus=8, tokens=8192,
-          model=_shape("deepep-bench", 7168, 256, 8),
+          model=_shape("deepep-bench", 7168, 256, 8), extra=dict(version="v2", sms=24),
           reason=WHY_DEEPEP_24SM),
     Setup("deepep-ll-ep8", "DeepEP low-latency", "H800 EP8, 128 tokens, hidden 7168, top-8, FP8 dispatch",
           "dispatch latency", 77.0, "us", DEEPEP_V1_LL,
@@ -174,17 +223,19 @@ SETUPS: list[Setup] = [
     Setup("nccl-nvls-allreduce", "NVLS (NCCL)", "8x H100, NVLink4 + NVSwitch SHARP, large messages",
           "allreduce busbw", 480.0, "GB/s", NCCL_212, kind="nvls_allreduce_busbw", system="hgx-h100",
           model=_shape("allreduce-probe", 7168, 8, 1), tokens=8192, dtype="bf16",
-          note="the estimator's NVLS phases: ReduceScatter (multimem.ld_reduce) + AllGather (multimem.st); "
-               "busbw = S/t x 2(G-1)/G (github.com/NVIDIA/nccl-tests doc/PERFORMANCE.md)",
-          reason=WHY_NVLS),
+          note="NCCL's single-node NVLS all-reduce (github.com/NVIDIA/nccl src/device/all_reduce.h, "
+               "src/transport/nvls.cc): per 128 KiB chunk, multimem.ld_reduce from every GPU then multimem.st to "
+               "every GPU, 16 channels of chunks in flight, so both link directions carry traffic at once; each "
+               "GPU's own rows also cross the switch; plus the fill and drain of one loop of chunks. The MoE "
+               "baseline's nvls phases stay sequential (GEMMs between them). busbw = S/t x 2(G-1)/G "
+               "(github.com/NVIDIA/nccl-tests doc/PERFORMANCE.md)"),
     Setup("nccl-nvls-allreduce-h200", "NVLS (NCCL)", "8x H200, NVLink4 + NVSwitch SHARP, 64 KB to 4 GB (NCCL 2.20.3)",
           "allreduce busbw (peak)", 475.0, "GB/s",
           "github.com/NVIDIA/nccl-tests issue #272 (2024-11-27), all_reduce_perf output in the report (a user's "
           "measurement; NVLS is NCCL's default all-reduce on one NVLink4 node, and 475 GB/s is above the 370 "
           "GB/s a ring reaches)",
           kind="nvls_allreduce_busbw", system="hgx-h200", model=_shape("allreduce-probe", 7168, 8, 1),
-          tokens=8192, dtype="bf16", note="as for 8x H100: H200 has H100's NVLink4 and NVSwitch",
-          reason=WHY_NVLS),
+          tokens=8192, dtype="bf16", note="as for 8x H100: H200 has H100's NVLink4 and NVSwitch"),
     Setup("nccl-nvls-allgather", "NVLS (NCCL)", "8 NVLink4 GPUs (the same report's NVLS all-reduce: 470 GB/s), "
           "1 GB, NCCL_ALGO=NVLS", "allgather busbw", 300.0, "GB/s",
           "github.com/NVIDIA/nccl issue #1506 (2024-11-07), the report's figures (a user's measurement; ring "
@@ -207,7 +258,9 @@ SETUPS: list[Setup] = [
           "allreduce busbw", 845.0, "GB/s",
           "github.com/NVIDIA/nccl issue #2140 (2026-04-28), \"8x B300 (NVLS off vs on)\" (a user's measurement)",
           kind="nvls_allreduce_busbw", system="nvl72", gpus=8, model=_shape("allreduce-probe", 7168, 8, 1),
-          tokens=8192, dtype="bf16", note="as for 8x H100, on nvl72's NVLink5 GPU, 8 GPUs"),
+          tokens=8192, dtype="bf16", extra=dict(nvls_channels=NVLS_CHANNELS_SM100),
+          note="as for 8x H100, on nvl72's NVLink5 GPU, 8 GPUs, with NCCL's 24 NVLS channels on Blackwell",
+          reason=WHY_NVLS_B300),
     Setup("tutel-16", "Tutel", "16 A100 (2 nodes), single MoE layer", "speedup over Fairseq MoE", 4.96, "x",
           "Tutel, MLSys 2023 (arXiv 2206.03382), abstract",
           note="cross-node A100 + InfiniBand (2DH all-to-all, kernel and encode/decode "
@@ -431,15 +484,22 @@ def run_setup(st: Setup, cal: Calibration | None = None, params: Params | None =
         pe = payload_efficiency(MAX_PAYLOAD, scheme="unicast", flit_bytes=ctx.flit, max_payload_bytes=MAX_PAYLOAD)
         return {"estimate": ctx.rate * pe / 1e9, "how": "payload bytes/s of the estimator's link rate"}
     if st.kind in ("deepep_dispatch_bw", "deepep_combine_bw"):
-        model, wl, ctx, disp, comb = _phases(st, "unicast", cal, params)
+        model, wl, ctx, _, _ = _phases(st, "unicast", cal, params)
+        version, sms = st.extra.get("version", deepep.CURRENT), st.extra.get("sms", params.deepep_sms)
+        uni = account(wl.dest, "unicast", payload_bytes(model.hidden, st.dtype), payload_bytes(model.hidden, "bf16"),
+                      ctx.flit, MAX_PAYLOAD)
+        tr = deepep.deepep_traffic(uni, version, model.hidden, st.dtype, model.top_k, ctx.flit, MAX_PAYLOAD)
+        lat = ctx.latencies("unicast", tiled=False)
+        bd, bc = (t - l for t, l in zip(_standalone(ctx, tr, "unicast"), lat))
+        disp, comb, detail = deepep.phase_times(ctx, tr, bd, bc, lat, sms, st.dtype, version)
         rows = wl.dest.hit.sum(axis=0).astype(float)          # rows each GPU receives, its own tokens included
-        if st.kind == "deepep_dispatch_bw":
-            nbytes, t = float(rows.mean()) * payload_bytes(model.hidden, st.dtype), disp
-        else:
-            nbytes, t = float(rows.mean()) * payload_bytes(model.hidden, "bf16"), comb
-        return {"estimate": nbytes / t / 1e9, "time_us": t * 1e6, "bytes": nbytes,
-                "how": "DeepEP's bytes (mean rows received per GPU, own tokens included) / the estimator's "
-                       "unicast phase time (deepep engine)"}
+        phase = "dispatch" if st.kind == "deepep_dispatch_bw" else "combine"
+        row_bytes = deepep.counted_bytes(version, phase, model.hidden, st.dtype, model.top_k)
+        t = (disp if phase == "dispatch" else comb) + ctx.ko
+        nbytes = float(rows.mean()) * row_bytes
+        return {"estimate": nbytes / t / 1e9, "time_us": t * 1e6, "bytes": nbytes, "deepep": detail[phase],
+                "how": f"DeepEP's counted bytes (mean rows received per GPU, own tokens included) / the deepep "
+                       f"scheme's phase time with DeepEP {version.upper()}'s copy protocol on {sms} SMs"}
     if st.kind == "allgather_busbw":
         model, wl, ctx, disp, _ = _phases(st, "unicast", cal, params)
         G = wl.gpus
@@ -464,12 +524,13 @@ def run_setup(st: Setup, cal: Calibration | None = None, params: Params | None =
                 "how": "the nvls scheme's AllGather (dispatch: multimem.st of every token) of S bytes, each "
                        "GPU's own rows also through the switch (NCCL's multicast to the whole group)"}
     # nvls_allreduce_busbw
-    model, wl, ctx, disp, comb = _phases(st, "nvls", cal, params)
+    model, wl, ctx, _, _ = _phases(st, "nvls", cal, params)
+    t, S, extra = nvls_allreduce_time(ctx, model.hidden, st.tokens, st.extra.get("nvls_channels",
+                                                                                 NVLS_CHANNELS_SM90))
     G = wl.gpus
-    S = G * st.tokens * payload_bytes(model.hidden, "bf16")
-    t = disp + comb
-    return {"estimate": S / t * 2 * (G - 1) / G / 1e9, "time_us": t * 1e6, "bytes": S,
-            "how": "the nvls scheme's ReduceScatter (combine) + AllGather (dispatch) of S bytes"}
+    return {"estimate": S / t * 2 * (G - 1) / G / 1e9, "time_us": t * 1e6, "bytes": S, **extra,
+            "how": "NCCL's single-node NVLS all-reduce of S bytes: per chunk multimem.ld_reduce then multimem.st, "
+                   "pipelined over chunks and channels (both link directions busy), plus one loop's fill/drain"}
 
 
 def validate(setups=None, cal: Calibration | None = None) -> list[dict]:
