@@ -88,9 +88,12 @@ def predict_cycles(layer, schemes, calibration=None) -> dict:
     # bf16_gemm_efficiency = the FP8 one: MoeLayer's tile cycles use one efficiency for either dtype. No
     # unfused kernels: the RTL layer's GPUs run GEMM tiles only (no permutation or activation kernels).
     # combine="pull": the RTL's dysharp combines with ld_reduce (its push is the fused-unicast scheme).
+    # deepep_protocol=False: the RTL's deepep GPUs send rows as plain unicast packets, not DeepEP's kernels
+    # (no per-token metadata stores, no SM-issued copy loop).
     est = estimate(ms, ss, Params(tokens_per_gpu=layer.T, dtype=p.dtype, tile=p.tile_size, gpus=layer.G,
                                   seed=p.seed, block_m=None, bf16_gemm_efficiency=Params.gemm_efficiency,
-                                  unfused_kernels=False, combine="pull"),
+                                  unfused_kernels=False, combine="pull",
+                                  deepep_protocol=False),
                    calibration=calibration,
                    schemes=[ESTIMATOR_SCHEME.get(s, s) for s in schemes], workload=wl,
                    gemm_on=gemm_configs(p.model, layer.hidden, p.system, p.rtl_links, scale))
