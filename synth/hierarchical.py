@@ -120,7 +120,7 @@ def dysharp_parts(params: dict) -> list[tuple[str, str, dict, int]]:
     L, G = params["link_credits"], params["gpu_credits"]
     return [
         ("reqnet", NVSWITCH_FACTORY, {**net, "credits": params["credits"], "groups": params["groups"]}, 1),
-        ("respnet", NVSWITCH_FACTORY, {**net, "credits": params["resp_credits"], "groups": 2,
+        ("respnet", NVSWITCH_FACTORY, {**net, "credits": params["resp_credits"], "groups": 2, "multicast": False,
                                        **({"iterations": params["resp_iterations"]}
                                           if params.get("resp_iterations", 1) != 1 else {})}, 1),
         ("tlb", "hw.switch.al_tlb:AlTlb", {"ports": N, "groups": params["groups"], "entries": params["tlb_entries"],

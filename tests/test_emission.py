@@ -68,11 +68,12 @@ def test_strap_port(make):
 def test_switch_writes_each_block_once():
     """A 4-port switch: one input-unit module instantiated 4 times; the top's ports are the flat file's."""
     from amaranth.back import verilog
-    comp = registry.get("switch").build(ports=4, credits=8)
+    comp = registry.get("switch").build(ports=4, credits=8, max_payload=7)
     text, st = emission.convert(comp, "switch")
     assert st.modules["switch__InputUnit"] == 4 and "switch__InputUnit_1" not in st.modules
     assert st.modules["switch__EgressQueue"] == 4 and st.modules["switch__Crossbar"] == 1
-    flat = verilog.convert(registry.get("switch").build(ports=4, credits=8), name="switch", emit_src=False)
+    flat = verilog.convert(registry.get("switch").build(ports=4, credits=8, max_payload=7), name="switch",
+                           emit_src=False)
     assert len(text) < len(flat) / 2
 
     def top_header(v):
@@ -160,7 +161,7 @@ def test_parts_are_modules_kept_apart_only_when_repeated():
     from hw.switch.nvswitch import NVSwitch
     from verif.harness.fastsim.build import keep_apart_config
 
-    text, stats = emission.convert(NVSwitch(ports=4, credits=8), "sw")
+    text, stats = emission.convert(NVSwitch(ports=4, credits=8, max_payload=7), "sw")
     assert "module sw__CellReader(" in text and stats.modules["sw__CellReader"] == 1
     kept = keep_apart_config(text, "sw").splitlines()
     assert 'no_inline -module "sw__InputUnit"' in kept

@@ -43,7 +43,8 @@ def test_traffic_no_stalls_all_multicast(seed, sim):
 
 
 def test_traffic_small_credits(seed, sim):
-    run_cocotb("switch", {"ports": 4, "credits": 4, "out_credits": 2}, test_module=TB,
+    # The smallest input buffer that carries multicast: one whole packet (credits = max_payload + 1).
+    run_cocotb("switch", {"ports": 4, "credits": 4, "max_payload": 3, "out_credits": 2}, test_module=TB,
                testcase="test_traffic", seed=seed, sim=sim, env={"packets": 30})
 
 
@@ -94,7 +95,7 @@ def test_zero_load_latency(ports, seed, sim):
 
 
 def test_credit_overflow(seed, sim):
-    run_cocotb("switch", {"ports": 4, "credits": 16, "out_credits": 2}, test_module=TB, testcase="test_credit_overflow",
+    run_cocotb("switch", {"ports": 4, "credits": 17, "out_credits": 2}, test_module=TB, testcase="test_credit_overflow",
                seed=seed, sim=sim)
 
 
@@ -121,3 +122,59 @@ def test_isolate_static_must_be_bool(value):
     from hw.switch.nvswitch import NVSwitch
     with pytest.raises(ValueError, match="isolate_static must be a bool"):
         NVSwitch(ports=4, isolate_static=value)
+
+
+def test_multicast_needs_a_whole_packet_of_credits():
+    """A switch that carries multicast refuses an input buffer smaller than one packet (a crossed-multicast
+    deadlock below it, docs/timeouts.md), naming the minimum; a unicast-only one does not need it."""
+    from hw.switch.nvswitch import NVSwitch
+    with pytest.raises(ValueError, match=r"credits must be at least max_payload \+ 1 = 17 for a switch that "
+                                         r"carries multicast .* got 16; multicast=False"):
+        NVSwitch(ports=4, credits=16)
+    with pytest.raises(ValueError, match=r"at least max_payload \+ 1 = 5 .* got 4"):
+        NVSwitch(ports=4, credits=4, max_payload=4, queueing="fifo", speedup=1)
+    assert NVSwitch(ports=4, credits=17).credits == 17
+    assert NVSwitch(ports=4, credits=4, max_payload=3).credits == 4
+    assert NVSwitch(ports=4, credits=8, multicast=False).multicast is False
+    with pytest.raises(ValueError, match="multicast must be a bool"):
+        NVSwitch(ports=4, multicast=1)
+    # The DySHARP switch's response network routes by dst only: its credits may be below a packet.
+    from hw.switch.dysharp_switch import DySharpSwitch
+    sw = DySharpSwitch(ports=4, credits=17, resp_credits=8)
+    assert sw.respnet.multicast is False and sw.reqnet.multicast is True
+
+
+@pytest.mark.parametrize("multicast", [True, False])
+def test_unicast_only_ingress_refuses_multicast(multicast):
+    """With ``multicast=False`` a static or dynamic ``multimem`` header is dropped whole and answered
+    ``UNKNOWN_OPCODE`` (no mask-queue entry, so no multicast head can wait); unicast is written as usual.
+    With ``multicast=True`` the same headers are queued to the mask queue."""
+    from amaranth.sim import Simulator
+    from hw.packet import ErrorCode, Header, Opcode
+    from hw.switch.ingress import Ingress
+    N = 4
+    dut = Ingress(n_ports=N, n_uc=N, n_cells=8, max_payload=3, multicast=multicast)
+    cases = [(Header(opcode=Opcode.WRITE, dst=2, length=0, tag=1), False),
+             (Header(opcode=Opcode.DYN_ST, mask=0b0110, length=0, tag=2), True),
+             (Header(opcode=Opcode.MM_ST, group=1, length=0, tag=3), True),
+             (Header(opcode=Opcode.READ, dst=1, length=1, tag=4), False)]
+    seen = []
+
+    async def bench(ctx):
+        ctx.set(dut.group_mask, 0b0011)       # group 1 is configured
+        for h, mc in cases:
+            ctx.set(dut.valid, 1)
+            ctx.set(dut.flit, {"data": h.encode(), "last": 1, "poison": 0})
+            seen.append((ctx.get(dut.enq), ctx.get(dut.err_push), ctx.get(dut.err_code), ctx.get(dut.err_tag),
+                         ctx.get(dut.target_q)))
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    for (h, mc), (enq, err, code, tag, q) in zip(cases, seen):
+        if mc and not multicast:
+            assert (enq, err, code, tag) == (0, 1, ErrorCode.UNKNOWN_OPCODE.value, h.tag), h
+        else:
+            assert (enq, err) == (1, 0) and q == (N if mc else h.dst), h

@@ -312,9 +312,10 @@ class DySharpSwitch(wiring.Component):
         # Build the parts now: their constructors validate the remaining parameters.
         net = dict(ports=ports, out_credits=_NET_OUT_DEPTH, flit_width=flit_width, max_payload=max_payload)
         self.reqnet = NVSwitch(credits=credits, groups=groups, isolate_static=True, **net)
-        # The response network routes by dst only; its group table is idle (2 entries: a 1-entry table has a
-        # zero-width address).
-        self.respnet = NVSwitch(credits=resp_credits, groups=2, iterations=resp_iterations, **net)
+        # The response network routes by dst only (multicast=False: it needs no whole packet of credits); its
+        # group table is idle (2 entries: a 1-entry table has a zero-width address).
+        self.respnet = NVSwitch(credits=resp_credits, groups=2, iterations=resp_iterations, multicast=False,
+                                **net)
         self.tlbs = [AlTlb(ports=ports, groups=groups, entries=tlb_entries, mshrs=tlb_mshrs,
                            timeout=tlb_timeout) for _ in range(ports)]
         self.engines = [ReductionEngine(ports=ports, entries=red_entries, max_length=max_payload,

@@ -38,13 +38,19 @@ class Ingress(wiring.Component):
     ``isolate_static`` (bool): a static ``multimem`` header (routed by ``group``) from an input ``port``
     that is not a member of its group is an ``ISOLATION`` error (after every other header check); adds the
     ``port`` input (this input's index).
+
+    ``multicast`` (bool): False for a network that routes by ``dst`` only; a header routed by ``group`` or
+    ``mask`` is then an ``UNKNOWN_OPCODE`` error (an opcode this network does not carry), after every other
+    header check.
     """
 
     def __init__(self, *, n_ports: int, n_uc: int, n_cells: int, flit_width: int = DEFAULT_FLIT_WIDTH,
-                 max_payload: int = 16, isolate_static: bool = False):
-        if not isinstance(isolate_static, bool):
-            raise ValueError(f"isolate_static must be a bool, got {isolate_static!r}")
+                 max_payload: int = 16, isolate_static: bool = False, multicast: bool = True):
+        for name, v in (("isolate_static", isolate_static), ("multicast", multicast)):
+            if not isinstance(v, bool):
+                raise ValueError(f"{name} must be a bool, got {v!r}")
         self.isolate_static = isolate_static
+        self.multicast = multicast
         self.n_ports, self.n_uc, self.n_cells = n_ports, n_uc, n_cells
         self.flit_width, self.max_payload = flit_width, max_payload
         C = n_cells
@@ -89,6 +95,9 @@ class Ingress(wiring.Component):
         if self.isolate_static:
             outsider = routing_group & ~(self.group_mask >> self.port)[0]
             base_err = Mux((base_err == ErrorCode.NONE.value) & outsider, ErrorCode.ISOLATION.value, base_err)
+        if not self.multicast:
+            routed = Cat(hdr.opcode == op for op, i in OPCODES.items() if i.routing != "dst").any()
+            base_err = Mux((base_err == ErrorCode.NONE.value) & routed, ErrorCode.UNKNOWN_OPCODE.value, base_err)
         m.d.comb += hdr_err.eq(base_err)
         exp = Signal(range(MAX_LENGTH + 1))
         m.d.comb += [exp.eq(rtl_payload_flits(hdr)), self.payload.eq(exp)]

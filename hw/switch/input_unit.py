@@ -108,7 +108,7 @@ class InputUnit(wiring.Component):
 
     def __init__(self, *, port: int | None, n_ports: int, credits: int, flit_width: int = DEFAULT_FLIT_WIDTH,
                  max_payload: int = 16, queueing: str = "voq", lanes: int = 1, grant_delay: int = 1,
-                 isolate_static: bool = False):
+                 isolate_static: bool = False, multicast: bool = True):
         if queueing not in ("voq", "fifo"):
             raise ValueError(f"queueing must be 'voq' or 'fifo', got {queueing!r}")
         if lanes not in (1, 2):
@@ -119,6 +119,7 @@ class InputUnit(wiring.Component):
             raise ValueError(f"grant_delay must be 1 or 2, got {grant_delay!r}")
         self.grant_delay = grant_delay
         self.isolate_static = isolate_static
+        self.multicast = multicast
         self.lanes = lanes
         if port is not None:
             self.port = port
@@ -182,7 +183,8 @@ class InputUnit(wiring.Component):
 
         # ---------------------------------------------------------------- ingress
         m.submodules.ingress = ing = Ingress(n_ports=N, n_uc=n_uc, n_cells=C, flit_width=self.flit_width,
-                                             max_payload=self.max_payload, isolate_static=self.isolate_static)
+                                             max_payload=self.max_payload, isolate_static=self.isolate_static,
+                                             multicast=self.multicast)
         if self.isolate_static:
             m.d.comb += ing.port.eq(self.port)
         m.submodules.credit = credit = CreditReturn(max_gain=L + 2, max_loss=2, bound=2 * C + 4)

@@ -19,6 +19,12 @@ Contract
   drop it), the error response and counter are as above. With ``isolate_static=True`` a static
   ``multimem`` packet from a port that is not a member of its group is refused the same way
   (``ISOLATION``); by default any port may send to any configured group, as NVLS's plain switch does.
+  With ``multicast=False`` (a network that routes by ``dst`` only, like the DySHARP switch's response
+  network) a static or dynamic ``multimem`` packet is refused the same way (``UNKNOWN_OPCODE``).
+* A whole packet of credits: a multicast head still arriving is sent to all its destinations at once or
+  not at all (:mod:`hw.switch.input_unit`); two such heads whose grants cross wait for each other for
+  ever unless each input can hold its packet whole. So a switch that carries multicast refuses
+  ``credits`` below ``max_payload + 1`` (``docs/timeouts.md``); a ``multicast=False`` one does not need it.
 * Latency: header in at cycle t, header out at t+5 with no contention (the allocator's match is
   registered, see :class:`~hw.switch.input_unit.InputUnit`), t+6 with ``req_stage`` (the requests are
   registered too: from ``REQ_STAGE_PORTS`` ports by default, where the input units' request vectors and
@@ -72,12 +78,15 @@ class NVSwitch(wiring.Component):
     (``"voq"`` or ``"fifo"``), ``speedup`` (1 or 2: flits per cycle an input reads and the crossbar moves
     per port), ``egress_depth`` (output queue flits; default 4 at speedup 1, two maximal packets at
     speedup 2), ``iterations`` (iSLIP iterations per cycle, 1..4), ``req_stage`` (register the requests
-    before the allocator, one more cycle per traversal; default: from ``REQ_STAGE_PORTS`` ports)."""
+    before the allocator, one more cycle per traversal; default: from ``REQ_STAGE_PORTS`` ports),
+    ``isolate_static`` (refuse a static ``multimem`` packet from a non-member), ``multicast`` (False: route
+    by ``dst`` only and refuse multicast packets; ``credits`` may then be below ``max_payload + 1``)."""
 
     def __init__(self, *, ports: int = 8, credits: int = 256, out_credits: int | None = None,
                  flit_width: int = DEFAULT_FLIT_WIDTH, max_payload: int = 16, groups: int = 16,
                  queueing: str = "voq", egress_depth: int | None = None, iterations: int = 1,
-                 speedup: int = 2, req_stage: bool | None = None, isolate_static: bool = False):
+                 speedup: int = 2, req_stage: bool | None = None, isolate_static: bool = False,
+                 multicast: bool = True):
         if not isinstance(ports, int) or not 4 <= ports <= MAX_PORTS:
             raise ValueError(f"ports must be an integer in 4..{MAX_PORTS}, got {ports!r}")
         if not isinstance(credits, int) or not 4 <= credits <= 1024:
@@ -97,9 +106,19 @@ class NVSwitch(wiring.Component):
             egress_depth = 4 if speedup == 1 else 2 * (max_payload + 1)
         if not isinstance(egress_depth, int) or not 2 * speedup <= egress_depth <= 256:
             raise ValueError(f"egress_depth must be an integer in {2 * speedup}..256, got {egress_depth!r}")
-        if not isinstance(isolate_static, bool):
-            raise ValueError(f"isolate_static must be a bool, got {isolate_static!r}")
+        for name, v in (("isolate_static", isolate_static), ("multicast", multicast)):
+            if not isinstance(v, bool):
+                raise ValueError(f"{name} must be a bool, got {v!r}")
+        # A multicast head still arriving is sent to all its destinations at once (see input_unit): two such
+        # heads whose grants cross wait for each other for ever unless each can arrive whole.
+        if multicast and credits < max_payload + 1:
+            raise ValueError(f"credits must be at least max_payload + 1 = {max_payload + 1} for a switch that "
+                             f"carries multicast (a multicast packet must fit whole in an input: a multicast head "
+                             f"still arriving is sent to all its destinations at once, and two such heads whose "
+                             f"grants cross would wait for each other for ever), got {credits}; "
+                             f"multicast=False builds a unicast-only switch without this minimum")
         self.isolate_static = isolate_static
+        self.multicast = multicast
         self.speedup = speedup
         flit_layout(flit_width)   # validates flit_width
         self.ports = ports
@@ -145,7 +164,8 @@ class NVSwitch(wiring.Component):
             # The index is a strap input, so the N input units are one Verilog module (hw.emission).
             iu = InputUnit(port=None, n_ports=N, credits=self.credits, flit_width=self.flit_width,
                            max_payload=self.max_payload, queueing=self.queueing, lanes=self.speedup,
-                           grant_delay=2 if self.req_stage else 1, isolate_static=self.isolate_static)
+                           grant_delay=2 if self.req_stage else 1, isolate_static=self.isolate_static,
+                           multicast=self.multicast)
             m.submodules[f"in{i}"] = iu
             inputs.append(iu)
             connect(m, wiring.flipped(self.rx[i]), iu.rx)

@@ -35,7 +35,7 @@ matched by tag (AL-TLB MSHRs, reduction entries), so a GPU may answer different 
 
 Switch parameters: ``--set PARAM=V`` (repeatable) sets any :class:`~hw.switch.dysharp_switch.DySharpSwitch`
 parameter but ``ports``, checked by the switch's constructor before anything is built: e.g. the smallest
-buffers (``--set credits=8 --set resp_credits=8 --set link_credits=2 --set gpu_credits=2 --set
+buffers (``--set credits=17 --set resp_credits=8 --set link_credits=2 --set gpu_credits=2 --set
 red_entries=16 --set tlb_entries=16 --set tlb_mshrs=2 --set egress_slots=2``). The timeouts are then
 derived from those buffers (:mod:`hw.switch.timeouts`); a timeout below its bound is refused, unless
 ``--set allow_short_timeouts=1`` forces it (the run then reports how many answered requests timed out).
@@ -410,7 +410,7 @@ def add_arguments(p) -> None:
     p.add_argument("--contributors", default="1,2,4,8", help="ld_reduce contributors d, one stream each (default: 1,2,4,8)")
     p.add_argument("--combine-rows", type=int, default=16, help="combine rows per requester (default: 16)")
     p.add_argument("--set", action="append", default=[], metavar="PARAM=V",
-                   help="a DySHARP switch parameter (repeatable; not ports), e.g. --set credits=8")
+                   help="a DySHARP switch parameter (repeatable; not ports), e.g. --set credits=32")
     p.add_argument("--out", default="build/bench/soak.json")
 
 

@@ -13,7 +13,7 @@ from .switch import SwitchHarness
 
 BLOCKS = {
     "credit_link": ("credit link: CreditSender -> CreditReceiver (4 credits), any traffic and stalls",
-                    lambda: CreditLinkHarness(4), 8, 12),
+                    lambda: CreditLinkHarness(4), 2, 12),
     "cam": ("CAM: 16 entries, 5-bit keys, 4-bit values, any lookups and writes", lambda: CamHarness(), 3, 6),
     "al_tlb": ("AL-TLB: 2 ports, 1 group, 16 entries, 2 MSHRs, timeout 16, free backing table and config", lambda: AlTlbHarness(check="cam"), 4, 8),  # noqa: E501
     "al_tlb_mshr": ("AL-TLB MSHRs: 2 ports, 1 group, 16 entries, 2 MSHRs, timeout 16, free backing table and config", lambda: AlTlbHarness(check="mshr"), 4, 22),  # noqa: E501

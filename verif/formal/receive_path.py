@@ -11,7 +11,9 @@ too long (truncated while the buffer is full), which are all the cases of that l
 Proof: bounded model check to depth 10 (``dysharp formal receive_path``, yices, about a minute), every
 ``Cover`` reached within 8; the default test suite checks depth 6. Ten cycles hold three maximal packets
 (or a truncated over-long one and the packets behind it) through staging and commit. k-induction does
-not close (free-running 32-bit error counters and bump pointers).
+not close: it needs an invariant on the staging buffer's contents (which flits of the FIFO belong to which
+queued packet, and that each queued packet's status and header agree with what the harness saw), which
+the harness does not state (``docs/verification.md``).
 
 Free inputs (every cycle): the link's flits (header data, ``last``, ``poison``), the memory, response,
 arrival and fill consumers' ``ready``, the read port's handshakes, ``tag_issue``, ``clear``, ``cfg.port``
@@ -47,8 +49,9 @@ Properties (each with a ``Cover``):
 * **a poisoned or misframed packet reports no token arrival**: ``arrival.valid`` only after a good
   tracked packet has arrived. Cover: an arrival is taken.
 * **every bad packet is counted once**: ``0 <= bad packets arrived - (POISONED + LENGTH_MISMATCH +
-  BAD_LENGTH + UNKNOWN_OPCODE) <= flits the block holds credits for``; so once every credit is back each
-  bad packet has been counted exactly once, and a good one never is. Cover: two bad packets counted.
+  BAD_LENGTH + UNKNOWN_OPCODE) <= flits the block holds credits for`` (the difference taken modulo 2^8,
+  as the counters wrap); so once every credit is back each bad packet has been counted exactly once, and
+  a good one never is. Cover: two bad packets counted.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal
@@ -197,7 +200,11 @@ class ReceivePathHarness(wiring.Component):
         if want[P3]:
             p.check(m, P3, ~rp.arrival.valid | good_done, rp.arrival.valid & rp.arrival.ready)
         if want[P4]:
-            p.check(m, P4, (counted <= bad_in) & (bad_in <= counted + held),
-                    (counted == 2) & (credits_left == C))
+            # Modulo 2^8 (the counters wrap at 2^32, a multiple): bad packets not yet counted, never
+            # negative (a difference below 0 wraps far above `held`) and at most one per held flit. Stated
+            # without wrap it would fail after 256 bad packets, so it could only ever be a bounded claim.
+            pending = Signal(8)
+            m.d.comb += pending.eq(bad_in - counted)
+            p.check(m, P4, pending <= held, (counted == 2) & (credits_left == C))
         return m
 
