@@ -10,13 +10,15 @@ protocol:
   in-order scoreboard of its VC, and counts the flits that must overflow (the source ignores its credits
   in the ``*_overflow`` tests).
 * ``vc_sender``: random flits on ``i[0]``/``i[1]`` into :class:`~verif.harness.vc_link.VcLinkSink`, which
-  returns credits after random stalls (or withholds one VC's) and fails on a flit sent without a credit
-  or into a full buffer; :class:`SenderChecker` checks ``credits_left`` every cycle against the sink's
-  count (never negative, never above the configured credits) and the arbitration exactly: a flit goes
-  whenever a VC has a flit and a credit, and with both able the VC that did not send last.
+  returns credits after random stalls (or withholds one VC's, then returns them 3 per cycle), and fails
+  on a flit sent without a credit or into a full buffer; :class:`SenderChecker` checks ``credits_left``
+  every cycle against the sink's count (never negative, never above the configured credits) and the
+  arbitration exactly: a flit goes whenever a VC has a flit and a credit, and with both able the VC that
+  did not send last.
 
 Every output flit's bits are compared with what went in (per-VC order, nothing lost or duplicated).
-Settings (``DYSHARP_ENV``): ``flits`` (per VC), ``gap``, ``stall``.
+Settings (``DYSHARP_ENV``): ``flits`` (per VC), ``gap``, ``stall``, ``batch`` (the most credits the sink
+returns per VC per cycle in ``test_sender_random``, default 1).
 """
 
 import cocotb
@@ -237,7 +239,7 @@ class SenderChecker:
 
 
 class SenderEnv:
-    def __init__(self, dut, *, gap=0.0, stall=0.0):
+    def __init__(self, dut, *, gap=0.0, stall=0.0, batch=1):
         p = tbenv.params()
         self.dut = dut
         self.credits = list(p["credits"])
@@ -249,7 +251,7 @@ class SenderEnv:
                      for v in range(N_VCS)]
         # Random flits carry no header: no check of the VC class.
         self.sink = VcLinkSink(dut, "link", tbenv.rng("sink"), credits=self.credits, flit_width=self.W,
-                               stall=stall, burst=3.0, check_class=False,
+                               stall=stall, burst=3.0, batch=batch, check_class=False,
                                on_flit=lambda v, f, cyc: self.sb.observe(v, pack_flit(f, self.W), cycle=cyc))
         self.checker = SenderChecker(dut, self.sink)
         self.cycler.add(*self.drvs, self.sink)   # drivers first: a flit is expected before it is seen
@@ -267,8 +269,9 @@ class SenderEnv:
 
 @cocotb.test()
 async def test_sender_random(dut):
+    """Random flits, random gaps, bursty credit stalls: bits, order, credits_left and arbitration exact."""
     s = tbenv.settings()
-    env = SenderEnv(dut, gap=s.get("gap", 0.3), stall=s.get("stall", 0.4))
+    env = SenderEnv(dut, gap=s.get("gap", 0.3), stall=s.get("stall", 0.4), batch=s.get("batch", 1))
     await env.cycler.start()   # traffic is queued after reset
     rng = tbenv.rng("traffic")
     n = s.get("flits", 400)
@@ -297,8 +300,9 @@ async def test_sender_full_rate(dut):
 @cocotb.test()
 async def test_sender_vc_independence(dut):
     """The response VC's receiver stops returning credits: that VC sends exactly its credits and stops,
-    while the request VC carries on at full rate; released, the response VC drains."""
-    env = SenderEnv(dut)
+    while the request VC carries on at full rate; released, the response VC drains (its buffered credits
+    come back 3 per cycle, the most a cycle's ``credit`` carries)."""
+    env = SenderEnv(dut, batch=3)
     await env.cycler.start()   # traffic is queued after reset
     rng = tbenv.rng("traffic")
     k = 60
