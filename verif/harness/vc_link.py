@@ -143,7 +143,8 @@ class VcLinkSink(Agent):
     backpressure. ``on_packet(vc, flits, cycle)`` gets each complete packet (a list of :class:`Flit`),
     ``on_flit(vc, flit, cycle)`` each flit. With ``check_class`` a packet whose opcode belongs to the other
     VC raises :class:`VcClassError`; a flit sent on a VC with no credit left raises
-    :class:`CreditProtocolError`.
+    :class:`CreditProtocolError`. :meth:`withhold` stops one VC's credits altogether (a receiver whose VC
+    has stopped draining; off by default).
 
     Fault injection (:mod:`verif.faults`): ``credit_filter(vc, n, cycle) -> n'`` rewrites the credits put
     on the wire (the buffer still frees ``n``; ``available`` follows what the sender got). A flit that
@@ -188,7 +189,13 @@ class VcLinkSink(Agent):
         self.overflows = [0] * N_VCS
         self.spoiled = [False] * N_VCS
         self.credit_filter = None
+        self.withheld = [False] * N_VCS
         self.credit.write(0)
+
+    def withhold(self, vc: int, on: bool = True) -> None:
+        """Stop (``on``) or resume returning ``vc``'s credits: its buffer fills, the sender runs out of
+        credits on that VC and must keep sending on the other."""
+        self.withheld[vc] = on
 
     def set_stall(self, vc: int, stall: float, burst: float = 1.0, rng=None) -> None:
         """Change one VC's backpressure from now on."""
@@ -201,7 +208,8 @@ class VcLinkSink(Agent):
     def drive(self, cycle):
         word = 0
         for v in range(N_VCS):
-            n = min(self.to_return[v], self.batch) if self.to_return[v] and self.gates[v].open() else 0
+            n = min(self.to_return[v], self.batch) \
+                if self.to_return[v] and not self.withheld[v] and self.gates[v].open() else 0
             self.returning[v] = n
             wire = self.credit_filter(v, n, cycle) if n and self.credit_filter is not None else n
             self.wire[v] = wire

@@ -1,19 +1,24 @@
 """cocotb testbench of the credit-link receiver and the two-VC link (:mod:`hw.credit`, :mod:`hw.vc_link`).
 
-Each DUT runs against a Python model of its link partner, so the partner can also break the protocol:
+Each DUT runs against the harness's model of its link partner, so the partner can also break the
+protocol:
 
-* ``credit_receiver``: the harness :class:`~verif.harness.credit.CreditSource` sends random packets;
-  ``vc_receiver``: :class:`VcSource` sends on both VCs with per-VC credits. A cycle model of the
-  receiver FIFOs (:class:`ReceiverModel`) checks every cycle that ``o[v].valid`` and the returned credits
-  are exactly what the FIFO occupancy says, queues each accepted flit for the in-order scoreboard of its
-  VC, and counts the flits that must overflow (the partner ignores credits in the ``*_overflow`` tests).
-* ``vc_sender``: random flits on ``i[0]``/``i[1]`` against :class:`VcSink`, which returns credits after
-  random stalls, fails on a flit sent without a credit, checks ``credits_left`` every cycle against its
-  own count (never negative, never above the configured credits) and checks the arbitration exactly:
-  a flit goes whenever a VC has a flit and a credit, and with both able the VC that did not send last.
+* ``credit_receiver``: :class:`~verif.harness.credit.CreditSource` sends random packets; ``vc_receiver``:
+  :class:`~verif.harness.vc_link.VcLinkSource` sends raw random flits on both VCs with per-VC credits. A
+  cycle model of the receiver FIFOs (:class:`ReceiverModel`) checks every cycle that ``o[v].valid`` and
+  the returned credits are exactly what the FIFO occupancy says, queues each accepted flit for the
+  in-order scoreboard of its VC, and counts the flits that must overflow (the source ignores its credits
+  in the ``*_overflow`` tests).
+* ``vc_sender``: random flits on ``i[0]``/``i[1]`` into :class:`~verif.harness.vc_link.VcLinkSink`, which
+  returns credits after random stalls (or withholds one VC's, then returns them 3 per cycle), and fails
+  on a flit sent without a credit or into a full buffer; :class:`SenderChecker` checks ``credits_left``
+  every cycle against the sink's count (never negative, never above the configured credits) and the
+  arbitration exactly: a flit goes whenever a VC has a flit and a credit, and with both able the VC that
+  did not send last.
 
 Every output flit's bits are compared with what went in (per-VC order, nothing lost or duplicated).
-Settings (``DYSHARP_ENV``): ``flits`` (per VC), ``gap``, ``stall``.
+Settings (``DYSHARP_ENV``): ``flits`` (per VC), ``gap``, ``stall``, ``batch`` (the most credits the sink
+returns per VC per cycle in ``test_sender_random``, default 1).
 """
 
 import cocotb
@@ -21,12 +26,12 @@ import cocotb
 from hw.packet import Flit, N_VCS, flit_layout, pack_flit, unpack_flit
 
 from verif.harness import tbenv
-from verif.harness.credit import CreditProtocolError, CreditSource
-from verif.harness.cycler import Agent, Cycler
-from verif.harness.gates import Gate
+from verif.harness.credit import CreditSource
+from verif.harness.cycler import Cycler
 from verif.harness.scoreboard import Scoreboard
 from verif.harness.stream import StreamDriver, StreamMonitor, record_cycles
 from verif.harness.structs import Port
+from verif.harness.vc_link import VcLinkSink, VcLinkSource
 
 CREDIT_BITS = 2
 
@@ -35,47 +40,6 @@ def random_flits(rng, n, flit_width=128, *, vc=0):
     """``n`` random flits (random ``last`` framing, rare ``poison``), as packed ints."""
     return [pack_flit(Flit(rng.getrandbits(flit_width), rng.random() < 0.3, rng.random() < 0.05), flit_width)
             for _ in range(n)]
-
-
-class VcSource(Agent):
-    """Sends queued flits on a VC link (``link__valid/vc/flit``, credits back on ``link__credit``)."""
-
-    def __init__(self, dut, rng, *, credits, gap=0.0, ignore_credits=False):
-        self.valid = Port(dut.link__valid)
-        self.vc = Port(dut.link__vc)
-        self.flit = Port(dut.link__flit)
-        self.credit = Port(dut.link__credit)
-        self.rng = rng
-        self.credits = list(credits)
-        self.gate = Gate(rng, gap, 2.0)
-        self.ignore_credits = ignore_credits
-        self.queues = [[] for _ in range(N_VCS)]
-        self.sent_cycles = []
-        self.valid.write(0)
-
-    def send(self, vc, bits):
-        self.queues[vc].append(bits)
-
-    @property
-    def idle(self):
-        return not any(self.queues)
-
-    def drive(self, cycle):
-        able = [v for v in range(N_VCS) if self.queues[v] and (self.credits[v] > 0 or self.ignore_credits)]
-        if able and self.gate.open():
-            v = self.rng.choice(able)
-            self.flit.write(self.queues[v].pop(0))
-            self.vc.write(v)
-            self.valid.write(1)
-            self.credits[v] -= 1
-            self.sent_cycles.append(cycle)
-        else:
-            self.valid.write(0)
-
-    def sample(self, cycle):
-        bits = self.credit.read()
-        for v in range(N_VCS):
-            self.credits[v] += (bits >> (CREDIT_BITS * v)) & ((1 << CREDIT_BITS) - 1)
 
 
 class ReceiverModel:
@@ -147,13 +111,13 @@ class ReceiverEnv:
                                 on_item=lambda bits, cyc, v=v: self._out(v, bits, cyc))
             self.mons.append(mon)
         if self.two:
-            self.src = VcSource(dut, tbenv.rng("src"), credits=self.depths, gap=gap,
-                                ignore_credits=ignore_credits)
+            self.src = VcLinkSource(dut, "link", tbenv.rng("src"), credits=self.depths, flit_width=self.W,
+                                    gap=gap, burst=2.0, ignore_credits=ignore_credits)
         else:
             self.src = CreditSource(dut, "link", tbenv.rng("src"), credits=self.depths[0], flit_width=self.W,
                                     gap=gap, ignore_credits=ignore_credits)
-            self.src.sent_cycles = []      # first flit of each send() call
-            self.src.on_sent = lambda pid, cyc: self.src.sent_cycles.append(cyc)
+        self.src.sent_cycles = []      # first flit of each send() call
+        self.src.on_sent = lambda pid, cyc: self.src.sent_cycles.append(cyc)
         self.model = ReceiverModel(dut, self.depths, self.mons, self.sb)
         self.cycler.add(self.src, *self.mons)
         self.cycler.watchers.append(self.model)
@@ -163,11 +127,12 @@ class ReceiverEnv:
         self.model.pop(v)
 
     def send(self, v, bits_list):
+        """Queue raw flits (packed ints, any framing) on VC ``v`` (0 on the one-VC receiver)."""
+        flits = [unpack_flit(b, self.W) for b in bits_list]
         if self.two:
-            for b in bits_list:
-                self.src.send(v, b)
+            self.src.send(flits, vc=v)
         else:
-            self.src.send([unpack_flit(b, self.W) for b in bits_list])
+            self.src.send(flits)
 
     async def drain(self, timeout):
         await self.cycler.until(lambda: self.src.idle and self.sb.outstanding == 0, timeout=timeout,
@@ -233,67 +198,48 @@ async def test_receiver_full_rate(dut):
 # ---------------------------------------------------------------------------------------------------------
 # VcSender
 
-class VcSink(Agent):
-    """The receiving end of a VC link as a model: per-VC buffers drained after random stalls (one credit
-    back per drained flit), credit checks and the sender's arbitration checked every cycle."""
+class SenderChecker:
+    """What is particular to :class:`hw.vc_link.VcSender`, checked every cycle against the counts of the
+    :class:`VcLinkSink` at its link (which checks the credit protocol itself): ``credits_left[v]`` equals
+    the credits the sink says the sender holds (so never negative, never above ``credits[v]``);
+    ``link.valid`` is high exactly when some VC offers a flit and has a credit, it sends only on such a
+    VC, and with both able the VC that did not send last goes. A :class:`Cycler` watcher (after the
+    sink's ``sample``); it keeps the sink's counts from the end of the previous cycle, those the cycle
+    began with."""
 
-    def __init__(self, dut, rng, *, credits, stall=0.0, on_flit=None):
-        self.valid = Port(dut.link__valid)
-        self.vc = Port(dut.link__vc)
-        self.flit = Port(dut.link__flit)
-        self.credit = Port(dut.link__credit)
+    def __init__(self, dut, sink):
+        self.sink = sink
+        self.credits = sink.capacity
+        self.available = list(sink.available)
         self.left = [Port(getattr(dut, f"credits_left__{v}")) for v in range(N_VCS)]
         self.in_valid = [Port(getattr(dut, f"i__{v}__valid")) for v in range(N_VCS)]
-        self.credits = list(credits)
-        self.available = list(credits)
-        self.held = [0] * N_VCS
-        self.gates = [Gate(rng, stall, 3.0) for _ in range(N_VCS)]
-        self.frozen = [False] * N_VCS      # a VC whose credits are withheld (the test sets it)
-        self.returning = [0] * N_VCS
-        self.on_flit = on_flit
+        self.valid = Port(dut.link__valid)
+        self.vc = Port(dut.link__vc)
         self.last_vc = 0
-        self.sent = 0
         self.send_cycles = []
-        self.credit.write(0)
 
-    def drive(self, cycle):
-        bits = 0
-        for v in range(N_VCS):
-            self.returning[v] = int(bool(self.held[v]) and not self.frozen[v] and self.gates[v].open())
-            bits |= self.returning[v] << (CREDIT_BITS * v)
-        self.credit.write(bits)
-
-    def sample(self, cycle):
+    def __call__(self, cycle):
+        available = self.available
         for v in range(N_VCS):
             left = self.left[v].read()
-            assert left == self.available[v], \
-                f"cycle {cycle}: credits_left[{v}]={left}, the receiver's count says {self.available[v]}"
+            assert left == available[v], \
+                f"cycle {cycle}: credits_left[{v}]={left}, the receiver's count says {available[v]}"
             assert 0 <= left <= self.credits[v], f"cycle {cycle}: credits_left[{v}]={left} out of range"
-        can = [self.in_valid[v].high() and self.available[v] > 0 for v in range(N_VCS)]
+        can = [self.in_valid[v].high() and available[v] > 0 for v in range(N_VCS)]
         valid = self.valid.high()
         assert valid == any(can), f"cycle {cycle}: link.valid={int(valid)} while able to send: {can}"
         if valid:
             v = self.vc.read()
-            if self.available[v] <= 0:
-                raise CreditProtocolError(f"cycle {cycle}: VC {v} flit sent without a credit")
             assert can[v], f"cycle {cycle}: VC {v} sent without a flit offered"
             if all(can):
                 assert v != self.last_vc, f"cycle {cycle}: VC {v} sent twice in a row with both VCs able"
             self.last_vc = v
-            self.available[v] -= 1
-            self.held[v] += 1
-            self.sent += 1
             self.send_cycles.append(cycle)
-            if self.on_flit:
-                self.on_flit(v, self.flit.read(), cycle)
-        for v in range(N_VCS):
-            if self.returning[v]:
-                self.held[v] -= 1
-                self.available[v] += 1
+        self.available = list(self.sink.available)
 
 
 class SenderEnv:
-    def __init__(self, dut, *, gap=0.0, stall=0.0):
+    def __init__(self, dut, *, gap=0.0, stall=0.0, batch=1):
         p = tbenv.params()
         self.dut = dut
         self.credits = list(p["credits"])
@@ -303,9 +249,17 @@ class SenderEnv:
         self.drvs = [StreamDriver(dut, f"i__{v}", tbenv.rng(f"gap{v}"), gap=gap, burst=2.0,
                                   on_accept=lambda bits, cyc, v=v: self.sb.expect(v, bits))
                      for v in range(N_VCS)]
-        self.sink = VcSink(dut, tbenv.rng("sink"), credits=self.credits, stall=stall,
-                           on_flit=lambda v, bits, cyc: self.sb.observe(v, bits, cycle=cyc))
+        # Random flits carry no header: no check of the VC class.
+        self.sink = VcLinkSink(dut, "link", tbenv.rng("sink"), credits=self.credits, flit_width=self.W,
+                               stall=stall, burst=3.0, batch=batch, check_class=False,
+                               on_flit=lambda v, f, cyc: self.sb.observe(v, pack_flit(f, self.W), cycle=cyc))
+        self.checker = SenderChecker(dut, self.sink)
         self.cycler.add(*self.drvs, self.sink)   # drivers first: a flit is expected before it is seen
+        self.cycler.watchers.append(self.checker)
+
+    @property
+    def sent(self):
+        return sum(self.sink.flits)
 
     async def drain(self, timeout):
         await self.cycler.until(lambda: all(d.idle for d in self.drvs) and self.sb.outstanding == 0,
@@ -315,8 +269,9 @@ class SenderEnv:
 
 @cocotb.test()
 async def test_sender_random(dut):
+    """Random flits, random gaps, bursty credit stalls: bits, order, credits_left and arbitration exact."""
     s = tbenv.settings()
-    env = SenderEnv(dut, gap=s.get("gap", 0.3), stall=s.get("stall", 0.4))
+    env = SenderEnv(dut, gap=s.get("gap", 0.3), stall=s.get("stall", 0.4), batch=s.get("batch", 1))
     await env.cycler.start()   # traffic is queued after reset
     rng = tbenv.rng("traffic")
     n = s.get("flits", 400)
@@ -324,7 +279,7 @@ async def test_sender_random(dut):
         for b in random_flits(rng, n, env.W):
             env.drvs[v].send(b)
     await env.drain(timeout=40 * n)
-    assert env.sink.sent == 2 * n
+    assert env.sent == 2 * n
 
 
 @cocotb.test()
@@ -338,19 +293,20 @@ async def test_sender_full_rate(dut):
         for b in random_flits(rng, k, env.W):
             env.drvs[v].send(b)
     await env.drain(timeout=20 * k)
-    c = env.sink.send_cycles
+    c = env.checker.send_cycles
     assert len(c) == 2 * k and c[-1] - c[0] == 2 * k - 1, f"{len(c)} flits over {c[-1] - c[0] + 1} cycles"
 
 
 @cocotb.test()
 async def test_sender_vc_independence(dut):
     """The response VC's receiver stops returning credits: that VC sends exactly its credits and stops,
-    while the request VC carries on at full rate; released, the response VC drains."""
-    env = SenderEnv(dut)
+    while the request VC carries on at full rate; released, the response VC drains (its buffered credits
+    come back 3 per cycle, the most a cycle's ``credit`` carries)."""
+    env = SenderEnv(dut, batch=3)
     await env.cycler.start()   # traffic is queued after reset
     rng = tbenv.rng("traffic")
     k = 60
-    env.sink.frozen[1] = True
+    env.sink.withhold(1)
     for v in range(N_VCS):
         for b in random_flits(rng, k, env.W):
             env.drvs[v].send(b)
@@ -360,6 +316,6 @@ async def test_sender_vc_independence(dut):
     assert env.sb.count[1] == env.credits[1], (env.sb.count[1], env.credits[1])
     assert env.sb.count[0] == k
     assert int(getattr(dut, "credits_left__1").value) == 0
-    env.sink.frozen[1] = False
+    env.sink.withhold(1, on=False)
     await env.drain(timeout=20 * k)
     assert env.sb.count[1] == k
