@@ -55,33 +55,37 @@ Contract
   this translator's input stalls, never the switch. ``tr.resp`` backpressure is absorbed by the
   ``resp_depth``-entry response FIFO, after which ``tr.req`` is backpressured too.
 
-Blocks: the CAM (:class:`~hw.switch.cam.Cam`), the MSHRs (:class:`~hw.switch.mshr_file.MshrFile`: allocation,
-fills, timeouts, replays), the owed tags (:class:`~hw.switch.owed_tags.OwedTags`), the group table and three
-``lib.fifo`` queues (answers, recirculated requests, backing reads). The three-stage pipeline that joins
-them, the configuration port and the counters are here.
+Blocks: the three-stage lookup pipeline (:mod:`hw.switch.tlb_stages`: issue, check, resolve), the CAM
+(:class:`~hw.switch.cam.Cam`), the MSHRs (:class:`~hw.switch.mshr_file.MshrFile`: allocation, fills,
+timeouts, replays), the owed tags (:class:`~hw.switch.owed_tags.OwedTags`), the group table, the
+configuration port (:class:`TlbConfigPort`, which owns the CAM's write port), three ``lib.fifo`` queues
+(answers, recirculated requests, backing reads) and the counters (:class:`~hw.event_counters.EventCounters`).
 """
 
 import enum as py_enum
 from types import SimpleNamespace
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal
 from amaranth.lib import data, enum, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..event_counters import EventCounters
 from ..packet import INDEX_BITS, MAX_PORTS, ErrorCode
 from .backing_if import BACKING_TAG_BITS, BackingRequest, backing_signature
 from .cam import Cam, CamOp
-from .mshr_file import MshrFile, backing_tag_fields
+from .mshr_file import MshrFile, backing_tag_fields, fills_signature, flush_signature
 from .owed_tags import OwedTags
 from .timeouts import MAX_DERIVED_TIMEOUT
+from .tlb_stages import TlbCheck, TlbIssue, TlbResolve, group_entry_layout, tlb_key_fields
 from .translate_if import TranslateRequest, TranslateResponse, translate_signature
 
-__all__ = ["AlTlb", "TlbConfig", "TlbConfigOp", "TlbCounter", "INDEX_BITS", "MAX_ROWS", "tlb_key_fields",
-           "backing_tag_fields", "DEFAULT_TIMEOUT", "MAX_TIMEOUT"]
+__all__ = ["AlTlb", "TlbConfig", "TlbConfigOp", "TlbConfigPort", "TlbCounter", "INDEX_BITS", "MAX_ROWS",
+           "tlb_key_fields", "backing_tag_fields", "DEFAULT_TIMEOUT", "MAX_TIMEOUT"]
 
 MAX_ROWS = 1 << INDEX_BITS
 DEFAULT_TIMEOUT = 8192      # cycles; the reduction engine's default too
 MAX_TIMEOUT = MAX_DERIVED_TIMEOUT     # 2**26: room for the DySHARP switch's derived timeouts
+_ADDR = TranslateResponse.as_shape()["addr"].shape
 
 
 class TlbConfigOp(enum.Enum, shape=1):
@@ -118,14 +122,59 @@ class TlbCounter(py_enum.IntEnum):
 N_COUNTERS = len(TlbCounter)
 
 
-def _bits(n: int) -> int:
-    return max(1, (n - 1).bit_length())
+class TlbConfigPort(wiring.Component):
+    """The configuration port and the CAM's write port. ``cfg`` is always ready. A legal write (``group``
+    below ``groups``; a ``SET``'s mask within the ports and ``rows`` at most :data:`MAX_ROWS`) flushes the
+    group -- ``flush``, the CAM invalidates its translations (``cam_*``) -- and a ``SET`` writes its entry
+    (``group_w``); another is counted (``cfg_error``). A fill (``fills``: code ``NONE``, its group not
+    flushed meanwhile) is inserted into the CAM (``insert``) in a cycle without a write: the AL-TLB holds
+    backing responses off while ``cfg.valid``."""
 
+    def __init__(self, *, ports: int, groups: int):
+        self.ports, self.groups = ports, groups
+        _, gb, kw = tlb_key_fields(ports, groups)
+        super().__init__({
+            "cfg": In(stream.Signature(TlbConfig)),
+            "fills": In(fills_signature(kw)),
+            "group_w": In(memory.WritePort.Signature(addr_width=(groups - 1).bit_length(),
+                                                     shape=group_entry_layout(ports))),
+            "flush": Out(flush_signature(gb)),
+            "cam_write_valid": Out(1), "cam_write_op": Out(CamOp), "cam_write_key": Out(kw),
+            "cam_write_mask": Out(kw), "cam_write_value": Out(_ADDR),
+            "cfg_error": Out(1), "insert": Out(1),
+        })
 
-def tlb_key_fields(ports: int, groups: int) -> tuple[int, int, int]:
-    """(dst bits, group bits, key width) of the CAM key ``{group, dst, index}`` (index in the low bits)."""
-    db, gb = _bits(ports), _bits(groups)
-    return db, gb, INDEX_BITS + db + gb
+    def elaborate(self, platform):
+        m = Module()
+        db, gb, kw = tlb_key_fields(self.ports, self.groups)
+        cfg, c, fills = self.cfg, self.cfg.payload, self.fills
+        legal = Signal(name="cfg_legal")
+        extra_mask = c.mask >> self.ports if self.ports < MAX_PORTS else Const(0, 1)
+        m.d.comb += legal.eq((c.group < self.groups) &
+                             ((c.op == TlbConfigOp.FLUSH) | ((extra_mask == 0) & (c.rows <= MAX_ROWS))))
+        flush = self.flush.valid
+        m.d.comb += [
+            cfg.ready.eq(1),
+            flush.eq(cfg.valid & legal),
+            self.flush.group.eq(c.group[:gb]),
+            self.cfg_error.eq(cfg.valid & ~legal),
+            self.insert.eq(fills.valid & (fills.code == ErrorCode.NONE.value) & ~fills.flushed),
+            self.group_w.en.eq(flush & (c.op == TlbConfigOp.SET)),
+            self.group_w.addr.eq(c.group[:gb]),
+            self.group_w.data.mask.eq(c.mask[:self.ports]),
+            self.group_w.data.rows.eq(c.rows),
+        ]
+        group_shift = INDEX_BITS + db
+        cfg_key = Signal(kw, name="cfg_key")
+        m.d.comb += cfg_key.eq(c.group[:gb] << group_shift)
+        m.d.comb += [
+            self.cam_write_valid.eq(flush | self.insert),
+            self.cam_write_op.eq(Mux(flush, CamOp.INVALIDATE, CamOp.INSERT)),
+            self.cam_write_key.eq(Mux(flush, cfg_key, fills.key)),
+            self.cam_write_mask.eq(((1 << gb) - 1) << group_shift),
+            self.cam_write_value.eq(fills.addr),
+        ]
+        return m
 
 
 class AlTlb(wiring.Component):
@@ -167,241 +216,111 @@ class AlTlb(wiring.Component):
             "counters": Out(data.ArrayLayout(32, N_COUNTERS)),
         })
 
-    def _key(self, req):
-        return Cat(req.index, req.dst[:self.dst_bits], req.group[:self.group_bits])
-
     def elaborate(self, platform):
         m = Module()
-        kw = self.key_width
-        group_shift = INDEX_BITS + self.dst_bits
-        group_field = ((1 << self.group_bits) - 1) << group_shift
-
-        req_layout = data.Layout.cast(TranslateRequest)
-        resp_layout = data.Layout.cast(TranslateResponse)
-        m.submodules.cam = cam = Cam(entries=self.entries, key_width=kw, value_width=48)
-        m.submodules.out_fifo = out_fifo = fifo.SyncFIFO(width=resp_layout.size, depth=self.resp_depth)
-        m.submodules.recirc = recirc = fifo.SyncFIFO(width=req_layout.size, depth=3)
-        m.submodules.memq = memq = fifo.SyncFIFO(width=data.Layout.cast(BackingRequest).size, depth=self.mshrs)
-        m.submodules.mshr = mshr = MshrFile(mshrs=self.mshrs, key_width=kw, timeout=self.timeout,
-                                            group_bits=self.group_bits, group_shift=group_shift)
-        glayout = data.StructLayout({"mask": self.ports, "rows": INDEX_BITS + 1})
-        m.submodules.gtab = gtab = memory.Memory(shape=glayout, depth=self.groups, init=[])
+        m.submodules.cam = cam = Cam(entries=self.entries, key_width=self.key_width,
+                                     value_width=Shape.cast(_ADDR).width)
+        m.submodules.out_fifo = out_fifo = fifo.SyncFIFO(width=TranslateResponse.as_shape().size, depth=self.resp_depth)
+        m.submodules.recirc = recirc = fifo.SyncFIFO(width=TranslateRequest.as_shape().size, depth=3)
+        m.submodules.memq = memq = fifo.SyncFIFO(width=BackingRequest.as_shape().size, depth=self.mshrs)
+        m.submodules.mshr = mshr = MshrFile(mshrs=self.mshrs, key_width=self.key_width, timeout=self.timeout,
+                                            group_bits=self.group_bits,
+                                            group_shift=INDEX_BITS + self.dst_bits)
+        m.submodules.gtab = gtab = memory.Memory(shape=group_entry_layout(self.ports), depth=self.groups,
+                                                 init=[])
         gw = gtab.write_port()
         gr = gtab.read_port(transparent_for=(gw,))
+        geometry = dict(ports=self.ports, groups=self.groups)
+        m.submodules.issue = issue = TlbIssue(**geometry)
+        m.submodules.check = check = TlbCheck(**geometry)
+        m.submodules.resolve = resolve = TlbResolve(**geometry)
+        m.submodules.config = config = TlbConfigPort(**geometry)
+        m.submodules.owed_tags = owed = OwedTags(tag_bits=BACKING_TAG_BITS)
+        m.submodules.counters = counters = EventCounters(N_COUNTERS)
 
-        counters = self.counters
-        incs = {c: Const(0, 1) for c in TlbCounter}
-
-        # ---- streams out of the FIFOs ---------------------------------------------------------------
+        # Stage A: replays first, then recirculated misses, then new requests, while the response FIFO has
+        # room for everything in flight; a request starts its CAM lookup and group-table read.
+        wiring.connect(m, mshr.replay, issue.replay)
+        wiring.connect(m, recirc.r_stream, issue.recirc)
+        wiring.connect(m, wiring.flipped(self.tr.req), issue.req)
         m.d.comb += [
-            self.tr.resp.valid.eq(out_fifo.r_rdy),
-            self.tr.resp.payload.eq(out_fifo.r_data),
-            out_fifo.r_en.eq(self.tr.resp.ready),
-            self.mem.req.valid.eq(memq.r_rdy),
-            self.mem.req.payload.eq(memq.r_data),
-            memq.r_en.eq(self.mem.req.ready),
+            issue.room.eq(out_fifo.level + issue.next.valid + check.next.valid + 1 <= self.resp_depth),
+            cam.lookup_valid.eq(issue.lookup_valid),
+            cam.lookup_key.eq(issue.lookup_key),
+            gr.addr.eq(issue.group),
         ]
+        # Stage B: isolation and bounds against the group table.
+        wiring.connect(m, issue.next, check.prev)
+        m.d.comb += check.entry.eq(gr.data)
+        # Stage C: answer, or park the miss in an MSHR, or recirculate it; the answers leave by tr.resp,
+        # the backing reads by mem.req.
+        wiring.connect(m, check.next, resolve.prev)
+        m.d.comb += [resolve.cam_hit.eq(cam.result_hit), resolve.cam_value.eq(cam.result_value)]
+        wiring.connect(m, resolve.alloc, mshr.alloc)
+        wiring.connect(m, resolve.resp, out_fifo.w_stream)
+        wiring.connect(m, resolve.recirc, recirc.w_stream)
+        wiring.connect(m, resolve.read, memq.w_stream)
+        wiring.connect(m, out_fifo.r_stream, wiring.flipped(self.tr.resp))
+        wiring.connect(m, memq.r_stream, wiring.flipped(self.mem.req))
 
-        # ---- pipeline registers ---------------------------------------------------------------------
-        item_layout = data.StructLayout({"req": TranslateRequest, "replay": 1, "pre_err": 1, "addr": 48,
-                                         "code": 8})
-        p1_valid, p1 = Signal(name="p1_valid"), Signal(item_layout, name="p1")
-        p2_valid, p2 = Signal(name="p2_valid"), Signal(item_layout, name="p2")
-        p2_err = Signal(8, name="p2_err")
-
-        # ---- stage A: choose what enters the pipeline (replay > recirculation > new request) ---------
-        replay_any = mshr.replay_valid
-        out_ok = Signal(name="out_ok")
-        m.d.comb += out_ok.eq(out_fifo.level + p1_valid + p2_valid + 1 <= self.resp_depth)
-        take_replay = Signal(name="take_replay")
-        take_recirc = Signal(name="take_recirc")
-        take_new = Signal(name="take_new")
-        m.d.comb += [
-            take_replay.eq(out_ok & replay_any),
-            take_recirc.eq(out_ok & ~replay_any & recirc.r_rdy),
-            self.tr.req.ready.eq(out_ok & ~replay_any & ~recirc.r_rdy),
-            take_new.eq(self.tr.req.ready & self.tr.req.valid),
-            recirc.r_en.eq(take_recirc),
-        ]
-        issue = Signal(TranslateRequest, name="issue")
-        m.d.comb += issue.eq(Mux(take_recirc, recirc.r_data, self.tr.req.payload))
-        pre_err = Signal(name="pre_err")
-        m.d.comb += pre_err.eq((issue.group >= self.groups) | (issue.src >= self.ports) |
-                               (issue.dst >= self.ports))
-        is_lookup = Signal(name="is_lookup")
-        m.d.comb += is_lookup.eq(take_recirc | take_new)
-        m.d.comb += [
-            cam.lookup_valid.eq(is_lookup & ~pre_err),
-            cam.lookup_key.eq(self._key(issue)),
-            gr.addr.eq(issue.group[:self.group_bits]),
-        ]
-        m.d.comb += mshr.replay_take.eq(take_replay)
-        m.d.sync += p1_valid.eq(take_replay | is_lookup)
-        with m.If(take_replay):
-            m.d.sync += [p1.replay.eq(1), p1.pre_err.eq(0), p1.req.eq(0), p1.req.tag.eq(mshr.replay.tag),
-                         p1.addr.eq(mshr.replay.addr), p1.code.eq(mshr.replay.code)]
-        with m.Else():
-            m.d.sync += [p1.replay.eq(0), p1.pre_err.eq(pre_err), p1.req.eq(issue), p1.addr.eq(0),
-                         p1.code.eq(0)]
-
-        # ---- stage B: isolation and bounds check against the group table ------------------------------
-        g = gr.data
-        member_src = Signal(name="member_src")
-        member_dst = Signal(name="member_dst")
-        m.d.comb += [
-            member_src.eq(g.mask.bit_select(p1.req.src[:self.dst_bits], 1)),
-            member_dst.eq(g.mask.bit_select(p1.req.dst[:self.dst_bits], 1)),
-        ]
-        isolated = p1.pre_err | (g.mask == 0) | ~member_src | ~member_dst
-        check = Mux(isolated, ErrorCode.ISOLATION.value,
-                    Mux(p1.req.index >= g.rows, ErrorCode.OUT_OF_BOUNDS.value, ErrorCode.NONE.value))
-        m.d.sync += [p2_valid.eq(p1_valid), p2.eq(p1), p2_err.eq(Mux(p1.replay, 0, check))]
-
-        # ---- backing responses (fills) --------------------------------------------------------------
-        cfg = self.cfg
+        # Backing responses fill the MSHRs (a configuration write owns the CAM write port first); fills
+        # and timeouts answer the misses in stage C too, and fills go into the CAM.
         resp = self.mem.resp
-        m.d.comb += [cfg.ready.eq(1), resp.ready.eq(~cfg.valid)]     # cfg owns the CAM write port first
-        fill = Signal(name="fill")
-        m.d.comb += fill.eq(resp.valid & resp.ready)
-        resp_tag = resp.payload.tag
-        fill_code = Signal(8, name="fill_code")
-        m.d.comb += fill_code.eq(resp.payload.code.as_value())
+        fill = resp.valid & resp.ready
         m.d.comb += [
+            resp.ready.eq(~self.cfg.valid),
             mshr.fill.eq(fill),
-            mshr.fill_tag.eq(resp_tag),
+            mshr.fill_tag.eq(resp.payload.tag),
             mshr.fill_addr.eq(resp.payload.addr),
-            mshr.fill_code.eq(fill_code),
+            mshr.fill_code.eq(resp.payload.code),
         ]
-        fill_ok, fill_key, tmo, tmo_key = mshr.fill_ok, mshr.fill_key, mshr.tmo, mshr.tmo_key
-        incs[TlbCounter.READ_TIMEOUTS] = tmo
+        wiring.connect(m, mshr.fills, resolve.fills, config.fills)
+        wiring.connect(m, mshr.expiry, resolve.expiry)
 
-        # ---- stage C: answer, or park the miss in an MSHR, or recirculate -----------------------------
-        p2_key = Signal(kw, name="p2_key")
-        m.d.comb += p2_key.eq(self._key(p2.req))
-        lookup2 = p2_valid & ~p2.replay
-        ok2 = Signal(name="ok2")
-        hit2 = Signal(name="hit2")
-        miss2 = Signal(name="miss2")
-        m.d.comb += [
-            ok2.eq(lookup2 & (p2_err == ErrorCode.NONE.value)),
-            hit2.eq(ok2 & cam.result_hit),
-            miss2.eq(ok2 & ~cam.result_hit),
-        ]
-        m.d.comb += mshr.key.eq(p2_key)
-        same_fill = Signal(name="same_fill")
-        m.d.comb += same_fill.eq(fill_ok & (fill_key == p2_key))
-        same_tmo = Signal(name="same_tmo")
-        m.d.comb += same_tmo.eq(tmo & (tmo_key == p2_key))
-        alloc = Signal(name="alloc")
-        alloc_primary = Signal(name="alloc_primary")
-        alloc_filled = Signal(name="alloc_filled")
-        to_recirc = Signal(name="to_recirc")
-        needs_read = Signal(name="needs_read")
-        m.d.comb += [
-            needs_read.eq(~same_fill & ~same_tmo & ~mshr.pending),
-            alloc.eq(miss2 & mshr.free_any & (~needs_read | memq.w_rdy)),
-            to_recirc.eq(miss2 & ~alloc),
-            alloc_filled.eq(alloc & (same_fill | same_tmo)),
-            alloc_primary.eq(alloc & needs_read),
-            mshr.alloc.eq(alloc),
-            mshr.alloc_primary.eq(alloc_primary),
-            mshr.alloc_filled.eq(alloc_filled),
-            mshr.alloc_tag.eq(p2.req.tag),
-            mshr.alloc_addr.eq(Mux(same_fill, resp.payload.addr, 0)),
-            mshr.alloc_code.eq(Mux(same_fill, fill_code, Mux(same_tmo, ErrorCode.TIMEOUT.value, 0))),
-        ]
-        incs[TlbCounter.HITS] = hit2
-        incs[TlbCounter.MISSES] = alloc_primary
-        incs[TlbCounter.COALESCED] = alloc & ~alloc_primary
-        incs[TlbCounter.RECIRCULATED] = to_recirc
-
-        push = Signal(name="push")
-        out = Signal(TranslateResponse, name="out")
-        out_code = Signal(8, name="out_code")
-        m.d.comb += [
-            push.eq((p2_valid & p2.replay) | (lookup2 & ~ok2) | hit2),
-            out_code.eq(Mux(p2.replay, p2.code, p2_err)),
-            out.addr.eq(Mux(p2.replay, p2.addr, Mux(hit2, cam.result_value, 0))),
-            out.code.as_value().eq(out_code),
-            out.tag.eq(p2.req.tag),
-            out_fifo.w_en.eq(push),
-            out_fifo.w_data.eq(out),
-            recirc.w_en.eq(to_recirc),
-            recirc.w_data.eq(p2.req),
-        ]
-        incs[TlbCounter.REPLAYS] = p2_valid & p2.replay
-        known = []
-        for c in ("ISOLATION", "OUT_OF_BOUNDS", "TLB_FAULT", "BUFFER_FULL", "TIMEOUT"):
-            sel = push & (out_code == ErrorCode[c].value)
-            incs[TlbCounter[c]] = sel
-            known.append(out_code == ErrorCode[c].value)
-        incs[TlbCounter.OTHER_ERRORS] = push & (out_code != ErrorCode.NONE.value) & ~Cat(*known).any()
-
-        new_tag = mshr.new_tag
-        breq = Signal(BackingRequest, name="breq")
-        m.d.comb += [
-            breq.group.eq(p2.req.group),
-            breq.index.eq(p2.req.index),
-            breq.dst.eq(p2.req.dst),
-            breq.src.eq(p2.req.src),
-            breq.tag.eq(new_tag),
-            memq.w_en.eq(alloc_primary),
-            memq.w_data.eq(breq),
-        ]
-
-        # ---- configuration, CAM write port ------------------------------------------------------------
-        c = cfg.payload
-        cfg_legal = Signal(name="cfg_legal")
-        extra_mask = c.mask >> self.ports if self.ports < MAX_PORTS else Const(0, 1)
-        m.d.comb += cfg_legal.eq((c.group < self.groups) &
-                                 ((c.op == TlbConfigOp.FLUSH) | ((extra_mask == 0) & (c.rows <= MAX_ROWS))))
-        flush = Signal(name="flush")
-        m.d.comb += flush.eq(cfg.valid & cfg_legal)
-        incs[TlbCounter.CFG_ERRORS] = cfg.valid & ~cfg_legal
-        insert = Signal(name="insert")
-        m.d.comb += insert.eq(fill_ok & (fill_code == ErrorCode.NONE.value) & ~mshr.fill_flushed)
-        incs[TlbCounter.FILLS] = insert
-        cfg_key = Signal(kw, name="cfg_key")
-        m.d.comb += cfg_key.eq(c.group[:self.group_bits] << group_shift)
-        m.d.comb += [
-            gw.en.eq(flush & (c.op == TlbConfigOp.SET)),
-            gw.addr.eq(c.group[:self.group_bits]),
-            gw.data.mask.eq(c.mask[:self.ports]),
-            gw.data.rows.eq(c.rows),
-            cam.write_valid.eq(flush | insert),
-            cam.write_op.eq(Mux(flush, CamOp.INVALIDATE, CamOp.INSERT)),
-            cam.write_key.eq(Mux(flush, cfg_key, fill_key)),
-            cam.write_mask.eq(group_field),
-            cam.write_value.eq(resp.payload.addr),
-        ]
-        flush_group = c.group[:self.group_bits]
-        m.d.comb += [
-            mshr.flush.eq(flush),
-            mshr.flush_group.eq(flush_group),
-            mshr.alloc_flushed.eq(flush & (p2.req.group[:self.group_bits] == flush_group)),
-        ]
+        # Configuration: the group table, flushes (of the CAM and the MSHRs waiting), the CAM write port.
+        wiring.connect(m, wiring.flipped(self.cfg), config.cfg)
+        wiring.connect(m, config.group_w, gw)
+        wiring.connect(m, config.flush, mshr.flush, resolve.flush)
+        for port in ("valid", "op", "key", "mask", "value"):
+            m.d.comb += getattr(cam, f"write_{port}").eq(getattr(config, f"cam_write_{port}"))
 
         # Owed tags: set by a timeout, cleared by the late response or, after the generation has wrapped,
         # by a new read that takes the tag again (the old response is given up).
-        m.submodules.owed_tags = owed = OwedTags(tag_bits=BACKING_TAG_BITS)
         m.d.comb += [
-            owed.timeout.eq(tmo), owed.timeout_tag.eq(mshr.tmo_tag),
-            owed.response.eq(fill & ~fill_ok), owed.response_tag.eq(resp_tag),
-            owed.reissue.eq(alloc_primary), owed.reissue_tag.eq(new_tag),
+            owed.timeout.eq(mshr.expiry.valid), owed.timeout_tag.eq(mshr.expiry.tag),
+            owed.response.eq(fill & ~mshr.fills.valid), owed.response_tag.eq(resp.payload.tag),
+            owed.reissue.eq(mshr.alloc.primary), owed.reissue_tag.eq(mshr.alloc.new_tag),
         ]
-        incs[TlbCounter.BAD_RESPONSES] = owed.bad
-        incs[TlbCounter.STALE_RESPONSES] = owed.stale
+
+        # Counters. The events are registered first, so that a counter's 32-bit carry chain does not follow
+        # the MSHR and fill logic in one cycle (the 640 ps port clock; in the integrated switch the fill
+        # bridge's response register feeds that logic): each counts a cycle after its event.
+        alloc, out = mshr.alloc, resolve.resp
+        code = out.payload.code.as_value()
+        incs = {
+            TlbCounter.HITS: resolve.hit,
+            TlbCounter.MISSES: alloc.primary,
+            TlbCounter.COALESCED: alloc.valid & ~alloc.primary,
+            TlbCounter.RECIRCULATED: resolve.recirc.valid,
+            TlbCounter.FILLS: config.insert,
+            TlbCounter.REPLAYS: resolve.prev.valid & resolve.prev.item.replay,
+            TlbCounter.BAD_RESPONSES: owed.bad,
+            TlbCounter.CFG_ERRORS: config.cfg_error,
+            TlbCounter.READ_TIMEOUTS: mshr.expiry.valid,
+            TlbCounter.STALE_RESPONSES: owed.stale,
+        }
+        known = ("ISOLATION", "OUT_OF_BOUNDS", "TLB_FAULT", "BUFFER_FULL", "TIMEOUT")
+        for c in known:
+            incs[TlbCounter[c]] = out.valid & (code == ErrorCode[c].value)
+        incs[TlbCounter.OTHER_ERRORS] = (out.valid & (code != ErrorCode.NONE.value) &
+                                         ~Cat(code == ErrorCode[c].value for c in known).any())
+        events = Signal(N_COUNTERS, name="count_events")
+        m.d.sync += events.eq(Cat(incs[c] for c in TlbCounter))
+        m.d.comb += [counters.strobe.eq(events), self.counters.eq(counters.count)]
 
         # Internal state, for formal harnesses (verif/formal/al_tlb.py).
         self.state = SimpleNamespace(cam=cam, busy=mshr.busy, filled=mshr.filled, primary=mshr.primary,
-                                     mkey=mshr.mkey, mage=mshr.mage, hit=hit2, key=p2_key, out=out,
-                                     take_replay=take_replay, replay_oh=mshr.replay_oh)
-        # The counters add a cycle after their event: the events are registered first, so that a counter's
-        # 32-bit carry chain does not follow the MSHR and fill logic in one cycle (the 640 ps port clock; in
-        # the integrated switch the fill bridge's response register feeds that logic).
-        for cnt, inc in incs.items():
-            event = Signal(name=f"count_{cnt.name.lower()}")
-            m.d.sync += event.eq(inc)
-            with m.If(event):
-                m.d.sync += counters[int(cnt)].eq(counters[int(cnt)] + 1)
+                                     mkey=mshr.mkey, mage=mshr.mage, hit=resolve.hit, key=resolve.alloc.key,
+                                     out=out.payload, take_replay=issue.replay.valid & issue.replay.ready,
+                                     replay_oh=mshr.replay_oh)
         return m

@@ -2,7 +2,7 @@
 timeout, and their replay (see :mod:`hw.switch.al_tlb`)."""
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arbiter import lowest_one, onehot_to_index, or_reduce
@@ -10,7 +10,8 @@ from ..packet import ErrorCode
 from .backing_if import BACKING_TAG_BITS
 from .translate_if import TAG_BITS, TranslateResponse
 
-__all__ = ["MshrFile", "MshrAnswer", "backing_tag_fields"]
+__all__ = ["MshrFile", "MshrAnswer", "backing_tag_fields", "alloc_signature", "fills_signature",
+           "expiry_signature", "flush_signature"]
 
 _ADDR = TranslateResponse.as_shape()["addr"].shape      # a row address, as the AL-TLB answers it
 _CODE = ErrorCode.as_shape()
@@ -29,23 +30,51 @@ class MshrAnswer(data.Struct):
     code: _CODE
 
 
+def alloc_signature(key_width: int) -> wiring.Signature:
+    """The allocator's side of an MSHR allocation (see :class:`MshrFile`)."""
+    return wiring.Signature({
+        "key": Out(key_width), "pending": In(1), "free_any": In(1), "new_tag": In(BACKING_TAG_BITS),
+        "valid": Out(1), "primary": Out(1), "filled": Out(1), "flushed": Out(1),
+        "tag": Out(TAG_BITS), "addr": Out(_ADDR), "code": Out(_CODE),
+    })
+
+
+def fills_signature(key_width: int) -> wiring.Signature:
+    """A backing response that answers an outstanding read (``valid``): the read's key, the answer and
+    whether the key's group was flushed while it waited."""
+    return wiring.Signature({"valid": Out(1), "key": Out(key_width), "addr": Out(_ADDR), "code": Out(_CODE),
+                             "flushed": Out(1)})
+
+
+def expiry_signature(key_width: int) -> wiring.Signature:
+    """A backing read that timed out (``valid``): its key and its tag."""
+    return wiring.Signature({"valid": Out(1), "key": Out(key_width), "tag": Out(BACKING_TAG_BITS)})
+
+
+def flush_signature(group_bits: int) -> wiring.Signature:
+    """A group's cached translations are flushed (``valid``) in this cycle."""
+    return wiring.Signature({"valid": Out(1), "group": Out(group_bits)})
+
+
 class MshrFile(wiring.Component):
     """``mshrs`` MSHRs, each holding one missing request (its CAM key and tag) until it is answered.
 
-    * **Allocate** (``alloc``): the lowest free MSHR (``free_any``: there is one) takes the request with
-      ``key``/``alloc_tag``. A *primary* (``alloc_primary``) owns the backing read it starts, tagged
-      ``new_tag`` (the MSHR's number and generation); another *coalesces* onto a read of the same key
-      already waiting (``pending``: some MSHR waits for ``key``). ``alloc_filled`` allocates it already
-      answered (``alloc_addr``, ``alloc_code``: the key's fill or timeout happens in this very cycle).
-      ``alloc_flushed``: its group is being flushed in this cycle.
+    * **Allocate** (``alloc``, :func:`alloc_signature`): ``alloc.valid`` puts the request (``key``,
+      ``tag``) in the lowest free MSHR (``free_any``: there is one). A *primary* (``primary``) owns the
+      backing read it starts, tagged ``new_tag`` (the MSHR's number and generation); another *coalesces*
+      onto a read of the same key already waiting (``pending``: some MSHR waits for ``key``). ``filled``
+      allocates it already answered (``addr``, ``code``: the key's fill or timeout happens in this very
+      cycle); ``flushed``: its group is being flushed in this cycle.
     * **Fill** (``fill``, a backing response this cycle with ``fill_tag``, ``fill_addr``, ``fill_code``):
-      the primary whose tag it carries (``fill_ok``; ``fill_key``, ``fill_flushed``: its key, and whether
-      its group was flushed while it waited) and every MSHR waiting for that key are answered with it.
-    * **Timeout**: a primary's read ``timeout`` cycles old and not filled in this cycle expires (``tmo``,
-      ``tmo_key``, ``tmo_tag``): the waiters for its key are answered ``TIMEOUT`` and its generation
-      advances, so that its next read carries another tag.
-    * **Replay** (``replay_valid``, ``replay``): an answered MSHR's answer; ``replay_take`` frees it.
-    * **Flush** (``flush``, ``flush_group``): waiting MSHRs of that group will not be cached
+      the primary whose tag it carries (``fills.valid``, :func:`fills_signature`; ``fills.key``,
+      ``fills.flushed``: its key, and whether its group was flushed while it waited) and every MSHR
+      waiting for that key are answered with it.
+    * **Timeout** (``expiry``, :func:`expiry_signature`): a primary's read ``timeout`` cycles old and not
+      filled in this cycle expires (``valid``, ``key``, ``tag``): the waiters for its key are answered
+      ``TIMEOUT`` and its generation advances, so that its next read carries another tag.
+    * **Replay** (``replay``, a stream of :class:`MshrAnswer`): the lowest answered MSHR's answer; taking
+      it frees the MSHR.
+    * **Flush** (``flush``, :func:`flush_signature`): waiting MSHRs of that group will not be cached
       (``group_shift``: where the group sits in a key).
 
     ``busy``, ``filled``, ``primary``, ``key``, ``age`` (per MSHR) and ``replay_oh`` are attributes for
@@ -60,32 +89,15 @@ class MshrFile(wiring.Component):
             raise ValueError(f"{mshrs} MSHRs leave no generation bits in a {BACKING_TAG_BITS}-bit backing tag")
         N = mshrs
         super().__init__({
-            "key": In(key_width),
-            "pending": Out(1),
-            "alloc": In(1),
-            "alloc_primary": In(1),
-            "alloc_filled": In(1),
-            "alloc_flushed": In(1),
-            "alloc_tag": In(TAG_BITS),
-            "alloc_addr": In(_ADDR),
-            "alloc_code": In(_CODE),
-            "free_any": Out(1),
-            "new_tag": Out(BACKING_TAG_BITS),
+            "alloc": In(alloc_signature(key_width)),
             "fill": In(1),
             "fill_tag": In(BACKING_TAG_BITS),
             "fill_addr": In(_ADDR),
             "fill_code": In(_CODE),
-            "fill_ok": Out(1),
-            "fill_key": Out(key_width),
-            "fill_flushed": Out(1),
-            "tmo": Out(1),
-            "tmo_key": Out(key_width),
-            "tmo_tag": Out(BACKING_TAG_BITS),
-            "replay_valid": Out(1),
-            "replay": Out(MshrAnswer),
-            "replay_take": In(1),
-            "flush": In(1),
-            "flush_group": In(group_bits),
+            "fills": Out(fills_signature(key_width)),
+            "expiry": Out(expiry_signature(key_width)),
+            "replay": Out(stream.Signature(MshrAnswer)),
+            "flush": In(flush_signature(group_bits)),
         })
         self.busy = Signal(N, name="mshr_busy")
         self.filled = Signal(N, name="mshr_filled")
@@ -114,10 +126,10 @@ class MshrFile(wiring.Component):
         m.d.comb += self.replay_oh.eq(lowest_one(m, ready_mshr, name="replay_lowest"))
         oh = self.replay_oh
         m.d.comb += [
-            self.replay_valid.eq(ready_mshr.any()),
-            self.replay.tag.eq(or_reduce([Mux(oh[j], mtag[j], 0) for j in range(N)])),
-            self.replay.addr.eq(or_reduce([Mux(oh[j], maddr[j], 0) for j in range(N)])),
-            self.replay.code.eq(or_reduce([Mux(oh[j], mcode[j], 0) for j in range(N)])),
+            self.replay.valid.eq(ready_mshr.any()),
+            self.replay.payload.tag.eq(or_reduce([Mux(oh[j], mtag[j], 0) for j in range(N)])),
+            self.replay.payload.addr.eq(or_reduce([Mux(oh[j], maddr[j], 0) for j in range(N)])),
+            self.replay.payload.code.eq(or_reduce([Mux(oh[j], mcode[j], 0) for j in range(N)])),
         ]
 
         # Fill: the primary whose read the response answers, and every MSHR waiting for its key.
@@ -126,50 +138,53 @@ class MshrFile(wiring.Component):
         m.d.comb += fid_oh.eq(Cat((tag[:ib] == j) & (tag[ib:] == mgen[j]) for j in range(N)) &
                               waiting & primary & Mux(self.fill, Const(-1, N), 0))
         m.d.comb += [
-            self.fill_ok.eq(fid_oh.any()),
-            self.fill_key.eq(or_reduce([Mux(fid_oh[j], mkey[j], 0) for j in range(N)])),
-            self.fill_flushed.eq((fid_oh & flushed).any()),
+            self.fills.valid.eq(fid_oh.any()),
+            self.fills.key.eq(or_reduce([Mux(fid_oh[j], mkey[j], 0) for j in range(N)])),
+            self.fills.flushed.eq((fid_oh & flushed).any()),
+            self.fills.addr.eq(self.fill_addr),
+            self.fills.code.eq(self.fill_code),
         ]
         fill_match = Signal(N, name="fill_match")
-        m.d.comb += fill_match.eq(Cat(waiting[j] & (mkey[j] == self.fill_key) for j in range(N)) &
-                                  Mux(self.fill_ok, Const(-1, N), 0))
+        m.d.comb += fill_match.eq(Cat(waiting[j] & (mkey[j] == self.fills.key) for j in range(N)) &
+                                  Mux(self.fills.valid, Const(-1, N), 0))
 
         # Timeouts: a primary whose read is `timeout` cycles old and not filled in this cycle.
         expired = Signal(N, name="mshr_expired")
         m.d.comb += expired.eq(Cat(mage[j] >= self.timeout for j in range(N)) & waiting & primary & ~fid_oh)
         tmo_oh = lowest_one(m, expired, name="tmo_oh")      # at most one: primaries start in distinct cycles
         m.d.comb += [
-            self.tmo.eq(expired.any()),
-            self.tmo_key.eq(or_reduce([Mux(tmo_oh[j], mkey[j], 0) for j in range(N)])),
-            self.tmo_tag.eq(or_reduce([Mux(tmo_oh[j], Cat(Const(j, ib), mgen[j]), 0) for j in range(N)])),
+            self.expiry.valid.eq(expired.any()),
+            self.expiry.key.eq(or_reduce([Mux(tmo_oh[j], mkey[j], 0) for j in range(N)])),
+            self.expiry.tag.eq(or_reduce([Mux(tmo_oh[j], Cat(Const(j, ib), mgen[j]), 0) for j in range(N)])),
         ]
         tmo_match = Signal(N, name="tmo_match")
-        m.d.comb += tmo_match.eq(Cat(waiting[j] & (mkey[j] == self.tmo_key) for j in range(N)) &
-                                 Mux(self.tmo, Const(-1, N), 0))
+        m.d.comb += tmo_match.eq(Cat(waiting[j] & (mkey[j] == self.expiry.key) for j in range(N)) &
+                                 Mux(self.expiry.valid, Const(-1, N), 0))
 
         # Allocation: the lowest free MSHR; a new read's tag is its number and generation.
-        m.d.comb += self.pending.eq(Cat(waiting[j] & (mkey[j] == self.key) for j in range(N)).any())
+        m.d.comb += self.alloc.pending.eq(Cat(waiting[j] & (mkey[j] == self.alloc.key) for j in range(N)).any())
         free = Signal(N, name="mshr_free")
-        m.d.comb += [free.eq(~busy), self.free_any.eq(free.any())]
+        m.d.comb += [free.eq(~busy), self.alloc.free_any.eq(free.any())]
         free_oh = lowest_one(m, free, name="free_oh")
         free_idx = Signal(ib, name="free_idx")
         m.d.comb += free_idx.eq(onehot_to_index(free_oh))
-        m.d.comb += self.new_tag.eq(Cat(free_idx, or_reduce([Mux(free_oh[j], mgen[j], 0) for j in range(N)])))
+        free_gen = or_reduce([Mux(free_oh[j], mgen[j], 0) for j in range(N)])
+        m.d.comb += self.alloc.new_tag.eq(Cat(free_idx, free_gen))
 
         for j in range(N):
-            with m.If(self.alloc & free_oh[j]):
+            with m.If(self.alloc.valid & free_oh[j]):
                 m.d.sync += [
                     busy[j].eq(1),
-                    filled[j].eq(self.alloc_filled),
-                    primary[j].eq(self.alloc_primary),
-                    flushed[j].eq(self.alloc_flushed),
-                    mkey[j].eq(self.key),
-                    mtag[j].eq(self.alloc_tag),
-                    maddr[j].eq(self.alloc_addr),
-                    mcode[j].eq(self.alloc_code),
+                    filled[j].eq(self.alloc.filled),
+                    primary[j].eq(self.alloc.primary),
+                    flushed[j].eq(self.alloc.flushed),
+                    mkey[j].eq(self.alloc.key),
+                    mtag[j].eq(self.alloc.tag),
+                    maddr[j].eq(self.alloc.addr),
+                    mcode[j].eq(self.alloc.code),
                     mage[j].eq(0),
                 ]
-            with m.Elif(self.replay_take & oh[j]):
+            with m.Elif(self.replay.ready & oh[j]):
                 m.d.sync += busy[j].eq(0)
             with m.Elif(fill_match[j]):
                 m.d.sync += [filled[j].eq(1), maddr[j].eq(self.fill_addr), mcode[j].eq(self.fill_code)]
@@ -179,6 +194,6 @@ class MshrFile(wiring.Component):
                 m.d.sync += mage[j].eq(mage[j] + 1)
             with m.If(tmo_oh[j]):
                 m.d.sync += mgen[j].eq(mgen[j] + 1)
-            with m.If(self.flush & busy[j] & ((mkey[j] >> self.group_shift) == self.flush_group)):
+            with m.If(self.flush.valid & busy[j] & ((mkey[j] >> self.group_shift) == self.flush.group)):
                 m.d.sync += flushed[j].eq(1)
         return m
