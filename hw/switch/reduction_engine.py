@@ -103,26 +103,130 @@ Flow
 5. **Result** (``out``): the buffer's ``RED_RESP``/``ERROR`` packets and the request errors, packet by
    packet.
 
+Blocks, joined by streams: :class:`RequestCheck` (1; good requests to the buffer's ``alloc`` and a
+4-deep FIFO of read descriptors, errors to a 4-deep FIFO), :class:`~hw.switch.reduction_reads.FanOut` (2),
+:class:`~hw.switch.reduction_reads.TranslatedReads` or :class:`~hw.switch.reduction_reads.DeferredReads`
+(2, 3), :class:`~hw.switch.reduction_responses.ResponseFilter` (4), :class:`ResultMerge` (5).
 Every interface is a ``lib.stream`` with backpressure; ``rd`` and ``out`` leave through 2-flit FIFOs.
 Throughput: one request header, one ``RED_READ`` and one response flit per cycle. ``outstanding=1`` is
 the one-reduction-at-a-time baseline.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, fifo, memory, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import fifo, stream, wiring
+from amaranth.lib.wiring import In, Out, connect, flipped
 
-from ..arbiter import first_set
-from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, MAX_LENGTH, MAX_PORTS, DeferredAddr, EType, ErrorCode,
-                      HeaderLayout, Opcode, RedOp, flit_layout, rtl_header_error)
+from ..packet import DEFAULT_FLIT_WIDTH, HEADER_BITS, MAX_PORTS, ErrorCode, HeaderLayout, Opcode, flit_layout, \
+    rtl_header_error
 from .group_table import GroupTable, GroupWrite
-from .reduction_buffer import BUFFER_COUNTERS, RTAG_BITS, ReductionBuffer, status_members
+from .reduction_buffer import BUFFER_COUNTERS, AllocRequest, ReductionBuffer, status_members
+from .reduction_reads import DeferredReads, FanOut, TranslatedReads, read_info_layout
+from .reduction_responses import ResponseFilter
 from .translate_if import translate_signature
 
-__all__ = ["ReductionEngine", "ENGINE_COUNTERS"]
+__all__ = ["ReductionEngine", "RequestCheck", "ResultMerge", "ENGINE_COUNTERS"]
 
 # The buffer's counters plus the engine's own (requests and responses it refused).
 ENGINE_COUNTERS = BUFFER_COUNTERS + ("bad_requests", "bad_responses", "duplicates")
+
+
+class RequestCheck(wiring.Component):
+    """Step 1 of the flow: ``req`` headers checked by the request table (static groups from the
+    ``groups``-entry :class:`GroupTable` written on ``cfg``). A good request leaves on ``alloc`` (the
+    buffer's :class:`AllocRequest`, ``expected`` = popcount of its destination mask) and ``info``
+    (:func:`~hw.switch.reduction_reads.read_info_layout`) in the same cycle, both ready or neither taken;
+    a malformed one leaves as its header-only ``ERROR`` flit on ``err`` (``bad_requests`` counts it), and the
+    flits that follow its header are dropped."""
+
+    def __init__(self, *, ports: int, max_length: int, flit_width: int, groups: int):
+        self.ports, self.max_length, self.flit_width, self.groups = ports, max_length, flit_width, groups
+        super().__init__({
+            "req": In(stream.Signature(flit_layout(flit_width))),
+            "cfg": In(stream.Signature(GroupWrite)),
+            "alloc": Out(stream.Signature(AllocRequest)),
+            "info": Out(stream.Signature(read_info_layout(ports))),
+            "err": Out(stream.Signature(flit_layout(flit_width))),
+            "bad_requests": Out(32),
+        })
+
+    def _request_code(self, m, h, flit, static, is_ldr, group_mask):
+        """The answer to request header ``h`` (its ``flit``), by the priority of the engine's table."""
+        header_code = rtl_header_error(h, n_ports=self.ports, max_payload=self.max_length, group_mask=group_mask)
+        outsider = static & ~(group_mask >> h.src)[0]      # a src past the ports is no member either
+        base_code = Mux((header_code == 0) & outsider, ErrorCode.ISOLATION.value, header_code)
+        code = Signal(ErrorCode.as_shape().width)
+        m.d.comb += code.eq(Mux(flit.poison, ErrorCode.POISONED.value,
+                            Mux(~is_ldr, ErrorCode.UNKNOWN_OPCODE.value,
+                                Mux((h.length == 0) | (h.length > self.max_length), ErrorCode.BAD_LENGTH.value,
+                                    Mux(~flit.last, ErrorCode.LENGTH_MISMATCH.value, base_code)))))
+        return code
+
+    def elaborate(self, platform):
+        m = Module()
+        P = self.ports
+        m.submodules.groups = groups = GroupTable(n_ports=P, entries=self.groups, n_lookups=1)
+        connect(m, flipped(self.cfg), groups.cfg)
+        rq = self.req
+        h = Signal(HeaderLayout)
+        m.d.comb += h.eq(rq.payload.data[0:HEADER_BITS])
+        m.d.comb += groups.lookup_handle[0].eq(h.route.mm.group)
+        static = h.opcode == Opcode.MM_LD_REDUCE
+        is_ldr = static | (h.opcode == Opcode.DYN_LD_REDUCE)
+        code = self._request_code(m, h, rq.payload, static, is_ldr, groups.lookup_mask[0])
+        mask = Signal(P)
+        m.d.comb += mask.eq(Mux(static, groups.lookup_mask[0], h.route.dyn.mask[0:P]))
+
+        skip = Signal()                       # dropping the trailing flits of a malformed request
+        bad = code != 0
+        al, info, err = self.alloc, self.info, self.err
+        m.d.comb += rq.ready.eq(skip | Mux(bad, err.ready, al.ready & info.ready))
+        header_in = rq.valid & ~skip
+        m.d.comb += [
+            al.valid.eq(header_in & ~bad & info.ready),
+            al.payload.src.eq(h.src), al.payload.tag.eq(h.tag), al.payload.etype.eq(h.etype),
+            al.payload.op.eq(h.redop), al.payload.length.eq(h.length),
+            al.payload.expected.eq(sum(mask[i] for i in range(P))),
+            info.valid.eq(header_in & ~bad & al.ready),
+            info.payload.mask.eq(mask), info.payload.static.eq(static), info.payload.group.eq(h.route.dyn.group),
+            info.payload.index.eq(h.route.dyn.index), info.payload.offset.eq(h.route.dyn.offset),
+            info.payload.addr.eq(h.route.mm.addr), info.payload.src.eq(h.src), info.payload.length.eq(h.length),
+            info.payload.etype.eq(h.etype), info.payload.op.eq(h.redop),
+        ]
+        err_hdr = Signal(HeaderLayout)
+        m.d.comb += [err_hdr.opcode.eq(Opcode.ERROR), err_hdr.src.eq(h.src), err_hdr.tag.eq(h.tag),
+                     err_hdr.route.uni.dst.eq(h.src), err_hdr.route.uni.code.as_value().eq(code),
+                     err.payload.data.eq(err_hdr.as_value()), err.payload.last.eq(1),
+                     err.valid.eq(header_in & bad)]
+        with m.If(rq.valid & rq.ready):
+            m.d.sync += skip.eq(~rq.payload.last)
+        m.d.sync += self.bad_requests.eq(self.bad_requests + (err.valid & err.ready))
+        return m
+
+
+class ResultMerge(wiring.Component):
+    """Step 5 of the flow: the buffer's packets (``pkt``) and the request errors (``err``, one flit each)
+    onto ``out``, packet by packet; between packets an error goes first."""
+
+    def __init__(self, *, flit_width: int):
+        self.flit_width = flit_width
+        fl = flit_layout(flit_width)
+        super().__init__({"pkt": In(stream.Signature(fl)), "err": In(stream.Signature(fl)),
+                          "out": Out(stream.Signature(fl))})
+
+    def elaborate(self, platform):
+        m = Module()
+        pkt, err, out = self.pkt, self.err, self.out
+        in_pkt = Signal()
+        pick_err = ~in_pkt & err.valid
+        m.d.comb += [
+            out.payload.eq(Mux(pick_err, err.payload.as_value(), pkt.payload.as_value())),
+            out.valid.eq(pick_err | pkt.valid),
+            err.ready.eq(out.ready & pick_err),
+            pkt.ready.eq(out.ready & ~pick_err),
+        ]
+        with m.If(pkt.valid & pkt.ready):
+            m.d.sync += in_pkt.eq(~pkt.payload.last)
+        return m
 
 
 class ReductionEngine(wiring.Component):
@@ -177,306 +281,58 @@ class ReductionEngine(wiring.Component):
             **status_members(entries, ENGINE_COUNTERS),
         })
 
-    def _request_code(self, m, h, flit, static, is_ldr, group_mask):
-        """The answer to request header ``h`` (its ``flit``), by the priority of the docstring's table."""
-        header_code = rtl_header_error(h, n_ports=self.ports, max_payload=self.max_length, group_mask=group_mask)
-        outsider = static & ~(group_mask >> h.src)[0]      # a src past the ports is no member either
-        base_code = Mux((header_code == 0) & outsider, ErrorCode.ISOLATION.value, header_code)
-        code = Signal(8)
-        m.d.comb += code.eq(Mux(flit.poison, ErrorCode.POISONED.value,
-                            Mux(~is_ldr, ErrorCode.UNKNOWN_OPCODE.value,
-                                Mux((h.length == 0) | (h.length > self.max_length), ErrorCode.BAD_LENGTH.value,
-                                    Mux(~flit.last, ErrorCode.LENGTH_MISMATCH.value, base_code)))))
-        return code
-
     def elaborate(self, platform):
         m = Module()
-        P, W, S = self.ports, self.flit_width, self.translate_slots
+        P, W = self.ports, self.flit_width
         flit_bits = len(self.out.payload.as_value())
         m.submodules.buf = buf = ReductionBuffer(**self.buffer_params)
-        m.submodules.groups = groups = GroupTable(n_ports=P, entries=self.groups, n_lookups=1)
-        wiring.connect(m, wiring.flipped(self.cfg), groups.cfg)
         for name in ("in_use", *BUFFER_COUNTERS):
             m.d.comb += getattr(self, name).eq(getattr(buf, name))
 
-        # ---- 1. Requests.
-        rq = self.req
-        h = Signal(HeaderLayout)
-        m.d.comb += h.eq(rq.payload.data[0:HEADER_BITS])
-        m.d.comb += groups.lookup_handle[0].eq(h.route.mm.group)
-        static = h.opcode == Opcode.MM_LD_REDUCE
-        is_ldr = static | (h.opcode == Opcode.DYN_LD_REDUCE)
-        code = self._request_code(m, h, rq.payload, static, is_ldr, groups.lookup_mask[0])
-        mask = Signal(P)
-        m.d.comb += mask.eq(Mux(static, groups.lookup_mask[0], h.route.dyn.mask[0:P]))
-        expected = Signal(range(P + 1))
-        m.d.comb += expected.eq(sum(mask[i] for i in range(P)))
-
-        info_layout = data.StructLayout({"mask": P, "static": 1, "group": 8, "index": 18, "offset": 10,
-                                         "addr": 48, "src": 6, "length": 5, "etype": EType, "op": RedOp})
-        m.submodules.info = info = fifo.SyncFIFO(width=info_layout.size, depth=4)
+        # ---- 1. Requests: a good one allocates an entry and queues its reads, a bad one its ERROR.
+        m.submodules.requests = reqs = RequestCheck(ports=P, max_length=self.max_length, flit_width=W,
+                                                    groups=self.groups)
+        m.submodules.info = info = fifo.SyncFIFO(width=read_info_layout(P).size, depth=4)
         m.submodules.errq = errq = fifo.SyncFIFO(width=flit_bits, depth=4)
-        skip = Signal()                       # dropping the trailing flits of a malformed request
-        bad = code != 0
-        ok_path = buf.alloc.ready & info.w_rdy
-        m.d.comb += rq.ready.eq(skip | Mux(bad, errq.w_rdy, ok_path))
-        header_in = rq.valid & ~skip
-        m.d.comb += [
-            buf.alloc.valid.eq(header_in & ~bad & info.w_rdy),
-            buf.alloc.payload.src.eq(h.src),
-            buf.alloc.payload.tag.eq(h.tag),
-            buf.alloc.payload.etype.eq(h.etype),
-            buf.alloc.payload.op.eq(h.redop),
-            buf.alloc.payload.length.eq(h.length),
-            buf.alloc.payload.expected.eq(expected),
-        ]
-        info_w = Signal(info_layout)
-        m.d.comb += [
-            info_w.mask.eq(mask), info_w.static.eq(static), info_w.group.eq(h.route.dyn.group),
-            info_w.index.eq(h.route.dyn.index), info_w.offset.eq(h.route.dyn.offset),
-            info_w.addr.eq(h.route.mm.addr), info_w.src.eq(h.src), info_w.length.eq(h.length),
-            info_w.etype.eq(h.etype), info_w.op.eq(h.redop),
-            info.w_data.eq(info_w),
-            info.w_en.eq(header_in & ~bad & buf.alloc.ready),
-        ]
-        err_hdr = Signal(HeaderLayout)
-        m.d.comb += [err_hdr.opcode.eq(Opcode.ERROR), err_hdr.src.eq(h.src), err_hdr.tag.eq(h.tag),
-                     err_hdr.route.uni.dst.eq(h.src), err_hdr.route.uni.code.as_value().eq(code)]
-        err_flit = Signal(flit_layout(W))
-        m.d.comb += [err_flit.data.eq(err_hdr.as_value()), err_flit.last.eq(1),
-                     errq.w_data.eq(err_flit), errq.w_en.eq(header_in & bad & errq.w_rdy)]
-        with m.If(rq.valid & rq.ready):
-            m.d.sync += skip.eq(~rq.payload.last)
-        m.d.sync += self.bad_requests.eq(self.bad_requests + (header_in & bad & errq.w_rdy))
+        connect(m, flipped(self.req), reqs.req)
+        connect(m, flipped(self.cfg), reqs.cfg)
+        connect(m, reqs.alloc, buf.alloc)
+        connect(m, reqs.info, info.w_stream)
+        connect(m, reqs.err, errq.w_stream)
 
-        # ---- 2. Fan-out: one destination per cycle.
-        fo_valid = Signal()
-        fo = Signal(info_layout)
-        fo_rtag = Signal(RTAG_BITS)
-        _, dst = first_set(m, fo.mask, name="fo_dst")
-        dst_bit = Signal(P)
-        m.d.comb += dst_bit.eq(Const(1, P) << dst)
-        last_dst = (fo.mask & ~dst_bit) == 0
-        issued = Signal()
-        load = (~fo_valid | (issued & last_dst)) & buf.grant.valid & info.r_rdy
-        m.d.comb += [buf.grant.ready.eq(load), info.r_en.eq(load)]
-        with m.If(load):
-            m.d.sync += [fo_valid.eq(1), fo.eq(info.r_data), fo_rtag.eq(buf.grant.payload.rtag)]
-        with m.Elif(issued):
-            m.d.sync += fo.mask.eq(fo.mask & ~dst_bit)
-            with m.If(last_dst):
-                m.d.sync += fo_valid.eq(0)
+        # ---- 2. Fan-out: one destination per cycle, as the buffer grants entries.
+        m.submodules.fanout = fanout = FanOut(ports=P)
+        connect(m, info.r_stream, fanout.info)
+        connect(m, buf.grant, fanout.grant)
 
-        # Response tracking (see the module docstring): when an entry's fan-out starts, its generation and
-        # destination mask go to ``asked``; ``answered`` holds, per entry, the sources that have answered,
-        # tagged with the generation they answered (a row of another generation counts as empty, so
-        # nothing needs clearing at allocation).
-        EB, N = self.entry_bits, self.entries
-        GB = RTAG_BITS - EB
-        track_layout = data.StructLayout({"gen": GB, "mask": P})
-        m.submodules.asked = asked = memory.Memory(shape=track_layout, depth=N, init=[])
-        m.submodules.answered = answered = memory.Memory(shape=track_layout, depth=N, init=[])
-        ask_w = asked.write_port()
-        info_r = Signal(info_layout)
-        m.d.comb += [info_r.eq(info.r_data),
-                     ask_w.addr.eq(buf.grant.payload.rtag[0:EB]), ask_w.data.gen.eq(buf.grant.payload.rtag[EB:]),
-                     ask_w.data.mask.eq(info_r.mask), ask_w.en.eq(load)]
-
-        def red_read(opcode, rtag, dst_port, src, length, etype, op, addr):
-            hdr = Signal(HeaderLayout)
-            m.d.comb += [hdr.opcode.as_value().eq(opcode), hdr.src.eq(src), hdr.tag.eq(rtag[0:8]),
-                         hdr.length.eq(length), hdr.etype.eq(etype), hdr.redop.eq(op),
-                         hdr.route.uni.dst.eq(dst_port), hdr.route.uni.xtag.eq(rtag[8:16]),
-                         hdr.route.uni.addr.eq(addr)]
-            f = Signal(flit_layout(W))
-            m.d.comb += [f.data.eq(hdr.as_value()), f.last.eq(1)]
-            return f
-
-        flit_bytes = W // 8
-        m.submodules.rdq = rdq = fifo.SyncFIFO(width=flit_bits, depth=2)
-        m.d.comb += [self.rd.valid.eq(rdq.r_rdy), self.rd.payload.eq(rdq.r_data), rdq.r_en.eq(self.rd.ready)]
-        # Translation aborts for section 4 (none when translation is deferred).
-        t_abort_valid = Signal()
-        t_abort_rtag = Signal(RTAG_BITS)
-        t_abort_code = Signal(8)
-        t_abort_taken = Signal()
-
+        # ---- 3. RED_READs, translated here or deferred to the destination's egress.
         if self.defer_translation:
-            # Every read leaves straight from the fan-out: static ones as RED_READ at route.mm.addr,
-            # dymultimem ones as DYN_RED_READ naming the row; the destination's egress translates.
-            deferred = Signal(DeferredAddr)
-            m.d.comb += [deferred.group.eq(fo.group), deferred.index.eq(fo.index),
-                         deferred.byte_offset.eq(fo.offset * flit_bytes)]
-            direct_flit = red_read(Mux(fo.static, Opcode.RED_READ.value, Opcode.DYN_RED_READ.value), fo_rtag,
-                                   dst, fo.src, fo.length, fo.etype, fo.op,
-                                   Mux(fo.static, fo.addr, deferred.as_value()))
-            m.d.comb += [rdq.w_en.eq(fo_valid & rdq.w_rdy), rdq.w_data.eq(direct_flit),
-                         issued.eq(fo_valid & rdq.w_rdy)]
+            m.submodules.reads = reads = DeferredReads(flit_width=W)
         else:
-            # Translation slots, reused in order; a slot's context says what its response is for.
-            ctx_layout = data.StructLayout({"rtag": RTAG_BITS, "dst": 6, "src": 6, "length": 5, "etype": EType,
-                                            "op": RedOp, "offset": 10})
-            m.submodules.ctx = ctx = memory.Memory(shape=ctx_layout, depth=S, init=[])
-            ctx_w = ctx.write_port()
-            ctx_r = ctx.read_port(domain="comb")
-            slot_busy = Signal(S)
-            next_slot = Signal(range(S))
-            tq = self.translate.req
-            m.d.comb += [
-                tq.valid.eq(fo_valid & ~fo.static & ~slot_busy.bit_select(next_slot, 1)),
-                tq.payload.group.eq(fo.group), tq.payload.index.eq(fo.index), tq.payload.dst.eq(dst),
-                tq.payload.src.eq(fo.src), tq.payload.tag.eq(next_slot),
-            ]
-            t_issue = tq.valid & tq.ready
-            m.d.comb += [
-                ctx_w.addr.eq(next_slot), ctx_w.en.eq(t_issue),
-                ctx_w.data.rtag.eq(fo_rtag), ctx_w.data.dst.eq(dst), ctx_w.data.src.eq(fo.src),
-                ctx_w.data.length.eq(fo.length), ctx_w.data.etype.eq(fo.etype), ctx_w.data.op.eq(fo.op),
-                ctx_w.data.offset.eq(fo.offset),
-            ]
-            with m.If(t_issue):
-                m.d.sync += next_slot.eq(Mux(next_slot == S - 1, 0, next_slot + 1))
+            m.submodules.reads = reads = TranslatedReads(slots=self.translate_slots, flit_width=W,
+                                                         row_bytes=self.row_bytes)
+            connect(m, reads.translate, flipped(self.translate))
+        m.submodules.rdq = rdq = fifo.SyncFIFO(width=flit_bits, depth=2)
+        connect(m, fanout.dest, reads.dest)
+        connect(m, reads.rd, rdq.w_stream)
+        connect(m, rdq.r_stream, flipped(self.rd))
 
-            static_flit = red_read(Opcode.RED_READ.value, fo_rtag, dst, fo.src, fo.length, fo.etype, fo.op,
-                                   fo.addr)
-            static_valid = fo_valid & fo.static
-
-            # ---- 3. Translation responses -> RED_READ, or an abort of the entry.
-            tr = self.translate.resp
-            m.d.comb += ctx_r.addr.eq(tr.payload.tag)
-            c = ctx_r.data
-            # A read that does not fit in its row is OUT_OF_BOUNDS, never a read of the next row.
-            oob = (c.offset + c.length) * flit_bytes > self.row_bytes
-            tr_ok = (tr.payload.code == ErrorCode.NONE) & ~oob
-            dyn_flit = red_read(Opcode.RED_READ.value, c.rtag, c.dst, c.src, c.length, c.etype, c.op,
-                                (tr.payload.addr + c.offset * flit_bytes)[0:48])
-            dyn_valid = tr.valid & tr_ok
-            m.d.comb += [t_abort_valid.eq(tr.valid & ~tr_ok), t_abort_rtag.eq(c.rtag),
-                         t_abort_code.eq(Mux(tr.payload.code == ErrorCode.NONE, ErrorCode.OUT_OF_BOUNDS.value,
-                                             tr.payload.code))]
-
-            # RED_READ merge (translated first) into the rd FIFO.
-            m.d.comb += [
-                rdq.w_en.eq((dyn_valid | static_valid) & rdq.w_rdy),
-                rdq.w_data.eq(Mux(dyn_valid, dyn_flit.as_value(), static_flit.as_value())),
-            ]
-            static_issue = static_valid & ~dyn_valid & rdq.w_rdy
-            m.d.comb += issued.eq(t_issue | static_issue)
-            tr_taken = Mux(tr_ok, rdq.w_rdy, t_abort_taken)
-            m.d.comb += tr.ready.eq(tr_taken)
-            set_busy = Mux(t_issue, Const(1, S) << next_slot, 0)
-            clr_busy = Mux(tr.valid & tr_taken, Const(1, S) << tr.payload.tag, 0)
-            m.d.sync += slot_busy.eq((slot_busy | set_busy) & ~clr_busy)
-
-        # ---- 4. Responses -> contributions.
-        rs = self.resp
-        rh = Signal(HeaderLayout)
-        m.d.comb += rh.eq(rs.payload.data[0:HEADER_BITS])
-        in_payload = Signal()          # past the header of a RED_READ_RESP
-        dropping = Signal()            # past the header of another packet: its flits are dropped
-        r_rtag = Signal(RTAG_BITS)
-        r_len = Signal(5)
-        r_etype = Signal(3)
-        r_k = Signal(5)
-        r_src = Signal(6)
-        r_code = Signal(8)
-        r_in_range = Signal()
-        vcyc = Signal()                # the cycle after a RED_READ_RESP header: its tracking rows are out
-        r_drop = Signal()              # the verdict on the packet, for its flits after that cycle
-        rh_rtag = Cat(rh.tag, rh.route.uni.xtag)
-        hdr_take = Signal()
-        ask_r = asked.read_port()
-        ans_w = answered.write_port()
-        ans_r = answered.read_port(transparent_for=(ans_w,))
-        m.d.comb += [ask_r.addr.eq(rh_rtag[0:EB]), ask_r.en.eq(hdr_take),
-                     ans_r.addr.eq(rh_rtag[0:EB]), ans_r.en.eq(hdr_take)]
-
-        # The verdict, in the cycle after the header (the rows are registered reads).
-        cb = buf.contrib
-        cp = cb.payload
-        ask_d, ans_d = ask_r.data, ans_r.data
-        r_gen = r_rtag[EB:RTAG_BITS]
-        tracked = Signal()
-        src_asked = Signal()
-        same_gen = Signal()
-        unasked = Signal()
-        dup = Signal()
-        m.d.comb += [
-            tracked.eq(r_in_range & (ask_d.gen == r_gen) & (ask_d.mask != 0)),
-            src_asked.eq((r_src < P) & (ask_d.mask >> r_src)[0]),
-            same_gen.eq(ans_d.gen == r_gen),
-            unasked.eq(tracked & ~src_asked),
-            dup.eq(tracked & src_asked & same_gen & (ans_d.mask >> r_src)[0]),
-        ]
-        v_drop = unasked | dup
-        errored = r_code != ErrorCode.NONE.value
-        v_abort = Signal()            # an error-coded answer: abort its entry with that code
-        v_hold = Signal()             # ... and the contribution port cannot take it this cycle
-        v_done = Signal()
-        m.d.comb += [v_abort.eq(vcyc & ~v_drop & errored), v_hold.eq(v_abort & ~cb.ready),
-                     v_done.eq(vcyc & ~v_hold)]
-        drop_now = Mux(vcyc, v_drop | errored, r_drop)
-        m.d.comb += [
-            ans_w.addr.eq(r_rtag[0:EB]), ans_w.data.gen.eq(r_gen),
-            ans_w.data.mask.eq(Mux(same_gen, ans_d.mask, 0) | (Const(1, P) << r_src)[0:P]),
-            ans_w.en.eq(v_done & tracked & ~v_drop),
-        ]
-        with m.If(v_done):
-            m.d.sync += r_drop.eq(v_drop | errored)
-
-        is_payload = rs.valid & in_payload
-        # Contribution port: a response's abort first (it holds the response link while it waits), then
-        # translation aborts, then payload flits (which wait for a free slot).
-        with m.If(v_abort):
-            m.d.comb += [cb.valid.eq(1), cp.rtag.eq(r_rtag), cp.abort.eq(1), cp.code.eq(r_code)]
+        # ---- 4. Responses -> contributions (and translation aborts).
+        m.submodules.responses = resps = ResponseFilter(ports=P, entries=self.entries, flit_width=W,
+                                                        aborts=not self.defer_translation)
+        connect(m, flipped(self.resp), resps.resp)
+        connect(m, fanout.start, resps.start)
         if not self.defer_translation:
-            with m.Elif(t_abort_valid):
-                m.d.comb += [cb.valid.eq(1), cp.rtag.eq(t_abort_rtag), cp.abort.eq(1),
-                             cp.code.eq(t_abort_code)]
-                m.d.comb += t_abort_taken.eq(cb.ready)
-        with m.Elif(is_payload & ~drop_now):
-            poison = rs.payload.last & rs.payload.poison
-            m.d.comb += [cb.valid.eq(1), cp.rtag.eq(r_rtag), cp.flit.eq(r_k), cp.length.eq(r_len),
-                         cp.etype.eq(r_etype), cp.data.eq(rs.payload.data), cp.abort.eq(poison),
-                         cp.code.eq(Mux(poison, ErrorCode.LENGTH_MISMATCH.value, 0))]
-        m.d.comb += rs.ready.eq(Mux(in_payload, Mux(drop_now, ~v_hold, ~t_abort_valid & cb.ready),
-                                    dropping | ~v_hold))
-        take = rs.valid & rs.ready
-        is_resp = rh.opcode == Opcode.RED_READ_RESP
-        # The code a response aborts its entry with (NONE: it contributes). A header-only answer without a
-        # code lacks its payload (cut, poisoned or not): LENGTH_MISMATCH; a poisoned error answer: POISONED.
-        in_code = rh.route.uni.code.as_value()
-        hdr_code = Mux(rs.payload.last & (in_code == ErrorCode.NONE.value), ErrorCode.LENGTH_MISMATCH.value,
-                       Mux(rs.payload.last & rs.payload.poison, ErrorCode.POISONED.value, in_code))
-        m.d.comb += hdr_take.eq(take & ~in_payload & ~dropping)
-        with m.If(take):
-            with m.If(in_payload | dropping):
-                m.d.sync += r_k.eq(Mux(r_k == MAX_LENGTH, r_k, r_k + 1))
-                with m.If(rs.payload.last):
-                    m.d.sync += [in_payload.eq(0), dropping.eq(0)]
-            with m.Else():
-                m.d.sync += [r_rtag.eq(rh_rtag), r_len.eq(rh.length), r_src.eq(rh.src), r_code.eq(hdr_code),
-                             r_in_range.eq(rh_rtag[0:EB] < N if N < 1 << EB else 1),
-                             r_etype.eq(rh.etype.as_value()), r_k.eq(0),
-                             in_payload.eq(is_resp & ~rs.payload.last),
-                             dropping.eq(~is_resp & ~rs.payload.last)]
-        m.d.sync += vcyc.eq(v_hold | (hdr_take & is_resp))
-        m.d.sync += [
-            self.bad_responses.eq(self.bad_responses + (hdr_take & ~is_resp) + (v_done & unasked)),
-            self.duplicates.eq(self.duplicates + (v_done & dup)),
-        ]
+            connect(m, reads.abort, resps.abort)
+        connect(m, resps.contrib, buf.contrib)
 
-        # ---- 5. Results: buffer packets and request errors, packet by packet, into the out FIFO.
+        # ---- 5. Results: buffer packets and request errors, packet by packet.
+        m.submodules.results = results = ResultMerge(flit_width=W)
         m.submodules.outq = outq = fifo.SyncFIFO(width=flit_bits, depth=2)
-        in_pkt = Signal()
-        pick_err = ~in_pkt & errq.r_rdy
-        m.d.comb += [
-            outq.w_data.eq(Mux(pick_err, errq.r_data, buf.out.payload.as_value())),
-            outq.w_en.eq(outq.w_rdy & (pick_err | buf.out.valid)),
-            errq.r_en.eq(outq.w_rdy & pick_err),
-            buf.out.ready.eq(outq.w_rdy & ~pick_err),
-            self.out.valid.eq(outq.r_rdy), self.out.payload.eq(outq.r_data), outq.r_en.eq(self.out.ready),
-        ]
-        with m.If(buf.out.valid & buf.out.ready):
-            m.d.sync += in_pkt.eq(~buf.out.payload.last)
+        connect(m, buf.out, results.pkt)
+        connect(m, errq.r_stream, results.err)
+        connect(m, results.out, outq.w_stream)
+        connect(m, outq.r_stream, flipped(self.out))
+        m.d.comb += [self.bad_requests.eq(reqs.bad_requests), self.bad_responses.eq(resps.bad_responses),
+                     self.duplicates.eq(resps.duplicates)]
         return m
