@@ -402,8 +402,10 @@ class SharedHbmGemm:
         b2 = np.where(both, np.where(fit, d2, np.where(d2 <= w2, d2, np.where(d1 <= w1, 1.0 - np.minimum(d1, 1.0), w2))), 1.0)
         return np.where(act1, b1, 0.0), np.where(act2, b2, 0.0)
 
-    def advance(self, ready, t_limit: float):
-        """Commit every start and completion up to ``t_limit`` (``inf``: to the end of the known tiles)."""
+    def advance(self, ready, t_limit: float, stop_at_gemm2: bool = False):
+        """Commit every start and completion up to ``t_limit`` (``inf``: to the end of the known tiles);
+        ``stop_at_gemm2``: stop right after the first GEMM-2 completion of any GPU (a closed loop that
+        acts on each completion, :class:`sim_models.gemm_engine.GemmEngine`)."""
         ready = np.asarray(ready, dtype=np.float64)
         G, NT = ready.shape
         g = np.arange(G)
@@ -458,6 +460,8 @@ class SharedHbmGemm:
                 self.i2 += fin2
                 self.a1 &= ~fin1
                 self.a2 &= ~fin2
+                if stop_at_gemm2 and fin2.any():
+                    return self.gemm1_end, self.gemm2_end
             if np.isfinite(t_limit):       # idle GPUs wait until the limit
                 self.now = np.maximum(self.now, t_limit)
         return self.gemm1_end, self.gemm2_end

@@ -20,6 +20,8 @@ states the same configuration to the estimator:
   the overridden to the derived per-tile time;
 * no link latency and no kernel overhead (the RTL links are wires and the testbench launches no kernels),
   the switch latency of the DySHARP switch (``switch_latency`` cycles, docs/architecture.md);
+* no communication SMs (``Params.comm_sms=0``): the RTL NICs issue every transfer from descriptors, so
+  the GEMMs keep every SM, as the RTL's GEMM stand-in (:class:`sim_models.gemm_engine.GemmEngine`) has them;
 * none of the separate-kernel baselines' permutation, activation and unpermutation kernels
   (``Params.unfused_kernels=False``: the RTL GPUs run GEMM tiles only, so a scheme's time there is its
   transfers and tiles), and one GEMM efficiency for FP8 and BF16 (``bf16_gemm_efficiency`` = FP8's), as
@@ -90,9 +92,10 @@ def predict_cycles(layer, schemes, calibration=None) -> dict:
     # combine="pull": the RTL's dysharp combines with ld_reduce (its push is the fused-unicast scheme).
     # deepep_protocol=False: the RTL's deepep GPUs send rows as plain unicast packets, not DeepEP's kernels
     # (no per-token metadata stores, no SM-issued copy loop).
+    # comm_sms=0: the RTL NICs issue every transfer from descriptors, so no SMs are kept from the GEMMs.
     est = estimate(ms, ss, Params(tokens_per_gpu=layer.T, dtype=p.dtype, tile=p.tile_size, gpus=layer.G,
                                   seed=p.seed, block_m=None, bf16_gemm_efficiency=Params.gemm_efficiency,
-                                  unfused_kernels=False, combine="pull",
+                                  unfused_kernels=False, combine="pull", comm_sms=0,
                                   deepep_protocol=False),
                    calibration=calibration,
                    schemes=[ESTIMATOR_SCHEME.get(s, s) for s in schemes], workload=wl,

@@ -293,6 +293,12 @@ def test_gemm_time_scales_with_hidden_and_links():
     assert abs(ra / rb - 1) < 1e-3
     o = ml.build_layer(model="deepseek-v3", gpus=4, tokens=8, gemm_cycles=(300, 150))
     assert o.gemm_tile_cycles() == (300, 150) and o.describe()["gemm_overridden"]
+    # The stand-in's work: one full tile on sms_per_tile SMs of 132 is the tile cycles (compute-bound there),
+    # and an override scales every part by its ratio to the derived cycles.
+    c1, m1, c2, m2 = a.gemm_parts(128)
+    assert abs(c1 * 4 - a1) <= 1 and abs(c2 * 4 - a2) <= 1 and m1 < a1 and m2 < a2
+    assert all(abs(x * (300 + 150) / (a1 + a2) - y) < 1e-6 * y for x, y in zip(a.gemm_parts(128), o.gemm_parts(128)))
+    assert 0.5 < a.gemm_share() < 0.7          # GEMM-1 is twice GEMM-2's compute, less than twice its memory
 
 
 @pytest.mark.parametrize("kw, msg", [

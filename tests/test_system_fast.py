@@ -44,8 +44,8 @@ def test_fast_harness_equals_cocotb(scheme, tmp_path):
                env={**LAYER, "scheme": scheme, "out": str(out)})
     slow = json.loads(out.read_text())
     fast = fast_run(scheme)
-    assert fast["cycles"]["total"] == {"deepep": 3249, "fused-unicast": 2728, "dysharp-basic": 3328,
-                                       "dysharp": 3019}[scheme]
+    assert fast["cycles"]["total"] == {"deepep": 4021, "fused-unicast": 2731, "dysharp-basic": 4164,
+                                       "dysharp": 2931}[scheme]
     assert figures(fast) == figures(slow)
 
 

@@ -11,11 +11,13 @@ definitions and :mod:`sim_models`).
   ``t`` at home GPU ``t // tokens``.
 * **Scaled hidden size.** ``hidden`` replaces the model's hidden size for the data on the wire and the
   numerics; ``hidden_factor = model.hidden / hidden`` is stated in :meth:`MoeLayer.describe`. GEMM times
-  are the real model's (:class:`sim_models.gemm.GemmModel` on the real ``hidden x expert_ffn`` expert, the
-  scheduler's SM split) divided by ``hidden_factor`` (both link bytes and GEMM work are linear in the
-  hidden size, so their ratio is the real model's) and multiplied by ``links_per_gpu / rtl_links``: the
-  RTL system gives each GPU one switch port, a real GPU has ``links_per_gpu`` (18 on NVLink4), so link
-  time per byte is that much longer in the RTL and GEMM time must be too. Result in port-clock cycles
+  are the real model's (:class:`sim_models.gemm.GemmModel` on the real ``hidden x expert_ffn`` expert:
+  :meth:`MoeLayer.gemm_parts`, the GEMM stand-in's work; :meth:`MoeLayer.gemm_tile_cycles` states one full
+  tile on ``sms_per_tile`` SMs, the unit of an override) divided by ``hidden_factor`` (both link bytes
+  and GEMM work are linear in the hidden size, so their ratio is the real model's) and multiplied by
+  ``links_per_gpu / rtl_links``: the RTL system gives each GPU one switch port, a real GPU has
+  ``links_per_gpu`` (18 on NVLink4), so link time per byte is that much longer in the RTL and GEMM time
+  must be too. Result in port-clock cycles
   (``switch_clock_ghz`` of the system). ``gemm_cycles`` overrides them (short simulations; stated).
 * **Data.** Token rows ``x`` are integers in -2..2 (exact in FP8 e4m3 and BF16), gate weights are in
   {1, 1/2, 1/4}, and each expert is a SwiGLU-shaped FFN ``E(x) = W_down (relu(W_gate x) * (W_up x))``
@@ -367,6 +369,26 @@ class MoeLayer:
         t1, t2 = gm.times(self.p.tile_size, sm_fraction=self.p.sms_per_tile / s.sms)
         k = s.switch_clock_ghz * 1e9 * s.links_per_gpu / self.p.rtl_links / self.hidden_factor
         return max(1, math.ceil(float(t1) * k)), max(1, math.ceil(float(t2) * k))
+
+    def _gemm_model(self) -> GemmModel:
+        return GemmModel.for_model(self.cfg, load_system(self.p.system), self.p.dtype, tile=self.p.tile_size)
+
+    def gemm_parts(self, rows, weight_reads=1.0):
+        """(compute GEMM-1, memory GEMM-1, compute GEMM-2, memory GEMM-2) port-clock cycles of ``rows``
+        tokens of one expert with every SM and all of HBM, reading ``weight_reads`` of its weights: the real
+        model's :meth:`GemmModel.parts` scaled as the tile cycles are (module docstring; an override of the
+        tile cycles scales them by its ratio to the derived ones). The GEMM stand-in's work
+        (:class:`sim_models.gemm_engine.GemmEngine`)."""
+        s = load_system(self.p.system)
+        k = s.switch_clock_ghz * 1e9 * s.links_per_gpu / self.p.rtl_links / self.hidden_factor
+        k *= sum(self.gemm_tile_cycles()) / sum(self.derived_gemm_tile_cycles())
+        return tuple(float(v) * k for v in self._gemm_model().parts(rows, weight_reads))
+
+    def gemm_share(self) -> float:
+        """GEMM-1's share of the SMs in the fused pool: its share of the layer's GEMM time with every SM (each
+        expert's rows as one GEMM), as the estimator splits its fused engines' SMs."""
+        t1, t2 = self._gemm_model().times(np.bincount(self.routing.ravel(), minlength=self.E))
+        return float(t1.sum() / (t1.sum() + t2.sum()))
 
     def scheduler_params(self) -> SchedulerParams:
         g1, g2 = self.gemm_tile_cycles()

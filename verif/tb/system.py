@@ -18,8 +18,12 @@ derived ones; ``sabotage=partial`` makes one expert output wrong on purpose, so 
   token's partial as soon as that GPU's own pairs of the token have been released (+ ``notify_cycles``),
   ahead of dispatch descriptors not yet taken, ties in ``deepep``'s interleaved order.
 * **The GEMM stand-in** per GPU: the Tile Status Table's ready tiles (plus the GPU's local tiles, ready at
-  cycle 0) run under the reference token-centric tile policy (:class:`sim_models.scheduler.TilePolicy`,
-  the scheduler's workers and pool join); at a tile's GEMM-2 end the stand-in reads each token row of the
+  cycle 0) run on the estimator's GEMM mechanism, :class:`sim_models.gemm_engine.GemmEngine`, with the
+  layer's work (:meth:`MoeLayer.gemm_parts`): the fused schemes on one pool of every SM (GEMM-1 and GEMM-2
+  sharing the SMs in proportion to their work and HBM while both run, the token-centric order, every SM on
+  GEMM-2 once GEMM-1 is done), the sequential schemes as grouped launches once the GPU's dispatch has
+  arrived (all its tiles ready: GEMM-1 over its experts on every SM, then GEMM-2); at a tile's GEMM-2 end
+  (rounded up to a cycle) the stand-in reads each token row of the
   tile from the GPU's memory (the window rows the receive path reported, reconstructed from the metadata
   flits written into the window, in write order), computes ``g_k E_k(x)`` with numpy from the row's own
   contents (x, gate weights, expert ids), adds it into the token's expert-output row (a GPU holding two of
@@ -40,6 +44,7 @@ import collections
 import heapq
 import inspect
 import json
+import math
 import time
 
 import cocotb
@@ -54,7 +59,7 @@ from hw.packet import Header, Opcode
 from hw.switch.al_tlb import TlbCounter
 from hw.switch.dysharp_switch import DySharpSwitch, SwitchConfig, errors_in, port_status_layout, status_layout
 from hw.system import LinkProbe
-from sim_models.scheduler import tile_gemm_times
+from sim_models.gemm_engine import GemmEngine
 
 from verif.harness import tbenv
 from verif.harness.cycler import Agent, Cycler
@@ -209,11 +214,16 @@ class GpuSide(Agent):
         # tiles: local ones ready at cycle 0, the table's as they come
         self.tiles = []           # dicts: kind, expert (global), rows / tokens, ready, key
         self.done = 0
-        self.due = []             # (GEMM-2 end, index)
-        self.done_idx = set()
+        self.due = []             # [(cycle, index)]: the next tile's DONE (GEMM-2 end)
         self.remote_counts = self._remote_counts()
         ts = L.p.tile_size
-        self.n_tiles = len(L.local_tiles(g)) + sum(-(-n // ts) for n in self.remote_counts)
+        expert_tiles = collections.Counter(e for e, _ in L.local_tiles(g))
+        for e, n in enumerate(self.remote_counts):
+            if n:
+                expert_tiles[self.lo + e] += -(-n // ts)
+        self.n_tiles = sum(expert_tiles.values())
+        self.gemm = GemmEngine(L.gemm_parts, expert_tiles, L.gemm_share(),
+                               "pool" if env.scheme in ml.FUSED_SCHEMES else "phases")
         for e, toks in L.local_tiles(g):
             self._add_tile(dict(kind="local", expert=e, tokens=toks, ready=0, key=None))
 
@@ -272,18 +282,15 @@ class GpuSide(Agent):
     # ---------------------------------------------------------------------------- tracker and GEMM
     def _add_tile(self, tile):
         self.tiles.append(tile)
-        env = self.env
-        n = len(self.tiles)
-        ready = np.array([[t["ready"] for t in self.tiles]], dtype=np.float64)
-        sp = env.sp
-        w = np.ones((1, n))
-        times = tile_gemm_times(ready, w * sp.gemm1_tile_cycles, w * sp.gemm2_tile_cycles,
-                                w * sp.gemm2_joined_cycles if sp.join_pools else None,
-                                workers1=sp.dispatch_workers, workers2=sp.combine_workers, n_tiles=self.n_tiles,
-                                join_not_before=0)
-        ends = times.gemm2_end[0]
-        self.due = sorted((int(ends[i]), i) for i in range(n) if i not in self.done_idx)
-        tile["gemm1_end"] = int(times.gemm1_end[0][n - 1])
+        rows = tile["tokens"] if tile["kind"] == "local" else tile["rows"]
+        self.gemm.add(tile["ready"], tile["expert"], len(rows))
+        self._next_due()
+
+    def _next_due(self):
+        """``due``: the next GEMM-2 end, its DONE at the first cycle at or after it (the engine's times are
+        exact; a tile that becomes ready before it is due may move it)."""
+        nxt = self.gemm.next_done()
+        self.due = [] if nxt is None else [(math.ceil(nxt[0] - 1e-6), nxt[1])]
 
     def _on_ready(self, payload, cycle):
         r = unpack(TileReady, payload)
@@ -311,9 +318,9 @@ class GpuSide(Agent):
         if self.env.silent and self.env.silent[0] == self.g and cycle == self.env.silent[1]:
             self.silence()
         while self.due and self.due[0][0] <= cycle:
-            _, i = self.due.pop(0)
-            self.done_idx.add(i)
+            _, i = self.gemm.pop_done()
             self._finish(self.tiles[i], cycle)
+            self._next_due()
 
     def _finish(self, tile, cycle):
         L, rs = self.L, self.L.row_shift
