@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 from ..arbiter import decode_split, join_split, or_reduce
 from ..packet import DEFAULT_FLIT_WIDTH, HEADER_BITS, ErrorCode, HeaderLayout, Opcode, flit_layout
 
-__all__ = ["CellReader", "ErrorEntry"]
+__all__ = ["CellReader", "ErrorEntry", "start_signature"]
 
 
 class ErrorEntry(data.Struct):
@@ -17,13 +17,22 @@ class ErrorEntry(data.Struct):
     code: ErrorCode
 
 
+def start_signature(*, n_ports: int, n_cells: int) -> wiring.Signature:
+    """A transfer the reader starts (driven by the input that starts it): ``valid`` in the grant cycle,
+    ``err`` (an error response, else a packet beginning at ``cell``), ``free`` (free the cells read: the
+    packet's last pass) and ``dests`` (the granted outputs)."""
+    return wiring.Signature({"valid": Out(1), "err": Out(1), "cell": Out(max(1, (n_cells - 1).bit_length())),
+                             "free": Out(1), "dests": Out(n_ports)})
+
+
 class CellReader(wiring.Component):
     """Reads one transfer at a time: a packet's cell chain, or one error response.
 
-    ``start`` (with ``start_dests``, the granted outputs) begins a transfer next cycle; ``active`` is high
-    until its ``release`` cycle. A packet transfer (``start_err`` low) begins at ``start_cell`` and frees
-    its cells as it reads them when ``start_free`` (the packet's last pass). An error transfer sends
-    ``err``, the error queue's head, as one ERROR flit from and to ``port``, and pops it (``err_pop``).
+    ``start`` (:func:`start_signature`; ``start.dests``: the granted outputs) begins a transfer next cycle;
+    ``active`` is high until its ``release`` cycle. A packet transfer (``start.err`` low) begins at
+    ``start.cell`` and frees its cells as it reads them when ``start.free`` (the packet's last pass). An
+    error transfer sends ``err``, the error queue's head, as one ERROR flit from and to ``port``, and pops
+    it (``err_pop``).
 
     Lane k reads cell c_k, where c_0 is the reader's cell and c_{k+1} = cnext[c_k] (``cnext_addr``/
     ``cnext_data``: combinational reads of the next-cell table), as long as each cell is ``written``, the
@@ -45,11 +54,7 @@ class CellReader(wiring.Component):
         cell_shape = unsigned(max(1, (C - 1).bit_length()))
         flit = flit_layout(flit_width)
         super().__init__({
-            "start": In(1),
-            "start_err": In(1),
-            "start_cell": In(cell_shape),
-            "start_free": In(1),
-            "start_dests": In(N),
+            "start": In(start_signature(n_ports=N, n_cells=C)),
             "active": Out(1),
             "dests": Out(N),
             "release": Out(1),
@@ -73,7 +78,7 @@ class CellReader(wiring.Component):
         m = Module()
         C, L = self.n_cells, self.lanes
         rd_err = Signal()          # the transfer is an error response
-        rd_cell = Signal(len(self.start_cell))
+        rd_cell = Signal(len(self.start.cell))
         rd_free = Signal()         # free cells as they are read (last pass of the packet)
 
         space_ok = (self.space & self.dests) == self.dests
@@ -112,12 +117,12 @@ class CellReader(wiring.Component):
             nxt, nxt_lo, nxt_hi = (Mux(lane_issue[k], a, b) for a, b in ((lane_next[k], nxt), (lo, nxt_lo),
                                                                          (hi, nxt_hi)))
         m.d.sync += [rd_cell.eq(nxt), rd_lo.eq(nxt_lo), rd_hi.eq(nxt_hi)]
-        head_lo, head_hi = decode_split(m, self.start_cell, C, name="head_dec")
-        with m.If(self.start):
-            m.d.sync += [self.active.eq(1), self.dests.eq(self.start_dests), rd_err.eq(self.start_err)]
-            with m.If(~self.start_err):
-                m.d.sync += [rd_cell.eq(self.start_cell), rd_lo.eq(head_lo), rd_hi.eq(head_hi),
-                             rd_free.eq(self.start_free)]
+        head_lo, head_hi = decode_split(m, self.start.cell, C, name="head_dec")
+        with m.If(self.start.valid):
+            m.d.sync += [self.active.eq(1), self.dests.eq(self.start.dests), rd_err.eq(self.start.err)]
+            with m.If(~self.start.err):
+                m.d.sync += [rd_cell.eq(self.start.cell), rd_lo.eq(head_lo), rd_hi.eq(head_hi),
+                             rd_free.eq(self.start.free)]
         with m.Elif(self.release):
             m.d.sync += self.active.eq(0)
 

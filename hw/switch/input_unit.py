@@ -43,20 +43,21 @@ last cells; the next-write cell), :class:`~hw.switch.packet_queues.PacketQueues`
 queue, with their heads' arrival order), :class:`~hw.switch.cell_reader.CellReader` (a granted transfer
 into the crossbar), :class:`~hw.credit.CreditReturn` (credits owed upstream) and a ``lib.fifo`` error
 queue, :class:`~hw.switch.alloc_request.AllocRequest` (the allocator requests: cut-through, ordering
-against the mask queue, short transfers). The unit itself starts the granted transfers and keeps the
-mask-queue head's remaining destinations.
+against the mask queue, short transfers) and :class:`~hw.switch.grant_start.GrantStart` (what a grant
+starts: the dequeue, the reader's transfer; the mask-queue head's remaining destinations). The unit joins
+them and keeps the credit count.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import fifo, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..arbiter import onehot_to_index
 from ..credit import CreditReturn, credit_link_signature
 from ..packet import DEFAULT_FLIT_WIDTH, ErrorCode, flit_layout
 from .alloc_request import REQ_ERR, REQ_MASK, REQ_MASK_ALL, REQ_UC, AllocRequest
 from .cell_pool import CellPool
 from .cell_reader import CellReader, ErrorEntry
+from .grant_start import GrantStart
 from .ingress import Ingress
 from .packet_queues import PacketQueues
 
@@ -152,9 +153,7 @@ class InputUnit(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        N = self.n_ports
-        C = self.n_cells
-        L = self.lanes
+        N, C, L = self.n_ports, self.n_cells, self.lanes
         cell_shape = unsigned(max(1, (C - 1).bit_length()))
         flit = flit_layout(self.flit_width)
         n_uc = N if self.queueing == "voq" else 0
@@ -168,18 +167,13 @@ class InputUnit(wiring.Component):
         m.submodules.errq = errq = fifo.SyncFIFO(width=ErrorEntry.as_shape().size, depth=C)
         cells_w = cells.write_port()
         cnext_w = cnext.write_port()
-
         m.submodules.pool = pool = CellPool(n_cells=C, max_freed=L)
-        new_cell, used = pool.new_cell, pool.used
         # Counted transfers (see the class docstring): a packet's read cycles, ceil(flits / lanes); 0 where
         # it is always held (registered requests, fifo mode; at one lane every packet longer than a flit:
         # the switch admits only a short transfer's room there).
         short_ok = int(self.grant_delay == 1 and n_uc > 0)
         max_rc = -(-(self.max_payload + 1) // L) if L > 1 else 1
         m.submodules.queues = pq = PacketQueues(n_uc=n_uc, n_cells=C, n_ports=N, max_rc=max_rc)
-        q_count = pq.count
-        mc_res = Signal(N)                    # remaining destinations of the mask-queue head
-        mc_pend = [Signal(range(C + 1), name=f"mc_pend{j}") for j in range(N)]  # mask packets for j
 
         # ---------------------------------------------------------------- ingress
         m.submodules.ingress = ing = Ingress(n_ports=N, n_uc=n_uc, n_cells=C, flit_width=self.flit_width,
@@ -191,61 +185,38 @@ class InputUnit(wiring.Component):
         # Credits the switch holds (cells in use, queued errors, credits owed). The invariant is
         # sender_credits + held == credits, so a flit arriving while held == credits had no credit.
         held = Signal(range(-4 * C, 4 * C))
-        m.d.comb += held.eq(used + errq.level + credit.pending)
+        m.d.comb += held.eq(pool.used + errq.level + credit.pending)
         # Without a protocol violation a next-write cell always exists when a flit arrives (at most
         # credits - 1 cells hold flits then, out of credits + 1); ~new_ok is handled like an overflow.
-        m.d.comb += [
-            ing.valid.eq(self.rx.valid),
-            ing.flit.eq(self.rx.flit),
-            ing.full.eq((held >= self.credits) | ~pool.new_ok),
-            ing.new_ok.eq(pool.new_ok),
-            ing.new_cell.eq(new_cell),
-            self.group_handle.eq(ing.group_handle),
-            ing.group_mask.eq(self.group_mask),
-        ]
+        m.d.comb += [ing.valid.eq(self.rx.valid), ing.flit.eq(self.rx.flit),
+                     ing.full.eq((held >= self.credits) | ~pool.new_ok), ing.new_ok.eq(pool.new_ok),
+                     ing.new_cell.eq(pool.new_cell), self.group_handle.eq(ing.group_handle),
+                     ing.group_mask.eq(self.group_mask)]
         with m.If(ing.overflow):
             m.d.comb += [self.err_valid.eq(1), self.err_code.eq(ErrorCode.CREDIT_OVERFLOW.value)]
         with m.Elif(ing.err_push):
             m.d.comb += [self.err_valid.eq(1), self.err_code.eq(ing.err_code)]
-        write, enq, target_q, hdr_mask = ing.write, ing.enq, ing.target_q, ing.mask
         m.d.comb += [
-            cells_w.addr.eq(new_cell),
-            cells_w.en.eq(write),
-            cells_w.data.data.eq(ing.w_data),
-            cells_w.data.last.eq(ing.w_last),
-            cells_w.data.poison.eq(ing.w_poison),
-            cnext_w.addr.eq(new_cell),
-            cnext_w.data.eq(pool.next_cell),
-            cnext_w.en.eq(write & ~ing.w_last),
-            pq.enq.eq(enq),
-            pq.enq_q.eq(target_q),
-            pq.enq_cell.eq(new_cell),
-            pq.enq_mask.eq(hdr_mask),
+            cells_w.addr.eq(pool.new_cell), cells_w.en.eq(ing.write), cells_w.data.data.eq(ing.w_data),
+            cells_w.data.last.eq(ing.w_last), cells_w.data.poison.eq(ing.w_poison),
+            cnext_w.addr.eq(pool.new_cell), cnext_w.data.eq(pool.next_cell), cnext_w.en.eq(ing.write & ~ing.w_last),
+            pq.enq.eq(ing.enq), pq.enq_q.eq(ing.target_q), pq.enq_cell.eq(pool.new_cell), pq.enq_mask.eq(ing.mask),
             pq.enq_rc.eq(Mux(short_ok & (ing.payload < L * max_rc), (ing.payload + L) >> (L - 1), 0)),
-            errq.w_data.eq(Cat(ing.err_tag, ing.err_code)),
-            errq.w_en.eq(ing.err_push),
+            errq.w_data.eq(Cat(ing.err_tag, ing.err_code)), errq.w_en.eq(ing.err_push),
         ]
 
         # ---------------------------------------------------------------- reader
-        cur_cd = Signal()        # the reader's transfer is counted: it holds no output
         m.submodules.reader = rd = CellReader(n_ports=N, n_cells=C, flit_width=self.flit_width, lanes=L)
         for k in range(L):
             rp = cnext.read_port(domain="comb")
             m.d.comb += [rp.addr.eq(rd.cnext_addr[k]), rd.cnext_data[k].eq(rp.data)]
             wiring.connect(m, rd.cell_rd[k], cells.read_port())
-        m.d.comb += [
-            rd.written.eq(pool.written),
-            rd.clast.eq(pool.clast),
-            rd.space.eq(self.space),
-            rd.port.eq(self.port),
-            rd.err.eq(errq.r_data),
-            errq.r_en.eq(rd.err_pop),
-            self.out_valid.eq(rd.out_valid),
-            self.out_dests.eq(rd.out_dests),
-        ]
+        m.d.comb += [rd.written.eq(pool.written), rd.clast.eq(pool.clast), rd.space.eq(self.space),
+                     rd.port.eq(self.port), rd.err.eq(errq.r_data), errq.r_en.eq(rd.err_pop),
+                     self.out_valid.eq(rd.out_valid), self.out_dests.eq(rd.out_dests)]
         m.d.comb += [self.out_flit[k].eq(rd.out_flit[k]) for k in range(L)]
 
-        # ---------------------------------------------------------------- allocator requests
+        # ---------------------------------------------------------------- allocator requests and grants
         # Virtual cut-through: a packet still arriving may start only if its sender holds the credits to
         # send the rest back to back, or if nothing else is in the buffer (a packet longer than the buffer
         # must stream through it). Otherwise, with the buffer full, it would trickle in at one flit per
@@ -253,84 +224,38 @@ class InputUnit(wiring.Component):
         fixed = isinstance(self.port, int)
         m.submodules.request = rq = AllocRequest(n_ports=N, n_uc=n_uc, n_cells=C, port=self.port if fixed else None,
                                                  grant_delay=self.grant_delay, short=bool(short_ok), max_rc=max_rc)
+        m.submodules.start = gs = GrantStart(n_ports=N, n_uc=n_uc, n_cells=C)
         if not fixed:
             m.d.comb += rq.port.eq(self.port)
-        m.d.comb += [rq.count[q].eq(q_count[q]) for q in range(n_q)]
-        m.d.comb += [rq.head_rc[q].eq(pq.head_rc[q]) for q in range(n_q)]
-        m.d.comb += [rq.next_rc[q].eq(pq.next_rc[q]) for q in range(n_q)]
+        for q in range(n_q):
+            m.d.comb += [rq.count[q].eq(pq.count[q]), rq.head_rc[q].eq(pq.head_rc[q]),
+                         rq.next_rc[q].eq(pq.next_rc[q])]
         m.d.comb += [
-            rq.older.eq(pq.older),
-            rq.mq_head.eq(pq.head[MQ]),
-            rq.in_pkt.eq(ing.in_pkt),
-            rq.cur_q.eq(ing.cur_q),
-            rq.cur_hdr.eq(ing.cur_hdr),
-            rq.cut_ok.eq((self.credits - held >= ing.cur_left) | (used == ing.cur_written)),
-            rq.mc_res.eq(mc_res),
-            rq.mc_pend.eq(Cat(p != 0 for p in mc_pend)),
-            rq.err_rdy.eq(errq.r_rdy),
-            rq.rd_active.eq(rd.active),
-            rq.rd_dests.eq(rd.dests),
-            rq.grant.eq(self.grant),
-            rq.grant_rc.eq(pq.sel_rc),
-            self.req.eq(rq.req),
-            self.req_class.eq(rq.req_class),
-            self.req_short.eq(rq.req_short),
-            self.req_cd.eq(rq.req_cd),
-            self.reads_next.eq(rq.reads_next),
-            self.release.eq(Mux(rd.release & ~cur_cd, rd.dests, 0) | rq.release),
-            cur_cd.eq(rq.cur_cd),
+            rq.older.eq(pq.older), rq.mq_head.eq(pq.head[MQ]),
+            rq.in_pkt.eq(ing.in_pkt), rq.cur_q.eq(ing.cur_q), rq.cur_hdr.eq(ing.cur_hdr),
+            rq.cut_ok.eq((self.credits - held >= ing.cur_left) | (pool.used == ing.cur_written)),
+            rq.mc_res.eq(gs.mc_res), rq.mc_pend.eq(gs.mc_pend),
+            rq.err_rdy.eq(errq.r_rdy), rq.rd_active.eq(rd.active), rq.rd_dests.eq(rd.dests),
+            rq.grant.eq(self.grant), rq.grant_rc.eq(pq.sel_rc),
+            self.req.eq(rq.req), self.req_class.eq(rq.req_class), self.req_short.eq(rq.req_short),
+            self.req_cd.eq(rq.req_cd), self.reads_next.eq(rq.reads_next),
+            # A counted transfer's outputs are released ahead of its end (AllocRequest), a held one's here.
+            self.release.eq(Mux(rd.release & ~rq.cur_cd, rd.dests, 0) | rq.release),
         ]
-        req_cls = rq.grant_class
-        start = Signal()
-        m.d.comb += start.eq(self.grant.any())
-        is_mask = req_cls[0]
-
-        # Dequeue at the grant: a unicast packet always; the mask-queue head on its last fanout round.
-        deq = Signal(n_q)
-        start_q = Signal(range(max(2, n_q)))
-        mc_final = (mc_res & ~self.grant) == 0
-        with m.If(start & (req_cls == REQ_UC)):
-            m.d.comb += start_q.eq(onehot_to_index(self.grant))
-            m.d.comb += deq.eq(1 << start_q)
-        with m.Elif(start & is_mask):
-            m.d.comb += start_q.eq(MQ)
-            with m.If(mc_final):
-                m.d.comb += deq.eq(1 << MQ)
+        # A grant dequeues (a unicast packet always; the mask-queue head on its last fanout round) and
+        # starts the reader's transfer.
         m.d.comb += [
-            pq.deq.eq(deq),
-            pq.sel.eq(start_q),
-            rd.start.eq(start),
-            rd.start_err.eq(req_cls == REQ_ERR),
-            rd.start_cell.eq(pq.sel_head),
-            rd.start_free.eq((req_cls == REQ_UC) | mc_final),
-            rd.start_dests.eq(self.grant),
+            gs.grant.eq(self.grant), gs.grant_class.eq(rq.grant_class),
+            gs.enq.eq(ing.enq), gs.enq_q.eq(ing.target_q), gs.enq_mask.eq(ing.mask),
+            gs.mq_count.eq(pq.count[MQ]), gs.next_mask.eq(pq.next_mask), gs.head.eq(pq.sel_head),
+            pq.deq.eq(gs.deq), pq.sel.eq(gs.sel),
         ]
+        wiring.connect(m, gs.start, rd.start)
 
-        # Remaining destinations of the mask-queue head.
-        e_mq = enq & (target_q == MQ)
-        with m.If(deq[MQ]):
-            with m.If(q_count[MQ] > 1):
-                m.d.sync += mc_res.eq(pq.next_mask)
-            with m.Elif(e_mq):
-                m.d.sync += mc_res.eq(hdr_mask)
-        with m.Elif(start & is_mask):
-            m.d.sync += mc_res.eq(mc_res & ~self.grant)
-        with m.Elif(e_mq & (q_count[MQ] == 0)):
-            m.d.sync += mc_res.eq(hdr_mask)
-        mc_granted = Mux(start & is_mask, self.grant, 0)
-        for j in range(N):
-            m.d.sync += mc_pend[j].eq(mc_pend[j] + (e_mq & hdr_mask[j]) - mc_granted[j])
-
-        # ---------------------------------------------------------------- cell bookkeeping
+        # ---------------------------------------------------------------- cell bookkeeping, credit return
         m.d.comb += [
-            pool.write.eq(write),
-            pool.last.eq(ing.w_last),
-            pool.free_bits.eq(rd.free_bits),
-            pool.n_freed.eq(rd.n_freed),
-        ]
-
-        # ---------------------------------------------------------------- credit return
-        m.d.comb += [
+            pool.write.eq(ing.write), pool.last.eq(ing.w_last),
+            pool.free_bits.eq(rd.free_bits), pool.n_freed.eq(rd.n_freed),
             credit.gain.eq(rd.n_freed + ing.discard + rd.err_pop),
             credit.loss.eq(ing.err_push + ing.terminate),
             self.rx.credit.eq(credit.credit),

@@ -101,7 +101,8 @@ from .timeouts import MAX_DERIVED_TIMEOUT
 
 __all__ = ["ReductionBuffer", "AllocRequest", "RTAG_BITS", "COUNT_BITS", "contrib_layout",
            "rtag_to_header", "rtag_from_header", "LAST_TO_RESULT_CYCLES", "BUFFER_COUNTERS", "status_members",
-           "ACC_STAGES", "DEFAULT_ACC_STAGES", "RowTracker", "EntryAllocator", "ResultDrain"]
+           "ACC_STAGES", "DEFAULT_ACC_STAGES", "RowTracker", "EntryAllocator", "ResultDrain",
+           "ContribAccept", "EntryEvents", "ProgressUpdate"]
 
 
 # The status outputs of the buffer, re-exported unchanged by the engine and the ld_reduce unit (which add
@@ -220,6 +221,13 @@ class RowTracker(wiring.Component):
             self.w_final.eq(sh[L].final),
         ]
         return m
+
+
+_LENGTH = HeaderLayout.as_shape()["length"].shape     # a packet's length field, and a flit index below it
+
+
+def _progress_layout(max_length: int) -> data.StructLayout:
+    return data.StructLayout({"touched": max_length, "finals": 5})
 
 
 def _meta_layout(gen_bits: int) -> data.StructLayout:
@@ -381,6 +389,147 @@ class ResultDrain(wiring.Component):
         return m
 
 
+class ProgressUpdate(wiring.Component):
+    """Stage b's progress row: one *touched* bit per flit and the count of final flits of b's entry.
+
+    ``row``: the entry's progress row, read at a (transparent to ``prog_w``). ``touched``: b's ``flit`` has
+    had a contribution in this use of the entry. For an operation (``op``) whose flit becomes ``final``,
+    the count goes up and the entry is ``complete`` when all ``length`` flits are final. The row is written
+    in b (``prog_w``; the next read sees it) when the flit is first touched or becomes final (``busy``);
+    otherwise the allocator's ``clear`` of entry ``clear_entry`` uses the port.
+    """
+
+    def __init__(self, *, entry_bits: int, max_length: int):
+        self.entry_bits, self.max_length = entry_bits, max_length
+        layout = _progress_layout(max_length)
+        super().__init__({
+            "row": In(layout), "flit": In(_LENGTH), "entry": In(entry_bits), "op": In(1), "final": In(1),
+            "length": In(_LENGTH), "clear": In(1), "clear_entry": In(entry_bits),
+            "touched": Out(1), "complete": Out(1), "busy": Out(1),
+            "prog_w": In(memory.WritePort.Signature(addr_width=entry_bits, shape=layout)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        ML, pr, w = self.max_length, self.row, self.prog_w
+        m.d.comb += self.touched.eq(pr.touched.bit_select(self.flit, 1) if ML > 1 else pr.touched[0])
+        finals = Signal(5)
+        m.d.comb += finals.eq(pr.finals + self.final)
+        m.d.comb += self.complete.eq(self.op & self.final & (finals == self.length))
+        m.d.comb += self.busy.eq(self.op & (~self.touched | self.final))
+        flit_bit = (Const(1, ML) << self.flit)[0:ML] if ML > 1 else Const(1, 1)
+        with m.If(self.busy):
+            m.d.comb += [w.addr.eq(self.entry), w.data.touched.eq(pr.touched | flit_bit),
+                         w.data.finals.eq(finals), w.en.eq(1)]
+        with m.Else():
+            m.d.comb += [w.addr.eq(self.clear_entry), w.data.as_value().eq(0), w.en.eq(self.clear)]
+        return m
+
+
+class ContribAccept(wiring.Component):
+    """Stage a: accept a contribution and hold it in stage b's register.
+
+    ``contrib`` (the buffer's) is taken unless ``stall`` (the timeout scanner's) or b waits (``b_wait``:
+    ``b_valid`` and the row tracker's ``hold``). ``take``: a contribution is accepted this cycle; its row
+    ``addr`` (entry ``entry``) is read when ``rd_en`` (held while b waits). Stage b's register: ``b`` and,
+    widened at a by the contribution's own type, the ALU operands ``b_operands``; ``b_flit[j]``, one copy of
+    b's flit index per 16-bit lane for the ALU's ``first`` select, holds ``(flit - j) mod 2**slot_bits``
+    (the lane's touched bits are rotated by j), so that the copies are distinct flip-flops and mux trees.
+    """
+
+    def __init__(self, *, entry_bits: int, slot_bits: int, flit_width: int):
+        self.entry_bits, self.slot_bits, self.flit_width = entry_bits, slot_bits, flit_width
+        super().__init__({
+            "contrib": In(stream.Signature(contrib_layout(flit_width))),
+            "stall": In(1), "hold": In(1),
+            "take": Out(1), "entry": Out(entry_bits), "addr": Out(entry_bits + slot_bits), "rd_en": Out(1),
+            "b_valid": Out(1), "b_wait": Out(1), "b": Out(contrib_layout(flit_width)),
+            "b_operands": Out(2 * flit_width), "b_flit": Out(slot_bits).array(flit_width // 16),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        EB, SB, W = self.entry_bits, self.slot_bits, self.flit_width
+        c = self.contrib.payload
+        m.d.comb += [self.b_wait.eq(self.b_valid & self.hold), self.contrib.ready.eq(~self.stall & ~self.b_wait)]
+        m.d.comb += [self.take.eq(self.contrib.valid & self.contrib.ready), self.entry.eq(c.rtag[0:EB]),
+                     self.addr.eq(Cat(c.flit[0:SB], c.rtag[0:EB])), self.rd_en.eq(~self.b_wait & self.contrib.valid)]
+        with m.If(~self.b_wait):
+            m.d.sync += self.b_valid.eq(self.take)
+        a_operands = alu_operands(m, c.data, c.etype, W, "a_opnd")
+        with m.If(self.take):
+            m.d.sync += [self.b.eq(c), self.b_operands.eq(a_operands)]
+            m.d.sync += [self.b_flit[j].eq(c.flit[0:SB] - (j % (1 << SB))) for j in range(W // 16)]
+        return m
+
+
+class EntryEvents(wiring.Component):
+    """What ends an entry: completion and error events, the timeout scanner, the error counters.
+
+    Stage b's contribution, examined this cycle (``seen``), is ``live`` (its entry is in flight) or stale;
+    a live one is an ``abort`` (with ``code``), a ``mismatch``, or ``complete``s its entry ``entry``. Each
+    gives an ``event`` (entry, error code; 0 = a result) to the completion FIFO, which has room for every
+    entry and so never refuses. The scanner checks one ``active`` entry per cycle against its allocation
+    time (``start_rd``; ``now``: the time) and sends its ``TIMEOUT``; if b's event takes the slot, the
+    scanner holds its entry and ``stall``s the next contribution for a cycle. ``clear``: the entry (one-hot)
+    leaving ``active``. The counters add a cycle after their event (see the module docstring).
+    """
+
+    def __init__(self, *, entries: int, entry_bits: int, timer_bits: int, timeout: int):
+        self.entries, self.entry_bits, self.timer_bits, self.timeout = entries, entry_bits, timer_bits, timeout
+        super().__init__({
+            "active": In(entries),
+            "start_rd": In(memory.ReadPort.Signature(addr_width=entry_bits, shape=timer_bits)),
+            "now": Out(timer_bits),
+            "seen": In(1), "live": In(1), "abort": In(1), "mismatch": In(1), "complete": In(1),
+            "code": In(ErrorCode), "entry": In(entry_bits),
+            "stall": Out(1),
+            "event": Out(stream.Signature(entry_bits + 8)),
+            "clear": Out(entries),
+            **{name: Out(32) for name in ("stale", "aborts", "mismatches", "timeouts")},
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        N, EB, TB = self.entries, self.entry_bits, self.timer_bits
+        m.d.sync += self.now.eq(self.now + 1)
+        b_event = Signal()
+        b_code = Signal(8)
+        with m.If(self.live & self.abort):
+            m.d.comb += [b_event.eq(1), b_code.eq(self.code)]
+        with m.Elif(self.live & self.mismatch):
+            m.d.comb += [b_event.eq(1), b_code.eq(ErrorCode.TYPE_MISMATCH.value)]
+        with m.Elif(self.complete):
+            m.d.comb += [b_event.eq(1), b_code.eq(ErrorCode.NONE.value)]
+        scan_cur = Signal(EB)
+        expired = Signal()
+        m.d.comb += expired.eq(self.active.bit_select(scan_cur, 1) &
+                               ((self.now - self.start_rd.data)[0:TB] >= self.timeout))
+        scan_fire = Signal()
+        scan_hold = Signal()
+        m.d.comb += [scan_fire.eq(expired & ~b_event), scan_hold.eq(expired & b_event)]
+        scan_next = Mux(scan_hold, scan_cur, Mux(scan_cur == N - 1, 0, scan_cur + 1))
+        m.d.comb += self.start_rd.addr.eq(scan_next)
+        m.d.sync += [scan_cur.eq(scan_next), self.stall.eq(scan_hold)]
+        ev_entry = Mux(b_event, self.entry, scan_cur)
+        m.d.comb += [self.event.valid.eq(b_event | scan_fire),
+                     self.event.payload.eq(Cat(ev_entry, Mux(b_event, b_code, ErrorCode.TIMEOUT.value))),
+                     self.clear.eq(Mux(b_event | scan_fire, Const(1, N) << ev_entry, 0))]
+
+        # The counters add a cycle later: the events are registered first, so that a counter's 32-bit carry
+        # chain does not follow the entry check and the scanner in one cycle (the 640 ps port clock).
+        counted = Signal(data.StructLayout({"stale": 1, "aborts": 1, "mismatches": 1, "timeouts": 1}))
+        m.d.sync += [
+            counted.stale.eq(self.seen & ~self.live),
+            counted.aborts.eq(self.live & self.abort),
+            counted.mismatches.eq(self.live & ~self.abort & self.mismatch),
+            counted.timeouts.eq(scan_fire),
+        ]
+        m.d.sync += [getattr(self, k).eq(getattr(self, k) + getattr(counted, k))
+                     for k in ("stale", "aborts", "mismatches", "timeouts")]
+        return m
+
+
 class ReductionBuffer(wiring.Component):
     """Reduction buffer (see the module docstring for the full contract).
 
@@ -443,11 +592,10 @@ class ReductionBuffer(wiring.Component):
         EB, GB, SB, TB = self.entry_bits, self.gen_bits, self.slot_bits, self.timer_bits
         ML = self.max_length
         row_layout = data.StructLayout({"acc": 2 * W, "count": COUNT_BITS})
-        prog_layout = data.StructLayout({"touched": ML, "finals": 5})
 
         m.submodules.partial = partial = memory.Memory(shape=row_layout, depth=N << SB, init=[])
         m.submodules.meta = meta = memory.Memory(shape=_meta_layout(GB), depth=N, init=[])
-        m.submodules.progress = progress = memory.Memory(shape=prog_layout, depth=N, init=[])
+        m.submodules.progress = progress = memory.Memory(shape=_progress_layout(ML), depth=N, init=[])
         m.submodules.start = start = memory.Memory(shape=TB, depth=N, init=[])
         part_w = partial.write_port()
         part_rc = partial.read_port(transparent_for=(part_w,))
@@ -456,7 +604,6 @@ class ReductionBuffer(wiring.Component):
         prog_w = progress.write_port()
         prog_rc = progress.read_port(transparent_for=(prog_w,))
         start_w = start.write_port()
-        start_rs = start.read_port()
 
         L16, L32 = W // 16, W // 32
         m.submodules.alu = alu = ReduceALU(flit_width=W, user_width=1, acc_stages=self.acc_stages,
@@ -468,73 +615,57 @@ class ReductionBuffer(wiring.Component):
         m.submodules.allocator = al = EntryAllocator(entries=N, entry_bits=EB, gen_bits=GB)
         m.submodules.drain = dr = ResultDrain(entries=N, entry_bits=EB, slot_bits=SB, gen_bits=GB,
                                               flit_width=W, row_shape=row_layout)
+        m.submodules.accept = ac = ContribAccept(entry_bits=EB, slot_bits=SB, flit_width=W)
+        m.submodules.ends = ev = EntryEvents(entries=N, entry_bits=EB, timer_bits=TB, timeout=self.timeout)
+        m.submodules.progress_update = pu = ProgressUpdate(entry_bits=EB, max_length=ML)
         wiring.connect(m, wiring.flipped(self.alloc), al.alloc)
         wiring.connect(m, al.grant, wiring.flipped(self.grant))
         wiring.connect(m, al.meta_rd, meta.read_port())
         wiring.connect(m, dr.meta_rd, meta.read_port())
         wiring.connect(m, dr.part_rd, partial.read_port())
         wiring.connect(m, dr.out, wiring.flipped(self.out))
-        m.d.comb += [dr.events.valid.eq(events.r_rdy), dr.events.payload.eq(events.r_data),
-                     events.r_en.eq(dr.events.ready), self.completed.eq(dr.completed)]
+        wiring.connect(m, wiring.flipped(self.contrib), ac.contrib)
+        wiring.connect(m, ev.start_rd, start.read_port())
+        wiring.connect(m, ev.event, events.w_stream)
+        wiring.connect(m, events.r_stream, dr.events)
+        wiring.connect(m, pu.prog_w, prog_w)
+        m.d.comb += [getattr(self, k).eq(getattr(src, k)) for src, names in
+                     ((ev, ("stale", "aborts", "mismatches", "timeouts")), (dr, ("completed",))) for k in names]
 
         # Entry state in flip-flops: busy (allocated), active (accepting contributions), the count in use.
-        busy, active, clr_active = Signal(N), Signal(N), Signal(N)
-        now = Signal(TB)
-        m.d.sync += [now.eq(now + 1), busy.eq((busy | al.picked) & ~dr.freed),
-                     active.eq((active | al.activate) & ~clr_active),
+        busy, active = Signal(N), Signal(N)
+        m.d.sync += [busy.eq((busy | al.picked) & ~dr.freed), active.eq((active | al.activate) & ~ev.clear),
                      self.in_use.eq(self.in_use + al.picked.any() - dr.freed.any())]
-        m.d.comb += [al.free.eq(~busy), al.room.eq(self.in_use < self.outstanding)]
+        m.d.comb += [al.free.eq(~busy), al.room.eq(self.in_use < self.outstanding), ev.active.eq(active)]
 
-        # ---- Stage a: accept a contribution, read its rows (held while b waits).
-        c = self.contrib.payload
-        scan_stall = Signal()
-        b_valid = Signal()
-        b = Signal(contrib_layout(W))
-        b_wait = Signal()
-        m.d.comb += [b_wait.eq(b_valid & rows.hold), self.contrib.ready.eq(~scan_stall & ~b_wait)]
-        take = self.contrib.valid & self.contrib.ready
-        c_entry = c.rtag[0:EB]
-        m.d.comb += [part_rc.addr.eq(Cat(c.flit[0:SB], c_entry)), meta_rc.addr.eq(c_entry),
-                     prog_rc.addr.eq(c_entry), part_rc.en.eq(~b_wait & self.contrib.valid),
-                     meta_rc.en.eq(~b_wait & self.contrib.valid), prog_rc.en.eq(~b_wait & self.contrib.valid), rows.c_addr.eq(Cat(c.flit[0:SB], c_entry)), rows.take.eq(take)]
-        with m.If(~b_wait):
-            m.d.sync += b_valid.eq(take)
-        # Copies of b's flit index for the ALU's `first` select, one per 32-bit accumulator lane (like RowTracker's
-        # matches): copy j holds (flit - j) mod 2**SB and indexes the touched bits rotated by j, so the
-        # copies are distinct flip-flops and mux trees and each drives 1/L16 of the lanes.
-        P = 1 << SB
-        flit_copy = [Signal(SB, name=f"b_flit{j}") for j in range(L16)]
-        # The ALU operands, widened at a: with op_valid, b's type equals the entry's (else `mismatch`).
-        b_operands = Signal(2 * W)
-        a_operands = alu_operands(m, c.data, c.etype, W, "a_opnd")
-        with m.If(take):
-            m.d.sync += [b.eq(c), b_operands.eq(a_operands)]
-            m.d.sync += [flit_copy[j].eq(c.flit[0:SB] - (j % P)) for j in range(L16)]
+        # ---- Stage a (ContribAccept): accept a contribution, read its rows (held while b waits).
+        m.d.comb += [ac.stall.eq(ev.stall), ac.hold.eq(rows.hold), rows.c_addr.eq(ac.addr), rows.take.eq(ac.take),
+                     part_rc.addr.eq(ac.addr), meta_rc.addr.eq(ac.entry), prog_rc.addr.eq(ac.entry),
+                     part_rc.en.eq(ac.rd_en), meta_rc.en.eq(ac.rd_en), prog_rc.en.eq(ac.rd_en)]
 
         # ---- Stage b: check the entry, select the operand, accumulate; progress and events.
+        b = ac.b
         b_entry = b.rtag[0:EB]
-        b_addr = Cat(b.flit[0:SB], b_entry)
         md, pr, row = meta_rc.data, prog_rc.data, part_rc.data
         in_range = Const(1) if N == 1 << EB else (b_entry < N)
         live = Signal()
-        m.d.comb += live.eq(b_valid & ~b_wait & active.bit_select(b_entry, 1) & in_range &
+        m.d.comb += live.eq(ac.b_valid & ~ac.b_wait & active.bit_select(b_entry, 1) & in_range &
                             (md.gen == b.rtag[EB:RTAG_BITS]))
         mismatch = Signal()
         m.d.comb += mismatch.eq((b.etype != md.etype.as_value()) | (b.length != md.length) |
                                 (b.flit >= md.length))
         op_valid = Signal()
         m.d.comb += op_valid.eq(live & ~b.abort & ~mismatch)
-        touched = Signal()
-        m.d.comb += touched.eq(pr.touched.bit_select(b.flit, 1) if ML > 1 else pr.touched[0])
-        # touched[flit] for op_valid contributions (flit < length <= ML), one copy per lane.
+        # touched[flit] for op_valid contributions (flit < length <= ML), one copy per lane (ContribAccept).
+        P = 1 << SB
         padded = Cat(pr.touched, Const(0, P - ML))
         first = Signal(L16)
         for j in range(L16):
             r = j % P
-            m.d.comb += first[j].eq(~Cat(padded[r:], padded[:r]).bit_select(flit_copy[j], 1))
+            m.d.comb += first[j].eq(~Cat(padded[r:], padded[:r]).bit_select(ac.b_flit[j], 1))
         count_in = Mux(rows.chain[0], rows.chain_count, Mux(rows.fwd[0], rows.fwd_count, row.count))
         new_count = Signal(COUNT_BITS)
-        m.d.comb += new_count.eq(Mux(touched, count_in, 0) + 1)
+        m.d.comb += new_count.eq(Mux(pu.touched, count_in, 0) + 1)
         final = Signal()
         m.d.comb += final.eq(new_count == md.expected)
         # The row written this cycle (the result once the flit is final, else the partial), lane by lane
@@ -547,71 +678,23 @@ class ReductionBuffer(wiring.Component):
             m.d.comb += [w_row.acc[lane].eq(Mux(rows.w_final[i], res, o.acc[lane])),
                          alu.i.payload.acc[lane].eq(Mux(rows.fwd[i], w_row.acc[lane], row.acc[lane]))]
         m.d.comb += [
-            rows.b_addr.eq(b_addr), rows.op.eq(op_valid), rows.count.eq(new_count),
+            rows.b_addr.eq(Cat(b.flit[0:SB], b_entry)), rows.op.eq(op_valid), rows.count.eq(new_count),
             rows.expected.eq(md.expected),
-            alu.i.valid.eq(op_valid),
-            alu.i.payload.data.eq(b_operands),
-            alu.i.payload.etype.eq(md.etype),
-            alu.i.payload.op.eq(md.op),
-            alu.i.payload.first.eq(first),
-            alu.i.payload.chain.eq(rows.chain),
-            alu.i.payload.user.eq(0),
-            alu.o.ready.eq(1),
+            alu.i.valid.eq(op_valid), alu.i.payload.data.eq(ac.b_operands), alu.i.payload.etype.eq(md.etype),
+            alu.i.payload.op.eq(md.op), alu.i.payload.first.eq(first), alu.i.payload.chain.eq(rows.chain),
+            alu.i.payload.user.eq(0), alu.o.ready.eq(1),
             w_row.count.eq(rows.w_count),
             part_w.addr.eq(rows.w_addr), part_w.data.eq(w_row), part_w.en.eq(alu.o.valid),
         ]
 
-        # Progress: touched bits and final-flit count (write in b; the next read sees it). The allocator
-        # clears an entry's row when the port is free.
-        finals = Signal(5)
-        m.d.comb += finals.eq(pr.finals + final)
-        complete = Signal()
-        m.d.comb += complete.eq(op_valid & final & (finals == md.length))
-        prog_b_we = Signal()
-        m.d.comb += prog_b_we.eq(op_valid & (~touched | final))
-        flit_bit = (Const(1, ML) << b.flit)[0:ML] if ML > 1 else Const(1, 1)
-        m.d.comb += [al.wait.eq(prog_b_we), meta_w.addr.eq(al.w_entry), meta_w.data.eq(al.w_meta),
-                     meta_w.en.eq(al.w_en), start_w.addr.eq(al.w_entry), start_w.data.eq(now),
-                     start_w.en.eq(al.w_en)]
-        with m.If(prog_b_we):
-            m.d.comb += [prog_w.addr.eq(b_entry), prog_w.data.touched.eq(pr.touched | flit_bit),
-                         prog_w.data.finals.eq(finals), prog_w.en.eq(1)]
-        with m.Else():
-            m.d.comb += [prog_w.addr.eq(al.w_entry), prog_w.data.as_value().eq(0), prog_w.en.eq(al.w_en)]
+        # Progress (ProgressUpdate), written in b; the allocator writes a new entry's rows (its progress row
+        # cleared when b leaves the port free).
+        m.d.comb += [pu.row.eq(pr), pu.flit.eq(b.flit), pu.entry.eq(b_entry), pu.op.eq(op_valid), pu.final.eq(final),
+                     pu.length.eq(md.length), pu.clear.eq(al.w_en), pu.clear_entry.eq(al.w_entry), al.wait.eq(pu.busy),
+                     meta_w.addr.eq(al.w_entry), meta_w.data.eq(al.w_meta), meta_w.en.eq(al.w_en),
+                     start_w.addr.eq(al.w_entry), start_w.data.eq(ev.now), start_w.en.eq(al.w_en)]
 
-        # Events (completion or error) go to the completion FIFO, which has room for every entry and so
-        # never refuses; the timeout scanner checks one entry per cycle.
-        b_event = Signal()
-        b_code = Signal(8)
-        with m.If(live & b.abort):
-            m.d.comb += [b_event.eq(1), b_code.eq(b.code)]
-        with m.Elif(live & mismatch):
-            m.d.comb += [b_event.eq(1), b_code.eq(ErrorCode.TYPE_MISMATCH.value)]
-        with m.Elif(complete):
-            m.d.comb += [b_event.eq(1), b_code.eq(ErrorCode.NONE.value)]
-        scan_cur = Signal(EB)
-        expired = Signal()
-        m.d.comb += expired.eq(active.bit_select(scan_cur, 1) & ((now - start_rs.data)[0:TB] >= self.timeout))
-        scan_fire = Signal()
-        scan_hold = Signal()
-        m.d.comb += [scan_fire.eq(expired & ~b_event), scan_hold.eq(expired & b_event)]
-        scan_next = Mux(scan_hold, scan_cur, Mux(scan_cur == N - 1, 0, scan_cur + 1))
-        m.d.comb += start_rs.addr.eq(scan_next)
-        m.d.sync += [scan_cur.eq(scan_next), scan_stall.eq(scan_hold)]
-        ev_entry = Mux(b_event, b_entry, scan_cur)
-        m.d.comb += [events.w_en.eq(b_event | scan_fire),
-                     events.w_data.eq(Cat(ev_entry, Mux(b_event, b_code, ErrorCode.TIMEOUT.value))),
-                     clr_active.eq(Mux(b_event | scan_fire, Const(1, N) << ev_entry, 0))]
-
-        # The counters add a cycle later: the events are registered first, so that a counter's 32-bit carry
-        # chain does not follow the entry check and the scanner in one cycle (the 640 ps port clock).
-        counted = Signal(data.StructLayout({"stale": 1, "aborts": 1, "mismatches": 1, "timeouts": 1}))
-        m.d.sync += [
-            counted.stale.eq(b_valid & ~b_wait & ~live),
-            counted.aborts.eq(live & b.abort),
-            counted.mismatches.eq(live & ~b.abort & mismatch),
-            counted.timeouts.eq(scan_fire),
-        ]
-        m.d.sync += [getattr(self, k).eq(getattr(self, k) + getattr(counted, k))
-                     for k in ("stale", "aborts", "mismatches", "timeouts")]
+        # Events (EntryEvents): completion or error of b's entry, timeouts, the counters.
+        m.d.comb += [ev.seen.eq(ac.b_valid & ~ac.b_wait), ev.live.eq(live), ev.abort.eq(b.abort),
+                     ev.mismatch.eq(mismatch), ev.complete.eq(pu.complete), ev.code.eq(b.code), ev.entry.eq(b_entry)]
         return m
