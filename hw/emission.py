@@ -21,7 +21,7 @@ with the flat emission: the key is never guessed. Blocks that differ only in a b
 index) are distinct keys; ``hw`` blocks take such a constant as a strap input instead (``port=None``).
 
 The top-level ports are the flat emission's, so a testbench or harness drives either file the same way
-(``tests/test_emission.py`` runs the same traffic through both and compares every delivery).
+(``tests/hw/test_emission.py`` runs the same traffic through both and compares every delivery).
 """
 
 import dataclasses

@@ -254,7 +254,7 @@ def cost_array(geom: dict, lib, liberty_path: Path, period_ps: float, node_nm: i
 # took 18 minutes here. Measured on the AL-TLB's CAM (28-bit keys, 48-bit values): the 64/128-entry
 # slices predict the design's own 256-entry macro within 0.04% and its 1024-entry macro +1.7% (the
 # standalone block keeps every port, the design's macro has some pruned), so the figure stays an upper
-# bound. ``tests/test_synth.py`` checks the extrapolation on a point it can synthesize whole.
+# bound. ``tests/synth/test_synth.py`` checks the extrapolation on a point it can synthesize whole.
 MACRO_FF_MAX_ENTRIES = 256
 MACRO_FF_SLICES = (64, 128)
 

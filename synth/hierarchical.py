@@ -18,7 +18,7 @@ synthesized for port 0, and the others differ only in constants: in the switch e
 strap input tied to a constant, which the flat synthesis propagates, and the part bakes in 0).
 :func:`validate` compares both on a point small enough to flatten (``VALIDATION_POINT``: 4 ports, 32
 input cells): the sum of parts was 1.98% below the flat area (181,240 vs 184,905 um^2; arrays equal,
-random logic 26,004 vs 29,669 um^2, the difference being the top's glue); ``tests/test_elab.py`` asserts
+random logic 26,004 vs 29,669 um^2, the difference being the top's glue); ``tests/hw/switch/test_elab.py`` asserts
 it within ``HIER_MARGIN`` (5%).
 
 The integrated DySHARP switch (``dysharp_switch``, from ``DYSHARP_HIER_MIN_PORTS`` ports: a flat 8-port top is

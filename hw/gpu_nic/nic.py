@@ -30,7 +30,7 @@ request path never holds it for more than a cycle at a time). The request path (
 uplink's VC 1 (a ``READ``/``RED_READ`` answer, a ``TLB_FILL`` answer through the memory manager): a
 request waits on a response resource, never the reverse, and the switch's response network always
 drains. So a stalled VC 0 (its buffer full, its credits at 0) never stops a VC 1 response from
-committing (tested: ``tests/test_gpu_nic.py::test_response_under_request_stall``).
+committing (tested: ``tests/hw/gpu_nic/test_gpu_nic.py::test_response_under_request_stall``).
 
 Ports: ``desc`` (descriptors), ``gen_cfg``/``rbase``, ``rx_cfg``/``dyn_base`` (configuration; both
 receive paths take ``rx_cfg``, the response path with no token window), ``mm_cfg`` (memory-manager

@@ -24,7 +24,7 @@ Contract
   One cycle after a command, ``write_done`` pulses with ``write_index`` (the entry an insert wrote),
   ``write_hit`` (insert: the key was present; invalidate: at least one entry matched) and
   ``write_evicted`` (insert replaced a valid entry holding another key).
-* **Lookup and write in the same cycle** (the defined result tested by ``tests/test_cam.py``): the lookup
+* **Lookup and write in the same cycle** (the defined result tested by ``tests/hw/switch/test_cam.py``): the lookup
   sees the write. A lookup of the key being inserted hits with the new value and the insert's index; a
   lookup whose entry is invalidated or replaced misses.
 * **Replacement** (tree pseudo-LRU, ``entries - 1`` bits): each internal node of a binary tree over the

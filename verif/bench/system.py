@@ -4,7 +4,7 @@ Each scheme is one run of the layer testbench :mod:`verif.tb.system` on the same
 layer's :meth:`~verif.models.moe_layer.MoeLayer.system_params`). ``--harness fast`` (the default) runs it on
 the compiled harness :mod:`verif.tb.system_fast` (Verilator; the per-cycle agents in C++, the
 testbench's models in Python on events only), ``--harness cocotb`` under cocotb (Verilator by default, or
-``--sim icarus``); both give the same figures (``tests/test_system_fast.py``). The testbench checks every
+``--sim icarus``); both give the same figures (``tests/verif/test_system_fast.py``). The testbench checks every
 home GPU's output rows bit for bit against numpy, every error counter, and each GPU's link flits per
 direction against ``sim_models.traffic`` (a failed check fails the run, naming the seed). This command
 then writes, under ``--out`` (default ``build/system/``):

@@ -3,7 +3,7 @@
 Each :class:`FaultClass` states the design's guarantee (from the RTL's documented behaviour, checked by
 measurement), names its cocotb scenario in :mod:`verif.faults.tb` and its settings, and says how the
 figures are counted. :func:`run_class` runs one class on the 4-port switch (one simulator build, shared
-with ``tests/test_dysharp_switch.py``) and :func:`judge` decides whether the guarantee held: no
+with ``tests/hw/switch/test_dysharp_switch.py``) and :func:`judge` decides whether the guarantee held: no
 scenario error, 0 hangs (a drain that overran its **cycle** budget), every check true, and lost data at
 most the class's stated bound.
 """
@@ -158,7 +158,7 @@ CLASSES: dict[str, FaultClass] = {c.name: c for c in [
         "tenant's group, a group configured nowhere): 0 writes into foreign groups' memory, every request "
         "answered ISOLATION (one ERROR per destination of a store, one per reduction), other tenants' "
         "traffic delivered exactly (their writes into their own group included). (Static multimem groups are "
-        "isolated too, ISOLATION from the request network or the engine: tests/test_dysharp_switch.py "
+        "isolated too, ISOLATION from the request network or the engine: tests/hw/switch/test_dysharp_switch.py "
         "test_bad_input[static_foreign].)",
         "hostile",
         "injected: hostile requests (stores counted per destination); detected = recovered: ISOLATION "

@@ -12,7 +12,7 @@ generalise to the product sizes; what does not is the length of the bound (the p
 :mod:`verif.formal.runner`). One exception, found by this harness: at 2 entries the completion FIFO
 (``SyncFIFOBuffered`` of depth ``entries``: an inner FIFO of ``entries - 1`` rows and an output register)
 refuses a second event written in the cycle after the first, and that entry is never answered
-(``tests/test_formal_reduction.py`` shows it); from 3 entries on it has room, as the buffer's docstring
+(``tests/verif/formal/test_formal_reduction.py`` shows it); from 3 entries on it has room, as the buffer's docstring
 says, and the product's floor is 16. So the liveness block (``reduction_buffer_live``) runs at 3 entries;
 the safety properties run at 2 (a third entry makes each step several times dearer for the solver), where
 a lost event only leaves an allocation unanswered, which none of them excludes. The buffer's ALU

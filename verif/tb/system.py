@@ -430,7 +430,7 @@ class SystemEnv:
         age (``now`` minus its allocation time), so an offset changes nothing with no entry in use, and the
         timeout scanner (with its read of the entry it checks), which steps round the ``red_entries``
         entries and so ends where it would have when the dropped cycles are whole rounds.
-        ``tests/test_system.py`` runs a layer both ways and compares every figure; so was the study's
+        ``tests/verif/test_system.py`` runs a layer both ways and compares every figure; so was the study's
         layer, every scheme (docs/system.md)."""
         if not self._quiet_now():
             self.quiet = 0

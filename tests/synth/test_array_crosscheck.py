@@ -9,7 +9,7 @@ import pytest
 from synth import array_crosscheck as xc
 from synth import cacti, scaling, tools
 
-RAM = cacti.Array(rows=1024, width=64)      # the CACTI reference array of tests/test_synth.py
+RAM = cacti.Array(rows=1024, width=64)      # the CACTI reference array of tests/synth/test_synth.py
 TLB = cacti.Array(rows=64, width=48, read_ports=0, write_ports=1, kind="fa", tag_width=28, search_ports=2)
 
 
