@@ -221,7 +221,7 @@ def test_decode_only_rows_and_the_combine_row(cal):
 def test_every_assumption_of_the_parameter_table_has_a_tornado_row():
     """docs/estimator.md's parameter table: every row marked *assumption* names the tornado (or says why no
     tornado row can move it), and every Params field appears in the table."""
-    text = (Path(__file__).resolve().parents[1] / "docs" / "estimator.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "estimator.md").read_text()
     table = text.split("## Assumptions and their sources", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| constant")]
     assert len(rows) > 20

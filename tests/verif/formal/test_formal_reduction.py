@@ -97,7 +97,7 @@ def test_reduction_tag_high_byte_is_documented_in_xtag():
     tags pass 256 and every RED_READ header is compared with one built by ``rtag_to_header``)."""
     import re
     from pathlib import Path
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     doc = (root / "docs" / "reduction.md").read_text()
     assert "`route.uni.xtag` (high byte)" in doc
     # "high byte ... route.uni.code" within a sentence, or "route.uni.code (high ...)"
