@@ -218,7 +218,10 @@ class EngineEnv:
         self.expected_counts = collections.Counter()
         self.max_in_use = 0
         self.req_refused = 0
-        self.resp_stalls = 0      # cycles with resp valid and not ready
+        self.resp_stalls = 0      # cycles with resp valid and not ready, beyond the row hazard below
+        self.row_waits = 0        # ... behind two operations on one buffer row close together
+        self.ops = collections.deque(maxlen=8)   # (cycle, (entry, flit)) of the buffer operations sent
+        self.entry_mask = (1 << max(1, (p["entries"] - 1).bit_length())) - 1
         self.cycler.watchers.append(self._watch)
 
     def _watch(self, cycle):
@@ -228,7 +231,18 @@ class EngineEnv:
         if int(self.dut.req__valid.value) and not int(self.dut.req__ready.value):
             self.req_refused += 1
         if int(self.dut.resp__valid.value) and not int(self.dut.resp__ready.value):
-            self.resp_stalls += 1
+            if self._row_hazard(cycle):
+                self.row_waits += 1
+            else:
+                self.resp_stalls += 1
+
+    def _row_hazard(self, cycle) -> bool:
+        """The buffer's documented wait (docs/reduction.md, accumulate pipeline): an operation 1 (2) cycles
+        behind another on its row -- a payload flit, or an abort, which works on the entry's flit-0 row --
+        waits at stage b 2 (1) cycles, and the response link with it."""
+        recent = [(t, r) for t, r in self.ops if cycle - t <= 6]
+        return any(r1 == r2 and 0 < t2 - t1 <= 3 and cycle - t2 <= 3
+                   for i, (t1, r1) in enumerate(recent) for t2, r2 in recent[i + 1:])
 
     async def start(self, *, static_groups=4, unconfigured=()):
         await self.cycler.start()
@@ -432,6 +446,10 @@ class EngineEnv:
         kind = info[0]
         if kind == "resp":
             self.resp_last[info[1]] = cycle
+            if k >= 1:
+                self.ops.append((cycle, (info[1] & self.entry_mask, k - 1)))
+        elif kind == "err" and k == 0:         # the abort goes to the buffer with the verdict, a cycle later
+            self.ops.append((cycle + 1, (info[1] & self.entry_mask, 0)))
         if kind == "junk":
             if k == 0:
                 self.expected_counts["bad_responses"] += 1
