@@ -213,20 +213,27 @@ endmodule
 """
 
 
-@pytest.mark.parametrize("phase", ["high", "low"])
-def test_registered_reset_sees_rst_as_before_when_it_changes_while_clk_is_high(phase, tmp_path):
-    """Both versions side by side under Icarus, random reset pulses: the latched top's outputs equal the
-    direct one's at every rising edge when rst changes while the clock is high (as the Cycler and the
-    fast-path mains change it), and differ when it changes while the clock is low (the precondition)."""
+def _latch_tb(tmp_path, v: str, latched: str, phase: str):
+    """Run ``_TB`` on the plain top ``v`` and its latched copy with the inputs changing while the clock is
+    ``phase``: (cycles whose outputs differ, resets seen, the simulator's output)."""
     if not (shutil.which("iverilog") and shutil.which("vvp")):
         pytest.skip("Icarus is not installed")
-    v = _acc_verilog()
-    latched = registered_reset(v, "acc").replace("module acc(", "module acc_latched(", 1)
     tb = _TB % {"when": "0" if phase == "high" else "1"}
     (tmp_path / "tb.v").write_text(tb + v + latched)
     subprocess.run(["iverilog", "-g2012", "-o", str(tmp_path / "sim"), str(tmp_path / "tb.v")], check=True)
     out = subprocess.run(["vvp", "-n", str(tmp_path / "sim")], capture_output=True, text=True, check=True).stdout
     bad, resets = (int(x) for x in out.split("BAD ")[1].split(" RESETS "))
+    return bad, resets, out
+
+
+@pytest.mark.parametrize("phase", ["high", "low"])
+def test_registered_reset_sees_rst_as_before_when_it_changes_while_clk_is_high(phase, tmp_path):
+    """Both versions side by side under Icarus, random reset pulses: the latched top's outputs equal the
+    direct one's at every rising edge when rst changes while the clock is high (as the Cycler and the
+    fast-path mains change it), and differ when it changes while the clock is low (the precondition)."""
+    v = _acc_verilog()
+    latched = registered_reset(v, "acc").replace("module acc(", "module acc_latched(", 1)
+    bad, resets, out = _latch_tb(tmp_path, v, latched, phase)
     assert resets > 30
     assert (bad == 0) if phase == "high" else (bad > 10), out
 
@@ -270,14 +277,8 @@ def test_registered_inputs_sees_inputs_as_before_when_they_change_while_clk_is_h
     latched, side by side under Icarus with random inputs and reset pulses: equal at every rising edge
     when the inputs change while the clock is high (as ``vc_main.cpp`` changes them), different when they
     change while it is low."""
-    if not (shutil.which("iverilog") and shutil.which("vvp")):
-        pytest.skip("Icarus is not installed")
     v = _acc_verilog(comb_out=True)
     latched = registered_inputs(v, "acc").replace("module acc(", "module acc_latched(", 1)
-    tb = _TB % {"when": "0" if phase == "high" else "1"}
-    (tmp_path / "tb.v").write_text(tb + v + latched)
-    subprocess.run(["iverilog", "-g2012", "-o", str(tmp_path / "sim"), str(tmp_path / "tb.v")], check=True)
-    out = subprocess.run(["vvp", "-n", str(tmp_path / "sim")], capture_output=True, text=True, check=True).stdout
-    bad, resets = (int(x) for x in out.split("BAD ")[1].split(" RESETS "))
+    bad, resets, out = _latch_tb(tmp_path, v, latched, phase)
     assert resets > 30
     assert (bad == 0) if phase == "high" else (bad > 100), out
