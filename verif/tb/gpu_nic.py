@@ -1,9 +1,9 @@
 """cocotb testbench of the composed GPU NIC (:mod:`hw.gpu_nic.nic`) on its 2-VC DySHARP link.
 
-The testbench plays the switch on both links (``tx``: the NIC's uplink, ``rx``: its downlink), through the
-small VC-link agents below (:class:`VcSource`, :class:`VcSink`; minimal local drivers, because the shared
-agents of ``verif/harness/vc_link.py`` were not on ``main`` when this was written). Every uplink packet
-is checked to travel on its opcode's VC, within that VC's credits.
+The testbench plays the switch on both links (``tx``: the NIC's uplink, ``rx``: its downlink) through the
+harness's VC-link agents (:class:`verif.harness.vc_link.VcLinkSink` on the uplink,
+:class:`verif.harness.vc_link.VcLinkSource` on the downlink). Every uplink packet is checked to travel on
+its opcode's VC, within that VC's credits.
 
 Tests:
 
@@ -34,19 +34,18 @@ import collections
 
 import cocotb
 
-from hw.credit import CREDIT_RETURN_BITS
 from hw.gpu_nic.memory_manager import MmCommand, MmCounter
 from hw.gpu_nic.receive_path import N_REMOTE_CODES, RxConfig, RxError, pack_token_meta
 from hw.gpu_nic.request_gen import DescError, DescOp, GenConfig
 from hw.gpu_nic.token_tracker import TileCmdOp, TileCommand, TileReady, TrackerError
-from hw.packet import N_VCS, EType, ErrorCode, Flit, Header, Opcode, Packet, RedOp, flit_layout, pack_flit, vc_of
+from hw.packet import EType, ErrorCode, Header, Opcode, Packet, RedOp
 
 from verif.harness import tbenv
-from verif.harness.cycler import Agent, Cycler
-from verif.harness.gates import Gate
+from verif.harness.cycler import Cycler
 from verif.harness.gpu_memory import GpuMemory, MemReadPort, MemWritePort, default_word
 from verif.harness.stream import StreamDriver, StreamMonitor
-from verif.harness.structs import Port, pack, unpack
+from verif.harness.structs import pack, unpack
+from verif.harness.vc_link import VcLinkSink, VcLinkSource
 from verif.models.gpu_nic import FLIT_BYTES, Desc, NicModel, RxConfigValues, request_packets
 from verif.models.memory_manager import EPOCH_RESET, SET_GROUP, MemoryManagerSpec
 
@@ -59,108 +58,6 @@ OUT_BASE = 0x200_0000
 OTHER = 0x10_0000_0000       # test_serve: plain writes and reads (request path only)
 DYN_BASE = (WIN_BASE, 0x20_0000_0000, 0x30_0000_0000, 0x40_0000_0000)
 MM_BASE = (0x50_0000_0000, 0x60_0000_0000)
-_CMASK = (1 << CREDIT_RETURN_BITS) - 1
-
-
-# ----------------------------------------------------------------------------------------------- agents
-
-class VcSource(Agent):
-    """Sends packets into a VC link receiver (``<prefix>__valid/__vc/__flit/__credit``): one queue and one
-    credit count per VC, a random pick among the VCs that can send, random ``valid`` gaps."""
-
-    def __init__(self, dut, prefix, rng, *, credits, gap=0.0, flit_width=128):
-        self.valid = Port(getattr(dut, f"{prefix}__valid"))
-        self.vc = Port(getattr(dut, f"{prefix}__vc"))
-        self.flit = Port(getattr(dut, f"{prefix}__flit"))
-        self.credit = Port(getattr(dut, f"{prefix}__credit"))
-        self.credits = list(credits)
-        self.rng = rng
-        self.gate = Gate(rng, gap)
-        self.flit_width = flit_width
-        self.queues = [collections.deque() for _ in range(N_VCS)]
-        self.valid.write(0)
-
-    def send(self, packet, vc=None):
-        flits = packet.flits(self.flit_width) if isinstance(packet, Packet) else list(packet)
-        vc = vc_of(Header.decode(flits[0].data).opcode) if vc is None else vc
-        for f in flits:
-            self.queues[vc].append(self.flit.encode(pack_flit(f, self.flit_width)))
-
-    @property
-    def idle(self):
-        return not any(self.queues)
-
-    def drive(self, cycle):
-        can = [v for v in range(N_VCS) if self.queues[v] and self.credits[v] > 0]
-        if can and self.gate.open():
-            v = self.rng.choice(can)
-            self.flit.write_bits(self.queues[v].popleft())
-            self.vc.write(v)
-            self.valid.write(1)
-            self.credits[v] -= 1
-        else:
-            self.valid.write(0)
-
-    def sample(self, cycle):
-        bits = self.credit.read()
-        for v in range(N_VCS):
-            self.credits[v] += (bits >> (CREDIT_RETURN_BITS * v)) & _CMASK
-
-
-class VcSink(Agent):
-    """The receiving end of a VC link sender: ``credits[v]`` buffered flits per VC, credits returned (one
-    per cycle per VC) when that VC's gate is open and it is not held (``hold[v]``). Raises on a flit sent
-    without a credit or a packet on the wrong VC for its opcode; ``on_packet(vc, flits, cycle)``."""
-
-    def __init__(self, dut, prefix, rng, *, credits, stall=0.0, on_packet=None, flit_width=128):
-        self.name = prefix
-        self.valid = Port(getattr(dut, f"{prefix}__valid"))
-        self.vc = Port(getattr(dut, f"{prefix}__vc"))
-        self.flit = Port(getattr(dut, f"{prefix}__flit"))
-        self.credit = Port(getattr(dut, f"{prefix}__credit"))
-        layout = flit_layout(flit_width)
-        self._off = tuple(layout[n].offset for n in ("data", "last", "poison"))
-        self._mask = (1 << flit_width) - 1
-        self.gates = [Gate(rng, stall) for _ in range(N_VCS)]
-        self.hold = [False] * N_VCS
-        self.available = list(credits)
-        self.to_return = [0] * N_VCS
-        self.returning = [0] * N_VCS
-        self.partial = [[] for _ in range(N_VCS)]
-        self.flits = [0] * N_VCS
-        self.on_packet = on_packet
-        self.credit.write(0)
-
-    def drive(self, cycle):
-        word = 0
-        for v in range(N_VCS):
-            n = 1 if self.to_return[v] and not self.hold[v] and self.gates[v].open() else 0
-            self.returning[v] = n
-            word |= n << (CREDIT_RETURN_BITS * v)
-        self.credit.write(word)
-
-    def sample(self, cycle):
-        if self.valid.high():
-            v = self.vc.read()
-            assert self.available[v] > 0, f"{self.name}: flit on VC {v} without a credit at cycle {cycle}"
-            self.available[v] -= 1
-            self.to_return[v] += 1
-            self.flits[v] += 1
-            bits = self.flit.read()
-            d, l, p = self._off
-            f = Flit((bits >> d) & self._mask, bool((bits >> l) & 1), bool((bits >> p) & 1))
-            part = self.partial[v]
-            if not part:
-                h = Header.decode(f.data)
-                assert vc_of(h.opcode) == v, f"{self.name}: {h!r} on VC {v} at cycle {cycle}"
-            part.append(f)
-            if f.last:
-                self.partial[v] = []
-                if self.on_packet:
-                    self.on_packet(v, part, cycle)
-        for v in range(N_VCS):
-            self.to_return[v] -= self.returning[v]
-            self.available[v] += self.returning[v]
 
 
 def bits_of(packet_or_flits):
@@ -179,9 +76,8 @@ class NicEnv:
         self.mem = GpuMemory(p["flit_width"])
         self.on_uplink = on_uplink
         self.desc = StreamDriver(dut, "desc", tbenv.rng("desc"), gap=stall)
-        self.up = VcSink(dut, "tx", tbenv.rng("tx"), credits=(p["credits"],) * N_VCS, stall=stall,
-                         on_packet=self._uplink)
-        self.down = VcSource(dut, "rx", tbenv.rng("rx"), credits=(p["rx_credits"],) * N_VCS, gap=stall)
+        self.up = VcLinkSink(dut, "tx", tbenv.rng("tx"), credits=p["credits"], stall=stall, on_packet=self._uplink)
+        self.down = VcLinkSource(dut, "rx", tbenv.rng("rx"), credits=p["rx_credits"], gap=stall)
         self.wr = MemWritePort(dut, "mem_wr", self.mem, tbenv.rng("wr"), stall=stall)
         self.rd_tx = MemReadPort(dut, "mem_rd_tx", self.mem, tbenv.rng("rdtx"), latency=12, stall=stall, gap=stall)
         self.rd_rx = MemReadPort(dut, "mem_rd_rx", self.mem, tbenv.rng("rdrx"), latency=12, stall=stall, gap=stall)
@@ -580,7 +476,7 @@ async def test_response_under_request_stall(dut):
     await env.cycler.until(lambda: not env.expect_req and env.desc.idle, timeout=2000, what="the combine requests")
     binds = list(env.bindings)
     # Hold the NIC's VC 1 uplink credits: once its few credits are spent, no response can leave.
-    env.up.hold[1] = True
+    env.up.withhold(1)
     n_reads = p["rx_credits"] + 4 * p["credits"] + 16
     for i in range(n_reads):
         env.send(0, Packet(Header(opcode=Opcode.READ, src=5, tag=i & 0xFF, length=p["max_payload"], dst=PORT,
@@ -612,7 +508,7 @@ async def test_response_under_request_stall(dut):
     dut._log.info(f"VC 0 stalled ({len(env.down.queues[0])} flits waiting, credits 0); {len(binds)} RED_RESPs "
                   f"committed in {took} cycles")
     # Release the VC 1 credits: every READ is answered, intact and in order.
-    env.up.hold[1] = False
+    env.up.withhold(1, on=False)
     m = env.model
     await env.cycler.until(lambda: env.down.idle and len(resp_up) == len(m.read_responses), timeout=40000,
                            what=f"the READ answers ({len(resp_up)}/{len(m.read_responses)})")
