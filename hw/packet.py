@@ -44,7 +44,8 @@ from amaranth.hdl import Cat, Const, Mux, Value
 from amaranth.lib import data, enum
 
 __all__ = [
-    "HEADER_BITS", "MAX_PORTS", "MAX_LENGTH", "FLIT_WIDTHS", "DEFAULT_FLIT_WIDTH",
+    "HEADER_BITS", "MAX_PORTS", "MAX_LENGTH", "FLIT_WIDTHS", "DEFAULT_FLIT_WIDTH", "PORT_BITS", "TAG_BITS",
+    "LENGTH_BITS", "GROUP_BITS", "ADDR_BITS", "INDEX_BITS", "OFFSET_BITS",
     "Opcode", "EType", "RedOp", "ErrorCode", "OPCODES", "OpInfo",
     "UnicastRoute", "StaticRoute", "DynamicRoute", "Route", "HeaderLayout", "flit_layout",
     "Header", "Packet", "Flit", "header_fields",
@@ -56,7 +57,13 @@ __all__ = [
 
 HEADER_BITS = 128
 MAX_PORTS = 64
+PORT_BITS = (MAX_PORTS - 1).bit_length()   # a port id: ``src``, ``dst``
+TAG_BITS = 8         # a requester's transaction tag (``xtag`` widens it to WIDE_TAG_BITS)
+LENGTH_BITS = 5      # a packet's ``length`` field, and a flit index below it
+GROUP_BITS = 8       # a multimem group handle
+ADDR_BITS = 48       # a byte address (unicast route, static multimem offset)
 INDEX_BITS = 18      # the algebraic index (a token's row in the logical dispatch/combine tensor)
+OFFSET_BITS = 10     # a packet's flit offset inside its row (dymultimem)
 FLIT_WIDTHS = (128, 256, 512)
 DEFAULT_FLIT_WIDTH = 128
 
@@ -124,22 +131,22 @@ class ErrorCode(enum.Enum, shape=8):
 # Layouts (the source of truth)
 
 class UnicastRoute(data.Struct):
-    dst: 6
+    dst: PORT_BITS
     code: ErrorCode
-    addr: 48
-    xtag: 8      # high byte of a 16-bit tag (``tag`` is the low byte); responders echo it with ``tag``
+    addr: ADDR_BITS
+    xtag: TAG_BITS      # high byte of a 16-bit tag (``tag`` is the low byte); responders echo it with ``tag``
 
 
 class StaticRoute(data.Struct):
-    group: 8
-    addr: 48
+    group: GROUP_BITS
+    addr: ADDR_BITS
 
 
 class DynamicRoute(data.Struct):
-    group: 8
+    group: GROUP_BITS
     mask: MAX_PORTS
     index: INDEX_BITS
-    offset: 10
+    offset: OFFSET_BITS
 
 
 class Route(data.Union):
@@ -150,16 +157,16 @@ class Route(data.Union):
 
 class HeaderLayout(data.Struct):
     opcode: Opcode
-    src: 6
-    tag: 8
-    length: 5
+    src: PORT_BITS
+    tag: TAG_BITS
+    length: LENGTH_BITS
     etype: EType
     redop: RedOp
     route: Route
 
 
 assert data.Layout.cast(HeaderLayout).size == HEADER_BITS, data.Layout.cast(HeaderLayout)
-MAX_LENGTH = (1 << 5) - 1   # the length field's range
+MAX_LENGTH = (1 << LENGTH_BITS) - 1   # the length field's range
 
 
 def flit_layout(flit_width: int = DEFAULT_FLIT_WIDTH) -> data.StructLayout:
@@ -237,20 +244,27 @@ class DeferredAddr(data.Struct):
     """
     byte_offset: 16
     index: INDEX_BITS
-    group: 8
+    group: GROUP_BITS
+
+
+# (offset, width) of each DeferredAddr field, read from the layout once.
+_DEFERRED = {name: (field.offset, field.width) for name, field in data.Layout.cast(DeferredAddr)}
 
 
 def pack_deferred_addr(group: int, index: int, byte_offset: int) -> int:
     """Python twin of :class:`DeferredAddr`: the 48-bit ``addr`` of a ``DYN_RED_READ``."""
-    for name, v, w in (("group", group, 8), ("index", index, INDEX_BITS), ("byte_offset", byte_offset, 16)):
+    addr = 0
+    for name, v in (("group", group), ("index", index), ("byte_offset", byte_offset)):
+        off, w = _DEFERRED[name]
         if not 0 <= v < (1 << w):
             raise ValueError(f"{name}={v} does not fit in {w} bits")
-    return byte_offset | (index << 16) | (group << 34)
+        addr |= v << off
+    return addr
 
 
 def unpack_deferred_addr(addr: int) -> tuple[int, int, int]:
     """(group, index, byte_offset) of a ``DYN_RED_READ`` address."""
-    return (addr >> 34) & 0xFF, (addr >> 16) & ((1 << INDEX_BITS) - 1), addr & 0xFFFF
+    return tuple((addr >> off) & ((1 << w) - 1) for off, w in (_DEFERRED[n] for n in ("group", "index", "byte_offset")))
 
 
 def _flatten(layout, offset=0, prefix=()):
@@ -425,7 +439,7 @@ class Packet:
         return cls(Header.decode(flits[0].data), [f.data for f in flits[1:]])
 
 
-def check_header(h: Header, *, n_ports: int, max_payload: int, groups: dict[int, int] | None = None,
+def check_header(h: Header, *, ports: int, max_payload: int, groups: dict[int, int] | None = None,
                  src: int | None = None) -> ErrorCode:
     """Python twin of :func:`rtl_header_error`: the error a switch ingress reports for this header.
 
@@ -438,9 +452,9 @@ def check_header(h: Header, *, n_ports: int, max_payload: int, groups: dict[int,
     info = OPCODES[Opcode(int(h.opcode))]
     if h.length > max_payload:
         return ErrorCode.BAD_LENGTH
-    if info.routing == "dst" and h.dst >= n_ports:
+    if info.routing == "dst" and h.dst >= ports:
         return ErrorCode.BAD_DST
-    if info.routing == "mask" and (h.mask == 0 or h.mask >> n_ports):
+    if info.routing == "mask" and (h.mask == 0 or h.mask >> ports):
         return ErrorCode.BAD_MASK
     if info.routing == "group" and not (groups or {}).get(h.group, 0):
         return ErrorCode.BAD_GROUP
@@ -463,7 +477,7 @@ def rtl_payload_flits(header) -> Value:
     return Mux(has, header.length, 0)
 
 
-def rtl_header_error(header, *, n_ports: int, max_payload: int, group_mask: Value | None = None) -> Value:
+def rtl_header_error(header, *, ports: int, max_payload: int, group_mask: Value | None = None) -> Value:
     """Combinational error code for a received header (same rules as :func:`check_header`).
 
     ``group_mask`` is the member mask the switch's group table returns for ``header.route.mm.group``
@@ -479,7 +493,7 @@ def rtl_header_error(header, *, n_ports: int, max_payload: int, group_mask: Valu
         if info.typed:
             typed = typed | hit
     mask = Value.cast(header.route.dyn.mask)
-    port_limit = Const((1 << n_ports) - 1, MAX_PORTS)
+    port_limit = Const((1 << ports) - 1, MAX_PORTS)
     bad_mask = (mask == 0) | ((mask & ~port_limit) != 0)
     bad_type = (Value.cast(header.etype).as_unsigned() > max(e.value for e in EType)) | \
                (Value.cast(header.redop).as_unsigned() > max(r.value for r in RedOp))
@@ -489,7 +503,7 @@ def rtl_header_error(header, *, n_ports: int, max_payload: int, group_mask: Valu
     code = Mux(typed & bad_type, ErrorCode.BAD_TYPE.value, code)
     code = Mux(routing["group"] & no_group, ErrorCode.BAD_GROUP.value, code)
     code = Mux(routing["mask"] & bad_mask, ErrorCode.BAD_MASK.value, code)
-    code = Mux(routing["dst"] & (header.route.uni.dst >= n_ports), ErrorCode.BAD_DST.value, code)
+    code = Mux(routing["dst"] & (header.route.uni.dst >= ports), ErrorCode.BAD_DST.value, code)
     code = Mux(header.length > max_payload, ErrorCode.BAD_LENGTH.value, code)
     code = Mux(~known, ErrorCode.UNKNOWN_OPCODE.value, code)
     return code

@@ -250,7 +250,7 @@ register("request_gen", "hw.gpu_nic.request_gen:RequestGenerator",
 register("receive_path", "hw.gpu_nic.receive_path:ReceivePath",
          points=[{}, {"experts": 8, "tile_size": 64, "tags": 64}])
 register("gpu_nic", "hw.gpu_nic.nic:GpuNic", points=[{}, {"ports": 16, "experts": 8, "tiles": 4, "tile_size": 4}])
-register("group_table", "hw.switch.group_table:GroupTable", defaults={"n_ports": 8},
+register("group_table", "hw.switch.group_table:GroupTable", defaults={"ports": 8},
          points=[{"entries": e} for e in (4, 16, 64)],
          area_grid=[{"entries": e} for e in (4, 16, 64, 256)],
          doc="Static multimem group table (handle -> port mask), the NVLS baseline's table")

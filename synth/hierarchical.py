@@ -164,24 +164,24 @@ def parts(params: dict) -> list[tuple[str, str, dict, int]]:
     staged = registered_requests(params)
     return [
         ("input", "hw.switch.input_unit:InputUnit",
-         {"port": 0, "n_ports": N, "credits": params["credits"], "flit_width": params["flit_width"],
+         {"port": 0, "ports": N, "credits": params["credits"], "flit_width": params["flit_width"],
           "max_payload": params["max_payload"], "queueing": params["queueing"], "lanes": S,
           **({"grant_delay": 2} if staged else {})}, N),
-        ("alloc", "synth.hierarchical:_Allocator", {"n_ports": N, "iterations": params["iterations"]}, 1),
+        ("alloc", "synth.hierarchical:_Allocator", {"ports": N, "iterations": params["iterations"]}, 1),
         ("xbar", "hw.switch.crossbar:Crossbar", {"n_in": N, "n_out": N, "width": flit_w, "lanes": S}, 1),
         ("egress", "hw.switch.egress_queue:EgressQueue",
          {"width": flit_w, "depth": _egress_depth(params), "lanes": S}, N),
         ("credit_tx", "hw.credit:CreditSender", {"credits": out_credits, "flit_width": params["flit_width"]}, N),
         ("groups", "hw.switch.group_table:GroupTable",
-         {"n_ports": N, "entries": params["groups"], "n_lookups": N}, 1),
-    ] + ([("req_reg", "hw.switch.request_stage:RequestStage", {"n_ports": N}, N)] if staged else [])
+         {"ports": N, "entries": params["groups"], "n_lookups": N}, 1),
+    ] + ([("req_reg", "hw.switch.request_stage:RequestStage", {"ports": N}, N)] if staged else [])
 
 
 class _Allocator(ISlipAllocator):
     """The switch allocator with keyword-only parameters, as the registry reads them."""
 
-    def __init__(self, *, n_ports: int, iterations: int = 1):
-        super().__init__(n_ports, iterations)
+    def __init__(self, *, ports: int, iterations: int = 1):
+        super().__init__(ports, iterations)
 
 
 class _VcReceiver(VcReceiver):

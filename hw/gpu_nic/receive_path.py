@@ -73,8 +73,8 @@ from amaranth.lib.wiring import In, Out, connect
 from ..arbiter import first_set
 from ..credit import credit_link_signature
 from ..event_counters import EventCounters
-from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, INDEX_BITS, MAX_LENGTH, ErrorCode, HeaderLayout, Opcode,
-                      UnicastRoute, flit_layout, rtl_payload_flits)
+from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, INDEX_BITS, MAX_LENGTH, PORT_BITS, ErrorCode, HeaderLayout,
+                      Opcode, UnicastRoute, flit_layout, rtl_payload_flits)
 from ..switch.backing_if import BackingRequest
 from .memory_if import BYTE_ADDR_BITS, flit_addr_bits, flit_shift, mem_read_signature, mem_write_signature
 from .packet_builder import PacketBuilder, emit_layout, fetch_layout
@@ -89,7 +89,7 @@ _META_EXPERT_BITS = 15     # global expert id
 
 
 class RxConfig(data.Struct):
-    port: 6             # this GPU's switch port (src of responses)
+    port: PORT_BITS     # this GPU's switch port (src of responses)
     row_shift: 6        # log2 of the row stride in bytes (token window and DYN_ST translation)
     win_base: BYTE_ADDR_BITS
     win_rows: INDEX_BITS   # rows in the token window (0: no arrival reports)

@@ -54,8 +54,8 @@ from amaranth.lib.wiring import In, Out, connect
 from ..arbiter import first_set
 from ..credit import CreditSender, credit_link_signature
 from ..event_counters import EventCounters
-from ..packet import (DEFAULT_FLIT_WIDTH, MAX_LENGTH, MAX_PORTS, EType, HeaderLayout, Opcode, RedOp,
-                      flit_layout)
+from ..packet import (DEFAULT_FLIT_WIDTH, GROUP_BITS, MAX_LENGTH, MAX_PORTS, PORT_BITS, TAG_BITS, EType, HeaderLayout,
+                      Opcode, RedOp, flit_layout)
 from .memory_if import BYTE_ADDR_BITS, flit_shift, mem_read_signature
 from .packet_builder import PacketBuilder, emit_layout, fetch_layout
 
@@ -73,7 +73,7 @@ class Descriptor(data.Struct):
     op: DescOp
     etype: EType
     redop: RedOp
-    group: 8
+    group: GROUP_BITS
     index: 18
     mask: MAX_PORTS
     addr: BYTE_ADDR_BITS    # local byte address: STORE source / LD_REDUCE result
@@ -81,14 +81,14 @@ class Descriptor(data.Struct):
 
 
 class GenConfig(data.Struct):
-    port: 6          # this GPU's switch port: the header's src
+    port: PORT_BITS  # this GPU's switch port: the header's src
     unicast: 1       # 1: explicit-addressing baseline, one packet per destination
     row_shift: 6     # log2 of the destination row stride in bytes (unicast addresses)
 
 
 class TagIssue(data.Struct):
     """Tag ``tag`` now belongs to a request whose response lands at byte address ``addr``."""
-    tag: 8
+    tag: TAG_BITS
     addr: BYTE_ADDR_BITS
 
 

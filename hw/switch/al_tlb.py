@@ -70,7 +70,7 @@ from amaranth.lib import data, enum, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..event_counters import EventCounters
-from ..packet import INDEX_BITS, MAX_PORTS, ErrorCode
+from ..packet import GROUP_BITS, INDEX_BITS, MAX_PORTS, ErrorCode
 from .backing_if import BACKING_TAG_BITS, BackingRequest, backing_signature
 from .cam import Cam, CamOp
 from .mshr_file import MshrFile, backing_tag_fields, fills_signature, flush_signature
@@ -95,7 +95,7 @@ class TlbConfigOp(enum.Enum, shape=1):
 
 class TlbConfig(data.Struct):
     op: TlbConfigOp
-    group: 8
+    group: GROUP_BITS
     mask: MAX_PORTS
     rows: INDEX_BITS + 1
 

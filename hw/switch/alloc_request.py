@@ -39,13 +39,13 @@ class AllocRequest(wiring.Component):
     and unicast requests alternate when both can go.
     """
 
-    def __init__(self, *, n_ports: int, n_uc: int, n_cells: int, port: int | None, grant_delay: int,
+    def __init__(self, *, ports: int, n_uc: int, n_cells: int, port: int | None, grant_delay: int,
                  short: bool, max_rc: int = 1):
-        self.n_ports, self.n_uc, self.n_cells, self.max_rc = n_ports, n_uc, n_cells, max_rc
+        self.ports, self.n_uc, self.n_cells, self.max_rc = ports, n_uc, n_cells, max_rc
         self.grant_delay, self.short = grant_delay, short
         if port is not None:
             self.port = port
-        N, n_q, C = n_ports, n_uc + 1, n_cells
+        N, n_q, C = ports, n_uc + 1, n_cells
         cell_shape = unsigned(max(1, (C - 1).bit_length()))
         super().__init__({
             **({"port": In(range(N))} if port is None else {}),
@@ -78,7 +78,7 @@ class AllocRequest(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        N, n_uc = self.n_ports, self.n_uc
+        N, n_uc = self.ports, self.n_uc
         MQ = n_uc
         q_count, older, req_cls = self.count, self.older, self.grant_class
         mq_has = q_count[MQ] != 0

@@ -32,21 +32,21 @@ class ISlipAllocator(wiring.Component):
     """Ports: ``req[i]`` (outputs input i requests), ``req_class[i]``, ``out_free`` (outputs that can start a
     packet this cycle), ``accept[i]`` (outputs matched to input i this cycle). ``iterations`` >= 1."""
 
-    def __init__(self, n_ports: int, iterations: int = 1):
+    def __init__(self, ports: int, iterations: int = 1):
         if not 1 <= iterations <= 4:
             raise ValueError(f"iSLIP iterations must be in 1..4, got {iterations!r}")
-        self.n_ports = n_ports
+        self.ports = ports
         self.iterations = iterations
         super().__init__({
-            "req": In(n_ports).array(n_ports),
-            "req_class": In(2).array(n_ports),
-            "out_free": In(n_ports),
-            "accept": Out(n_ports).array(n_ports),
+            "req": In(ports).array(ports),
+            "req_class": In(2).array(ports),
+            "out_free": In(ports),
+            "accept": Out(ports).array(ports),
         })
 
     def elaborate(self, platform):
         m = Module()
-        N = self.n_ports
+        N = self.ports
         # Grant pointers are kept as masks (the inputs at or after the pointer; reset: all), so that the
         # grant's first gate is the request AND: the grant-accept-update loop is the allocator's critical
         # path. Accept pointers are indices: their decode runs beside the grant.

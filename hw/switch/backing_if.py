@@ -13,7 +13,7 @@ told apart by it) and comes back unchanged; responses may return in any order.
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..packet import ErrorCode
+from ..packet import ADDR_BITS, GROUP_BITS, PORT_BITS, ErrorCode
 
 __all__ = ["BackingRequest", "BackingResponse", "backing_signature", "BACKING_TAG_BITS"]
 
@@ -21,15 +21,15 @@ BACKING_TAG_BITS = 8
 
 
 class BackingRequest(data.Struct):
-    group: 8     #: multimem group handle
+    group: GROUP_BITS  #: multimem group handle
     index: 18    #: algebraic index (the token's row in the logical tensor)
-    dst: 6       #: the GPU whose table is read (the fabric routes the request by it)
-    src: 6       #: the GPU whose request missed (recorded when a slot is allocated, checked on reuse)
+    dst: PORT_BITS  #: the GPU whose table is read (the fabric routes the request by it)
+    src: PORT_BITS  #: the GPU whose request missed (recorded when a slot is allocated, checked on reuse)
     tag: BACKING_TAG_BITS
 
 
 class BackingResponse(data.Struct):
-    addr: 48     #: physical byte address of the row on ``dst`` (0 with an error code)
+    addr: ADDR_BITS  #: physical byte address of the row on ``dst`` (0 with an error code)
     code: ErrorCode
     tag: BACKING_TAG_BITS
 

@@ -6,23 +6,23 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arbiter import decode_split, join_split, or_reduce
-from ..packet import DEFAULT_FLIT_WIDTH, HEADER_BITS, ErrorCode, HeaderLayout, Opcode, flit_layout
+from ..packet import DEFAULT_FLIT_WIDTH, HEADER_BITS, TAG_BITS, ErrorCode, HeaderLayout, Opcode, flit_layout
 
 __all__ = ["CellReader", "ErrorEntry", "start_signature"]
 
 
 class ErrorEntry(data.Struct):
     """An error response waiting to leave a switch input: the tag of the packet in error and why."""
-    tag: 8
+    tag: TAG_BITS
     code: ErrorCode
 
 
-def start_signature(*, n_ports: int, n_cells: int) -> wiring.Signature:
+def start_signature(*, ports: int, n_cells: int) -> wiring.Signature:
     """A transfer the reader starts (driven by the input that starts it): ``valid`` in the grant cycle,
     ``err`` (an error response, else a packet beginning at ``cell``), ``free`` (free the cells read: the
     packet's last pass) and ``dests`` (the granted outputs)."""
     return wiring.Signature({"valid": Out(1), "err": Out(1), "cell": Out(max(1, (n_cells - 1).bit_length())),
-                             "free": Out(1), "dests": Out(n_ports)})
+                             "free": Out(1), "dests": Out(ports)})
 
 
 class CellReader(wiring.Component):
@@ -48,13 +48,13 @@ class CellReader(wiring.Component):
     cycle's reads (registered, so that the receiver's counts feed on no issue logic).
     """
 
-    def __init__(self, *, n_ports: int, n_cells: int, flit_width: int = DEFAULT_FLIT_WIDTH, lanes: int = 1):
-        self.n_ports, self.n_cells, self.flit_width, self.lanes = n_ports, n_cells, flit_width, lanes
-        N, C, L = n_ports, n_cells, lanes
+    def __init__(self, *, ports: int, n_cells: int, flit_width: int = DEFAULT_FLIT_WIDTH, lanes: int = 1):
+        self.ports, self.n_cells, self.flit_width, self.lanes = ports, n_cells, flit_width, lanes
+        N, C, L = ports, n_cells, lanes
         cell_shape = unsigned(max(1, (C - 1).bit_length()))
         flit = flit_layout(flit_width)
         super().__init__({
-            "start": In(start_signature(n_ports=N, n_cells=C)),
+            "start": In(start_signature(ports=N, n_cells=C)),
             "active": Out(1),
             "dests": Out(N),
             "release": Out(1),

@@ -82,7 +82,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from ..credit import CreditReceiver, CreditSender
-from ..packet import (DEFAULT_FLIT_WIDTH, MAX_LENGTH, MAX_PORTS, N_VCS, VC_REQ, VC_RESP, DynamicRoute,
+from ..packet import (DEFAULT_FLIT_WIDTH, MAX_LENGTH, MAX_PORTS, N_VCS, PORT_BITS, VC_REQ, VC_RESP, DynamicRoute,
                       ErrorCode, Opcode, flit_layout)
 from ..packet_stream import PacketMerge, PacketSplit
 from ..vc_link import VcReceiver, VcSender, vc_link_signature
@@ -110,7 +110,7 @@ class CfgTarget(enum.Enum, shape=2):
 
 class SwitchConfig(data.Struct):
     target: CfgTarget
-    port: 6
+    port: PORT_BITS
     all: 1
     group: GroupWrite
     tlb: TlbConfig

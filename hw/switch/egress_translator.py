@@ -54,8 +54,8 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arbiter import first_set, onehot_to_index
-from ..packet import (DEFAULT_FLIT_WIDTH, FLIT_WIDTHS, HEADER_BITS, MAX_LENGTH, MAX_PORTS, DeferredAddr,
-                      ErrorCode, HeaderLayout, Opcode, flit_layout)
+from ..packet import (DEFAULT_FLIT_WIDTH, FLIT_WIDTHS, HEADER_BITS, MAX_LENGTH, MAX_PORTS, DeferredAddr, ErrorCode,
+                      HeaderLayout, Opcode, flit_layout)
 from .translate_if import TAG_BITS, TranslateRequest, translate_signature
 
 __all__ = ["EgressTranslator", "EgressCounter", "MAX_SLOTS", "HIT_LATENCY", "DEFAULT_ROW_BYTES",
@@ -150,7 +150,7 @@ class EgressTranslator(wiring.Component):
         st.poisoned = Signal(S)      # its last flit arrived poisoned
         st.oob = Signal(S)           # its access runs past the end of its row (answered OUT_OF_BOUNDS)
         st.src = Array(Signal(6, name=f"src{s}") for s in range(S))
-        st.code = Array(Signal(8, name=f"code{s}") for s in range(S))
+        st.code = Array(Signal(ErrorCode, name=f"code{s}") for s in range(S))
         st.row = Array(Signal(48, name=f"row{s}") for s in range(S))
         # older[s] bit t: slot t was allocated before slot s (valid while both are busy).
         st.older = [Signal(S, name=f"older{s}") for s in range(S)]
@@ -263,7 +263,7 @@ class EgressTranslator(wiring.Component):
             blocked = (older & same).any()
             m.d.comb += [
                 other_older[s].eq((older & ~same).any()),
-                is_err[s].eq(st.needs[s] & (st.code[s] != ErrorCode.NONE.value)),
+                is_err[s].eq(st.needs[s] & (st.code[s] != ErrorCode.NONE)),
                 eligible[s].eq(pending[s] & ~blocked & (~st.needs[s] | st.done[s]) &
                                (~is_err[s] | (complete[s] & st.errq.w_rdy))),
             ]

@@ -28,9 +28,9 @@ class GrantStart(wiring.Component):
     queue holds a packet that still has to go there.
     """
 
-    def __init__(self, *, n_ports: int, n_uc: int, n_cells: int):
-        self.n_ports, self.n_uc, self.n_cells = n_ports, n_uc, n_cells
-        N, n_q, C = n_ports, n_uc + 1, n_cells
+    def __init__(self, *, ports: int, n_uc: int, n_cells: int):
+        self.ports, self.n_uc, self.n_cells = ports, n_uc, n_cells
+        N, n_q, C = ports, n_uc + 1, n_cells
         super().__init__({
             "grant": In(N),
             "grant_class": In(2),
@@ -42,14 +42,14 @@ class GrantStart(wiring.Component):
             "head": In(unsigned(max(1, (C - 1).bit_length()))),
             "deq": Out(n_q),
             "sel": Out(range(max(2, n_q))),
-            "start": Out(start_signature(n_ports=N, n_cells=C)),
+            "start": Out(start_signature(ports=N, n_cells=C)),
             "mc_res": Out(N),
             "mc_pend": Out(N),
         })
 
     def elaborate(self, platform):
         m = Module()
-        N, C, MQ = self.n_ports, self.n_cells, self.n_uc     # the mask queue is the last queue
+        N, C, MQ = self.ports, self.n_cells, self.n_uc     # the mask queue is the last queue
         grant, cls = self.grant, self.grant_class
         granted = Signal()
         m.d.comb += granted.eq(grant.any())

@@ -8,19 +8,19 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..packet import MAX_PORTS
+from ..packet import GROUP_BITS, MAX_PORTS
 
 __all__ = ["GroupWrite", "GroupTable"]
 
 
 class GroupWrite(data.Struct):
     """One configuration write: ``mask`` zero unconfigures ``handle``."""
-    handle: 8
+    handle: GROUP_BITS
     mask: MAX_PORTS
 
 
 class GroupTable(wiring.Component):
-    """``entries`` handles x ``n_ports``-bit masks with ``n_lookups`` combinational lookup ports.
+    """``entries`` handles x ``ports``-bit masks with ``n_lookups`` combinational lookup ports.
 
     ``cfg`` accepts one write per cycle (always ready). A write to a handle >= ``entries`` or with mask
     bits for ports that do not exist changes nothing and increments ``cfg_errors``. A lookup of an
@@ -28,25 +28,25 @@ class GroupTable(wiring.Component):
     reset (configuration state, like a CSR file without reset).
     """
 
-    def __init__(self, *, n_ports: int, entries: int = 16, n_lookups: int = 1):
+    def __init__(self, *, ports: int, entries: int = 16, n_lookups: int = 1):
         if not 1 <= entries <= 256:
             raise ValueError(f"group table entries must be in 1..256, got {entries!r}")
-        self.n_ports = n_ports
+        self.ports = ports
         self.entries = entries
         self.n_lookups = n_lookups
         super().__init__({
             "cfg": In(stream.Signature(GroupWrite)),
-            "lookup_handle": In(8).array(n_lookups),
-            "lookup_mask": Out(n_ports).array(n_lookups),
+            "lookup_handle": In(GROUP_BITS).array(n_lookups),
+            "lookup_mask": Out(ports).array(n_lookups),
             "cfg_errors": Out(32),
         })
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.table = table = memory.Memory(shape=self.n_ports, depth=self.entries, init=[])
+        m.submodules.table = table = memory.Memory(shape=self.ports, depth=self.entries, init=[])
         wp = table.write_port()
         w = self.cfg.payload
-        legal = (w.handle < self.entries) & ((w.mask >> self.n_ports) == 0)
+        legal = (w.handle < self.entries) & ((w.mask >> self.ports) == 0)
         m.d.comb += [
             self.cfg.ready.eq(1),
             wp.addr.eq(w.handle),

@@ -6,8 +6,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arbiter import decode
-from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, MAX_LENGTH, ErrorCode, HeaderLayout, OPCODES,
-                      flit_layout, rtl_header_error, rtl_payload_flits)
+from ..packet import (DEFAULT_FLIT_WIDTH, GROUP_BITS, HEADER_BITS, MAX_LENGTH, OPCODES, TAG_BITS, ErrorCode,
+                      HeaderLayout, flit_layout, rtl_header_error, rtl_payload_flits)
 
 __all__ = ["Ingress"]
 
@@ -44,26 +44,26 @@ class Ingress(wiring.Component):
     header check.
     """
 
-    def __init__(self, *, n_ports: int, n_uc: int, n_cells: int, flit_width: int = DEFAULT_FLIT_WIDTH,
+    def __init__(self, *, ports: int, n_uc: int, n_cells: int, flit_width: int = DEFAULT_FLIT_WIDTH,
                  max_payload: int = 16, isolate_static: bool = False, multicast: bool = True):
         for name, v in (("isolate_static", isolate_static), ("multicast", multicast)):
             if not isinstance(v, bool):
                 raise ValueError(f"{name} must be a bool, got {v!r}")
         self.isolate_static = isolate_static
         self.multicast = multicast
-        self.n_ports, self.n_uc, self.n_cells = n_ports, n_uc, n_cells
+        self.ports, self.n_uc, self.n_cells = ports, n_uc, n_cells
         self.flit_width, self.max_payload = flit_width, max_payload
         C = n_cells
         cell_shape = unsigned(max(1, (C - 1).bit_length()))
         super().__init__({
-            **({"port": In(range(n_ports))} if isolate_static else {}),
+            **({"port": In(range(ports))} if isolate_static else {}),
             "valid": In(1),
             "flit": In(flit_layout(flit_width)),
             "full": In(1),
             "new_ok": In(1),
             "new_cell": In(cell_shape),
-            "group_handle": Out(8),
-            "group_mask": In(n_ports),
+            "group_handle": Out(GROUP_BITS),
+            "group_mask": In(ports),
             "write": Out(1),
             "w_last": Out(1),
             "w_poison": Out(1),
@@ -71,12 +71,12 @@ class Ingress(wiring.Component):
             "terminate": Out(1),
             "enq": Out(1),
             "target_q": Out(range(max(2, n_uc + 1))),
-            "mask": Out(n_ports),
+            "mask": Out(ports),
             "discard": Out(1),
             "overflow": Out(1),
             "err_push": Out(1),
-            "err_code": Out(8),
-            "err_tag": Out(8),
+            "err_code": Out(ErrorCode),
+            "err_tag": Out(TAG_BITS),
             "payload": Out(range(MAX_LENGTH + 1)),
             "in_pkt": Out(1),
             "cur_q": Out(range(max(2, n_uc + 1))),    # never zero-width
@@ -89,8 +89,8 @@ class Ingress(wiring.Component):
         m = Module()
         hdr = HeaderLayout(self.flit.data[:HEADER_BITS])
         routing_group = self._route(m, hdr)
-        hdr_err = Signal(8)
-        base_err = rtl_header_error(hdr, n_ports=self.n_ports, max_payload=self.max_payload,
+        hdr_err = Signal(ErrorCode)
+        base_err = rtl_header_error(hdr, ports=self.ports, max_payload=self.max_payload,
                                     group_mask=self.group_mask)
         if self.isolate_static:
             outsider = routing_group & ~(self.group_mask >> self.port)[0]
@@ -121,7 +121,7 @@ class Ingress(wiring.Component):
                 with m.If(last):
                     m.d.sync += dropping.eq(0)
             with m.Elif(is_hdr):
-                with m.If(hdr_err != ErrorCode.NONE.value):
+                with m.If(hdr_err != ErrorCode.NONE):
                     m.d.comb += [self.discard.eq(1), self.err_push.eq(1), self.err_code.eq(hdr_err)]
                     m.d.sync += dropping.eq(~last)
                 with m.Else():
@@ -151,7 +151,7 @@ class Ingress(wiring.Component):
 
         # The error entry's tag comes from the header of the packet in error; for a payload-time (length)
         # error that header is gone, so it is remembered.
-        cur_tag = Signal(8)
+        cur_tag = Signal(TAG_BITS)
         with m.If(self.valid & is_hdr):
             m.d.sync += cur_tag.eq(hdr.tag)
         m.d.comb += self.err_tag.eq(Mux(self.valid & ~is_hdr, cur_tag, hdr.tag))
@@ -159,7 +159,7 @@ class Ingress(wiring.Component):
 
     def _route(self, m, hdr):
         """The header's destination set and queue (unicast: its destination's VOQ; else the mask queue)."""
-        N = self.n_ports
+        N = self.ports
         routing_dst = Signal()
         routing_group = Signal()
         m.d.comb += [

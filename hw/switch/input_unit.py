@@ -53,7 +53,7 @@ from amaranth.lib import fifo, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..credit import CreditReturn, credit_link_signature
-from ..packet import DEFAULT_FLIT_WIDTH, ErrorCode, flit_layout
+from ..packet import DEFAULT_FLIT_WIDTH, GROUP_BITS, ErrorCode, flit_layout
 from .alloc_request import REQ_ERR, REQ_MASK, REQ_MASK_ALL, REQ_UC, AllocRequest
 from .cell_pool import CellPool
 from .cell_reader import CellReader, ErrorEntry
@@ -65,9 +65,9 @@ __all__ = ["InputUnit", "REQ_UC", "REQ_MASK", "REQ_ERR", "REQ_MASK_ALL"]
 
 
 class InputUnit(wiring.Component):
-    """Input ``port`` of an ``n_ports`` switch.
+    """Input ``port`` of an ``ports`` switch.
 
-    ``port``: this input's index as an integer, or None for a ``port`` strap input (``In(range(n_ports))``)
+    ``port``: this input's index as an integer, or None for a ``port`` strap input (``In(range(ports))``)
     that the switch ties to a constant, so that its N input units are one Verilog module
     (:mod:`hw.emission`).
 
@@ -107,15 +107,15 @@ class InputUnit(wiring.Component):
     there, not a whole packet's).
         """
 
-    def __init__(self, *, port: int | None, n_ports: int, credits: int, flit_width: int = DEFAULT_FLIT_WIDTH,
+    def __init__(self, *, port: int | None, ports: int, credits: int, flit_width: int = DEFAULT_FLIT_WIDTH,
                  max_payload: int = 16, queueing: str = "voq", lanes: int = 1, grant_delay: int = 1,
                  isolate_static: bool = False, multicast: bool = True):
         if queueing not in ("voq", "fifo"):
             raise ValueError(f"queueing must be 'voq' or 'fifo', got {queueing!r}")
         if lanes not in (1, 2):
             raise ValueError(f"lanes (internal speedup) must be 1 or 2, got {lanes!r}")
-        if port is not None and not (isinstance(port, int) and 0 <= port < n_ports):
-            raise ValueError(f"port must be None (a strap input) or an integer in 0..{n_ports - 1}, got {port!r}")
+        if port is not None and not (isinstance(port, int) and 0 <= port < ports):
+            raise ValueError(f"port must be None (a strap input) or an integer in 0..{ports - 1}, got {port!r}")
         if grant_delay not in (1, 2):
             raise ValueError(f"grant_delay must be 1 or 2, got {grant_delay!r}")
         self.grant_delay = grant_delay
@@ -124,7 +124,7 @@ class InputUnit(wiring.Component):
         self.lanes = lanes
         if port is not None:
             self.port = port
-        self.n_ports = n_ports
+        self.ports = ports
         self.credits = credits
         self.flit_width = flit_width
         self.max_payload = max_payload
@@ -132,28 +132,28 @@ class InputUnit(wiring.Component):
         self.n_cells = credits + 1
         flit = flit_layout(flit_width)
         super().__init__({
-            **({"port": In(range(n_ports))} if port is None else {}),
+            **({"port": In(range(ports))} if port is None else {}),
             "rx": In(credit_link_signature(flit_width)),
-            "group_handle": Out(8),
-            "group_mask": In(n_ports),
-            "req": Out(n_ports),
+            "group_handle": Out(GROUP_BITS),
+            "group_mask": In(ports),
+            "req": Out(ports),
             "req_class": Out(2),
-            "grant": In(n_ports),
-            "release": Out(n_ports),
-            "req_short": Out(n_ports),
-            "req_cd": Out(n_ports),
-            "reads_next": Out(n_ports),
-            "space": In(n_ports),
+            "grant": In(ports),
+            "release": Out(ports),
+            "req_short": Out(ports),
+            "req_cd": Out(ports),
+            "reads_next": Out(ports),
+            "space": In(ports),
             "out_valid": Out(lanes),
             "out_flit": Out(flit).array(lanes),
-            "out_dests": Out(n_ports),
+            "out_dests": Out(ports),
             "err_valid": Out(1),
-            "err_code": Out(8),
+            "err_code": Out(ErrorCode),
         })
 
     def elaborate(self, platform):
         m = Module()
-        N, C, L = self.n_ports, self.n_cells, self.lanes
+        N, C, L = self.ports, self.n_cells, self.lanes
         cell_shape = unsigned(max(1, (C - 1).bit_length()))
         flit = flit_layout(self.flit_width)
         n_uc = N if self.queueing == "voq" else 0
@@ -173,10 +173,10 @@ class InputUnit(wiring.Component):
         # the switch admits only a short transfer's room there).
         short_ok = int(self.grant_delay == 1 and n_uc > 0)
         max_rc = -(-(self.max_payload + 1) // L) if L > 1 else 1
-        m.submodules.queues = pq = PacketQueues(n_uc=n_uc, n_cells=C, n_ports=N, max_rc=max_rc)
+        m.submodules.queues = pq = PacketQueues(n_uc=n_uc, n_cells=C, ports=N, max_rc=max_rc)
 
         # ---------------------------------------------------------------- ingress
-        m.submodules.ingress = ing = Ingress(n_ports=N, n_uc=n_uc, n_cells=C, flit_width=self.flit_width,
+        m.submodules.ingress = ing = Ingress(ports=N, n_uc=n_uc, n_cells=C, flit_width=self.flit_width,
                                              max_payload=self.max_payload, isolate_static=self.isolate_static,
                                              multicast=self.multicast)
         if self.isolate_static:
@@ -206,7 +206,7 @@ class InputUnit(wiring.Component):
         ]
 
         # ---------------------------------------------------------------- reader
-        m.submodules.reader = rd = CellReader(n_ports=N, n_cells=C, flit_width=self.flit_width, lanes=L)
+        m.submodules.reader = rd = CellReader(ports=N, n_cells=C, flit_width=self.flit_width, lanes=L)
         for k in range(L):
             rp = cnext.read_port(domain="comb")
             m.d.comb += [rp.addr.eq(rd.cnext_addr[k]), rd.cnext_data[k].eq(rp.data)]
@@ -222,9 +222,9 @@ class InputUnit(wiring.Component):
         # must stream through it). Otherwise, with the buffer full, it would trickle in at one flit per
         # credit round trip while holding its outputs idle.
         fixed = isinstance(self.port, int)
-        m.submodules.request = rq = AllocRequest(n_ports=N, n_uc=n_uc, n_cells=C, port=self.port if fixed else None,
+        m.submodules.request = rq = AllocRequest(ports=N, n_uc=n_uc, n_cells=C, port=self.port if fixed else None,
                                                  grant_delay=self.grant_delay, short=bool(short_ok), max_rc=max_rc)
-        m.submodules.start = gs = GrantStart(n_ports=N, n_uc=n_uc, n_cells=C)
+        m.submodules.start = gs = GrantStart(ports=N, n_uc=n_uc, n_cells=C)
         if not fixed:
             m.d.comb += rq.port.eq(self.port)
         for q in range(n_q):

@@ -21,14 +21,14 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..packet import MAX_PORTS, ErrorCode
+from ..packet import MAX_PORTS, PORT_BITS, ErrorCode
 from .translate_if import TranslateRequest, translate_signature
 
 __all__ = ["LinearTranslator", "BaseWrite"]
 
 
 class BaseWrite(data.Struct):
-    dst: 6
+    dst: PORT_BITS
     base: 48
     valid: 1
 

@@ -150,7 +150,7 @@ class NVSwitch(wiring.Component):
         N = self.ports
         flit_w = flit_layout(self.flit_width).size
 
-        m.submodules.groups = groups = GroupTable(n_ports=N, entries=self.groups, n_lookups=N)
+        m.submodules.groups = groups = GroupTable(ports=N, entries=self.groups, n_lookups=N)
         connect(m, wiring.flipped(self.cfg), groups.cfg)
         m.d.comb += self.cfg_errors.eq(groups.cfg_errors)
 
@@ -162,7 +162,7 @@ class NVSwitch(wiring.Component):
         inputs = []
         for i in range(N):
             # The index is a strap input, so the N input units are one Verilog module (hw.emission).
-            iu = InputUnit(port=None, n_ports=N, credits=self.credits, flit_width=self.flit_width,
+            iu = InputUnit(port=None, ports=N, credits=self.credits, flit_width=self.flit_width,
                            max_payload=self.max_payload, queueing=self.queueing, lanes=self.speedup,
                            grant_delay=2 if self.req_stage else 1, isolate_static=self.isolate_static,
                            multicast=self.multicast)
@@ -177,7 +177,7 @@ class NVSwitch(wiring.Component):
             ]
             if self.req_stage:
                 # Registered requests, one cycle old (see RequestStage): no input is matched twice.
-                rs = m.submodules[f"req{i}"] = RequestStage(n_ports=N)
+                rs = m.submodules[f"req{i}"] = RequestStage(ports=N)
                 m.d.comb += [rs.req.eq(iu.req), rs.req_class.eq(iu.req_class), rs.accept.eq(alloc.accept[i]),
                              alloc.req[i].eq(rs.alloc_req), alloc.req_class[i].eq(rs.alloc_class)]
             else:
@@ -246,6 +246,6 @@ class NVSwitch(wiring.Component):
         # Status: one counter per error code, summed over ports.
         for c in range(N_ERROR_CODES):
             inc = Signal(range(N + 1), name=f"err_inc{c}")
-            m.d.comb += inc.eq(sum((iu.err_valid & (iu.err_code == c)) for iu in inputs))
+            m.d.comb += inc.eq(sum((iu.err_valid & (iu.err_code.as_value() == c)) for iu in inputs))
             m.d.sync += self.err_count[c].eq(self.err_count[c] + inc)
         return m

@@ -33,8 +33,8 @@ class PacketQueues(wiring.Component):
     two more bits than a cell index keep the modular ages from wrapping.
     """
 
-    def __init__(self, *, n_uc: int, n_cells: int, n_ports: int, max_rc: int = 1):
-        self.n_uc, self.n_cells, self.n_ports, self.max_rc = n_uc, n_cells, n_ports, max_rc
+    def __init__(self, *, n_uc: int, n_cells: int, ports: int, max_rc: int = 1):
+        self.n_uc, self.n_cells, self.ports, self.max_rc = n_uc, n_cells, ports, max_rc
         n_q, C = n_uc + 1, n_cells
         cell_shape = unsigned(max(1, (C - 1).bit_length()))
         self.seq_bits = cell_shape.width + 2
@@ -42,14 +42,14 @@ class PacketQueues(wiring.Component):
             "enq": In(1),
             "enq_q": In(range(max(2, n_q))),
             "enq_cell": In(cell_shape),
-            "enq_mask": In(n_ports),
+            "enq_mask": In(ports),
             "enq_rc": In(range(max_rc + 1)),
             "deq": In(n_q),
             "count": Out(range(C + 1)).array(n_q),
             "head": Out(cell_shape).array(n_q),
             "sel": In(range(max(2, n_q))),
             "sel_head": Out(cell_shape),
-            "next_mask": Out(n_ports),
+            "next_mask": Out(ports),
             "head_rc": Out(range(max_rc + 1)).array(n_q),
             "next_rc": Out(range(max_rc + 1)).array(n_q),
             "sel_rc": Out(range(max_rc + 1)),
@@ -60,7 +60,7 @@ class PacketQueues(wiring.Component):
         m = Module()
         C, S, n_q = self.n_cells, self.seq_bits, self.n_uc + 1
         m.submodules.pnext = pnext = memory.Memory(shape=len(self.enq_cell), depth=C, init=[])
-        m.submodules.pmask = pmask = memory.Memory(shape=self.n_ports, depth=C, init=[])
+        m.submodules.pmask = pmask = memory.Memory(shape=self.ports, depth=C, init=[])
         m.submodules.pseq = pseq = memory.Memory(shape=S, depth=C, init=[])
         pnext_w, pnext_r = pnext.write_port(), pnext.read_port(domain="comb")
         pmask_w, pmask_r = pmask.write_port(), pmask.read_port(domain="comb")

@@ -94,8 +94,8 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arbiter import first_set
-from ..packet import (DEFAULT_FLIT_WIDTH, MAX_LENGTH, EType, ErrorCode, HeaderLayout, Opcode, RedOp,
-                      flit_layout, wide_tag, wide_tag_fields)
+from ..packet import (DEFAULT_FLIT_WIDTH, LENGTH_BITS, MAX_LENGTH, PORT_BITS, TAG_BITS, EType, ErrorCode, HeaderLayout,
+                      Opcode, RedOp, flit_layout, wide_tag, wide_tag_fields)
 from .reduce_alu import ReduceALU, alu_operands
 from .timeouts import MAX_DERIVED_TIMEOUT
 
@@ -132,22 +132,22 @@ rtag_from_header = wide_tag
 
 
 class AllocRequest(data.Struct):
-    src: 6
-    tag: 8
+    src: PORT_BITS
+    tag: TAG_BITS
     etype: EType
     op: RedOp
-    length: 5
+    length: LENGTH_BITS
     expected: COUNT_BITS
 
 
 def contrib_layout(flit_width: int) -> data.StructLayout:
     return data.StructLayout({
         "rtag": RTAG_BITS,
-        "flit": 5,           # payload flit index within the packet
-        "length": 5,         # the contribution packet's length field
+        "flit": LENGTH_BITS,  # payload flit index within the packet
+        "length": LENGTH_BITS,  # the contribution packet's length field
         "etype": 3,          # raw: undefined encodings are a mismatch
         "abort": 1,          # complete the entry with ERROR(code) instead
-        "code": 8,
+        "code": ErrorCode,
         "data": flit_width,
     })
 
@@ -227,12 +227,12 @@ _LENGTH = HeaderLayout.as_shape()["length"].shape     # a packet's length field,
 
 
 def _progress_layout(max_length: int) -> data.StructLayout:
-    return data.StructLayout({"touched": max_length, "finals": 5})
+    return data.StructLayout({"touched": max_length, "finals": LENGTH_BITS})
 
 
 def _meta_layout(gen_bits: int) -> data.StructLayout:
-    return data.StructLayout({"gen": gen_bits, "etype": EType, "op": RedOp, "length": 5,
-                              "expected": COUNT_BITS, "src": 6, "tag": 8})
+    return data.StructLayout({"gen": gen_bits, "etype": EType, "op": RedOp, "length": LENGTH_BITS,
+                              "expected": COUNT_BITS, "src": PORT_BITS, "tag": TAG_BITS})
 
 
 class EntryAllocator(wiring.Component):
@@ -319,9 +319,10 @@ class ResultDrain(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         N, EB, SB, W = self.entries, self.entry_bits, self.slot_bits, self.flit_width
-        pre = Signal(data.StructLayout({"valid": 1, "entry": EB, "code": 8}))
-        cur = Signal(data.StructLayout({"valid": 1, "entry": EB, "code": 8, "src": 6, "tag": 8,
-                                        "etype": EType, "op": RedOp, "length": 5, "k": 5, "hdr": 1}))
+        pre = Signal(data.StructLayout({"valid": 1, "entry": EB, "code": ErrorCode}))
+        cur = Signal(data.StructLayout({"valid": 1, "entry": EB, "code": ErrorCode, "src": PORT_BITS,
+                                        "tag": TAG_BITS, "etype": EType, "op": RedOp, "length": LENGTH_BITS,
+                                        "k": LENGTH_BITS, "hdr": 1}))
         m.submodules.outq = outq = fifo.SyncFIFO(width=len(self.out.payload.as_value()), depth=4)
         pend = Signal(data.StructLayout({"valid": 1, "header": 1, "last": 1}))
         hdr_word = Signal(HeaderLayout)
@@ -341,7 +342,7 @@ class ResultDrain(wiring.Component):
         with m.Elif(load):
             m.d.sync += pre.valid.eq(0)
 
-        is_err = cur.code != 0
+        is_err = cur.code != ErrorCode.NONE
         m.d.comb += [
             hdr_word.opcode.eq(Mux(is_err, Opcode.ERROR, Opcode.RED_RESP)),
             hdr_word.src.eq(cur.src),
@@ -413,7 +414,7 @@ class ProgressUpdate(wiring.Component):
         m = Module()
         ML, pr, w = self.max_length, self.row, self.prog_w
         m.d.comb += self.touched.eq(pr.touched.bit_select(self.flit, 1) if ML > 1 else pr.touched[0])
-        finals = Signal(5)
+        finals = Signal(LENGTH_BITS)
         m.d.comb += finals.eq(pr.finals + self.final)
         m.d.comb += self.complete.eq(self.op & self.final & (finals == self.length))
         m.d.comb += self.busy.eq(self.op & (~self.touched | self.final))
@@ -494,7 +495,7 @@ class EntryEvents(wiring.Component):
         N, EB, TB = self.entries, self.entry_bits, self.timer_bits
         m.d.sync += self.now.eq(self.now + 1)
         b_event = Signal()
-        b_code = Signal(8)
+        b_code = Signal(ErrorCode)
         with m.If(self.live & self.abort):
             m.d.comb += [b_event.eq(1), b_code.eq(self.code)]
         with m.Elif(self.live & self.mismatch):

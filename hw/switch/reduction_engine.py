@@ -151,7 +151,7 @@ class RequestCheck(wiring.Component):
 
     def _request_code(self, m, h, flit, static, is_ldr, group_mask):
         """The answer to request header ``h`` (its ``flit``), by the priority of the engine's table."""
-        header_code = rtl_header_error(h, n_ports=self.ports, max_payload=self.max_length, group_mask=group_mask)
+        header_code = rtl_header_error(h, ports=self.ports, max_payload=self.max_length, group_mask=group_mask)
         outsider = static & ~(group_mask >> h.src)[0]      # a src past the ports is no member either
         base_code = Mux((header_code == 0) & outsider, ErrorCode.ISOLATION.value, header_code)
         code = Signal(ErrorCode.as_shape().width)
@@ -164,7 +164,7 @@ class RequestCheck(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         P = self.ports
-        m.submodules.groups = groups = GroupTable(n_ports=P, entries=self.groups, n_lookups=1)
+        m.submodules.groups = groups = GroupTable(ports=P, entries=self.groups, n_lookups=1)
         connect(m, flipped(self.cfg), groups.cfg)
         rq = self.req
         h = Signal(HeaderLayout)

@@ -14,14 +14,14 @@ class RequestStage(wiring.Component):
     allocator as zero, in the cycle that grant reaches the input. The drop flag is its own flip-flop, so no
     OR tree precedes the allocator."""
 
-    def __init__(self, *, n_ports: int):
-        self.n_ports = n_ports
-        super().__init__({"req": In(n_ports), "req_class": In(2), "accept": In(n_ports),
-                          "alloc_req": Out(n_ports), "alloc_class": Out(2)})
+    def __init__(self, *, ports: int):
+        self.ports = ports
+        super().__init__({"req": In(ports), "req_class": In(2), "accept": In(ports),
+                          "alloc_req": Out(ports), "alloc_class": Out(2)})
 
     def elaborate(self, platform):
         m = Module()
-        req, matched = Signal(self.n_ports), Signal()
+        req, matched = Signal(self.ports), Signal()
         m.d.sync += [req.eq(self.req), self.alloc_class.eq(self.req_class), matched.eq(self.accept.any())]
-        m.d.comb += self.alloc_req.eq(req & ~matched.replicate(self.n_ports))
+        m.d.comb += self.alloc_req.eq(req & ~matched.replicate(self.ports))
         return m

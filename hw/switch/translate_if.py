@@ -13,7 +13,7 @@ them by ``tag``, which the translator returns unchanged.
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..packet import ErrorCode
+from ..packet import ADDR_BITS, GROUP_BITS, PORT_BITS, ErrorCode
 
 __all__ = ["TranslateRequest", "TranslateResponse", "translate_signature", "TAG_BITS"]
 
@@ -21,15 +21,15 @@ TAG_BITS = 12
 
 
 class TranslateRequest(data.Struct):
-    group: 8
+    group: GROUP_BITS
     index: 18
-    dst: 6
-    src: 6
+    dst: PORT_BITS
+    src: PORT_BITS
     tag: TAG_BITS
 
 
 class TranslateResponse(data.Struct):
-    addr: 48
+    addr: ADDR_BITS
     code: ErrorCode
     tag: TAG_BITS
 

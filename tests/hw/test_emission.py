@@ -27,11 +27,11 @@ def _split(*ops):
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 def test_block_key_states_identity_or_nothing():
-    iu = dict(n_ports=8, credits=16)
+    iu = dict(ports=8, credits=16)
     # A strap input makes the copies one module; a baked-in index does not.
     assert emission.block_key(InputUnit(port=None, **iu)) == emission.block_key(InputUnit(port=None, **iu))
     assert emission.block_key(InputUnit(port=1, **iu)) != emission.block_key(InputUnit(port=2, **iu))
-    assert emission.block_key(InputUnit(port=None, **iu)) != emission.block_key(InputUnit(port=None, n_ports=8,
+    assert emission.block_key(InputUnit(port=None, **iu)) != emission.block_key(InputUnit(port=None, ports=8,
                                                                                           credits=32))
     # Functions count by their code and closure values.
     assert emission.block_key(_split(3)) == emission.block_key(_split(3))
@@ -52,7 +52,7 @@ def test_block_key_states_identity_or_nothing():
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 @pytest.mark.parametrize("make", [
-    lambda p: InputUnit(port=p, n_ports=8, credits=16), lambda p: IngressCheck(port=p, vc=0),
+    lambda p: InputUnit(port=p, ports=8, credits=16), lambda p: IngressCheck(port=p, vc=0),
     lambda p: EgressTranslator(port=p, ports=8), lambda p: TlbFillBridge(port=p, ports=8)])
 def test_strap_port(make):
     """``port=None`` adds the strap input; an index out of range is refused with a message."""

@@ -83,22 +83,22 @@ def test_packet_framing():
 
 def test_check_header_rules():
     ok = Header(opcode=Opcode.DYN_ST, mask=0b11, length=2)
-    assert check_header(ok, n_ports=4, max_payload=16) == ErrorCode.NONE
-    assert check_header(Header(opcode=13), n_ports=4, max_payload=16) == ErrorCode.UNKNOWN_OPCODE
-    assert check_header(Header(opcode=Opcode.DYN_ST, mask=0), n_ports=4, max_payload=16) == ErrorCode.BAD_MASK
-    assert check_header(Header(opcode=Opcode.DYN_ST, mask=1 << 4), n_ports=4, max_payload=16) == ErrorCode.BAD_MASK
-    assert check_header(Header(opcode=Opcode.WRITE, length=17), n_ports=4, max_payload=16) == ErrorCode.BAD_LENGTH
-    assert check_header(Header(opcode=Opcode.WRITE, dst=4), n_ports=4, max_payload=16) == ErrorCode.BAD_DST
-    assert check_header(Header(opcode=Opcode.MM_ST, group=3), n_ports=4, max_payload=16,
+    assert check_header(ok, ports=4, max_payload=16) == ErrorCode.NONE
+    assert check_header(Header(opcode=13), ports=4, max_payload=16) == ErrorCode.UNKNOWN_OPCODE
+    assert check_header(Header(opcode=Opcode.DYN_ST, mask=0), ports=4, max_payload=16) == ErrorCode.BAD_MASK
+    assert check_header(Header(opcode=Opcode.DYN_ST, mask=1 << 4), ports=4, max_payload=16) == ErrorCode.BAD_MASK
+    assert check_header(Header(opcode=Opcode.WRITE, length=17), ports=4, max_payload=16) == ErrorCode.BAD_LENGTH
+    assert check_header(Header(opcode=Opcode.WRITE, dst=4), ports=4, max_payload=16) == ErrorCode.BAD_DST
+    assert check_header(Header(opcode=Opcode.MM_ST, group=3), ports=4, max_payload=16,
                         groups={3: 0b1}) == ErrorCode.NONE
-    assert check_header(Header(opcode=Opcode.MM_ST, group=2), n_ports=4, max_payload=16,
+    assert check_header(Header(opcode=Opcode.MM_ST, group=2), ports=4, max_payload=16,
                         groups={3: 0b1}) == ErrorCode.BAD_GROUP
     red = Header(opcode=Opcode.DYN_LD_REDUCE, mask=1, etype=7)
-    assert check_header(red, n_ports=4, max_payload=16) == ErrorCode.BAD_TYPE
+    assert check_header(red, ports=4, max_payload=16) == ErrorCode.BAD_TYPE
     red = Header(opcode=Opcode.DYN_LD_REDUCE, mask=1, etype=EType.BF16, redop=3)
-    assert check_header(red, n_ports=4, max_payload=16) == ErrorCode.BAD_TYPE
+    assert check_header(red, ports=4, max_payload=16) == ErrorCode.BAD_TYPE
     red.redop = RedOp.MAX
-    assert check_header(red, n_ports=4, max_payload=16) == ErrorCode.NONE
+    assert check_header(red, ports=4, max_payload=16) == ErrorCode.NONE
 
 
 def test_efficiency_values():

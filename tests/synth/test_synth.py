@@ -115,13 +115,13 @@ def test_large_flip_flop_array_is_a_scaled_column_slice(lib_path, tmp_path, monk
 
 def test_zero_activity_leaves_only_leakage(lib_path):
     from synth import power_study
-    p = power_study.power_point("group_table", {"entries": 8, "n_ports": 4}, zero_activity=True, quiet=True)
+    p = power_study.power_point("group_table", {"entries": 8, "ports": 4}, zero_activity=True, quiet=True)
     for g in ("no_gating", "clock_gated"):
         c = p[g]["cells"]
         assert c["switching_mw"] == 0 and c["internal_mw"] == 0
         assert c["leakage_mw"] > 0
         assert p[g]["total_mw"] == pytest.approx(p[g]["leakage_mw"])
-    live = power_study.power_point("group_table", {"entries": 8, "n_ports": 4}, vectorless=True, quiet=True)
+    live = power_study.power_point("group_table", {"entries": 8, "ports": 4}, vectorless=True, quiet=True)
     assert live["no_gating"]["total_mw"] > p["no_gating"]["total_mw"]
     assert live["no_gating"]["cells"]["leakage_mw"] == pytest.approx(p["no_gating"]["cells"]["leakage_mw"])
 

@@ -120,7 +120,7 @@ def switch_traffic(ports: int, load: float, *, fanout: int | None = None, payloa
                 raise ValueError("too many multicast packets for unique 18-bit indices: shorten the run")
             h = Header(opcode=Opcode.DYN_ST, src=int(src[k]), tag=seq & 0xFF, length=int(length[k]),
                        mask=int(masks[k]), index=seq)
-        if check_header(h, n_ports=ports, max_payload=max_payload) != ErrorCode.NONE:
+        if check_header(h, ports=ports, max_payload=max_payload) != ErrorCode.NONE:
             raise ValueError(f"generated a header the switch rejects: {h}")
         dests[k] = sum(1 << d for d in model.destinations(h))
         heads[k] = flit_to_words(h.encode(), data_words)

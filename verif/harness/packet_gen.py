@@ -35,7 +35,7 @@ def static_packet(rng, src, group, length, flit_width=128) -> Packet:
     return Packet(h, random_payload(rng, length, flit_width))
 
 
-def random_packet(rng, src, n_ports, *, max_payload=16, mc_frac=0.3, static_groups=(), flit_width=128):
+def random_packet(rng, src, ports, *, max_payload=16, mc_frac=0.3, static_groups=(), flit_width=128):
     """Mixed traffic: unicast writes/reads, dynamic multicast stores and reductions, static stores."""
     length = rng.randint(0, max_payload)
     r = rng.random()
@@ -44,8 +44,8 @@ def random_packet(rng, src, n_ports, *, max_payload=16, mc_frac=0.3, static_grou
             return static_packet(rng, src, rng.choice(static_groups), max(1, length), flit_width)
         mask = 0
         while mask == 0:
-            mask = rng.getrandbits(n_ports)
+            mask = rng.getrandbits(ports)
         return dynamic_packet(rng, src, mask, length, reduce=rng.random() < 0.2, flit_width=flit_width)
-    dst = rng.randrange(n_ports)
+    dst = rng.randrange(ports)
     op = Opcode.READ if rng.random() < 0.15 else Opcode.WRITE
     return unicast_packet(rng, src, dst, length, opcode=op, flit_width=flit_width)

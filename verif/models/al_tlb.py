@@ -87,10 +87,10 @@ class _Mshr:
     age: int = 0          # cycles the primary's read has waited
 
 
-def functional_check(groups_cfg: dict, n_ports: int, n_groups: int, r: Req) -> int:
+def functional_check(groups_cfg: dict, ports: int, n_groups: int, r: Req) -> int:
     """The error code the contract requires for request ``r`` under group config
     ``{group: (mask, rows)}`` (NONE when the translation must be looked up)."""
-    if r.group >= n_groups or r.src >= n_ports or r.dst >= n_ports:
+    if r.group >= n_groups or r.src >= ports or r.dst >= ports:
         return ISOLATION
     mask, rows = groups_cfg.get(r.group, (0, 0))
     if mask == 0 or not (mask >> r.src) & 1 or not (mask >> r.dst) & 1:

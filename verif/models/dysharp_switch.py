@@ -224,14 +224,14 @@ class _Result:
 class DySharpSwitchModel:
     """See the module docstring. ``gpus``: the :class:`~verif.models.dysharp_gpu.DySharpGpu` per port."""
 
-    def __init__(self, n_ports: int, gpus, *, max_payload: int = 16, flit_width: int = 128):
-        self.n = n_ports
+    def __init__(self, ports: int, gpus, *, max_payload: int = 16, flit_width: int = 128):
+        self.n = ports
         self.gpus = gpus
         self.max_payload = max_payload
         self.flit_width = flit_width
         self.flit_bytes = flit_width // 8
         self.static: dict[int, int] = {}
-        self.tlb = [dict() for _ in range(n_ports)]      # port -> group -> (mask, rows)
+        self.tlb = [dict() for _ in range(ports)]      # port -> group -> (mask, rows)
         self.cached: set = set()                          # (dst, group, index) translated successfully
         self.ordered = collections.defaultdict(collections.deque)    # (src, dst) -> request deliveries
         self.red_reads = collections.defaultdict(list)               # (src, dst) -> [_RedRead]
@@ -243,7 +243,7 @@ class DySharpSwitchModel:
         self.stale_expected = 0                   # stale contribution flits the engines must count
         self.writes = 0
         # What the status counters must show, per port.
-        self.xlate = [collections.Counter() for _ in range(n_ports)]    # translation requests by result code
+        self.xlate = [collections.Counter() for _ in range(ports)]    # translation requests by result code
         self.passed = collections.Counter()       # port -> packets its egress passes unchanged
         self.bad_requests = collections.Counter() # port -> ld_reduce requests its engine answered ERROR
         self.net_errors = collections.Counter()   # ErrorCode -> header errors the request network answered
@@ -292,14 +292,14 @@ class DySharpSwitchModel:
         pkt = Packet(h, list(packet.payload))
         if h.opcode in (Opcode.DYN_LD_REDUCE.value, Opcode.MM_LD_REDUCE.value):
             # The requester port's engine checks it (verif.models.reduction.engine_request_error).
-            code = engine_request_error(h, n_ports=self.n, max_length=self.max_payload, groups=self.static,
+            code = engine_request_error(h, ports=self.n, max_length=self.max_payload, groups=self.static,
                                         last=last, poison=poison)
             self.bad_requests[port] += code != ErrorCode.NONE
         elif poison or not last:
             raise ValueError(f"the model predicts a poisoned or misframed ld_reduce request only, not {h!r} "
                              f"(poison={poison}, last={last})")
         else:
-            code = check_header(h, n_ports=self.n, max_payload=self.max_payload, groups=self.static, src=port)
+            code = check_header(h, ports=self.n, max_payload=self.max_payload, groups=self.static, src=port)
             self.net_errors[code] += code != ErrorCode.NONE      # the request network answers it
         if code != ErrorCode.NONE:
             self._respond(port, Packet(Header(opcode=Opcode.ERROR, src=port, dst=port, tag=h.tag, code=code)))

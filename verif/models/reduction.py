@@ -124,7 +124,7 @@ class ReductionBufferModel:
         return self._error(self.live[rtag], ErrorCode.TIMEOUT)
 
 
-def engine_request_error(h: Header, *, n_ports: int, max_length: int, groups: dict[int, int],
+def engine_request_error(h: Header, *, ports: int, max_length: int, groups: dict[int, int],
                          last: bool = True, poison: bool = False) -> ErrorCode:
     """The error the ``ld_reduce`` engine answers a request header with (``NONE`` if it is accepted):
     ``last``/``poison`` are the header flit's. Every request that is not ``NONE`` gets exactly one
@@ -138,4 +138,4 @@ def engine_request_error(h: Header, *, n_ports: int, max_length: int, groups: di
         return ErrorCode.BAD_LENGTH
     if not last:
         return ErrorCode.LENGTH_MISMATCH
-    return check_header(h, n_ports=n_ports, max_payload=max_length, groups=groups, src=h.src)
+    return check_header(h, ports=ports, max_payload=max_length, groups=groups, src=h.src)

@@ -27,15 +27,15 @@ def error_response(port: int, tag: int, code: ErrorCode) -> Packet:
 
 
 class SwitchModel:
-    def __init__(self, n_ports: int, max_payload: int = 16):
-        self.n_ports = n_ports
+    def __init__(self, ports: int, max_payload: int = 16):
+        self.ports = ports
         self.max_payload = max_payload
         self.groups: dict[int, int] = {}
         self.group_entries = 16
 
     def configure_group(self, handle: int, mask: int) -> bool:
         """Apply a group-table write; False if the switch must reject it (cfg_errors)."""
-        if handle >= self.group_entries or mask >> self.n_ports:
+        if handle >= self.group_entries or mask >> self.ports:
             return False
         self.groups[handle] = mask
         return True
@@ -48,11 +48,11 @@ class SwitchModel:
             mask = self.groups.get(h.group, 0)
         else:
             mask = h.mask
-        return [p for p in range(self.n_ports) if mask >> p & 1]
+        return [p for p in range(self.ports) if mask >> p & 1]
 
     def route(self, port: int, flits: list[Flit]) -> Outcome:
         h = Header.decode(flits[0].data)
-        code = check_header(h, n_ports=self.n_ports, max_payload=self.max_payload, groups=self.groups)
+        code = check_header(h, ports=self.ports, max_payload=self.max_payload, groups=self.groups)
         if code != ErrorCode.NONE:
             return Outcome([], code, error_response(port, h.tag, code))
         dests = self.destinations(h)

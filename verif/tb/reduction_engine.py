@@ -319,7 +319,7 @@ class EngineEnv:
         """Send a request (optionally as raw flits) and record what must come back."""
         h = r.h
         flits = flits or Packet(h, []).flits(self.W)
-        code = engine_request_error(h, n_ports=self.P, max_length=self.max_length, groups=self.groups,
+        code = engine_request_error(h, ports=self.P, max_length=self.max_length, groups=self.groups,
                                     last=flits[0].last, poison=flits[0].poison)
         key = (h.src, h.tag)
         self.awaiting.add(key)

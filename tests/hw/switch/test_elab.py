@@ -101,7 +101,7 @@ def test_input_unit_netlist_stays_small():
     """The 257-cell input unit once had ~4.3 M comb edges (three ``Const(1, 257) << idx`` decoders); it
     must stay linear in its cell count (~90 k edges now)."""
     from hw.switch.input_unit import InputUnit
-    edges = _comb_edges(InputUnit(port=0, n_ports=8, credits=256, lanes=2))
+    edges = _comb_edges(InputUnit(port=0, ports=8, credits=256, lanes=2))
     assert edges < 250_000, edges
 
 

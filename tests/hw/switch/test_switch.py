@@ -114,7 +114,7 @@ def test_req_stage_is_set_by_port_count_or_by_hand():
         NVSwitch(ports=4, req_stage="maybe")
     from hw.switch.input_unit import InputUnit
     with pytest.raises(ValueError, match="grant_delay must be 1 or 2"):
-        InputUnit(port=0, n_ports=4, credits=8, grant_delay=3)
+        InputUnit(port=0, ports=4, credits=8, grant_delay=3)
 
 
 @pytest.mark.parametrize("value", [1, None, "yes"])
@@ -153,7 +153,7 @@ def test_unicast_only_ingress_refuses_multicast(multicast):
     from hw.packet import ErrorCode, Header, Opcode
     from hw.switch.ingress import Ingress
     N = 4
-    dut = Ingress(n_ports=N, n_uc=N, n_cells=8, max_payload=3, multicast=multicast)
+    dut = Ingress(ports=N, n_uc=N, n_cells=8, max_payload=3, multicast=multicast)
     cases = [(Header(opcode=Opcode.WRITE, dst=2, length=0, tag=1), False),
              (Header(opcode=Opcode.DYN_ST, mask=0b0110, length=0, tag=2), True),
              (Header(opcode=Opcode.MM_ST, group=1, length=0, tag=3), True),
@@ -175,6 +175,6 @@ def test_unicast_only_ingress_refuses_multicast(multicast):
     sim.run()
     for (h, mc), (enq, err, code, tag, q) in zip(cases, seen):
         if mc and not multicast:
-            assert (enq, err, code, tag) == (0, 1, ErrorCode.UNKNOWN_OPCODE.value, h.tag), h
+            assert (enq, err, code, tag) == (0, 1, ErrorCode.UNKNOWN_OPCODE, h.tag), h
         else:
             assert (enq, err) == (1, 0) and q == (N if mc else h.dst), h
