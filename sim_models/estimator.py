@@ -139,6 +139,10 @@ class Params:
     block_n: int = 128                       # CTA block N (DeepGEMM's usual BLOCK_N)
     bandwidth_scale: float = 1.0             # scales links, switch datapath and reduction engines (a knob, 1 = as given)
     latency_scale: float = 1.0               # scales every latency and kernel overhead (a knob, 1 = as given)
+    nvls_issuer_in_group: bool = False       # nvls: the static group includes the issuing GPU, so its own rows
+    #                                          cross the switch too and its own partial is read through it
+    #                                          (traffic.account; the RTL switch's group table does this:
+    #                                          sim_models.rtl_scale passes True); False: own rows kept local
     unfused_kernels: bool = True             # the separate-kernel schemes' permutation, activation and
     #                                          unpermutation kernels (UNFUSED_KERNELS); False: the GEMMs alone
     #                                          (the RTL-scaled layer, which has no such kernels)
@@ -701,7 +705,9 @@ def estimate(model: ModelConfig, system: SystemConfig, params: Params = Params()
     if params.combine != "pull":
         kinds |= {"dynamic", "unicast"}        # DySHARP's push combine: dynamic dispatch, unicast partials
     flit = sysx.port_bytes_per_cycle
-    traffic = {ps.name: {k: account(wl.dest, k, ps.s_d, ps.s_c, flit, MAX_PAYLOAD) for k in kinds} for ps in passes}
+    traffic = {ps.name: {k: account(wl.dest, k, ps.s_d, ps.s_c, flit, MAX_PAYLOAD,
+                                    issuer_in_group=params.nvls_issuer_in_group and k == "nvls") for k in kinds}
+               for ps in passes}
     deepep_on = params.deepep_protocol and any(s in DEEPEP_SCHEMES for s in schemes)
     if deepep_on:
         for ps in passes:

@@ -22,6 +22,9 @@ states the same configuration to the estimator:
   the switch latency of the DySHARP switch (``switch_latency`` cycles, docs/architecture.md);
 * no communication SMs (``Params.comm_sms=0``): the RTL NICs issue every transfer from descriptors, so
   the GEMMs keep every SM, as the RTL's GEMM stand-in (:class:`sim_models.gemm_engine.GemmEngine`) has them;
+* ``nvls`` over a static group of all G GPUs, the issuer included (``Params.nvls_issuer_in_group``): the
+  RTL switch multicasts an ``MM_ST`` to every member of the group and an ``MM_LD_REDUCE`` reads every
+  member, so each GPU's own rows cross its link too;
 * none of the separate-kernel baselines' permutation, activation and unpermutation kernels
   (``Params.unfused_kernels=False``: the RTL GPUs run GEMM tiles only, so a scheme's time there is its
   transfers and tiles), and one GEMM efficiency for FP8 and BF16 (``bf16_gemm_efficiency`` = FP8's), as
@@ -93,10 +96,11 @@ def predict_cycles(layer, schemes, calibration=None) -> dict:
     # deepep_protocol=False: the RTL's deepep GPUs send rows as plain unicast packets, not DeepEP's kernels
     # (no per-token metadata stores, no SM-issued copy loop).
     # comm_sms=0: the RTL NICs issue every transfer from descriptors, so no SMs are kept from the GEMMs.
+    # nvls_issuer_in_group: the RTL's static group holds every GPU, the issuer included.
     est = estimate(ms, ss, Params(tokens_per_gpu=layer.T, dtype=p.dtype, tile=p.tile_size, gpus=layer.G,
                                   seed=p.seed, block_m=None, bf16_gemm_efficiency=Params.gemm_efficiency,
                                   unfused_kernels=False, combine="pull", comm_sms=0,
-                                  deepep_protocol=False),
+                                  deepep_protocol=False, nvls_issuer_in_group=True),
                    calibration=calibration,
                    schemes=[ESTIMATOR_SCHEME.get(s, s) for s in schemes], workload=wl,
                    gemm_on=gemm_configs(p.model, layer.hidden, p.system, p.rtl_links, scale))

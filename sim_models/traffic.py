@@ -12,7 +12,10 @@ Schemes (``SCHEMES``):
 * ``nvls`` -- static NVLink SHARP: dispatch is an AllGather (``multimem.st`` of every token, the switch
   writes it to the G-1 other GPUs), combine a ReduceScatter (``multimem.ld_reduce`` of each home's own
   tokens over the G-1 other GPUs' partial buffers, zeros included, reduced in the switch). The static group
-  ignores the routing.
+  ignores the routing. With ``issuer_in_group`` the group's members include the issuing GPU (a multicast
+  object bound on all G GPUs, as the RTL switch's static group table has it): each GPU's own rows also
+  cross the switch to its own downlink, and the ReduceScatter reads all G partials, the home's own
+  through the switch too.
 * ``dynamic`` -- DySHARP: ``dymultimem.st`` sends one uplink copy per token that has any remote expert,
   the switch replicates it to the mask; combine is ``dymultimem.ld_reduce``: one header-only request per
   packet up from the home, one read request down to each remote expert GPU, their partials up, one reduced
@@ -183,8 +186,9 @@ class SchemeTraffic:
 
 
 def account(dest: TokenDestinations, scheme: str, s_d: int, s_c: int, flit_bytes: int = 16,
-            max_payload_bytes: int = 256) -> SchemeTraffic:
-    """Bytes per GPU, per direction, per phase for ``scheme`` (see the module docstring)."""
+            max_payload_bytes: int = 256, issuer_in_group: bool = False) -> SchemeTraffic:
+    """Bytes per GPU, per direction, per phase for ``scheme`` (see the module docstring; ``issuer_in_group``
+    is ``nvls``'s only)."""
     c = wire_costs(scheme, s_d, s_c, flit_bytes, max_payload_bytes)
     g, t = dest.gpus, dest.tokens_per_gpu
     src, d = dest.src, dest.d_remote
@@ -193,14 +197,15 @@ def account(dest: TokenDestinations, scheme: str, s_d: int, s_c: int, flit_bytes
     zeros = np.zeros(g)
     if scheme == "nvls":
         own = np.full(g, float(t))
-        others = np.full(g, float((g - 1) * t))
+        members = g if issuer_in_group else g - 1          # the GPUs each row goes to / each read reaches
+        others = np.full(g, float(members * t))
         disp = PhaseTraffic(own * s_d, others * s_d, own * c.disp_copy, others * c.disp_copy, zeros.copy())
         # ReduceScatter: each home reads its T tokens from the G-1 others: a request per token up, G-1 read
         # requests down at every other GPU, G-1 partials up from each, one result down.
         comb = PhaseTraffic(others * s_c, own * s_c,
                             others * c.comb_copy + own * c.comb_request,
                             own * c.comb_copy + others * c.comb_request,
-                            own * (g - 1) * c.comb_copy)
+                            own * members * c.comb_copy)
         return SchemeTraffic(scheme, disp, comb, c)
     any_remote = (d > 0).astype(np.float64)
     disp_down_p = hosted * s_d

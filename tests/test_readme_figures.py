@@ -191,7 +191,7 @@ def _efficiency(name, row, text):
 def _footnote2(text: str) -> dict[str, int]:
     """scheme -> cycles stated in footnote (2)."""
     note = footnote(text, 2).split(":", 1)[1]
-    return {s: int(_num(v)) for s, v in re.findall(r"\b(deepep|fused-unicast|dysharp-basic|dysharp) "
+    return {s: int(_num(v)) for s, v in re.findall(r"\b(deepep|fused-unicast|nvls|dysharp-basic|dysharp) "
                                                      r"(\d{1,3}(?:,\d{3})+)", note)}
 
 
@@ -244,6 +244,15 @@ def _layer_fused(name, row, text):
     r = Checker(name, row["rtl"])
     _rtl_speedup(r, text, r"fused-unicast.*?: ([\d.]+)x \(2\)", "fused-unicast",
                  "dysharp system speedup over fused-unicast")
+    return c.errors + r.errors
+
+
+def _layer_nvls(name, row, text):
+    c = Checker(name, row["figure"])
+    c.same(r"^([\d.]+)x", _estimate().speedup("nvls"), "prefill layer speedup over nvls",
+           "dysharp estimate (defaults, uncalibrated)")
+    r = Checker(name, row["rtl"])
+    _rtl_speedup(r, text, r"^([\d.]+)x \(2\)", "nvls", "dysharp system speedup over nvls")
     return c.errors + r.errors
 
 
@@ -313,6 +322,7 @@ COMMANDS = {
     "MoE layer speedup over DeepEP": "`dysharp estimate`",
     "... over DySHARP-Basic (no fusion)": "`dysharp estimate`",
     "... over CCFuser / COMET": "`dysharp estimate`",
+    "... over NVLS (static multimem)": "`dysharp estimate`",
     "whole step over DeepEP": "`dysharp estimate --end-to-end`",
     "switch-side area, 64 ports, N5 (4)": "`dysharp area --overhead`",
     "switch-side power, 64 ports, N5 (4)": "`dysharp power`",
@@ -326,6 +336,7 @@ CHECKS = {
     "MoE layer speedup over DeepEP": _layer_deepep,
     "... over DySHARP-Basic (no fusion)": _layer_basic,
     "... over CCFuser / COMET": _layer_fused,
+    "... over NVLS (static multimem)": _layer_nvls,
     "whole step over DeepEP": _whole_step,
     "switch-side area, 64 ports, N5 (4)": _switch_area,
     "switch-side power, 64 ports, N5 (4)": _switch_power,

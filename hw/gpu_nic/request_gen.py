@@ -16,15 +16,21 @@ because that is what a NIC-side generator does: SMs write descriptors, the NIC s
 fetch runs ahead of the link (:class:`~hw.gpu_nic.packet_builder.PacketBuilder`) so packets leave without
 gaps.
 
-Modes (``cfg.unicast``), the same descriptors either way:
+Modes (``cfg.unicast``, ``cfg.static``), the same descriptors in each:
 
-* dynamic (0): one ``DYN_ST`` packet per row chunk with the mask; one header-only ``DYN_LD_REDUCE``.
+* dynamic (both 0): one ``DYN_ST`` packet per row chunk with the mask; one header-only ``DYN_LD_REDUCE``.
+* static (``static`` 1, ``unicast`` 0), NVLS's ``multimem.*`` over a group the switch's static group table
+  configures: one ``MM_ST`` per row chunk (the switch writes it to every member of group ``group``) or one
+  header-only ``MM_LD_REDUCE`` (the switch reads every member's row and reduces), each addressed by the
+  group handle ``group`` and the byte address ``rbase[group] + (index << cfg.row_shift) + offset *
+  flit_bytes``, the same on every member (a symmetric buffer); ``mask`` is not used (the group's members
+  are the switch's). The result of a ``LD_REDUCE`` lands at ``addr``, as in dynamic mode.
 * unicast (1), the explicit-addressing / DeepEP-like baseline: for each destination in ``mask``, lowest
   first, every chunk as a ``WRITE`` to that GPU (``STORE``; the payload is fetched again per copy) or a
   ``READ`` of that GPU's partial row (``LD_REDUCE``; the requester then reduces the copies, which land at
   ``addr + k * length`` flits for the k-th destination). The destination address is
   ``rbase[group] + (index << cfg.row_shift) + offset * flit_bytes``: a symmetric buffer layout, which is
-  what explicit addressing needs the SMs to compute.
+  what explicit addressing needs the SMs to compute. ``unicast`` wins over ``static`` when both are set.
 
 Combine tags: every ``LD_REDUCE``/``READ`` packet takes a tag, allocated round-robin over ``tags`` and
 bound to its landing address through ``tag_issue`` (to the receive path, which owns the tag table and
@@ -41,8 +47,9 @@ Contract
   bubble), one flit per cycle on ``tx`` while credits last. ``aux`` and generated packets share the
   uplink packet by packet, round-robin.
 * Bad descriptors are dropped whole and counted: zero mask or bits for ports that do not exist
-  (``BAD_MASK``), length 0 or above 1024 (``BAD_LENGTH``), an undefined ``etype``/``redop`` on
-  ``LD_REDUCE`` (``BAD_TYPE``), a ``group`` without an ``rbase`` entry in unicast mode (``BAD_GROUP``).
+  (``BAD_MASK``; not in static mode, which has no mask), length 0 or above 1024 (``BAD_LENGTH``), an
+  undefined ``etype``/``redop`` on ``LD_REDUCE`` (``BAD_TYPE``), a ``group`` without an ``rbase`` entry in
+  unicast or static mode (``BAD_GROUP``).
 """
 
 import enum as py_enum
@@ -83,7 +90,8 @@ class Descriptor(data.Struct):
 class GenConfig(data.Struct):
     port: PORT_BITS  # this GPU's switch port: the header's src
     unicast: 1       # 1: explicit-addressing baseline, one packet per destination
-    row_shift: 6     # log2 of the destination row stride in bytes (unicast addresses)
+    row_shift: 6     # log2 of the destination row stride in bytes (unicast and static addresses)
+    static: 1        # 1 (with unicast 0): static multimem (NVLS), MM_ST / MM_LD_REDUCE over group handles
 
 
 class TagIssue(data.Struct):
@@ -108,8 +116,9 @@ class _Planner(wiring.Component):
     ``err_count``) and cuts its row into packets of at most ``max_payload`` flits, one packet command per
     cycle: a header on ``emit``, for a store the payload read on ``fetch``, for a reduction load the tag
     binding on ``bind`` (it waits for a free tag, ``tag_busy``). Unicast mode (``cfg.unicast``) repeats
-    the row for each destination in the mask, lowest first. A new descriptor may load in the cycle the
-    previous one finishes."""
+    the row for each destination in the mask, lowest first; static mode (``cfg.static``) addresses the
+    row as unicast does, once, under its group handle. A new descriptor may load in the cycle the previous
+    one finishes."""
 
     def __init__(self, *, ports, flit_width, max_payload, groups, tags):
         self.ports, self.flit_width, self.max_payload, self.groups, self.tags = (
@@ -136,6 +145,8 @@ class _Planner(wiring.Component):
         copy_base = Signal(BYTE_ADDR_BITS)  # unicast LD_REDUCE: landing address of this copy
         next_tag = Signal(range(self.tags))
         unicast = self.cfg.unicast
+        static = Signal()
+        m.d.comb += static.eq(self.cfg.static & ~unicast)
 
         left = Signal(_OFF_BITS)
         n = Signal(_N_BITS)
@@ -167,6 +178,14 @@ class _Planner(wiring.Component):
                 hdr.route.uni.addr.eq(remote),
                 hdr.tag.eq(Mux(is_st, 0, next_tag)),
             ]
+        with m.Elif(static):
+            m.d.comb += [
+                hdr.opcode.eq(Mux(is_st, Opcode.MM_ST, Opcode.MM_LD_REDUCE)),
+                hdr.route.mm.group.eq(d.group),
+                hdr.route.mm.addr.eq(remote),
+            ]
+            with m.If(~is_st):
+                m.d.comb += [hdr.tag.eq(next_tag), hdr.etype.eq(d.etype), hdr.redop.eq(d.redop)]
         with m.Else():
             m.d.comb += [
                 hdr.opcode.eq(Mux(is_st, Opcode.DYN_ST, Opcode.DYN_LD_REDUCE)),
@@ -208,11 +227,11 @@ class _Planner(wiring.Component):
         # Descriptor intake.
         nd = self.desc.payload
         m.d.comb += self.desc.ready.eq(~busy | (can & final))
-        bad_mask = (nd.mask == 0) | ((nd.mask >> self.ports) != 0)
+        bad_mask = ~static & ((nd.mask == 0) | ((nd.mask >> self.ports) != 0))
         bad_len = (nd.length == 0) | (nd.length > MAX_ROW_FLITS)
         bad_type = (nd.op == DescOp.LD_REDUCE) & (
             (nd.etype.as_value() > max(e.value for e in EType)) | (nd.redop.as_value() > max(r.value for r in RedOp)))
-        bad_group = unicast & (nd.group >= self.groups)
+        bad_group = (unicast | static) & (nd.group >= self.groups)
         take = self.desc.valid & self.desc.ready
         errs = {DescError.BAD_MASK: bad_mask, DescError.BAD_LENGTH: ~bad_mask & bad_len,
                 DescError.BAD_TYPE: ~bad_mask & ~bad_len & bad_type,
@@ -266,7 +285,8 @@ class _UplinkMerge(wiring.Component):
 
 
 class RequestGenerator(wiring.Component):
-    """dymultimem request generator: descriptors to DYN_ST/DYN_LD_REDUCE (or unicast) packets on the uplink.
+    """dymultimem request generator: descriptors to DYN_ST/DYN_LD_REDUCE (or unicast, or static multimem)
+    packets on the uplink.
 
     Parameters: ``ports`` (switch ports, 2..64: the valid mask bits), ``flit_width``, ``max_payload``
     (flits per packet, 1..31), ``credits`` (uplink credits, 1..1024), ``fetch_depth`` (payload read-ahead

@@ -19,7 +19,7 @@ from verif.models.moe_layer import build_layer
     (["--gpus", "64", "--tokens", "5000"], "--tokens 5000: must be in 1..4096"),
     (["--hidden", "100"], "--hidden 100: must be a multiple of 16 in 16..7168"),
     (["--hidden", "8192"], "--hidden 8192"),
-    (["--scheme", "nvls"], "valid: deepep, fused-unicast, dysharp-basic, dysharp or all"),
+    (["--scheme", "nvlink"], "valid: deepep, fused-unicast, nvls, dysharp-basic, dysharp or all"),
     (["--seed", "-1"], "--seed -1: must be >= 0"),
     (["--gemm", "5"], "--gemm '5': must be two positive cycle counts"),
     (["--silent-gpu", "8"], "--silent-gpu 8: must be a GPU in 0..7"),
@@ -41,10 +41,13 @@ def test_prediction_of_the_scaled_configuration():
     sequential schemes, and the sequential totals are at least their phases' sum of bulk times."""
     from sim_models.rtl_scale import predict_cycles
     L = build_layer(model="deepseek-v3", gpus=4, tokens=16, hidden=128, seed=1, gemm_cycles=(64, 32))
-    p = predict_cycles(L, ["deepep", "dysharp-basic", "dysharp"])
+    p = predict_cycles(L, ["deepep", "nvls", "dysharp-basic", "dysharp"])
     assert p["dysharp"]["total"] < min(p["deepep"]["total"], p["dysharp-basic"]["total"])
-    for s in ("deepep", "dysharp-basic"):
+    for s in ("deepep", "nvls", "dysharp-basic"):
         assert p[s]["total"] >= p[s]["dispatch"] + p[s]["combine"]
+    # nvls gathers every token to every GPU, the issuer included (the RTL's static group), and reads every
+    # GPU's partial: its phases are the slowest of the sequential schemes'
+    assert p["nvls"]["dispatch"] > p["deepep"]["dispatch"] and p["nvls"]["combine"] > p["deepep"]["combine"]
 
 
 def test_calibration_figures_reach_the_estimator(tmp_path):

@@ -115,6 +115,8 @@ def test_work_lists_cover_every_pair_once(layer, scheme):
     L = layer
     work = L.work(scheme)
     unicast = scheme in ml.UNICAST_SCHEMES
+    static = scheme in ml.STATIC_SCHEMES
+    group = {h["handle"]: h["mask"] for h in L.static_groups(scheme)}
     dispatched, combined = collections.Counter(), collections.Counter()
     for w in work:
         for e, toks in w.local_tiles:
@@ -123,12 +125,19 @@ def test_work_lists_cover_every_pair_once(layer, scheme):
                 assert L.home[t] == w.gpu
                 dispatched[(t, e)] += 1
                 combined[(t, e)] += 1           # local partial: added at home
+        if static:     # an AllGather: every home token, to the static group of every GPU (the issuer too)
+            assert not w.local_tiles and [d.index for d in w.dispatch] == w.home_tokens
         for d in w.dispatch:
-            assert desc_error(d, ports=L.G, groups=4, unicast=unicast) is None
-            assert d.op == DescOp.STORE.value and L.home[d.index] == w.gpu and not d.mask >> w.gpu & 1
+            assert desc_error(d, ports=L.G, groups=4, unicast=unicast, static=static) is None
+            assert d.op == DescOp.STORE.value and L.home[d.index] == w.gpu
+            assert static or not d.mask >> w.gpu & 1
             assert d.addr == ml.X_BASE + ((d.index - w.gpu * L.T) << L.row_shift) and d.length == L.row_flits
+            members = group[d.group] if static else d.mask
             for g in range(L.G):
-                if d.mask >> g & 1:
+                if static and members >> g & 1:
+                    for e in experts_on(L, d.index, g):
+                        dispatched[(d.index, e)] += 1
+                elif members >> g & 1:
                     es = experts_on(L, d.index, g)
                     assert es, "a mask bit for a GPU without an expert of the token"
                     for e in es:
@@ -139,9 +148,10 @@ def test_work_lists_cover_every_pair_once(layer, scheme):
                 assert not c.pairs
                 continue
             d = c.desc
-            assert desc_error(d, ports=L.G, groups=4, unicast=False) is None
+            assert desc_error(d, ports=L.G, groups=4, unicast=False, static=static) is None
             assert d.op == DescOp.LD_REDUCE.value and d.index == c.token and d.length == L.comb_flits
-            got = sorted((g, e) for g in range(L.G) if d.mask >> g & 1 for e in experts_on(L, c.token, g))
+            members = group[d.group] if static else d.mask
+            got = sorted((g, e) for g in range(L.G) if members >> g & 1 for e in experts_on(L, c.token, g))
             assert got == sorted(c.pairs)
             for _, e in c.pairs:
                 combined[(c.token, e)] += 1
@@ -184,6 +194,8 @@ def rtl_flits(L, scheme):
     down = {ph: [0] * G for ph in ("dispatch", "combine", "fills")}
     mem = GpuMemory()
     unicast = scheme in ml.UNICAST_SCHEMES
+    static = scheme in ml.STATIC_SCHEMES
+    group = {h["handle"]: h["mask"] for h in L.static_groups(scheme)}     # the switch's static group table
 
     def rbase(g):
         rb = L.gen_config(g, scheme)["rbase"]
@@ -191,7 +203,7 @@ def rtl_flits(L, scheme):
 
     def uplink(g, d):
         pk, _, _ = request_packets(d, port=g, unicast=unicast, row_shift=L.row_shift, rbase=rbase(g),
-                                   max_payload=mp, memory=mem, tags=32, next_tag=0)
+                                   max_payload=mp, memory=mem, tags=32, next_tag=0, static=static)
         return pk
     for w in L.work(scheme):
         g = w.gpu
@@ -199,10 +211,11 @@ def rtl_flits(L, scheme):
             for p in uplink(g, d):
                 n = 1 + len(p.payload)
                 up["dispatch"][g] += n
-                dests = [p.header.dst] if unicast else [x for x in range(G) if d.mask >> x & 1]
+                members = group[p.header.group] if static else d.mask
+                dests = [p.header.dst] if unicast else [x for x in range(G) if members >> x & 1]
                 for x in dests:
                     down["dispatch"][x] += n
-                    if not unicast and p.header.offset == 0:
+                    if not unicast and not static and p.header.offset == 0:
                         down["fills"][x] += 1              # TLB_FILL for the row's key
                         up["fills"][x] += 1                # TLB_FILL_RESP
         for r in w.returns:
@@ -214,14 +227,16 @@ def rtl_flits(L, scheme):
             if c.desc is None:
                 continue
             for p in uplink(g, c.desc):
-                assert p.header.opcode == Opcode.DYN_LD_REDUCE.value and not p.payload
+                op = Opcode.MM_LD_REDUCE if static else Opcode.DYN_LD_REDUCE
+                assert p.header.opcode == op.value and not p.payload
                 up["combine"][g] += 1                      # the request
                 down["combine"][g] += 1 + p.header.length  # the reduced result
+                members = group[p.header.group] if static else c.desc.mask
                 for x in range(G):
-                    if c.desc.mask >> x & 1:
+                    if members >> x & 1:
                         down["combine"][x] += 1            # RED_READ
                         up["combine"][x] += 1 + p.header.length   # RED_READ_RESP
-                        if p.header.offset == 0:
+                        if not static and p.header.offset == 0:
                             down["fills"][x] += 1
                             up["fills"][x] += 1
     return up, down
@@ -318,7 +333,7 @@ def test_bad_parameters(kw, msg):
 
 def test_bad_scheme():
     L = ml.build_layer(gpus=4, tokens=4)
-    with pytest.raises(ValueError, match="unknown scheme 'nccl'; valid: deepep, fused-unicast, dysharp-basic, dysharp"):
+    with pytest.raises(ValueError, match="unknown scheme 'nccl'; valid: deepep, fused-unicast, nvls, dysharp-basic, dysharp"):
         L.work("nccl")
     with pytest.raises(ValueError, match="unknown scheme"):
         L.predicted_flits("nccl")
@@ -342,5 +357,7 @@ def test_points_past_the_address_map_are_refused():
     big = ml.build_layer(model="deepseek-v3", gpus=4, tokens=1025, hidden=7168)
     with pytest.raises(ValueError, match=r"4100 rows of 16384 B from WIN_BASE = 0x4000000 run past 0x8000000"):
         big.check_scheme("dysharp")
-    with pytest.raises(ValueError, match="unknown scheme 'nvls'"):
+    with pytest.raises(ValueError, match=r"nvls: 4100 rows of 16384 B from WIN_BASE"):
         big.check_scheme("nvls")
+    with pytest.raises(ValueError, match="unknown scheme 'nccl'"):
+        big.check_scheme("nccl")

@@ -3,7 +3,8 @@ dispatch, the GEMM stand-in on the Tile Status Tables' ready tiles and combine, 
 scaled to 128, GEMM times overridden to 64/32 cycles per tile to keep Icarus runs short); every home GPU's
 output rows equal the numpy layer bit for bit, no error counter moves, and each GPU's link flits per
 direction equal sim_models.traffic's accounting plus the AL-TLB fills (per phase where phases are in
-sequence). The default suite runs dysharp-basic; the other schemes, the model without group-limited
+sequence). The default suite runs dysharp-basic (and nvls on the compiled harness:
+tests/verif/test_system_fast.py); the other schemes, the model without group-limited
 routing and the sabotaged run (which must fail) are marked slow (about 1-3 minutes each on Icarus)."""
 
 import json
@@ -34,8 +35,8 @@ def check_figures(fig, scheme):
     assert fig["scheme"] == scheme
     assert fig["flits"] == fig["predicted"]["total"]            # also asserted inside the run
     assert fig["tiles_ready"] > 0 and fig["cycles"]["total"] > 0
-    assert ("combine" in fig["cycles"]) == (scheme in ("deepep", "dysharp-basic"))     # fused: no barrier
-    if scheme in ("deepep", "fused-unicast"):
+    assert ("combine" in fig["cycles"]) == (scheme in ("deepep", "nvls", "dysharp-basic"))     # fused: no barrier
+    if scheme in ("deepep", "fused-unicast", "nvls"):
         assert fig["tlb"]["misses"] == 0 and sum(fig["fills"]["up"]) == 0
     else:
         assert fig["tlb"]["misses"] == sum(fig["fills"]["down"])  # one fill per translated key
@@ -64,7 +65,7 @@ def test_layer_dysharp_basic(seed, sim, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scheme", ["dysharp", "deepep", "fused-unicast"])
+@pytest.mark.parametrize("scheme", ["dysharp", "deepep", "fused-unicast", "nvls"])
 def test_layer_schemes(scheme, seed, sim, tmp_path):
     check_figures(run(scheme, seed, sim, tmp_path), scheme)
 

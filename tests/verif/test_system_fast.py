@@ -4,8 +4,8 @@ run's JSON (cycles per phase, flits per link and direction, fills, AL-TLB hits, 
 reduction-buffer occupancy, link utilization, tile ready cycles and latencies, simulated, skipped and
 dropped cycles) is the same on both, each run having passed the same checks (numpy bit for bit, error
 counters, flits against the traffic model). Both need Verilator builds of the system top (a few minutes
-each when not cached), so the comparisons are marked slow; the default suite checks the harness's port
-table and its refusals without building."""
+each when not cached), so the comparisons are marked slow; the default suite runs the nvls scheme on the
+compiled harness and checks the harness's port table and its refusals without building."""
 
 import json
 
@@ -44,9 +44,24 @@ def test_fast_harness_equals_cocotb(scheme, tmp_path):
                env={**LAYER, "scheme": scheme, "out": str(out)})
     slow = json.loads(out.read_text())
     fast = fast_run(scheme)
-    assert fast["cycles"]["total"] == {"deepep": 4021, "fused-unicast": 2731, "dysharp-basic": 4164,
+    assert fast["cycles"]["total"] == {"deepep": 4021, "fused-unicast": 2731, "nvls": 4957, "dysharp-basic": 4164,
                                        "dysharp": 2931}[scheme]
     assert figures(fast) == figures(slow)
+
+
+@needs_verilator
+def test_fast_harness_nvls():
+    """The NVLS baseline at the smallest layer on the compiled harness (static multimem over the switch's
+    static group of all four GPUs): an AllGather of every token to every GPU, the issuer included, then a
+    ReduceScatter reading every GPU's partial row, zero rows included; every check of the run passed (numpy
+    bit for bit, error counters, flits against the traffic model), and its cycles are the documented ones."""
+    fig = fast_run("nvls")
+    L = build_layer(model="deepseek-v3", gpus=4, tokens=16, hidden=128)
+    assert fig["cycles"] == {"dispatch_gemm": 3626, "combine": 1331, "total": 4957}
+    assert fig["flits"] == fig["predicted"]["total"]
+    assert fig["flits"]["down"] == [4 * 16 * (L.row_flits + 1) + 16 * (L.comb_flits + 1) + 4 * 16] * 4
+    assert fig["engine"]["completed"] == 4 * 16 and fig["mm_allocated"] == [0] * 4
+    assert fig["tlb"]["misses"] == 0 and sum(fig["fills"]["up"]) == 0
 
 
 @needs_verilator
@@ -84,7 +99,7 @@ def test_fast_harness_refuses_settings_it_does_not_model():
 
 @pytest.mark.parametrize("argv, message", [
     (["--harnesses", "cocotb,pyverilator"], "--harnesses 'cocotb,pyverilator': valid: cocotb, fast"),
-    (["--scheme", "nvls"], "--scheme 'nvls': valid: deepep, fused-unicast, dysharp-basic, dysharp"),
+    (["--scheme", "nvlink"], "--scheme 'nvlink': valid: deepep, fused-unicast, nvls, dysharp-basic, dysharp"),
     (["--gpus", "6"], "--gpus 6: deepseek-v3 needs G in 4..64"),
 ])
 def test_system_speed_bench_refuses_bad_arguments(argv, message, capsys):

@@ -136,11 +136,15 @@ def check_harness(harness: str, sim: str | None) -> str:
 
 
 def run_scheme(point: Point, scheme: str, sim: str, out: Path, timeout: int, bin_cycles: int,
-               silent: tuple | None, drop: bool = True, fast: tuple | None = None) -> dict:
+               silent: tuple | None, drop: bool = True, fast: tuple | None = None,
+               build_schemes: tuple | None = None) -> dict:
     """One run; the testbench's figures, or ``{"failed": message}``. ``drop=False``: quiet cycles
     are clocked through (``verif/tb/system.py``, ``SystemEnv.skip``). ``fast``: (library, port names) of
-    :func:`verif.harness.fastsim.system.build_system`, the compiled harness; else cocotb on ``sim``."""
+    :func:`verif.harness.fastsim.system.build_system`, the compiled harness; else cocotb on ``sim``.
+    ``build_schemes``: the schemes the build holds (:meth:`~verif.models.moe_layer.MoeLayer.system_params`;
+    None: all)."""
     L = point.layer()
+    params = L.system_params(build_schemes)
     f = out / f"{point.slug}.{scheme}.json"
     f.unlink(missing_ok=True)
     env = {"model": point.model, "tokens": point.tokens, "hidden": point.hidden, "seed": point.seed,
@@ -156,7 +160,7 @@ def run_scheme(point: Point, scheme: str, sim: str, out: Path, timeout: int, bin
         from hw import registry
         from verif.tb.system_fast import run_layer
         try:
-            fig = run_layer(*fast, registry.get("system").resolve(L.system_params()), env)
+            fig = run_layer(*fast, registry.get("system").resolve(params), env)
         except AssertionError as e:
             return {"scheme": scheme, "failed": f"AssertionError: {e}"}
         fig["sim"]["run_wall_s"] = time.perf_counter() - t0
@@ -164,7 +168,7 @@ def run_scheme(point: Point, scheme: str, sim: str, out: Path, timeout: int, bin
         return fig
     from verif.harness.runner import CocotbFailure, run_cocotb
     try:
-        run_cocotb("system", L.system_params(), test_module="verif.tb.system", testcase="test_layer",
+        run_cocotb("system", params, test_module="verif.tb.system", testcase="test_layer",
                    seed=point.seed, sim=sim, env=env, quiet=True)
     except CocotbFailure as e:
         return {"scheme": scheme, "failed": _failure_reason(e)}
@@ -310,21 +314,23 @@ def run(args) -> int:
     fast = None
     if harness == "fast":
         from verif.harness.fastsim.system import build_system
-        fast = build_system(L.system_params())[:2]
+        fast = build_system(L.system_params(schemes))[:2]
     else:
         from verif.harness.runner import sim_build
-        sim_build("system", L.system_params(), sim=sim)
+        sim_build("system", L.system_params(schemes), sim=sim)
     build_s = time.perf_counter() - t0
     jobs = args.jobs or len(schemes)       # the runs are independent processes; 3 on 2 cores share them well
     t0 = time.perf_counter()
+    built = tuple(schemes)
     if jobs == 1:
-        results = [run_scheme(point, s, sim, out, timeout, bin_cycles, silent, not args.clock_quiet, fast)
+        results = [run_scheme(point, s, sim, out, timeout, bin_cycles, silent, not args.clock_quiet, fast, built)
                    for s in schemes]
     else:
         k = len(schemes)
         with ProcessPoolExecutor(jobs) as ex:
             results = list(ex.map(run_scheme, [point] * k, schemes, [sim] * k, [out] * k, [timeout] * k,
-                                  [bin_cycles] * k, [silent] * k, [not args.clock_quiet] * k, [fast] * k))
+                                  [bin_cycles] * k, [silent] * k, [not args.clock_quiet] * k, [fast] * k,
+                                  [built] * k))
     runs_s = time.perf_counter() - t0
     failed = {r["scheme"]: r["failed"] for r in results if "failed" in r}
     figs = {r["scheme"]: r for r in results if "failed" not in r}

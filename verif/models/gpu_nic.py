@@ -1,7 +1,7 @@
 """Reference models of the GPU-side NIC blocks, written against the packet-format module only.
 
 * :func:`request_packets`: the packets (:class:`hw.packet.Packet`) and tag bindings a descriptor must
-  produce in the request generator, in order, in dynamic or unicast mode.
+  produce in the request generator, in order, in dynamic, unicast or static (NVLS) mode.
 * :class:`RxModel`: what the receive path must do with each packet: memory writes, read responses, token
   arrivals, error counts and outstanding tags; ``accept`` = ``"all"``/``"req"``/``"resp"`` as the RTL's.
 * :class:`NicModel`: the composed NIC (:class:`hw.gpu_nic.nic.GpuNic`) on a 2-VC link: a request-path and a
@@ -55,23 +55,26 @@ class Desc:
                            addr=self.addr, length=self.length, etype=self.etype, redop=self.redop)
 
 
-def desc_error(d: Desc, *, ports: int, groups: int, unicast: bool) -> str | None:
-    """The :class:`hw.gpu_nic.request_gen.DescError` a bad descriptor counts (None when it is good)."""
-    if d.mask == 0 or d.mask >> ports:
+def desc_error(d: Desc, *, ports: int, groups: int, unicast: bool, static: bool = False) -> str | None:
+    """The :class:`hw.gpu_nic.request_gen.DescError` a bad descriptor counts (None when it is good).
+    ``static``: static multimem mode (ignored when ``unicast``), which has no mask."""
+    static = static and not unicast
+    if not static and (d.mask == 0 or d.mask >> ports):
         return "BAD_MASK"
     if not 1 <= d.length <= MAX_ROW_FLITS:
         return "BAD_LENGTH"
     if d.op == DescOp.LD_REDUCE.value and (d.etype not in {e.value for e in EType} or
                                            d.redop not in {r.value for r in RedOp}):
         return "BAD_TYPE"
-    if unicast and d.group >= groups:
+    if (unicast or static) and d.group >= groups:
         return "BAD_GROUP"
     return None
 
 
 def request_packets(d: Desc, *, port: int, unicast: bool, row_shift: int, rbase: list[int], max_payload: int,
-                    memory, tags: int, next_tag: int):
-    """(packets, tag bindings [(tag, byte address)], next tag) for one good descriptor."""
+                    memory, tags: int, next_tag: int, static: bool = False):
+    """(packets, tag bindings [(tag, byte address)], next tag) for one good descriptor. ``static``: static
+    multimem mode (``MM_ST``/``MM_LD_REDUCE`` at the symmetric address; ignored when ``unicast``)."""
     packets, bindings = [], []
     chunks = [(off, min(max_payload, d.length - off)) for off in range(0, d.length, max_payload)]
     store = d.op == DescOp.STORE.value
@@ -79,6 +82,18 @@ def request_packets(d: Desc, *, port: int, unicast: bool, row_shift: int, rbase:
 
     def payload(off, n):
         return [memory.read(src_flit + off + i) for i in range(n)]
+    if static and not unicast:
+        for off, n in chunks:
+            addr = (rbase[d.group] + (d.index << row_shift) + off * FLIT_BYTES) & ADDR_MASK
+            if store:
+                packets.append(Packet(Header(opcode=Opcode.MM_ST, src=port, length=n, group=d.group, addr=addr),
+                                      payload(off, n)))
+            else:
+                packets.append(Packet(Header(opcode=Opcode.MM_LD_REDUCE, src=port, tag=next_tag, length=n,
+                                             etype=d.etype, redop=d.redop, group=d.group, addr=addr), []))
+                bindings.append((next_tag, (d.addr + off * FLIT_BYTES) & ADDR_MASK))
+                next_tag = (next_tag + 1) % tags
+        return packets, bindings, next_tag
     if not unicast:
         for off, n in chunks:
             if store:

@@ -1,5 +1,5 @@
 """One MoE layer over G GPUs as the system testbench runs it: routing, data, the numpy reference, and the
-per-GPU work lists of the four schemes. Independent of the RTL (it imports only packet/descriptor
+per-GPU work lists of the five schemes. Independent of the RTL (it imports only packet/descriptor
 definitions and :mod:`sim_models`).
 
 ``plan = build_layer(LayerParams(model="deepseek-v3", gpus=4, tokens=64, hidden=128, seed=1))`` gives a
@@ -32,9 +32,9 @@ definitions and :mod:`sim_models`).
   metadata flit (:func:`hw.gpu_nic.receive_path.pack_token_meta`, the top-k global expert ids), last.
   A combine row is the hidden vector in BF16. Rows occupy ``1 << row_shift`` bytes. Flit ``i`` of a row
   holds its bytes ``16 i .. 16 i + 15`` little-endian (byte 0 in bits 0-7).
-* **Local pairs never touch a link** (as :mod:`sim_models.traffic` counts): a token's experts on its own
-  home GPU are computed there from its own row (:attr:`GpuWork.local_tiles`, ready at cycle 0) and their
-  partial added at home; masks name remote GPUs only.
+* **Local pairs never touch a link** (as :mod:`sim_models.traffic` counts), except under ``nvls``: a
+  token's experts on its own home GPU are computed there from its own row (:attr:`GpuWork.local_tiles`,
+  ready at cycle 0) and their partial added at home; masks name remote GPUs only.
 
 Schemes (:data:`SCHEMES`), as descriptor streams (:class:`verif.models.gpu_nic.Desc`, i.e.
 :class:`hw.gpu_nic.request_gen.Descriptor`) per GPU, :class:`GpuWork`:
@@ -57,14 +57,27 @@ Schemes (:data:`SCHEMES`), as descriptor streams (:class:`verif.models.gpu_nic.D
 * ``dysharp``: the same descriptors, fused: dispatch in token order, each combine issued once the token's
   pairs are released (:attr:`CombineItem.pairs`), in the order the reference token-centric scheduler
   (:func:`sim_models.scheduler.schedule`) plans (``Schedule.combine_issue``).
+* ``nvls`` (request generator in static mode): the NVLS baseline, static ``multimem`` over the switch's
+  static group of all G GPUs (:meth:`MoeLayer.static_groups`; the switch admits only members, so the issuer
+  is one), in sequence like ``deepep``. Dispatch is an AllGather: every home token is one ``multimem.st``
+  (``MM_ST``, handle ``G_DISP``) of its row to ``rbase[G_DISP] + (t << row_shift)`` = the symmetric window
+  row of the global token id on every GPU, its own included, whatever the routing. Each GPU computes its
+  experts' pairs of every token from the window, its own tokens too (no local tiles: its own rows came
+  back through the switch like the others). After all GEMMs, combine is a ReduceScatter: each home issues
+  one ``multimem.ld_reduce`` (``MM_LD_REDUCE``, handle ``G_COMB``, BF16 add) per home token over the
+  group, which reads every GPU's partial row ``COMB_BASE + (t << row_shift)``; a GPU that hosts none of
+  the token's experts holds a zero row there (:meth:`MoeLayer.zero_partials`: the partial buffer is
+  zero-filled before the layer), and the result at ``OUT_BASE`` + row is the whole output.
 
 Memory manager (per GPU, :meth:`MoeLayer.mm_commands`): ``G_DISP`` in alloc mode on layout 0 at
 ``WIN_BASE`` (the compact receive buffer, slot = window row), ``G_COMB`` lookup-only on the same layout at
 ``COMB_BASE`` (the expert-output rows, same slot). AL-TLB (:meth:`MoeLayer.tlb_config`): both groups on
-every port, all GPUs members, ``rows`` = N.
+every port, all GPUs members, ``rows`` = N. The switch's static group table (:meth:`MoeLayer.static_groups`,
+``nvls`` only): handles ``G_DISP`` and ``G_COMB``, all GPUs members.
 
 Flits (:meth:`MoeLayer.predicted_flits`): :func:`sim_models.traffic.account` of the same routing with the
-rows' real sizes, per GPU per direction per phase, plus the DySHARP switch's AL-TLB fill traffic (one
+rows' real sizes (``nvls`` with ``issuer_in_group``: the static group holds the issuer), per GPU per
+direction per phase, plus the DySHARP switch's AL-TLB fill traffic (one
 header-only ``TLB_FILL`` down and one ``TLB_FILL_RESP`` up the destination's link per translated key
 (group, index, destination); exact when a row is one packet, otherwise when no key is evicted between the
 packets of its row), which ``traffic.py`` does not model.
@@ -89,25 +102,28 @@ from sim_models.system_config import load_system
 
 from verif.models.gpu_nic import Desc
 
-__all__ = ["SCHEMES", "TRAFFIC_SCHEME", "UNICAST_SCHEMES", "FUSED_SCHEMES",
+__all__ = ["SCHEMES", "TRAFFIC_SCHEME", "UNICAST_SCHEMES", "STATIC_SCHEMES", "FUSED_SCHEMES",
            "LayerParams", "MoeLayer", "GpuWork", "CombineItem", "ReturnItem",
            "build_layer", "encode_row", "decode_row", "encode_bf16_row", "decode_bf16_row", "expert_ffn",
            "G_DISP", "G_COMB", "G_PART", "X_BASE", "WIN_BASE", "COMB_BASE", "OUT_BASE", "PART_BASE",
            "LOCAL_BASE", "FLIT_BYTES"]
 
-SCHEMES = ("deepep", "fused-unicast", "dysharp-basic", "dysharp")
-TRAFFIC_SCHEME = {"deepep": "unicast", "fused-unicast": "unicast", "dysharp-basic": "dynamic", "dysharp": "dynamic"}
+SCHEMES = ("deepep", "fused-unicast", "nvls", "dysharp-basic", "dysharp")
+TRAFFIC_SCHEME = {"deepep": "unicast", "fused-unicast": "unicast", "nvls": "nvls", "dysharp-basic": "dynamic",
+                  "dysharp": "dynamic"}
 UNICAST_SCHEMES = tuple(s for s in SCHEMES if TRAFFIC_SCHEME[s] == "unicast")   # request generator in unicast mode
+STATIC_SCHEMES = ("nvls",)                        # request generator in static mode, the switch's static groups
 FUSED_SCHEMES = ("fused-unicast", "dysharp")       # token-centric: combine overlaps dispatch, no barrier
 DTYPES = ("fp8", "bf16")
 FLIT_BYTES = 16
 META_ENTRIES = 8
 
-# Group handles: memory manager + AL-TLB (dynamic) and request-generator rbase entries (unicast).
+# Group handles: memory manager + AL-TLB (dynamic), request-generator rbase entries (unicast, static) and
+# the switch's static group table (nvls).
 G_DISP, G_COMB, G_PART = 0, 1, 1
 # Byte address map, the same on every GPU (regions far apart; rows are 1 << row_shift bytes).
 X_BASE = 0x0100_0000        # the home GPU's own token rows (dispatch source), row = local token
-WIN_BASE = 0x0400_0000      # token window (receive buffer): dysharp slot / deepep global token id
+WIN_BASE = 0x0400_0000      # token window (receive buffer): dysharp slot / deepep, nvls global token id
 COMB_BASE = 0x0800_0000     # expert-output (partial) rows, one per window row
 OUT_BASE = 0x0C00_0000      # ld_reduce results at the home GPU, row = local token
 LOCAL_BASE = 0x0E00_0000    # the home's partial of its own local experts, row = local token
@@ -411,8 +427,11 @@ class MoeLayer:
         ts = self.p.tile_size
         return [tokens[i:i + ts] for i in range(0, len(tokens), ts)]
 
-    def local_tiles(self, g: int) -> list:
-        """(global expert, [tokens]) tiles of GPU ``g``'s experts over its own tokens, token order."""
+    def local_tiles(self, g: int, scheme: str | None = None) -> list:
+        """(global expert, [tokens]) tiles of GPU ``g``'s experts over its own tokens, token order (none under
+        ``nvls``, whose own rows come back through the switch into the window)."""
+        if scheme in STATIC_SCHEMES:
+            return []
         out = []
         lo, hi = self.local_expert_range(g)
         own = range(g * self.T, (g + 1) * self.T)
@@ -424,6 +443,30 @@ class MoeLayer:
     def remote_pairs(self, t: int) -> list:
         return [(int(self.expert_gpu[t, j]), int(self.routing[t, j])) for j in range(self.k)
                 if self.expert_gpu[t, j] != self.home[t]]
+
+    def tracked_pairs(self, t: int, scheme: str) -> list:
+        """Token ``t``'s (GPU, global expert) pairs that go through the GPUs' Tile Status Tables: the remote
+        ones, or under ``nvls`` all of them (its own rows land in the home's window too)."""
+        if scheme in STATIC_SCHEMES:
+            return [(int(self.expert_gpu[t, j]), int(self.routing[t, j])) for j in range(self.k)]
+        return self.remote_pairs(t)
+
+    def tracked_counts(self, g: int, scheme: str) -> list[int]:
+        """Rows each local expert of GPU ``g`` receives through its Tile Status Table (the ``EXPECT``
+        totals): its remote pairs, or under ``nvls`` all its pairs."""
+        lo, hi = self.local_expert_range(g)
+        sel = (self.routing >= lo) & (self.routing < hi)
+        if scheme not in STATIC_SCHEMES:
+            sel &= (self.home != g)[:, None]
+        return np.bincount(self.routing[sel] - lo, minlength=hi - lo).tolist()
+
+    def zero_partials(self, g: int, scheme: str) -> list[int]:
+        """Global ids of the tokens whose partial row GPU ``g`` must hold as zeros before the layer: under
+        ``nvls`` every token none of whose experts it hosts (the static ``ld_reduce`` reads every member's
+        row); none otherwise."""
+        if scheme not in STATIC_SCHEMES:
+            return []
+        return np.nonzero(~(self.expert_gpu == g).any(axis=1))[0].tolist()
 
     def check_scheme(self, scheme: str) -> None:
         """``ValueError`` naming the limit when ``scheme``'s work lists cannot represent this layer: each
@@ -452,6 +495,9 @@ class MoeLayer:
             planned = self.schedule().combine_issue
         for g in range(self.G):
             home = list(range(g * self.T, (g + 1) * self.T))
+            if scheme in STATIC_SCHEMES:
+                out.append(self._static_work(g, home))
+                continue
             disp = []
             for i, t in enumerate(home):
                 m = self.remote_mask(t)
@@ -485,6 +531,19 @@ class MoeLayer:
             out.append(GpuWork(g, disp, comb, rets, self.local_tiles(g), home))
         return out
 
+    def _static_work(self, g: int, home: list) -> GpuWork:
+        """``nvls``: an ``MM_ST`` of every home token to the whole group, then a ``MM_LD_REDUCE`` of every
+        home token over it (the module docstring). ``mask`` is not used by static descriptors; it names the
+        group's members for the reader."""
+        rf, cf, rs, every = self.row_flits, self.comb_flits, self.row_shift, (1 << self.G) - 1
+        disp = [Desc(op=DescOp.STORE.value, mask=every, index=t, group=G_DISP, addr=X_BASE + (i << rs), length=rf)
+                for i, t in enumerate(home)]
+        comb = [CombineItem(t, Desc(op=DescOp.LD_REDUCE.value, mask=every, index=t, group=G_COMB,
+                                    addr=OUT_BASE + (i << rs), length=cf, etype=EType.BF16.value,
+                                    redop=RedOp.ADD.value), self.tracked_pairs(t, "nvls"))
+                for i, t in enumerate(home)]
+        return GpuWork(g, disp, comb, [], [], home)
+
     # ----------------------------------------------------------------------------------- configuration
     def mm_commands(self) -> list[dict]:
         """Memory-manager commands (:class:`hw.gpu_nic.memory_manager.MmCommand` fields), the same on every
@@ -507,28 +566,42 @@ class MoeLayer:
     def gen_config(self, g: int, scheme: str) -> dict:
         """:class:`hw.gpu_nic.request_gen.GenConfig` and ``rbase`` of GPU ``g``: a pushed partial's
         ``G_PART`` base is GPU ``g``'s own stripe of ``PART_BASE`` (rows ``g * N ..``), so its index is the
-        token id alone."""
-        return dict(port=g, unicast=int(scheme in UNICAST_SCHEMES), row_shift=self.row_shift,
+        token id alone; under ``nvls`` (static mode) ``G_DISP`` is the window and ``G_COMB`` the partial
+        rows, both symmetric."""
+        if scheme in STATIC_SCHEMES:
+            return dict(port=g, unicast=0, static=1, row_shift=self.row_shift,
+                        rbase={G_DISP: WIN_BASE, G_COMB: COMB_BASE})
+        return dict(port=g, unicast=int(scheme in UNICAST_SCHEMES), static=0, row_shift=self.row_shift,
                     rbase={G_DISP: WIN_BASE, G_PART: PART_BASE + ((g * self.N) << self.row_shift)})
 
-    def tracker_shape(self) -> tuple[int, int]:
-        """(experts, tiles) of the Tile Status Table that holds every GPU's remote arrivals (powers of two)."""
+    def static_groups(self, scheme: str) -> list[dict]:
+        """The switch's static group table (:class:`hw.switch.group_table.GroupWrite` fields): under ``nvls``
+        handles ``G_DISP`` and ``G_COMB``, every GPU a member (NVLS's multicast objects, bound on all G GPUs);
+        none otherwise."""
+        if scheme not in STATIC_SCHEMES:
+            return []
+        mask = (1 << self.G) - 1
+        return [dict(handle=G_DISP, mask=mask), dict(handle=G_COMB, mask=mask)]
+
+    def tracker_shape(self, schemes=None) -> tuple[int, int]:
+        """(experts, tiles) of the Tile Status Table that holds every GPU's arrivals under ``schemes`` (None:
+        all) (powers of two): the remote ones, and under ``nvls`` the GPU's own tokens too."""
         experts = 1 << (self.experts_per_gpu - 1).bit_length()
         most = 1
+        kinds = {"nvls" if s in STATIC_SCHEMES else "deepep" for s in (SCHEMES if schemes is None else schemes)}
         for g in range(self.G):
-            lo, hi = self.local_expert_range(g)
-            remote = (self.home != g)[:, None] & (self.routing >= lo) & (self.routing < hi)
-            counts = np.bincount(self.routing[remote], minlength=self.E)[lo:hi]
-            most = max(most, -(-int(counts.max(initial=0)) // self.p.tile_size))
+            for scheme in sorted(kinds):
+                counts = self.tracked_counts(g, scheme)
+                most = max(most, -(-int(max(counts, default=0)) // self.p.tile_size))
         tiles = 1 << (most - 1).bit_length()
         return experts, max(tiles, 2 if experts == 1 else 1)
 
-    def system_params(self) -> dict:
-        """Parameters of the system top (:class:`hw.system.System`) that hold this layer: the Tile Status
-        Table's shape, the memory manager's table (the algebraic index is the global token id) and its
-        receive buffer (the most rows routed to one GPU), rounded up to powers of two so that layers of
-        one shape share a build."""
-        experts, tiles = self.tracker_shape()
+    def system_params(self, schemes=None) -> dict:
+        """Parameters of the system top (:class:`hw.system.System`) that hold this layer under ``schemes``
+        (None: all): the Tile Status Table's shape, the memory manager's table (the algebraic index is the
+        global token id) and its receive buffer (the most rows routed to one GPU), rounded up to powers of
+        two so that layers of one shape share a build."""
+        experts, tiles = self.tracker_shape(schemes)
         rows = int(self.dest.remote.sum(axis=0).max(initial=1))
         return {"gpus": self.G, "nic": {"experts": experts, "tiles": tiles, "tile_size": self.p.tile_size,
                                         "mm_index_bits": max(4, (self.N - 1).bit_length()),
@@ -542,7 +615,8 @@ class MoeLayer:
         if scheme not in SCHEMES:
             raise ValueError(f"unknown scheme {scheme!r}; valid: {', '.join(SCHEMES)}")
         tr = traffic.account(self.dest, TRAFFIC_SCHEME[scheme], self.row_flits * FLIT_BYTES,
-                             self.comb_flits * FLIT_BYTES, FLIT_BYTES, self.p.max_payload * FLIT_BYTES)
+                             self.comb_flits * FLIT_BYTES, FLIT_BYTES, self.p.max_payload * FLIT_BYTES,
+                             issuer_in_group=scheme in STATIC_SCHEMES)
         out = {}
         for phase in ("dispatch", "combine"):
             ph = getattr(tr, phase)

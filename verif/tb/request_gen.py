@@ -6,8 +6,9 @@ in order, that merged ``aux`` packets arrive intact and unsplit, that tag bindin
 descriptors are counted per kind. Random stalls everywhere: descriptor gaps, memory request stalls and
 response gaps with latency, uplink credit stalls, ``aux`` gaps, ``tag_issue`` stalls and tags held busy.
 
-Settings: ``descs``, ``unicast``, ``latency``, ``stall`` (fraction on every interface), ``bad_frac``,
-``hold`` (max cycles a tag stays busy), ``max_len``.
+Settings: ``descs``, ``unicast``, ``static`` (static multimem mode, NVLS's ``MM_ST``/``MM_LD_REDUCE``),
+``latency``, ``stall`` (fraction on every interface), ``bad_frac``, ``hold`` (max cycles a tag stays busy),
+``max_len``.
 """
 
 import collections
@@ -89,10 +90,11 @@ def random_desc(rng, *, ports, groups, max_len, bad_frac, unicast):
 
 
 class GenEnv:
-    def __init__(self, dut, *, unicast, latency, stall, hold):
+    def __init__(self, dut, *, unicast, latency, stall, hold, static=False):
         self.dut = dut
         self.p = p = tbenv.params()
         self.unicast = unicast
+        self.static = static
         self.port = 5
         self.row_shift = 12
         self.cycler = Cycler(dut)
@@ -111,7 +113,8 @@ class GenEnv:
         self.tags = TagHolder(dut, tbenv.rng("tags"), stall=stall, hold=hold, tags=p["tags"],
                               on_binding=lambda b, c: self.sb.observe("tag", b, cycle=c))
         self.cycler.add(self.descs, self.mem, self.sink, self.aux, self.tags)
-        dut.cfg.value = pack(GenConfig, port=self.port, unicast=int(unicast), row_shift=self.row_shift)
+        dut.cfg.value = pack(GenConfig, port=self.port, unicast=int(unicast), row_shift=self.row_shift,
+                             static=int(static))
         dut.rbase.value = sum(b << (48 * i) for i, b in enumerate(RBASE[:p["groups"]]))
 
     async def start(self):
@@ -119,13 +122,14 @@ class GenEnv:
 
     def send(self, d: Desc):
         p = self.p
-        err = desc_error(d, ports=p["ports"], groups=p["groups"], unicast=self.unicast)
+        err = desc_error(d, ports=p["ports"], groups=p["groups"], unicast=self.unicast, static=self.static)
         if err:
             self.expected_errors[err] += 1
         else:
             pkts, binds, self.next_tag = request_packets(
                 d, port=self.port, unicast=self.unicast, row_shift=self.row_shift, rbase=RBASE,
-                max_payload=p["max_payload"], memory=self.memory, tags=p["tags"], next_tag=self.next_tag)
+                max_payload=p["max_payload"], memory=self.memory, tags=p["tags"], next_tag=self.next_tag,
+                static=self.static)
             for pk in pkts:
                 self.sb.expect("gen", pk)
             for b in binds:
@@ -166,7 +170,7 @@ async def test_traffic(dut):
     s = tbenv.settings()
     p = tbenv.params()
     env = GenEnv(dut, unicast=bool(s.get("unicast", 0)), latency=s.get("latency", 12),
-                 stall=s.get("stall", 0.25), hold=s.get("hold", 40))
+                 stall=s.get("stall", 0.25), hold=s.get("hold", 40), static=bool(s.get("static", 0)))
     rng = tbenv.rng("traffic")
     await env.start()
     n = s.get("descs", 60)
@@ -192,7 +196,8 @@ async def test_line_rate(dut):
     ld_reduce requests leave one per cycle."""
     s = tbenv.settings()
     p = tbenv.params()
-    env = GenEnv(dut, unicast=bool(s.get("unicast", 0)), latency=s.get("latency", 8), stall=0.0, hold=1)
+    env = GenEnv(dut, unicast=bool(s.get("unicast", 0)), latency=s.get("latency", 8), stall=0.0, hold=1,
+                 static=bool(s.get("static", 0)))
     rng = tbenv.rng("lr")
     await env.start()
     for op in (DescOp.STORE.value, DescOp.LD_REDUCE.value):
@@ -219,7 +224,8 @@ async def test_bad_descriptors(dut):
     s = tbenv.settings()
     p = tbenv.params()
     unicast = bool(s.get("unicast", 1))
-    env = GenEnv(dut, unicast=unicast, latency=5, stall=s.get("stall", 0.2), hold=5)
+    static = bool(s.get("static", 0)) and not unicast
+    env = GenEnv(dut, unicast=unicast, latency=5, stall=s.get("stall", 0.2), hold=5, static=static)
     rng = tbenv.rng("bad")
     await env.start()
 
@@ -228,7 +234,9 @@ async def test_bad_descriptors(dut):
     kinds = {"BAD_MASK": [dict(mask=0), dict(mask=1 << p["ports"])],
              "BAD_LENGTH": [dict(length=0), dict(length=1025)],
              "BAD_TYPE": [dict(op=DescOp.LD_REDUCE.value, etype=5), dict(op=DescOp.LD_REDUCE.value, redop=3)]}
-    if unicast:
+    if static:          # static multimem has no mask: the switch's group names the members
+        del kinds["BAD_MASK"]
+    if unicast or static:
         kinds["BAD_GROUP"] = [dict(group=p["groups"]), dict(group=255)]
     for kind, variants in kinds.items():
         for v in variants:
@@ -236,7 +244,13 @@ async def test_bad_descriptors(dut):
             d = good()
             for k, x in v.items():
                 setattr(d, k, x)
-            assert desc_error(d, ports=p["ports"], groups=p["groups"], unicast=unicast) == kind
+            assert desc_error(d, ports=p["ports"], groups=p["groups"], unicast=unicast, static=static) == kind
+            env.send(d)
+    if static:          # a mask of zero, or naming ports that do not exist, is not looked at
+        for mask in (0, 1 << p["ports"]):
+            d = good()
+            d.mask = mask
+            assert desc_error(d, ports=p["ports"], groups=p["groups"], unicast=unicast, static=static) is None
             env.send(d)
     env.send(good())
     await env.drain(timeout=50000)

@@ -16,7 +16,9 @@ derived ones; ``sabotage=partial`` makes one expert output wrong on purpose, so 
   Tables (+ ``notify_cycles``), ahead of dispatch descriptors not yet taken, ties in the reference
   scheduler's planned order. ``fused-unicast``: ``deepep``'s descriptors, and each expert GPU's push of a
   token's partial as soon as that GPU's own pairs of the token have been released (+ ``notify_cycles``),
-  ahead of dispatch descriptors not yet taken, ties in ``deepep``'s interleaved order.
+  ahead of dispatch descriptors not yet taken, ties in ``deepep``'s interleaved order. ``nvls``: as
+  ``dysharp-basic``, with the request generators in static mode over the switch's static groups (an
+  AllGather of every token, then a ReduceScatter; its own tokens reach each GPU's Tile Status Table too).
 * **The GEMM stand-in** per GPU: the Tile Status Table's ready tiles (plus the GPU's local tiles, ready at
   cycle 0) run on the estimator's GEMM mechanism, :class:`sim_models.gemm_engine.GemmEngine`, with the
   layer's work (:meth:`MoeLayer.gemm_parts`): the fused schemes on one pool of every SM (GEMM-1 and GEMM-2
@@ -30,7 +32,9 @@ derived ones; ``sabotage=partial`` makes one expert output wrong on purpose, so 
   the token's experts pre-sums them there), writes the row into memory and sends ``DONE`` (local tiles:
   the home's local partial row instead). ``EXPECT`` totals go in at cycle 0 (the count exchange).
 * **Sum at home**: when a token's ``ld_reduce`` result (dynamic) or all its pushed partials (unicast schemes)
-  have landed in the home's memory, its output is that plus the home's local partial.
+  have landed in the home's memory, its output is that plus the home's local partial (``nvls``: the static
+  ``ld_reduce``'s result alone, which read every GPU's partial row, the zero rows preloaded where a GPU
+  hosts none of the token's experts included).
 
 Checks: every home GPU's output rows equal :meth:`MoeLayer.reference` **bit for bit** (the data make every
 sum exact in BF16, so any reduction order gives the same bits); no error counter of any NIC or of the
@@ -215,17 +219,20 @@ class GpuSide(Agent):
         self.tiles = []           # dicts: kind, expert (global), rows / tokens, ready, key
         self.done = 0
         self.due = []             # [(cycle, index)]: the next tile's DONE (GEMM-2 end)
-        self.remote_counts = self._remote_counts()
+        self.remote_counts = L.tracked_counts(g, env.scheme)     # rows through the Tile Status Table per expert
         ts = L.p.tile_size
-        expert_tiles = collections.Counter(e for e, _ in L.local_tiles(g))
+        expert_tiles = collections.Counter(e for e, _ in L.local_tiles(g, env.scheme))
         for e, n in enumerate(self.remote_counts):
             if n:
                 expert_tiles[self.lo + e] += -(-n // ts)
         self.n_tiles = sum(expert_tiles.values())
         self.gemm = GemmEngine(L.gemm_parts, expert_tiles, L.gemm_share(),
                                "pool" if env.scheme in ml.FUSED_SCHEMES else "phases")
-        for e, toks in L.local_tiles(g):
+        for e, toks in L.local_tiles(g, env.scheme):
             self._add_tile(dict(kind="local", expert=e, tokens=toks, ready=0, key=None))
+        zero = [0] * L.comb_flits          # nvls: the zero-filled partial rows a static ld_reduce reads
+        for t in L.zero_partials(g, env.scheme):
+            self.preload(ml.COMB_BASE // F + t * self.stride, zero)
 
     def _connect(self, env, g):
         """The DUT side: memory ports, stream drivers and monitors (the compiled harness has its own)."""
@@ -246,10 +253,10 @@ class GpuSide(Agent):
         self.agents = [self.wr, self.rd_tx, self.rd_rx, self.feeder, self.desc, self.cmd, self.mm_cfg,
                        self.ready_mon, self.release_mon, self]
 
-    def _remote_counts(self):
-        L, g = self.L, self.g
-        remote = (L.home != g)[:, None] & (L.routing >= self.lo) & (L.routing < self.hi)
-        return np.bincount(L.routing[remote] - self.lo, minlength=self.hi - self.lo).tolist()
+    def preload(self, flit_addr, words):
+        """Memory contents before the layer (not a write the testbench follows)."""
+        for i, w in enumerate(words):
+            self.mem.words[flit_addr + i] = w
 
     # ---------------------------------------------------------------------------- memory observation
     def _on_write(self, addr, data):
@@ -379,7 +386,7 @@ class SystemEnv:
             key = tuple(L.row(t))
             assert key not in self.rows, f"tokens {self.rows[key]} and {t} have the same row"
             self.rows[key] = t
-        self.pending = {t: collections.Counter(L.remote_pairs(t)) for t in range(L.N)}
+        self.pending = {t: collections.Counter(L.tracked_pairs(t, self.scheme)) for t in range(L.N)}
         self.left = sum(1 for t in range(L.N) if self.pending[t])
         # fused-unicast: an expert GPU's push of a token waits for its own pairs of that token only
         self.push_items = {(r.gpu, r.token): (i, r) for w in self.work for i, r in enumerate(w.returns)} \
@@ -499,7 +506,7 @@ class SystemEnv:
         for g in range(L.G):
             gc = L.gen_config(g, self.scheme)
             getattr(dut, f"gen_cfg__{g}").value = pack(GenConfig, port=g, unicast=gc["unicast"],
-                                                       row_shift=gc["row_shift"])
+                                                       row_shift=gc["row_shift"], static=gc["static"])
             groups = self.p["nic"].get("groups", 4)
             getattr(dut, f"rbase__{g}").value = sum(gc["rbase"].get(i, 0) << (48 * i) for i in range(groups))
             getattr(dut, f"rx_cfg__{g}").value = pack(RxConfig, **L.rx_config(g, self.scheme))
@@ -512,6 +519,8 @@ class SystemEnv:
         for c in L.tlb_config():
             self.switch_cfg.send(pack(SwitchConfig, target=1, port=0, all=1, tlb__op=c["op"], tlb__group=c["group"],
                                       tlb__mask=c["mask"], tlb__rows=c["rows"]))
+        for c in L.static_groups(self.scheme):
+            self.switch_cfg.send(pack(SwitchConfig, target=0, group__handle=c["handle"], group__mask=c["mask"]))
 
     def flits(self):
         c = self.links.counts
@@ -622,7 +631,7 @@ def layer_figures(env, t0: int, total: int, wall0: float) -> dict:
         codes = env.counters("remote_codes", g, N_REMOTE_CODES)
         assert not any(codes[1:]), f"GPU {g} remote error codes {codes}"
         mm = env.counters("mm_counters", g, len(MmCounter))
-        routed = int(L.dest.remote[:, g].sum()) if env.scheme not in ml.UNICAST_SCHEMES else 0
+        routed = int(L.dest.remote[:, g].sum()) if ml.TRAFFIC_SCHEME[env.scheme] == "dynamic" else 0
         assert mm[MmCounter.ALLOCATED] == routed, f"GPU {g}: {mm[MmCounter.ALLOCATED]} rows allocated, {routed} routed"
         for c in (MmCounter.BUFFER_FULL, MmCounter.TLB_FAULT, MmCounter.ISOLATION, MmCounter.OUT_OF_BOUNDS,
                   MmCounter.CFG_ERRORS):

@@ -24,7 +24,7 @@ from hw.system import LinkProbe
 
 from verif.harness.fastsim.build import FastsimBuildError
 from verif.harness.fastsim.system import (_CALLBACK, EV_LANDED, EV_POLL, EV_READY, EV_RELEASE, EV_WAKE, EV_WRITE,
-                                          FastDut, SystemLib, _Cycler, _Feeder, _Memory, _Stream)
+                                          FastDut, SystemLib, _Cycler, _Feeder, _Memory, _Stream, _words)
 from verif.harness.structs import fields
 from verif.models import moe_layer as ml
 
@@ -83,6 +83,11 @@ class FastGpu(tb.GpuSide):
 
     def row_flits(self, flit_addr, n):
         return self.mem.read_row(flit_addr, n)
+
+    def preload(self, flit_addr, words):
+        self.mem.so.sys_mem_write(self.g, int(flit_addr), len(words),
+                                  _words(int.from_bytes(b"".join(int(w).to_bytes(16, "little") for w in words),
+                                                        "little"), 4 * len(words)))
 
     def silence(self):
         pass            # the library's (sys_silence): at the same cycle, at the same point of it

@@ -1,5 +1,5 @@
-"""dymultimem request generator: packets against the packet-format reference, both modes, under stalls
-(see verif/tb/request_gen.py)."""
+"""dymultimem request generator: packets against the packet-format reference, in each mode (dynamic,
+unicast, static multimem), under stalls (see verif/tb/request_gen.py)."""
 
 import pytest
 
@@ -30,3 +30,17 @@ def test_line_rate(unicast, seed, sim):
 def test_bad_descriptors(unicast, seed, sim):
     run_cocotb("request_gen", {"ports": 8}, test_module=TB, testcase="test_bad_descriptors", seed=seed,
                sim=sim, env={"unicast": unicast})
+
+
+def test_static_traffic(seed, sim):
+    """Static multimem (NVLS): MM_ST / MM_LD_REDUCE at the symmetric address under the group handle, random
+    stalls and tag reuse, bad descriptors (BAD_GROUP, BAD_LENGTH, BAD_TYPE) dropped and counted."""
+    run_cocotb("request_gen", {"ports": 8, "tags": 4, "fetch_depth": 24}, test_module=TB,
+               testcase="test_traffic", seed=seed, sim=sim, env={"unicast": 0, "static": 1, "descs": 40})
+
+
+def test_static_line_rate_and_bad_descriptors(seed, sim):
+    run_cocotb("request_gen", {"ports": 8}, test_module=TB, testcase="test_line_rate", seed=seed, sim=sim,
+               env={"unicast": 0, "static": 1, "descs": 4})
+    run_cocotb("request_gen", {"ports": 8}, test_module=TB, testcase="test_bad_descriptors", seed=seed,
+               sim=sim, env={"unicast": 0, "static": 1})
