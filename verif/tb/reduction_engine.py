@@ -762,11 +762,11 @@ class _Shut:
 async def test_early_answers(dut):
     """A misbehaving destination answers an entry between its allocation and its fan-out, guessing its tag
     (the buffer takes the lowest free entry and bumps its generation). ``rd`` (and ``translate``) is held
-    off, so the fan-out of a request A (to every port) stalls and the entry of the request B behind it waits allocated, its
-    fan-out not started; then answers with B's tag arrive: a payload answer from a destination B will
-    ask, and a header-only error-coded one. Each is counted ``stale`` (once per flit) and changes
-    nothing: once ``rd`` runs, B completes bit-exact from its real answers (the model counts the early
-    answers stale: B is not in flight for it before its first read)."""
+    off, so the fan-out of a request A (to every port) stalls and the entry of the request B behind it
+    waits allocated, its fan-out not started; then answers with B's tag arrive: a payload answer from a
+    destination B will ask, and a header-only error-coded one. Each is counted ``stale`` (once per flit)
+    and changes nothing: once ``rd`` runs, B completes bit-exact from its real answers (the model counts
+    the early answers stale: B is not in flight for it before its first read)."""
     env, s = _env(dut, gap=0.0, stall=0.0, lat=[10, 40])
     await env.start(static_groups=0)
     rng = env.rng
