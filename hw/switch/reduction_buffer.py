@@ -76,7 +76,8 @@ complete the entry the same way but send a header-only ``ERROR`` with the code:
   for one cycle so that the timeout gets through.
 
 A contribution or abort for an entry that is not in flight (index out of range, free, completed, errored,
-or another generation) changes nothing and increments ``stale`` (once per flit). ``stale``, ``mismatches``,
+or another generation), or marked ``stale`` by its sender, changes nothing and increments ``stale`` (once
+per flit). ``stale``, ``mismatches``,
 ``aborts`` and ``timeouts`` count an event one cycle after it (it is registered before the add, for the
 640 ps clock). ``alloc.ready`` is low while no entry is free (or ``outstanding`` entries are in use):
 requests wait, they are never dropped.
@@ -147,6 +148,7 @@ def contrib_layout(flit_width: int) -> data.StructLayout:
         "length": LENGTH_BITS,  # the contribution packet's length field
         "etype": 3,          # raw: undefined encodings are a mismatch
         "abort": 1,          # complete the entry with ERROR(code) instead
+        "stale": 1,          # known stale by the sender (the engine: an answer it did not ask for yet)
         "code": ErrorCode,
         "data": flit_width,
     })
@@ -651,7 +653,7 @@ class ReductionBuffer(wiring.Component):
         in_range = Const(1) if N == 1 << EB else (b_entry < N)
         live = Signal()
         m.d.comb += live.eq(ac.b_valid & ~ac.b_wait & active.bit_select(b_entry, 1) & in_range &
-                            (md.gen == b.rtag[EB:RTAG_BITS]))
+                            (md.gen == b.rtag[EB:RTAG_BITS]) & ~b.stale)
         mismatch = Signal()
         m.d.comb += mismatch.eq((b.etype != md.etype.as_value()) | (b.length != md.length) |
                                 (b.flit >= md.length))

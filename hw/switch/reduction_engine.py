@@ -56,6 +56,7 @@ Flow
    response                                          what it does to its entry
    ================================================  ========================================
    not a ``RED_READ_RESP``                           none: dropped whole, ``bad_responses``
+   for an entry whose fan-out has not started        none: ``stale`` (buffer), per flit
    from a port that was not asked                    none: dropped whole, ``bad_responses``
    a destination's second answer                     none: dropped whole, ``duplicates``
    header only, ``code`` ``NONE`` (payload missing)  aborted ``LENGTH_MISMATCH``
@@ -85,8 +86,10 @@ Flow
    whole, ``bad_responses``) and a ``src`` already in ``answered`` (same generation) is a *duplicate*
    (dropped whole, ``duplicates``), so a duplicate can no longer complete an entry early; otherwise
    ``answered[entry] = {gen, mask | 1 << src}`` (a row of another generation counts as empty, so nothing
-   is cleared at allocation: the generation tags the row). A response of another generation, or for an
-   entry never allocated, passes untouched: stale tags stay the buffer's business (``stale``). An
+   is cleared at allocation: the generation tags the row). A response whose entry's ``asked`` row holds
+   no mask of its generation -- another generation, an entry never allocated, or an entry allocated whose
+   fan-out has not started (an *early* answer: only a misbehaving destination answers before its read) --
+   passes marked stale: the buffer counts it in ``stale`` and it changes nothing. An
    answer for an entry whose fan-out was aborted after its allocation is passed too (stale in the
    buffer). A header-only packet followed at once by another header reads the row it just wrote: the
    ``answered`` read port is transparent.
@@ -97,7 +100,7 @@ Flow
    entry ``2 * (gen_bits + ports)`` bits, e.g. 36 bits at 64 entries and 8 ports (2304 bits in all),
    144 bits at 256 entries and 64 ports (36,864 bits). Flip-flops would cost the same bits plus a
    ``ports``-wide write decoder per entry; the engine reads one row per cycle, which SRAM gives. The
-   verdict adds 17 bits of registers (source, code, flags) and the 32-bit ``duplicates`` counter. Throughput stays one response flit per cycle; the response
+   verdict adds 18 bits of registers (source, code, flags, the stale mark) and the 32-bit ``duplicates`` counter. Throughput stays one response flit per cycle; the response
    link is held only while an error-coded answer's abort waits for the buffer's ``contrib`` (the cycle
    after a timeout was held up), and payload flits wait behind translation aborts as before.
 5. **Result** (``out``): the buffer's ``RED_RESP``/``ERROR`` packets and the request errors, packet by

@@ -22,7 +22,9 @@ class ResponseFilter(wiring.Component):
     ``start`` (an entry's fan-out starts: ``asked[entry] = {gen, mask}``) and each response header's
     registered read of ``asked`` and ``answered`` give the verdict a cycle after the header: a source
     outside the mask is unasked (``bad_responses``), one that already answered is a duplicate
-    (``duplicates``), both dropped whole; otherwise the source is marked in ``answered``. An error-coded
+    (``duplicates``), both dropped whole; otherwise the source is marked in ``answered``. An answer for an
+    entry whose fan-out has not started (no ``asked`` row of its generation) is passed marked ``stale``:
+    the buffer counts it and it changes nothing (an early answer, or a late one). An error-coded
     or payload-less answer aborts its entry. ``abort`` (a failed translation; only with ``aborts=True``)
     aborts an entry too; on ``contrib`` a response's abort comes first, then ``abort``, then payload flits.
     ``asked``/``answered`` are ``lib.memory`` arrays of ``entries`` rows (``gen_bits + ports`` bits).
@@ -100,15 +102,21 @@ class ResponseFilter(wiring.Component):
             ans_w.data.mask.eq(Mux(same_gen, ans_d.mask, 0) | (Const(1, P) << r_src)[0:P]),
             ans_w.en.eq(v_done & tracked & ~v_drop),
         ]
+        # An answer for an entry whose fan-out has not started (its ``asked`` row holds no mask of its
+        # generation) was never asked for: only a misbehaving destination sends one before its read. It
+        # goes to the buffer marked ``stale`` (counted there, changes nothing), like a late answer.
+        r_stale = Signal()
         with m.If(v_done):
-            m.d.sync += r_drop.eq(v_drop | errored)
+            m.d.sync += [r_drop.eq(v_drop | errored), r_stale.eq(~tracked)]
+        stale_now = Mux(vcyc, ~tracked, r_stale)
 
         is_payload = rs.valid & in_payload
         # Contribution port: a response's abort first (it holds the response link while it waits), then
         # translation aborts, then payload flits (which wait for a free slot).
         payload_ready = (~self.abort.valid & cb.ready) if self.aborts else cb.ready
         with m.If(v_abort):
-            m.d.comb += [cb.valid.eq(1), cp.rtag.eq(r_rtag), cp.abort.eq(1), cp.code.eq(r_code)]
+            m.d.comb += [cb.valid.eq(1), cp.rtag.eq(r_rtag), cp.abort.eq(1), cp.code.eq(r_code),
+                         cp.stale.eq(~tracked)]
         if self.aborts:
             ab = self.abort
             with m.Elif(ab.valid):
@@ -117,7 +125,7 @@ class ResponseFilter(wiring.Component):
         with m.Elif(is_payload & ~drop_now):
             poison = rs.payload.last & rs.payload.poison
             m.d.comb += [cb.valid.eq(1), cp.rtag.eq(r_rtag), cp.flit.eq(r_k), cp.length.eq(r_len),
-                         cp.etype.eq(r_etype), cp.data.eq(rs.payload.data), cp.abort.eq(poison),
+                         cp.etype.eq(r_etype), cp.data.eq(rs.payload.data), cp.abort.eq(poison), cp.stale.eq(stale_now),
                          cp.code.eq(Mux(poison, ErrorCode.LENGTH_MISMATCH.value, 0))]
         m.d.comb += rs.ready.eq(Mux(in_payload, Mux(drop_now, ~v_hold, payload_ready),
                                     dropping | ~v_hold))

@@ -140,6 +140,12 @@ async def bench_al_tlb(dut):
         group += 1
     out["lockstep_cycles"] = env.lockstep.checked
     out["sim_cycles"] = env.cycler.cycle
+    # Every translation exists and the backing reads have room: no error counter may have moved.
+    from hw.switch.dysharp_switch import _TLB_ERRORS
+    c = env.counters()
+    moved = {k.name: c[k.name] for k in _TLB_ERRORS if c[k.name]}
+    assert not moved, f"AL-TLB error counters moved (no fault was injected): {moved}"
+    out["error_counters"] = {k.name: c[k.name] for k in _TLB_ERRORS}
     Path(s["out"]).write_text(json.dumps(out, indent=1))
 
 

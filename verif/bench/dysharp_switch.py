@@ -262,6 +262,24 @@ def _status_index(n: int):
     return index
 
 
+def switch_errors(log, n: int) -> dict:
+    """{readable name: count} of the switch's error counters (:func:`hw.switch.dysharp_switch.error_fields`)
+    that are not zero in the log's end state (its last ``status`` sample)."""
+    from hw.switch.dysharp_switch import error_fields
+
+    ix = _status_index(n)
+    end = log.status[-1].astype(np.int64)
+    return {name: v for f, name in error_fields().items() if (v := int(end[ix(*f.split("."))]))}
+
+
+def check_switch_errors(log, n: int, what: str) -> None:
+    """Every error counter of the switch reads zero at the end of a run that injects no fault; raises
+    AssertionError naming the counters that moved."""
+    errors = switch_errors(log, n)
+    if errors:
+        raise AssertionError(f"{what}: switch error counters moved (no fault was injected): {errors}")
+
+
 def _tlb_counts(log, n, w0=None, w1=None) -> dict:
     """AL-TLB counters summed over ports: over the whole run, or between the ``status`` samples that bracket
     cycles [w0, w1)."""
@@ -306,6 +324,7 @@ def measure_dispatch(n: int, fanout: int, regime: str, *, cycles: int = 2000, wa
     tag = f"dysharp-{n}-d{fanout}-{regime}"
     log = _sim(n, red_entries, build_root).run(vt, Path(build_root) / "bench" / "fastsim", tag=tag)
     rep = check_vc(vt, log)
+    check_switch_errors(log, n, tag)
     w0, w1 = warmup + 1, warmup + cycles + 1
     act = log.activity[w0 - 1:w1 - 1]
     plog = _plain(plain, n, build_root, tag + "-plain")
@@ -372,6 +391,7 @@ def measure_combine(n: int, d: int, read_latency: int, *, cycles: int = 2000, wa
     sim = _sim(n, red_entries, build_root)
     log = sim.run(vt, Path(build_root) / "bench" / "fastsim", tag=f"dysharp-{n}-c{d}-{read_latency}")
     rep = check_vc(vt, log)
+    check_switch_errors(log, n, f"dysharp-{n}-c{d}-{read_latency}")
     entries = sim.params["red_entries"]
     full = _all_entries_busy(log, n, entries)
     # The window opens SETTLE cycles after every engine first had all its entries busy (the saturated
@@ -435,6 +455,7 @@ def measure_fused(n: int, fanout: int = 4, d: int = 4, read_latency: int = 150, 
                      preloads=combine_preloads(n, rows), seed=seed)
     log = _sim(n, red_entries, build_root).run(vt, Path(build_root) / "bench" / "fastsim", tag=f"dysharp-{n}-fused")
     rep = check_vc(vt, log)
+    check_switch_errors(log, n, f"dysharp-{n}-fused")
     w0, w1 = warmup + 1, warmup + cycles + 1
     act = log.activity[w0 - 1:w1 - 1]
     done = [k for k, r in rep.result_record.items() if w0 <= log.rx["first"][r] < w1]
@@ -481,6 +502,7 @@ def measure_zero_load(n: int, read_latency: int = 150, *, fill_latency: int = 10
                      preloads=combine_preloads(n, 1), seed=seed)
     log = _sim(n, red_entries, build_root).run(vt, Path(build_root) / "bench" / "fastsim", tag=f"dysharp-{n}-zero")
     rep = check_vc(vt, log, complete=True)
+    check_switch_errors(log, n, f"dysharp-{n}-zero")
     _, plain = assemble(n, stores, t, np.random.default_rng([seed, n, 5]))
     plog = _plain(plain, n, build_root, f"dysharp-{n}-zero-plain")
     from verif.harness.fastsim import check_delivery

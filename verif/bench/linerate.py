@@ -122,6 +122,8 @@ def measure(switch: str, n: int, pattern: str, flits: int, *, cycles: int = 2000
                       groups=GROUPS, cfg=switch_cfg(n))
         log = build_vc("dysharp_switch", {"ports": n}, build_root=build_root).run(t, workdir, tag=tag)
         _check_writes(t, dst, log)
+        from verif.bench.dysharp_switch import check_switch_errors
+        check_switch_errors(log, n, tag)
         rx = log.rx
         vc0 = rx["vc"] == 0
         rates = _window_rates(rx["first"][vc0], rx["port"][vc0], log.sent, src, nflits, active_in, active_out,

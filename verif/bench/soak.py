@@ -263,7 +263,6 @@ def evaluate(cfg: SoakConfig, vt, log, *, show: int = 5) -> dict:
     from verif.harness.fastsim.files import words_to_int
 
     from hw.switch.al_tlb import TlbCounter
-    from hw.switch.dysharp_switch import error_fields
     from hw.switch.reduction_engine import ENGINE_COUNTERS
 
     n = cfg.ports
@@ -328,7 +327,7 @@ def evaluate(cfg: SoakConfig, vt, log, *, show: int = 5) -> dict:
     tlb_all = {c.name.lower(): int(end[ix("total", "tlb", int(c))]) for c in TlbCounter}
     engine = {name: int(end[ix("total", "engine", name)]) for name in ENGINE_COUNTERS}
     # the soak injects no fault: every error counter of the switch must read zero at the end
-    errors = {name: v for f, name in error_fields().items() if (v := int(end[ix(*f.split("."))]))}
+    errors = dsw.switch_errors(log, n)
     step = cfg.cycles // TENTHS
     misses_by_tenth = [dsw._tlb_counts(log, n, k * step + 1, (k + 1) * step + 1)["misses"] for k in range(TENTHS)]
     hit_rate, hit_rate_primary = dsw._hit_rates(tlb)

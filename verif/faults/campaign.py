@@ -154,16 +154,16 @@ CLASSES: dict[str, FaultClass] = {c.name: c for c in [
         {"rounds": 3, "gpu": 1}, fast=False),
     FaultClass(
         "hostile",
-        "A hostile GPU spraying dymultimem stores and reductions for groups it does not belong to (a foreign "
-        "tenant's group, a group configured nowhere): 0 writes into foreign groups' memory, every request "
-        "answered ISOLATION (one ERROR per destination of a store, one per reduction), other tenants' "
-        "traffic delivered exactly (their writes into their own group included). (Static multimem groups are "
-        "isolated too, ISOLATION from the request network or the engine: tests/hw/switch/test_dysharp_switch.py "
-        "test_bad_input[static_foreign].)",
+        "A hostile GPU spraying requests into groups it does not belong to -- dymultimem stores and reductions "
+        "into a foreign tenant's dynamic group and a group configured nowhere, static multimem.st and "
+        "multimem.ld_reduce into a static group of the other GPUs: 0 writes into foreign groups' memory, every "
+        "request answered ISOLATION (one ERROR per destination of a dynamic store, by its egress AL-TLB; one "
+        "per static store, by the request network; one per reduction, by the engine) and counted there, "
+        "other tenants' traffic delivered exactly (their writes into their own groups included).",
         "hostile",
-        "injected: hostile requests (stores counted per destination); detected = recovered: ISOLATION "
-        "answers; lost: good data never delivered",
-        {"rounds": 8, "spray": 3}),
+        "injected: hostile requests (dynamic stores counted per destination); detected = recovered: "
+        "ISOLATION answers; lost: good data never delivered; checks: the AL-TLB, req_net and engine counters",
+        {"rounds": 8, "spray": 3, "spray_static": 2}),
     FaultClass(
         "port_reset",
         "Not supported: the switch has one synchronous reset for all ports (Amaranth's sync domain); no "

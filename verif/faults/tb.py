@@ -23,7 +23,7 @@ import cocotb
 from hw.packet import N_VCS, EType, ErrorCode, Flit, Header, Opcode, Packet, RedOp
 
 from verif.harness import tbenv
-from verif.tb.dysharp_switch import G_DISP, INDEX_SPAN, ROWS, DySharpEnv, tlb_counters
+from verif.tb.dysharp_switch import G_DISP, INDEX_SPAN, ROWS, DySharpEnv, check_counters, tlb_counters
 
 REGION_FAULT = 5 << 40      # corrupted writes aim here: no good packet ever writes it
 _E = ErrorCode
@@ -203,6 +203,23 @@ def _link_checks(env, m):
     return st
 
 
+COUNTERS_CHECK = "every switch counter as the model predicts, plus exactly the injected faults"
+
+
+def _counters(env, m, **kw):
+    """The end-of-run counter check (:func:`verif.tb.dysharp_switch.check_counters`): every counter of every
+    port equal to the model's count for the good traffic plus the faults the scenario injected (``extra``:
+    {status field: count}); ``stale``/``duplicates`` as there. Only the error counters (and ``in_use``):
+    the injected packets bypass the model, so its traffic counts (egress, completions) do not hold. A check
+    of the run, its problems in the notes."""
+    try:
+        check_counters(env, errors_only=True, **kw)
+        m["checks"][COUNTERS_CHECK] = True
+    except AssertionError as e:
+        m["checks"][COUNTERS_CHECK] = False
+        m["notes"].append(str(e)[:3000])
+
+
 async def _fault_rounds(env, s, inject) -> int:
     """``rounds`` rounds of good traffic, each followed by ``inject(src)`` at every GPU (it returns how many
     faulty deliveries it made), then settle; the number injected."""
@@ -236,6 +253,7 @@ async def sc_poison_request(dut, env, s, m):
     m["checks"]["every corrupted packet discarded by its receiver or answered"] = m["detected"] == inj
     m["notes"].append(f"poisoned deliveries {seen}, ERRORs {dict(env.fault_errors)}, committed {committed}, "
                       f"req_net errors {[st[f'req_net.{k}'] for k in range(16) if st[f'req_net.{k}']]}")
+    _counters(env, m)
 
 
 async def sc_framing_request(dut, env, s, m):
@@ -256,6 +274,7 @@ async def sc_framing_request(dut, env, s, m):
     m["checks"]["every misframed packet answered LENGTH_MISMATCH"] = answered == inj
     m["checks"]["LENGTH_MISMATCH counted once per packet"] = st[f"req_net.{_E.LENGTH_MISMATCH.value}"] == inj
     m["notes"].append(f"poisoned deliveries {sum(env.poisoned_seen.values())}, committed {committed}")
+    _counters(env, m, extra={f"req_net.{_E.LENGTH_MISMATCH.value}": inj})
 
 
 async def sc_malformed_ld_reduce(dut, env, s, m):
@@ -289,6 +308,7 @@ async def sc_malformed_ld_reduce(dut, env, s, m):
     m["checks"]["the engines counted each in bad_requests"] = refused == inj
     m["notes"].append(f"answers {{{', '.join(f'{c.name}: {n}' for c, n in answers.items())}}}; engines' "
                       f"bad_requests {refused}")
+    _counters(env, m)
 
 
 def _response_faults(env, gpu, corrupt, m, *, every=2, responder_errors=False):
@@ -359,6 +379,13 @@ async def _sc_response(dut, env, s, m, corrupt_of, responder_errors=False):
     m["checks"]["every reduction fed a bad contribution answered ERROR"] = ended == hit["n"] > 0
     m["notes"].append(f"reductions ended LENGTH_MISMATCH: {hit['payload']} with a bad payload flit, "
                       f"{hit['cut to the header']} with the contribution cut to its header")
+    # Each corrupted contribution aborts its reduction once, in the requester port's engine (the others'
+    # contributions then arriving are stale: timing-dependent, not checked).
+    aborts = collections.Counter(r.src for r in faulty.values())
+    extra = {f"port.{p}.engine.aborts": n for p, n in aborts.items()}
+    if responder_errors:     # the response network answers each misframed packet LENGTH_MISMATCH
+        extra[f"resp_net.{_E.LENGTH_MISMATCH.value}"] = got["responder"]
+    _counters(env, m, extra=extra, stale=None)
     return got
 
 
@@ -500,6 +527,7 @@ async def sc_credit_drop_up(dut, env, s, m):
                       f"GPU 0 request-VC uplink throughput, back-to-back header-only WRITEs: "
                       f"{m['throughput']['before']} flits/cycle with {lc} credits, {m['throughput']['after']} "
                       f"with {lc - done[(0, 0)]}; then {m['throughput']}")
+    _counters(env, m)
 
 
 async def sc_credit_drop_down(dut, env, s, m):
@@ -512,6 +540,7 @@ async def sc_credit_drop_down(dut, env, s, m):
     m.update(detected=0, recovered=0, lost=0)
     m["notes"].append(f"port 0 VC 0: {done[(0, 0)]} credits dropped, the switch then sent {got} flits into a "
                       f"stalled {gc}-flit buffer")
+    _counters(env, m)
 
 
 async def sc_credit_dup_up(dut, env, s, m):
@@ -585,6 +614,8 @@ async def sc_credit_dup_up(dut, env, s, m):
     m["notes"].append(f"latent LINK_OVERFLOWS under traffic {latent}; credits over the receive FIFO per "
                       f"port/VC {extra}; flood of {n_flood}: {dict(seen)}, {broken} not delivered intact, "
                       f"LINK_OVERFLOWS {ovf}")
+    # One LINK_OVERFLOWS per duplicate the flood used (GPU 0's request VC); nothing else counted.
+    _counters(env, m, extra={key: done[(0, 0)]})
 
 
 async def sc_credit_dup_down(dut, env, s, m):
@@ -621,6 +652,7 @@ async def sc_credit_dup_down(dut, env, s, m):
     m["notes"].append(f"overflows under traffic {before}, after the stalled burst {ovf}; port 0 VC 0 had "
                       f"{done[(0, 0)]} duplicates and the switch sent {got} flits into a stalled {gc}-flit "
                       f"buffer; packets lost per port {dict(lost)}")
+    _counters(env, m)
 
 
 async def sc_silent_combine(dut, env, s, m):
@@ -656,6 +688,7 @@ async def sc_silent_combine(dut, env, s, m):
     m["notes"].append(f"silent after {g.silent_after} answers; {len(affected)} reductions timed out, {ok_done} "
                       f"completed exactly; engine timeouts {st['total.engine.timeouts']}, aborts "
                       f"{st['total.engine.aborts']}")
+    _counters(env, m)
 
 
 async def _fill_run(env, s, m, f):
@@ -689,6 +722,7 @@ async def sc_fill_never(dut, env, s, m):
     f = s.get("gpu", 1)
     c, fills = await _fill_run(env, s, m, f)
     m.update(injected=fills, detected=c["READ_TIMEOUTS"], recovered=c["READ_TIMEOUTS"], lost=0)
+    _counters(env, m)
 
 
 async def sc_fill_garbage(dut, env, s, m):
@@ -723,12 +757,17 @@ async def sc_fill_garbage(dut, env, s, m):
     m["checks"]["every garbage fill dropped and counted"] = detected == sum(kinds.values())
     m["checks"]["no garbage fill entered the AL-TLB"] = c["FILLS"] == 0
     m["notes"].append(f"garbage kinds {dict(kinds)}; BAD_FILLS {bad}, AL-TLB {c}")
+    # Poisoned and misframed fills: the ingress's BAD_FILLS; stale ones: the AL-TLB's STALE_RESPONSES.
+    from hw.switch.al_tlb import TlbCounter
+    _counters(env, m, extra={f"port.{f}.ingress.{IngressCounter.BAD_FILLS.value}": kinds["poison"] + kinds["framing"],
+                             f"port.{f}.tlb.{TlbCounter.STALE_RESPONSES.value}": kinds["stale"]})
 
 
 async def sc_hostile(dut, env, s, m):
-    """GPU 0 sprays dymultimem stores and reductions at groups it is not a member of (a foreign tenant's
-    group, and a group configured nowhere), at other tenants' indices, while GPUs 1.. run their own
-    traffic, into the foreign group too."""
+    """GPU 0 sprays requests at groups it is not a member of, while GPUs 1.. run their own traffic, into
+    those groups too: dymultimem stores and reductions into a foreign tenant's dynamic group and a group
+    configured nowhere, at other tenants' indices; static multimem.st and multimem.ld_reduce into a static
+    group of the other GPUs."""
     from verif.tb.dysharp_switch import G_FOREIGN
     G_NOWHERE = 9
     await env.setup()
@@ -738,6 +777,8 @@ async def sc_hostile(dut, env, s, m):
     env.mm_group(G_FOREIGN, layout=2)
     env.tlb_group(G_FOREIGN, tenants, ROWS)
     env.mm_group(G_NOWHERE, layout=3)
+    h_foreign = max(env.static_groups) + 1         # a static group of every GPU but the hostile one
+    env.static_group(h_foreign, tenants)
     await env.cycler.until(lambda: env.cfg.idle, timeout=200, what="configuration writes")
     isolation = collections.Counter()
 
@@ -746,13 +787,14 @@ async def sc_hostile(dut, env, s, m):
             isolation[pkt.header.code] += 1
         return False
     env.claims.append(peek)
-    hostile = 0
+    hostile = collections.Counter()         # kind -> hostile requests (per destination for dynamic stores)
     rng = env.rng
     for r in range(s.get("rounds", 8)):
         for src in range(1, env.n):
             env.mixed(src)
             env.dyn_st(src, group=G_FOREIGN, mask=env.random_mask(src, allow_self=True) & tenants or 2,
                        index=src * INDEX_SPAN + r)
+            env.mm_st(src, handle=h_foreign)
         for _ in range(s.get("spray", 3)):
             g = rng.choice([G_FOREIGN, G_NOWHERE])
             victim = rng.randrange(1, env.n)
@@ -760,29 +802,43 @@ async def sc_hostile(dut, env, s, m):
             idx = victim * INDEX_SPAN + rng.randrange(8)
             if rng.random() < 0.6:
                 env.dyn_st(bad, group=g, mask=mask, index=idx)
-                hostile += bin(mask).count("1")
+                hostile["dynamic store copies"] += bin(mask).count("1")
             else:
                 env.ld_reduce(bad, group=g, mask=mask, index=idx, etype=EType.S32, op=RedOp.MAX)
-                hostile += 1
+                hostile["dynamic reductions"] += 1
+        for _ in range(s.get("spray_static", 2)):
+            if rng.random() < 0.6:
+                env.mm_st(bad, handle=h_foreign)
+                hostile["static stores"] += 1
+            else:
+                env.mm_ld_reduce(bad, handle=h_foreign, etype=EType.S32, op=RedOp.MAX)
+                hostile["static reductions"] += 1
     await env.settle()
     _link_checks(env, m)
-    foreign_writes = 0
-    for g in env.gpus:
-        for layout in (2, 3):
-            lo = ((g.port + 1) << 32) + (layout << 30)
-            foreign_writes += sum(1 for h, _, _ in g.writes if lo <= h.addr < lo + (1 << 30) and h.src == bad)
+    # The hostile GPU sends nothing else: every write it is the source of is a foreign write.
+    foreign_writes = sum(1 for g in env.gpus for h, _, _ in g.writes if h.src == bad)
     tenant_writes = sum(1 for g in env.gpus for h, _, _ in g.writes
                         if ((g.port + 1) << 32) + (2 << 30) <= h.addr < ((g.port + 1) << 32) + (3 << 30))
+    tenant_static = sum(1 for g in env.gpus for h, _, _ in g.writes
+                        if h.opcode == Opcode.MM_ST.value and h.group == h_foreign)
     answered = isolation[_E.ISOLATION.value]
-    m.update(injected=hostile, detected=answered, recovered=answered, lost=0)
-    m["checks"]["0 writes into foreign groups' memory"] = foreign_writes == 0
-    m["checks"]["every hostile request answered ISOLATION"] = answered == hostile and \
+    n_hostile = sum(hostile.values())
+    st = env.status()
+    m.update(injected=n_hostile, detected=answered, recovered=answered, lost=0)
+    m["checks"]["0 writes into foreign groups' memory (dynamic and static)"] = foreign_writes == 0
+    m["checks"]["every hostile request answered ISOLATION"] = answered == n_hostile and \
         set(isolation) <= {_E.ISOLATION.value}
-    m["checks"]["the tenants' own writes into their group arrived"] = tenant_writes > 0
-    m["notes"].append(f"hostile requests (per destination for stores) {hostile}; answers at the hostile GPU "
-                      f"{ {_E(k).name: v for k, v in isolation.items()} }; tenants' writes into their group "
-                      f"{tenant_writes}; AL-TLB ISOLATION counters "
-                      f"{[tlb_counters(env, d)['ISOLATION'] for d in range(env.n)]}")
+    m["checks"]["static ones counted: req_net ISOLATION (stores), engine bad_requests (reductions)"] = \
+        st[f"req_net.{_E.ISOLATION.value}"] == hostile["static stores"] and \
+        st["total.engine.bad_requests"] == hostile["static reductions"]
+    m["checks"]["the tenants' own writes into their groups arrived (dynamic and static)"] = \
+        tenant_writes > 0 and tenant_static > 0
+    m["notes"].append(f"hostile requests {dict(hostile)}; answers at the hostile GPU "
+                      f"{ {_E(k).name: v for k, v in isolation.items()} }; tenants' writes into their dynamic "
+                      f"group {tenant_writes}, static group {tenant_static}; AL-TLB ISOLATION counters "
+                      f"{[tlb_counters(env, d)['ISOLATION'] for d in range(env.n)]}; req_net ISOLATION "
+                      f"{st[f'req_net.{_E.ISOLATION.value}']}; engine bad_requests {st['total.engine.bad_requests']}")
+    _counters(env, m)
 
 
 SCENARIOS = {

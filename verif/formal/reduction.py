@@ -379,9 +379,13 @@ class _SmallIntBuffer(SmallReductionBuffer):
 
 class SmallReductionEngine(ReductionEngine):
     """The real :class:`ReductionEngine` building a :class:`SmallReductionBuffer` (int32-add datapath) in
-    place of its buffer, so that it accepts 3 entries and a short timeout."""
+    place of its buffer, so that it accepts 3 entries and a short timeout. ``response_filter``: a class
+    built in place of its :class:`~hw.switch.reduction_responses.ResponseFilter` (a mutant), or None."""
 
-    def __init__(self, **params):
+    def __init__(self, *, response_filter=None, **params):
+        self.response_filter = response_filter
+        # An entry's fan-out starting (FanOut's ``start`` event), for a harness to observe.
+        self.start_valid, self.start_rtag = Signal(), Signal(RTAG_BITS)
         saved, _re.ReductionBuffer = _re.ReductionBuffer, _SmallIntBuffer   # checked and built by this name
         try:
             super().__init__(**params)
@@ -389,11 +393,16 @@ class SmallReductionEngine(ReductionEngine):
             _re.ReductionBuffer = saved
 
     def elaborate(self, platform):
-        saved, _re.ReductionBuffer = _re.ReductionBuffer, _SmallIntBuffer
+        saved = _re.ReductionBuffer, _re.ResponseFilter
+        _re.ReductionBuffer = _SmallIntBuffer
+        _re.ResponseFilter = self.response_filter or saved[1]
         try:
-            return super().elaborate(platform)
+            m = super().elaborate(platform)
         finally:
-            _re.ReductionBuffer = saved
+            _re.ReductionBuffer, _re.ResponseFilter = saved
+        start = m.submodules.fanout.start
+        m.d.comb += [self.start_valid.eq(start.valid), self.start_rtag.eq(start.payload.rtag)]
+        return m
 
 
 class ReductionEngineHarness(wiring.Component):
@@ -409,14 +418,21 @@ class ReductionEngineHarness(wiring.Component):
 
     Assumption (the network's contract): an answer carries a tag only after a ``RED_READ`` with that tag
     has left (a destination answers a read it has received; duplicates, answers from destinations that
-    were not asked, late answers for freed entries and error codes are free after that). Without it an
-    answer that guesses the tag of an allocated entry before its fan-out starts is counted by the buffer
-    (the entry is active from its allocation, the engine's ``asked`` row from its fan-out): the harness
-    finds that at step 11 (``answers_after_reads=False``).
+    were not asked, late answers for freed entries and error codes are free after that). With
+    ``answers_after_reads=False`` (the registered block) an answer may also carry the tag of an entry
+    whose fan-out has not started yet (in an earlier cycle; the engine's ``FanOut.start``, which
+    :class:`SmallReductionEngine` exposes): an *early* answer, which only a misbehaving destination can
+    send, guessing the tag; the response filter marks it stale. What stays assumed is the window between
+    an entry's fan-out start and its reads leaving: there the engine's ``asked`` row already holds the
+    whole mask, and an early answer from an asked destination is taken as its one answer (the solver
+    finds that at step 13 when answers are left free in that window too).
 
     Properties: **a RED_RESP only after every asked destination answered, and it reduces exactly one
     contribution per destination** (a duplicate or unasked answer never completes an entry early nor
-    counts twice); **every request is answered at most once**.
+    counts twice); **every request is answered at most once**; with early answers, **an answer before its
+    entry's fan-out starts changes nothing** (the entry that got one still reduces exactly its asked
+    destinations' real answers; its Cover reaches such an entry's result). ``response_filter``: a
+    mutant filter class (tests).
     """
 
     # A bounded check with yices (induction cannot close without invariants on the SRAM contents).
@@ -424,11 +440,11 @@ class ReductionEngineHarness(wiring.Component):
                       "script_extra": "memory_map\nopt -full\nopt_dff -sat\nopt_clean"}
 
     def __init__(self, ports: int = 4, entries: int = 2, timeout: int = 8, requests: int = 2,
-                 answers_after_reads: bool = True):
+                 answers_after_reads: bool = True, response_filter=None):
         self.ports, self.requests, self.answers_after_reads = ports, requests, answers_after_reads
         self.engine = SmallReductionEngine(ports=ports, entries=entries, max_length=1, flit_width=128,
                                            timeout=timeout, groups=1, translate_slots=2,
-                                           defer_translation=True)
+                                           defer_translation=True, response_filter=response_filter)
         self.props = Properties()
         super().__init__({
             "req_valid": In(1), "req_mask": In(ports), "rd_ready": In(1), "out_ready": In(1),
@@ -493,6 +509,16 @@ class ReductionEngineHarness(wiring.Component):
         hdr_t = resp_take & ~in_pkt & (self.r_rtag == t) & (read_tags >> slot(t))[0]
         if self.answers_after_reads:
             m.d.comb += Assume(~(self.r_valid & ~in_pkt) | (read_tags >> slot(self.r_rtag))[0])
+        else:
+            # Early answers: a tag whose fan-out has not started yet (in an earlier cycle) is free too.
+            started = Signal(len(read_tags))
+            with m.If(e.start_valid):
+                m.d.sync += started.eq(started | (Const(1, len(started)) << slot(e.start_rtag)))
+            m.d.comb += Assume(~(self.r_valid & ~in_pkt) | (read_tags >> slot(self.r_rtag))[0] |
+                               ~(started >> slot(self.r_rtag))[0])
+            early = Signal(len(read_tags))     # tags that got a good-looking answer before their fan-out
+            with m.If(resp_take & ~in_pkt & (self.r_code == 0) & ~(started >> slot(self.r_rtag))[0]):
+                m.d.sync += early.eq(early | (Const(1, len(early)) << slot(self.r_rtag)))
         answered = Signal(P)           # destinations of k that sent a good answer (code 0) so far
         dup_seen = Signal()
         src_bit = Signal(P)
@@ -526,4 +552,10 @@ class ReductionEngineHarness(wiring.Component):
                 (~resp_k | ((mask_k & ~answered) == 0)) & (~pay_k | (o.payload.data[0:32] == expected)),
                 pay_k & (expected == 2) & dup_seen)
         p.check(m, "every request is answered at most once", n_ans <= 1, hdr_k & (expected == 2))
+        if not self.answers_after_reads:
+            early_k = (early >> slot(t))[0] & (read_tags >> slot(t))[0]
+            p.check(m, "an answer before its entry's fan-out starts changes nothing (stale)",
+                    ~early_k | ((~resp_k | ((mask_k & ~answered) == 0)) &
+                                (~pay_k | (o.payload.data[0:32] == expected))),
+                    pay_k & early_k & (expected == 2))
         return m

@@ -355,21 +355,34 @@ def tlb_counters(env, port) -> dict:
     return {c.name: st[f"port.{port}.tlb.{c.value}"] for c in TlbCounter}
 
 
-def check_counters(env, *, duplicates=0, stale=True):
+def check_counters(env, *, duplicates=0, stale=True, extra=None, errors_only=False):
     """Every status counter the model can predict exactly, per port: AL-TLB (misses = fills the GPU got,
     error answers by code), egress (translated / passed / translation errors), engine (completed, aborts,
     timeouts, duplicates, stale unless the test made it timing-dependent, refused requests: the model's
     ``bad_requests``, nothing else refused), ingress and
     network error counters (the request network's: the model's ``net_errors``), ``cfg_errors``. ``stale``: the model's count (True),
-    a number, or None (not checked)."""
+    a number, or None (not checked). ``extra``: {status field: count} added to the model's expectation of
+    that field (the faults a fault scenario injected; a field this function does not check otherwise is
+    checked against its count alone). ``errors_only``: skip the traffic counters (AL-TLB misses, egress
+    translated/passed, engine completed), for runs whose injected packets bypass the model."""
     from hw.switch.al_tlb import TlbCounter
     from hw.switch.dysharp_switch import IngressCounter
     from hw.switch.egress_translator import EgressCounter
     st = env.status()
     m = env.model
     problems = []
+    extra = dict(extra or {})
+    for key in extra:
+        if key not in st:
+            raise KeyError(f"no status field {key}")
+
+    traffic = (f".tlb.{TlbCounter.MISSES.value}", f".egress.{EgressCounter.TRANSLATED.value}",
+               f".egress.{EgressCounter.PASSED.value}", ".engine.completed")
 
     def expect(key, want):
+        want += extra.pop(key, 0)
+        if errors_only and key.endswith(traffic):
+            return
         if st[key] != want:
             problems.append(f"{key} = {st[key]}, expected {want}")
 
@@ -399,6 +412,8 @@ def check_counters(env, *, duplicates=0, stale=True):
         # A read whose translation times out (AL-TLB timeout) may wait at the egress behind other such reads
         # until the entry's own timeout fires first: TIMEOUT either way, counted as an abort or a timeout.
         either = sum(1 for r in mine if r.code == E.TIMEOUT.value and r.failed)
+        aborts += extra.pop(en + "aborts", 0)
+        timeouts += extra.pop(en + "timeouts", 0)
         got_a, got_t = st[en + "aborts"], st[en + "timeouts"]
         if not (aborts <= got_a <= aborts + either and got_a + got_t == aborts + timeouts + either):
             problems.append(f"{en}aborts/timeouts = {got_a}/{got_t}, expected {aborts}/{timeouts} plus {either} "
@@ -419,6 +434,8 @@ def check_counters(env, *, duplicates=0, stale=True):
         for k in range(len([f for f in st if f.startswith(net + ".")])):
             expect(f"{net}.{k}", m.net_errors[ErrorCode(k)] if net == "req_net" else 0)
     expect("cfg_errors", 0)
+    for key in list(extra):
+        expect(key, 0)
     if problems:
         raise AssertionError("status counters differ from the model:\n  " + "\n  ".join(problems))
 

@@ -749,3 +749,64 @@ async def test_bad_answers(dut):
     assert env.model.aborts == 3 * s.get("rounds", 3)
     # Dropping, verdicts and aborts cost no response cycle here (no translation aborts, no timeouts).
     assert env.resp_stalls == 0, f"resp not ready in {env.resp_stalls} cycles with a flit waiting"
+
+
+class _Shut:
+    """A gate that never opens: the monitor holds its stream off."""
+
+    def open(self):
+        return False
+
+
+@cocotb.test()
+async def test_early_answers(dut):
+    """A misbehaving destination answers an entry between its allocation and its fan-out, guessing its tag
+    (the buffer takes the lowest free entry and bumps its generation). ``rd`` (and ``translate``) is held
+    off, so the fan-out of a request A (to every port) stalls and the entry of the request B behind it
+    waits allocated, its fan-out not started; then answers with B's tag arrive: a payload answer from a
+    destination B will ask, and a header-only error-coded one. Each is counted ``stale`` (once per flit)
+    and changes nothing: once ``rd`` runs, B completes bit-exact from its real answers (the model counts
+    the early answers stale: B is not in flight for it before its first read)."""
+    env, s = _env(dut, gap=0.0, stall=0.0, lat=[10, 40])
+    await env.start(static_groups=0)
+    rng = env.rng
+    EB = max(1, (env.p["entries"] - 1).bit_length())
+    gen_mask = (1 << (16 - EB)) - 1
+    last_gen = collections.Counter()          # entry -> generation of its last allocation (0: never)
+    early = 0
+    for _ in range(s.get("rounds", 4)):
+        assert int(dut.in_use.value) == 0
+        a = env.make_request(static=False, fanout=env.P, length=1)
+        b = env.make_request(static=False, fanout=int(rng.integers(2, env.P + 1)),
+                             length=int(rng.integers(1, env.max_length + 1)))
+        gate, env.rd.gate = env.rd.gate, _Shut()
+        if not env.defer:               # and translations: A's fan-out waits for them
+            tgate, env.translator.stall = env.translator.stall, _Shut()
+        env.inject(a)
+        env.inject(b)
+        await env.cycler.until(lambda: int(dut.in_use.value) == 2, timeout=200, what="two entries allocated")
+        await env.cycler.cycles(4)
+        rtag = 1 | (((last_gen[1] + 1) & gen_mask) << EB)      # B's entry: 1 (A holds entry 0)
+        h = b.h
+        d = int(rng.choice(b.dsts))
+        hdr = Header(opcode=Opcode.RED_READ_RESP, src=d, dst=h.src, length=h.length, etype=h.etype,
+                     redop=h.redop, **rtag_to_header(rtag))
+        payload = [int(rng.integers(0, 1 << 62)) for _ in range(h.length)]
+        now = env.cycler.cycle
+        env.resp.schedule(now + 1, Packet(hdr, payload).flits(env.W), ("resp", rtag, hdr))
+        e = int(rng.choice([x for x in b.dsts if x != d]))
+        ehdr = dataclasses.replace(hdr, src=e, code=ErrorCode.TLB_FAULT.value)
+        env.resp.schedule(now + 2, Packet(ehdr, []).flits(env.W), ("err", rtag, ehdr))
+        early += h.length + 1
+        await env.cycler.until(lambda: env.resp.idle, timeout=200, what="the early answers")
+        await env.cycler.cycles(4)
+        assert not b.read_seen, "B's fan-out started before its early answers were taken"
+        env.rd.gate = gate
+        if not env.defer:
+            env.translator.stall = tgate
+        await env.drain()
+        assert b.rtag == rtag, f"B got tag {b.rtag:#x}, the test guessed {rtag:#x}"
+        for r in (a, b):
+            last_gen[r.rtag & env.entry_mask] = r.rtag >> EB
+    assert env.model.stale == early, f"model stale {env.model.stale}, early answers' flits {early}"
+    assert env.model.completed == 2 * s.get("rounds", 4)

@@ -88,3 +88,24 @@ def test_row_bytes_must_be_a_positive_int(value):
         ReductionEngine(row_bytes=value)
     with pytest.raises(ValueError, match="row_bytes must be an integer in 1.."):
         DySharpSwitch(ports=4, row_bytes=value)
+
+
+@pytest.mark.parametrize("module,params", [
+    ("reduction_engine", {"ports": 8, "entries": 16}),
+    ("reduction_engine", {"ports": 8, "entries": 16, "defer_translation": True}),
+], ids=["engine", "deferred"])
+def test_early_answers(module, params, seed, sim):
+    """Answers that guess an allocated entry's tag before its fan-out: stale, the result bit-exact."""
+    _run(module, "test_early_answers", params, seed, sim)
+
+
+def test_a_buffer_that_counts_every_contribution_stale_fails(seed, sim):
+    """The engine testbench asserts every status counter at the end of a run: a mutant buffer that counts
+    every contribution as stale (results still right) fails it."""
+    from verif import mutants
+    mutants.register()
+    r = run_cocotb("reduction_engine_all_stale", {"ports": 8, "entries": 16, "defer_translation": True},
+                   test_module=TB, testcase="test_traffic", seed=seed, sim=sim, env={"requests": 8}, check=False,
+                   quiet=True)
+    assert r.failed == 1
+    assert "status counters" in r.log_file.read_text()

@@ -2,15 +2,20 @@
 :mod:`verif.formal.reduction`): a fast subset of the properties holds and is covered; an ALU that ignores
 its ``chain`` operand (a contribution right behind another to the same flit loses the first) must fail
 "exactly the expected contributions"; at 2 entries (below the product's floor) the completion FIFO
-refuses an event and an allocation is never answered; the reduction engine completes an entry early when
-an answer guesses its tag before its fan-out starts (outside the network's contract); the registered
-blocks are slow tests."""
+refuses an event and an allocation is never answered; an answer that guesses an entry's tag before its
+fan-out starts (outside the network's contract) is stale in the reduction engine and completes nothing,
+and a filter that does not mark it completes the entry early; the registered blocks are slow tests."""
 
 import pytest
+from amaranth.hdl import Module
+from amaranth.lib.wiring import connect, flipped
 
 from dysharp.cli import main
+from hw.switch.reduction_responses import ResponseFilter
 from verif.formal.reduction import IntAddALU, ReductionBufferHarness, ReductionEngineHarness, SmallReductionBuffer
 from verif.formal.runner import run_formal
+
+EXACT_ENGINE = "a RED_RESP only after every asked destination answered, one contribution each"
 
 
 class NoChainALU(IntAddALU):
@@ -69,20 +74,45 @@ def test_buffer_relies_on_at_most_expected_contributions_per_flit(tmp_path):
     assert res[0].proof.startswith("FAILS"), res
 
 
-def test_engine_answer_before_its_read_completes_an_entry_early(tmp_path):
-    """An answer that carries an allocated entry's tag before the entry's fan-out has started (no
-    RED_READ with that tag has left) passes the engine's duplicate/unasked filter untracked and is
-    reduced: with the network's contract dropped, "a RED_RESP only after every asked destination
-    answered" fails. Under the contract it holds (the reduction_engine block)."""
+class EarlyAnswersCount(ResponseFilter):
+    """Mutant: the real filter with the ``stale`` mark of its contributions cleared, so an answer for an
+    entry whose fan-out has not started reaches the buffer as a contribution (the engine before the mark)."""
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.real = real = ResponseFilter(ports=self.ports, entries=self.entries, flit_width=self.flit_width,
+                                                  aborts=self.aborts)
+        connect(m, flipped(self.resp), real.resp)
+        connect(m, flipped(self.start), real.start)
+        connect(m, real.contrib, flipped(self.contrib))
+        m.d.comb += [self.contrib.payload.stale.eq(0), self.bad_responses.eq(real.bad_responses),
+                     self.duplicates.eq(real.duplicates)]
+        return m
+
+
+def test_engine_answer_before_its_fanout_changes_nothing(tmp_path):
+    """Answers free after their reads and also before their entry's fan-out starts
+    (``answers_after_reads=False``): an answer that guesses an allocated entry's tag early is marked stale
+    by the response filter and counted by the buffer, and every property holds (fast depth here; the slow
+    test below runs the block's depth, 20)."""
     h = ReductionEngineHarness(answers_after_reads=False)
     res, _ = run_formal("re_early", h, h.props, depth=12, cover_depth=1, workdir=tmp_path)
-    by = {r.name: r for r in res}
-    assert by["a RED_RESP only after every asked destination answered, one contribution each"].proof.startswith("FAILS")
+    assert len(res) == 3
+    for r in res:
+        assert r.proof == "bounded: holds to depth 12 (bounded model check)", r
+
+
+def test_engine_that_counts_early_answers_completes_an_entry_early(tmp_path):
+    """The mutant filter (no stale mark): the early answer is reduced and completes its entry before every
+    asked destination answered."""
+    h = ReductionEngineHarness(answers_after_reads=False, response_filter=EarlyAnswersCount)
+    res, _ = run_formal("re_early_mutant", h, h.props, depth=12, cover_depth=1, workdir=tmp_path)
+    assert res[0].name == EXACT_ENGINE and res[0].proof.startswith("FAILS"), res[0]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("block,depth,n", [("reduction_buffer", 16, 6), ("reduction_buffer_live", 24, 1),
-                                           ("reduction_engine", 20, 2)])
+                                           ("reduction_engine", 20, 3)])
 def test_reduction_buffer_blocks_hold_and_every_property_is_covered(block, depth, n, tmp_path, capsys):
     assert main(["formal", block, "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out

@@ -1,0 +1,54 @@
+"""Deliberately broken RTL variants that tests build to show that a check fails them (a check that passes
+its mutant cannot fail). Each is the real block with one behaviour changed; :func:`register` adds them to
+the module registry under their own names, so the cocotb runner builds them like any module."""
+
+from amaranth.hdl import Signal
+
+from hw import registry
+from hw.switch import reduction_buffer as _rb
+from hw.switch import reduction_engine as _re
+
+__all__ = ["AllStaleEvents", "AllStaleBuffer", "AllStaleEngine", "register"]
+
+
+class AllStaleEvents(_rb.EntryEvents):
+    """Counts every contribution it examines as ``stale`` (live ones too); everything else unchanged, so
+    the results stay right and only the counter is wrong."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        seen = Signal()
+        m.d.sync += [seen.eq(self.seen), self.stale.eq(self.stale + seen)]     # overrides the real count
+        return m
+
+
+class AllStaleBuffer(_rb.ReductionBuffer):
+    """The reduction buffer with :class:`AllStaleEvents`."""
+
+    def elaborate(self, platform):
+        saved, _rb.EntryEvents = _rb.EntryEvents, AllStaleEvents
+        try:
+            return super().elaborate(platform)
+        finally:
+            _rb.EntryEvents = saved
+
+
+class AllStaleEngine(_re.ReductionEngine):
+    """The reduction engine with :class:`AllStaleBuffer`."""
+
+    def elaborate(self, platform):
+        saved, _re.ReductionBuffer = _re.ReductionBuffer, AllStaleBuffer
+        try:
+            return super().elaborate(platform)
+        finally:
+            _re.ReductionBuffer = saved
+
+
+MUTANTS = {"reduction_engine_all_stale": f"{__name__}:AllStaleEngine"}
+
+
+def register() -> None:
+    """Register the mutants (once)."""
+    for name, factory in MUTANTS.items():
+        if name not in registry.MODULES:
+            registry.register(name, factory, points=[{}], doc="mutant: " + factory)
