@@ -28,4 +28,10 @@ BLOCKS = {
                      lambda: ReceivePathHarness(), 10, 8),
     "switch": ("NVSwitch datapath (4 ports, 2 active; 4 credits, max_payload 1, speedup 1): atomic, lossless",
                lambda: SwitchHarness(), 9, 13),
+    "switch_speedup2": ("NVSwitch datapath at speedup 2 (2 crossbar lanes, else as switch)",
+                        lambda: SwitchHarness(speedup=2), 9, 15),
+    "switch_fifo": ("NVSwitch datapath in FIFO mode (one queue per input, else as switch)",
+                    lambda: SwitchHarness(queueing="fifo"), 9, 13),
+    "switch_errors": ("NVSwitch datapath with bad packets: bad length, misframed, poisoned (else as switch)",
+                      lambda: SwitchHarness(errors=True), 9, 13),
 }

@@ -1,13 +1,17 @@
 """Formal proofs of the GPU receive path and the NVSwitch datapath (``dysharp formal receive_path``,
-``dysharp formal switch``): every property holds to its bounded depth and has a reached ``Cover``; a
-mutant (the poison bit lost on the way into the receive path; an output queue that repeats flits in the
-switch) must fail them, so the proofs can fail."""
+``dysharp formal switch``, ``switch_speedup2``, ``switch_fifo``, ``switch_errors``): every property holds to
+its bounded depth and has a reached ``Cover``; a mutant (the poison bit lost on the way into the receive
+path; an output queue that repeats flits in the switch; an ingress that forwards bad headers or drops the
+poison bit) must fail them, so the proofs can fail."""
 
 import pytest
-from amaranth.hdl import Module, Mux
+from amaranth.hdl import Const, Module, Mux
 
+import hw.switch.ingress as ingress
+import hw.switch.input_unit as input_unit
 import hw.switch.nvswitch as nvswitch
 from dysharp.cli import main
+from hw.packet import ErrorCode
 from hw.switch.egress_queue import EgressQueue
 from verif.formal.receive_path import ReceivePathHarness
 from verif.formal.runner import run_formal
@@ -93,3 +97,41 @@ def test_receive_path_that_loses_the_poison_bit_commits_a_poisoned_packet(tmp_pa
     res, _ = run_formal("rp_mutant_wr", h, h.props, depth=6, cover_depth=2, workdir=tmp_path, **h.formal_options)
     assert [r.name for r in res] == ["a poisoned or misframed packet commits nothing to memory"]
     assert res[0].proof.startswith("FAILS"), res
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block,n", [("switch_speedup2", 4), ("switch_fifo", 4), ("switch_errors", 6)])
+def test_switch_modes_cli_table(block, n, tmp_path, capsys):
+    assert main(["formal", block, "--out", str(tmp_path)]) == 0
+    _assert_all_hold(capsys.readouterr().out, n, 9)
+
+
+class PoisonDroppingIngress(ingress.Ingress):
+    """A broken ingress: it never marks a written flit poisoned (a poisoned or misframed packet arrives
+    looking good)."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        m.d.comb += self.w_poison.eq(0)     # overrides every assignment above
+        return m
+
+
+def _error_mutant_fails(prop, tmp_path):
+    h = SwitchHarness(errors=True)
+    res, _ = run_formal("sw_err_mutant", h, h.props, depth=7, cover_depth=2, workdir=tmp_path, **h.formal_options)
+    by = {r.name: r for r in res}
+    assert by[prop].proof.startswith("FAILS"), res
+    assert not any(r.ok for r in res)
+
+
+@pytest.mark.slow
+def test_switch_that_forwards_bad_headers_fails(tmp_path, monkeypatch):
+    monkeypatch.setattr(ingress, "rtl_header_error", lambda hdr, **kw: Const(ErrorCode.NONE.value, 8))
+    _error_mutant_fails("a bad header's packet is dropped whole; each error is counted once and answered to its "
+                        "port", tmp_path)
+
+
+@pytest.mark.slow
+def test_switch_that_drops_the_poison_bit_fails(tmp_path, monkeypatch):
+    monkeypatch.setattr(input_unit, "Ingress", PoisonDroppingIngress)
+    _error_mutant_fails("a misframed or poisoned packet arrives ending poisoned; nothing else is poisoned", tmp_path)
