@@ -10,6 +10,7 @@ from .token_tracker import TokenTrackerHarness
 from .reduction import LIVENESS_KEYS, SAFETY_KEYS, ReductionBufferHarness, ReductionEngineHarness
 from .receive_path import ReceivePathHarness
 from .switch import SwitchHarness
+from .switch_egress import SwitchEgressHarness
 
 BLOCKS = {
     "credit_link": ("credit link: CreditSender -> CreditReceiver (4 credits), any traffic and stalls",
@@ -34,4 +35,6 @@ BLOCKS = {
                     lambda: SwitchHarness(queueing="fifo"), 9, 13),
     "switch_errors": ("NVSwitch datapath with bad packets: bad length, misframed, poisoned (else as switch)",
                       lambda: SwitchHarness(errors=True), 9, 13),
+    "switch_egress": ("NVSwitch output: output queue (4 flits, 2 lanes) -> credit sender (2 credits) -> receiver",
+                      lambda: SwitchEgressHarness(lanes=2), 2, 10),
 }
