@@ -10,6 +10,7 @@ from .token_tracker import TokenTrackerHarness
 from .reduction import LIVENESS_KEYS, SAFETY_KEYS, ReductionBufferHarness, ReductionEngineHarness
 from .receive_path import ReceivePathHarness
 from .switch import SwitchHarness
+from .switch_egress import SwitchEgressHarness
 
 BLOCKS = {
     "credit_link": ("credit link: CreditSender -> CreditReceiver (4 credits), any traffic and stalls",
@@ -28,4 +29,12 @@ BLOCKS = {
                      lambda: ReceivePathHarness(), 10, 8),
     "switch": ("NVSwitch datapath (4 ports, 2 active; 4 credits, max_payload 1, speedup 1): atomic, lossless",
                lambda: SwitchHarness(), 9, 13),
+    "switch_speedup2": ("NVSwitch datapath at speedup 2 (2 crossbar lanes, else as switch)",
+                        lambda: SwitchHarness(speedup=2), 9, 15),
+    "switch_fifo": ("NVSwitch datapath in FIFO mode (one queue per input, else as switch)",
+                    lambda: SwitchHarness(queueing="fifo"), 9, 13),
+    "switch_errors": ("NVSwitch datapath with bad packets: bad length, misframed, poisoned (else as switch)",
+                      lambda: SwitchHarness(errors=True), 9, 13),
+    "switch_egress": ("NVSwitch output: output queue (4 flits, 2 lanes) -> credit sender (2 credits) -> receiver",
+                      lambda: SwitchEgressHarness(lanes=2), 2, 10),
 }

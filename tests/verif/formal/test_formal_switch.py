@@ -1,17 +1,24 @@
 """Formal proofs of the GPU receive path and the NVSwitch datapath (``dysharp formal receive_path``,
-``dysharp formal switch``): every property holds to its bounded depth and has a reached ``Cover``; a
-mutant (the poison bit lost on the way into the receive path; an output queue that repeats flits in the
-switch) must fail them, so the proofs can fail."""
+``dysharp formal switch``, ``switch_speedup2``, ``switch_fifo``, ``switch_errors``): every property holds to
+its bounded depth and has a reached ``Cover``; a mutant (the poison bit lost on the way into the receive
+path; an output queue that repeats flits in the switch; an ingress that forwards bad headers or drops the
+poison bit) must fail them, so the proofs can fail. The switch's output stage (``switch_egress``) is
+proven by k-induction, and a sender that ignores its credits or a queue that repeats flits fails it."""
 
 import pytest
-from amaranth.hdl import Module, Mux
+from amaranth.hdl import Const, Module, Mux
 
+import hw.switch.ingress as ingress
+import hw.switch.input_unit as input_unit
 import hw.switch.nvswitch as nvswitch
 from dysharp.cli import main
+from hw.credit import CreditSender
+from hw.packet import ErrorCode
 from hw.switch.egress_queue import EgressQueue
 from verif.formal.receive_path import ReceivePathHarness
 from verif.formal.runner import run_formal
 from verif.formal.switch import SwitchHarness
+from verif.formal.switch_egress import SwitchEgressHarness
 
 
 def _assert_all_hold(out: str, n: int, depth: int):
@@ -93,3 +100,79 @@ def test_receive_path_that_loses_the_poison_bit_commits_a_poisoned_packet(tmp_pa
     res, _ = run_formal("rp_mutant_wr", h, h.props, depth=6, cover_depth=2, workdir=tmp_path, **h.formal_options)
     assert [r.name for r in res] == ["a poisoned or misframed packet commits nothing to memory"]
     assert res[0].proof.startswith("FAILS"), res
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block,n", [("switch_speedup2", 4), ("switch_fifo", 4), ("switch_errors", 6)])
+def test_switch_modes_cli_table(block, n, tmp_path, capsys):
+    assert main(["formal", block, "--out", str(tmp_path)]) == 0
+    _assert_all_hold(capsys.readouterr().out, n, 9)
+
+
+class PoisonDroppingIngress(ingress.Ingress):
+    """A broken ingress: it never marks a written flit poisoned (a poisoned or misframed packet arrives
+    looking good)."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        m.d.comb += self.w_poison.eq(0)     # overrides every assignment above
+        return m
+
+
+def _error_mutant_fails(prop, tmp_path):
+    h = SwitchHarness(errors=True)
+    res, _ = run_formal("sw_err_mutant", h, h.props, depth=7, cover_depth=2, workdir=tmp_path, **h.formal_options)
+    by = {r.name: r for r in res}
+    assert by[prop].proof.startswith("FAILS"), res
+    assert not any(r.ok for r in res)
+
+
+@pytest.mark.slow
+def test_switch_that_forwards_bad_headers_fails(tmp_path, monkeypatch):
+    monkeypatch.setattr(ingress, "rtl_header_error", lambda hdr, **kw: Const(ErrorCode.NONE.value, 8))
+    _error_mutant_fails("a bad header's packet is dropped whole; each error is counted once and answered to its "
+                        "port", tmp_path)
+
+
+@pytest.mark.slow
+def test_switch_that_drops_the_poison_bit_fails(tmp_path, monkeypatch):
+    monkeypatch.setattr(input_unit, "Ingress", PoisonDroppingIngress)
+    _error_mutant_fails("a misframed or poisoned packet arrives ending poisoned; nothing else is poisoned", tmp_path)
+
+
+def test_switch_egress_is_proven(tmp_path, capsys):
+    assert main(["formal", "switch_egress", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("proven (k-induction, k = 2)") == 2 and "holds to depth" not in out, out
+    assert out.count("reached at step") == 2 and "NOT REACHED" not in out, out
+
+
+@pytest.mark.slow
+def test_switch_egress_one_lane_is_proven(tmp_path):
+    h = SwitchEgressHarness(lanes=1)
+    res, _ = run_formal("egress1", h, h.props, depth=2, cover_depth=10, workdir=tmp_path)
+    assert all(r.ok and r.proof == "proven (k-induction, k = 2)" for r in res), res
+
+
+class GreedySender(CreditSender):
+    """A broken output sender: it sends whenever its queue has a flit, credit or not."""
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += [self.i.ready.eq(1), self.link.valid.eq(self.i.valid), self.link.flit.eq(self.i.payload)]
+        m.d.sync += self.credits_left.eq(self.credits_left - self.link.valid + self.link.credit)
+        return m
+
+
+@pytest.mark.parametrize("prop,lanes,queue,sender", [
+    ("an output sends only with a downstream credit and never overruns its receiver", 2, None, GreedySender),
+    ("the output queue delivers every flit written into it once, in order", 1, StuckEgressQueue, None)])
+def test_switch_egress_mutant_fails(prop, lanes, queue, sender, tmp_path):
+    from hw.packet import flit_layout
+    width = flit_layout(128).size
+    h = SwitchEgressHarness(lanes=lanes, queue=queue and queue(width=width, depth=4, lanes=lanes),
+                            sender=sender and sender(credits=2, flit_width=128))
+    res, _ = run_formal("egress_mutant", h, h.props, depth=8, cover_depth=2, workdir=tmp_path)
+    by = {r.name: r for r in res}
+    assert by[prop].proof.startswith("FAILS"), res
+    assert not all(r.ok for r in res)
