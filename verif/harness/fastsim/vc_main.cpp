@@ -316,7 +316,9 @@ int main(int argc, char** argv) {
     // Every input changes only while the clock is high, as cocotb's Cycler changes rst: a top whose inputs
     // are latched on the falling edge (verif/harness/fastsim/build.py, registered_inputs) sees at every
     // rising edge what one without sees. rst falls after the third rising edge; the configuration writes
-    // follow, one per rising edge (cfg is always ready), each driven after the edge before it.
+    // follow, one per rising edge (cfg is always ready), each driven after the edge before it. With
+    // INPUTS_AT_RISE that edge is made after the drive instead (in fall()): the inputs then change while
+    // the clock is low, and the top's input registers delay them by the edge.
     for (int k = 0; k < 3; ++k) {
         rise(top.get());
         if (k == 2) {
