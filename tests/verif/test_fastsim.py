@@ -271,6 +271,64 @@ def test_registered_inputs_rewrites_every_input_but_the_clock():
         registered_inputs(v, "nope")
 
 
+def test_registered_inputs_at_the_rising_edge():
+    v = _acc_verilog(comb_out=True)
+    out = registered_inputs(v, "acc", edge="posedge")
+    assert "  reg rst__sim_q = 1;\n  always @(posedge clk) rst__sim_q <= rst;" in out
+    assert "  reg [7:0] i__sim_q = 0;\n  always @(posedge clk) i__sim_q <= i;" in out
+    assert "negedge" not in out
+    assert out.replace("posedge clk) ", "negedge clk) ") == registered_inputs(v, "acc")
+    with pytest.raises(ValueError, match="edge must be"):
+        registered_inputs(v, "acc", edge="both")
+
+
+_RISE_TB = """`timescale 1ns/1ps
+module tb;
+  reg clk = 1, rst = 1, rst_e = 1;
+  reg [7:0] i = 0, i_e = 0;
+  wire [7:0] o_direct, o_rise;
+  acc u0(.clk(clk), .rst(rst), .i(i), .o(o_direct));
+  acc_rise u1(.clk(clk), .rst(%(rst)s), .i(%(i)s), .o(o_rise));
+  integer cyc, bad = 0, resets = 0, seed = 7;  // bad: cycles whose outputs differ
+  always #1 clk = ~clk;
+  initial begin
+    for (cyc = 0; cyc < 400; cyc = cyc + 1) begin
+      @(posedge clk);
+      #0.2;
+      rst = rst_e; i = i_e;      // the direct top: this cycle's inputs, after the edge
+      #0.2;
+      if (o_direct !== o_rise) bad = bad + 1;
+      rst_e = cyc < 2 || ($random(seed) %% 11 == 0);   // the registered top: the next cycle's, before its edge
+      resets = resets + rst_e;
+      i_e = $random(seed);
+    end
+    $display("BAD %%0d RESETS %%0d", bad, resets);
+    $finish;
+  end
+endmodule
+"""
+
+
+@pytest.mark.parametrize("early", [True, False])
+def test_inputs_registered_at_the_rising_edge_see_what_the_direct_top_sees(early, tmp_path):
+    """``vc_main.cpp`` with ``INPUTS_AT_RISE``: the top with every input registered at the rising edge,
+    each cycle's inputs driven before the edge that starts the cycle, against the direct top driven after
+    it, under Icarus with random inputs and reset pulses, a design whose output also depends on its input
+    combinationally: equal in every cycle; different, as they must be, when the registered top gets the
+    inputs after the edge like the direct one (``early=False``)."""
+    if not (shutil.which("iverilog") and shutil.which("vvp")):
+        pytest.skip("Icarus is not installed")
+    v = _acc_verilog(comb_out=True)
+    rise = registered_inputs(v, "acc", edge="posedge").replace("module acc(", "module acc_rise(", 1)
+    tb = _RISE_TB % ({"rst": "rst_e", "i": "i_e"} if early else {"rst": "rst", "i": "i"})
+    (tmp_path / "tb.v").write_text(tb + v + rise)
+    subprocess.run(["iverilog", "-g2012", "-o", str(tmp_path / "sim"), str(tmp_path / "tb.v")], check=True)
+    out = subprocess.run(["vvp", "-n", str(tmp_path / "sim")], capture_output=True, text=True, check=True).stdout
+    bad, resets = (int(x) for x in out.split("BAD ")[1].split(" RESETS "))
+    assert resets > 30
+    assert (bad == 0) if early else (bad > 100), out
+
+
 @pytest.mark.parametrize("phase", ["high", "low"])
 def test_registered_inputs_sees_inputs_as_before_when_they_change_while_clk_is_high(phase, tmp_path):
     """A design whose output also depends on its input combinationally, direct and with every input

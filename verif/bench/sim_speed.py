@@ -10,9 +10,10 @@ three harnesses side by side in one run, on the same traffic:
   (:func:`verif.harness.fastsim.registered_reset`); its log must equal the fast path's (``equal_to_fast``).
 
 ``--dysharp-ports`` compares the integrated DySHARP switch's two-VC fast path built as generated
-(``direct``), with its reset latched (``latched_rst``) and with every input latched (``latched_inputs``,
-:func:`verif.harness.fastsim.registered_inputs`, the default), under the dispatch bench's full-load traffic
-(fanout 4, warm AL-TLB); every log must equal the first build's.
+(``direct``), with its reset latched (``latched_rst``), with every input latched on the falling edge
+(``latched_inputs``, :func:`verif.harness.fastsim.registered_inputs`) and with every input registered at
+the rising edge, the main driving each cycle's inputs before it (``inputs_at_rise``, the default build),
+under the dispatch bench's full-load traffic (fanout 4, warm AL-TLB); every log must equal the first build's.
 
 Full load is uniform unicast at 1.0 flits/cycle/port (1..16-flit payloads). The cocotb runs simulate the
 first ``--cocotb-cycles`` cycles of the fast path's traffic; the fast path also runs that prefix, and its
@@ -114,9 +115,10 @@ def measure(ports: int, *, fast_cycles: int, cocotb_cycles: int, seed: int = 1, 
 
 #: The integrated switch's two-VC fast-path builds compared (:func:`measure_dysharp`): name -> build_vc options.
 DYSHARP_HARNESSES = {
-    "direct": {"latch_reset": False, "latch_inputs": False},         # the Verilog as generated
-    "latched_rst": {"latch_reset": True, "latch_inputs": False},     # rst latched (registered_reset)
-    "latched_inputs": {"latch_reset": True, "latch_inputs": True},   # every input latched (the default)
+    "direct": {"latch_reset": False, "latch_inputs": False, "inputs_at_rise": False},  # the Verilog as generated
+    "latched_rst": {"latch_reset": True, "latch_inputs": False, "inputs_at_rise": False},  # registered_reset
+    "latched_inputs": {"latch_reset": True, "latch_inputs": True, "inputs_at_rise": False},  # at the falling edge
+    "inputs_at_rise": {"latch_reset": True, "latch_inputs": True, "inputs_at_rise": True},  # the default
 }
 
 

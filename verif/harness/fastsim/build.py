@@ -10,8 +10,9 @@ traffic file, runs the binary and returns the :class:`~verif.harness.fastsim.fil
 
 ``build_vc("dysharp_switch", {...})`` does the same for a component with two-VC links (the template
 ``vc_main.cpp``, which also models each GPU's side of its link; the deduplicated blocks kept apart,
-:func:`keep_apart_config`, and the design's inputs latched, :func:`registered_inputs`); its ``run`` takes a
-:class:`~verif.harness.fastsim.files.VcTraffic` and returns a :class:`~verif.harness.fastsim.files.VcLog`.
+:func:`keep_apart_config`, and the design's inputs registered at the rising edge, :func:`registered_inputs`);
+its ``run`` takes a :class:`~verif.harness.fastsim.files.VcTraffic` and returns a
+:class:`~verif.harness.fastsim.files.VcLog`.
 """
 
 import hashlib
@@ -69,10 +70,12 @@ def registered_reset(verilog: str, top: str) -> str:
     return verilog[:m.start()] + body[:ports_end] + rest + verilog[m.end():]
 
 
-def registered_inputs(verilog: str, top: str) -> str:
+def registered_inputs(verilog: str, top: str, edge: str = "negedge") -> str:
     """The Verilog with module ``top`` taking every input but ``clk`` through a register latched on the
     falling clock edge (``<input>__sim_q``; ``rst`` as :func:`registered_reset`, reset value 1, the others 0);
-    unchanged when ``top`` has no ``clk`` input.
+    unchanged when ``top`` has no ``clk`` input. ``edge="posedge"`` loads the registers at the rising edge
+    instead: a register stage in front of the design, for a main that drives each cycle's inputs before
+    the rising edge that starts the cycle (``vc_main.cpp`` with ``INPUTS_AT_RISE``, below).
 
     The generalization of :func:`registered_reset` to the data inputs. Verilator evaluates all logic fed by a
     top-level input (its ``ico`` region) at every ``eval()`` and, when that logic also reads registers, again
@@ -82,7 +85,17 @@ def registered_inputs(verilog: str, top: str) -> str:
     which is the value it sees directly, since the two-VC main (``vc_main.cpp``) changes inputs only while the
     clock is high; and the outputs it samples after the falling edge are evaluated from the values latched
     at that edge, which are the inputs it has just driven.
+
+    With the falling-edge latch Verilator still evaluates every combinational function that reads both a
+    latched input and a design register after both edges. Loaded at the rising edge, the registers change
+    with the rest of the design, and the falling edge triggers nothing: each cycle's logic is evaluated
+    once. The main then drives the inputs of cycle t before the rising edge that starts it (a register
+    stage delays them by that edge): each rising edge loads the design's registers from the inputs of the
+    cycle before, as without the stage, and the outputs sampled after it are evaluated from the inputs
+    just driven (``docs/verification.md``).
     """
+    if edge not in ("negedge", "posedge"):
+        raise ValueError(f"edge must be 'negedge' or 'posedge', got {edge!r}")
     m = re.search(rf"^module {re.escape(top)}\(.*?^endmodule", verilog, re.M | re.S)
     if not m:
         raise ValueError(f"module {top!r} not found in the Verilog")
@@ -102,7 +115,7 @@ def registered_inputs(verilog: str, top: str) -> str:
         width = f"[{hi}:0] " if hi else ""
         rest = rest.replace(f"  input {width}{q};\n  wire {width}{q};\n",
                             f"  input {width}{name};\n  wire {width}{name};\n  reg {width}{q} = "
-                            f"{1 if name == 'rst' else 0};\n  always @(negedge clk) {q} <= {name};\n", 1)
+                            f"{1 if name == 'rst' else 0};\n  always @({edge} clk) {q} <= {name};\n", 1)
     return verilog[:m.start()] + body[:ports_end] + rest + verilog[m.end():]
 
 
@@ -206,16 +219,18 @@ def _run_binary(sim, traffic, workdir, tag, write, read, exts):
 
 def _compile(module: str, params: dict, vpath: Path, main: str, build_root: Path,
              flags: list[str] = VERILATOR_FLAGS, latch_reset: bool = False,
-             keep_apart: bool = False, latch_inputs: bool = False) -> tuple[Path, float]:
+             keep_apart: bool = False, latch_inputs: bool = False,
+             inputs_edge: str = "negedge") -> tuple[Path, float]:
     """Compile (or reuse) the Verilator binary of ``vpath`` + ``main``; (binary, build seconds or 0).
     ``latch_reset`` compiles the Verilog with :func:`registered_reset` applied, ``latch_inputs`` with
-    :func:`registered_inputs` (which latches the reset too); ``keep_apart`` adds :func:`keep_apart_config`."""
+    :func:`registered_inputs` at ``inputs_edge`` (which latches the reset too); ``keep_apart`` adds
+    :func:`keep_apart_config`."""
     from verif.harness.runner import verilator_env
 
     verilog = vpath.read_text()
     rewritten = latch_inputs or latch_reset
     if latch_inputs:
-        verilog = registered_inputs(verilog, module)
+        verilog = registered_inputs(verilog, module, inputs_edge)
     elif latch_reset:
         verilog = registered_reset(verilog, module)
     config = keep_apart_config(verilog, module) if keep_apart else ""
@@ -328,8 +343,10 @@ def header_field_decls() -> str:
 
 
 def render_vc_main(top: str, ports: dict, n: int, flit_width: int, link_credits: int, gpu_credits: int,
-                   rows: int = 1 << 18, status_ports=None) -> str:
-    """The C++ main of the two-VC harness (``vc_main.cpp``) for ``top``'s ports."""
+                   rows: int = 1 << 18, status_ports=None, inputs_at_rise: bool = False) -> str:
+    """The C++ main of the two-VC harness (``vc_main.cpp``) for ``top``'s ports; ``inputs_at_rise``: it
+    drives each cycle's inputs before the rising edge (for a top whose inputs are registered at that edge,
+    ``registered_inputs(..., edge="posedge")``), else after it."""
     from hw.packet import ErrorCode, Opcode
 
     if flit_width != 128:
@@ -382,6 +399,7 @@ def render_vc_main(top: str, ports: dict, n: int, flit_width: int, link_credits:
               "LAST_BIT": flags["last"][1], "POISON_WORD": flags["poison"][0], "POISON_BIT": flags["poison"][1],
               "LINK_CREDITS": link_credits, "GPU_CREDITS": gpu_credits, "CFG_WORDS": cfg_words,
               "STATUS_WORDS": status_words, "ROWS": rows, "FIELDS": header_field_decls(),
+              "INPUTS_AT_RISE": "true" if inputs_at_rise else "false",
               "BIND": "\n".join(bind), "DRIVE_CFG": "\n".join(drive), "READ_STATUS": "\n".join(read),
               "ZERO_INPUTS": "\n".join(zero)}
     for k, v in fields.items():
@@ -418,7 +436,7 @@ class VcFastSim:
 def build_vc(module: str, params: dict | None = None, *, build_root: str | os.PathLike = "build",
              verilog: str | os.PathLike | None = None, link_credits: int | None = None,
              gpu_credits: int | None = None, emission: str = "auto",
-             latch_reset: bool = True, latch_inputs: bool = True,
+             latch_reset: bool = True, latch_inputs: bool = True, inputs_at_rise: bool = True,
              flags: list[str] | None = None) -> VcFastSim:
     """Build (or reuse) the two-VC fast-path binary of registered ``module`` at ``params`` (its
     ``link_credits``/``gpu_credits`` parameters are the GPU sender's and receiver's credits per VC), from
@@ -426,9 +444,15 @@ def build_vc(module: str, params: dict | None = None, *, build_root: str | os.Pa
 
     ``verilog`` (a file whose top module is named ``module``, with ``ports``, ``link_credits`` and
     ``gpu_credits`` given) builds an unregistered design instead: the harness's own tests use it.
-    The Verilog is compiled with every input latched (:func:`registered_inputs`); ``latch_inputs=False``
-    latches ``rst`` only (:func:`registered_reset`), and with ``latch_reset=False`` too it is compiled as
+    The Verilog is compiled with every input registered at the rising edge, the main driving each cycle's
+    inputs before that edge (:func:`registered_inputs` with ``edge="posedge"``): each cycle's logic is
+    evaluated once. ``inputs_at_rise=False`` latches them on the falling edge instead, the main driving
+    them after the rising edge; ``latch_inputs=False`` (which needs ``inputs_at_rise=False``) latches
+    ``rst`` only (:func:`registered_reset`), and with ``latch_reset=False`` too it is compiled as
     generated. ``flags`` replaces :data:`VERILATOR_FLAGS`."""
+    if inputs_at_rise and not latch_inputs:
+        raise ValueError("inputs_at_rise=True needs latch_inputs=True: a main that drives the inputs before "
+                         "the rising edge needs the register stage in front of the design")
     from verif.harness.runner import require_simulator
 
     require_simulator("verilator")
@@ -456,9 +480,11 @@ def build_vc(module: str, params: dict | None = None, *, build_root: str | os.Pa
         mod = importlib.import_module(spec.component_class().__module__)
         if hasattr(mod, "status_ports") and "status" not in ports:
             sp = mod.status_ports(n)
-    main = render_vc_main(module, ports, n, flit_width, link_credits, gpu_credits, status_ports=sp)
+    main = render_vc_main(module, ports, n, flit_width, link_credits, gpu_credits, status_ports=sp,
+                          inputs_at_rise=inputs_at_rise)
     binary, build_s = _compile(module, params, vpath, main, build_root, flags=flags or VERILATOR_FLAGS,
-                               latch_reset=latch_reset, keep_apart=True, latch_inputs=latch_inputs)
+                               latch_reset=latch_reset, keep_apart=True, latch_inputs=latch_inputs,
+                               inputs_edge="posedge" if inputs_at_rise else "negedge")
     cfg_words = -(-ports["cfg__payload"][1] // 32) if "cfg__payload" in ports else 0
     status_words = -(-status_members(ports, sp)[1] // 32)
     return VcFastSim(module, full, binary, n, flit_words(flit_width), build_s, cfg_words, status_words)

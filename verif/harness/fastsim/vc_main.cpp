@@ -23,7 +23,8 @@
 //     The log ends with the stall tallies (credit-return draws and stalls, sender draws and stalls).
 // Cycle structure as in credit_main.cpp: reset for three edges; the cfg words, one per edge; then per
 // cycle: rising edge, drive (GPU flits and credit returns), falling edge + eval, sample. Inputs change only
-// while the clock is high (between a rising edge and the next falling edge).
+// while the clock is high (between a rising edge and the next falling edge). With INPUTS_AT_RISE the
+// rising edge moves after the drive (rise/fall below), nothing else.
 // File formats: verif/harness/fastsim/files.py (VcTraffic, VcLog).
 #include <verilated.h>
 #include "V@@TOP@@.h"
@@ -49,6 +50,20 @@ static constexpr int LINK_CREDITS = @@LINK_CREDITS@@, GPU_CREDITS = @@GPU_CREDIT
 static constexpr int CFG_WORDS = @@CFG_WORDS@@;        // 32-bit words of the cfg payload (0: no cfg port)
 static constexpr int STATUS_WORDS = @@STATUS_WORDS@@;  // 32-bit words of the status output (0: none)
 static constexpr int ROWS = @@ROWS@@;                  // the memory manager's index bound
+// The top's inputs are registered at the rising edge (verif/harness/fastsim/build.py, registered_inputs
+// with edge="posedge"): the main drives each cycle's inputs before the rising edge that starts it, so
+// rise() only marks where that edge was and fall() makes it, then the falling one. Otherwise (inputs
+// direct or latched on the falling edge) the main drives them after the rising edge.
+static constexpr bool INPUTS_AT_RISE = @@INPUTS_AT_RISE@@;
+
+template <class T> static inline void rise(T* top) {
+    if (!INPUTS_AT_RISE) { top->clk = 1; top->eval(); }
+}
+template <class T> static inline void fall(T* top) {
+    if (INPUTS_AT_RISE) { top->clk = 1; top->eval(); }
+    top->clk = 0;
+    top->eval();
+}
 
 struct Field { int off, w; };
 @@FIELDS@@
@@ -301,24 +316,22 @@ int main(int argc, char** argv) {
     // Every input changes only while the clock is high, as cocotb's Cycler changes rst: a top whose inputs
     // are latched on the falling edge (verif/harness/fastsim/build.py, registered_inputs) sees at every
     // rising edge what one without sees. rst falls after the third rising edge; the configuration writes
-    // follow, one per rising edge (cfg is always ready), each driven after the edge before it.
+    // follow, one per rising edge (cfg is always ready), each driven after the edge before it. With
+    // INPUTS_AT_RISE that edge is made after the drive instead (in fall()): the inputs then change while
+    // the clock is low, and the top's input registers delay them by the edge.
     for (int k = 0; k < 3; ++k) {
-        top->clk = 1;
-        top->eval();
+        rise(top.get());
         if (k == 2) {
             top->rst = 0;
             if (ncfg) drive_cfg(top.get(), &cfg[0], true);
         }
-        top->clk = 0;
-        top->eval();
+        fall(top.get());
     }
     for (int64_t k = 0; k < ncfg; ++k) {
-        top->clk = 1;
-        top->eval();
+        rise(top.get());
         if (k + 1 < ncfg) drive_cfg(top.get(), &cfg[size_t(k + 1) * cfg_words], true);
         else drive_cfg(top.get(), nullptr, false);
-        top->clk = 0;
-        top->eval();
+        fall(top.get());
     }
 
     auto t0 = std::chrono::steady_clock::now();
@@ -326,8 +339,7 @@ int main(int argc, char** argv) {
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
     int64_t next = 0;
     for (int64_t cycle = 1; cycle <= run; ++cycle) {
-        top->clk = 1;
-        top->eval();
+        rise(top.get());
         while (next < npk && arrival[next] <= cycle) {
             queue[src[next]][vcs[next]].push_back(OutPkt{next, -1});
             ++next;
@@ -394,8 +406,7 @@ int main(int argc, char** argv) {
             }
             *p.tx_credit[j] = c;
         }
-        top->clk = 0;
-        top->eval();
+        fall(top.get());
         for (int i = 0; i < N; ++i) {
             const uint8_t c = *p.rx_credit[i];
             credits[i][0] += c & 3;
