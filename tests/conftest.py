@@ -59,7 +59,6 @@ FIRST = [
     "tests/verif/test_system.py::test_dropping_quiet_cycles_changes_nothing",                # 70
     "tests/verif/test_system.py::test_layer_dysharp_basic",                                  # 42
     "tests/hw/test_emission.py::test_switch_dedup_equals_flat",                              # 40
-    "tests/verif/formal/test_formal_tlb.py::test_a_tracker_without_forwarding_loses_increments",  # 30
     "tests/verif/formal/test_formal_tlb.py::test_cam_holds_and_every_property_is_covered",   # 25
     "tests/verif/formal/test_formal_switch.py::test_switch_packets_atomic_and_conserved",    # 22
     "tests/hw/switch/test_dysharp_switch.py::test_traffic",                                  # 20
