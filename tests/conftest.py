@@ -1,4 +1,5 @@
-"""Shared pytest options: ``--seed`` for every random test, ``--sim`` for the cocotb simulator."""
+"""Shared pytest options: ``--seed`` for every random test, ``--sim`` for the cocotb simulator; the default
+suite's longest tests run first."""
 
 import os
 import random
@@ -46,3 +47,33 @@ def pytest_runtest_makereport(item, call):
         seeds = [v for k, v in item.user_properties if k == "seed"]
         if seeds:
             report.sections.append(("seed", f"re-run with: pytest '{item.nodeid}' --seed={seeds[0]}"))
+
+
+# The longest tests of the default suite, longest first (seconds under the suite's two workers, from a fresh
+# clone). They start first, each worker taking the next test when it is free (`./run test` passes
+# --maxschedchunk 1), so the two workers end together instead of one running a long test alone at the end.
+# The emission check builds the 4-port integrated switch's fast path that the bench and the short soak
+# reuse: it goes first so that they find it built. A name that no longer matches is only not moved.
+FIRST = [
+    "tests/hw/test_emission.py::test_dysharp_switch_dedup_equals_flat",                      # 130 s
+    "tests/verif/test_system.py::test_dropping_quiet_cycles_changes_nothing",                # 70
+    "tests/verif/test_system.py::test_layer_dysharp_basic",                                  # 42
+    "tests/hw/test_emission.py::test_switch_dedup_equals_flat",                              # 40
+    "tests/verif/formal/test_formal_tlb.py::test_cam_holds_and_every_property_is_covered",   # 25
+    "tests/verif/formal/test_formal_switch.py::test_switch_packets_atomic_and_conserved",    # 22
+    "tests/hw/switch/test_dysharp_switch.py::test_traffic",                                  # 20
+    "tests/dysharp/test_cli.py::test_every_registered_module_builds_at_its_points",          # 20
+    "tests/verif/bench/test_bench_dysharp_switch.py::test_bench_dispatch_n4_matches_plain_switch",  # 20
+    "tests/synth/test_synth.py::test_deep_cam_flip_flop_bound_is_extrapolated_from_two_slices",  # 20
+    "tests/sim_models/test_sensitivity.py::test_cli_writes_files",                           # 19
+    "tests/verif/formal/test_formal_switch.py::test_switch_with_an_output_queue_that_repeats_flits_fails",  # 17
+    "tests/verif/test_runner.py::test_verilator_variant_exposes",                            # 2 x 15
+    "tests/hw/switch/test_al_tlb.py::test_moe_deepseek_v3",                                  # 15
+    "tests/hw/switch/test_dysharp_switch.py::test_deadlock",                                 # 14
+    "tests/hw/switch/test_reduction_engine.py::test_traffic_engine",                         # 12
+]
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("[")[0], len(FIRST)))   # stable: the rest keep their order

