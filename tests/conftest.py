@@ -53,10 +53,11 @@ def pytest_runtest_makereport(item, call):
 # clone). They start first, each worker taking the next test when it is free (`./run test` passes
 # --maxschedchunk 1), so the two workers end together instead of one running a long test alone at the end.
 # The emission check builds the 4-port integrated switch's fast path that the bench and the short soak
-# reuse: it goes first so that they find it built. A name that no longer matches is only not moved.
+# reuse: it goes first so that they find it built; likewise the compiled layer's nvls run builds the system top
+# that the quiet-cycle drop check then reuses. A name that no longer matches is only not moved.
 FIRST = [
     "tests/hw/test_emission.py::test_dysharp_switch_dedup_equals_flat",                      # 130 s
-    "tests/verif/test_system.py::test_dropping_quiet_cycles_changes_nothing",                # 70
+    "tests/verif/test_system_fast.py::test_fast_harness_nvls",                               # 85 (the G = 4 build)
     "tests/verif/test_system.py::test_layer_dysharp_basic",                                  # 42
     "tests/hw/test_emission.py::test_switch_dedup_equals_flat",                              # 40
     "tests/verif/formal/test_formal_tlb.py::test_cam_holds_and_every_property_is_covered",   # 25

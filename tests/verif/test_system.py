@@ -3,9 +3,10 @@ dispatch, the GEMM stand-in on the Tile Status Tables' ready tiles and combine, 
 scaled to 128, GEMM times overridden to 64/32 cycles per tile to keep Icarus runs short); every home GPU's
 output rows equal the numpy layer bit for bit, no error counter moves, and each GPU's link flits per
 direction equal sim_models.traffic's accounting plus the AL-TLB fills (per phase where phases are in
-sequence). The default suite runs dysharp-basic (and nvls on the compiled harness:
-tests/verif/test_system_fast.py); the other schemes, the model without group-limited
-routing and the sabotaged run (which must fail) are marked slow (about 1-3 minutes each on Icarus)."""
+sequence). The default suite runs dysharp-basic (and nvls and the quiet-cycle drop on the compiled
+harness: tests/verif/test_system_fast.py); the other schemes, the model without group-limited routing, the
+drop clocked through on Icarus and the sabotaged run (which must fail) are marked slow (about 1-3 minutes each
+on Icarus)."""
 
 import json
 
@@ -107,9 +108,12 @@ def test_skip_changes_nothing(seed, sim, tmp_path):
         assert a[k] == b[k], k
 
 
+@pytest.mark.slow
 def test_dropping_quiet_cycles_changes_nothing(seed, sim, tmp_path):
     """Quiet cycles not simulated (verif/tb/system.py, ``SystemEnv.skip``) give the same figures, every one
-    of them, as the same skips clocked through, on a layer long enough to skip (GEMM 256/128 cycles per tile)."""
+    of them, as the same skips clocked through, on a layer long enough to skip (GEMM 256/128 cycles per tile).
+    The default suite checks the same rule on the compiled harness
+    (``tests/verif/test_system_fast.py::test_fast_harness_dropping_quiet_cycles_changes_nothing``)."""
     a = run("dysharp", seed, sim, tmp_path / "a", gemm=[256, 128])
     b = run("dysharp", seed, sim, tmp_path / "b", gemm=[256, 128], drop=False)
     check_figures(a, "dysharp")

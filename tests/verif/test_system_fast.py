@@ -4,8 +4,8 @@ run's JSON (cycles per phase, flits per link and direction, fills, AL-TLB hits, 
 reduction-buffer occupancy, link utilization, tile ready cycles and latencies, simulated, skipped and
 dropped cycles) is the same on both, each run having passed the same checks (numpy bit for bit, error
 counters, flits against the traffic model). Both need Verilator builds of the system top (a few minutes
-each when not cached), so the comparisons are marked slow; the default suite runs the nvls scheme on the
-compiled harness and checks the harness's port table and its refusals without building."""
+each when not cached), so the comparisons are marked slow; the default suite runs the nvls scheme and the
+quiet-cycle drop on the compiled harness and checks the harness's port table and its refusals without building."""
 
 import json
 
@@ -62,6 +62,20 @@ def test_fast_harness_nvls():
     assert fig["flits"]["down"] == [4 * 16 * (L.row_flits + 1) + 16 * (L.comb_flits + 1) + 4 * 16] * 4
     assert fig["engine"]["completed"] == 4 * 16 and fig["mm_allocated"] == [0] * 4
     assert fig["tlb"]["misses"] == 0 and sum(fig["fills"]["up"]) == 0
+
+
+@needs_verilator
+def test_fast_harness_dropping_quiet_cycles_changes_nothing():
+    """The quiet-cycle drop (whole rounds of the reduction buffers' timeout scanner, as the cocotb harness's
+    ``SystemEnv.skip``) gives every figure of the run equal to the same skips clocked through, on a layer long
+    enough to skip (GEMM 256/128 cycles per tile); the cocotb form is ``tests/verif/test_system.py``'s slow
+    ``test_dropping_quiet_cycles_changes_nothing``."""
+    a = fast_run("dysharp", gemm=[256, 128])
+    b = fast_run("dysharp", gemm=[256, 128], drop=False)
+    assert a["sim"]["dropped"] > 0 and b["sim"]["dropped"] == 0
+    assert a["sim"]["skipped"] == b["sim"]["skipped"] > 0
+    assert a["flits"] == a["predicted"]["total"]
+    assert {k: v for k, v in figures(a).items() if k != "sim"} == {k: v for k, v in figures(b).items() if k != "sim"}
 
 
 @needs_verilator
