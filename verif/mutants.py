@@ -2,13 +2,24 @@
 its mutant cannot fail). Each is the real block with one behaviour changed; :func:`register` adds them to
 the module registry under their own names, so the cocotb runner builds them like any module."""
 
-from amaranth.hdl import Signal
+from amaranth.hdl import Module, Signal
 
 from hw import registry
+from hw.credit import CreditSender
 from hw.switch import reduction_buffer as _rb
 from hw.switch import reduction_engine as _re
 
-__all__ = ["AllStaleEvents", "AllStaleBuffer", "AllStaleEngine", "register"]
+__all__ = ["AllStaleEvents", "AllStaleBuffer", "AllStaleEngine", "GreedySender", "register"]
+
+
+class GreedySender(CreditSender):
+    """A credit sender that sends whenever it is offered a flit, credit or not (the credit proofs' mutant)."""
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += [self.i.ready.eq(1), self.link.valid.eq(self.i.valid), self.link.flit.eq(self.i.payload)]
+        m.d.sync += self.credits_left.eq(self.credits_left - self.link.valid + self.link.credit)
+        return m
 
 
 class AllStaleEvents(_rb.EntryEvents):

@@ -30,33 +30,12 @@ from amaranth.lib.wiring import In, connect
 from hw.credit import CreditReceiver, CreditSender
 from hw.packet import flit_layout
 
+from .observe import observe_queue
 from .runner import Properties
 
 __all__ = ["CreditLinkHarness"]
 
 COUNT_BITS = 8
-
-
-def _observe_fifo(q):
-    """The state of ``q`` (a ``lib.fifo.SyncFIFO`` not yet elaborated): (read pointer, write pointer,
-    slots), signals driven once ``q`` is elaborated, from its memory's ports plus one added read port per
-    slot."""
-    depth = q.depth
-    consume, produce = Signal(range(depth), name="fifo_consume"), Signal(range(depth), name="fifo_produce")
-    slots = [Signal(q.width, name=f"fifo_slot{j}") for j in range(depth)]
-    elaborate = q.elaborate
-
-    def observed(platform):
-        qm = elaborate(platform)
-        storage = qm.submodules.storage
-        qm.d.comb += [consume.eq(storage.read_ports[0].addr), produce.eq(storage.write_ports[0].addr)]
-        for j, slot in enumerate(slots):
-            port = storage.read_port(domain="comb")
-            qm.d.comb += [port.addr.eq(j), slot.eq(port.data)]
-        return qm
-
-    q.elaborate = observed
-    return consume, produce, slots
 
 
 class CreditLinkHarness(wiring.Component):
@@ -79,7 +58,7 @@ class CreditLinkHarness(wiring.Component):
         r._MustUse__silence = True      # elaborated below, not through m.submodules
         m.submodules.receiver = rm = r.elaborate(platform)    # here, so that its FIFO can be named
         q = rm.submodules.fifo
-        consume, produce, slots = _observe_fifo(q)
+        consume, produce, slots = observe_queue(q, "storage", "fifo")
         connect(m, s.link, r.link)
         sent = Signal(COUNT_BITS)
         popped = Signal(COUNT_BITS)

@@ -27,33 +27,13 @@ from hw.credit import CreditSender
 from hw.packet import flit_layout
 from hw.switch.egress_queue import EgressQueue
 
+from .observe import observe_queue
 from .runner import Properties
 
 __all__ = ["SwitchEgressHarness"]
 
 COUNT_BITS = 8
 WIDTH = 128
-
-
-def _observe_queue(q):
-    """(read pointer, write pointer, slots) of ``q`` (an :class:`EgressQueue` not yet elaborated), driven
-    once it is elaborated: its memory's own port addresses and one added read port per slot."""
-    D = q.depth
-    rptr, wptr = Signal(range(D), name="q_rptr"), Signal(range(D), name="q_wptr")
-    slots = [Signal(q.width, name=f"q_slot{j}") for j in range(D)]
-    elaborate = q.elaborate
-
-    def observed(platform):
-        qm = elaborate(platform)
-        mem = qm.submodules.mem
-        qm.d.comb += [rptr.eq(mem.read_ports[0].addr), wptr.eq(mem.write_ports[0].addr)]
-        for j, slot in enumerate(slots):
-            port = mem.read_port(domain="comb")
-            qm.d.comb += [port.addr.eq(j), slot.eq(port.data)]
-        return qm
-
-    q.elaborate = observed
-    return rptr, wptr, slots
 
 
 class SwitchEgressHarness(wiring.Component):
@@ -73,7 +53,7 @@ class SwitchEgressHarness(wiring.Component):
         m = Module()
         D, L, K = self.depth, self.lanes, self.out_credits
         q, tx = self.queue, self.sender
-        rptr, wptr, slots = _observe_queue(q)
+        rptr, wptr, slots = observe_queue(q, "mem", "q")
         m.submodules.queue, m.submodules.sender = q, tx
         m.d.comb += [tx.i.valid.eq(q.r.valid), tx.i.payload.eq(q.r.payload), q.r.ready.eq(tx.i.ready)]
 

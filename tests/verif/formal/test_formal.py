@@ -9,16 +9,7 @@ from dysharp.cli import main
 from hw.credit import CreditReceiver, CreditSender
 from verif.formal.credit_link import CreditLinkHarness
 from verif.formal.runner import run_formal
-
-
-class GreedySender(CreditSender):
-    """A broken sender: it sends whenever offered a flit, credit or not."""
-
-    def elaborate(self, platform):
-        m = Module()
-        m.d.comb += [self.i.ready.eq(1), self.link.valid.eq(self.i.valid), self.link.flit.eq(self.i.payload)]
-        m.d.sync += self.credits_left.eq(self.credits_left - self.link.valid + self.link.credit)
-        return m
+from verif.mutants import GreedySender
 
 
 class LateFlitSender(CreditSender):

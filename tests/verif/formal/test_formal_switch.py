@@ -12,13 +12,13 @@ import hw.switch.ingress as ingress
 import hw.switch.input_unit as input_unit
 import hw.switch.nvswitch as nvswitch
 from dysharp.cli import main
-from hw.credit import CreditSender
 from hw.packet import ErrorCode
 from hw.switch.egress_queue import EgressQueue
 from verif.formal.receive_path import ReceivePathHarness
 from verif.formal.runner import run_formal
 from verif.formal.switch import SwitchHarness
 from verif.formal.switch_egress import SwitchEgressHarness
+from verif.mutants import GreedySender
 
 
 def _assert_all_hold(out: str, n: int, depth: int):
@@ -152,16 +152,6 @@ def test_switch_egress_one_lane_is_proven(tmp_path):
     h = SwitchEgressHarness(lanes=1)
     res, _ = run_formal("egress1", h, h.props, depth=2, cover_depth=10, workdir=tmp_path)
     assert all(r.ok and r.proof == "proven (k-induction, k = 2)" for r in res), res
-
-
-class GreedySender(CreditSender):
-    """A broken output sender: it sends whenever its queue has a flit, credit or not."""
-
-    def elaborate(self, platform):
-        m = Module()
-        m.d.comb += [self.i.ready.eq(1), self.link.valid.eq(self.i.valid), self.link.flit.eq(self.i.payload)]
-        m.d.sync += self.credits_left.eq(self.credits_left - self.link.valid + self.link.credit)
-        return m
 
 
 @pytest.mark.parametrize("prop,lanes,queue,sender", [
