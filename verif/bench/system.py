@@ -135,7 +135,7 @@ def check_harness(harness: str, sim: str | None) -> str:
     if harness not in HARNESSES:
         raise ValueError(f"--harness {harness!r}: valid: {', '.join(HARNESSES)}")
     if harness in FAST_HARNESSES and sim not in (None, "verilator"):
-        raise ValueError(f"--harness fast runs on Verilator only, not {sim!r}; use --harness cocotb --sim {sim}")
+        raise ValueError(f"--harness {harness} runs on Verilator only, not {sim!r}; use --harness cocotb --sim {sim}")
     return harness
 
 
