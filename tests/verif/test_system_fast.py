@@ -27,11 +27,11 @@ def figures(fig):
     return {**fig, "sim": {k: v for k, v in fig["sim"].items() if k not in WALL}}
 
 
-def fast_run(scheme, **extra):
+def fast_run(scheme, inputs_at_rise=True, **extra):
     from hw import registry
     from verif.harness.fastsim.system import build_system
     from verif.tb.system_fast import run_layer
-    lib, names, _ = build_system(PARAMS)
+    lib, names, _ = build_system(PARAMS, inputs_at_rise=inputs_at_rise)
     return run_layer(lib, names, registry.get("system").resolve(PARAMS), {**LAYER, "scheme": scheme, **extra})
 
 
@@ -47,6 +47,16 @@ def test_fast_harness_equals_cocotb(scheme, tmp_path):
     assert fast["cycles"]["total"] == {"deepep": 4021, "fused-unicast": 2731, "nvls": 4957, "dysharp-basic": 4164,
                                        "dysharp": 2931}[scheme]
     assert figures(fast) == figures(slow)
+
+
+@needs_verilator
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_inputs_at_rise_equal_the_falling_edge_latch(scheme):
+    """The default build (inputs registered at the rising edge, each cycle's inputs written before it, a
+    skipped stretch's last inputs loaded with no clock edge) gives every figure of the build that latches
+    them on the falling edge."""
+    assert figures(fast_run(scheme)) == figures(fast_run(scheme, inputs_at_rise=False))
 
 
 @needs_verilator
@@ -95,6 +105,8 @@ def test_port_table_covers_the_system_top():
     ports = top_ports(locked_verilog("system", PARAMS).read_text(), "system")
     main, names = render_system_main("system", ports, 4)
     assert sorted(names) == sorted(ports) and "@@" not in main
+    assert "#define INPUTS_AT_RISE 1" in main
+    assert "#define INPUTS_AT_RISE 0" in render_system_main("system", ports, 4, inputs_at_rise=False)[0]
     assert f"static constexpr int NPORTS = {len(ports)};" in main
     for g in range(4):
         for p in (f"mem_wr__{g}__payload", f"mem_rd_tx__{g}__resp__payload", f"desc__{g}__valid",
@@ -141,3 +153,20 @@ def test_registered_inputs_latch_every_input_but_the_clock():
     assert "assign \\a[0]  = a__sim_q[0];" in top and "sub u(.x(a__sim_q), .r(rst__sim_q), .c(clk));" in top
     assert "assign y = b__sim_q & \\a[0] ;" in top
     assert t.split("endmodule", 1)[1] == v.split("endmodule", 1)[1]          # other modules unchanged
+
+
+def test_registered_inputs_load_clock():
+    """With ``load`` the input registers load at the rising edge of a clock input of their own, added to
+    the top (the design's registers keep ``clk``); refused on the falling edge and for a name in use."""
+    from verif.harness.fastsim import registered_inputs
+    v = ("module top(clk, rst, a, y);\n  input clk;\n  wire clk;\n  input rst;\n  wire rst;\n"
+         "  input [7:0] a;\n  wire [7:0] a;\n  output y;\n  wire y;\n  assign y = a[0] & rst;\nendmodule\n")
+    top = registered_inputs(v, "top", "posedge", "sim_load")
+    assert top.startswith("module top(sim_load, clk, rst, a, y);\n  input sim_load;\n  wire sim_load;\n")
+    for name in ("rst", "a"):
+        assert f"always @(posedge sim_load) {name}__sim_q <= {name};" in top
+    assert "assign y = a__sim_q[0] & rst__sim_q;" in top and "clk__sim_q" not in top
+    with pytest.raises(ValueError, match="needs edge='posedge'"):
+        registered_inputs(v, "top", "negedge", "sim_load")
+    with pytest.raises(ValueError, match="already has a name 'y'"):
+        registered_inputs(v, "top", "posedge", "y")

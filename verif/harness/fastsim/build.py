@@ -70,7 +70,7 @@ def registered_reset(verilog: str, top: str) -> str:
     return verilog[:m.start()] + body[:ports_end] + rest + verilog[m.end():]
 
 
-def registered_inputs(verilog: str, top: str, edge: str = "negedge") -> str:
+def registered_inputs(verilog: str, top: str, edge: str = "negedge", load: str | None = None) -> str:
     """The Verilog with module ``top`` taking every input but ``clk`` through a register latched on the
     falling clock edge (``<input>__sim_q``; ``rst`` as :func:`registered_reset`, reset value 1, the others 0);
     unchanged when ``top`` has no ``clk`` input. ``edge="posedge"`` loads the registers at the rising edge
@@ -93,9 +93,16 @@ def registered_inputs(verilog: str, top: str, edge: str = "negedge") -> str:
     stage delays them by that edge): each rising edge loads the design's registers from the inputs of the
     cycle before, as without the stage, and the outputs sampled after it are evaluated from the inputs
     just driven (``docs/verification.md``).
+
+    ``load`` (with ``edge="posedge"``) names a clock input added to ``top`` that loads the registers in
+    place of ``clk``: a main that raises it with ``clk`` (in the same ``eval()``) sees the design as above,
+    and can raise it alone to give the design new inputs with no clock edge (the compiled system harness,
+    ``system_main.cpp``, does so once after each skipped quiet stretch).
     """
     if edge not in ("negedge", "posedge"):
         raise ValueError(f"edge must be 'negedge' or 'posedge', got {edge!r}")
+    if load is not None and (edge != "posedge" or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", load)):
+        raise ValueError(f"load={load!r} needs edge='posedge' and a Verilog name")
     m = re.search(rf"^module {re.escape(top)}\(.*?^endmodule", verilog, re.M | re.S)
     if not m:
         raise ValueError(f"module {top!r} not found in the Verilog")
@@ -115,8 +122,14 @@ def registered_inputs(verilog: str, top: str, edge: str = "negedge") -> str:
         width = f"[{hi}:0] " if hi else ""
         rest = rest.replace(f"  input {width}{q};\n  wire {width}{q};\n",
                             f"  input {width}{name};\n  wire {width}{name};\n  reg {width}{q} = "
-                            f"{1 if name == 'rst' else 0};\n  always @({edge} clk) {q} <= {name};\n", 1)
-    return verilog[:m.start()] + body[:ports_end] + rest + verilog[m.end():]
+                            f"{1 if name == 'rst' else 0};\n  always @({edge} {load or 'clk'}) {q} <= {name};\n", 1)
+    head = body[:ports_end]
+    if load is not None:
+        if re.search(rf"(?<![\w$\\.]){load}(?![\w$])", body):
+            raise ValueError(f"{top!r} already has a name {load!r}")
+        head = head.replace("(", f"({load}, ", 1)
+        rest = f"  input {load};\n  wire {load};\n" + rest
+    return verilog[:m.start()] + head + rest + verilog[m.end():]
 
 
 class FastsimBuildError(RuntimeError):

@@ -3,7 +3,8 @@
 
 :func:`build_system` compiles the Verilated top with ``system_main.cpp`` into a shared library (cached
 under ``build/fastsim/`` by the hash of the Verilog, the harness and the flags, like the switch fast path:
-the deduplicated blocks kept apart, every input latched: :func:`registered_inputs`); :class:`SystemLib` loads a fresh copy of it
+the deduplicated blocks kept apart, every input registered at the rising edge: :func:`registered_inputs`);
+:class:`SystemLib` loads a fresh copy of it
 (ctypes) and gives its ports by name. The library does every per-cycle job of the cocotb testbench
 :mod:`verif.tb.system` (the GPU memories and their ports, the descriptor feeders, the stream drivers and
 monitors, the link counters, the occupancy samples, the quiet-skip rule
@@ -42,8 +43,14 @@ _CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_
 PW = 8            # 32-bit words of a stream payload in the harness (system_main.cpp)
 
 
-def render_system_main(top: str, ports: dict, gpus: int) -> tuple[str, list[str]]:
-    """The C++ harness for ``top``'s ports and its port table (the names, in the harness's index order)."""
+#: The clock input that loads the registered inputs (:func:`registered_inputs` ``load``; system_main.cpp).
+SIM_LOAD = "sim_load"
+
+
+def render_system_main(top: str, ports: dict, gpus: int, inputs_at_rise: bool = True) -> tuple[str, list[str]]:
+    """The C++ harness for ``top``'s ports and its port table (the names, in the harness's index order);
+    ``inputs_at_rise``: for a top whose inputs are registered at the rising edge by :data:`SIM_LOAD`
+    (``registered_inputs(..., edge="posedge", load=SIM_LOAD)``), else latched on the falling edge."""
     names = sorted(ports)
     need = [f"mem_wr__0__{s}" for s in _VRP] + [f"{st}__0__{s}" for st in _STREAMS for s in _VRP] + \
         [f"switch_cfg__{s}" for s in _VRP] + ["probe", "switch_status__total", "clk", "rst"]
@@ -60,17 +67,22 @@ def render_system_main(top: str, ports: dict, gpus: int) -> tuple[str, list[str]
         ref = f"t->{cxx_name(name)}.data()" if w > 64 else f"&t->{cxx_name(name)}"
         bind.append(f"    P[{i}] = {{(void*){ref}, {w}}};")
     text = resources.files(__package__).joinpath("system_main.cpp").read_text()
-    for k, v in {"TOP": top, "GPUS": gpus, "NPORTS": len(names), "BIND": "\n".join(bind)}.items():
+    for k, v in {"TOP": top, "GPUS": gpus, "NPORTS": len(names), "BIND": "\n".join(bind),
+                 "INPUTS_AT_RISE": int(inputs_at_rise)}.items():
         text = text.replace(f"@@{k}@@", str(v))
     if "@@" in text:
         raise FastsimBuildError("unfilled template field in system_main.cpp")
     return text, names
 
 
-def build_system(params: dict, *, build_root: str | os.PathLike = "build") -> tuple[Path, list[str], float]:
+def build_system(params: dict, *, build_root: str | os.PathLike = "build",
+                 inputs_at_rise: bool = True) -> tuple[Path, list[str], float]:
     """Build (or reuse) the harness library of the system top at ``params``: (library, port names, build
-    seconds, 0 when reused). The library's copy of the Verilog has every input latched
-    (:func:`registered_inputs`)."""
+    seconds, 0 when reused). The library's copy of the Verilog has every input registered at the rising
+    edge, the harness writing each cycle's inputs before it (:func:`registered_inputs` with
+    ``edge="posedge"``): each cycle's logic is evaluated once. ``inputs_at_rise=False`` latches them on
+    the falling edge instead, the harness writing them after the rising edge (each cycle's logic evaluated
+    after both edges); the figures are the same."""
     from verif.harness.runner import locked_verilog, require_simulator
 
     require_simulator("verilator")
@@ -81,10 +93,12 @@ def build_system(params: dict, *, build_root: str | os.PathLike = "build") -> tu
     vpath = locked_verilog("system", params, build_root)
     verilog = vpath.read_text()
     ports = top_ports(verilog, "system")
-    main, names = render_system_main("system", ports, full["gpus"])
-    latched = build_root / "fastsim" / "latched" / vpath.name
+    main, names = render_system_main("system", ports, full["gpus"], inputs_at_rise)
+    latched = build_root / "fastsim" / "latched" / (vpath.name if not inputs_at_rise else
+                                                    f"{vpath.stem}-rise{vpath.suffix}")
     latched.parent.mkdir(parents=True, exist_ok=True)
-    text = registered_inputs(verilog, "system")
+    text = registered_inputs(verilog, "system", "posedge", SIM_LOAD) if inputs_at_rise else \
+        registered_inputs(verilog, "system")
     if not latched.exists() or latched.read_text() != text:
         latched.write_text(text)
     lib, build_s = _compile("system", params, latched, main, build_root, flags=SO_FLAGS, keep_apart=True)

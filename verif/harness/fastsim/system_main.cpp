@@ -1,6 +1,11 @@
 // Compiled harness of the whole-system top (hw/system.py), loaded by Python as a shared library (ctypes).
-// Every input of the top but clk is latched on the falling clock edge (registered_inputs in system.py):
-// inputs are written only while the clock is high, after a rising edge.
+// Every input of the top but clk goes through a register (registered_inputs in system.py). With
+// INPUTS_AT_RISE (the default build) the registers are loaded at the rising edge, by the clock input
+// sim_load raised with clk: the inputs of each cycle are written before the rising edge that starts it,
+// so the design sees at each edge the inputs of the cycle before, and the outputs sampled after it are
+// evaluated from the inputs just written; the falling edge triggers nothing, each cycle's logic is
+// evaluated once. Otherwise they are latched on the falling edge: inputs are written only while the
+// clock is high, after a rising edge, and the outputs are sampled after the falling edge.
 //
 // Template: verif/harness/fastsim/system.py fills the marked fields (top module, GPU count, port table).
 // C++ does every per-cycle job of the cocotb testbench verif/tb/system.py, cycle for cycle the same
@@ -208,13 +213,30 @@ static std::vector<int64_t> occ;             // pairs
 static int64_t cycle = 0, skipped = 0, dropped = 0, skip_pending = 0, quiet = 0, skip_interrupted = 0;
 static int64_t drop_k = 0, drop_period = 0, quiet_min = 64;
 
+#define INPUTS_AT_RISE @@INPUTS_AT_RISE@@
+
 static double eval_s = 0;                    // seconds inside the Verilated model's eval()
-static inline void eval_clk(int v) {
+static inline void eval_clk(int v) {         // a clock edge (with INPUTS_AT_RISE, sim_load's too)
     auto a = std::chrono::steady_clock::now();
     top->clk = v;
+#if INPUTS_AT_RISE
+    top->sim_load = v;
+#endif
     top->eval();
     eval_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
 }
+#if INPUTS_AT_RISE
+// The input registers loaded with no clock edge (clk high): the design's state stays, its outputs are
+// evaluated from the inputs just written.
+static inline void load_inputs() {
+    auto a = std::chrono::steady_clock::now();
+    top->sim_load = 0;
+    top->eval();
+    top->sim_load = 1;
+    top->eval();
+    eval_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+}
+#endif
 
 static uint32_t probe_words[(NL * 16 + 31) / 32 + 4];
 
@@ -364,6 +386,43 @@ static void sample() {
 
 // One step of the cycler: the rising edge of the next cycle (a pending skip first), drive, sample, the
 // skip rule. ``edges`` gets the rising edges it took (a skip: 1 + the simulated cycles of the stretch).
+#if INPUTS_AT_RISE
+// The same edges with the inputs registered at the rising edge: each cycle's inputs are driven before its
+// rising edge (drive() reads no output of the design), the clock falls after the sample. A skip's stretch:
+// the parked inputs are written before its first edge (which loads them), so every later edge of the
+// stretch sees them, as the falling-edge latch's; resumed() reads the outputs after the last one, from the
+// parked inputs, as there; then the cycle's drive is loaded with no clock edge (load_inputs) and sampled.
+static void step(int64_t* edges) {
+    cycle++;
+    *edges = 1;
+    if (skip_pending) {
+        int64_t n = skip_pending;
+        skip_pending = 0;
+        for (int g = 0; g < G; g++) {
+            Gpu& x = gpus[g];
+            x.wr.park(); x.rtx.req.park(); x.rrx.req.park(); x.rdy.park(); x.rel.park();
+        }
+        eval_clk(1);
+        int64_t k = drop_period, d = k ? (n - 1) / k * k : 0;
+        for (int64_t i = 0; i < n - d; i++) { eval_clk(0); eval_clk(1); }
+        *edges += n - d;
+        dropped += d;
+        cycle += n;
+        skipped += n;
+        resumed();
+        events = false;
+        drive();
+        load_inputs();
+    } else {
+        events = false;
+        drive();
+        eval_clk(1);
+    }
+    sample();
+    eval_clk(0);
+    skip_pending = skip_rule();
+}
+#else
 static void step(int64_t* edges) {
     eval_clk(1);
     cycle++;
@@ -389,6 +448,7 @@ static void step(int64_t* edges) {
     sample();
     skip_pending = skip_rule();
 }
+#endif
 
 static bool config_idle() {
     for (int g = 0; g < G; g++) if (!gpus[g].mmcfg.idle() || !gpus[g].cmd.idle()) return false;
@@ -451,6 +511,11 @@ void sys_watch(int g, int64_t win0, int64_t win_end, int64_t stride, int64_t met
 // latched on the falling edge (registered_inputs), so they change only while the clock is high: this
 // returns after the third rising edge with reset low, the testbench then writes its configuration ports
 // (as cocotb's does after that edge) and sys_settle() gives the falling edge that latches them all.
+// With INPUTS_AT_RISE this returns before the third rising edge, reset written low, the clock low; the
+// testbench writes its configuration ports and sys_settle() gives that edge (which loads them all, the
+// design seeing reset high) and the falling one. Either way the first eval() makes no edge (Verilator takes
+// the clock's first value as its previous one), so the first rising edge sees the registers' initial
+// values (reset high, the rest 0) and the second and third the reset drive.
 void sys_reset() {
     pset1(rst, 1);
     for (int g = 0; g < G; g++) {
@@ -460,13 +525,16 @@ void sys_reset() {
     }
     swcfg.drive();
     eval_clk(0);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < (INPUTS_AT_RISE ? 2 : 3); i++) {
         eval_clk(1);
-        if (i < 2) eval_clk(0);
+        if (INPUTS_AT_RISE || i < 2) eval_clk(0);
     }
     pset1(rst, 0);
 }
-void sys_settle() { eval_clk(0); }
+void sys_settle() {
+    if (INPUTS_AT_RISE) eval_clk(1);
+    eval_clk(0);
+}
 
 void sys_send(int which, int g, const uint32_t* w) {      // 0 desc, 1 cmd, 2 mm_cfg, 3 switch_cfg
     Pay p; std::memcpy(p.w, w, sizeof p.w);
