@@ -17,8 +17,9 @@ COMMANDS = {
               "Measure one hardware block in simulation (switch, AL-TLB, reduction, GPU side) and write its "
               "figures to build/bench/."),
     "system": ("dysharp.commands.system",
-               "Run a whole MoE layer on G GPU NICs and the DySHARP switch (deepep, fused-unicast, dysharp-basic, dysharp): "
-               "numpy check, cycles, flits, link-utilization plot and the estimator's prediction."),
+               "Run a whole MoE layer on G GPU NICs and the DySHARP switch (deepep, nvls, fused-unicast, "
+               "dysharp-basic, dysharp): numpy check, cycles, flits, link-utilization plot and the estimator's "
+               "prediction."),
     "formal": ("dysharp.commands.formal",
                "Prove the blocks' invariants (credit link, ...) with SymbiYosys and z3: a table of properties, "
                "proofs and covers."),
@@ -52,7 +53,7 @@ typical use:
   dysharp verilog -m switch --set ports=16
   dysharp bench al_tlb         one benchmark; figures in build/bench/al_tlb.json
   dysharp estimate --model deepseek-v3 --system gh200-nvl32
-  dysharp system --gpus 8 --tokens 256   a whole MoE layer in RTL, three schemes; build/system/
+  dysharp system --gpus 8 --tokens 256   a whole MoE layer in RTL, every scheme; build/system/
 
 output: Verilog in build/verilog/, benchmark JSON in build/bench/, area and power in synth_reports/,
 the study report and its step times in build/report/, tool logs of study steps in build/logs/.
