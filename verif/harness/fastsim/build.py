@@ -283,9 +283,9 @@ def _compile(module: str, params: dict, vpath: Path, main: str, build_root: Path
 
 
 def build(module: str, params: dict | None = None, *, build_root: str | os.PathLike = "build",
-          emission: str = "auto", latch_reset: bool = False) -> FastSim:
+          emission: str = "auto", latch_reset: bool = False, flags: list[str] | None = None) -> FastSim:
     """Build (or reuse) the fast-path binary of registered credit-link ``module`` at ``params``, from its
-    ``emission`` Verilog (:data:`hw.registry.EMISSIONS`)."""
+    ``emission`` Verilog (:data:`hw.registry.EMISSIONS`). ``flags`` replaces :data:`VERILATOR_FLAGS`."""
     from verif.harness.runner import require_simulator
 
     require_simulator("verilator")
@@ -302,7 +302,8 @@ def build(module: str, params: dict | None = None, *, build_root: str | os.PathL
     verilog = vpath.read_text()
     main = render_main(module, top_ports(verilog, module), n, flit_width, full["credits"],
                        full.get("out_credits") or full["credits"])
-    binary, build_s = _compile(module, params, vpath, main, build_root, latch_reset=latch_reset)
+    binary, build_s = _compile(module, params, vpath, main, build_root, flags=flags or VERILATOR_FLAGS,
+                               latch_reset=latch_reset)
     return FastSim(module, full, binary, n, flit_words(flit_width), build_s)
 
 
