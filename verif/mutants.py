@@ -2,6 +2,8 @@
 its mutant cannot fail). Each is the real block with one behaviour changed; :func:`register` adds them to
 the module registry under their own names, so the cocotb runner builds them like any module."""
 
+import contextlib
+
 from amaranth.hdl import Module, Signal
 
 from hw import registry
@@ -10,6 +12,17 @@ from hw.switch import reduction_buffer as _rb
 from hw.switch import reduction_engine as _re
 
 __all__ = ["AllStaleEvents", "AllStaleBuffer", "AllStaleEngine", "GreedySender", "register"]
+
+
+@contextlib.contextmanager
+def _swapped(module, name: str, replacement):
+    """``module.name`` is ``replacement`` while the block elaborates (its parent looks the name up then)."""
+    saved = getattr(module, name)
+    setattr(module, name, replacement)
+    try:
+        yield
+    finally:
+        setattr(module, name, saved)
 
 
 class GreedySender(CreditSender):
@@ -37,22 +50,16 @@ class AllStaleBuffer(_rb.ReductionBuffer):
     """The reduction buffer with :class:`AllStaleEvents`."""
 
     def elaborate(self, platform):
-        saved, _rb.EntryEvents = _rb.EntryEvents, AllStaleEvents
-        try:
+        with _swapped(_rb, "EntryEvents", AllStaleEvents):
             return super().elaborate(platform)
-        finally:
-            _rb.EntryEvents = saved
 
 
 class AllStaleEngine(_re.ReductionEngine):
     """The reduction engine with :class:`AllStaleBuffer`."""
 
     def elaborate(self, platform):
-        saved, _re.ReductionBuffer = _re.ReductionBuffer, AllStaleBuffer
-        try:
+        with _swapped(_re, "ReductionBuffer", AllStaleBuffer):
             return super().elaborate(platform)
-        finally:
-            _re.ReductionBuffer = saved
 
 
 MUTANTS = {"reduction_engine_all_stale": f"{__name__}:AllStaleEngine"}

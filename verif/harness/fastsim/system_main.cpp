@@ -384,6 +384,25 @@ static void sample() {
     occ_sample();
 }
 
+// A skip's stretch: every agent parks its inputs, and the stretch's cycles are clocked (whole rounds of
+// ``drop_period`` left out); then the agents read the outputs after its last edge (resumed).
+static void park_all() {
+    for (int g = 0; g < G; g++) {
+        Gpu& x = gpus[g];
+        x.wr.park(); x.rtx.req.park(); x.rrx.req.park(); x.rdy.park(); x.rel.park();
+    }
+}
+
+static void quiet_stretch(int64_t n, int64_t* edges) {
+    int64_t k = drop_period, d = k ? (n - 1) / k * k : 0;
+    for (int64_t i = 0; i < n - d; i++) { eval_clk(0); eval_clk(1); }
+    *edges += n - d;
+    dropped += d;
+    cycle += n;
+    skipped += n;
+    resumed();
+}
+
 // One step of the cycler: the rising edge of the next cycle (a pending skip first), drive, sample, the
 // skip rule. ``edges`` gets the rising edges it took (a skip: 1 + the simulated cycles of the stretch).
 #if INPUTS_AT_RISE
@@ -398,18 +417,9 @@ static void step(int64_t* edges) {
     if (skip_pending) {
         int64_t n = skip_pending;
         skip_pending = 0;
-        for (int g = 0; g < G; g++) {
-            Gpu& x = gpus[g];
-            x.wr.park(); x.rtx.req.park(); x.rrx.req.park(); x.rdy.park(); x.rel.park();
-        }
+        park_all();
         eval_clk(1);
-        int64_t k = drop_period, d = k ? (n - 1) / k * k : 0;
-        for (int64_t i = 0; i < n - d; i++) { eval_clk(0); eval_clk(1); }
-        *edges += n - d;
-        dropped += d;
-        cycle += n;
-        skipped += n;
-        resumed();
+        quiet_stretch(n, edges);
         events = false;
         drive();
         load_inputs();
@@ -430,17 +440,8 @@ static void step(int64_t* edges) {
     if (skip_pending) {
         int64_t n = skip_pending;
         skip_pending = 0;
-        for (int g = 0; g < G; g++) {
-            Gpu& x = gpus[g];
-            x.wr.park(); x.rtx.req.park(); x.rrx.req.park(); x.rdy.park(); x.rel.park();
-        }
-        int64_t k = drop_period, d = k ? (n - 1) / k * k : 0;
-        for (int64_t i = 0; i < n - d; i++) { eval_clk(0); eval_clk(1); }
-        *edges += n - d;
-        dropped += d;
-        cycle += n;
-        skipped += n;
-        resumed();
+        park_all();
+        quiet_stretch(n, edges);
     }
     events = false;
     drive();
