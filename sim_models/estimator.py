@@ -48,7 +48,7 @@ from .pipeline import PipelineInputs, run_pipeline
 from .routing import expected_distinct_gpus
 from .schedule import list_schedule
 from .system_config import SystemConfig
-from .traffic import DTYPES, SchemeTraffic, account, payload_bytes
+from .traffic import DTYPES, SchemeTraffic, account, dispatch_row_bytes, payload_bytes
 from .workload import Workload, build_workload
 
 __all__ = ["MODES", "COMBINES", "SCHEMES", "BASELINES", "ABLATIONS", "FULL", "UNFUSED_KERNELS", "Params", "SchemeResult", "Estimate",
@@ -139,6 +139,11 @@ class Params:
     block_n: int = 128                       # CTA block N (DeepGEMM's usual BLOCK_N)
     bandwidth_scale: float = 1.0             # scales links, switch datapath and reduction engines (a knob, 1 = as given)
     latency_scale: float = 1.0               # scales every latency and kernel overhead (a knob, 1 = as given)
+    row_meta_bytes: int = 0                  # per-token metadata (gate weights, expert ids) each dispatched row
+    #                                          carries in flits of its own after the hidden vector
+    #                                          (traffic.dispatch_row_bytes); 0: the hidden vector alone (the
+    #                                          deepep scheme's DeepEP layout has its own: sim_models.deepep).
+    #                                          sim_models.rtl_scale passes the RTL row's gate + metadata flits
     nvls_issuer_in_group: bool = False       # nvls: the static group includes the issuing GPU, so its own rows
     #                                          cross the switch too and its own partial is read through it
     #                                          (traffic.account; the RTL switch's group table does this:
@@ -192,6 +197,8 @@ class Params:
             bad("block_n", "must be an integer in 1..1024")
         if not (isinstance(self.deepep_sms, int) and self.deepep_sms >= 2 and self.deepep_sms % 2 == 0):
             bad("deepep_sms", "must be an even integer >= 2 (DeepEP pairs its SMs)")
+        if not (isinstance(self.row_meta_bytes, int) and self.row_meta_bytes >= 0):
+            bad("row_meta_bytes", "must be an integer >= 0")
         if not 0 <= self.explicit_sm_fraction < 1:
             bad("explicit_sm_fraction", "must be in [0, 1)")
         if self.bandwidth_scale <= 0:
@@ -332,9 +339,10 @@ class _Context:
 @dataclasses.dataclass
 class _Pass:
     name: str
-    s_d: int
-    s_c: int
+    s_d: int               # bytes of one dispatched row (traffic.dispatch_row_bytes)
+    s_c: int               # bytes of one combined row (BF16)
     gemm_factor: float
+    dtype: str = "fp8"     # the dispatched rows' dtype
 
 
 def _push(dyn: SchemeTraffic, uni: SchemeTraffic) -> SchemeTraffic:
@@ -608,8 +616,8 @@ def _run_pass(ctx: _Context, spec: SchemeSpec, ps: _Pass, tr: SchemeTraffic, sms
     if spec.name in DEEPEP_SCHEMES and ctx.p.deepep_protocol:
         # DeepEP's copy protocol (sim_models.deepep): the links' time of its stores or its SMs' issue loop.
         lat = ctx.latencies(kind, tiled=False)
-        dtype = "bf16" if ps.s_d == payload_bytes(ctx.m.hidden, "bf16") else ctx.p.dtype
-        disp, comb, extra = deepep.phase_times(ctx, tr, disp - lat[0], comb - lat[1], lat, ctx.p.deepep_sms, dtype)
+        disp, comb, extra = deepep.phase_times(ctx, tr, disp - lat[0], comb - lat[1], lat, ctx.p.deepep_sms,
+                                               ps.dtype)
         extra = {"deepep": extra}
     S = ctx.s.sms
     full_gemm = float(np.max(ctx.gpu_gemm)) * ps.gemm_factor
@@ -695,25 +703,26 @@ def estimate(model: ModelConfig, system: SystemConfig, params: Params = Params()
                                     placement=params.placement, seed=params.seed, tile=params.tile,
                                     n_group=model.n_group, topk_group=model.topk_group)
     ctx = _Context(model, sysx, params, cal, wl, gemm_on=gemm_on)
-    passes = [_Pass("forward", payload_bytes(model.hidden, params.dtype), payload_bytes(model.hidden, "bf16"), 1.0)]
+    flit = sysx.port_bytes_per_cycle
+    passes = [_Pass("forward", dispatch_row_bytes(model.hidden, params.dtype, params.row_meta_bytes, flit),
+                    payload_bytes(model.hidden, "bf16"), 1.0, params.dtype)]
     if params.mode == "training":
         # Backward: the output gradient goes out like a dispatch (multicast to the same GPUs), the input
-        # gradient comes back like a combine (summed); both BF16. dgrad + wgrad = 2x the forward FLOPs.
+        # gradient comes back like a combine (summed); both BF16, no metadata (the forward pass carried it).
+        # dgrad + wgrad = 2x the forward FLOPs.
         bf = payload_bytes(model.hidden, "bf16")
-        passes.append(_Pass("backward", bf, bf, 2.0))
+        passes.append(_Pass("backward", bf, bf, 2.0, "bf16"))
     kinds = {SCHEMES[s].traffic for s in schemes}
     if params.combine != "pull":
         kinds |= {"dynamic", "unicast"}        # DySHARP's push combine: dynamic dispatch, unicast partials
-    flit = sysx.port_bytes_per_cycle
     traffic = {ps.name: {k: account(wl.dest, k, ps.s_d, ps.s_c, flit, MAX_PAYLOAD,
                                     issuer_in_group=params.nvls_issuer_in_group and k == "nvls") for k in kinds}
                for ps in passes}
     deepep_on = params.deepep_protocol and any(s in DEEPEP_SCHEMES for s in schemes)
     if deepep_on:
         for ps in passes:
-            dt = "bf16" if ps.s_d == payload_bytes(model.hidden, "bf16") else params.dtype
             traffic[ps.name]["deepep"] = deepep.deepep_traffic(
-                traffic[ps.name]["unicast"], deepep.CURRENT, model.hidden, dt, model.top_k, flit, MAX_PAYLOAD)
+                traffic[ps.name]["unicast"], deepep.CURRENT, model.hidden, ps.dtype, model.top_k, flit, MAX_PAYLOAD)
     results = {}
     for name in schemes:
         spec = SCHEMES[name]

@@ -18,6 +18,9 @@ states the same configuration to the estimator:
   DeepSeek-V3, G = 8, 4096 tokens per GPU: 3.45 M cycles of GEMM against 1.32 M scaled linearly);
 * a run whose GEMM times are overridden (``gemm_cycles``) scales both rates once more, by the ratio of
   the overridden to the derived per-tile time;
+* the RTL's dispatched row: the hidden vector padded to whole flits, then its gate flit and its metadata
+  flit (``Params.row_meta_bytes`` = the layer's ``row_meta_bytes``; :func:`sim_models.traffic.dispatch_row_bytes`
+  sizes the row for both, and the layer's flit count is :func:`sim_models.traffic.account`'s with it);
 * no link latency and no kernel overhead (the RTL links are wires and the testbench launches no kernels),
   the switch latency of the DySHARP switch (``switch_latency`` cycles, docs/architecture.md);
 * no communication SMs (``Params.comm_sms=0``): the RTL NICs issue every transfer from descriptors, so
@@ -32,6 +35,12 @@ states the same configuration to the estimator:
 
 and :func:`predict_cycles` runs :func:`sim_models.estimator.estimate` on the RTL run's own routing and
 placement (:func:`sim_models.workload.workload_from_routing`), converting seconds to cycles.
+
+:func:`full_size` is the estimator's figure for the same layer unscaled: the real model on a real system of
+at least G GPUs (:func:`full_size_system`: the layer's own system when it has enough, else the first of
+:data:`FULL_SIZE_SYSTEMS` that does), G GPUs, the run's tokens and routing, and every other input at the
+estimator's defaults (prefill: the baselines' unfused kernels, DeepEP's copy protocol, communication SMs):
+what the scaled run stands for.
 """
 
 import dataclasses
@@ -43,7 +52,8 @@ from .moe_config import load_model
 from .system_config import load_system
 from .workload import workload_from_routing
 
-__all__ = ["scaled_configs", "gemm_configs", "predict_cycles", "ESTIMATOR_SCHEME"]
+__all__ = ["scaled_configs", "gemm_configs", "predict_cycles", "full_size", "full_size_system", "ESTIMATOR_SCHEME",
+           "FULL_SIZE_SYSTEMS"]
 
 
 def scaled_configs(model: str, gpus: int, hidden: int, system: str = "hgx-h100", rtl_links: int = 1,
@@ -97,13 +107,44 @@ def predict_cycles(layer, schemes, calibration=None) -> dict:
     # (no per-token metadata stores, no SM-issued copy loop).
     # comm_sms=0: the RTL NICs issue every transfer from descriptors, so no SMs are kept from the GEMMs.
     # nvls_issuer_in_group: the RTL's static group holds every GPU, the issuer included.
+    # row_meta_bytes: the RTL's dispatched row carries its gate and metadata flits after the hidden vector.
     est = estimate(ms, ss, Params(tokens_per_gpu=layer.T, dtype=p.dtype, tile=p.tile_size, gpus=layer.G,
                                   seed=p.seed, block_m=None, bf16_gemm_efficiency=Params.gemm_efficiency,
                                   unfused_kernels=False, combine="pull", comm_sms=0,
-                                  deepep_protocol=False, nvls_issuer_in_group=True),
+                                  deepep_protocol=False, nvls_issuer_in_group=True,
+                                  row_meta_bytes=layer.row_meta_bytes),
                    calibration=calibration,
                    schemes=[ESTIMATOR_SCHEME.get(s, s) for s in schemes], workload=wl,
                    gemm_on=gemm_configs(p.model, layer.hidden, p.system, p.rtl_links, scale))
     f = ss.switch_clock_ghz * 1e9
     return {s: {k: getattr(est.results[ESTIMATOR_SCHEME.get(s, s)], k) * f
                 for k in ("total", "dispatch", "gemm", "combine")} for s in schemes}
+
+
+# Real systems for the full-size figure, smallest first: an 8-GPU HGX, one NVL32 plane, an NVL72 rack.
+FULL_SIZE_SYSTEMS = ("hgx-h100", "gh200-nvl32", "nvl72")
+
+
+def full_size_system(gpus: int, system: str = "hgx-h100") -> str:
+    """The system the full-size figure of a G-GPU layer runs on: ``system`` (the layer's) when it has at least
+    ``gpus`` GPUs, else the first of :data:`FULL_SIZE_SYSTEMS` that has."""
+    for name in (system, *FULL_SIZE_SYSTEMS):
+        if load_system(name).gpus >= gpus:
+            return name
+    raise ValueError(f"no system of {', '.join(FULL_SIZE_SYSTEMS)} has {gpus} GPUs")
+
+
+def full_size(layer, schemes, calibration=None) -> dict:
+    """The estimator's figure for ``layer`` (a :class:`verif.models.moe_layer.MoeLayer`) at full size (module
+    docstring): ``{"model", "system", "gpus", "tokens_per_gpu", "mode", "dtype", "us": {scheme: layer time},
+    "speedup": {scheme: its time / dysharp's}}``, keyed by the RTL schemes' names."""
+    p = layer.p
+    system = full_size_system(layer.G, p.system)
+    wl = workload_from_routing(layer.routing, layer.placement, layer.G, tile=p.tile_size)
+    est = estimate(load_model(p.model), load_system(system),
+                   Params(tokens_per_gpu=layer.T, dtype=p.dtype, tile=p.tile_size, gpus=layer.G, seed=p.seed),
+                   calibration=calibration, schemes=[ESTIMATOR_SCHEME.get(s, s) for s in schemes], workload=wl)
+    us = {s: est.results[ESTIMATOR_SCHEME.get(s, s)].total * 1e6 for s in schemes}
+    full = est.results["dysharp"].total * 1e6
+    return {"model": p.model, "system": system, "gpus": layer.G, "tokens_per_gpu": layer.T, "mode": est.params.mode,
+            "dtype": p.dtype, "us": us, "speedup": {s: v / full for s, v in us.items()}}

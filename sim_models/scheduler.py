@@ -69,6 +69,8 @@ import math
 
 import numpy as np
 
+from .traffic import dispatch_row_bytes
+
 __all__ = [
     "FREE", "FILLING", "READY", "GEMM2_DONE", "COMBINE_ISSUED", "STATE_NAMES",
     "EXPECT", "DONE", "RETIRE", "CLEAR", "TRACKER_ERRORS",
@@ -369,14 +371,11 @@ class SchedulerParams:
 
 def token_row_flits(hidden: int, *, dtype: str = "fp8", flit_bytes: int = 16, meta_flits: int = 1) -> int:
     """Flits of one dispatched token row: the hidden vector (FP8 adds one fp32 scale per 128 channels,
-    as DeepSeek sends it; BF16 is 2 B per element) plus ``meta_flits`` of routing metadata."""
-    if dtype == "fp8":
-        nbytes = hidden + 4 * math.ceil(hidden / 128)
-    elif dtype == "bf16":
-        nbytes = 2 * hidden
-    else:
+    as DeepSeek sends it; BF16 is 2 B per element) plus ``meta_flits`` of routing metadata
+    (:func:`sim_models.traffic.dispatch_row_bytes`)."""
+    if dtype not in ("fp8", "bf16"):
         raise ValueError(f"dtype must be 'fp8' or 'bf16', got {dtype!r}")
-    return math.ceil(nbytes / flit_bytes) + meta_flits
+    return math.ceil(dispatch_row_bytes(hidden, dtype, meta_flits * flit_bytes, flit_bytes) / flit_bytes)
 
 
 def tile_gemm_cycles(hidden: int, expert_ffn: int, tile_size: int, sms: int, *, gpu_tflops: float = 989.0,

@@ -26,7 +26,10 @@ Schemes (``SCHEMES``):
   with a plain header.
 
 Payload sizes (:func:`payload_bytes`): BF16 is 2 B per channel; FP8 is 1 B per channel plus one FP32 scale
-per 128 channels (DeepSeek-V3/DeepEP's fine-grained quantisation). Combine is always BF16.
+per 128 channels (DeepSeek-V3/DeepEP's fine-grained quantisation). Combine is always BF16. A dispatched row
+(:func:`dispatch_row_bytes`) is that hidden vector, plus the token's per-token metadata (gate weights,
+expert ids) in flits of its own when it carries any: the one row size :func:`account`'s callers pass, the
+RTL's layer (:mod:`verif.models.moe_layer`) and the estimator alike.
 
 Wire sizes come from :mod:`hw.packet` only (``wire_flits``): every packet is a header flit plus payload
 flits, at most ``max_payload_bytes`` of payload each; a read/ld_reduce request is the header flits of the
@@ -40,7 +43,7 @@ import numpy as np
 
 from hw.packet import wire_flits
 
-__all__ = ["SCHEMES", "DTYPES", "payload_bytes", "TokenDestinations", "WireCosts", "wire_costs",
+__all__ = ["SCHEMES", "DTYPES", "payload_bytes", "dispatch_row_bytes", "TokenDestinations", "WireCosts", "wire_costs",
            "PhaseTraffic", "SchemeTraffic", "account"]
 
 SCHEMES = ("unicast", "nvls", "dynamic", "explicit")
@@ -56,6 +59,18 @@ def payload_bytes(hidden: int, dtype: str) -> int:
     if dtype == "fp8":
         return hidden + SCALE_BYTES * math.ceil(hidden / SCALE_GROUP)
     raise ValueError(f"unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}")
+
+
+def dispatch_row_bytes(hidden: int, dtype: str, meta_bytes: int = 0, flit_bytes: int = 16) -> int:
+    """Bytes of one dispatched token row: the hidden vector (:func:`payload_bytes`) and, when the row carries
+    ``meta_bytes`` of per-token metadata (its gate weights and expert ids), the vector padded to whole flits
+    and the metadata in whole flits after it (the RTL's row: :func:`verif.models.moe_layer.encode_row`)."""
+    x = payload_bytes(hidden, dtype)
+    if not (isinstance(meta_bytes, int) and meta_bytes >= 0):
+        raise ValueError(f"meta_bytes={meta_bytes!r}: must be an integer >= 0")
+    if meta_bytes == 0:
+        return x
+    return (math.ceil(x / flit_bytes) + math.ceil(meta_bytes / flit_bytes)) * flit_bytes
 
 
 @dataclasses.dataclass

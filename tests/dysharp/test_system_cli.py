@@ -1,5 +1,6 @@
 """``dysharp system``: bad arguments are refused with the valid values (no simulation starts); the
-estimator's prediction of the scaled configuration; the calibration figures a run hands the estimator."""
+estimator's prediction of the scaled configuration and its full-size figure (``--predict-only``); the
+calibration figures a run hands the estimator."""
 
 import json
 
@@ -48,6 +49,65 @@ def test_prediction_of_the_scaled_configuration():
     # nvls gathers every token to every GPU, the issuer included (the RTL's static group), and reads every
     # GPU's partial: its phases are the slowest of the sequential schemes'
     assert p["nvls"]["dispatch"] > p["deepep"]["dispatch"] and p["nvls"]["combine"] > p["deepep"]["combine"]
+
+
+@pytest.mark.parametrize("dtype, hidden", [("fp8", 128), ("bf16", 128), ("fp8", 7168)])
+def test_prediction_charges_the_rtl_rows(dtype, hidden):
+    """The estimator's dispatched row under rtl_scale is the RTL's (hidden vector, gate flit, metadata flit):
+    with one flit per cycle per link and no link latency, each sequential scheme's dispatch alone is the
+    busiest link direction's flits as the layer counts them (``MoeLayer.predicted_flits``, the flits every
+    run checks on the links) plus the switch's latency, exactly."""
+    from sim_models.rtl_scale import predict_cycles
+    from sim_models.traffic import dispatch_row_bytes
+    L = build_layer(model="deepseek-v3", gpus=4, tokens=16, hidden=hidden, seed=1, dtype=dtype, gemm_cycles=(64, 32))
+    assert dispatch_row_bytes(hidden, dtype, L.row_meta_bytes) == L.row_flits * 16
+    p = predict_cycles(L, ["deepep", "nvls"])
+    for s in ("deepep", "nvls"):
+        f = L.predicted_flits(s)["dispatch"]
+        assert p[s]["dispatch"] == pytest.approx(max(max(f["up"]), max(f["down"])) + L.p.switch_latency, abs=1e-6)
+
+
+def test_full_size_figure():
+    """The estimator's full-size figure of a scaled run: the real model on the smallest real system with G
+    GPUs, the run's tokens and routing, the estimator's defaults otherwise (what ``dysharp estimate`` runs)."""
+    from sim_models.estimator import Params, estimate
+    from sim_models.moe_config import load_model
+    from sim_models.rtl_scale import full_size, full_size_system
+    from sim_models.system_config import load_system
+    from sim_models.workload import workload_from_routing
+    assert [full_size_system(g) for g in (4, 8, 16, 32, 64)] == ["hgx-h100", "hgx-h100", "gh200-nvl32",
+                                                               "gh200-nvl32", "nvl72"]
+    with pytest.raises(ValueError, match="has 128 GPUs"):
+        full_size_system(128)
+    L = build_layer(model="deepseek-v3", gpus=8, tokens=64, hidden=128, seed=3)
+    fs = full_size(L, ["deepep", "fused-unicast", "dysharp"])
+    assert (fs["system"], fs["gpus"], fs["tokens_per_gpu"], fs["mode"]) == ("hgx-h100", 8, 64, "prefill")
+    e = estimate(load_model("deepseek-v3"), load_system("hgx-h100"), Params(tokens_per_gpu=64, gpus=8, seed=3),
+                 schemes=["deepep", "ccfuser"], workload=workload_from_routing(L.routing, L.placement, 8))
+    assert fs["us"] == pytest.approx({"deepep": e.results["deepep"].total * 1e6,
+                                      "fused-unicast": e.results["ccfuser"].total * 1e6,
+                                      "dysharp": e.results["dysharp"].total * 1e6})
+    assert fs["speedup"]["deepep"] == pytest.approx(e.speedup("deepep")) and fs["speedup"]["dysharp"] == 1.0
+
+
+def test_predict_only_builds_nothing(tmp_path, capsys, monkeypatch):
+    """``--predict-only`` prints the prediction and the full-size figure and returns before any build."""
+    import verif.harness.fastsim.system as fastsim
+
+    def no_build(*a, **k):
+        raise AssertionError("--predict-only built the RTL")
+    monkeypatch.setattr(fastsim, "build_system", no_build)
+    out = tmp_path / "out"
+    assert main(["system", "--gpus", "4", "--tokens", "16", "--gemm", "64,32", "--predict-only",
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "11 flits per dispatched row" in text
+    for s in ("deepep", "fused-unicast", "nvls", "dysharp-basic", "dysharp"):
+        assert f"| {s} " in text
+    assert "estimator at full size (deepseek-v3 on hgx-h100, G = 4, 16 tokens per GPU, prefill" in text
+    assert not out.exists()
+    # the same argument checks as a run
+    assert main(["system", "--gpus", "6", "--predict-only"]) == 2
 
 
 def test_calibration_figures_reach_the_estimator(tmp_path):

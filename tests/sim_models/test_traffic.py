@@ -7,7 +7,7 @@ from sim_models import routing as rt
 from sim_models.pipeline import PipelineInputs, run_pipeline
 from sim_models.schedule import list_schedule
 from sim_models.scheduler import maxplus_scan
-from sim_models.traffic import SCHEMES, TokenDestinations, account, payload_bytes
+from sim_models.traffic import SCHEMES, TokenDestinations, account, dispatch_row_bytes, payload_bytes
 from sim_models.workload import build_workload
 
 # Wire sizes with 16-B flits and 256-B packet payloads (hw.packet.wire_flits): a 100-B payload is
@@ -99,6 +99,19 @@ def test_payload_sizes():
     with pytest.raises(ValueError, match="valid: unicast"):
         account(_two_gpus(), "mesh", 1, 1)
     assert set(SCHEMES) == {"unicast", "nvls", "dynamic", "explicit"}
+
+
+def test_dispatch_row_bytes():
+    """A row without metadata is the hidden vector alone; with metadata the vector is padded to whole flits
+    and the metadata takes flits of its own (the RTL's row: hidden 128 FP8 is 132 B = 9 flits, then its gate
+    and metadata flits)."""
+    assert dispatch_row_bytes(7168, "fp8") == payload_bytes(7168, "fp8")
+    assert dispatch_row_bytes(128, "fp8", 32) == (9 + 2) * 16
+    assert dispatch_row_bytes(128, "bf16", 32) == (16 + 2) * 16
+    assert dispatch_row_bytes(7168, "fp8", 17) == (462 + 2) * 16
+    assert dispatch_row_bytes(128, "fp8", 32, flit_bytes=32) == (5 + 1) * 32
+    with pytest.raises(ValueError, match="meta_bytes=-1"):
+        dispatch_row_bytes(128, "fp8", -1)
 
 
 def test_workload_structure(seed):

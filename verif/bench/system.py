@@ -14,11 +14,16 @@ then writes, under ``--out`` (default ``build/system/``):
   tile ready cycles and latencies, pipeline fill (first tile ready) and drain (cycles after the last
   GEMM), link
   utilization per ``bin`` cycles, simulated cycles/s), the estimator's prediction of the same scaled
-  configuration (:func:`sim_models.rtl_scale.predict_cycles`) and the calibration figures;
+  configuration (:func:`sim_models.rtl_scale.predict_cycles`), the estimator's full-size figure for the
+  same G, tokens and routing on a real system (:func:`sim_models.rtl_scale.full_size`) and the
+  calibration figures;
 * ``<point>.png``: both link directions' utilization over time, one panel per scheme;
 * ``build/bench/system.json``: the calibration figures the estimator reads (:mod:`sim_models.calibration`):
   the AL-TLB misses per translated key under MoE traffic and the tile ready latency (last row landed -> tile ready) of the
   fused run; and how much they move the full-scale estimate (DeepSeek-V3 on the default system).
+
+``--predict-only`` prints the estimator's prediction of the scaled run and its full-size figure and exits
+before any build (the same argument checks; nothing written).
 
 Bad arguments (model, scheme, GPU count, tokens, hidden size) are refused with the valid values. A GPU
 that stops answering (``--silent-gpu G --silent-at CYCLE``, a fault) ends its run with a timeout that
@@ -69,6 +74,9 @@ def add_arguments(p) -> None:
                    help="clock the DUT through every quiet cycle the testbench skips, instead of leaving out "
                         "whole rounds of them (the figures are the same; about 10x slower)")
     p.add_argument("--out", default="build/system", help="output folder (default: build/system)")
+    p.add_argument("--predict-only", action="store_true",
+                   help="print the estimator's prediction of the scaled run and its full-size figure, then exit "
+                        "(no build, no run)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,9 +288,25 @@ def scheme_table(figs: dict, pred: dict, gpus: int) -> str:
                         "sim cycles/s"])
 
 
+def prediction_table(pred: dict) -> str:
+    """The estimator's prediction of the scaled run per scheme (Markdown): cycles per phase and the total."""
+    rows = [[s, *(f"{p[k]:,.0f}" for k in ("dispatch", "gemm", "combine", "total")),
+             f"{p['total'] / pred['dysharp']['total']:.3f}x" if "dysharp" in pred else "-"]
+            for s, p in pred.items()]
+    return table(rows, ["scheme", "dispatch alone", "GEMM", "combine alone", "total (cycles)", "dysharp over it"])
+
+
+def full_size_line(fs: dict) -> str:
+    """One line: the estimator's full-size figure (:func:`sim_models.rtl_scale.full_size`)."""
+    sp = ", ".join(f"{v:.3f}x over {s}" for s, v in fs["speedup"].items() if s != "dysharp")
+    us = ", ".join(f"{s} {v:,.1f}" for s, v in fs["us"].items())
+    return (f"estimator at full size ({fs['model']} on {fs['system']}, G = {fs['gpus']}, {fs['tokens_per_gpu']} "
+            f"tokens per GPU, {fs['mode']}, this routing): {us} us" + (f"; dysharp {sp}" if sp else ""))
+
+
 def run(args) -> int:
     from sim_models.calibration import load_calibration
-    from sim_models.rtl_scale import predict_cycles
+    from sim_models.rtl_scale import full_size, predict_cycles
     from verif.harness.runner import SIMULATORS, verilator_env
     schemes = parse_schemes(args.scheme)
     point = check_point(args.model, args.gpus, args.tokens, args.hidden, args.seed, args.gemm)
@@ -301,7 +325,18 @@ def run(args) -> int:
     for scheme in schemes:         # a point the work lists cannot represent is refused before the build
         L.check_scheme(scheme)
     # The prediction uses the block benchmarks' calibration, not a previous run's system figures.
-    pred = predict_cycles(L, schemes, calibration=load_calibration(["build/bench"], exclude=("system",)))
+    cal0 = load_calibration(["build/bench"], exclude=("system",))
+    pred = predict_cycles(L, schemes, calibration=cal0)
+    full = full_size(L, schemes, calibration=cal0)
+    if args.predict_only:
+        d = L.describe()
+        print(f"{d['model']}: G={point.gpus}, {point.tokens} tokens/GPU, hidden {point.hidden} "
+              f"(x{d['hidden_factor']:.0f} scaled down), {d['row_flits']} flits per dispatched row, GEMM "
+              f"{d['gemm_tile_cycles'][0]}/{d['gemm_tile_cycles'][1]} cycles per tile"
+              f"{' (overridden)' if point.gemm else ''}; the estimator's prediction of the scaled run:")
+        print(prediction_table(pred))
+        print(full_size_line(full))
+        return 0
     longest = max(p["total"] for p in pred.values())
     timeout = args.timeout or int(4 * longest) + 20_000
     bin_cycles = args.bin or max(16, int(longest / 200))
@@ -344,13 +379,16 @@ def run(args) -> int:
         return 1
     report = {"point": dataclasses.asdict(point), "layer": d, "sim": sim, "harness": harness, "build_s": build_s,
               "runs_wall_s": runs_s,
-              "jobs": jobs, "clock_quiet": args.clock_quiet, "schemes": figs, "failed": failed, "predicted": pred}
+              "jobs": jobs, "clock_quiet": args.clock_quiet, "schemes": figs, "failed": failed, "predicted": pred,
+              "full_size": full}
     print(scheme_table(figs, pred, point.gpus))
     if "dysharp" in figs:
         for s in SCHEMES[:-1]:
             if s in figs:
                 print(f"speedup of dysharp over {s}: measured {figs[s]['cycles']['total'] / figs['dysharp']['cycles']['total']:.3f}x, "
-                      f"predicted {pred[s]['total'] / pred['dysharp']['total']:.3f}x")
+                      f"predicted {pred[s]['total'] / pred['dysharp']['total']:.3f}x, "
+                      f"full size {full['speedup'][s]:.3f}x")
+    print(full_size_line(full))
     cal = calibration_figures(figs)
     report["calibration"] = cal
     bench = Path("build/bench")
@@ -387,6 +425,8 @@ def markdown(report: dict) -> str:
              f"{d['gemm_tile_cycles'][1]} cycles per tile. Every scheme's outputs equal numpy bit for bit and its "
              f"link flits equal `sim_models.traffic`'s.", ""]
     lines.append(scheme_table(report["schemes"], report["predicted"], pt["gpus"]))
+    if report.get("full_size"):
+        lines += ["", f"The {full_size_line(report['full_size'])}."]
     for s, why in report.get("failed", {}).items():
         lines.append(f"\n**{s} failed**: {why}")
     if report.get("png"):

@@ -117,6 +117,7 @@ FUSED_SCHEMES = ("fused-unicast", "dysharp")       # token-centric: combine over
 DTYPES = ("fp8", "bf16")
 FLIT_BYTES = 16
 META_ENTRIES = 8
+ROW_META_FLITS = 2          # a dispatched row's gate flit and metadata flit, after the hidden vector
 
 # Group handles: memory manager + AL-TLB (dynamic), request-generator rbase entries (unicast, static) and
 # the switch's static group table (nvls).
@@ -326,7 +327,9 @@ class MoeLayer:
         self.weights = [(_sparse_ternary(rng, f, h), _sparse_ternary(rng, f, h), _sparse_ternary(rng, h, f))
                         for _ in range(self.E)]
         # Rows.
-        self.row_flits = token_row_flits(h, dtype=p.dtype, meta_flits=2)    # + gate flit + metadata flit
+        # + gate flit + metadata flit: traffic.dispatch_row_bytes, the row size the estimator charges too
+        self.row_meta_bytes = ROW_META_FLITS * FLIT_BYTES
+        self.row_flits = token_row_flits(h, dtype=p.dtype, meta_flits=ROW_META_FLITS)
         self.meta_flit = self.row_flits - 1
         self.comb_flits = math.ceil(traffic.payload_bytes(h, "bf16") / FLIT_BYTES)
         self.row_shift = max(4, (max(self.row_flits, self.comb_flits) * FLIT_BYTES - 1).bit_length())
