@@ -48,7 +48,8 @@ def overhead_lines(out: Path) -> list[str]:
 
 def speedup_lines(out: Path) -> list[str]:
     """Measured speedups of ``dysharp`` over the other schemes of the study's layer, with the estimator's
-    prediction of the same scaled layer, and the estimator's full-scale figure for DeepSeek-V3."""
+    prediction of the same scaled layer and its figure for that layer at full size (same G, tokens and
+    routing), and the estimator's full-scale figure for DeepSeek-V3."""
     lines = []
     runs = sorted((out / "system").glob("*.json")) if (out / "system").exists() else []
     runs = [p for p in runs if p.name.count(".") == 1]          # the point's report, not a scheme's file
@@ -61,10 +62,16 @@ def speedup_lines(out: Path) -> list[str]:
             lines.append(f"- RTL layer `{p.name}`: the dysharp scheme did not complete.")
             continue
         d = figs["dysharp"]["cycles"]["total"]
+        full = r.get("full_size")
         parts = [f"{figs[s]['cycles']['total'] / d:.3f}x over {s} (predicted "
-                 f"{pred[s]['total'] / pred['dysharp']['total']:.3f}x)" for s in figs if s != "dysharp"]
+                 f"{pred[s]['total'] / pred['dysharp']['total']:.3f}x"
+                 + (f", full size {full['speedup'][s]:.3f}x" if full and s in full["speedup"] else "") + ")"
+                 for s in figs if s != "dysharp"]
         lines.append(f"- RTL-measured, {r['layer']['model']}, G = {pt['gpus']}, {pt['tokens']} tokens per GPU, "
                      f"hidden {pt['hidden']}: dysharp {', '.join(parts)}.")
+        if full:
+            lines.append(f"  Full size: the estimator on {full['system']}, the real model at the same G, tokens and "
+                         f"routing (`sim_models/rtl_scale.py`).")
         failed = r.get("failed") or {}
         if failed:
             lines.append(f"  Failed schemes: {', '.join(failed)}.")

@@ -7,17 +7,19 @@ import json
 from dysharp.report_summary import summary
 
 
-def _system_report(path, cycles, predicted):
+def _system_report(path, cycles, predicted, full=None):
     schemes = {s: {"cycles": {"total": c}} for s, c in cycles.items()}
     path.write_text(json.dumps({"schemes": schemes, "predicted": {s: {"total": c} for s, c in predicted.items()},
                                 "point": {"gpus": 8, "tokens": 256, "hidden": 128},
-                                "layer": {"model": "DeepSeek-V3"}, "failed": {}}))
+                                "layer": {"model": "DeepSeek-V3"}, "failed": {},
+                                **({"full_size": full} if full else {})}))
 
 
 def test_summary_states_the_steps_figures(tmp_path):
     (tmp_path / "system").mkdir()
     _system_report(tmp_path / "system" / "p.json", {"deepep": 1100, "dysharp": 1000},
-                   {"deepep": 1200, "dysharp": 1000})
+                   {"deepep": 1200, "dysharp": 1000},
+                   {"system": "hgx-h100", "speedup": {"deepep": 1.5, "dysharp": 1.0}})
     (tmp_path / "system" / "p.deepep.json").write_text("{}")             # a scheme's own file: not a report
     (tmp_path / "estimate").mkdir()
     with (tmp_path / "estimate" / "sweep.csv").open("w", newline="") as f:
@@ -39,7 +41,8 @@ def test_summary_states_the_steps_figures(tmp_path):
     assert text.startswith("## Summary")
     assert "Switch side (64 ports), at N5: 3.391 mm^2, 5.12 W (4.30 W with ideal clock gating); 1.328%" in text
     assert "AL-TLB" not in text                                              # totals only
-    assert "dysharp 1.100x over deepep (predicted 1.200x)" in text
+    assert "dysharp 1.100x over deepep (predicted 1.200x, full size 1.500x)" in text
+    assert "Full size: the estimator on hgx-h100" in text
     assert "DeepSeek-V3, gh200-nvl32: dysharp 1.61x over deepep." in text   # other models and baselines left out
     assert "Steps passed: 1 of 2; failed: area_power (failed)." in text
     assert "bit for bit" in text                                             # the system step passed
