@@ -36,6 +36,15 @@ states the same configuration to the estimator:
 and :func:`predict_cycles` runs :func:`sim_models.estimator.estimate` on the RTL run's own routing and
 placement (:func:`sim_models.workload.workload_from_routing`), converting seconds to cycles.
 
+One RTL mechanism the estimator's bulk terms do not have is added to ``deepep``'s combine: its pushes
+(:func:`push_combine_cycles`). Each NIC sends its partial rows in its work list's order, one row after the
+other on its uplink, and the switch holds only :data:`SWITCH_INPUT_CELLS` flits per input plus one
+output's egress queue. When two GPUs push to one home at once, each gets half of that home's downlink;
+a row of one packet fits in the buffer and the uplink goes on to its next row, but a row of many packets
+(DeepSeek-V3's real 14 KB combine row is 56 packets, 952 flits) fills the buffer within a few hundred
+cycles and then stalls its uplink until the home's downlink drains it. The flit-level model of that
+gives the combine phase; with unbounded buffers it is the busiest link's flits, the estimator's term.
+
 :func:`full_size` is the estimator's figure for the same layer unscaled: the real model on a real system of
 at least G GPUs (:func:`full_size_system`: the layer's own system when it has enough, else the first of
 :data:`FULL_SIZE_SYSTEMS` that does), G GPUs, the run's tokens and routing, and every other input at the
@@ -43,6 +52,7 @@ estimator's defaults (prefill: the baselines' unfused kernels, DeepEP's copy pro
 what the scaled run stands for.
 """
 
+import collections
 import dataclasses
 
 from hw.packet import payload_efficiency
@@ -52,8 +62,8 @@ from .moe_config import load_model
 from .system_config import load_system
 from .workload import workload_from_routing
 
-__all__ = ["scaled_configs", "gemm_configs", "predict_cycles", "full_size", "full_size_system", "ESTIMATOR_SCHEME",
-           "FULL_SIZE_SYSTEMS"]
+__all__ = ["scaled_configs", "gemm_configs", "predict_cycles", "push_combine_cycles", "full_size", "full_size_system",
+           "ESTIMATOR_SCHEME", "FULL_SIZE_SYSTEMS", "SWITCH_INPUT_CELLS"]
 
 
 def scaled_configs(model: str, gpus: int, hidden: int, system: str = "hgx-h100", rtl_links: int = 1,
@@ -117,8 +127,77 @@ def predict_cycles(layer, schemes, calibration=None) -> dict:
                    schemes=[ESTIMATOR_SCHEME.get(s, s) for s in schemes], workload=wl,
                    gemm_on=gemm_configs(p.model, layer.hidden, p.system, p.rtl_links, scale))
     f = ss.switch_clock_ghz * 1e9
-    return {s: {k: getattr(est.results[ESTIMATOR_SCHEME.get(s, s)], k) * f
-                for k in ("total", "dispatch", "gemm", "combine")} for s in schemes}
+    out = {s: {k: getattr(est.results[ESTIMATOR_SCHEME.get(s, s)], k) * f
+               for k in ("total", "dispatch", "gemm", "combine")} for s in schemes}
+    if "deepep" in out:
+        # The pushes on the switch's finite buffers (module docstring) in place of the busiest link's flits.
+        fl = layer.predicted_flits("deepep")["combine"]
+        extra = push_combine_cycles(layer) - max(max(fl["up"]), max(fl["down"]))
+        out["deepep"]["combine"] += extra
+        out["deepep"]["total"] += extra
+    return out
+
+
+# The DySHARP switch's request network as the RTL system builds it (hw.switch.dysharp_switch.DySharpSwitch's
+# ``credits`` default: input cells per port; the NVSwitch's egress queue at speedup 2 holds two maximal
+# packets): tests/dysharp/test_system_cli.py checks both against the RTL's defaults.
+SWITCH_INPUT_CELLS = 256
+
+
+def push_combine_cycles(layer, input_cells: int | None = SWITCH_INPUT_CELLS) -> int:
+    """Cycles of ``deepep``'s combine pushes on the switch (module docstring): every NIC sends its
+    :attr:`~verif.models.moe_layer.GpuWork.returns` in order, one flit per cycle while its input holds fewer
+    than ``input_cells`` + one egress queue (``2 (max_payload + 1)``) flits; each output takes whole packets
+    from the inputs in round-robin order, one flit per cycle, as soon as their flits arrive. All pushes are
+    ready at cycle 0 (the combine barrier). ``input_cells=None``: unbounded buffers (the busiest link)."""
+    mp = layer.p.max_payload
+    work = layer.work("deepep")
+    G = layer.G
+    packets, left = [], layer.comb_flits
+    while left > 0:
+        packets.append(min(mp, left) + 1)
+        left -= mp
+    cap = float("inf") if input_cells is None else input_cells + 2 * (mp + 1)
+    nic = [collections.deque((int(layer.home[r.token]), n) for r in w.returns for n in packets) for w in work]
+    sent = [0] * G                                    # flits of its head packet a NIC has sent
+    voq = [[collections.deque() for _ in range(G)] for _ in range(G)]    # [length, arrived, left] per packet
+    held = [0] * G
+    serving = [None] * G
+    rr = [0] * G
+    remaining = sum(len(q) for q in nic)
+    t = last = 0
+    while remaining:
+        t += 1
+        for o in range(G):
+            if serving[o] is None:
+                for j in range(G):
+                    i = (rr[o] + j) % G
+                    if voq[i][o] and voq[i][o][0][1]:
+                        serving[o], rr[o] = i, (i + 1) % G
+                        break
+            i = serving[o]
+            if i is not None:
+                head = voq[i][o][0]
+                if head[1] > head[2]:                 # an arrived flit not yet sent on
+                    head[2] += 1
+                    held[i] -= 1
+                    if head[2] == head[0]:
+                        voq[i][o].popleft()
+                        serving[o] = None
+                        remaining -= 1
+                        last = t
+        for g in range(G):
+            if nic[g] and held[g] < cap:
+                d, n = nic[g][0]
+                if sent[g] == 0:
+                    voq[g][d].append([n, 0, 0])
+                voq[g][d][-1][1] += 1
+                held[g] += 1
+                sent[g] += 1
+                if sent[g] == n:
+                    nic[g].popleft()
+                    sent[g] = 0
+    return last - 1           # a flit enters in one cycle and leaves in the next: that cycle is the latency's
 
 
 # Real systems for the full-size figure, smallest first: an 8-GPU HGX, one NVL32 plane, an NVL72 rack.

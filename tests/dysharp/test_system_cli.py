@@ -67,6 +67,29 @@ def test_prediction_charges_the_rtl_rows(dtype, hidden):
         assert p[s]["dispatch"] == pytest.approx(max(max(f["up"]), max(f["down"])) + L.p.switch_latency, abs=1e-6)
 
 
+def test_push_combine_on_the_switch_buffers():
+    """deepep's combine pushes on the switch's finite buffers (rtl_scale.push_combine_cycles): with unbounded
+    buffers the model gives the busiest link's flits, the estimator's bulk term; with the RTL's, rows of one
+    packet still run at line rate while DeepSeek-V3's real 952-flit rows stall their uplinks when two GPUs
+    push to one home (46,716 cycles against 37,128 on the busiest link); the buffer is the RTL's."""
+    import inspect
+    from hw.switch.dysharp_switch import DySharpSwitch
+    from hw.switch.nvswitch import NVSwitch
+    from sim_models.rtl_scale import SWITCH_INPUT_CELLS, predict_cycles, push_combine_cycles
+    assert inspect.signature(DySharpSwitch.__init__).parameters["credits"].default == SWITCH_INPUT_CELLS
+    assert NVSwitch(ports=4, max_payload=16).egress_depth == 2 * (16 + 1)
+    for hidden, bounded in ((128, 663), (7168, 46_716)):
+        L = build_layer(model="deepseek-v3", gpus=4, tokens=16, hidden=hidden, seed=1, gemm_cycles=(64, 32))
+        f = L.predicted_flits("deepep")["combine"]
+        busiest = max(max(f["up"]), max(f["down"]))
+        assert push_combine_cycles(L, None) == busiest
+        assert push_combine_cycles(L) == bounded
+        p = predict_cycles(L, ["deepep"])["deepep"]
+        assert p["total"] >= p["dispatch"] + p["combine"]
+    assert busiest == 37_128
+    assert p["combine"] == pytest.approx(46_716 + L.p.switch_latency, abs=1e-6)
+
+
 def test_full_size_figure():
     """The estimator's full-size figure of a scaled run: the real model on the smallest real system with G
     GPUs, the run's tokens and routing, the estimator's defaults otherwise (what ``dysharp estimate`` runs)."""
