@@ -23,8 +23,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ModuleSpec", "register", "MODULES", "get", "parse_assignments", "hw_source_hash",
-           "generate_verilog", "point_slug", "EMISSIONS", "emission_for"]
+__all__ = ["ModuleSpec", "DesignPoint", "point", "register", "MODULES", "get", "parse_assignments",
+           "hw_source_hash", "generate_verilog", "point_slug", "EMISSIONS", "emission_for"]
 
 #: ``flat``: ``amaranth.back.verilog.convert`` (every instance written out; what the area flow and the
 #: cocotb builds that expose internal signals use). ``dedup``: :func:`hw.emission.convert`, one module per
@@ -176,53 +176,114 @@ def point_slug(params: dict[str, Any], defaults: dict[str, Any]) -> str:
 
 
 def emission_for(name: str, params: dict, emission: str = "auto") -> str:
-    """``flat`` or ``dedup`` for module ``name`` at ``params``: ``auto`` is ``dedup`` from the module's
-    ``dedup_from_ports`` ports (its ``ports_param``) on, ``flat`` otherwise."""
-    if emission not in EMISSIONS:
-        raise ValueError(f"unknown emission {emission!r}; valid: {', '.join(EMISSIONS)}")
-    if emission != "auto":
-        return emission
-    spec = get(name)
-    big = spec.dedup_from_ports is not None and spec.resolve(params).get(spec.ports_param, 0) >= spec.dedup_from_ports
-    return "dedup" if big else "flat"
+    """``flat`` or ``dedup`` for module ``name`` at ``params`` (:meth:`DesignPoint.emission`)."""
+    return point(name, params).emission(emission)
 
 
-def generate_verilog(name: str, overrides: dict | None = None, out_dir: str | os.PathLike = "build/verilog",
-                     *, cache: bool = True, emission: str = "flat") -> Path:
-    """Elaborate module ``name`` with ``overrides`` and write ``<out_dir>/<name>__<point>.v``
-    (``<name>__<point>__dedup.v`` for the ``dedup`` emission, see :data:`EMISSIONS`).
+@dataclasses.dataclass(frozen=True, eq=False)
+class DesignPoint:
+    """One registered module at one parameter point, resolved once: every parameter filled in from the
+    defaults, unknown names refused (:meth:`ModuleSpec.resolve`). This value is what the CLI, the benches,
+    the simulation builds and synthesis pass along; make it with :func:`point`.
 
-    The top-level Verilog module is named ``name``. A JSON sidecar records the full parameters, the
-    emission and the ``hw/`` source hash; with ``cache`` an up-to-date file is reused.
+    Two points are equal when their module and parameters are.
     """
-    from amaranth.back import verilog
+    spec: ModuleSpec
+    params: dict                      # every parameter of the component, by name
+    defaults: dict                    # the module's defaults (what :attr:`slug` leaves out)
 
-    spec = get(name)
-    params = spec.resolve(overrides)
-    emission = emission_for(name, params, emission)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    suffix = "__dedup" if emission == "dedup" else ""
-    path = out_dir / f"{name}__{point_slug(params, spec.params())}{suffix}.v"
-    meta_path = path.with_suffix(".json")
-    meta = {"module": name, "params": params, "hw_hash": hw_source_hash(), "emission": emission}
-    if cache and path.exists() and meta_path.exists():
-        try:
-            if json.loads(meta_path.read_text()) == meta:
-                return path
-        except (OSError, ValueError):
-            pass
-    component = spec.build(**params)
-    if emission == "dedup":
-        from . import emission as dedup
-        text, _ = dedup.convert(component, name)
-    else:
-        text = verilog.convert(component, name=name, emit_src=False)
-    tmp = path.with_suffix(f".v.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    meta_path.write_text(json.dumps(meta, indent=1, sort_keys=True))
-    return path
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def overrides(self) -> dict:
+        """The parameters that differ from the module's defaults."""
+        return {k: v for k, v in self.params.items() if self.defaults.get(k) != v}
+
+    @property
+    def slug(self) -> str:
+        """:func:`point_slug`: the non-default parameters, file-name safe (``default`` when none)."""
+        return point_slug(self.params, self.defaults)
+
+    def __eq__(self, other):
+        return isinstance(other, DesignPoint) and (self.name, self.params) == (other.name, other.params)
+
+    def __hash__(self):
+        return hash((self.name, json.dumps(self.params, sort_keys=True, default=str)))
+
+    def __repr__(self):
+        return f"DesignPoint({self.name!r}, {self.overrides!r})"
+
+    def emission(self, emission: str = "auto") -> str:
+        """``flat`` or ``dedup`` (:data:`EMISSIONS`): ``auto`` is ``dedup`` from the module's
+        ``dedup_from_ports`` ports (its ``ports_param``) on, ``flat`` otherwise."""
+        if emission not in EMISSIONS:
+            raise ValueError(f"unknown emission {emission!r}; valid: {', '.join(EMISSIONS)}")
+        if emission != "auto":
+            return emission
+        spec = self.spec
+        big = spec.dedup_from_ports is not None and self.params.get(spec.ports_param, 0) >= spec.dedup_from_ports
+        return "dedup" if big else "flat"
+
+    def component(self):
+        """A fresh instance of the component (its ``__init__`` validates the values)."""
+        return self.spec.component_class()(**self.params)
+
+    def verilog(self, out_dir: str | os.PathLike = "build/verilog", *, cache: bool = True,
+                emission: str = "flat") -> Path:
+        """Elaborate and write ``<out_dir>/<name>__<slug>.v`` (``<name>__<slug>__dedup.v`` for the ``dedup``
+        emission, see :data:`EMISSIONS`).
+
+        The top-level Verilog module is named :attr:`name`. A JSON sidecar records the full parameters, the
+        emission and the ``hw/`` source hash; with ``cache`` an up-to-date file is reused.
+        """
+        from amaranth.back import verilog
+
+        emission = self.emission(emission)
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        suffix = "__dedup" if emission == "dedup" else ""
+        path = out_dir / f"{self.name}__{self.slug}{suffix}.v"
+        meta_path = path.with_suffix(".json")
+        meta = {"module": self.name, "params": self.params, "hw_hash": hw_source_hash(), "emission": emission}
+        if cache and path.exists() and meta_path.exists():
+            try:
+                if json.loads(meta_path.read_text()) == meta:
+                    return path
+            except (OSError, ValueError):
+                pass
+        component = self.component()
+        if emission == "dedup":
+            from . import emission as dedup
+            text, _ = dedup.convert(component, self.name)
+        else:
+            text = verilog.convert(component, name=self.name, emit_src=False)
+        tmp = path.with_suffix(f".v.tmp{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+        meta_path.write_text(json.dumps(meta, indent=1, sort_keys=True))
+        return path
+
+
+def point(module: "str | DesignPoint", params: dict | None = None) -> DesignPoint:
+    """The :class:`DesignPoint` of registered ``module`` at ``params`` (overrides of its defaults; unknown
+    modules and parameter names are refused with the valid ones). A :class:`DesignPoint` is returned as it
+    is, so an entry point may take either; giving it ``params`` too is an error."""
+    if isinstance(module, DesignPoint):
+        if params:
+            raise ValueError(f"{module!r} is already resolved; got parameters {params!r} as well")
+        return module
+    spec = get(module)
+    defaults = spec.params()
+    return DesignPoint(spec, spec.resolve(params), defaults)
+
+
+def generate_verilog(name: "str | DesignPoint", overrides: dict | None = None,
+                     out_dir: str | os.PathLike = "build/verilog", *, cache: bool = True,
+                     emission: str = "flat") -> Path:
+    """:meth:`DesignPoint.verilog` of module ``name`` at ``overrides``."""
+    return point(name, overrides).verilog(out_dir, cache=cache, emission=emission)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -104,7 +104,7 @@ def grid_points(module: str, grid: dict[str, list] | None = None, fixed: dict | 
     out = []
     for p in points:
         p.update(fixed or {})
-        spec.resolve(p)   # unknown names rejected here
+        registry.point(module, p)   # unknown names rejected here
         if p not in out:
             out.append(p)
     return out
@@ -375,11 +375,11 @@ def flat_area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERI
                     max_mb: float = 0.0, cache: bool = True, quiet: bool = False) -> AreaPoint:
     """Synthesize ``module`` at ``point`` as one design and cost its arrays (see the module docstring).
     :func:`synth.area_study.area_point` costs a large switch from its parts instead."""
-    spec = registry.get(module)
-    params = spec.resolve(point)
+    design = registry.point(module, point)
+    params = design.params
     lp = tools.liberty_path()
     lib = liberty.load(lp)
-    vpath = registry.generate_verilog(module, point, "build/verilog")
+    vpath = design.verilog("build/verilog")
     size_mb = vpath.stat().st_size / 1e6
     slug = vpath.stem
     vtext = vpath.read_text()

@@ -55,9 +55,9 @@ def run_workload(module: str, point: dict, workload, *, warmup: int, cycles: int
     from verif.harness.runner import icarus_source, require_simulator
 
     require_simulator("icarus")
-    spec = registry.get(module)
-    params = spec.resolve(point)
-    vpath = registry.generate_verilog(module, point, "build/verilog")
+    design = registry.point(module, point)
+    params = design.params
+    vpath = design.verilog("build/verilog")
     # The same time-0 fix as the test runner's (verif.harness.runner.icarus_source), or a counter fed by
     # combinational logic of constant registers stays X under Icarus.
     digest = hashlib.sha256(vpath.read_bytes() + b"icarus-time0-kick").hexdigest()[:12]

@@ -26,9 +26,9 @@ def run(args) -> int:
     paths = generate(points, args.out, quiet=True, emission=args.emission)
     failed = 0
     bar = tqdm(list(zip(points, paths)), desc="lint", unit="file", leave=False, dynamic_ncols=True)
-    for (name, params), path in bar:
+    for point, path in bar:
         bar.set_postfix_str(path.name)
-        waived, problems, runs = lint_file(path, name, whole=args.whole, with_runs=True)
+        waived, problems, runs = lint_file(path, point.name, whole=args.whole, with_runs=True)
         status = "clean" if not problems else f"{len(problems)} warning(s)"
         waived_text = ", ".join(f"{k} {v}" for k, v in sorted(waived.items())) or "none"
         how = "" if runs == 1 else f", {runs} blocks"

@@ -14,19 +14,12 @@ def add_selection_arguments(p) -> None:
                         "with --set applied on top")
 
 
-def selected_points(args) -> list[tuple[str, dict]]:
-    """[(module name, overrides)] for the selection in ``args``; raises ValueError on bad input."""
+def selected_points(args) -> list[registry.DesignPoint]:
+    """The design points (:class:`~hw.registry.DesignPoint`) of the selection in ``args``; raises
+    ValueError on bad input (an unknown module or parameter name)."""
     names = args.module or sorted(registry.MODULES)
     for n in names:
         registry.get(n)
     overrides = registry.parse_assignments(args.set, names)
-    out = []
-    for n in names:
-        spec = registry.get(n)
-        points = spec.points if args.points else [{}]
-        for pt in points:
-            params = dict(pt)
-            params.update(overrides[n])
-            spec.resolve(params)   # rejects unknown names early
-            out.append((n, params))
-    return out
+    return [registry.point(n, {**pt, **overrides[n]})
+            for n in names for pt in (registry.get(n).points if args.points else [{}])]

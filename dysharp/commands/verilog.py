@@ -25,15 +25,15 @@ def add_emission_argument(p) -> None:
 
 
 def generate(points, out, force=False, quiet=False, emission="flat"):
-    """Write (or reuse) the Verilog of each (module, parameters) point with ``emission``
+    """Write (or reuse) the Verilog of each :class:`~hw.registry.DesignPoint` with ``emission``
     (:data:`hw.registry.EMISSIONS`); a progress bar on stderr, and with ``quiet=False`` one line per file.
     Returns the paths."""
     paths = []
     bar = tqdm(points, desc="verilog", unit="file", leave=False, dynamic_ncols=True)
-    for name, params in bar:
-        bar.set_postfix_str(" ".join([name] + [f"{k}={v}" for k, v in params.items()]))
+    for point in bar:
+        bar.set_postfix_str(" ".join([point.name] + [f"{k}={v}" for k, v in point.overrides.items()]))
         t0 = time.time()
-        path = registry.generate_verilog(name, params, out, cache=not force, emission=emission)
+        path = point.verilog(out, cache=not force, emission=emission)
         if not quiet:
             tqdm.write(f"{path}  ({path.stat().st_size / 1e6:.2f} MB, {time.time() - t0:.1f} s)")
         paths.append(path)

@@ -124,7 +124,8 @@ def test_point_applies_to_modules_that_have_the_parameter(tmp_path):
 def test_point_sets_choose_the_points():
     """--points: the registry's standard points; --architecture: the DySHARP addition's sizes."""
     from dysharp.commands.export import export_points
-    assert export_points(["cam"], [], standard=True) == [("cam", {"entries": n}) for n in (64, 256, 1024)]
+    from hw.registry import point
+    assert export_points(["cam"], [], standard=True) == [point("cam", {"entries": n}) for n in (64, 256, 1024)]
     assert export_points(["al_tlb", "cam"], [], architecture=True) == [
-        ("al_tlb", {"ports": 64, "entries": 1024}), ("cam", {})]
-    assert export_points(["cam"], ["entries=16", "cam.entries=16"]) == [("cam", {"entries": 16})]   # one core
+        point("al_tlb", {"ports": 64, "entries": 1024}), point("cam")]
+    assert export_points(["cam"], ["entries=16", "cam.entries=16"]) == [point("cam", {"entries": 16})]  # one core

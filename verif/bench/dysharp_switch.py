@@ -208,17 +208,18 @@ def assemble(n: int, pkts: list, run_cycles: int, rng, **vc_kw) -> tuple[VcTraff
 # ---------------------------------------------------------------------------------------------------------
 # Builds and runs
 
-def module_params(n: int, red_entries: int | None = None) -> dict:
-    params = {"ports": n}
-    if red_entries:
-        params["red_entries"] = red_entries
-    return params
+def design_point(n: int, red_entries: int | None = None):
+    """The bench's integrated switch (:class:`~hw.registry.DesignPoint`): ``n`` ports, ``red_entries``
+    reduction-buffer entries per port (the default when None)."""
+    from hw import registry
+
+    return registry.point(MODULE, {"ports": n, **({"red_entries": red_entries} if red_entries else {})})
 
 
 def _sim(n, red_entries, build_root):
     from verif.harness.fastsim import build_vc
 
-    return build_vc(MODULE, module_params(n, red_entries), build_root=build_root)
+    return build_vc(design_point(n, red_entries), build_root=build_root)
 
 
 def _plain(traffic: Traffic, n: int, build_root, tag):

@@ -135,7 +135,7 @@ def measure_dysharp(ports: int, *, cycles: int, seed: int = 1, build_root: str =
     vt, _ = ds.assemble(ports, pkts, cycles, rng, seed=seed)
     out = {"module": ds.MODULE, "ports": ports, "traffic": "dispatch, fanout 4, warm AL-TLB, load 1.0",
            "harnesses": {}}
-    sims = {h: build_vc(ds.MODULE, ds.module_params(ports), build_root=build_root, **DYSHARP_HARNESSES[h])
+    sims = {h: build_vc(ds.design_point(ports), build_root=build_root, **DYSHARP_HARNESSES[h])
             for h in harnesses}
     logs = {}
     for _ in range(max(1, repeat)):

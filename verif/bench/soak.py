@@ -118,11 +118,10 @@ class SoakConfig:
             raise ValueError(f"--combine-rows must be >= 1, got {self.combine_rows}")
         if "ports" in self.switch:
             raise ValueError("--set ports=...: use --ports")
-        from hw import registry
         from hw.switch.dysharp_switch import switch_timeouts
 
-        full = registry.get(MODULE).resolve(self.module_params())     # unknown names refused
-        switch_timeouts(**self.module_params())                        # timeouts below their bound refused
+        full = self.design_point().params                              # unknown names refused
+        switch_timeouts(**full)                                        # timeouts below their bound refused
         worst = max(self.read_latency, self.fill_latency) + self.jitter
         if worst > full["gpu_latency"]:
             raise ValueError(f"the soak's GPUs answer within {worst} cycles (max(--read-latency, --fill-latency) "
@@ -130,8 +129,11 @@ class SoakConfig:
                              f"timeouts are sized for: --set gpu_latency={worst} or lower the latencies")
         return self
 
-    def module_params(self) -> dict:
-        return {"ports": self.ports, **self.switch}
+    def design_point(self):
+        """The soaked switch's :class:`~hw.registry.DesignPoint`."""
+        from hw import registry
+
+        return registry.point(MODULE, {"ports": self.ports, **self.switch})
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -194,7 +196,7 @@ def simulate(cfg: SoakConfig, build_root: str = "build"):
     vt = soak_traffic(cfg)
     t1 = time.perf_counter()
     from verif.harness.fastsim import build_vc
-    sim = build_vc(MODULE, cfg.module_params(), build_root=build_root)
+    sim = build_vc(cfg.design_point(), build_root=build_root)
     t2 = time.perf_counter()
     tag = f"soak-{cfg.ports}-{cfg.seed}" + ("" if not cfg.switch else "-" + point_slug(cfg.switch, {}))
     log = sim.run(vt, Path(build_root) / "bench" / "soak", tag=tag)
@@ -338,7 +340,7 @@ def evaluate(cfg: SoakConfig, vt, log, *, show: int = 5) -> dict:
             h = Header.decode(words_to_int(vt.flits[vt.first[k], :4]))
             contributions += bin(h.mask).count("1")
     from hw.switch.dysharp_switch import switch_timeouts
-    tlb_timeout, red_timeout, bound = switch_timeouts(**cfg.module_params())
+    tlb_timeout, red_timeout, bound = switch_timeouts(**cfg.design_point().params)
     timeouts = {"tlb_timeout": tlb_timeout, "red_timeout": red_timeout, "tlb_bound": bound.tlb,
                 "red_bound": bound.red, "ld_reduce_timeouts": engine["timeouts"],
                 "tlb_read_timeouts": tlb_all["read_timeouts"], "stale_contributions": engine["stale"]}

@@ -235,31 +235,36 @@ async def bench_switch(dut):
 # Points
 
 
-def _module_params(ports, queueing, credits=None, iterations=None):
+def design_point(ports, queueing, credits=None, iterations=None):
+    """The :class:`~hw.registry.DesignPoint` of the bench's switch: ``switch`` (VOQ) or ``switch_fifo``."""
+    from hw import registry
+
     if queueing not in ("voq", "fifo"):
         raise ValueError(f"unknown queueing variant {queueing!r}; valid: voq, fifo")
-    module = "switch" if queueing == "voq" else "switch_fifo"
     params = {"ports": ports}
     if credits:
         params["credits"] = credits
     if iterations:
         params["iterations"] = iterations
-    return module, params
+    return registry.point("switch" if queueing == "voq" else "switch_fifo", params)
 
 
-def simulate(traffic: Traffic, module: str, params: dict, *, harness: str = "fast", sim: str = "verilator",
-             public: str | None = None, build_root="build", tag: str = "point") -> SimLog:
-    """Run ``traffic`` on ``module`` with either harness and return the delivery log.
+def simulate(traffic: Traffic, module, params: dict | None = None, *, harness: str = "fast",
+             sim: str = "verilator", public: str | None = None, build_root="build", tag: str = "point") -> SimLog:
+    """Run ``traffic`` on a design point (``module``: a :class:`~hw.registry.DesignPoint`, or a registered
+    module name with ``params``) with either harness and return the delivery log.
 
     ``public`` (cocotb only) picks the Verilator build's visibility (``"flat"`` or ``"ports"``); it needs a
     runner that takes the ``public=`` keyword, else a TypeError says it is not available.
     """
+    from hw import registry
     from verif.harness.fastsim import build
     from verif.harness.fastsim.files import read_log, write_traffic
     from verif.harness.runner import run_cocotb
 
+    point = registry.point(module, params)
     if harness == "fast":
-        return build(module, params, build_root=build_root).run(traffic, Path(build_root) / "bench" / "fastsim",
+        return build(point, build_root=build_root).run(traffic, Path(build_root) / "bench" / "fastsim",
                                                                 tag=tag)
     if harness != "cocotb":
         raise ValueError(f"unknown harness {harness!r}; valid: {', '.join(HARNESSES)}")
@@ -268,7 +273,7 @@ def simulate(traffic: Traffic, module: str, params: dict, *, harness: str = "fas
     tpath = write_traffic(traffic, work / f"{tag}-{os.getpid()}.traffic")
     lpath = work / f"{tag}-{os.getpid()}.log.bin"
     kwargs = {} if public is None else {"public": public}
-    run_cocotb(module, params, test_module="verif.bench.switch", testcase="bench_switch", sim=sim,
+    run_cocotb(point, test_module="verif.bench.switch", testcase="bench_switch", sim=sim,
                env={"traffic": str(tpath), "log": str(lpath)}, build_root=build_root, quiet=True, **kwargs)
     log = read_log(lpath)
     tpath.unlink()
@@ -318,18 +323,16 @@ def measure_point(ports: int, queueing: str, load: float, *, fanout: int | None 
                   public: str | None = None, build_root: str = "build") -> dict:
     """One benchmark point from reset: its figures (the keys of ``loads``/``multicast`` entries in the
     JSON) plus ``sim_cycles``/``loop_s`` (simulated cycles and the harness's cycle-loop time)."""
-    from hw import registry
-
     if not 0 < load <= 1.0:
         raise ValueError(f"load must be in (0, 1] flits/cycle/port, got {load}")
-    module, params = _module_params(ports, queueing, credits, iterations)
-    full = registry.get(module).resolve(params)
+    point = design_point(ports, queueing, credits, iterations)
+    full = point.params
     wu = warmup_for(load, warmup, full["credits"])
     win = window_for(load, cycles)
     traffic = switch_traffic(ports, load, fanout=fanout, payload=payload, arrival_cycles=wu + win, drain=drain,
                              seed=seed, max_payload=full["max_payload"])
-    log = simulate(traffic, module, params, harness=harness, sim=sim, public=public, build_root=build_root,
-                   tag=f"{module}-{ports}-{load}-{fanout or 0}")
+    log = simulate(traffic, point, harness=harness, sim=sim, public=public, build_root=build_root,
+                   tag=f"{point.name}-{ports}-{load}-{fanout or 0}")
     r = {"offered": load, **figures(traffic, log, 1 + wu, win)}
     if fanout is not None:
         r["fanout"] = fanout
@@ -345,14 +348,12 @@ def measure_zero_load(ports: int, queueing: str, *, payload: str = "1-16", credi
                       iterations: int | None = None, seed: int = 1, harness: str = "fast", sim: str = "verilator",
                       public: str | None = None, build_root: str = "build") -> dict:
     """Header-in to header-out latency of lone packets (``zero_load_latency``, one per port pair)."""
-    from hw import registry
-
-    module, params = _module_params(ports, queueing, credits, iterations)
-    full = registry.get(module).resolve(params)
+    point = design_point(ports, queueing, credits, iterations)
+    full = point.params
     traffic = switch_traffic(ports, 0.0, payload=payload, arrival_cycles=0, drain=0, seed=seed,
                              max_payload=full["max_payload"], zero_load=True)
-    log = simulate(traffic, module, params, harness=harness, sim=sim, public=public, build_root=build_root,
-                   tag=f"{module}-{ports}-zero")
+    log = simulate(traffic, point, harness=harness, sim=sim, public=public, build_root=build_root,
+                   tag=f"{point.name}-{ports}-zero")
     from verif.harness.fastsim import check_delivery
     rep = check_delivery(traffic, log, complete=True)
     lat = log.records["first"] - log.sent[rep.packet_index]
@@ -408,9 +409,7 @@ def _build_task(item):
     """Engine task: build the fast-path binary of one (ports, variant)."""
     from verif.harness.fastsim import build
 
-    n, variant, credits, iterations = item
-    module, params = _module_params(n, variant, credits, iterations)
-    build(module, params)
+    build(design_point(*item))
 
 
 def _point_task(item):
@@ -453,8 +452,6 @@ def run(args) -> int:
               "runs": [], "probes": []}
     common = dict(payload=args.payload, credits=args.credits, iterations=args.iterations, seed=args.seed,
                   harness=args.harness, sim=args.sim)
-    from hw import registry
-
     # Every (port count, variant) gives a zero-load task, one task per load and, for VOQ at the largest
     # port count, one per multicast fanout; all are independent runs from reset, so they go to the engine
     # (local processes or a Dask cluster). The designs are built first, one task each.
@@ -476,11 +473,11 @@ def run(args) -> int:
                                labels=[f"N={t[1]} {t[2]} {t[0]}" + ("" if t[3] is None else f" {t[3]:g}")
                                        + ("" if t[4] is None else f" fanout {t[4]}") for t in tasks])
     for n, variant in combos:
-        module, params = _module_params(n, variant, args.credits, args.iterations)
+        point = design_point(n, variant, args.credits, args.iterations)
         mine = [(task, x) for task, x in zip(tasks, results) if task[1:3] == (n, variant)]
         zl = mine[0][1]
         sim_cycles, loop_s = zl["sim_cycles"], zl["loop_s"]
-        r = {"ports": n, "queueing": variant, "credits": registry.get(module).resolve(params)["credits"],
+        r = {"ports": n, "queueing": variant, "credits": point.params["credits"],
              "payload": args.payload, "loads": [], "multicast": [],
              "zero_load_latency": zl["zero_load_latency"]}
         for task, x in mine[1:]:

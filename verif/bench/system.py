@@ -155,8 +155,10 @@ def run_scheme(point: Point, scheme: str, sim: str, out: Path, timeout: int, bin
     :func:`verif.harness.fastsim.system.build_system`, the compiled harness; else cocotb on ``sim``.
     ``build_schemes``: the schemes the build holds (:meth:`~verif.models.moe_layer.MoeLayer.system_params`;
     None: all)."""
+    from hw import registry
+
     L = point.layer()
-    params = L.system_params(build_schemes)
+    design = registry.point("system", L.system_params(build_schemes))
     f = out / f"{point.slug}.{scheme}.json"
     f.unlink(missing_ok=True)
     env = {"model": point.model, "tokens": point.tokens, "hidden": point.hidden, "seed": point.seed,
@@ -169,10 +171,9 @@ def run_scheme(point: Point, scheme: str, sim: str, out: Path, timeout: int, bin
         env["drop"] = False
     t0 = time.perf_counter()
     if fast is not None:
-        from hw import registry
         from verif.tb.system_fast import run_layer
         try:
-            fig = run_layer(*fast, registry.get("system").resolve(params), env)
+            fig = run_layer(*fast, design.params, env)
         except AssertionError as e:
             return {"scheme": scheme, "failed": f"AssertionError: {e}"}
         fig["sim"]["run_wall_s"] = time.perf_counter() - t0
@@ -180,7 +181,7 @@ def run_scheme(point: Point, scheme: str, sim: str, out: Path, timeout: int, bin
         return fig
     from verif.harness.runner import CocotbFailure, run_cocotb
     try:
-        run_cocotb("system", params, test_module="verif.tb.system", testcase="test_layer",
+        run_cocotb(design, test_module="verif.tb.system", testcase="test_layer",
                    seed=point.seed, sim=sim, env=env, quiet=True)
     except CocotbFailure as e:
         return {"scheme": scheme, "failed": _failure_reason(e)}
@@ -349,14 +350,16 @@ def run(args) -> int:
           f"cycles per tile{' (overridden)' if point.gemm else ''}; schemes {', '.join(schemes)} on {sim} "
           f"({harness} harness)")
     # Build once, before the schemes run side by side.
+    from hw import registry
+    design = registry.point("system", L.system_params(schemes))
     t0 = time.perf_counter()
     fast = None
     if harness in FAST_HARNESSES:
         from verif.harness.fastsim.system import build_system
-        fast = build_system(L.system_params(schemes), inputs_at_rise=FAST_HARNESSES[harness])[:2]
+        fast = build_system(design, inputs_at_rise=FAST_HARNESSES[harness])[:2]
     else:
         from verif.harness.runner import sim_build
-        sim_build("system", L.system_params(schemes), sim=sim)
+        sim_build(design, sim=sim)
     build_s = time.perf_counter() - t0
     jobs = args.jobs or len(schemes)       # the runs are independent processes; 3 on 2 cores share them well
     t0 = time.perf_counter()

@@ -119,15 +119,16 @@ def file_lock(path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def locked_verilog(module: str, params: dict | None = None, build_root: str | os.PathLike = "build", *,
-                   emission: str = "auto") -> Path:
-    """:func:`hw.registry.generate_verilog` into ``<build_root>/verilog`` under the point's lock (the one the
-    simulation builds take), so that processes asking for the same point at once generate it once."""
+def locked_verilog(module: "str | registry.DesignPoint", params: dict | None = None,
+                   build_root: str | os.PathLike = "build", *, emission: str = "auto") -> Path:
+    """The design point's Verilog (:meth:`hw.registry.DesignPoint.verilog`) in ``<build_root>/verilog``,
+    written under the point's lock (the one the simulation builds take), so that processes asking for the
+    same point at once generate it once. ``module`` is a :class:`~hw.registry.DesignPoint` or a module name
+    with ``params``."""
     build_root = Path(build_root)
-    spec = registry.get(module)
-    slug = registry.point_slug(spec.resolve(params), spec.params())
-    with file_lock(build_root / "locks" / f"{module}__{slug}.lock"):
-        return registry.generate_verilog(module, params, build_root / "verilog", emission=emission)
+    point = registry.point(module, params)
+    with file_lock(build_root / "locks" / f"{point.name}__{point.slug}.lock"):
+        return point.verilog(build_root / "verilog", emission=emission)
 
 
 _YOSYS_KICK = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+ ) = 0;$", re.M)
@@ -247,9 +248,10 @@ def _verilator_ports_build(vpath: Path, top: str, bdir: Path, build_args: list[s
                 raise RuntimeError(f"Verilator build of {top} failed ({cmd[0]} exited {rc}); log: {log}")
 
 
-def sim_build(module: str, params: dict | None = None, *, sim: str | None = None,
+def sim_build(module: "str | registry.DesignPoint", params: dict | None = None, *, sim: str | None = None,
               build_root: str | os.PathLike = "build", public: str = "ports") -> tuple[Path, Path, object]:
-    """Generate the Verilog and build it for ``sim``; returns (verilog path, build dir, cocotb runner).
+    """Generate the design point's Verilog (``module``: a :class:`~hw.registry.DesignPoint`, or a module
+    name with ``params``) and build it for ``sim``; returns (verilog path, build dir, cocotb runner).
 
     ``public`` picks the Verilator variant (see the module docstring); Icarus ignores it. Verilator's
     output goes to ``build.log`` in the build dir, whose path a failed build names.
@@ -264,12 +266,14 @@ def sim_build(module: str, params: dict | None = None, *, sim: str | None = None
     sim = sim or default_sim()
     check_public(public)
     require_simulator(sim)
+    point = registry.point(module, params)
+    module = point.name
     build_root = Path(build_root)
     if sim == "verilator":
         os.environ.update(verilator_env())
     # Locks are per parameter point (and per simulator for the build), so parallel test workers never
     # generate or compile the same files at once but never wait on unrelated points either.
-    vpath = locked_verilog(module, params, build_root,
+    vpath = locked_verilog(point, None, build_root,
                            emission="flat" if sim == "verilator" and public == "flat" else "auto")
     # The salt names the simulator-specific source preparation (rebuild when it changes).
     salt = {"icarus": b"icarus-time0-kick",
@@ -302,11 +306,13 @@ def sim_build(module: str, params: dict | None = None, *, sim: str | None = None
     return vpath, bdir, runner
 
 
-def run_cocotb(module: str, params: dict | None = None, *, test_module: str, testcase: str | None = None,
+def run_cocotb(module: "str | registry.DesignPoint", params: dict | None = None, *, test_module: str,
+               testcase: str | None = None,
                sim: str | None = None, seed: int = 1, env: dict | None = None,
                build_root: str | os.PathLike = "build", waves: bool = False, check: bool = True,
                quiet: bool = False, public: str = "ports") -> RunResult:
-    """Run ``test_module`` (optionally one ``testcase``) against registered ``module`` at ``params``.
+    """Run ``test_module`` (optionally one ``testcase``) against a design point (``module``: a
+    :class:`~hw.registry.DesignPoint`, or a registered module name with ``params``).
 
     The testbench reads the full parameters, the seed and ``env`` through :mod:`verif.harness.tbenv`. With
     ``quiet`` the simulator's log goes to a file in the build folder instead of the console. ``public``
@@ -316,14 +322,14 @@ def run_cocotb(module: str, params: dict | None = None, *, test_module: str, tes
     from cocotb_tools.runner import get_results
 
     sim = sim or default_sim()
-    spec = registry.get(module)
-    full = spec.resolve(params)
-    vpath, bdir, runner = sim_build(module, params, sim=sim, build_root=build_root, public=public)
+    point = registry.point(module, params)
+    module = point.name
+    vpath, bdir, runner = sim_build(point, sim=sim, build_root=build_root, public=public)
     tag = f"{test_module.rsplit('.', 1)[-1]}-{testcase or 'all'}-s{seed}-{os.getpid()}"
     results_xml = bdir / f"results-{tag}.xml"
     test_env = {
         "DYSHARP_MODULE": module,
-        "DYSHARP_PARAMS": json.dumps(full),
+        "DYSHARP_PARAMS": json.dumps(point.params),
         "DYSHARP_SEED": str(seed),
         "DYSHARP_ENV": json.dumps(env or {}),
         "PYTHONPATH": os.pathsep.join([str(REPO)] + sys.path),
@@ -347,7 +353,7 @@ def run_cocotb(module: str, params: dict | None = None, *, test_module: str, tes
     if check and (failed or tests == 0):
         what = f"{test_module}" + (f"::{testcase}" if testcase else "")
         raise CocotbFailure(
-            f"cocotb {what} on {module} {params or {}} with {sim}: {failed} of {tests} test(s) failed "
+            f"cocotb {what} on {module} {point.overrides} with {sim}: {failed} of {tests} test(s) failed "
             f"(seed={seed}). Re-run with: DYSHARP_SEED={seed} SIM={sim} pytest -k {testcase or test_module} "
             f"--seed={seed}; log and results in {log_file or bdir}")
     return result

@@ -282,29 +282,31 @@ def _compile(module: str, params: dict, vpath: Path, main: str, build_root: Path
     return binary, time.perf_counter() - t0 if built else 0.0
 
 
-def build(module: str, params: dict | None = None, *, build_root: str | os.PathLike = "build",
-          emission: str = "auto", latch_reset: bool = False, flags: list[str] | None = None) -> FastSim:
-    """Build (or reuse) the fast-path binary of registered credit-link ``module`` at ``params``, from its
-    ``emission`` Verilog (:data:`hw.registry.EMISSIONS`). ``flags`` replaces :data:`VERILATOR_FLAGS`."""
+def build(module: "str | registry.DesignPoint", params: dict | None = None, *,
+          build_root: str | os.PathLike = "build", emission: str = "auto", latch_reset: bool = False,
+          flags: list[str] | None = None) -> FastSim:
+    """Build (or reuse) the fast-path binary of a credit-link design point (``module``: a
+    :class:`~hw.registry.DesignPoint`, or a registered module name with ``params``), from its ``emission``
+    Verilog (:data:`hw.registry.EMISSIONS`). ``flags`` replaces :data:`VERILATOR_FLAGS`."""
     from verif.harness.runner import require_simulator
 
     require_simulator("verilator")
-    spec = registry.get(module)
-    full = spec.resolve(params)
+    point = registry.point(module, params)
+    full = point.params
     for key in ("ports", "credits"):
         if key not in full:
-            raise ValueError(f"module {module!r} has no {key!r} parameter: the fast path drives credit-link "
-                             f"components with rx/tx port arrays")
+            raise ValueError(f"module {point.name!r} has no {key!r} parameter: the fast path drives "
+                             f"credit-link components with rx/tx port arrays")
     n = full["ports"]
     flit_width = full.get("flit_width", 128)
     build_root = Path(build_root)
-    vpath = locked_verilog(module, params, build_root, emission=emission)
+    vpath = locked_verilog(point, None, build_root, emission=emission)
     verilog = vpath.read_text()
-    main = render_main(module, top_ports(verilog, module), n, flit_width, full["credits"],
+    main = render_main(point.name, top_ports(verilog, point.name), n, flit_width, full["credits"],
                        full.get("out_credits") or full["credits"])
-    binary, build_s = _compile(module, params, vpath, main, build_root, flags=flags or VERILATOR_FLAGS,
-                               latch_reset=latch_reset)
-    return FastSim(module, full, binary, n, flit_words(flit_width), build_s)
+    binary, build_s = _compile(point.name, point.overrides, vpath, main, build_root,
+                               flags=flags or VERILATOR_FLAGS, latch_reset=latch_reset)
+    return FastSim(point.name, full, binary, n, flit_words(flit_width), build_s)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -447,12 +449,14 @@ class VcFastSim:
         return _run_binary(self, traffic, workdir, tag, write_vc_traffic, read_vc_log, ("vtraffic", "vlog.bin"))
 
 
-def build_vc(module: str, params: dict | None = None, *, build_root: str | os.PathLike = "build",
+def build_vc(module: "str | registry.DesignPoint", params: dict | None = None, *,
+             build_root: str | os.PathLike = "build",
              verilog: str | os.PathLike | None = None, link_credits: int | None = None,
              gpu_credits: int | None = None, emission: str = "auto",
              latch_reset: bool = True, latch_inputs: bool = True, inputs_at_rise: bool = True,
              flags: list[str] | None = None) -> VcFastSim:
-    """Build (or reuse) the two-VC fast-path binary of registered ``module`` at ``params`` (its
+    """Build (or reuse) the two-VC fast-path binary of a design point (``module``: a
+    :class:`~hw.registry.DesignPoint`, or a registered module name with ``params``; its
     ``link_credits``/``gpu_credits`` parameters are the GPU sender's and receiver's credits per VC), from
     its ``emission`` Verilog (:data:`hw.registry.EMISSIONS`).
 
@@ -472,13 +476,13 @@ def build_vc(module: str, params: dict | None = None, *, build_root: str | os.Pa
     require_simulator("verilator")
     build_root = Path(build_root)
     if verilog is None:
-        spec = registry.get(module)
-        full = spec.resolve(params)
+        point = registry.point(module, params)
+        module, full, params = point.name, point.params, point.overrides
         for key in ("ports", "link_credits", "gpu_credits"):
             if key not in full:
                 raise ValueError(f"module {module!r} has no {key!r} parameter: the two-VC fast path drives "
                                  f"components with rx/tx VC-link arrays")
-        vpath = locked_verilog(module, params, build_root, emission=emission)
+        vpath = locked_verilog(point, None, build_root, emission=emission)
         link_credits, gpu_credits = full["link_credits"], full["gpu_credits"]
     else:
         full = dict(params or {})
@@ -491,7 +495,7 @@ def build_vc(module: str, params: dict | None = None, *, build_root: str | os.Pa
     sp = None
     if verilog is None:
         # A design whose status is one port per member names them (hw.switch.dysharp_switch.status_ports).
-        mod = importlib.import_module(spec.component_class().__module__)
+        mod = importlib.import_module(point.spec.component_class().__module__)
         if hasattr(mod, "status_ports") and "status" not in ports:
             sp = mod.status_ports(n)
     main = render_vc_main(module, ports, n, flit_width, link_credits, gpu_credits, status_ports=sp,

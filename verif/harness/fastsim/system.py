@@ -75,22 +75,24 @@ def render_system_main(top: str, ports: dict, gpus: int, inputs_at_rise: bool = 
     return text, names
 
 
-def build_system(params: dict, *, build_root: str | os.PathLike = "build",
+def build_system(params: "dict | registry.DesignPoint", *, build_root: str | os.PathLike = "build",
                  inputs_at_rise: bool = True) -> tuple[Path, list[str], float]:
-    """Build (or reuse) the harness library of the system top at ``params``: (library, port names, build
-    seconds, 0 when reused). The library's copy of the Verilog has every input registered at the rising
-    edge, the harness writing each cycle's inputs before it (:func:`registered_inputs` with
-    ``edge="posedge"``): each cycle's logic is evaluated once. ``inputs_at_rise=False`` latches them on
+    """Build (or reuse) the harness library of the system top at ``params`` (its overrides, or its
+    :class:`~hw.registry.DesignPoint`): (library, port names, build seconds, 0 when reused). The
+    library's copy of the Verilog has every input registered at the rising edge, the harness writing each
+    cycle's inputs before it (:func:`registered_inputs` with ``edge="posedge"``): each cycle's logic is
+    evaluated once. ``inputs_at_rise=False`` latches them on
     the falling edge instead, the harness writing them after the rising edge (each cycle's logic evaluated
     after both edges); the figures are the same."""
     from verif.harness.runner import locked_verilog, require_simulator
 
     require_simulator("verilator")
-    full = registry.get("system").resolve(params)
+    point = params if isinstance(params, registry.DesignPoint) else registry.point("system", params)
+    full = point.params
     if full.get("flit_width", 128) != 128:
         raise FastsimBuildError("the system harness models 128-bit flits only")
     build_root = Path(build_root)
-    vpath = locked_verilog("system", params, build_root)
+    vpath = locked_verilog(point, None, build_root)
     verilog = vpath.read_text()
     ports = top_ports(verilog, "system")
     main, names = render_system_main("system", ports, full["gpus"], inputs_at_rise)
