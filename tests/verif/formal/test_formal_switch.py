@@ -1,9 +1,10 @@
 """Formal proofs of the GPU receive path and the NVSwitch datapath (``dysharp formal receive_path``,
-``dysharp formal switch``, ``switch_speedup2``, ``switch_fifo``, ``switch_errors``): every property holds to
-its bounded depth and has a reached ``Cover``; a mutant (the poison bit lost on the way into the receive
-path; an output queue that repeats flits in the switch; an ingress that forwards bad headers or drops the
-poison bit) must fail them, so the proofs can fail. The switch's output stage (``switch_egress``) is
-proven by k-induction, and a sender that ignores its credits or a queue that repeats flits fails it."""
+``dysharp formal switch``, ``switch_speedup2``, ``switch_fifo``, ``switch_errors``): the receive path's
+properties are proven by k-induction, the switch's hold to their bounded depth, each with a reached
+``Cover``; a mutant (the poison bit lost on the way into the receive path; an output queue that repeats
+flits in the switch; an ingress that forwards bad headers or drops the poison bit) must fail them, so the
+proofs can fail. The switch's output stage (``switch_egress``) is proven by k-induction, and a sender that
+ignores its credits or a queue that repeats flits fails it."""
 
 import pytest
 from amaranth.hdl import Const, Module, Mux
@@ -36,19 +37,22 @@ def _assert_bounded_holds(name, h, depth, cover_depth, workdir):
         assert r.proof == f"bounded: holds to depth {depth} (bounded model check)" and r.engine == "smtbmc yices"
 
 
-def test_receive_path_bad_packets_commit_nothing(tmp_path):
-    _assert_bounded_holds("rp", ReceivePathHarness(), 6, 7, tmp_path)   # arrival: 2 cycles after the write
-
-
-@pytest.mark.slow
-def test_receive_path_cli_table(tmp_path, capsys):
+def test_receive_path_is_proven(tmp_path, capsys):
     assert main(["formal", "receive_path", "--out", str(tmp_path)]) == 0
-    _assert_all_hold(capsys.readouterr().out, 4, 10)
+    out = capsys.readouterr().out
+    assert out.count("proven (k-induction, k = 3)") == 4 and "holds to depth" not in out, out
+    assert out.count("reached at step") == 4 and "NOT REACHED" not in out, out
+
+
+def _rp_mutant(h, name, tmp_path):
+    """A bounded check (the mutant fails in the base case; the induction step would only double the work)."""
+    res, _ = run_formal(name, h, h.props, depth=6, cover_depth=2, workdir=tmp_path,
+                        **{**h.formal_options, "induction": False})
+    return res
 
 
 def test_receive_path_that_loses_the_poison_bit_fails(tmp_path):
-    h = ReceivePathHarness(strip_poison=True)
-    res, _ = run_formal("rp_mutant", h, h.props, depth=6, cover_depth=2, workdir=tmp_path, **h.formal_options)
+    res = _rp_mutant(ReceivePathHarness(strip_poison=True), "rp_mutant", tmp_path)
     by = {r.name: r for r in res}
     assert by["a poisoned or misframed packet commits nothing to memory"].proof.startswith("FAILS") or \
         by["every bad packet is counted once (POISONED/LENGTH_MISMATCH/BAD_LENGTH/UNKNOWN_OPCODE)"].proof \
@@ -96,8 +100,8 @@ def test_switch_with_an_output_queue_that_repeats_flits_fails(tmp_path, monkeypa
 
 
 def test_receive_path_that_loses_the_poison_bit_commits_a_poisoned_packet(tmp_path):
-    h = ReceivePathHarness(strip_poison=True, only="commits nothing to memory")
-    res, _ = run_formal("rp_mutant_wr", h, h.props, depth=6, cover_depth=2, workdir=tmp_path, **h.formal_options)
+    res = _rp_mutant(ReceivePathHarness(strip_poison=True, only="commits nothing to memory"), "rp_mutant_wr",
+                     tmp_path)
     assert [r.name for r in res] == ["a poisoned or misframed packet commits nothing to memory"]
     assert res[0].proof.startswith("FAILS"), res
 
