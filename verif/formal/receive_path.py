@@ -55,7 +55,7 @@ link cannot reach satisfies it for k cycles and then breaks a property (with the
 stalled buffer holding, say, a marked flit outside the tracked packet breaks them after any number of
 cycles). Why 3 and not 2: the token window's registered stage (``wrote``, loaded every cycle from the
 commit stage's write) is not named by the invariant; the third step constrains it through the write of
-the cycle before.
+the cycle before. The same invariant closes at 4 credits and at ``max_payload`` 3 (a ``slow`` test).
 
 The invariant names the stager's registers (``cnt``, ``spoiled``, ``truncating``, ``owed``) and the
 commit stage's (``writing``, ``dropping``, ``left``), attributes of those blocks, and the slots and
@@ -123,9 +123,10 @@ def _nth(slots, rptr, k):
 
 
 def _ring_ok(rptr, wptr, level, depth):
-    """A queue's pointers agree with its level: the write pointer is ``level`` slots past the read one."""
+    """A queue's pointers agree with its level (at most ``depth``): the write pointer is ``level`` slots past
+    the read one."""
     wrapped = rptr + level
-    return (rptr < depth) & (wptr == Mux(wrapped >= depth, wrapped - depth, wrapped))
+    return (level <= depth) & (rptr < depth) & (wptr == Mux(wrapped >= depth, wrapped - depth, wrapped))
 
 
 class ReceivePathHarness(wiring.Component):
@@ -166,7 +167,7 @@ class ReceivePathHarness(wiring.Component):
         m = Module()
         C, limit = self.credits, self.max_payload + 1
         rp = ReceivePath(flit_width=W, credits=C, max_payload=self.max_payload, experts=1, tile_size=1,
-                         max_slots=1, groups=1, tags=4, read_depth=2)
+                         max_slots=1, groups=1, tags=4, read_depth=max(2, self.max_payload))
         # Elaborated here so that the invariants can name its staging queues and registers.
         rm = elaborate_now(rp, platform)
         m.submodules.rp = rp

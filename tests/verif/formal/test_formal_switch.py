@@ -45,6 +45,16 @@ def test_receive_path_is_proven(tmp_path, capsys):
     assert out.count("reached at step") == 4 and "NOT REACHED" not in out, out
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("params", [{"credits": 4}, {"max_payload": 3}])
+def test_receive_path_is_proven_at_larger_sizes(params, tmp_path):
+    """The invariant is not tied to the smallest instance: more credits than a packet needs (4 queued
+    packets), and 4-flit packets."""
+    h = ReceivePathHarness(**params)
+    res, _ = run_formal("rp_larger", h, h.props, depth=3, cover_depth=8, workdir=tmp_path)
+    assert len(res) == 4 and all(r.ok and r.proof == "proven (k-induction, k = 3)" for r in res), res
+
+
 def _rp_mutant(h, name, tmp_path, depth=6):
     """A bounded check of the properties without their invariant (``h``: ``invariant=False``), so that what
     fails is a property itself."""
