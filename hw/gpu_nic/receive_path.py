@@ -255,11 +255,15 @@ class _Stager(wiring.Component):
             "status": Out(stream.Signature(_status_layout(credits))),
             "credit_overflow": Out(1),
         })
+        # The arriving packet's state, attributes so that a formal harness can state invariants on it.
+        self.cnt = Signal(credits.bit_length())     # flits of the arriving packet stored so far
+        self.spoiled = Signal()                     # a flit of the arriving packet was dropped
+        self.truncating = Signal()                  # discarding the rest of an over-long packet
+        self.owed = Signal(range(credits + 1))      # credits of discarded flits not yet returned
 
     def elaborate(self, platform):
         m = Module()
         status_l = _status_layout(self.credits)
-        nbits = self.credits.bit_length()
         m.submodules.flits = flits = fifo.SyncFIFO(width=self.flit_width, depth=self.credits)
         m.submodules.status = status = fifo.SyncFIFO(width=status_l.size, depth=self.credits)
         connect(m, flits.r_stream, wiring.flipped(self.flit))
@@ -267,10 +271,7 @@ class _Stager(wiring.Component):
         fw, sw = flits.w_stream, status.w_stream
         rx = self.rx
         limit = self.max_payload + 1
-        cnt = Signal(nbits)          # flits of the arriving packet stored so far
-        spoiled = Signal()           # a flit of the arriving packet was dropped
-        truncating = Signal()        # discarding the rest of an over-long packet
-        owed = Signal(range(self.credits + 1))
+        cnt, spoiled, truncating, owed = self.cnt, self.spoiled, self.truncating, self.owed
         popped = Signal()
         held = Signal(range(2 * self.credits + 2))
         m.d.comb += held.eq(flits.level + owed)
@@ -448,6 +449,10 @@ class _Commit(wiring.Component):
             "err": Out(len(RxError)),
             "remote": Out(N_REMOTE_CODES),
         })
+        # The packet being committed, attributes so that a formal harness can state invariants on it.
+        self.writing = Signal()          # committing a packet's payload
+        self.dropping = Signal()         # discarding a packet's remaining flits
+        self.left = Signal(credits.bit_length())    # its flits still in the staging buffer
 
     def elaborate(self, platform):
         m = Module()
@@ -458,9 +463,7 @@ class _Commit(wiring.Component):
         connect(m, dec.tag, wiring.flipped(self.tag))
         kind, reason, err, clr_bit = dec.kind, dec.reason, self.err, self.tag_free
         remote = Signal()           # an ERROR is taken this cycle
-        writing = Signal()          # committing a packet's payload
-        dropping = Signal()         # discarding a packet's remaining flits
-        left = Signal(len(st.n))
+        writing, dropping, left = self.writing, self.dropping, self.left
         waddr = Signal(len(self.written.addr))
         wtag = Signal(_TAG_BITS)
         wfree = Signal()            # the packet lands through a tag: free it at the end

@@ -26,7 +26,7 @@ BLOCKS = {
     "reduction_engine": ("reduction engine (4 ports, 2 entries, 1 flit, deferred translation): 2 requests, any answers after their reads or before their fan-out",
                          lambda: ReductionEngineHarness(answers_after_reads=False), 20, 20),
     "receive_path": ("GPU receive path (3 credits, max_payload 2): a poisoned or misframed packet commits nothing",
-                     lambda: ReceivePathHarness(), 10, 8),
+                     lambda: ReceivePathHarness(), 3, 8),
     "switch": ("NVSwitch datapath (4 ports, 2 active; 4 credits, max_payload 1, speedup 1): atomic, lossless",
                lambda: SwitchHarness(), 9, 13),
     "switch_speedup2": ("NVSwitch datapath at speedup 2 (2 crossbar lanes, else as switch)",

@@ -2,7 +2,7 @@
 
 from amaranth.hdl import Signal
 
-__all__ = ["observe_queue"]
+__all__ = ["observe_queue", "elaborate_now"]
 
 
 def observe_queue(q, storage: str, prefix: str):
@@ -26,3 +26,12 @@ def observe_queue(q, storage: str, prefix: str):
 
     q.elaborate = observed
     return rptr, wptr, slots
+
+
+def elaborate_now(block, platform):
+    """Elaborate ``block`` here and return its module, so that a harness can name its submodules (and
+    observe their queues) before they are elaborated; the design's own elaboration of ``block`` later
+    returns this same module."""
+    built = block.elaborate(platform)
+    block.elaborate = lambda platform: built
+    return built

@@ -1,18 +1,20 @@
 """Formal proofs of the GPU receive path and the NVSwitch datapath (``dysharp formal receive_path``,
-``dysharp formal switch``, ``switch_speedup2``, ``switch_fifo``, ``switch_errors``): every property holds to
-its bounded depth and has a reached ``Cover``; a mutant (the poison bit lost on the way into the receive
-path; an output queue that repeats flits in the switch; an ingress that forwards bad headers or drops the
-poison bit) must fail them, so the proofs can fail. The switch's output stage (``switch_egress``) is
-proven by k-induction, and a sender that ignores its credits or a queue that repeats flits fails it."""
+``dysharp formal switch``, ``switch_speedup2``, ``switch_fifo``, ``switch_errors``): the receive path's
+properties are proven by k-induction, the switch's hold to their bounded depth, each with a reached
+``Cover``; a mutant (the poison bit lost on the way into the receive path, a cut-through stager, a commit
+stage that reports dropped flits; an output queue that repeats flits in the switch; an ingress that
+forwards bad headers or drops the poison bit) must fail them, so the proofs can fail. The switch's output stage (``switch_egress``) is proven by k-induction, and a sender that
+ignores its credits or a queue that repeats flits fails it."""
 
 import pytest
 from amaranth.hdl import Const, Module, Mux
 
+import hw.gpu_nic.receive_path as receive_path
 import hw.switch.ingress as ingress
 import hw.switch.input_unit as input_unit
 import hw.switch.nvswitch as nvswitch
 from dysharp.cli import main
-from hw.packet import ErrorCode
+from hw.packet import HEADER_BITS, ErrorCode, HeaderLayout, rtl_payload_flits
 from hw.switch.egress_queue import EgressQueue
 from verif.formal.receive_path import ReceivePathHarness
 from verif.formal.runner import run_formal
@@ -36,24 +38,71 @@ def _assert_bounded_holds(name, h, depth, cover_depth, workdir):
         assert r.proof == f"bounded: holds to depth {depth} (bounded model check)" and r.engine == "smtbmc yices"
 
 
-def test_receive_path_bad_packets_commit_nothing(tmp_path):
-    _assert_bounded_holds("rp", ReceivePathHarness(), 6, 7, tmp_path)   # arrival: 2 cycles after the write
+def test_receive_path_is_proven(tmp_path, capsys):
+    assert main(["formal", "receive_path", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("proven (k-induction, k = 3)") == 4 and "holds to depth" not in out, out
+    assert out.count("reached at step") == 4 and "NOT REACHED" not in out, out
 
 
 @pytest.mark.slow
-def test_receive_path_cli_table(tmp_path, capsys):
-    assert main(["formal", "receive_path", "--out", str(tmp_path)]) == 0
-    _assert_all_hold(capsys.readouterr().out, 4, 10)
+@pytest.mark.parametrize("params", [{"credits": 4}, {"max_payload": 3}])
+def test_receive_path_is_proven_at_larger_sizes(params, tmp_path):
+    """The invariant is not tied to the smallest instance: more credits than a packet needs (4 queued
+    packets), and 4-flit packets."""
+    h = ReceivePathHarness(**params)
+    res, _ = run_formal("rp_larger", h, h.props, depth=3, cover_depth=8, workdir=tmp_path)
+    assert len(res) == 4 and all(r.ok and r.proof == "proven (k-induction, k = 3)" for r in res), res
 
 
-def test_receive_path_that_loses_the_poison_bit_fails(tmp_path):
-    h = ReceivePathHarness(strip_poison=True)
-    res, _ = run_formal("rp_mutant", h, h.props, depth=6, cover_depth=2, workdir=tmp_path, **h.formal_options)
-    by = {r.name: r for r in res}
-    assert by["a poisoned or misframed packet commits nothing to memory"].proof.startswith("FAILS") or \
-        by["every bad packet is counted once (POISONED/LENGTH_MISMATCH/BAD_LENGTH/UNKNOWN_OPCODE)"].proof \
-        .startswith("FAILS"), res
-    assert not all(r.ok for r in res)
+def _rp_mutant(h, name, tmp_path, depth=6):
+    """A bounded check of the properties without their invariant (``h``: ``invariant=False``), so that what
+    fails is a property itself."""
+    assert not h.invariant
+    res, _ = run_formal(name, h, h.props, depth=depth, cover_depth=2, workdir=tmp_path,
+                        **{**h.formal_options, "induction": False})
+    return res
+
+
+def test_receive_path_that_loses_the_poison_bit_miscounts(tmp_path):
+    prop = "every bad packet is counted once (POISONED/LENGTH_MISMATCH/BAD_LENGTH/UNKNOWN_OPCODE)"
+    res = _rp_mutant(ReceivePathHarness(strip_poison=True, only="counted once", invariant=False), "rp_mutant",
+                     tmp_path)
+    assert [r.name for r in res] == [prop]
+    assert res[0].proof.startswith("FAILS"), res
+
+
+class CutThroughStager(receive_path._Stager):
+    """A broken stager: it offers a packet to the commit stage as soon as its header is buffered, with the
+    flit count its header announces (cut-through), instead of once its last flit is in."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        hdr = HeaderLayout(self.flit.payload[:HEADER_BITS])
+        m.d.comb += [self.status.valid.eq(self.flit.valid),    # override the status queue's
+                     self.status.payload.eq(0), self.status.payload.n.eq(rtl_payload_flits(hdr) + 1)]
+        return m
+
+
+class DroppedFlitsReportingCommit(receive_path._Commit):
+    """A broken commit stage: it reports the flits of a packet it drops as written (to the token window)."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        with m.If(self.dropping & self.flit.valid):
+            m.d.comb += self.written.valid.eq(1)
+        return m
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,mutant,prop", [
+    ("_Stager", CutThroughStager, "a packet is committed only once it has fully arrived"),
+    ("_Commit", DroppedFlitsReportingCommit, "a poisoned or misframed packet reports no token arrival")])
+def test_receive_path_mutant_fails_its_property(name, mutant, prop, tmp_path, monkeypatch):
+    monkeypatch.setattr(receive_path, name, mutant)
+    res = _rp_mutant(ReceivePathHarness(only=prop, invariant=False), "rp_mutant_" + name, tmp_path, depth=9)
+    assert [r.name for r in res] == [prop]
+    assert res[0].proof.startswith("FAILS"), res
 
 
 class StuckEgressQueue(EgressQueue):
@@ -96,8 +145,8 @@ def test_switch_with_an_output_queue_that_repeats_flits_fails(tmp_path, monkeypa
 
 
 def test_receive_path_that_loses_the_poison_bit_commits_a_poisoned_packet(tmp_path):
-    h = ReceivePathHarness(strip_poison=True, only="commits nothing to memory")
-    res, _ = run_formal("rp_mutant_wr", h, h.props, depth=6, cover_depth=2, workdir=tmp_path, **h.formal_options)
+    res = _rp_mutant(ReceivePathHarness(strip_poison=True, only="commits nothing to memory", invariant=False),
+                     "rp_mutant_wr", tmp_path)
     assert [r.name for r in res] == ["a poisoned or misframed packet commits nothing to memory"]
     assert res[0].proof.startswith("FAILS"), res
 
