@@ -45,6 +45,14 @@ a row of one packet fits in the buffer and the uplink goes on to its next row, b
 cycles and then stalls its uplink until the home's downlink drains it. The flit-level model of that
 gives the combine phase; with unbounded buffers it is the busiest link's flits, the estimator's term.
 
+The same buffers slow ``fused-unicast`` (the estimator's ``ccfuser``), whose pushes go up the links while
+dispatch rows still do: a NIC takes a ready push ahead of its next dispatch row, and once the push has
+filled its input the dispatch rows behind it wait too, so other GPUs' tiles, and their pushes, come later.
+That order is a closed loop (a push waits for the tiles holding its token, which wait for dispatch rows),
+so :func:`fused_push_cycles` runs the whole layer flit by flit: NIC order, switch, tiles, the GEMM
+mechanism, the Tile Status Table's releases. What the RTL's buffers add over unbounded ones there is added
+to the estimator's fused engine, whose links, like unbounded buffers, never stall.
+
 :func:`full_size` is the estimator's figure for the same layer unscaled: the real model on a real system of
 at least G GPUs (:func:`full_size_system`: the layer's own system when it has enough, else the first of
 :data:`FULL_SIZE_SYSTEMS` that does), G GPUs, the run's tokens and routing, and every other input at the
@@ -54,6 +62,9 @@ what the scaled run stands for.
 
 import collections
 import dataclasses
+import functools
+import heapq
+import math
 
 from hw.packet import payload_efficiency
 
@@ -62,8 +73,8 @@ from .moe_config import load_model
 from .system_config import load_system
 from .workload import workload_from_routing
 
-__all__ = ["scaled_configs", "gemm_configs", "predict_cycles", "push_combine_cycles", "full_size", "full_size_system",
-           "ESTIMATOR_SCHEME", "FULL_SIZE_SYSTEMS", "SWITCH_INPUT_CELLS"]
+__all__ = ["scaled_configs", "gemm_configs", "predict_cycles", "push_combine_cycles", "fused_push_cycles", "full_size",
+           "full_size_system", "ESTIMATOR_SCHEME", "FULL_SIZE_SYSTEMS", "SWITCH_INPUT_CELLS", "NIC_LOOKAHEAD_PACKETS"]
 
 
 def scaled_configs(model: str, gpus: int, hidden: int, system: str = "hgx-h100", rtl_links: int = 1,
@@ -135,6 +146,13 @@ def predict_cycles(layer, schemes, calibration=None) -> dict:
         extra = push_combine_cycles(layer) - max(max(fl["up"]), max(fl["down"]))
         out["deepep"]["combine"] += extra
         out["deepep"]["total"] += extra
+    if "fused-unicast" in out:
+        # The same buffers under the fused pipeline (module docstring): what they add to the layer's time in
+        # the flit-level model, on top of the estimator's engine (whose switch never fills). The second run
+        # is needed only if an input was ever full: otherwise the two runs are the same.
+        work = layer.work("fused-unicast")
+        bounded, stalled = _fused_push(layer, SWITCH_INPUT_CELLS, work)
+        out["fused-unicast"]["total"] += bounded - _fused_push(layer, None, work)[0] if stalled else 0
     return out
 
 
@@ -142,6 +160,73 @@ def predict_cycles(layer, schemes, calibration=None) -> dict:
 # ``credits`` default: input cells per port; the NVSwitch's egress queue at speedup 2 holds two maximal
 # packets): tests/dysharp/test_system_cli.py checks both against the RTL's defaults.
 SWITCH_INPUT_CELLS = 256
+
+
+def _packets(flits: int, max_payload: int) -> list[int]:
+    """Wire flits of each packet of a ``flits``-flit row: ``max_payload`` payload flits each and a header."""
+    out, left = [], flits
+    while left > 0:
+        out.append(min(max_payload, left) + 1)
+        left -= max_payload
+    return out
+
+
+class _Switch:
+    """The request network of :func:`push_combine_cycles` and :func:`fused_push_cycles`: each input holds at
+    most ``cap`` flits (``None``: unbounded), per output in arrival order; each output takes whole packets
+    from the inputs in round-robin order, one flit per cycle, as soon as their flits arrive (cut-through)."""
+
+    def __init__(self, G: int, cap: int | None):
+        self.G, self.cap = G, float("inf") if cap is None else cap
+        self.voq = [[collections.deque() for _ in range(G)] for _ in range(G)]    # [length, arrived, left, tag]
+        self.held = [0] * G
+        self.serving = [None] * G
+        self.rr = [0] * G
+        self.flits = 0                                  # in the switch
+        self.queued = [0] * G                           # packets waiting for each output
+        self.stalled = False                            # an input has been full
+
+    def drain(self) -> list:
+        """One cycle of the outputs: the tags of the packets whose last flit left."""
+        G, voq, out = self.G, self.voq, []
+        for o in range(G):
+            if not self.queued[o]:
+                continue
+            if self.serving[o] is None:
+                for j in range(G):
+                    i = (self.rr[o] + j) % G
+                    if voq[i][o] and voq[i][o][0][1]:
+                        self.serving[o], self.rr[o] = i, (i + 1) % G
+                        break
+            i = self.serving[o]
+            if i is not None:
+                head = voq[i][o][0]
+                if head[1] > head[2]:                 # an arrived flit not yet sent on
+                    head[2] += 1
+                    self.held[i] -= 1
+                    self.flits -= 1
+                    if head[2] == head[0]:
+                        voq[i][o].popleft()
+                        self.queued[o] -= 1
+                        self.serving[o] = None
+                        out.append(head[3])
+        return out
+
+    def room(self, g: int) -> bool:
+        if self.held[g] < self.cap:
+            return True
+        self.stalled = True
+        return False
+
+    def send(self, g: int, packet, first: bool) -> None:
+        """One flit from input ``g`` of ``packet`` = (output, length, tag), ``first``: its header."""
+        d, n, tag = packet
+        if first:
+            self.voq[g][d].append([n, 0, 0, tag])
+            self.queued[d] += 1
+        self.voq[g][d][-1][1] += 1
+        self.held[g] += 1
+        self.flits += 1
 
 
 def push_combine_cycles(layer, input_cells: int | None = SWITCH_INPUT_CELLS) -> int:
@@ -153,51 +238,158 @@ def push_combine_cycles(layer, input_cells: int | None = SWITCH_INPUT_CELLS) -> 
     mp = layer.p.max_payload
     work = layer.work("deepep")
     G = layer.G
-    packets, left = [], layer.comb_flits
-    while left > 0:
-        packets.append(min(mp, left) + 1)
-        left -= mp
-    cap = float("inf") if input_cells is None else input_cells + 2 * (mp + 1)
-    nic = [collections.deque((int(layer.home[r.token]), n) for r in w.returns for n in packets) for w in work]
+    packets = _packets(layer.comb_flits, mp)
+    sw = _Switch(G, None if input_cells is None else input_cells + 2 * (mp + 1))
+    nic = [collections.deque((int(layer.home[r.token]), n, True) for r in w.returns for n in packets) for w in work]
     sent = [0] * G                                    # flits of its head packet a NIC has sent
-    voq = [[collections.deque() for _ in range(G)] for _ in range(G)]    # [length, arrived, left] per packet
-    held = [0] * G
-    serving = [None] * G
-    rr = [0] * G
     remaining = sum(len(q) for q in nic)
     t = last = 0
     while remaining:
         t += 1
-        for o in range(G):
-            if serving[o] is None:
-                for j in range(G):
-                    i = (rr[o] + j) % G
-                    if voq[i][o] and voq[i][o][0][1]:
-                        serving[o], rr[o] = i, (i + 1) % G
-                        break
-            i = serving[o]
-            if i is not None:
-                head = voq[i][o][0]
-                if head[1] > head[2]:                 # an arrived flit not yet sent on
-                    head[2] += 1
-                    held[i] -= 1
-                    if head[2] == head[0]:
-                        voq[i][o].popleft()
-                        serving[o] = None
-                        remaining -= 1
-                        last = t
+        done = sw.drain()
+        if done:
+            remaining -= len(done)
+            last = t
         for g in range(G):
-            if nic[g] and held[g] < cap:
-                d, n = nic[g][0]
-                if sent[g] == 0:
-                    voq[g][d].append([n, 0, 0])
-                voq[g][d][-1][1] += 1
-                held[g] += 1
+            if nic[g] and sw.room(g):
+                sw.send(g, nic[g][0], sent[g] == 0)
                 sent[g] += 1
-                if sent[g] == n:
+                if sent[g] == nic[g][0][1]:
                     nic[g].popleft()
                     sent[g] = 0
     return last - 1           # a flit enters in one cycle and leaves in the next: that cycle is the latency's
+
+
+# The request generator's walker runs this many packets ahead of its uplink (its packet builder's command
+# queues, hw.gpu_nic.packet_builder.PacketBuilder's ``cmd_depth`` default): it takes the next descriptor
+# once it has queued the last packet of the current one. tests/dysharp/test_system_cli.py checks it.
+NIC_LOOKAHEAD_PACKETS = 4
+
+
+def fused_push_cycles(layer, input_cells: int | None = SWITCH_INPUT_CELLS, push_first: bool = True) -> int:
+    """Cycles of ``fused-unicast``'s layer with its pushes and dispatch rows moved flit by flit on the switch
+    (module docstring), from the first dispatch flit to the last push landed. Each NIC's descriptor stream
+    offers one descriptor: a push whose ready cycle has come first, else its next dispatch row, chosen as
+    soon as the request generator takes the one before (it takes the next once at most
+    :data:`NIC_LOOKAHEAD_PACKETS` packets of the current one wait behind the one on the link); a dispatch
+    row goes to each remote destination in turn, lowest first. A row lands ``rx_latency`` cycles after its
+    last flit leaves the switch; each local expert's rows fill its tiles in arrival order, and a tile is
+    ready with its last row; the GPU's tiles (its own tokens' ready at cycle 0) run on the testbench's GEMM
+    mechanism (:class:`sim_models.gemm_engine.GemmEngine`, the pool); at a tile's GEMM-2 end its tokens are
+    released one per cycle from two cycles on (the Tile Status Table), and a GPU's push of a token is ready
+    ``notify_cycles`` after the release of its last pair of the token, ties in work-list order.
+    ``input_cells=None``: unbounded buffers; ``push_first=False``: the next dispatch row before a ready push
+    (a push once the GPU's dispatch rows are all taken), the other order, for comparison."""
+    return _fused_push(layer, input_cells, push_first=push_first)[0]
+
+
+def _fused_push(layer, input_cells: int | None = SWITCH_INPUT_CELLS, work=None,
+                push_first: bool = True) -> tuple[int, bool]:
+    """:func:`fused_push_cycles` and whether an input was ever full (if not, unbounded buffers give the same)."""
+    from .gemm_engine import GemmEngine
+
+    p = layer.p
+    mp, G, ts, scheme = p.max_payload, layer.G, p.tile_size, "fused-unicast"
+    row_packets, push_packets = _packets(layer.row_flits, mp), _packets(layer.comb_flits, mp)
+    work = layer.work(scheme) if work is None else work
+    sw = _Switch(G, None if input_cells is None else input_cells + 2 * (mp + 1))
+    queue = [collections.deque(w.dispatch) for w in work]      # dispatch descriptors not yet offered
+    ready = [[] for _ in range(G)]                              # heap of (ready cycle, work-list index, push)
+    offered = [None] * G
+    nic = [collections.deque() for _ in range(G)]               # packets taken: (output, flits, tag)
+    sent = [0] * G
+    lo = [layer.local_expert_range(g)[0] for g in range(G)]
+    counts = [layer.tracked_counts(g, scheme) for g in range(G)]
+    rows = [collections.defaultdict(list) for _ in range(G)]    # local expert -> tokens in arrival order
+    engines, tiles, due = [], [], [None] * G
+    parts = functools.lru_cache(maxsize=None)(layer.gemm_parts)      # a tile's work depends on its rows only
+    share = layer.gemm_share()
+    for g in range(G):
+        local = work[g].local_tiles
+        n_tiles = collections.Counter(e for e, _ in local)
+        for e, n in enumerate(counts[g]):
+            if n:
+                n_tiles[lo[g] + e] += -(-n // ts)
+        engines.append(GemmEngine(parts, n_tiles, share, "pool"))
+        tiles.append([])
+        for e, toks in local:
+            engines[g].add(0, e, len(toks))
+            tiles[g].append(None)                               # a local tile: nothing to push
+
+    def next_due(g):
+        n = engines[g].next_done()
+        due[g] = None if n is None else math.ceil(n[0] - 1e-6)
+
+    for g in range(G):
+        next_due(g)
+    items = {(r.gpu, r.token): (i, r) for w in work for i, r in enumerate(w.returns)}
+    pending = {k: collections.Counter(r.pairs) for k, (_, r) in items.items()}
+    release_free = [0] * G
+    landings = []                                               # heap of (cycle, seq, tag)
+    left, t, seq = len(items), 0, 0
+    while left:
+        t += 1
+        if not sw.flits and not any(nic) and not any(queue) and all(o is None for o in offered):
+            # nothing on the wires: on to the next landing, GEMM-2 end or push
+            nxt = [landings[0][0]] if landings else []
+            nxt += [d for d in due if d is not None] + [h[0][0] for h in ready if h]
+            t = max(t, min(nxt))
+        while landings and landings[0][0] <= t:
+            _, _, (kind, d, tok) = heapq.heappop(landings)
+            if kind == "push":
+                left -= 1
+                continue
+            for e in layer.routing[tok]:
+                e = int(e)
+                if lo[d] <= e < lo[d] + len(counts[d]):
+                    got = rows[d][e]
+                    got.append(tok)
+                    if len(got) % ts == 0 or len(got) == counts[d][e - lo[d]]:
+                        engines[d].add(t, e, (len(got) - 1) % ts + 1)
+                        tiles[d].append((e, got[(len(got) - 1) // ts * ts:]))
+                        next_due(d)
+        for g in range(G):
+            while due[g] is not None and due[g] <= t:
+                tile = tiles[g][engines[g].pop_done()[1]]
+                if tile is not None:
+                    e, toks = tile
+                    r0 = max(t + 2, release_free[g])
+                    for k, tok in enumerate(toks):
+                        pend = pending[(g, tok)]
+                        pend[(g, e)] -= 1
+                        if not +pend:
+                            i, r = items[(g, tok)]
+                            heapq.heappush(ready[g], (r0 + k + p.notify_cycles, i, r))
+                    release_free[g] = r0 + len(toks)
+                next_due(g)
+        for tag in sw.drain():
+            if tag is not None:
+                seq += 1
+                heapq.heappush(landings, (t + p.rx_latency, seq, tag))
+        for g in range(G):
+            if offered[g] is None:
+                if ready[g] and ready[g][0][0] <= t and (push_first or not queue[g]):
+                    offered[g] = heapq.heappop(ready[g])[2]
+                elif queue[g]:
+                    offered[g] = queue[g].popleft()
+            if offered[g] is not None and len(nic[g]) <= NIC_LOOKAHEAD_PACKETS:
+                x, offered[g] = offered[g], None
+                if hasattr(x, "desc"):                          # a push (ReturnItem)
+                    h = int(layer.home[x.token])
+                    nic[g].extend((h, n, None) for n in push_packets[:-1])
+                    nic[g].append((h, push_packets[-1], ("push", h, x.token)))
+                else:                                           # a dispatch row to each destination
+                    for d in range(G):
+                        if x.mask >> d & 1:
+                            nic[g].extend((d, n, None) for n in row_packets[:-1])
+                            nic[g].append((d, row_packets[-1], ("row", d, x.index)))
+            if nic[g] and sw.room(g):
+                sw.send(g, nic[g][0], sent[g] == 0)
+                sent[g] += 1
+                if sent[g] == nic[g][0][1]:
+                    nic[g].popleft()
+                    sent[g] = 0
+    return t, sw.stalled
 
 
 # Real systems for the full-size figure, smallest first: an 8-GPU HGX, one NVL32 plane, an NVL72 rack.
