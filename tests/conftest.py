@@ -69,6 +69,7 @@ FIRST = [
     "tests/verif/formal/test_formal_tlb.py::test_cam_holds_and_every_property_is_covered",   # 25
     "tests/verif/formal/test_formal_switch.py::test_switch_packets_atomic_and_conserved",    # 22
     "tests/hw/switch/test_dysharp_switch.py::test_traffic",                                  # 20
+    "tests/hw/switch/test_dysharp_switch.py::test_bad_input",                                # 16 CPU-s (12 scenarios)
     "tests/dysharp/test_cli.py::test_every_registered_module_builds_at_its_points",          # 20
     "tests/verif/bench/test_bench_dysharp_switch.py::test_bench_dispatch_n4_matches_plain_switch",  # 20
     "tests/synth/test_synth.py::test_deep_cam_flip_flop_bound_is_extrapolated_from_two_slices",  # 20

@@ -31,7 +31,7 @@ from hw import registry
 
 __all__ = ["SIMULATORS", "PUBLIC", "default_sim", "run_cocotb", "CocotbFailure", "RunResult", "sim_build",
            "verilator_env", "compiler_cache_env", "require_simulator", "file_lock", "locked_verilog",
-           "keep_apart_config", "keep_apart_lines"]
+           "keep_apart_config", "keep_apart_lines", "run_scenarios"]
 
 SIMULATORS = ("icarus", "verilator")
 PUBLIC = ("ports", "flat")   # which Verilator signals cocotb can see: top-level ports only, or all
@@ -362,3 +362,26 @@ def run_cocotb(module: str, params: dict | None = None, *, test_module: str, tes
             f"(seed={seed}). Re-run with: DYSHARP_SEED={seed} SIM={sim} pytest -k {testcase or test_module} "
             f"--seed={seed}; log and results in {log_file or bdir}")
     return result
+
+
+def run_scenarios(module: str, params: dict | None = None, *, test_module: str,
+                  scenarios: list[tuple[str, dict, int]], sim: str | None = None,
+                  build_root: str | os.PathLike = "build", public: str = "ports") -> list[str]:
+    """Run several scenarios of ``test_module`` against ``module`` at ``params`` in one simulator run, each a
+    ``(testcase, settings, seed)`` as :func:`run_cocotb` takes them (:mod:`verif.harness.scenarios`: each
+    its own cocotb test, from reset). A run costs its design's load and cocotb's start (0.5-2.5 CPU-s,
+    the integrated switch's Icarus model the most) once for all of them. Returns the failed scenarios,
+    each described with its testcase, settings, seed and the log; empty when all passed."""
+    from xml.etree import ElementTree
+
+    if not scenarios:
+        raise ValueError("run_scenarios needs at least one scenario")
+    r = run_cocotb(module, params, test_module="verif.harness.scenarios", sim=sim, seed=scenarios[0][2],
+                   env={"test_module": test_module, "scenarios": [list(s) for s in scenarios]},
+                   build_root=build_root, check=False, quiet=True, public=public)
+    passed = set()
+    for case in ElementTree.parse(r.results_xml).getroot().iter("testcase"):
+        if case.find("failure") is None and case.find("error") is None and case.find("skipped") is None:
+            passed.add(case.get("name"))
+    return [f"{test_module}::{tc} {env} seed={seed} failed on {module} {params or {}} ({sim or default_sim()}); "
+            f"log: {r.log_file}" for i, (tc, env, seed) in enumerate(scenarios) if f"s{i}" not in passed]
