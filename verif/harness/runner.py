@@ -371,7 +371,12 @@ def run_scenarios(module: str, params: dict | None = None, *, test_module: str,
     ``(testcase, settings, seed)`` as :func:`run_cocotb` takes them (:mod:`verif.harness.scenarios`: each
     its own cocotb test, from reset). A run costs its design's load and cocotb's start (0.5-2.5 CPU-s,
     the integrated switch's Icarus model the most) once for all of them. Returns the failed scenarios,
-    each described with its testcase, settings, seed and the log; empty when all passed."""
+    each described with its testcase, settings, seed and the log; empty when all passed.
+
+    Only for a design that its reset returns to the same behaviour whatever ran before: a scenario starts
+    where the last one left the memories, which no reset clears. The Tile Status Table's lockstep
+    scenarios, for one, disagree with their model after another scenario; give such a design runs of
+    their own."""
     from xml.etree import ElementTree
 
     if not scenarios:
