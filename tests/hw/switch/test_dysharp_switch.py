@@ -69,15 +69,14 @@ def test_tlb_misses_coalescing_storm(seed, sim):
 
 @needs_top
 def test_fill_never_arrives(seed, sim):
-    """Stores whose translation needs the silent GPU's fill: TIMEOUT from its port; the rest flows."""
-    run("test_fill_timeout", seed, sim, packets=3, reduce=False)
-
-
-@needs_top
-def test_fill_never_arrives_ld_reduce(seed, sim):
-    """... and ld_reduce reads that need it: the requester gets TIMEOUT (the destination's egress answers
-    the read with an error-coded RED_READ_RESP), the other contributions are dropped."""
-    run("test_fill_timeout", seed, sim, packets=2)
+    """Stores whose translation needs the silent GPU's fill: TIMEOUT from its port; the rest flows. Then
+    ld_reduce reads that need it: the requester gets TIMEOUT (the destination's egress answers the read
+    with an error-coded RED_READ_RESP), the other contributions are dropped. One simulator run for both
+    scenarios (each a cocotb test of its own, from reset)."""
+    from verif.harness.runner import run_scenarios
+    failed = run_scenarios("dysharp_switch", P4, test_module=TB, sim=sim, scenarios=[
+        ("test_fill_timeout", {"packets": 3, "reduce": False}, seed), ("test_fill_timeout", {"packets": 2}, seed)])
+    assert not failed, "\n".join(failed)
 
 
 BAD_KINDS = ["foreign", "bounds", "fault", "silent_red_read", "stale", "duplicate", "malformed_ld_reduce",
