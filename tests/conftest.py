@@ -1,8 +1,11 @@
 """Shared pytest options: ``--seed`` for every random test, ``--sim`` for the cocotb simulator; the default
 suite's longest tests run first."""
 
+import json
 import os
 import random
+import resource
+import time
 import zlib
 
 import pytest
@@ -13,6 +16,9 @@ def pytest_addoption(parser):
                      help="seed for random tests: an integer, or 'random' (default: a fixed per-test seed, "
                           "or $DYSHARP_SEED)")
     parser.addoption("--sim", default=None, help="cocotb simulator: icarus (default) or verilator")
+    parser.addoption("--cpu-log", default=None, metavar="PATH",
+                     help="append one JSON line per test to PATH: its wall seconds and the CPU seconds (user + "
+                          "system) of the test process and of every process it ran and waited for")
 
 
 @pytest.fixture
@@ -63,6 +69,7 @@ FIRST = [
     "tests/verif/formal/test_formal_tlb.py::test_cam_holds_and_every_property_is_covered",   # 25
     "tests/verif/formal/test_formal_switch.py::test_switch_packets_atomic_and_conserved",    # 22
     "tests/hw/switch/test_dysharp_switch.py::test_traffic",                                  # 20
+    "tests/hw/switch/test_dysharp_switch.py::test_bad_input",                                # 16 CPU-s (12 scenarios)
     "tests/dysharp/test_cli.py::test_every_registered_module_builds_at_its_points",          # 20
     "tests/verif/bench/test_bench_dysharp_switch.py::test_bench_dispatch_n4_matches_plain_switch",  # 20
     "tests/synth/test_synth.py::test_deep_cam_flip_flop_bound_is_extrapolated_from_two_slices",  # 20
@@ -78,3 +85,25 @@ FIRST = [
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("[")[0], len(FIRST)))   # stable: the rest keep their order
+
+
+def _cpu_s() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With ``--cpu-log``, the test's CPU: setup, call and teardown, the simulators and compilers it ran
+    included (a child counts once it has been waited for; the xdist workers each append their own lines)."""
+    path = item.config.getoption("--cpu-log")
+    if not path:
+        yield
+        return
+    cpu, wall = _cpu_s(), time.monotonic()
+    yield
+    line = {"test": item.nodeid, "cpu_s": round(_cpu_s() - cpu, 2), "wall_s": round(time.monotonic() - wall, 2),
+            "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")}
+    with open(path, "a") as f:
+        f.write(json.dumps(line) + "\n")

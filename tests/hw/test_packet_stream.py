@@ -5,20 +5,24 @@ import gc
 import pytest
 
 from hw.packet_stream import PacketMerge, PacketSplit
-from verif.harness.runner import run_cocotb
+from verif.harness.runner import run_scenarios
 
 TB = "verif.tb.packet_stream"
 
 
+# A design point's cases share one simulator run (each a cocotb test of its own, from reset).
+def _cases(module, params, cases, seed, sim):
+    failed = run_scenarios(module, params, test_module=TB, sim=sim, scenarios=[(c, {}, seed) for c in cases])
+    assert not failed, "\n".join(failed)
+
+
 @pytest.mark.parametrize("params", [{}, {"priority": True}], ids=["round_robin", "priority"])
-@pytest.mark.parametrize("case", ["test_merge_random", "test_merge_full_rate"])
-def test_merge(params, case, seed, sim):
-    run_cocotb("packet_merge", params, test_module=TB, testcase=case, seed=seed, sim=sim)
+def test_merge(params, seed, sim):
+    _cases("packet_merge", params, ["test_merge_random", "test_merge_full_rate"], seed, sim)
 
 
-@pytest.mark.parametrize("case", ["test_split_random", "test_split_full_rate"])
-def test_split(case, seed, sim):
-    run_cocotb("packet_split", {}, test_module=TB, testcase=case, seed=seed, sim=sim)
+def test_split(seed, sim):
+    _cases("packet_split", {}, ["test_split_random", "test_split_full_rate"], seed, sim)
 
 
 def test_split_out_of_range_select_discards():

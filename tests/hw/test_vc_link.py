@@ -6,22 +6,27 @@ import pytest
 
 from hw.credit import CREDIT_RETURN_MAX, CreditReceiver, CreditReturn
 from hw.vc_link import VcReceiver, VcSender
-from verif.harness.runner import run_cocotb
+from verif.harness.runner import run_scenarios
 
 TB = "verif.tb.vc_link"
 
 
+# Each design point's three cases share one simulator run (each a cocotb test of its own, from reset).
+def _cases(module, params, cases, seed, sim):
+    failed = run_scenarios(module, params, test_module=TB, sim=sim, scenarios=[(c, {}, seed) for c in cases])
+    assert not failed, "\n".join(failed)
+
+
 @pytest.mark.parametrize("module,params", [("credit_receiver", {"depth": 2}), ("credit_receiver", {}),
                                            ("vc_receiver", {}), ("vc_receiver", {"credits": [2, 3]})])
-@pytest.mark.parametrize("case", ["test_receiver_random", "test_receiver_overflow", "test_receiver_full_rate"])
-def test_receiver(module, params, case, seed, sim):
-    run_cocotb(module, params, test_module=TB, testcase=case, seed=seed, sim=sim)
+def test_receiver(module, params, seed, sim):
+    _cases(module, params, ["test_receiver_random", "test_receiver_overflow", "test_receiver_full_rate"], seed, sim)
 
 
 @pytest.mark.parametrize("params", [{}, {"credits": [2, 3]}])
-@pytest.mark.parametrize("case", ["test_sender_random", "test_sender_full_rate", "test_sender_vc_independence"])
-def test_vc_sender(params, case, seed, sim):
-    run_cocotb("vc_sender", params, test_module=TB, testcase=case, seed=seed, sim=sim)
+def test_vc_sender(params, seed, sim):
+    _cases("vc_sender", params, ["test_sender_random", "test_sender_full_rate", "test_sender_vc_independence"],
+           seed, sim)
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")

@@ -31,7 +31,7 @@ from hw import registry
 
 __all__ = ["SIMULATORS", "PUBLIC", "default_sim", "run_cocotb", "CocotbFailure", "RunResult", "sim_build",
            "verilator_env", "compiler_cache_env", "require_simulator", "file_lock", "locked_verilog",
-           "keep_apart_config", "keep_apart_lines"]
+           "keep_apart_config", "keep_apart_lines", "run_scenarios"]
 
 SIMULATORS = ("icarus", "verilator")
 PUBLIC = ("ports", "flat")   # which Verilator signals cocotb can see: top-level ports only, or all
@@ -306,6 +306,16 @@ def sim_build(module: "str | registry.DesignPoint", params: dict | None = None, 
     return vpath, bdir, runner
 
 
+# cocotb rewrites the asserts of every module imported after it starts (pytest's assertion rewriting, for
+# their failure messages), Amaranth and numpy included, and, with bytecode caching off, does it again in
+# every run. Only the project's testbenches, models and tests need it. And the pytest configuration that
+# carries the hook need not load the installed pytest plugins (xdist). A tiny test's run then costs 0.55
+# instead of 1.1 CPU-s (vc_sender, one test; the suite makes about 200 runs). An environment that sets
+# either variable keeps its own value.
+ASSERTION_REWRITE_ENV = {"COCOTB_REWRITE_ASSERTION_FILES": "verif/*.py tests/*.py",
+                         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
+
 def run_cocotb(module: "str | registry.DesignPoint", params: dict | None = None, *, test_module: str,
                testcase: str | None = None,
                sim: str | None = None, seed: int = 1, env: dict | None = None,
@@ -333,6 +343,7 @@ def run_cocotb(module: "str | registry.DesignPoint", params: dict | None = None,
         "DYSHARP_SEED": str(seed),
         "DYSHARP_ENV": json.dumps(env or {}),
         "PYTHONPATH": os.pathsep.join([str(REPO)] + sys.path),
+        **{k: os.environ.get(k, v) for k, v in ASSERTION_REWRITE_ENV.items()},
     }
     if sim == "verilator":
         test_env.update(verilator_env())
@@ -357,3 +368,33 @@ def run_cocotb(module: "str | registry.DesignPoint", params: dict | None = None,
             f"(seed={seed}). Re-run with: DYSHARP_SEED={seed} SIM={sim} pytest -k {testcase or test_module} "
             f"--seed={seed}; log and results in {log_file or bdir}")
     return result
+
+
+def run_scenarios(module: "str | registry.DesignPoint", params: dict | None = None, *, test_module: str,
+                  scenarios: list[tuple[str, dict, int]], sim: str | None = None,
+                  build_root: str | os.PathLike = "build", public: str = "ports") -> list[str]:
+    """Run several scenarios of ``test_module`` against a design point (``module``: a
+    :class:`~hw.registry.DesignPoint`, or a registered module name with ``params``) in one simulator run, each a
+    ``(testcase, settings, seed)`` as :func:`run_cocotb` takes them (:mod:`verif.harness.scenarios`: each
+    its own cocotb test, from reset). A run costs its design's load and cocotb's start (0.5-2.5 CPU-s,
+    the integrated switch's Icarus model the most) once for all of them. Returns the failed scenarios,
+    each described with its testcase, settings, seed and the log; empty when all passed.
+
+    Only for a design that its reset returns to the same behaviour whatever ran before: a scenario starts
+    where the last one left the memories, which no reset clears. The Tile Status Table's lockstep
+    scenarios, for one, disagree with their model after another scenario; give such a design runs of
+    their own."""
+    from xml.etree import ElementTree
+
+    if not scenarios:
+        raise ValueError("run_scenarios needs at least one scenario")
+    point = registry.point(module, params)
+    r = run_cocotb(point, test_module="verif.harness.scenarios", sim=sim, seed=scenarios[0][2],
+                   env={"test_module": test_module, "scenarios": [list(s) for s in scenarios]},
+                   build_root=build_root, check=False, quiet=True, public=public)
+    passed = set()
+    for case in ElementTree.parse(r.results_xml).getroot().iter("testcase"):
+        if case.find("failure") is None and case.find("error") is None and case.find("skipped") is None:
+            passed.add(case.get("name"))
+    return [f"{test_module}::{tc} {env} seed={seed} failed on {point.name} {point.overrides} ({sim or default_sim()}); "
+            f"log: {r.log_file}" for i, (tc, env, seed) in enumerate(scenarios) if f"s{i}" not in passed]

@@ -69,38 +69,37 @@ def test_tlb_misses_coalescing_storm(seed, sim):
 
 @needs_top
 def test_fill_never_arrives(seed, sim):
-    """Stores whose translation needs the silent GPU's fill: TIMEOUT from its port; the rest flows."""
-    run("test_fill_timeout", seed, sim, packets=3, reduce=False)
-
-
-@needs_top
-def test_fill_never_arrives_ld_reduce(seed, sim):
-    """... and ld_reduce reads that need it: the requester gets TIMEOUT (the destination's egress answers
-    the read with an error-coded RED_READ_RESP), the other contributions are dropped."""
-    run("test_fill_timeout", seed, sim, packets=2)
+    """Stores whose translation needs the silent GPU's fill: TIMEOUT from its port; the rest flows. Then
+    ld_reduce reads that need it: the requester gets TIMEOUT (the destination's egress answers the read
+    with an error-coded RED_READ_RESP), the other contributions are dropped. One simulator run for both
+    scenarios (each a cocotb test of its own, from reset)."""
+    from verif.harness.runner import run_scenarios
+    failed = run_scenarios("dysharp_switch", P4, test_module=TB, sim=sim, scenarios=[
+        ("test_fill_timeout", {"packets": 3, "reduce": False}, seed), ("test_fill_timeout", {"packets": 2}, seed)])
+    assert not failed, "\n".join(failed)
 
 
 BAD_KINDS = ["foreign", "bounds", "fault", "silent_red_read", "stale", "duplicate", "malformed_ld_reduce",
              "static_foreign"]
+BAD_KINDS_LD_REDUCE = ["foreign", "bounds", "fault", "static_foreign"]
 
 
 @needs_top
-@pytest.mark.parametrize("kind", BAD_KINDS)
-def test_bad_input(kind, seed, sim):
+def test_bad_input(seed, sim):
     """Each bad input alone among good traffic on every port (foreign group, index out of bounds, TLB fault:
     on dymultimem.st; a RED_READ destination that never answers; a contribution for a freed entry; a
     duplicate contribution; ld_reduce requests poisoned, followed by a flit, or of length 0: each answered
     once, POISONED / LENGTH_MISMATCH / BAD_LENGTH, and counted in the engine's bad_requests; multimem.st to a
-    static group the source is not a member of: ISOLATION, counted by the request network)."""
-    run("test_bad_input", seed, sim, kind=kind, rounds=2, reduce=False)
-
-
-@needs_top
-@pytest.mark.parametrize("kind", ["foreign", "bounds", "fault", "static_foreign"])
-def test_bad_input_ld_reduce(kind, seed, sim):
-    """The same bad inputs on dymultimem.ld_reduce (static_foreign: multimem.ld_reduce over a group the source
-    is not a member of, refused by its engine) as well: the requester gets the error."""
-    run("test_bad_input", seed, sim, kind=kind, rounds=2)
+    static group the source is not a member of: ISOLATION, counted by the request network); then the same
+    bad inputs on dymultimem.ld_reduce (static_foreign: multimem.ld_reduce over a group the source is not a
+    member of, refused by its engine) as well: the requester gets the error. The 12 scenarios share one
+    simulator run (each a cocotb test of its own, from reset): the design's load and cocotb's start, 2.4
+    CPU-s of an Icarus run of this switch, are paid once."""
+    from verif.harness.runner import run_scenarios
+    scenarios = ([("test_bad_input", {"kind": k, "rounds": 2, "reduce": False}, seed) for k in BAD_KINDS]
+                 + [("test_bad_input", {"kind": k, "rounds": 2}, seed) for k in BAD_KINDS_LD_REDUCE])
+    failed = run_scenarios("dysharp_switch", P4, test_module=TB, scenarios=scenarios, sim=sim)
+    assert not failed, "\n".join(failed)
 
 
 @needs_top

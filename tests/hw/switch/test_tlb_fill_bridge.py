@@ -5,14 +5,16 @@ import gc
 import pytest
 
 from hw.switch.tlb_fill_bridge import TlbFillBridge
-from verif.harness.runner import run_cocotb
+from verif.harness.runner import run_scenarios
 
 TB = "verif.tb.tlb_fill_bridge"
 
 
-@pytest.mark.parametrize("case", ["test_random", "test_full_rate"])
-def test_bridge(case, seed, sim):
-    run_cocotb("tlb_fill_bridge", {"port": 5}, test_module=TB, testcase=case, seed=seed, sim=sim)
+def test_bridge(seed, sim):
+    """Both cases in one simulator run (each a cocotb test of its own, from reset)."""
+    failed = run_scenarios("tlb_fill_bridge", {"port": 5}, test_module=TB, sim=sim,
+                           scenarios=[(c, {}, seed) for c in ("test_random", "test_full_rate")])
+    assert not failed, "\n".join(failed)
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
