@@ -66,6 +66,11 @@ class GpuNic(wiring.Component):
     ``gpu_credits``), ``fetch_depth``, ``read_depth``, ``groups``, ``tags``, ``experts``, ``tiles``,
     ``tile_size`` (``tiles * tile_size`` <= 65536), and the memory manager's ``mm_groups``,
     ``mm_layouts``, ``mm_index_bits``, ``mm_slots``, ``mm_epoch_bits``; validated by the blocks.
+
+    ``experts`` is the number of experts this GPU hosts (1..256, ``rx_cfg.expert_base`` .. ``+ experts -
+    1``): the receive paths report arrivals for exactly those. It need not be a power of two (Kimi-K2 on 8
+    GPUs: 48); the Tile Status Table, whose entry index is the concatenation ``{expert, tile}``, rounds its
+    expert dimension up to the next power of two, and the entries past ``experts`` are never named.
     """
 
     def __init__(self, *, ports: int = 8, flit_width: int = DEFAULT_FLIT_WIDTH, max_payload: int = 16,
@@ -87,7 +92,9 @@ class GpuNic(wiring.Component):
                      read_depth=read_depth)
         self.rxq = ReceivePath(accept="req", **rx_kw)
         self.rxr = ReceivePath(accept="resp", **rx_kw)
-        self.tracker = TokenTracker(experts=experts, tiles=tiles, tile_size=tile_size)
+        # The table's entry index is {expert, tile}: its expert dimension is the share rounded up to a power
+        # of two. The receive paths' mask must be the share itself, or a neighbour's experts would count here.
+        self.tracker = TokenTracker(experts=1 << (experts - 1).bit_length(), tiles=tiles, tile_size=tile_size)
         self.mm = MemoryManager(groups=mm_groups, layouts=mm_layouts, index_bits=mm_index_bits, slots=mm_slots,
                                 epoch_bits=mm_epoch_bits)
         super().__init__({

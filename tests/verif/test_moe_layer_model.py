@@ -361,3 +361,17 @@ def test_points_past_the_address_map_are_refused():
         big.check_scheme("nvls")
     with pytest.raises(ValueError, match="unknown scheme 'nccl'"):
         big.check_scheme("nccl")
+
+
+def test_system_params_name_one_gpus_share_of_experts():
+    """Kimi-K2 on 8 GPUs hosts 48 experts per GPU: the NIC is built for exactly 48 (a GPU's receive path
+    counts a token's listed experts base .. base + 47 as its own; rounded up to 64 it would also count
+    the next GPU's first 16, whose tiles it would then report ready), its Tile Status Table for 64."""
+    from hw.gpu_nic.nic import GpuNic
+    L = ml.build_layer(model="kimi-k2", gpus=8, tokens=4, hidden=128)
+    nic = L.system_params()["nic"]
+    assert L.experts_per_gpu == 48 and nic["experts"] == 48
+    assert L.tracker_shape()[0] == 64
+    n = GpuNic(ports=8, experts=nic["experts"], tiles=nic["tiles"], tile_size=nic["tile_size"])
+    assert (n.rxq.experts, n.rxr.experts, n.tracker.experts) == (48, 48, 64)
+    assert ml.build_layer(model="deepseek-v3", gpus=8, tokens=4, hidden=128).system_params()["nic"]["experts"] == 32

@@ -601,12 +601,14 @@ class MoeLayer:
 
     def system_params(self, schemes=None) -> dict:
         """Parameters of the system top (:class:`hw.system.System`) that hold this layer under ``schemes``
-        (None: all): the Tile Status Table's shape, the memory manager's table (the algebraic index is the
-        global token id) and its receive buffer (the most rows routed to one GPU), rounded up to powers of
-        two so that layers of one shape share a build."""
-        experts, tiles = self.tracker_shape(schemes)
+        (None: all): the experts one GPU hosts (exactly: the receive path reports arrivals for those alone,
+        and the NIC rounds the Tile Status Table up itself), the table's tiles, the memory manager's table
+        (the algebraic index is the global token id) and its receive buffer (the most rows routed to one
+        GPU), the last three rounded up to powers of two so that layers of one shape share a build."""
+        _, tiles = self.tracker_shape(schemes)
         rows = int(self.dest.remote.sum(axis=0).max(initial=1))
-        return {"gpus": self.G, "nic": {"experts": experts, "tiles": tiles, "tile_size": self.p.tile_size,
+        return {"gpus": self.G, "nic": {"experts": self.experts_per_gpu, "tiles": tiles,
+                                        "tile_size": self.p.tile_size,
                                         "mm_index_bits": max(4, (self.N - 1).bit_length()),
                                         "mm_slots": 1 << max(4, (rows - 1).bit_length())}}
 

@@ -29,3 +29,10 @@ def test_response_under_request_stall(seed, sim):
 def test_translated_dispatch(seed, sim):
     run_cocotb("gpu_nic", PARAMS, test_module="verif.tb.gpu_nic", testcase="test_translated_dispatch", seed=seed,
                sim=sim, env={"tokens": 20})
+
+
+def test_translated_dispatch_uneven_share(seed, sim):
+    """A GPU hosting 6 experts (not a power of two: Kimi-K2's 384 over 8 GPUs is 48): its Tile Status
+    Table has 8 expert rows, yet only its own 6 experts' tokens are reported and become tiles."""
+    run_cocotb("gpu_nic", {**PARAMS, "experts": 6}, test_module="verif.tb.gpu_nic",
+               testcase="test_translated_dispatch", seed=seed, sim=sim, env={"tokens": 24})
