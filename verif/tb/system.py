@@ -270,9 +270,11 @@ class GpuSide(Agent):
                     if self.lo <= e < self.hi:
                         self.slot_rows[e - self.lo].append(row)
             return
-        for base in (self.out0, self.part0):
+        # each region by its own size (results: one row per home token; partials: one per source and token),
+        # so that a partial is never taken for a result once G x N rows reach past the result region
+        for base, rows in ((self.out0, L.T), (self.part0, L.G * L.N)):
             rel = addr - base
-            if 0 <= rel < L.G * L.N * self.stride:
+            if 0 <= rel < rows * self.stride:
                 self.landed[(base, rel // self.stride)] += 1
                 return
 

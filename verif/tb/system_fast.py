@@ -137,7 +137,7 @@ class FastEnv(tb.SystemEnv):
             elif kind == EV_WRITE:
                 gs._on_write(int(arg), int.from_bytes(ctypes.string_at(words, 16), "little"))
             elif kind == EV_LANDED:
-                base = gs.out0 if 0 <= arg - gs.out0 < self.L.G * self.L.N * gs.stride else gs.part0
+                base = gs.out0 if 0 <= arg - gs.out0 < self.L.T * gs.stride else gs.part0
                 gs.landed[(base, (arg - base) // gs.stride)] = words[0]
             elif kind == EV_READY:
                 gs._on_ready(int(arg), cycle)
@@ -217,7 +217,7 @@ def run_layer(lib_path: Path, names: list[str], params: dict, settings: dict) ->
     stride = 1 << (L.row_shift - 4)
     for gs in env.gpus:
         so.sys_watch(gs.g, gs.win0, gs.win0 + L.N * stride, stride, L.meta_flit, gs.out0, gs.part0,
-                     L.G * L.N * stride, L.comb_flits)
+                     L.T * stride, L.G * L.N * stride, L.comb_flits)
         env.wake(gs)
     if env.silent:
         so.sys_silence(*env.silent)

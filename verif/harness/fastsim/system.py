@@ -125,7 +125,7 @@ class SystemLib:
                               ("sys_port_read", [ctypes.c_int, u32p], None),
                               ("sys_port_write", [ctypes.c_int, u32p], None),
                               ("sys_init", [_CALLBACK, ctypes.POINTER(ctypes.c_int32), i64p], ctypes.c_int),
-                              ("sys_watch", [ctypes.c_int] + [i64] * 8, None),
+                              ("sys_watch", [ctypes.c_int] + [i64] * 9, None),
                               ("sys_reset", [], None),
                               ("sys_settle", [], None),
                               ("sys_send", [ctypes.c_int, ctypes.c_int, u32p], None),

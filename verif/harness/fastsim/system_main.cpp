@@ -187,7 +187,7 @@ struct Gpu {
     std::deque<Pay> fq;                                                    // feeder queue
     std::priority_queue<Ready, std::vector<Ready>, std::greater<Ready>> fr;   // feeder ready heap
     int64_t issued = 0, wake = NEVER, silence_at = -1;
-    int64_t win0 = 0, win_end = 0, stride = 1, meta = 0, out0 = 0, part0 = 0, land = 0, full = 0;
+    int64_t win0 = 0, win_end = 0, stride = 1, meta = 0, out0 = 0, part0 = 0, out_land = 0, part_land = 0, full = 0;
     std::vector<uint32_t> landed[2];       // flits written per result (out) / partial (part) row
 };
 
@@ -364,7 +364,8 @@ static void sample() {
             if (a >= x.win0 && a < x.win_end) {
                 if ((a - x.win0) % x.stride == x.meta) call(EV_WRITE, g, cycle, addr, d);
             } else {         // a result row's flit: Python hears of the row once it is whole (or over)
-                int k = (a >= x.out0 && a < x.out0 + x.land) ? 0 : (a >= x.part0 && a < x.part0 + x.land) ? 1 : -1;
+                // each region by its own size: the result rows (one per home token) end below the partials'
+                int k = (a >= x.out0 && a < x.out0 + x.out_land) ? 0 : (a >= x.part0 && a < x.part0 + x.part_land) ? 1 : -1;
                 if (k >= 0) {
                     uint32_t n = ++x.landed[k][(a - (k ? x.part0 : x.out0)) / x.stride];
                     if (n >= x.full) call(EV_LANDED, g, cycle, addr, &n);
@@ -500,12 +501,12 @@ int sys_init(callback_t callback, const int32_t* roles, const int64_t* cfg) {
 }
 
 void sys_watch(int g, int64_t win0, int64_t win_end, int64_t stride, int64_t meta, int64_t out0, int64_t part0,
-               int64_t land, int64_t full) {
+               int64_t out_land, int64_t part_land, int64_t full) {
     Gpu& x = gpus[g];
     x.win0 = win0; x.win_end = win_end; x.stride = stride; x.meta = meta; x.out0 = out0; x.part0 = part0;
-    x.land = land; x.full = full;
-    x.landed[0].assign(land / stride + 1, 0);
-    x.landed[1].assign(land / stride + 1, 0);
+    x.out_land = out_land; x.part_land = part_land; x.full = full;
+    x.landed[0].assign(out_land / stride + 1, 0);
+    x.landed[1].assign(part_land / stride + 1, 0);
 }
 
 // Cycler.start: reset high for three rising edges with every agent's first drive, then low. The inputs are
