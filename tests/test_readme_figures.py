@@ -212,18 +212,27 @@ def _rtl_speedup(c: Checker, text: str, pattern: str, over: str, what: str) -> N
                             f"8-GPU table gives {shown}")
 
 
+def _t4k_speedup(c: Checker, pattern: str, over: str, heading: str = "### 4,096 tokens per GPU",
+                 what: str = "DeepSeek-V3") -> None:
+    """``pattern``'s figure is dysharp's speedup over ``over`` in the first table under ``heading``."""
+    t = _system_totals(heading)
+    c.same(pattern, t[over] / t["dysharp"], f"{what} 4,096-token speedup over {over}",
+           f"docs/system.md's table under {heading!r} ({over} {t[over]:,} / dysharp {t['dysharp']:,})")
+
+
 def _layer_deepep(name, row, text):
     c = Checker(name, row["figure"])
     c.same(r"^([\d.]+)x", _estimate().speedup("deepep"), "prefill layer speedup over deepep",
            "dysharp estimate (defaults, uncalibrated)")
     r = Checker(name, row["rtl"])
-    _rtl_speedup(r, text, r"^([\d.]+)x \(2\)", "deepep", "dysharp system speedup over deepep")
+    _rtl_speedup(r, text, r"([\d.]+)x at 256 \(2\)", "deepep", "dysharp system speedup over deepep")
     g16 = _system_totals("### 16 GPUs")
     r.same(r"([\d.]+)x at 16 GPUs", g16["deepep"] / g16["dysharp"], "16-GPU speedup over deepep",
            f"docs/system.md's 16-GPU table (deepep {g16['deepep']:,} / dysharp {g16['dysharp']:,})")
-    t4k = _system_totals("### 4,096 tokens per GPU")
-    r.same(r"([\d.]+)x at 4,096 tokens", t4k["deepep"] / t4k["dysharp"], "4,096-token speedup over deepep",
-           f"docs/system.md's 4,096-token table (deepep {t4k['deepep']:,} / dysharp {t4k['dysharp']:,})")
+    _t4k_speedup(r, r"([\d.]+)x at 4,096 tokens", "deepep")
+    _t4k_speedup(r, r"Kimi-K2 ([\d.]+)x", "deepep", "#### Kimi-K2, G = 8, 4,096 tokens per GPU", "Kimi-K2")
+    _t4k_speedup(r, r"Qwen3-235B ([\d.]+)x", "deepep", "#### Qwen3-235B-A22B, G = 8, 4,096 tokens per GPU",
+                 "Qwen3-235B-A22B")
     return c.errors + r.errors
 
 
@@ -232,7 +241,8 @@ def _layer_basic(name, row, text):
     c.same(r"^([\d.]+)x", _estimate().speedup("dysharp-basic"), "prefill layer speedup over dysharp-basic",
            "dysharp estimate (defaults, uncalibrated)")
     r = Checker(name, row["rtl"])
-    _rtl_speedup(r, text, r"^([\d.]+)x \(2\)", "dysharp-basic", "dysharp system speedup over dysharp-basic")
+    _rtl_speedup(r, text, r"([\d.]+)x \(2\)", "dysharp-basic", "dysharp system speedup over dysharp-basic")
+    _t4k_speedup(r, r"^([\d.]+)x \(6\)", "dysharp-basic")
     return c.errors + r.errors
 
 
@@ -242,8 +252,8 @@ def _layer_fused(name, row, text):
     c.same(r"^([\d.]+)x /", _estimate().speedup("ccfuser"), "prefill layer speedup over ccfuser", src)
     c.same(r"/ ([\d.]+)x", _estimate().speedup("comet"), "prefill layer speedup over comet", src)
     r = Checker(name, row["rtl"])
-    _rtl_speedup(r, text, r"fused-unicast.*?: ([\d.]+)x \(2\)", "fused-unicast",
-                 "dysharp system speedup over fused-unicast")
+    _rtl_speedup(r, text, r"([\d.]+)x \(2\)", "fused-unicast", "dysharp system speedup over fused-unicast")
+    _t4k_speedup(r, r"fused-unicast.*?: ([\d.]+)x \(6\)", "fused-unicast")
     return c.errors + r.errors
 
 
@@ -252,7 +262,8 @@ def _layer_nvls(name, row, text):
     c.same(r"^([\d.]+)x", _estimate().speedup("nvls"), "prefill layer speedup over nvls",
            "dysharp estimate (defaults, uncalibrated)")
     r = Checker(name, row["rtl"])
-    _rtl_speedup(r, text, r"^([\d.]+)x \(2\)", "nvls", "dysharp system speedup over nvls")
+    _rtl_speedup(r, text, r"([\d.]+)x \(2\)", "nvls", "dysharp system speedup over nvls")
+    _t4k_speedup(r, r"^([\d.]+)x \(6\)", "nvls")
     return c.errors + r.errors
 
 
@@ -407,6 +418,8 @@ WRONG = [
     ("1.027x (2)", "1.072x (2)", "... over DySHARP-Basic (no fusion)", "1.072", "1.027"),
     ("1.092x at 16", "1.029x at 16", "MoE layer speedup over DeepEP", "1.029", "1.092"),
     ("1.244x at 4,096", "1.424x at 4,096", "MoE layer speedup over DeepEP", "1.424", "1.244"),
+    ("Kimi-K2 1.399x", "Kimi-K2 1.939x", "MoE layer speedup over DeepEP", "1.939", "1.399"),
+    ("1.622x (6)", "1.662x (6)", "... over NVLS (static multimem)", "1.662", "1.622"),
     ("dysharp 316,852 cycles", "dysharp 361,852 cycles", "MoE layer speedup over DeepEP", "361,852", "316,852"),
     ("| `dysharp timing` |", "| `dysharp lint` |", "port clock, 640 ps at N5 (4)", "`dysharp lint`",
      "`dysharp timing`"),
