@@ -229,6 +229,17 @@ class _Switch:
         self.flits += 1
 
 
+def _send_head_flit(sw, queue, sent: list, g: int) -> None:
+    """One flit of the head packet of GPU ``g``'s NIC ``queue`` (``(destination, flits, tag)`` packets)
+    into the switch when its input has room; ``sent[g]`` counts the head packet's flits sent."""
+    if queue and sw.room(g):
+        sw.send(g, queue[0], sent[g] == 0)
+        sent[g] += 1
+        if sent[g] == queue[0][1]:
+            queue.popleft()
+            sent[g] = 0
+
+
 def push_combine_cycles(layer, input_cells: int | None = SWITCH_INPUT_CELLS) -> int:
     """Cycles of ``deepep``'s combine pushes on the switch (module docstring): every NIC sends its
     :attr:`~verif.models.moe_layer.GpuWork.returns` in order, one flit per cycle while its input holds fewer
@@ -251,12 +262,7 @@ def push_combine_cycles(layer, input_cells: int | None = SWITCH_INPUT_CELLS) -> 
             remaining -= len(done)
             last = t
         for g in range(G):
-            if nic[g] and sw.room(g):
-                sw.send(g, nic[g][0], sent[g] == 0)
-                sent[g] += 1
-                if sent[g] == nic[g][0][1]:
-                    nic[g].popleft()
-                    sent[g] = 0
+            _send_head_flit(sw, nic[g], sent, g)
     return last - 1           # a flit enters in one cycle and leaves in the next: that cycle is the latency's
 
 
@@ -383,12 +389,7 @@ def _fused_push(layer, input_cells: int | None = SWITCH_INPUT_CELLS, work=None,
                         if x.mask >> d & 1:
                             nic[g].extend((d, n, None) for n in row_packets[:-1])
                             nic[g].append((d, row_packets[-1], ("row", d, x.index)))
-            if nic[g] and sw.room(g):
-                sw.send(g, nic[g][0], sent[g] == 0)
-                sent[g] += 1
-                if sent[g] == nic[g][0][1]:
-                    nic[g].popleft()
-                    sent[g] = 0
+            _send_head_flit(sw, nic[g], sent, g)
     return t, sw.stalled
 
 
