@@ -206,6 +206,10 @@ class GpuSide(Agent):
         self.out0 = ml.OUT_BASE // F
         self.part0 = ml.PART_BASE // F
         self.stride = 1 << (rs - 4)
+        # Where rows land, each region by its own size (results: one row per home token; partials: one per
+        # source and token), so that a partial is never taken for a result once G x N rows reach past the
+        # result region: (base flit, size in flits). The compiled harness's watcher takes the same sizes.
+        self.landing = ((self.out0, L.T * self.stride), (self.part0, L.G * L.N * self.stride))
         self.lo, self.hi = L.local_expert_range(g)
         self.slot_rows = collections.defaultdict(list)        # local expert -> window rows, arrival order
         self.landed = collections.Counter()                   # result / partial row -> flits written
@@ -270,11 +274,9 @@ class GpuSide(Agent):
                     if self.lo <= e < self.hi:
                         self.slot_rows[e - self.lo].append(row)
             return
-        # each region by its own size (results: one row per home token; partials: one per source and token),
-        # so that a partial is never taken for a result once G x N rows reach past the result region
-        for base, rows in ((self.out0, L.T), (self.part0, L.G * L.N)):
+        for base, size in self.landing:
             rel = addr - base
-            if 0 <= rel < rows * self.stride:
+            if 0 <= rel < size:
                 self.landed[(base, rel // self.stride)] += 1
                 return
 

@@ -137,7 +137,8 @@ class FastEnv(tb.SystemEnv):
             elif kind == EV_WRITE:
                 gs._on_write(int(arg), int.from_bytes(ctypes.string_at(words, 16), "little"))
             elif kind == EV_LANDED:
-                base = gs.out0 if 0 <= arg - gs.out0 < self.L.T * gs.stride else gs.part0
+                (out0, out_size), (part0, _) = gs.landing
+                base = out0 if 0 <= arg - out0 < out_size else part0
                 gs.landed[(base, (arg - base) // gs.stride)] = words[0]
             elif kind == EV_READY:
                 gs._on_ready(int(arg), cycle)
@@ -216,8 +217,9 @@ def run_layer(lib_path: Path, names: list[str], params: dict, settings: dict) ->
     so.sys_init(cb, (ctypes.c_int32 * len(roles))(*roles), (ctypes.c_int64 * len(cfg))(*cfg))
     stride = 1 << (L.row_shift - 4)
     for gs in env.gpus:
-        so.sys_watch(gs.g, gs.win0, gs.win0 + L.N * stride, stride, L.meta_flit, gs.out0, gs.part0,
-                     L.T * stride, L.G * L.N * stride, L.comb_flits)
+        (out0, out_size), (part0, part_size) = gs.landing
+        so.sys_watch(gs.g, gs.win0, gs.win0 + L.N * stride, stride, L.meta_flit, out0, part0, out_size, part_size,
+                     L.comb_flits)
         env.wake(gs)
     if env.silent:
         so.sys_silence(*env.silent)
