@@ -305,6 +305,14 @@ def full_size_line(fs: dict) -> str:
             f"tokens per GPU, {fs['mode']}, this routing): {us} us" + (f"; dysharp {sp}" if sp else ""))
 
 
+def point_line(point: Point, d: dict) -> str:
+    """The layer point in one line (``d``: :meth:`~verif.models.moe_layer.MoeLayer.describe`)."""
+    return (f"{d['model']}: G={point.gpus}, {point.tokens} tokens/GPU, hidden {point.hidden} "
+            f"(x{d['hidden_factor']:.0f} scaled down), {d['row_flits']} flits per dispatched row, GEMM "
+            f"{d['gemm_tile_cycles'][0]}/{d['gemm_tile_cycles'][1]} cycles per tile"
+            f"{' (overridden)' if point.gemm else ''}")
+
+
 def run(args) -> int:
     from sim_models.calibration import load_calibration
     from sim_models.rtl_scale import full_size, predict_cycles
@@ -330,11 +338,7 @@ def run(args) -> int:
     pred = predict_cycles(L, schemes, calibration=cal0)
     full = full_size(L, schemes, calibration=cal0)
     if args.predict_only:
-        d = L.describe()
-        print(f"{d['model']}: G={point.gpus}, {point.tokens} tokens/GPU, hidden {point.hidden} "
-              f"(x{d['hidden_factor']:.0f} scaled down), {d['row_flits']} flits per dispatched row, GEMM "
-              f"{d['gemm_tile_cycles'][0]}/{d['gemm_tile_cycles'][1]} cycles per tile"
-              f"{' (overridden)' if point.gemm else ''}; the estimator's prediction of the scaled run:")
+        print(f"{point_line(point, L.describe())}; the estimator's prediction of the scaled run:")
         print(prediction_table(pred))
         print(full_size_line(full))
         return 0
@@ -345,10 +349,7 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     silent = None if args.silent_gpu is None else (args.silent_gpu, args.silent_at)
     d = L.describe()
-    print(f"{d['model']}: G={point.gpus}, {point.tokens} tokens/GPU, hidden {point.hidden} "
-          f"(x{d['hidden_factor']:.0f} scaled down), GEMM {d['gemm_tile_cycles'][0]}/{d['gemm_tile_cycles'][1]} "
-          f"cycles per tile{' (overridden)' if point.gemm else ''}; schemes {', '.join(schemes)} on {sim} "
-          f"({harness} harness)")
+    print(f"{point_line(point, d)}; schemes {', '.join(schemes)} on {sim} ({harness} harness)")
     # Build once, before the schemes run side by side.
     from hw import registry
     design = registry.point("system", L.system_params(schemes))
