@@ -5,6 +5,7 @@
 """
 
 import dataclasses
+import functools
 import tomllib
 from pathlib import Path
 
@@ -91,11 +92,17 @@ class ModelConfig:
 
 
 def _load_table(path: Path) -> dict:
+    """The TOML table at ``path``, parsed once per content of the file (callers read it, never change it)."""
+    path = Path(path)
+    return _parse_table(path.name, path.read_bytes())
+
+
+@functools.lru_cache(maxsize=32)
+def _parse_table(name: str, text: bytes) -> dict:
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"{path.name}: {e}") from None
+        return tomllib.loads(text.decode())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{name}: {e}") from None
 
 
 def model_names(path: Path | None = None) -> list[str]:

@@ -336,6 +336,8 @@ class MoeLayer:
         self.row_bytes = 1 << self.row_shift
         self.dest = traffic.TokenDestinations.from_routing(self.routing, self.placement, self.G)
         self._gemm = None
+        self._routing_rows = self.routing.tolist()    # per-token expert lists as Python ints: the work lists'
+        #                                               loops over 10^5 tokens read these, not numpy scalars
 
     # ----------------------------------------------------------------------------------- numerics
     def expert_out(self, e: int, x) -> np.ndarray:
@@ -435,13 +437,13 @@ class MoeLayer:
         ``nvls``, whose own rows come back through the switch into the window)."""
         if scheme in STATIC_SCHEMES:
             return []
-        out = []
         lo, hi = self.local_expert_range(g)
-        own = range(g * self.T, (g + 1) * self.T)
-        for e in range(lo, hi):
-            toks = [t for t in own if e in self.routing[t]]
-            out.extend((e, c) for c in self._chunks(toks))
-        return out
+        toks = {e: [] for e in range(lo, hi)}
+        for t in range(g * self.T, (g + 1) * self.T):
+            for e in set(self._routing_rows[t]):
+                if lo <= e < hi:
+                    toks[e].append(t)
+        return [(e, c) for e in range(lo, hi) for c in self._chunks(toks[e])]
 
     def remote_pairs(self, t: int) -> list:
         return [(int(self.expert_gpu[t, j]), int(self.routing[t, j])) for j in range(self.k)
@@ -510,18 +512,16 @@ class MoeLayer:
             comb, rets = [], []
             if scheme in UNICAST_SCHEMES:
                 lo, hi = self.local_expert_range(g)
-                for t in range(N):
-                    if self.home[t] == g:
-                        continue
-                    pairs = [(g, int(e)) for e in self.routing[t] if lo <= e < hi]
+                for t in (*range(home[0]), *range(home[-1] + 1, N)):       # every token but its own
+                    pairs = [(g, e) for e in self._routing_rows[t] if lo <= e < hi]
                     if pairs:
-                        rets.append(ReturnItem(t, g, Desc(op=DescOp.STORE.value, mask=1 << int(self.home[t]),
+                        rets.append(ReturnItem(t, g, Desc(op=DescOp.STORE.value, mask=1 << t // self.T,
                                                           index=t, group=G_PART,
                                                           addr=COMB_BASE + (t << rs), length=cf), pairs,
                                                row=g * N + t))
                 # Interleaved over homes, each GPU starting at the next one (DeepEP's combine sends to all
                 # ranks at once): in token order every GPU would push to the same home at once (incast).
-                rets.sort(key=lambda r: (r.token % self.T, (int(self.home[r.token]) - g - 1) % self.G))
+                rets.sort(key=lambda r: (r.token % self.T, (r.token // self.T - g - 1) % self.G))
             else:
                 for i, t in enumerate(home):
                     m = self.remote_mask(t)
