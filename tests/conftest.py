@@ -65,10 +65,10 @@ FIRST = [
     "tests/hw/test_emission.py::test_dysharp_switch_dedup_equals_flat",                      # 130 s
     "tests/verif/test_system_fast.py::test_fast_harness_nvls",                               # 85 (the G = 4 build)
     "tests/verif/test_system.py::test_layer_dysharp_basic",                                  # 42
+    "tests/hw/switch/test_dysharp_switch.py::test_traffic_reductions_fills_and_deadlock",    # 32 CPU-s (6 scenarios)
     "tests/hw/test_emission.py::test_switch_dedup_equals_flat",                              # 40
     "tests/verif/formal/test_formal_tlb.py::test_cam_holds_and_every_property_is_covered",   # 25
     "tests/verif/formal/test_formal_switch.py::test_switch_packets_atomic_and_conserved",    # 22
-    "tests/hw/switch/test_dysharp_switch.py::test_traffic",                                  # 20
     "tests/hw/switch/test_dysharp_switch.py::test_bad_input",                                # 16 CPU-s (12 scenarios)
     "tests/dysharp/test_cli.py::test_every_registered_module_builds_at_its_points",          # 20
     "tests/verif/bench/test_bench_dysharp_switch.py::test_bench_dispatch_n4_matches_plain_switch",  # 20
@@ -77,7 +77,6 @@ FIRST = [
     "tests/verif/formal/test_formal_switch.py::test_switch_with_an_output_queue_that_repeats_flits_fails",  # 17
     "tests/verif/test_runner.py::test_verilator_variant_exposes",                            # 2 x 15
     "tests/hw/switch/test_al_tlb.py::test_moe_deepseek_v3",                                  # 15
-    "tests/hw/switch/test_dysharp_switch.py::test_deadlock",                                 # 14
     "tests/hw/switch/test_reduction_engine.py::test_traffic_engine",                         # 12
 ]
 

@@ -18,7 +18,7 @@ from sim_models.sensitivity import (ASSUMPTIONS, QUICK_FIGURES_GRID, TORNADO_BAS
 from sim_models.system_config import load_system
 
 MODEL, SYSTEM = "qwen3-30b-a3b", "hgx-h200"
-PARAMS = Params(tokens_per_gpu=256, routing="uniform", seed=3)
+PARAMS = Params(tokens_per_gpu=64, routing="uniform", seed=3)
 BY_KEY = {a.key: a for a in ASSUMPTIONS}
 APPLY = [a for a in ASSUMPTIONS if a.applies(PARAMS.mode)]       # the rows of a prefill tornado
 

@@ -47,36 +47,26 @@ def run(testcase, seed, sim, params=None, **env):
 # ---- the switch ---------------------------------------------------------------------------------------------
 
 @needs_top
-def test_traffic(seed, sim):
-    run("test_traffic", seed, sim, packets=10)
+def test_traffic_reductions_fills_and_deadlock(seed, sim):
+    """Random traffic (stores, multicasts, ld_reduce) against the reference model; every reduction type; a
+    storm of TLB misses that coalesce; stores whose translation needs the silent GPU's fill (TIMEOUT from
+    its port; the rest flows), then ld_reduce reads that need it (the requester gets TIMEOUT: the
+    destination's egress answers the read with an error-coded RED_READ_RESP; the other contributions are
+    dropped); full-rate reductions that must not deadlock. The six scenarios share one simulator run (each
+    a cocotb test of its own, from reset): the design's load and cocotb's start, 2.4 CPU-s of an Icarus
+    run of this switch, are paid once; a failure names its scenario."""
+    from verif.harness.runner import run_scenarios
+    failed = run_scenarios("dysharp_switch", P4, test_module=TB, sim=sim, scenarios=[
+        ("test_traffic", {"packets": 10}, seed), ("test_reduce_types", {}, seed), ("test_tlb", {"storm": 4}, seed),
+        ("test_fill_timeout", {"packets": 3, "reduce": False}, seed), ("test_fill_timeout", {"packets": 2}, seed),
+        ("test_deadlock", {"reductions": 10}, seed)])
+    assert not failed, "\n".join(failed)
 
 
 @needs_top
 @pytest.mark.slow
 def test_traffic_8_ports(seed, sim):
     run("test_traffic", seed, sim, P8, packets=12)
-
-
-@needs_top
-def test_reduce_types(seed, sim):
-    run("test_reduce_types", seed, sim)
-
-
-@needs_top
-def test_tlb_misses_coalescing_storm(seed, sim):
-    run("test_tlb", seed, sim, storm=4)
-
-
-@needs_top
-def test_fill_never_arrives(seed, sim):
-    """Stores whose translation needs the silent GPU's fill: TIMEOUT from its port; the rest flows. Then
-    ld_reduce reads that need it: the requester gets TIMEOUT (the destination's egress answers the read
-    with an error-coded RED_READ_RESP), the other contributions are dropped. One simulator run for both
-    scenarios (each a cocotb test of its own, from reset)."""
-    from verif.harness.runner import run_scenarios
-    failed = run_scenarios("dysharp_switch", P4, test_module=TB, sim=sim, scenarios=[
-        ("test_fill_timeout", {"packets": 3, "reduce": False}, seed), ("test_fill_timeout", {"packets": 2}, seed)])
-    assert not failed, "\n".join(failed)
 
 
 BAD_KINDS = ["foreign", "bounds", "fault", "silent_red_read", "stale", "duplicate", "malformed_ld_reduce",
@@ -100,11 +90,6 @@ def test_bad_input(seed, sim):
                  + [("test_bad_input", {"kind": k, "rounds": 2}, seed) for k in BAD_KINDS_LD_REDUCE])
     failed = run_scenarios("dysharp_switch", P4, test_module=TB, scenarios=scenarios, sim=sim)
     assert not failed, "\n".join(failed)
-
-
-@needs_top
-def test_deadlock(seed, sim):
-    run("test_deadlock", seed, sim, reductions=10)
 
 
 @needs_top
