@@ -20,9 +20,10 @@ sub-block is :class:`IntAddALU` (the real ALU's int32-add datapath, same ports, 
 selection; ``alu=None`` builds the real one, at a far higher solver cost).
 
 Free inputs: ``alloc`` (valid, ``src``, ``length``, ``expected``, ``etype``), ``grant.ready``,
-``contrib`` (valid, ``rtag``, ``flit``, ``length``, ``etype``, ``abort``, ``code``) and ``out.ready``: any
-traffic, interleaving and stalls. The harness drives the rest: ``alloc.tag`` = the allocation's sequence
-number (so every answer names its allocation), op ``ADD``, and the contributions' data = 1 in int32
+``contrib`` (valid, ``rtag``, ``flit``, ``length``, ``etype``, ``abort``, ``code``), ``out.ready`` and
+``pick`` (below): any traffic, interleaving and stalls. The harness drives the rest: ``alloc.tag`` = 1 for
+the chosen allocation and 0 for every other (so the chosen one's answer is the one answer with tag 1), op
+``ADD``, and the contributions' data = 1 in int32
 lane 0, so a result's lane 0 *counts* the contributions reduced into it (the control logic never looks at
 data, so this loses no generality on loss/duplication; the float path is the ALU's own business).
 
@@ -30,19 +31,25 @@ Assumptions (the buffer's documented contract with the engine, nothing more):
 
 * an allocation asks ``1 <= length <= max_length`` flits and an int32 type (the data check above);
 * an ``abort`` carries a nonzero error ``code`` (the engine's aborts always do);
-* representatives of the free values, to keep the solver's work small without losing a behaviour within
-  the bound: a contribution's generation is below 4 (no entry is allocated 4 times within the bound, so
-  a higher one is as stale as generation 0), its flit index at most ``max_length`` and its length at most
-  ``max_length + 1`` (every larger value is a mismatch like these), ``expected`` at most 3;
+* representatives of the free values, to keep the solver's work small without losing a behaviour: a
+  contribution's flit index at most ``max_length`` and its length at most ``max_length + 1`` (every
+  larger value is a mismatch like these), ``expected`` at most 3 (its rtag, generation included, is
+  free);
 * the chosen allocation (below) gets at most ``expected`` well-formed contributions per flit while it is
   in flight: each destination contributes each flit once, which the engine enforces per destination
   (its ``asked``/``answered`` masks); the buffer itself has no source field to tell duplicates apart,
   and without this assumption a contribution to a flit that is already final, while another flit of the
   entry is pending, is reduced into the result (``flit_limit=False`` shows it).
 
-Ghost state: one allocation ``k`` is chosen by a free input held from the first cycle (so the proof covers
-every allocation); a reference model of it (its rtag from the grant, per-flit contribution counts, how and
-when it ended) is built from the ports alone.
+Ghost state: one allocation ``k`` is chosen by the solver: the one accepted in the first cycle the free
+input ``pick`` is high (a ghost flag ``picked`` is set then, so the proof covers every allocation, the
+first or the millionth). Its grant is the one whose sequence number modulo 4 is k's (allocations are
+granted in order, at most two wait for their grant), and its entry and generation are those of that
+grant's rtag. A reference model of k (per-flit contribution counts, how and when it ended) is built from
+the ports alone. Nothing in it depends on how many allocations came before k, so its statements are not
+confined to a bound: a contribution with k's rtag that arrives after the entry's generation wrapped
+(``2**15`` reuses of the entry at 2 entries) would alias k's, which is the design's limit, not the
+harness's.
 
 Properties (each with a ``Cover``):
 
@@ -77,7 +84,7 @@ __all__ = ["IntAddALU", "SmallReductionBuffer", "ReductionBufferHarness", "Small
 PROPERTY_KEYS = ("once", "exact", "cause", "timeout", "stale", "answered", "framing")
 SAFETY_KEYS = ("once", "exact", "cause", "timeout", "stale", "framing")     # checked to depth 16
 LIVENESS_KEYS = ("answered",)      # needs a longer bound (timeout, scan, drain) but is cheap per step
-SEQ_BITS = 8          # allocation sequence numbers (the requester tag field): no wrap within the bound
+SEQ_BITS = 8          # the engine harness's request sequence numbers (the requester tag field)
 
 
 class IntAddALU(ReduceALU):
@@ -190,7 +197,7 @@ class ReductionBufferHarness(wiring.Component):
             "alloc_valid": In(1), "alloc_src": In(6), "alloc_length": In(5), "alloc_expected": In(COUNT_BITS),
             "alloc_etype": In(EType), "grant_ready": In(1),
             "c_valid": In(1), "c_rtag": In(RTAG_BITS), "c_flit": In(5), "c_length": In(5), "c_etype": In(3),
-            "c_abort": In(1), "c_code": In(8), "out_ready": In(1), "chosen": In(SEQ_BITS),
+            "c_abort": In(1), "c_code": In(8), "out_ready": In(1), "pick": In(1),
         })
 
     def elaborate(self, platform):
@@ -198,11 +205,15 @@ class ReductionBufferHarness(wiring.Component):
         ML, T, N = self.max_length, self.timeout, self.entries
         m.submodules.buf = buf = self.buffer
 
-        # ---- Drive the buffer.
-        n_alloc = Signal(SEQ_BITS)          # allocations accepted so far = the next one's sequence number
-        n_grant = Signal(SEQ_BITS)          # grants taken so far = the offered grant's sequence number
+        # ---- Drive the buffer. The chosen allocation k is the one taken while the free input ``pick`` is
+        # first high (a ghost flag, ``picked``): its request carries tag 1, every other one tag 0, so its
+        # answer is the one answer with tag 1, however many allocations come before or after it.
+        picked = Signal()
+        mark = self.pick & ~picked
+        n_alloc = Signal(2)       # allocations accepted, modulo 4 (at most 2 wait for their grant)
+        n_grant = Signal(2)       # grants taken, modulo 4
         a = buf.alloc.payload
-        m.d.comb += [buf.alloc.valid.eq(self.alloc_valid), a.src.eq(self.alloc_src), a.tag.eq(n_alloc),
+        m.d.comb += [buf.alloc.valid.eq(self.alloc_valid), a.src.eq(self.alloc_src), a.tag.eq(mark),
                      a.length.eq(self.alloc_length), a.expected.eq(self.alloc_expected),
                      a.etype.eq(self.alloc_etype), a.op.eq(RedOp.ADD), buf.grant.ready.eq(self.grant_ready)]
         m.d.comb += Assume(~self.alloc_valid | ((self.alloc_length >= 1) & (self.alloc_length <= ML) &
@@ -213,34 +224,27 @@ class ReductionBufferHarness(wiring.Component):
                      c.code.eq(self.c_code), c.data.eq(1),
                      buf.out.ready.eq(self.out_ready)]
         m.d.comb += Assume(~(self.c_valid & self.c_abort) | (self.c_code != 0))
-        # Representatives only (see the module docstring): no entry reaches generation 4 within the bound,
-        # and every flit index >= max_length or length outside 1..max_length is a mismatch like ML/ML+1.
-        m.d.comb += Assume((self.c_rtag[buf.entry_bits:] < 4) & (self.c_flit <= ML) & (self.c_length <= ML + 1)
-                           & (self.alloc_expected <= 3))
+        # Representatives only (see the module docstring): every flit index >= max_length or length outside
+        # 1..max_length is a mismatch like ML/ML+1. Generations are free.
+        m.d.comb += Assume((self.c_flit <= ML) & (self.c_length <= ML + 1) & (self.alloc_expected <= 3))
         alloc_take = buf.alloc.valid & buf.alloc.ready
         grant_take = buf.grant.valid & buf.grant.ready
         c_take = buf.contrib.valid & buf.contrib.ready
         m.d.sync += [n_alloc.eq(n_alloc + alloc_take), n_grant.eq(n_grant + grant_take)]
 
-        # ---- The chosen allocation k (a free input, held from the first cycle).
-        first = Signal(init=1)
-        k_reg = Signal(SEQ_BITS)
-        m.d.sync += first.eq(0)
-        k = Signal(SEQ_BITS)
-        m.d.comb += k.eq(Mux(first, self.chosen, k_reg))
-        m.d.sync += k_reg.eq(k)
-
-        # Its request (recorded at its allocation) and rtag (from its grant, visible from the cycle the
-        # grant is offered: the entry takes contributions from then on).
+        # ---- The chosen allocation k: its request (recorded at its allocation, with its sequence number
+        # modulo 4) and rtag (its entry and generation, from its grant, visible from the cycle the grant is
+        # offered: the entry takes contributions from then on).
+        k_seq = Signal(2)
         req_len = Signal(5)
         req_exp = Signal(COUNT_BITS)
         req_etype = Signal(3)
-        with m.If(alloc_take & (n_alloc == k)):
-            m.d.sync += [req_len.eq(self.alloc_length), req_exp.eq(self.alloc_expected),
-                         req_etype.eq(self.alloc_etype)]
+        with m.If(alloc_take & mark):
+            m.d.sync += [picked.eq(1), k_seq.eq(n_alloc), req_len.eq(self.alloc_length),
+                         req_exp.eq(self.alloc_expected), req_etype.eq(self.alloc_etype)]
         known = Signal()
         rt_reg = Signal(RTAG_BITS)
-        offered_k = buf.grant.valid & (n_grant == k)
+        offered_k = buf.grant.valid & picked & ~known & (n_grant == k_seq)
         known_now = known | offered_k
         rt = Mux(known, rt_reg, buf.grant.payload.rtag)
         with m.If(offered_k & ~known):
@@ -286,7 +290,7 @@ class ReductionBufferHarness(wiring.Component):
         with m.If(o_take):
             with m.If(~in_pkt):
                 m.d.sync += [in_pkt.eq(~o.payload.last), o_idx.eq(0), o_len.eq(hdr.length),
-                             o_is_k.eq(hdr.tag == k)]
+                             o_is_k.eq(hdr.tag == 1)]
             with m.Else():
                 m.d.sync += o_idx.eq(o_idx + 1)
                 with m.If(o.payload.last):
@@ -294,25 +298,28 @@ class ReductionBufferHarness(wiring.Component):
         is_hdr = o_take & ~in_pkt
         is_resp = hdr.opcode == Opcode.RED_RESP
         is_err = hdr.opcode == Opcode.ERROR
-        hdr_k = is_hdr & (hdr.tag == k)
+        hdr_k = is_hdr & (hdr.tag == 1)
         err_code = hdr.route.uni.code.as_value()
         answers = Signal(2)
         with m.If(hdr_k & (answers != 3)):
             m.d.sync += answers.eq(answers + 1)
         payload_k = o_take & in_pkt & o_is_k
         lanes_ok = o.payload.data[0:32] == req_exp
-        timed_out = ~ended | (end_age >= T - 1)        # the RTL's timeout may have fired first
+        # The RTL's timeout may have fired first: the ending contribution is examined a cycle after it is
+        # taken, or up to ``acc_stages - 1`` cycles later when it waits behind an operation to its row (the
+        # buffer waits on the row alone, before the entry check), and the entry may time out meanwhile.
+        timed_out = ~ended | (end_age + (self.buffer.acc_stages - 1) >= T - 1)
 
         p = self.props
         want = lambda key: self.only is None or key in self.only    # noqa: E731
         if want("once"):
             p.check(m, "answered at most once, and only after its grant",
                     (answers <= 1) & (~hdr_k | known),
-                    hdr_k & is_resp & (req_exp == 2) & (req_len == ML))
+                    hdr_k & is_resp & (req_exp == 2))
         if want("exact"):
             p.check(m, "a RED_RESP reduces exactly the expected contributions of every flit",
                     (~(hdr_k & is_resp) | (ended & (end_code == 0))) & (~payload_k | lanes_ok),
-                    payload_k & (o_idx == ML - 1) & (req_exp == 2) & stale_k_after)
+                    payload_k & (o_idx == req_len - 1) & (req_exp == 2) & stale_k_after)
         if want("cause"):
             p.check(m, "an error answer names its cause (abort code or TYPE_MISMATCH)",
                     ~(hdr_k & is_err) | (ended & (end_code != 0) & (err_code == end_code)) |
