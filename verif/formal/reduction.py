@@ -8,8 +8,8 @@ mechanism is present at that size: entry choice, generations, the 2-row partial 
 forwarding paths, the per-flit counts and touched bits, the timeout scanner and its hold-up, the completion
 FIFO and the drain; 3 entries (not a power of two) also exercise the out-of-range entry index. Nothing in
 the control logic depends on the number of entries or flits beyond index widths, so the properties
-generalise to the product sizes; what does not is the length of the bound (the proofs are bounded, see
-:mod:`verif.formal.runner`). One exception, found by this harness: at 2 entries the completion FIFO
+generalise to the product sizes; what does not is the length of a bound (all but one property are
+checked to a bound, see :mod:`verif.formal.runner` and "Proof" below). One exception, found by this harness: at 2 entries the completion FIFO
 (``SyncFIFOBuffered`` of depth ``entries``: an inner FIFO of ``entries - 1`` rows and an output register)
 refuses a second event written in the cycle after the first, and that entry is never answered
 (``tests/verif/formal/test_formal_reduction.py`` shows it); from 3 entries on it has room, as the buffer's docstring
@@ -62,6 +62,41 @@ Properties (each with a ``Cover``):
 * **every allocation is answered** (bounded liveness: once the timeout must have fired, a few cycles of
   ``out.ready`` bring its answer out);
 * **answers are well-formed packets** (``RED_RESP`` with ``length`` result flits, ``ERROR`` header-only).
+
+Proof. "Counted stale" is proven by k-induction (block ``reduction_buffer_k``: 2 entries, ``invariant=True``,
+k = 13, yices, about 30 s); the others are bounded checks (``reduction_buffer``, depth 16;
+``reduction_buffer_live``, depth 24). With ``invariant=True`` the property is stated together with an
+invariant (:meth:`ReductionBufferHarness._invariant`), true in every reachable state:
+
+1. *entries*: every active entry is busy; an entry in the allocator's first stage, or in its second in
+   the cycle it is written, is busy and not active, and the one just written has its granted generation
+   and a cleared progress row; an entry whose event is queued (the completion FIFO's inner slot and output
+   register) or in the drain (``pre``, ``cur``) is busy and not active; these places hold distinct
+   entries; an allocation asks what the harness's assumptions let it ask;
+2. *the timer*: an active entry was allocated at most ``timeout + entries + 3`` cycles ago (the
+   free-running timer less its ``start`` row, modulo the timer's width);
+3. *the allocator and the ghost*: the allocations waiting for their grant (accepted less granted, modulo
+   4) are the allocator's two stages; k, chosen but not yet granted, is in one of them with its request;
+   k's grant, offered and not yet taken, is the second stage's; before its grant the reference model has
+   no contribution and no end;
+4. *k's entry*: while it holds k (active, k's generation) its ``meta`` row holds k's request; three
+   cycles after k ended by the reference model, it no longer holds k.
+
+It names the allocator's ``al1``/``al2``/``al2_fresh``, the drain's ``pre``/``cur`` and the buffer's
+``busy``/``active`` (attributes of those blocks, set in their ``elaborate``; the generated Verilog is
+byte-equal with and without them), the completion FIFO's output register, and reads the FIFO's inner slot
+and every entry's ``meta``, ``progress`` and ``start`` rows through comb read ports the harness adds.
+What it does not state (the per-flit counts against the ``partial``/``progress`` rows and the ALU's
+shadows, the contribution waiting at stage b and its held row reads) is left to the depth: an allocation
+lives at most ``timeout + entries + 3`` cycles once active (part 2), so within 13 steps every state the
+invariant does not pin down has been rebuilt from states it does (k = 12 fails on a stage-b
+contribution, left from before the window, that reads a stale ``meta`` row).
+
+Also assumed for the induction (``invariant=True`` only): k's entry is not granted with k's generation
+again after k's grant (``2**15`` reuses of the entry at 2 entries): a contribution with that rtag is then
+the new allocation's, the design's documented aliasing limit. Mutant (``tests/verif/formal/
+test_formal_reduction.py``): an allocator that does not bump the generation fails "counted stale" at step
+16 (checked without the invariant, which names the real allocator's stages).
 """
 
 from amaranth.hdl import Assume, Cat, Const, Module, Mux, Signal
@@ -75,6 +110,7 @@ from hw.switch.reduce_alu import ReduceALU
 from hw.switch.reduction_buffer import COUNT_BITS, RTAG_BITS, ReductionBuffer
 from hw.switch.reduction_engine import ReductionEngine
 
+from .observe import elaborate_now
 from .runner import Properties
 
 __all__ = ["IntAddALU", "SmallReductionBuffer", "ReductionBufferHarness", "SmallReductionEngine",
@@ -82,8 +118,9 @@ __all__ = ["IntAddALU", "SmallReductionBuffer", "ReductionBufferHarness", "Small
            "LIVENESS_KEYS"]
 
 PROPERTY_KEYS = ("once", "exact", "cause", "timeout", "stale", "answered", "framing")
-SAFETY_KEYS = ("once", "exact", "cause", "timeout", "stale", "framing")     # checked to depth 16
+SAFETY_KEYS = ("once", "exact", "cause", "timeout", "framing")     # checked to depth 16
 LIVENESS_KEYS = ("answered",)      # needs a longer bound (timeout, scan, drain) but is cheap per step
+INDUCTIVE_KEYS = ("stale",)        # stated with the invariant that closes k-induction (invariant=True)
 SEQ_BITS = 8          # the engine harness's request sequence numbers (the requester tag field)
 
 
@@ -139,20 +176,24 @@ class IntAddALU(ReduceALU):
 class SmallReductionBuffer(ReductionBuffer):
     """The real :class:`ReductionBuffer`, with the parameter floor lowered for formal proofs (entries
     2..512, timeout 4..2**20); everything else is checked as in the product. ``alu``: a
-    :class:`ReduceALU` subclass to build instead of the real ALU (``None``: the real one)."""
+    :class:`ReduceALU` subclass to build instead of the real ALU (``None``: the real one). ``allocator``:
+    a class built in place of its :class:`~hw.switch.reduction_buffer.EntryAllocator` (a mutant), or
+    None."""
 
-    def __init__(self, *, alu=None, **params):
+    def __init__(self, *, alu=None, allocator=None, **params):
         self.alu_class = alu
+        self.allocator_class = allocator
         super().__init__(**params)
 
     def elaborate(self, platform):
-        if self.alu_class is None:
-            return super().elaborate(platform)
-        saved, _rb.ReduceALU = _rb.ReduceALU, self.alu_class      # the buffer builds its ALU by this name
+        # The buffer builds its ALU and allocator by these names.
+        saved = _rb.ReduceALU, _rb.EntryAllocator
+        _rb.ReduceALU = self.alu_class or saved[0]
+        _rb.EntryAllocator = self.allocator_class or saved[1]
         try:
             return super().elaborate(platform)
         finally:
-            _rb.ReduceALU = saved
+            _rb.ReduceALU, _rb.EntryAllocator = saved
 
     @staticmethod
     def check_params(*, entries, max_length, flit_width, timeout, outstanding, acc_stages=3) -> int:
@@ -182,16 +223,26 @@ class ReductionBufferHarness(wiring.Component):
                       "script_extra": "memory_map\nopt -full\nopt_dff -sat\nopt_clean"}
 
     def __init__(self, entries: int = 3, max_length: int = 2, timeout: int = 4, liveness_slack: int = 10,
-                 alu=IntAddALU, only=None, flit_limit: bool = True, acc_stages: int = 3):
+                 alu=IntAddALU, only=None, flit_limit: bool = True, acc_stages: int = 3,
+                 invariant: bool = False, allocator=None):
         unknown = set(only or ()) - set(PROPERTY_KEYS)
         if unknown:
             raise ValueError(f"unknown property {', '.join(sorted(unknown))}; valid: {', '.join(PROPERTY_KEYS)}")
+        bad = set(only or PROPERTY_KEYS) - set(INDUCTIVE_KEYS) if invariant else set()
+        if bad:
+            raise ValueError(f"no invariant is stated for {', '.join(sorted(bad))}; "
+                             f"invariant=True takes: {', '.join(INDUCTIVE_KEYS)}")
+        self.invariant = invariant
+        if invariant:       # k-induction (the bounded check's options otherwise)
+            self.formal_options = {**self.formal_options, "induction": True,
+                                   "script_extra": "flatten\nmemory_map\nopt -full"}
         self.only = None if only is None else set(only)
         self.flit_limit = flit_limit
         self.entries, self.max_length, self.timeout = entries, max_length, timeout
         self.liveness_slack = liveness_slack
         self.buffer = SmallReductionBuffer(entries=entries, max_length=max_length, flit_width=128,
-                                           timeout=timeout, alu=alu, acc_stages=acc_stages)
+                                           timeout=timeout, alu=alu, acc_stages=acc_stages,
+                                           allocator=allocator)
         self.props = Properties()
         super().__init__({
             "alloc_valid": In(1), "alloc_src": In(6), "alloc_length": In(5), "alloc_expected": In(COUNT_BITS),
@@ -249,6 +300,14 @@ class ReductionBufferHarness(wiring.Component):
         rt = Mux(known, rt_reg, buf.grant.payload.rtag)
         with m.If(offered_k & ~known):
             m.d.sync += [known.eq(1), rt_reg.eq(buf.grant.payload.rtag)]
+        k_taken = Signal()                 # k's grant has been taken
+        with m.If(grant_take & known_now & (n_grant == k_seq)):
+            m.d.sync += k_taken.eq(1)
+        if self.invariant:
+            # The claim is for k's rtag while it names k: until k's entry is granted with k's generation
+            # again (``2**15`` reuses of the entry at 2 entries), when a contribution with that rtag is the
+            # new allocation's. Within any bound a harness can check this never happens.
+            m.d.comb += Assume(~(k_taken & buf.grant.valid & (buf.grant.payload.rtag == rt_reg)))
         age = Signal(6)                    # cycles since the grant was first offered (saturating)
         with m.If(known_now & (age != 63)):
             m.d.sync += age.eq(age + 1)
@@ -274,6 +333,9 @@ class ReductionBufferHarness(wiring.Component):
         with m.If(live_c & (c.abort | mismatch | all_final)):
             m.d.sync += [ended.eq(1), end_age.eq(age),
                          end_code.eq(Mux(c.abort, c.code, Mux(mismatch, ErrorCode.TYPE_MISMATCH.value, 0)))]
+        since = Signal(3)                  # cycles since k ended (saturating)
+        with m.If(ended & (since != 7)):
+            m.d.sync += since.eq(since + 1)
         stale_k_after = Signal()           # a contribution for k was taken after k ended
         with m.If(for_k & ended):
             m.d.sync += stale_k_after.eq(1)
@@ -341,7 +403,7 @@ class ReductionBufferHarness(wiring.Component):
         d = [Signal(d_layout, name=f"d{i}") for i in range(1, 4 + wait)]
         stale_prev = Signal(32)
         m.d.sync += stale_prev.eq(buf.stale)
-        inc = buf.stale == stale_prev + 1
+        inc = buf.stale == (stale_prev + 1)[0:32]      # the counter wraps
         m.d.sync += [d[0].valid.eq(c_take), d[0].rtag.eq(c.rtag), d[0].out.eq(~known_now | ended),
                      d[0].pre.eq(~known_now), d[0].seen.eq(0)]
         for i in range(1, len(d)):
@@ -350,9 +412,14 @@ class ReductionBufferHarness(wiring.Component):
                 m.d.sync += d[i].seen.eq(d[i - 1].seen | inc)
         last = d[-1]
         last_stale_k = last.valid & last.out & known_now & (last.rtag == rt)
+        inv = Const(1)
+        if self.invariant:
+            inv = self._invariant(m, platform, picked=picked, known=known, k_taken=k_taken, k_seq=k_seq,
+                                  n_alloc=n_alloc, n_grant=n_grant, rt=rt_reg, ended=ended, since=since,
+                                  cnt=cnt, req=(req_len, req_exp, req_etype), stale_k_after=stale_k_after)
         if want("stale"):
             p.check(m, "a contribution for a tag not in flight is counted stale",
-                    ~last_stale_k | last.seen | inc,
+                    (~last_stale_k | last.seen | inc) & inv,
                     last_stale_k & last.pre)
 
         # Bounded liveness: once k must have timed out (age >= timeout + entries + 2), ``liveness_slack``
@@ -372,6 +439,107 @@ class ReductionBufferHarness(wiring.Component):
                     (~(o_take & in_pkt) | (o.payload.last == (o_idx == o_len - 1))),
                     o_take & in_pkt & o.payload.last & (o_len == 2))
         return m
+
+    def _invariant(self, m, platform, *, picked, known, k_taken, k_seq, n_alloc, n_grant, rt, ended, since,
+                   cnt, req, stale_k_after):
+        """The invariant the inductive properties are stated with (see the module docstring): true in
+        every reachable state, and strong enough that no state it admits breaks a property within the
+        induction's depth. It names the allocator's two stages, the drain's ``pre``/``cur``, the buffer's
+        ``busy``/``active`` (attributes of those blocks) and the completion FIFO's output register, and
+        reads the FIFO's inner slot and every entry's ``meta``, ``progress`` and ``start`` rows through
+        read ports it adds."""
+        buf, N, T = self.buffer, self.entries, self.timeout
+        EB, TB = buf.entry_bits, buf.timer_bits
+        bm = elaborate_now(buf, platform)
+        al = bm.submodules.allocator
+        dr = bm.submodules.drain
+        evq = bm.submodules.events
+        ends = bm.submodules.ends
+        elaborate_now(al, platform)
+        elaborate_now(dr, platform)
+        qm = elaborate_now(evq, platform)
+
+        def rows(mem, name):
+            out = []
+            for j in range(N):
+                port = mem.read_port(domain="comb")
+                sig = Signal(mem.shape, name=f"inv_{name}{j}")
+                m.d.comb += [port.addr.eq(j), sig.eq(port.data)]
+                out.append(sig)
+            return out
+
+        def at(values, idx):
+            out = values[0].as_value()
+            for j in range(1, N):
+                out = Mux(idx == j, values[j].as_value(), out)
+            shape = values[0].shape()
+            return data.View(shape, out) if isinstance(shape, data.Layout) else out
+
+        meta, prog, start = (rows(getattr(bm.submodules, n), n) for n in ("meta", "progress", "start"))
+        slot = Signal(len(evq.w_data), name="inv_evslot")
+        port = qm.submodules.storage.read_port(domain="comb")
+        m.d.comb += [port.addr.eq(0), slot.eq(port.data)]
+        busy, active = buf.busy, buf.active
+        al1, al2, fresh = al.al1, al.al2, al.al2_fresh
+        bit = lambda v, i: v.bit_select(i, 1)        # noqa: E731
+        req_len, req_exp, req_etype = req
+        e_k, g_k = rt[0:EB], rt[EB:]
+
+        def holds_req(md):
+            return (md.length == req_len) & (md.expected == req_exp) & (md.etype.as_value() == req_etype)
+
+        def legal(length, expected, etype):     # what the harness's assumptions let an allocation ask
+            return ((length >= 1) & (length <= self.max_length) & (expected <= 3) &
+                    ((etype == EType.S32.value) | (etype == EType.U32.value)))
+
+        terms = [~picked | legal(req_len, req_exp, req_etype),
+                 ~al1.valid | legal(al1.req.length, al1.req.expected, al1.req.etype.as_value())]
+        for j in range(N):
+            terms.append(~active[j] | legal(meta[j].length, meta[j].expected, meta[j].etype.as_value()))
+        # (1) Entries: active ones are busy; an entry in the allocator is busy and not active yet, the one
+        # just written has its generation, a cleared progress row and (for k) k's request; an entry whose
+        # event is queued (the FIFO's inner slot and output register) or in the drain is not active.
+        terms += [(active & ~busy) == 0,
+                  ~al1.valid | (bit(busy, al1.entry) & ~bit(active, al1.entry)),
+                  ~fresh | (al2.valid & bit(busy, al2.entry) & ~bit(active, al2.entry) &
+                            (at(meta, al2.entry).gen == al2.gen) & (at(prog, al2.entry).as_value() == 0)),
+                  ~dr.pre.valid | (bit(busy, dr.pre.entry) & ~bit(active, dr.pre.entry)),
+                  ~dr.cur.valid | (bit(busy, dr.cur.entry) & ~bit(active, dr.cur.entry)),
+                  ~evq.r_rdy | (bit(busy, evq.r_data[0:EB]) & ~bit(active, evq.r_data[0:EB])),
+                  (evq.level == evq.r_rdy) | (bit(busy, slot[0:EB]) & ~bit(active, slot[0:EB]))]
+        places = [(al1.valid, al1.entry), (fresh, al2.entry), (evq.level > evq.r_rdy, slot[0:EB]),
+                  (evq.r_rdy, evq.r_data[0:EB]), (dr.pre.valid, dr.pre.entry), (dr.cur.valid, dr.cur.entry)]
+        for i, (vi, ei) in enumerate(places):      # an entry is in one place at a time
+            terms += [~(vi & vj & (ei == ej)) for vj, ej in places[i + 1:]]
+        # (2) The timer: an active entry was allocated at most timeout + entries + 3 cycles ago.
+        for j in range(N):
+            terms.append(~active[j] | ((ends.now - start[j])[0:TB] <= T + N + 3))
+        # (3) The ghost's view of the allocator: the allocations waiting for their grant are its stages;
+        # k, picked but not yet granted, is in one of them with its request; k's grant, offered and not
+        # taken, is the second stage's.
+        pending = (n_alloc - n_grant)[0:2]
+        k_at_al2 = (k_seq == n_grant) & al2.valid & fresh
+        k_at_al1 = al1.valid & (((k_seq == n_grant) & ~al2.valid) | ((k_seq == (n_grant + 1)[0:2]) & al2.valid))
+        terms += [pending == al1.valid + al2.valid,
+                  ~fresh | al2.valid,
+                  picked | (~known & ~k_taken),
+                  known | (~ended & ~k_taken & ~stale_k_after & (Cat(*cnt) == 0)),
+                  ~picked | known | k_at_al2 | k_at_al1,
+                  ~(picked & ~known & k_at_al1) | ((al1.req.length == req_len) & (al1.req.expected == req_exp) &
+                                                   (al1.req.etype.as_value() == req_etype)),
+                  ~(picked & ~known & k_at_al2) | holds_req(at(meta, al2.entry)),
+                  ~known | k_taken | (al2.valid & ~fresh & (n_grant == k_seq) & (Cat(al2.entry, al2.gen) == rt))]
+        # (4) While k's entry holds k, its meta row holds k's request. Once k ended (by the reference model)
+        # three cycles ago or more, its entry no longer holds it.
+        holds_k = bit(active, e_k) & (at(meta, e_k).gen == g_k)
+        terms.append(~(known & holds_k) | holds_req(at(meta, e_k)))
+        terms.append(ended | (since == 0))
+        terms.append(~(known & ended & (since >= 3)) | ~holds_k)
+        sigs = []
+        for i, t in enumerate(terms):
+            sigs.append(Signal(name=f"inv_{i}"))
+            m.d.comb += sigs[-1].eq(t)
+        return Cat(*sigs).all()
 
 
 # ---------------------------------------------------------------------------------------------------------
