@@ -331,6 +331,7 @@ class ResultDrain(wiring.Component):
         self.pre, self.cur, self.pend = pre, cur, pend      # named by the formal harness
         hdr_word = Signal(HeaderLayout)
         pend_hdr = Signal(HeaderLayout)
+        self.pend_hdr = pend_hdr        # named by the formal harness
         space = (outq.level + pend.valid) < 4
         cur_done = Signal()          # cur issues its last item this cycle
         issue = Signal()

@@ -63,34 +63,47 @@ Properties (each with a ``Cover``):
   ``out.ready`` bring its answer out);
 * **answers are well-formed packets** (``RED_RESP`` with ``length`` result flits, ``ERROR`` header-only).
 
-Proof. "Counted stale" is proven by k-induction (block ``reduction_buffer_k``: 2 entries, ``invariant=True``,
-k = 13, yices, about 30 s); the others are bounded checks (``reduction_buffer``, depth 16;
-``reduction_buffer_live``, depth 24). With ``invariant=True`` the property is stated together with an
-invariant (:meth:`ReductionBufferHarness._invariant`), true in every reachable state:
+Proof. Five properties are proven by k-induction (block ``reduction_buffer_k``: 2 entries,
+``invariant=True``, k = 12, yices, about 45 s for the five): at most once, the cause, the timeout, counted
+stale and the framing. "Exact" is a bounded check (``reduction_buffer``, depth 16) and the liveness one
+too (``reduction_buffer_live``, depth 24). With ``invariant=True`` each property is stated together with
+an invariant (:meth:`ReductionBufferHarness._invariant`), true in every reachable state:
 
 1. *entries*: every active entry is busy; an entry in the allocator's first stage, or in its second in
    the cycle it is written, is busy and not active, and the one just written has its granted generation
    and a cleared progress row; an entry whose event is queued (the completion FIFO's inner slot and output
    register) or in the drain (``pre``, ``cur``) is busy and not active; these places hold distinct
-   entries; an allocation asks what the harness's assumptions let it ask;
+   entries; every request (k's, the allocator's, each written entry's ``meta`` row) is one the harness's
+   assumptions allow;
 2. *the timer*: an active entry was allocated at most ``timeout + entries + 3`` cycles ago (the
    free-running timer less its ``start`` row, modulo the timer's width);
 3. *the allocator and the ghost*: the allocations waiting for their grant (accepted less granted, modulo
-   4) are the allocator's two stages; k, chosen but not yet granted, is in one of them with its request;
-   k's grant, offered and not yet taken, is the second stage's; before its grant the reference model has
-   no contribution and no end;
-4. *k's entry*: while it holds k (active, k's generation) its ``meta`` row holds k's request; three
-   cycles after k ended by the reference model, it no longer holds k.
+   4) are the allocator's two stages; k, chosen but not yet granted, is in one of them with its request
+   (tag 1 included); k's grant, offered and not yet taken, is the second stage's; before its grant the
+   reference model has no contribution, no end and age 0;
+4. *k's entry*: while it holds k (active, k's generation) its ``meta`` row holds k's request and the
+   reference model's age is the entry's less one cycle; three cycles after k ended by the reference model
+   it no longer holds k;
+5. *the answer path*: the drain's ``meta`` read is its ``pre`` entry's row; ``cur`` before its header
+   has issued no row, after it is a result with rows left; the output queue, from its read pointer, holds
+   the rest of the packet on ``out`` and then whole packets (``RED_RESP`` headers of 1..``max_length``
+   flits not marked last, ``ERROR`` headers marked last, payload flits marked last exactly at their
+   packet's end), continued by ``pend`` and by ``cur``'s packet; the answers to k still to come (its entry
+   active, its event queued or in ``pre``, ``cur`` before its header, the header in ``pend`` or in the
+   queue) plus those already out are at most one, none before k's grant, and each one's error code is one
+   the reference model explains (k's abort code or ``TYPE_MISMATCH`` as it ended, or ``TIMEOUT`` once the
+   timeout may have fired); a tag-1 request in the allocator is k's, before its grant.
 
-It names the allocator's ``al1``/``al2``/``al2_fresh``, the drain's ``pre``/``cur`` and the buffer's
-``busy``/``active`` (attributes of those blocks, set in their ``elaborate``; the generated Verilog is
-byte-equal with and without them), the completion FIFO's output register, and reads the FIFO's inner slot
-and every entry's ``meta``, ``progress`` and ``start`` rows through comb read ports the harness adds.
-What it does not state (the per-flit counts against the ``partial``/``progress`` rows and the ALU's
-shadows, the contribution waiting at stage b and its held row reads) is left to the depth: an allocation
-lives at most ``timeout + entries + 3`` cycles once active (part 2), so within 13 steps every state the
-invariant does not pin down has been rebuilt from states it does (k = 12 fails on a stage-b
-contribution, left from before the window, that reads a stale ``meta`` row).
+It names the allocator's ``al1``/``al2``/``al2_fresh``, the drain's ``pre``/``cur``/``pend``/``pend_hdr`` and
+the buffer's ``busy``/``active`` (attributes of those blocks, set in their ``elaborate``; the generated
+Verilog is byte-equal with and without them), the completion FIFO's output register, and reads the FIFO's
+inner slot, the output queue's slots and pointers and every entry's ``meta``, ``progress`` and ``start``
+rows through comb read ports the harness adds. What it does not state (the per-flit counts against the
+``partial``/``progress`` rows and the ALU's stages, the contribution waiting at stage b and its held row
+reads) is left to the depth: an allocation lives at most ``timeout + entries + 3`` cycles once active
+(part 2), so within 12 steps every state the invariant does not pin down has been rebuilt from states it
+does (at k = 11 the induction step fails). That is also why "exact" stays bounded: a result's payload can wait in the output queue for ever,
+so its values must be stated, with the per-flit counts they come from.
 
 Also assumed for the induction (``invariant=True`` only): k's entry is not granted with k's generation
 again after k's grant (``2**15`` reuses of the entry at 2 entries): a contribution with that rtag is then
@@ -99,18 +112,18 @@ test_formal_reduction.py``): an allocator that does not bump the generation fail
 16 (checked without the invariant, which names the real allocator's stages).
 """
 
-from amaranth.hdl import Assume, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Assume, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In
 
-from hw.packet import HEADER_BITS, EType, ErrorCode, HeaderLayout, Opcode, RedOp
+from hw.packet import HEADER_BITS, EType, ErrorCode, HeaderLayout, Opcode, RedOp, flit_layout
 from hw.switch import reduction_buffer as _rb
 from hw.switch import reduction_engine as _re
 from hw.switch.reduce_alu import ReduceALU
 from hw.switch.reduction_buffer import COUNT_BITS, RTAG_BITS, ReductionBuffer
 from hw.switch.reduction_engine import ReductionEngine
 
-from .observe import elaborate_now
+from .observe import elaborate_now, observe_queue
 from .runner import Properties
 
 __all__ = ["IntAddALU", "SmallReductionBuffer", "ReductionBufferHarness", "SmallReductionEngine",
@@ -118,9 +131,9 @@ __all__ = ["IntAddALU", "SmallReductionBuffer", "ReductionBufferHarness", "Small
            "LIVENESS_KEYS"]
 
 PROPERTY_KEYS = ("once", "exact", "cause", "timeout", "stale", "answered", "framing")
-SAFETY_KEYS = ("once", "exact", "cause", "timeout", "framing")     # checked to depth 16
+SAFETY_KEYS = ("exact",)           # checked to depth 16 (the per-flit counts are not in the invariant)
 LIVENESS_KEYS = ("answered",)      # needs a longer bound (timeout, scan, drain) but is cheap per step
-INDUCTIVE_KEYS = ("stale",)        # stated with the invariant that closes k-induction (invariant=True)
+INDUCTIVE_KEYS = ("stale", "once", "cause", "timeout", "framing")    # with the invariant (invariant=True)
 SEQ_BITS = 8          # the engine harness's request sequence numbers (the requester tag field)
 
 
@@ -372,11 +385,19 @@ class ReductionBufferHarness(wiring.Component):
         # buffer waits on the row alone, before the entry check), and the entry may time out meanwhile.
         timed_out = ~ended | (end_age + (self.buffer.acc_stages - 1) >= T - 1)
 
+        inv = Const(1)
+        if self.invariant:
+            inv = self._invariant(m, platform, picked=picked, known=known, k_taken=k_taken, k_seq=k_seq,
+                                  n_alloc=n_alloc, n_grant=n_grant, rt=rt_reg, ended=ended, since=since,
+                                  cnt=cnt, req=(req_len, req_exp, req_etype), stale_k_after=stale_k_after,
+                                  answers=answers, in_pkt=in_pkt, o_idx=o_idx, o_len=o_len, age=age,
+                                  code_ok=lambda err, c: (~err | (ended & (end_code != 0) & (c == end_code)) |
+                                                          ((c == ErrorCode.TIMEOUT.value) & timed_out)))
         p = self.props
         want = lambda key: self.only is None or key in self.only    # noqa: E731
         if want("once"):
             p.check(m, "answered at most once, and only after its grant",
-                    (answers <= 1) & (~hdr_k | known),
+                    (answers <= 1) & (~hdr_k | known) & inv,
                     hdr_k & is_resp & (req_exp == 2))
         if want("exact"):
             p.check(m, "a RED_RESP reduces exactly the expected contributions of every flit",
@@ -384,13 +405,13 @@ class ReductionBufferHarness(wiring.Component):
                     payload_k & (o_idx == req_len - 1) & (req_exp == 2) & stale_k_after)
         if want("cause"):
             p.check(m, "an error answer names its cause (abort code or TYPE_MISMATCH)",
-                    ~(hdr_k & is_err) | (ended & (end_code != 0) & (err_code == end_code)) |
-                    ((err_code == ErrorCode.TIMEOUT.value) & timed_out),
+                    (~(hdr_k & is_err) | (ended & (end_code != 0) & (err_code == end_code)) |
+                     ((err_code == ErrorCode.TIMEOUT.value) & timed_out)) & inv,
                     hdr_k & is_err & (err_code == ErrorCode.TYPE_MISMATCH.value))
         if want("timeout"):
             p.check(m, "a timeout answers only an entry still in flight after `timeout` cycles",
-                    ~(hdr_k & is_err & (err_code == ErrorCode.TIMEOUT.value)) | timed_out |
-                    (ended & (end_code == ErrorCode.TIMEOUT.value)),
+                    (~(hdr_k & is_err & (err_code == ErrorCode.TIMEOUT.value)) | timed_out |
+                     (ended & (end_code == ErrorCode.TIMEOUT.value))) & inv,
                     hdr_k & is_err & (err_code == ErrorCode.TIMEOUT.value) & (cnt[0] == 1))
 
         # Stale: a contribution taken for k's rtag before k's grant was offered or after k ended is
@@ -412,11 +433,6 @@ class ReductionBufferHarness(wiring.Component):
                 m.d.sync += d[i].seen.eq(d[i - 1].seen | inc)
         last = d[-1]
         last_stale_k = last.valid & last.out & known_now & (last.rtag == rt)
-        inv = Const(1)
-        if self.invariant:
-            inv = self._invariant(m, platform, picked=picked, known=known, k_taken=k_taken, k_seq=k_seq,
-                                  n_alloc=n_alloc, n_grant=n_grant, rt=rt_reg, ended=ended, since=since,
-                                  cnt=cnt, req=(req_len, req_exp, req_etype), stale_k_after=stale_k_after)
         if want("stale"):
             p.check(m, "a contribution for a tag not in flight is counted stale",
                     (~last_stale_k | last.seen | inc) & inv,
@@ -436,12 +452,12 @@ class ReductionBufferHarness(wiring.Component):
         if want("framing"):
             p.check(m, "answers are well-formed packets (RED_RESP: length flits; ERROR: header only)",
                     (~is_hdr | ((is_resp | is_err) & (o.payload.last == is_err) & (~is_resp | (hdr.length != 0)))) &
-                    (~(o_take & in_pkt) | (o.payload.last == (o_idx == o_len - 1))),
+                    (~(o_take & in_pkt) | (o.payload.last == (o_idx == o_len - 1))) & inv,
                     o_take & in_pkt & o.payload.last & (o_len == 2))
         return m
 
     def _invariant(self, m, platform, *, picked, known, k_taken, k_seq, n_alloc, n_grant, rt, ended, since,
-                   cnt, req, stale_k_after):
+                   cnt, req, stale_k_after, answers, in_pkt, o_idx, o_len, age, code_ok):
         """The invariant the inductive properties are stated with (see the module docstring): true in
         every reachable state, and strong enough that no state it admits breaks a property within the
         induction's depth. It names the allocator's two stages, the drain's ``pre``/``cur``, the buffer's
@@ -456,8 +472,10 @@ class ReductionBufferHarness(wiring.Component):
         evq = bm.submodules.events
         ends = bm.submodules.ends
         elaborate_now(al, platform)
-        elaborate_now(dr, platform)
+        dm = elaborate_now(dr, platform)
         qm = elaborate_now(evq, platform)
+        outq = dm.submodules.outq
+        o_rptr, o_wptr, o_slots = observe_queue(outq, "storage", "inv_outq")
 
         def rows(mem, name):
             out = []
@@ -469,9 +487,9 @@ class ReductionBufferHarness(wiring.Component):
             return out
 
         def at(values, idx):
-            out = values[0].as_value()
+            out = Value.cast(values[0])
             for j in range(1, N):
-                out = Mux(idx == j, values[j].as_value(), out)
+                out = Mux(idx == j, Value.cast(values[j]), out)
             shape = values[0].shape()
             return data.View(shape, out) if isinstance(shape, data.Layout) else out
 
@@ -494,8 +512,9 @@ class ReductionBufferHarness(wiring.Component):
 
         terms = [~picked | legal(req_len, req_exp, req_etype),
                  ~al1.valid | legal(al1.req.length, al1.req.expected, al1.req.etype.as_value())]
-        for j in range(N):
-            terms.append(~active[j] | legal(meta[j].length, meta[j].expected, meta[j].etype.as_value()))
+        for j in range(N):      # every entry past its row writes holds a legal request
+            written = busy[j] & ~(al1.valid & (al1.entry == j))
+            terms.append(~written | legal(meta[j].length, meta[j].expected, meta[j].etype.as_value()))
         # (1) Entries: active ones are busy; an entry in the allocator is busy and not active yet, the one
         # just written has its generation, a cleared progress row and (for k) k's request; an entry whose
         # event is queued (the FIFO's inner slot and output register) or in the drain is not active.
@@ -526,8 +545,8 @@ class ReductionBufferHarness(wiring.Component):
                   known | (~ended & ~k_taken & ~stale_k_after & (Cat(*cnt) == 0)),
                   ~picked | known | k_at_al2 | k_at_al1,
                   ~(picked & ~known & k_at_al1) | ((al1.req.length == req_len) & (al1.req.expected == req_exp) &
-                                                   (al1.req.etype.as_value() == req_etype)),
-                  ~(picked & ~known & k_at_al2) | holds_req(at(meta, al2.entry)),
+                                                   (al1.req.etype.as_value() == req_etype) & (al1.req.tag == 1)),
+                  ~(picked & ~known & k_at_al2) | (holds_req(at(meta, al2.entry)) & (at(meta, al2.entry).tag == 1)),
                   ~known | k_taken | (al2.valid & ~fresh & (n_grant == k_seq) & (Cat(al2.entry, al2.gen) == rt))]
         # (4) While k's entry holds k, its meta row holds k's request. Once k ended (by the reference model)
         # three cycles ago or more, its entry no longer holds it.
@@ -535,11 +554,83 @@ class ReductionBufferHarness(wiring.Component):
         terms.append(~(known & holds_k) | holds_req(at(meta, e_k)))
         terms.append(ended | (since == 0))
         terms.append(~(known & ended & (since >= 3)) | ~holds_k)
+        # ... and the reference model's age is the entry's, less the cycle from its row writes to its grant.
+        terms += [known | (age == 0), ~(known & holds_k) | (age == (ends.now - at(start, e_k))[0:TB] - 1)]
+        terms += self._answer_path(m, dr, evq, slot, meta, at, bit, busy, active, known, picked, answers,
+                                   in_pkt, o_idx, o_len, outq, o_rptr, o_wptr, o_slots, al1, fresh, al2, code_ok)
         sigs = []
         for i, t in enumerate(terms):
             sigs.append(Signal(name=f"inv_{i}"))
             m.d.comb += sigs[-1].eq(t)
         return Cat(*sigs).all()
+
+    def _answer_path(self, m, dr, evq, slot, meta, at, bit, busy, active, known, picked, answers, in_pkt,
+                     o_idx, o_len, outq, o_rptr, o_wptr, o_slots, al1, fresh, al2, code_ok):
+        """(5) The answer path: the drain's meta read, the output queue's framing continued by ``pend`` and
+        ``cur``, and the answers to k (tag 1) still to come plus those out at most one, none before k's
+        grant."""
+        EB, ML = self.buffer.entry_bits, self.max_length
+        W = 128
+        terms = []
+        pre, cur, pend, pend_hdr = dr.pre, dr.cur, dr.pend, dr.pend_hdr
+        # The drain read the meta row of the entry in pre (it does not change while the entry is busy).
+        terms.append(~pre.valid | (dr.meta_rd.data.as_value() == at(meta, pre.entry).as_value()))
+        # cur: a result packet's rows still to issue; an error is only ever at its header.
+        terms += [~(cur.valid & ~cur.hdr) | ((cur.code.as_value() == 0) & (cur.k < cur.length)),
+                  ~(cur.valid & cur.hdr) | (cur.k == 0),
+                  ~cur.valid | ((cur.length >= 1) & (cur.length <= ML)),
+                  ~in_pkt | ((o_len >= 1) & (o_len <= ML) & (o_idx < o_len))]
+        # The output queue from its read pointer: payload flits of the packet on `out` first, then whole
+        # packets; then pend, then cur's packet.
+        D = outq.depth
+        level = outq.level
+        wrapped = o_rptr + level
+        terms += [(level <= D) & (o_rptr < D) & (o_wptr == Mux(wrapped >= D, wrapped - D, wrapped))]
+        rem = Mux(in_pkt, o_len - o_idx, 0)[0:5]
+        k_hdrs = []
+        for j in range(D):
+            sl = o_slots[0]
+            for i in range(1, D):
+                sl = Mux(Mux(o_rptr <= i, i - o_rptr, i + D - o_rptr) == j, o_slots[i], sl)
+            fl = data.View(flit_layout(W), sl)
+            hd = HeaderLayout(fl.data[0:HEADER_BITS])
+            live = level > j
+            is_h = live & (rem == 0)
+            resp, err = hd.opcode == Opcode.RED_RESP, hd.opcode == Opcode.ERROR
+            terms += [~is_h | ((resp & ~fl.last & (hd.length >= 1) & (hd.length <= ML)) | (err & fl.last)),
+                      ~(live & (rem != 0)) | (fl.last == (rem == 1))]
+            k_hdrs.append(is_h & (hd.tag == 1))
+            terms.append(~(is_h & (hd.tag == 1)) | code_ok(err, hd.route.uni.code.as_value()))
+            rem = Mux(~live, rem, Mux(is_h, Mux(fl.last, 0, hd.length), rem - 1))[0:5]
+        p_resp = pend_hdr.opcode == Opcode.RED_RESP
+        p_err = pend_hdr.opcode == Opcode.ERROR
+        terms += [~pend.valid | (pend.header == (rem == 0)),
+                  ~(pend.valid & pend.header) | ((p_resp & ~pend.last & (pend_hdr.length >= 1) &
+                                                  (pend_hdr.length <= ML)) | (p_err & pend.last)),
+                  ~(pend.valid & ~pend.header) | (pend.last == (rem == 1))]
+        rem = Mux(~pend.valid, rem, Mux(pend.header, Mux(pend.last, 0, pend_hdr.length), rem - 1))[0:5]
+        terms.append(Mux(cur.valid & ~cur.hdr, rem == cur.length - cur.k, rem == 0))
+        # The answers to k to come: its entry active, its event queued or in pre, cur before its header,
+        # the header in pend or in the queue. With those out, at most one; none before k's grant.
+        tag1 = lambda e: at(meta, e).tag == 1       # noqa: E731
+        to_come = [active[j] & (meta[j].tag == 1) for j in range(len(meta))]
+        N0 = len(to_come)
+        to_come += [evq.r_rdy & tag1(evq.r_data[0:EB]), (evq.level > evq.r_rdy) & tag1(slot[0:EB]),
+                    pre.valid & tag1(pre.entry), cur.valid & cur.hdr & (cur.tag == 1),
+                    pend.valid & pend.header & (pend_hdr.tag == 1)] + k_hdrs
+        # Each answer to k to come carries a code the reference model explains (see the properties).
+        ev_code = lambda bits: bits[EB:EB + 8]      # noqa: E731
+        codes = [ev_code(evq.r_data), ev_code(slot), pre.code.as_value(), cur.code.as_value()]
+        terms += [~to_come[N0 + i] | code_ok(c != 0, c) for i, c in enumerate(codes)]
+        terms.append(~to_come[N0 + 4] | code_ok(p_err, pend_hdr.route.uni.code.as_value()))
+        n = sum(to_come)
+        in_alloc = [al1.valid & (al1.req.tag == 1), fresh & tag1(al2.entry)]
+        terms += [answers + n + sum(in_alloc) <= 1, known | ((answers == 0) & (n == 0))]
+        # Only k's request carries tag 1: a tag-1 request in the allocator is k's, before its grant.
+        terms += [~in_alloc[0] | (picked & ~known), ~in_alloc[1] | (picked & ~known)]
+        for j in range(len(meta)):
+            terms.append(picked | ~(busy[j] & ~(al1.valid & (al1.entry == j)) & (meta[j].tag == 1)))
+        return terms
 
 
 # ---------------------------------------------------------------------------------------------------------
