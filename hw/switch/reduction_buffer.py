@@ -268,6 +268,7 @@ class EntryAllocator(wiring.Component):
         al1 = Signal(data.StructLayout({"valid": 1, "entry": EB, "req": AllocRequest}))
         al2 = Signal(data.StructLayout({"valid": 1, "entry": EB, "gen": GB}))
         al2_fresh = Signal()
+        self.al1, self.al2, self.al2_fresh = al1, al2, al2_fresh      # named by the formal harness
         go = Signal()
         m.d.comb += go.eq(al1.valid & ~self.wait & (~al2.valid | self.grant.ready))
         m.d.comb += self.alloc.ready.eq(any_free & self.room & (~al1.valid | go))
@@ -327,8 +328,10 @@ class ResultDrain(wiring.Component):
                                         "k": LENGTH_BITS, "hdr": 1}))
         m.submodules.outq = outq = fifo.SyncFIFO(width=len(self.out.payload.as_value()), depth=4)
         pend = Signal(data.StructLayout({"valid": 1, "header": 1, "last": 1}))
+        self.pre, self.cur, self.pend = pre, cur, pend      # named by the formal harness
         hdr_word = Signal(HeaderLayout)
         pend_hdr = Signal(HeaderLayout)
+        self.pend_hdr = pend_hdr        # named by the formal harness
         space = (outq.level + pend.valid) < 4
         cur_done = Signal()          # cur issues its last item this cycle
         issue = Signal()
@@ -637,6 +640,7 @@ class ReductionBuffer(wiring.Component):
 
         # Entry state in flip-flops: busy (allocated), active (accepting contributions), the count in use.
         busy, active = Signal(N), Signal(N)
+        self.busy, self.active = busy, active       # named by the formal harness
         m.d.sync += [busy.eq((busy | al.picked) & ~dr.freed), active.eq((active | al.activate) & ~ev.clear),
                      self.in_use.eq(self.in_use + al.picked.any() - dr.freed.any())]
         m.d.comb += [al.free.eq(~busy), al.room.eq(self.in_use < self.outstanding), ev.active.eq(active)]

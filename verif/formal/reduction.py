@@ -8,8 +8,8 @@ mechanism is present at that size: entry choice, generations, the 2-row partial 
 forwarding paths, the per-flit counts and touched bits, the timeout scanner and its hold-up, the completion
 FIFO and the drain; 3 entries (not a power of two) also exercise the out-of-range entry index. Nothing in
 the control logic depends on the number of entries or flits beyond index widths, so the properties
-generalise to the product sizes; what does not is the length of the bound (the proofs are bounded, see
-:mod:`verif.formal.runner`). One exception, found by this harness: at 2 entries the completion FIFO
+generalise to the product sizes; what does not is the length of a bound (all but one property are
+checked to a bound, see :mod:`verif.formal.runner` and "Proof" below). One exception, found by this harness: at 2 entries the completion FIFO
 (``SyncFIFOBuffered`` of depth ``entries``: an inner FIFO of ``entries - 1`` rows and an output register)
 refuses a second event written in the cycle after the first, and that entry is never answered
 (``tests/verif/formal/test_formal_reduction.py`` shows it); from 3 entries on it has room, as the buffer's docstring
@@ -20,9 +20,10 @@ sub-block is :class:`IntAddALU` (the real ALU's int32-add datapath, same ports, 
 selection; ``alu=None`` builds the real one, at a far higher solver cost).
 
 Free inputs: ``alloc`` (valid, ``src``, ``length``, ``expected``, ``etype``), ``grant.ready``,
-``contrib`` (valid, ``rtag``, ``flit``, ``length``, ``etype``, ``abort``, ``code``) and ``out.ready``: any
-traffic, interleaving and stalls. The harness drives the rest: ``alloc.tag`` = the allocation's sequence
-number (so every answer names its allocation), op ``ADD``, and the contributions' data = 1 in int32
+``contrib`` (valid, ``rtag``, ``flit``, ``length``, ``etype``, ``abort``, ``code``), ``out.ready`` and
+``pick`` (below): any traffic, interleaving and stalls. The harness drives the rest: ``alloc.tag`` = 1 for
+the chosen allocation and 0 for every other (so the chosen one's answer is the one answer with tag 1), op
+``ADD``, and the contributions' data = 1 in int32
 lane 0, so a result's lane 0 *counts* the contributions reduced into it (the control logic never looks at
 data, so this loses no generality on loss/duplication; the float path is the ALU's own business).
 
@@ -30,19 +31,25 @@ Assumptions (the buffer's documented contract with the engine, nothing more):
 
 * an allocation asks ``1 <= length <= max_length`` flits and an int32 type (the data check above);
 * an ``abort`` carries a nonzero error ``code`` (the engine's aborts always do);
-* representatives of the free values, to keep the solver's work small without losing a behaviour within
-  the bound: a contribution's generation is below 4 (no entry is allocated 4 times within the bound, so
-  a higher one is as stale as generation 0), its flit index at most ``max_length`` and its length at most
-  ``max_length + 1`` (every larger value is a mismatch like these), ``expected`` at most 3;
+* representatives of the free values, to keep the solver's work small without losing a behaviour: a
+  contribution's flit index at most ``max_length`` and its length at most ``max_length + 1`` (every
+  larger value is a mismatch like these), ``expected`` at most 3 (its rtag, generation included, is
+  free);
 * the chosen allocation (below) gets at most ``expected`` well-formed contributions per flit while it is
   in flight: each destination contributes each flit once, which the engine enforces per destination
   (its ``asked``/``answered`` masks); the buffer itself has no source field to tell duplicates apart,
   and without this assumption a contribution to a flit that is already final, while another flit of the
   entry is pending, is reduced into the result (``flit_limit=False`` shows it).
 
-Ghost state: one allocation ``k`` is chosen by a free input held from the first cycle (so the proof covers
-every allocation); a reference model of it (its rtag from the grant, per-flit contribution counts, how and
-when it ended) is built from the ports alone.
+Ghost state: one allocation ``k`` is chosen by the solver: the one accepted in the first cycle the free
+input ``pick`` is high (a ghost flag ``picked`` is set then, so the proof covers every allocation, the
+first or the millionth). Its grant is the one whose sequence number modulo 4 is k's (allocations are
+granted in order, at most two wait for their grant), and its entry and generation are those of that
+grant's rtag. A reference model of k (per-flit contribution counts, how and when it ended) is built from
+the ports alone. Nothing in it depends on how many allocations came before k, so its statements are not
+confined to a bound: a contribution with k's rtag that arrives after the entry's generation wrapped
+(``2**15`` reuses of the entry at 2 entries) would alias k's, which is the design's limit, not the
+harness's.
 
 Properties (each with a ``Cover``):
 
@@ -55,19 +62,68 @@ Properties (each with a ``Cover``):
 * **every allocation is answered** (bounded liveness: once the timeout must have fired, a few cycles of
   ``out.ready`` bring its answer out);
 * **answers are well-formed packets** (``RED_RESP`` with ``length`` result flits, ``ERROR`` header-only).
+
+Proof. Five properties are proven by k-induction (block ``reduction_buffer_k``: 2 entries,
+``invariant=True``, k = 12, yices, about 45 s for the five): at most once, the cause, the timeout, counted
+stale and the framing. "Exact" is a bounded check (``reduction_buffer``, depth 16) and the liveness one
+too (``reduction_buffer_live``, depth 24). With ``invariant=True`` each property is stated together with
+an invariant (:meth:`ReductionBufferHarness._invariant`), true in every reachable state:
+
+1. *entries*: every active entry is busy; an entry in the allocator's first stage, or in its second in
+   the cycle it is written, is busy and not active, and the one just written has its granted generation
+   and a cleared progress row; an entry whose event is queued (the completion FIFO's inner slot and output
+   register) or in the drain (``pre``, ``cur``) is busy and not active; these places hold distinct
+   entries; every request (k's, the allocator's, each written entry's ``meta`` row) is one the harness's
+   assumptions allow;
+2. *the timer*: an active entry was allocated at most ``timeout + entries + 3`` cycles ago (the
+   free-running timer less its ``start`` row, modulo the timer's width);
+3. *the allocator and the ghost*: the allocations waiting for their grant (accepted less granted, modulo
+   4) are the allocator's two stages; k, chosen but not yet granted, is in one of them with its request
+   (tag 1 included); k's grant, offered and not yet taken, is the second stage's; before its grant the
+   reference model has no contribution, no end and age 0;
+4. *k's entry*: while it holds k (active, k's generation) its ``meta`` row holds k's request and the
+   reference model's age is the entry's less one cycle; three cycles after k ended by the reference model
+   it no longer holds k;
+5. *the answer path*: the drain's ``meta`` read is its ``pre`` entry's row; ``cur`` before its header
+   has issued no row, after it is a result with rows left; the output queue, from its read pointer, holds
+   the rest of the packet on ``out`` and then whole packets (``RED_RESP`` headers of 1..``max_length``
+   flits not marked last, ``ERROR`` headers marked last, payload flits marked last exactly at their
+   packet's end), continued by ``pend`` and by ``cur``'s packet; the answers to k still to come (its entry
+   active, its event queued or in ``pre``, ``cur`` before its header, the header in ``pend`` or in the
+   queue) plus those already out are at most one, none before k's grant, and each one's error code is one
+   the reference model explains (k's abort code or ``TYPE_MISMATCH`` as it ended, or ``TIMEOUT`` once the
+   timeout may have fired); a tag-1 request in the allocator is k's, before its grant.
+
+It names the allocator's ``al1``/``al2``/``al2_fresh``, the drain's ``pre``/``cur``/``pend``/``pend_hdr`` and
+the buffer's ``busy``/``active`` (attributes of those blocks, set in their ``elaborate``; the generated
+Verilog is byte-equal with and without them), the completion FIFO's output register, and reads the FIFO's
+inner slot, the output queue's slots and pointers and every entry's ``meta``, ``progress`` and ``start``
+rows through comb read ports the harness adds. What it does not state (the per-flit counts against the
+``partial``/``progress`` rows and the ALU's stages, the contribution waiting at stage b and its held row
+reads) is left to the depth: an allocation lives at most ``timeout + entries + 3`` cycles once active
+(part 2), so within 12 steps every state the invariant does not pin down has been rebuilt from states it
+does (at k = 11 the induction step fails). That is also why "exact" stays bounded: a result's payload can wait in the output queue for ever,
+so its values must be stated, with the per-flit counts they come from.
+
+Also assumed for the induction (``invariant=True`` only): k's entry is not granted with k's generation
+again after k's grant (``2**15`` reuses of the entry at 2 entries): a contribution with that rtag is then
+the new allocation's, the design's documented aliasing limit. Mutant (``tests/verif/formal/
+test_formal_reduction.py``): an allocator that does not bump the generation fails "counted stale" at step
+16 (checked without the invariant, which names the real allocator's stages).
 """
 
-from amaranth.hdl import Assume, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Assume, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In
 
-from hw.packet import HEADER_BITS, EType, ErrorCode, HeaderLayout, Opcode, RedOp
+from hw.packet import HEADER_BITS, EType, ErrorCode, HeaderLayout, Opcode, RedOp, flit_layout
 from hw.switch import reduction_buffer as _rb
 from hw.switch import reduction_engine as _re
 from hw.switch.reduce_alu import ReduceALU
 from hw.switch.reduction_buffer import COUNT_BITS, RTAG_BITS, ReductionBuffer
 from hw.switch.reduction_engine import ReductionEngine
 
+from .observe import elaborate_now, observe_queue
 from .runner import Properties
 
 __all__ = ["IntAddALU", "SmallReductionBuffer", "ReductionBufferHarness", "SmallReductionEngine",
@@ -75,9 +131,10 @@ __all__ = ["IntAddALU", "SmallReductionBuffer", "ReductionBufferHarness", "Small
            "LIVENESS_KEYS"]
 
 PROPERTY_KEYS = ("once", "exact", "cause", "timeout", "stale", "answered", "framing")
-SAFETY_KEYS = ("once", "exact", "cause", "timeout", "stale", "framing")     # checked to depth 16
+SAFETY_KEYS = ("exact",)           # checked to depth 16 (the per-flit counts are not in the invariant)
 LIVENESS_KEYS = ("answered",)      # needs a longer bound (timeout, scan, drain) but is cheap per step
-SEQ_BITS = 8          # allocation sequence numbers (the requester tag field): no wrap within the bound
+INDUCTIVE_KEYS = ("stale", "once", "cause", "timeout", "framing")    # with the invariant (invariant=True)
+SEQ_BITS = 8          # the engine harness's request sequence numbers (the requester tag field)
 
 
 class IntAddALU(ReduceALU):
@@ -132,20 +189,24 @@ class IntAddALU(ReduceALU):
 class SmallReductionBuffer(ReductionBuffer):
     """The real :class:`ReductionBuffer`, with the parameter floor lowered for formal proofs (entries
     2..512, timeout 4..2**20); everything else is checked as in the product. ``alu``: a
-    :class:`ReduceALU` subclass to build instead of the real ALU (``None``: the real one)."""
+    :class:`ReduceALU` subclass to build instead of the real ALU (``None``: the real one). ``allocator``:
+    a class built in place of its :class:`~hw.switch.reduction_buffer.EntryAllocator` (a mutant), or
+    None."""
 
-    def __init__(self, *, alu=None, **params):
+    def __init__(self, *, alu=None, allocator=None, **params):
         self.alu_class = alu
+        self.allocator_class = allocator
         super().__init__(**params)
 
     def elaborate(self, platform):
-        if self.alu_class is None:
-            return super().elaborate(platform)
-        saved, _rb.ReduceALU = _rb.ReduceALU, self.alu_class      # the buffer builds its ALU by this name
+        # The buffer builds its ALU and allocator by these names.
+        saved = _rb.ReduceALU, _rb.EntryAllocator
+        _rb.ReduceALU = self.alu_class or saved[0]
+        _rb.EntryAllocator = self.allocator_class or saved[1]
         try:
             return super().elaborate(platform)
         finally:
-            _rb.ReduceALU = saved
+            _rb.ReduceALU, _rb.EntryAllocator = saved
 
     @staticmethod
     def check_params(*, entries, max_length, flit_width, timeout, outstanding, acc_stages=3) -> int:
@@ -175,22 +236,32 @@ class ReductionBufferHarness(wiring.Component):
                       "script_extra": "memory_map\nopt -full\nopt_dff -sat\nopt_clean"}
 
     def __init__(self, entries: int = 3, max_length: int = 2, timeout: int = 4, liveness_slack: int = 10,
-                 alu=IntAddALU, only=None, flit_limit: bool = True, acc_stages: int = 3):
+                 alu=IntAddALU, only=None, flit_limit: bool = True, acc_stages: int = 3,
+                 invariant: bool = False, allocator=None):
         unknown = set(only or ()) - set(PROPERTY_KEYS)
         if unknown:
             raise ValueError(f"unknown property {', '.join(sorted(unknown))}; valid: {', '.join(PROPERTY_KEYS)}")
+        bad = set(only or PROPERTY_KEYS) - set(INDUCTIVE_KEYS) if invariant else set()
+        if bad:
+            raise ValueError(f"no invariant is stated for {', '.join(sorted(bad))}; "
+                             f"invariant=True takes: {', '.join(INDUCTIVE_KEYS)}")
+        self.invariant = invariant
+        if invariant:       # k-induction (the bounded check's options otherwise)
+            self.formal_options = {**self.formal_options, "induction": True,
+                                   "script_extra": "flatten\nmemory_map\nopt -full"}
         self.only = None if only is None else set(only)
         self.flit_limit = flit_limit
         self.entries, self.max_length, self.timeout = entries, max_length, timeout
         self.liveness_slack = liveness_slack
         self.buffer = SmallReductionBuffer(entries=entries, max_length=max_length, flit_width=128,
-                                           timeout=timeout, alu=alu, acc_stages=acc_stages)
+                                           timeout=timeout, alu=alu, acc_stages=acc_stages,
+                                           allocator=allocator)
         self.props = Properties()
         super().__init__({
             "alloc_valid": In(1), "alloc_src": In(6), "alloc_length": In(5), "alloc_expected": In(COUNT_BITS),
             "alloc_etype": In(EType), "grant_ready": In(1),
             "c_valid": In(1), "c_rtag": In(RTAG_BITS), "c_flit": In(5), "c_length": In(5), "c_etype": In(3),
-            "c_abort": In(1), "c_code": In(8), "out_ready": In(1), "chosen": In(SEQ_BITS),
+            "c_abort": In(1), "c_code": In(8), "out_ready": In(1), "pick": In(1),
         })
 
     def elaborate(self, platform):
@@ -198,11 +269,15 @@ class ReductionBufferHarness(wiring.Component):
         ML, T, N = self.max_length, self.timeout, self.entries
         m.submodules.buf = buf = self.buffer
 
-        # ---- Drive the buffer.
-        n_alloc = Signal(SEQ_BITS)          # allocations accepted so far = the next one's sequence number
-        n_grant = Signal(SEQ_BITS)          # grants taken so far = the offered grant's sequence number
+        # ---- Drive the buffer. The chosen allocation k is the one taken while the free input ``pick`` is
+        # first high (a ghost flag, ``picked``): its request carries tag 1, every other one tag 0, so its
+        # answer is the one answer with tag 1, however many allocations come before or after it.
+        picked = Signal()
+        mark = self.pick & ~picked
+        n_alloc = Signal(2)       # allocations accepted, modulo 4 (at most 2 wait for their grant)
+        n_grant = Signal(2)       # grants taken, modulo 4
         a = buf.alloc.payload
-        m.d.comb += [buf.alloc.valid.eq(self.alloc_valid), a.src.eq(self.alloc_src), a.tag.eq(n_alloc),
+        m.d.comb += [buf.alloc.valid.eq(self.alloc_valid), a.src.eq(self.alloc_src), a.tag.eq(mark),
                      a.length.eq(self.alloc_length), a.expected.eq(self.alloc_expected),
                      a.etype.eq(self.alloc_etype), a.op.eq(RedOp.ADD), buf.grant.ready.eq(self.grant_ready)]
         m.d.comb += Assume(~self.alloc_valid | ((self.alloc_length >= 1) & (self.alloc_length <= ML) &
@@ -213,38 +288,39 @@ class ReductionBufferHarness(wiring.Component):
                      c.code.eq(self.c_code), c.data.eq(1),
                      buf.out.ready.eq(self.out_ready)]
         m.d.comb += Assume(~(self.c_valid & self.c_abort) | (self.c_code != 0))
-        # Representatives only (see the module docstring): no entry reaches generation 4 within the bound,
-        # and every flit index >= max_length or length outside 1..max_length is a mismatch like ML/ML+1.
-        m.d.comb += Assume((self.c_rtag[buf.entry_bits:] < 4) & (self.c_flit <= ML) & (self.c_length <= ML + 1)
-                           & (self.alloc_expected <= 3))
+        # Representatives only (see the module docstring): every flit index >= max_length or length outside
+        # 1..max_length is a mismatch like ML/ML+1. Generations are free.
+        m.d.comb += Assume((self.c_flit <= ML) & (self.c_length <= ML + 1) & (self.alloc_expected <= 3))
         alloc_take = buf.alloc.valid & buf.alloc.ready
         grant_take = buf.grant.valid & buf.grant.ready
         c_take = buf.contrib.valid & buf.contrib.ready
         m.d.sync += [n_alloc.eq(n_alloc + alloc_take), n_grant.eq(n_grant + grant_take)]
 
-        # ---- The chosen allocation k (a free input, held from the first cycle).
-        first = Signal(init=1)
-        k_reg = Signal(SEQ_BITS)
-        m.d.sync += first.eq(0)
-        k = Signal(SEQ_BITS)
-        m.d.comb += k.eq(Mux(first, self.chosen, k_reg))
-        m.d.sync += k_reg.eq(k)
-
-        # Its request (recorded at its allocation) and rtag (from its grant, visible from the cycle the
-        # grant is offered: the entry takes contributions from then on).
+        # ---- The chosen allocation k: its request (recorded at its allocation, with its sequence number
+        # modulo 4) and rtag (its entry and generation, from its grant, visible from the cycle the grant is
+        # offered: the entry takes contributions from then on).
+        k_seq = Signal(2)
         req_len = Signal(5)
         req_exp = Signal(COUNT_BITS)
         req_etype = Signal(3)
-        with m.If(alloc_take & (n_alloc == k)):
-            m.d.sync += [req_len.eq(self.alloc_length), req_exp.eq(self.alloc_expected),
-                         req_etype.eq(self.alloc_etype)]
+        with m.If(alloc_take & mark):
+            m.d.sync += [picked.eq(1), k_seq.eq(n_alloc), req_len.eq(self.alloc_length),
+                         req_exp.eq(self.alloc_expected), req_etype.eq(self.alloc_etype)]
         known = Signal()
         rt_reg = Signal(RTAG_BITS)
-        offered_k = buf.grant.valid & (n_grant == k)
+        offered_k = buf.grant.valid & picked & ~known & (n_grant == k_seq)
         known_now = known | offered_k
         rt = Mux(known, rt_reg, buf.grant.payload.rtag)
         with m.If(offered_k & ~known):
             m.d.sync += [known.eq(1), rt_reg.eq(buf.grant.payload.rtag)]
+        k_taken = Signal()                 # k's grant has been taken
+        with m.If(grant_take & known_now & (n_grant == k_seq)):
+            m.d.sync += k_taken.eq(1)
+        if self.invariant:
+            # The claim is for k's rtag while it names k: until k's entry is granted with k's generation
+            # again (``2**15`` reuses of the entry at 2 entries), when a contribution with that rtag is the
+            # new allocation's. Within any bound a harness can check this never happens.
+            m.d.comb += Assume(~(k_taken & buf.grant.valid & (buf.grant.payload.rtag == rt_reg)))
         age = Signal(6)                    # cycles since the grant was first offered (saturating)
         with m.If(known_now & (age != 63)):
             m.d.sync += age.eq(age + 1)
@@ -270,6 +346,9 @@ class ReductionBufferHarness(wiring.Component):
         with m.If(live_c & (c.abort | mismatch | all_final)):
             m.d.sync += [ended.eq(1), end_age.eq(age),
                          end_code.eq(Mux(c.abort, c.code, Mux(mismatch, ErrorCode.TYPE_MISMATCH.value, 0)))]
+        since = Signal(3)                  # cycles since k ended (saturating)
+        with m.If(ended & (since != 7)):
+            m.d.sync += since.eq(since + 1)
         stale_k_after = Signal()           # a contribution for k was taken after k ended
         with m.If(for_k & ended):
             m.d.sync += stale_k_after.eq(1)
@@ -286,7 +365,7 @@ class ReductionBufferHarness(wiring.Component):
         with m.If(o_take):
             with m.If(~in_pkt):
                 m.d.sync += [in_pkt.eq(~o.payload.last), o_idx.eq(0), o_len.eq(hdr.length),
-                             o_is_k.eq(hdr.tag == k)]
+                             o_is_k.eq(hdr.tag == 1)]
             with m.Else():
                 m.d.sync += o_idx.eq(o_idx + 1)
                 with m.If(o.payload.last):
@@ -294,34 +373,45 @@ class ReductionBufferHarness(wiring.Component):
         is_hdr = o_take & ~in_pkt
         is_resp = hdr.opcode == Opcode.RED_RESP
         is_err = hdr.opcode == Opcode.ERROR
-        hdr_k = is_hdr & (hdr.tag == k)
+        hdr_k = is_hdr & (hdr.tag == 1)
         err_code = hdr.route.uni.code.as_value()
         answers = Signal(2)
         with m.If(hdr_k & (answers != 3)):
             m.d.sync += answers.eq(answers + 1)
         payload_k = o_take & in_pkt & o_is_k
         lanes_ok = o.payload.data[0:32] == req_exp
-        timed_out = ~ended | (end_age >= T - 1)        # the RTL's timeout may have fired first
+        # The RTL's timeout may have fired first: the ending contribution is examined a cycle after it is
+        # taken, or up to ``acc_stages - 1`` cycles later when it waits behind an operation to its row (the
+        # buffer waits on the row alone, before the entry check), and the entry may time out meanwhile.
+        timed_out = ~ended | (end_age + (self.buffer.acc_stages - 1) >= T - 1)
 
+        inv = Const(1)
+        if self.invariant:
+            inv = self._invariant(m, platform, picked=picked, known=known, k_taken=k_taken, k_seq=k_seq,
+                                  n_alloc=n_alloc, n_grant=n_grant, rt=rt_reg, ended=ended, since=since,
+                                  cnt=cnt, req=(req_len, req_exp, req_etype), stale_k_after=stale_k_after,
+                                  answers=answers, in_pkt=in_pkt, o_idx=o_idx, o_len=o_len, age=age,
+                                  code_ok=lambda err, c: (~err | (ended & (end_code != 0) & (c == end_code)) |
+                                                          ((c == ErrorCode.TIMEOUT.value) & timed_out)))
         p = self.props
         want = lambda key: self.only is None or key in self.only    # noqa: E731
         if want("once"):
             p.check(m, "answered at most once, and only after its grant",
-                    (answers <= 1) & (~hdr_k | known),
-                    hdr_k & is_resp & (req_exp == 2) & (req_len == ML))
+                    (answers <= 1) & (~hdr_k | known) & inv,
+                    hdr_k & is_resp & (req_exp == 2))
         if want("exact"):
             p.check(m, "a RED_RESP reduces exactly the expected contributions of every flit",
                     (~(hdr_k & is_resp) | (ended & (end_code == 0))) & (~payload_k | lanes_ok),
-                    payload_k & (o_idx == ML - 1) & (req_exp == 2) & stale_k_after)
+                    payload_k & (o_idx == req_len - 1) & (req_exp == 2) & stale_k_after)
         if want("cause"):
             p.check(m, "an error answer names its cause (abort code or TYPE_MISMATCH)",
-                    ~(hdr_k & is_err) | (ended & (end_code != 0) & (err_code == end_code)) |
-                    ((err_code == ErrorCode.TIMEOUT.value) & timed_out),
+                    (~(hdr_k & is_err) | (ended & (end_code != 0) & (err_code == end_code)) |
+                     ((err_code == ErrorCode.TIMEOUT.value) & timed_out)) & inv,
                     hdr_k & is_err & (err_code == ErrorCode.TYPE_MISMATCH.value))
         if want("timeout"):
             p.check(m, "a timeout answers only an entry still in flight after `timeout` cycles",
-                    ~(hdr_k & is_err & (err_code == ErrorCode.TIMEOUT.value)) | timed_out |
-                    (ended & (end_code == ErrorCode.TIMEOUT.value)),
+                    (~(hdr_k & is_err & (err_code == ErrorCode.TIMEOUT.value)) | timed_out |
+                     (ended & (end_code == ErrorCode.TIMEOUT.value))) & inv,
                     hdr_k & is_err & (err_code == ErrorCode.TIMEOUT.value) & (cnt[0] == 1))
 
         # Stale: a contribution taken for k's rtag before k's grant was offered or after k ended is
@@ -334,7 +424,7 @@ class ReductionBufferHarness(wiring.Component):
         d = [Signal(d_layout, name=f"d{i}") for i in range(1, 4 + wait)]
         stale_prev = Signal(32)
         m.d.sync += stale_prev.eq(buf.stale)
-        inc = buf.stale == stale_prev + 1
+        inc = buf.stale == (stale_prev + 1)[0:32]      # the counter wraps
         m.d.sync += [d[0].valid.eq(c_take), d[0].rtag.eq(c.rtag), d[0].out.eq(~known_now | ended),
                      d[0].pre.eq(~known_now), d[0].seen.eq(0)]
         for i in range(1, len(d)):
@@ -345,7 +435,7 @@ class ReductionBufferHarness(wiring.Component):
         last_stale_k = last.valid & last.out & known_now & (last.rtag == rt)
         if want("stale"):
             p.check(m, "a contribution for a tag not in flight is counted stale",
-                    ~last_stale_k | last.seen | inc,
+                    (~last_stale_k | last.seen | inc) & inv,
                     last_stale_k & last.pre)
 
         # Bounded liveness: once k must have timed out (age >= timeout + entries + 2), ``liveness_slack``
@@ -362,9 +452,185 @@ class ReductionBufferHarness(wiring.Component):
         if want("framing"):
             p.check(m, "answers are well-formed packets (RED_RESP: length flits; ERROR: header only)",
                     (~is_hdr | ((is_resp | is_err) & (o.payload.last == is_err) & (~is_resp | (hdr.length != 0)))) &
-                    (~(o_take & in_pkt) | (o.payload.last == (o_idx == o_len - 1))),
+                    (~(o_take & in_pkt) | (o.payload.last == (o_idx == o_len - 1))) & inv,
                     o_take & in_pkt & o.payload.last & (o_len == 2))
         return m
+
+    def _invariant(self, m, platform, *, picked, known, k_taken, k_seq, n_alloc, n_grant, rt, ended, since,
+                   cnt, req, stale_k_after, answers, in_pkt, o_idx, o_len, age, code_ok):
+        """The invariant the inductive properties are stated with (see the module docstring): true in
+        every reachable state, and strong enough that no state it admits breaks a property within the
+        induction's depth. It names the allocator's two stages, the drain's ``pre``/``cur``, the buffer's
+        ``busy``/``active`` (attributes of those blocks) and the completion FIFO's output register, and
+        reads the FIFO's inner slot and every entry's ``meta``, ``progress`` and ``start`` rows through
+        read ports it adds."""
+        buf, N, T = self.buffer, self.entries, self.timeout
+        EB, TB = buf.entry_bits, buf.timer_bits
+        bm = elaborate_now(buf, platform)
+        al = bm.submodules.allocator
+        dr = bm.submodules.drain
+        evq = bm.submodules.events
+        ends = bm.submodules.ends
+        elaborate_now(al, platform)
+        dm = elaborate_now(dr, platform)
+        qm = elaborate_now(evq, platform)
+        outq = dm.submodules.outq
+        o_rptr, o_wptr, o_slots = observe_queue(outq, "storage", "inv_outq")
+
+        def rows(mem, name):
+            out = []
+            for j in range(N):
+                port = mem.read_port(domain="comb")
+                sig = Signal(mem.shape, name=f"inv_{name}{j}")
+                m.d.comb += [port.addr.eq(j), sig.eq(port.data)]
+                out.append(sig)
+            return out
+
+        def at(values, idx):
+            out = Value.cast(values[0])
+            for j in range(1, N):
+                out = Mux(idx == j, Value.cast(values[j]), out)
+            shape = values[0].shape()
+            return data.View(shape, out) if isinstance(shape, data.Layout) else out
+
+        meta, prog, start = (rows(getattr(bm.submodules, n), n) for n in ("meta", "progress", "start"))
+        slot = Signal(len(evq.w_data), name="inv_evslot")
+        port = qm.submodules.storage.read_port(domain="comb")
+        m.d.comb += [port.addr.eq(0), slot.eq(port.data)]
+        busy, active = buf.busy, buf.active
+        al1, al2, fresh = al.al1, al.al2, al.al2_fresh
+        bit = lambda v, i: v.bit_select(i, 1)        # noqa: E731
+        req_len, req_exp, req_etype = req
+        e_k, g_k = rt[0:EB], rt[EB:]
+
+        def holds_req(md):
+            return (md.length == req_len) & (md.expected == req_exp) & (md.etype.as_value() == req_etype)
+
+        def legal(length, expected, etype):     # what the harness's assumptions let an allocation ask
+            return ((length >= 1) & (length <= self.max_length) & (expected <= 3) &
+                    ((etype == EType.S32.value) | (etype == EType.U32.value)))
+
+        terms = [~picked | legal(req_len, req_exp, req_etype),
+                 ~al1.valid | legal(al1.req.length, al1.req.expected, al1.req.etype.as_value())]
+        for j in range(N):      # every entry past its row writes holds a legal request
+            written = busy[j] & ~(al1.valid & (al1.entry == j))
+            terms.append(~written | legal(meta[j].length, meta[j].expected, meta[j].etype.as_value()))
+        # (1) Entries: active ones are busy; an entry in the allocator is busy and not active yet, the one
+        # just written has its generation, a cleared progress row and (for k) k's request; an entry whose
+        # event is queued (the FIFO's inner slot and output register) or in the drain is not active.
+        terms += [(active & ~busy) == 0,
+                  ~al1.valid | (bit(busy, al1.entry) & ~bit(active, al1.entry)),
+                  ~fresh | (al2.valid & bit(busy, al2.entry) & ~bit(active, al2.entry) &
+                            (at(meta, al2.entry).gen == al2.gen) & (at(prog, al2.entry).as_value() == 0)),
+                  ~dr.pre.valid | (bit(busy, dr.pre.entry) & ~bit(active, dr.pre.entry)),
+                  ~dr.cur.valid | (bit(busy, dr.cur.entry) & ~bit(active, dr.cur.entry)),
+                  ~evq.r_rdy | (bit(busy, evq.r_data[0:EB]) & ~bit(active, evq.r_data[0:EB])),
+                  (evq.level == evq.r_rdy) | (bit(busy, slot[0:EB]) & ~bit(active, slot[0:EB]))]
+        places = [(al1.valid, al1.entry), (fresh, al2.entry), (evq.level > evq.r_rdy, slot[0:EB]),
+                  (evq.r_rdy, evq.r_data[0:EB]), (dr.pre.valid, dr.pre.entry), (dr.cur.valid, dr.cur.entry)]
+        for i, (vi, ei) in enumerate(places):      # an entry is in one place at a time
+            terms += [~(vi & vj & (ei == ej)) for vj, ej in places[i + 1:]]
+        # (2) The timer: an active entry was allocated at most timeout + entries + 3 cycles ago.
+        for j in range(N):
+            terms.append(~active[j] | ((ends.now - start[j])[0:TB] <= T + N + 3))
+        # (3) The ghost's view of the allocator: the allocations waiting for their grant are its stages;
+        # k, picked but not yet granted, is in one of them with its request; k's grant, offered and not
+        # taken, is the second stage's.
+        pending = (n_alloc - n_grant)[0:2]
+        k_at_al2 = (k_seq == n_grant) & al2.valid & fresh
+        k_at_al1 = al1.valid & (((k_seq == n_grant) & ~al2.valid) | ((k_seq == (n_grant + 1)[0:2]) & al2.valid))
+        terms += [pending == al1.valid + al2.valid,
+                  ~fresh | al2.valid,
+                  picked | (~known & ~k_taken),
+                  known | (~ended & ~k_taken & ~stale_k_after & (Cat(*cnt) == 0)),
+                  ~picked | known | k_at_al2 | k_at_al1,
+                  ~(picked & ~known & k_at_al1) | ((al1.req.length == req_len) & (al1.req.expected == req_exp) &
+                                                   (al1.req.etype.as_value() == req_etype) & (al1.req.tag == 1)),
+                  ~(picked & ~known & k_at_al2) | (holds_req(at(meta, al2.entry)) & (at(meta, al2.entry).tag == 1)),
+                  ~known | k_taken | (al2.valid & ~fresh & (n_grant == k_seq) & (Cat(al2.entry, al2.gen) == rt))]
+        # (4) While k's entry holds k, its meta row holds k's request. Once k ended (by the reference model)
+        # three cycles ago or more, its entry no longer holds it.
+        holds_k = bit(active, e_k) & (at(meta, e_k).gen == g_k)
+        terms.append(~(known & holds_k) | holds_req(at(meta, e_k)))
+        terms.append(ended | (since == 0))
+        terms.append(~(known & ended & (since >= 3)) | ~holds_k)
+        # ... and the reference model's age is the entry's, less the cycle from its row writes to its grant.
+        terms += [known | (age == 0), ~(known & holds_k) | (age == (ends.now - at(start, e_k))[0:TB] - 1)]
+        terms += self._answer_path(m, dr, evq, slot, meta, at, bit, busy, active, known, picked, answers,
+                                   in_pkt, o_idx, o_len, outq, o_rptr, o_wptr, o_slots, al1, fresh, al2, code_ok)
+        sigs = []
+        for i, t in enumerate(terms):
+            sigs.append(Signal(name=f"inv_{i}"))
+            m.d.comb += sigs[-1].eq(t)
+        return Cat(*sigs).all()
+
+    def _answer_path(self, m, dr, evq, slot, meta, at, bit, busy, active, known, picked, answers, in_pkt,
+                     o_idx, o_len, outq, o_rptr, o_wptr, o_slots, al1, fresh, al2, code_ok):
+        """(5) The answer path: the drain's meta read, the output queue's framing continued by ``pend`` and
+        ``cur``, and the answers to k (tag 1) still to come plus those out at most one, none before k's
+        grant."""
+        EB, ML = self.buffer.entry_bits, self.max_length
+        W = 128
+        terms = []
+        pre, cur, pend, pend_hdr = dr.pre, dr.cur, dr.pend, dr.pend_hdr
+        # The drain read the meta row of the entry in pre (it does not change while the entry is busy).
+        terms.append(~pre.valid | (dr.meta_rd.data.as_value() == at(meta, pre.entry).as_value()))
+        # cur: a result packet's rows still to issue; an error is only ever at its header.
+        terms += [~(cur.valid & ~cur.hdr) | ((cur.code.as_value() == 0) & (cur.k < cur.length)),
+                  ~(cur.valid & cur.hdr) | (cur.k == 0),
+                  ~cur.valid | ((cur.length >= 1) & (cur.length <= ML)),
+                  ~in_pkt | ((o_len >= 1) & (o_len <= ML) & (o_idx < o_len))]
+        # The output queue from its read pointer: payload flits of the packet on `out` first, then whole
+        # packets; then pend, then cur's packet.
+        D = outq.depth
+        level = outq.level
+        wrapped = o_rptr + level
+        terms += [(level <= D) & (o_rptr < D) & (o_wptr == Mux(wrapped >= D, wrapped - D, wrapped))]
+        rem = Mux(in_pkt, o_len - o_idx, 0)[0:5]
+        k_hdrs = []
+        for j in range(D):
+            sl = o_slots[0]
+            for i in range(1, D):
+                sl = Mux(Mux(o_rptr <= i, i - o_rptr, i + D - o_rptr) == j, o_slots[i], sl)
+            fl = data.View(flit_layout(W), sl)
+            hd = HeaderLayout(fl.data[0:HEADER_BITS])
+            live = level > j
+            is_h = live & (rem == 0)
+            resp, err = hd.opcode == Opcode.RED_RESP, hd.opcode == Opcode.ERROR
+            terms += [~is_h | ((resp & ~fl.last & (hd.length >= 1) & (hd.length <= ML)) | (err & fl.last)),
+                      ~(live & (rem != 0)) | (fl.last == (rem == 1))]
+            k_hdrs.append(is_h & (hd.tag == 1))
+            terms.append(~(is_h & (hd.tag == 1)) | code_ok(err, hd.route.uni.code.as_value()))
+            rem = Mux(~live, rem, Mux(is_h, Mux(fl.last, 0, hd.length), rem - 1))[0:5]
+        p_resp = pend_hdr.opcode == Opcode.RED_RESP
+        p_err = pend_hdr.opcode == Opcode.ERROR
+        terms += [~pend.valid | (pend.header == (rem == 0)),
+                  ~(pend.valid & pend.header) | ((p_resp & ~pend.last & (pend_hdr.length >= 1) &
+                                                  (pend_hdr.length <= ML)) | (p_err & pend.last)),
+                  ~(pend.valid & ~pend.header) | (pend.last == (rem == 1))]
+        rem = Mux(~pend.valid, rem, Mux(pend.header, Mux(pend.last, 0, pend_hdr.length), rem - 1))[0:5]
+        terms.append(Mux(cur.valid & ~cur.hdr, rem == cur.length - cur.k, rem == 0))
+        # The answers to k to come: its entry active, its event queued or in pre, cur before its header,
+        # the header in pend or in the queue. With those out, at most one; none before k's grant.
+        tag1 = lambda e: at(meta, e).tag == 1       # noqa: E731
+        to_come = [active[j] & (meta[j].tag == 1) for j in range(len(meta))]
+        N0 = len(to_come)
+        to_come += [evq.r_rdy & tag1(evq.r_data[0:EB]), (evq.level > evq.r_rdy) & tag1(slot[0:EB]),
+                    pre.valid & tag1(pre.entry), cur.valid & cur.hdr & (cur.tag == 1),
+                    pend.valid & pend.header & (pend_hdr.tag == 1)] + k_hdrs
+        # Each answer to k to come carries a code the reference model explains (see the properties).
+        ev_code = lambda bits: bits[EB:EB + 8]      # noqa: E731
+        codes = [ev_code(evq.r_data), ev_code(slot), pre.code.as_value(), cur.code.as_value()]
+        terms += [~to_come[N0 + i] | code_ok(c != 0, c) for i, c in enumerate(codes)]
+        terms.append(~to_come[N0 + 4] | code_ok(p_err, pend_hdr.route.uni.code.as_value()))
+        n = sum(to_come)
+        in_alloc = [al1.valid & (al1.req.tag == 1), fresh & tag1(al2.entry)]
+        terms += [answers + n + sum(in_alloc) <= 1, known | ((answers == 0) & (n == 0))]
+        # Only k's request carries tag 1: a tag-1 request in the allocator is k's, before its grant.
+        terms += [~in_alloc[0] | (picked & ~known), ~in_alloc[1] | (picked & ~known)]
+        for j in range(len(meta)):
+            terms.append(picked | ~(busy[j] & ~(al1.valid & (al1.entry == j)) & (meta[j].tag == 1)))
+        return terms
 
 
 # ---------------------------------------------------------------------------------------------------------
