@@ -144,13 +144,13 @@ def test_dysharp_switch_dedup_equals_flat():
     vt, _ = b.assemble(n, pkts, 2500, rng, fill_latency=40, read_latency=60, preloads=b.combine_preloads(n, rows),
                        seed=3)
     # The flat build serves this comparison alone (the dedup one is the benches' and the soak's): its C++ at
-    # -O0 compiles in 59 instead of 77 CPU-s and runs these 2,500 cycles in 0.2 s. It compiles as one
-    # translation unit (VM_PARALLEL_BUILDS=0): the model's header is parsed once, with no precompiled
-    # header built for the split files (its make: 27.9 instead of 33.1 CPU-s).
+    # -O0 and without a profile compiles in 59 instead of 77 CPU-s and runs these 2,500 cycles in 0.2 s. It
+    # compiles as one translation unit (VM_PARALLEL_BUILDS=0): the model's header is parsed once, with no
+    # precompiled header built for the split files (its make: 27.9 instead of 33.1 CPU-s).
     flat = [f.replace("OPT_FAST=-O1", "OPT_FAST=-O0") for f in VERILATOR_FLAGS] + ["-MAKEFLAGS",
                                                                                   "VM_PARALLEL_BUILDS=0"]
-    logs = [build_vc("dysharp_switch", {"ports": n}, emission=e, flags=flat if e == "flat" else None)
-            .run(vt, tag=f"emission-{e}") for e in ("flat", "dedup")]
+    logs = [build_vc("dysharp_switch", {"ports": n}, emission=e, flags=flat if e == "flat" else None,
+                     pgo=e != "flat").run(vt, tag=f"emission-{e}") for e in ("flat", "dedup")]
     rep = check_vc(vt, logs[1])
     assert rep.stores > 50 and rep.results > 10 and sum(rep.fills) > 10, (rep.stores, rep.results, rep.fills)
     # Every port received translated stores (dst = its own strap) and reduction results.

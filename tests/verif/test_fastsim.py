@@ -340,3 +340,52 @@ def test_registered_inputs_sees_inputs_as_before_when_they_change_while_clk_is_h
     bad, resets, out = _latch_tb(tmp_path, v, latched, phase)
     assert resets > 30
     assert (bad == 0) if phase == "high" else (bad > 100), out
+
+
+_ACC_MAIN = r"""#include <verilated.h>
+#include "Vacc.h"
+#include <cstdio>
+int main(int argc, char** argv) {
+    Vacc* t = new Vacc;
+    FILE* f = std::fopen(argv[1], "w");
+    unsigned x = 7;
+    t->rst = 1; t->clk = 0; t->eval(); t->clk = 1; t->eval(); t->clk = 0; t->rst = 0; t->eval();
+    for (int c = 0; c < 2000; c++) {
+        x = x * 1103515245u + 12345u;
+        t->i = x >> 24;
+        t->clk = 1; t->eval(); t->clk = 0; t->eval();
+        std::fprintf(f, "%u\n", unsigned(t->o));
+    }
+    std::fclose(f);
+    delete t;
+    return 0;
+}
+"""
+
+
+@needs_verilator
+def test_profile_guided_build_trains_then_simulates_the_same(tmp_path):
+    """A profile-guided build (``_compile(train=...)``) runs its instrumented binary once, compiles the
+    model again with the profile that run wrote (the second compile's command names ``-fprofile-use``),
+    and the binary simulates exactly what the build without a profile does."""
+    from verif.harness.fastsim.build import PGO_USE, _compile
+
+    v = tmp_path / "acc.v"
+    v.write_text(_acc_verilog(comb_out=True))
+    trained = []
+
+    def train(binary):
+        subprocess.run([str(binary), str(tmp_path / "train.txt")], check=True)
+        trained.append(sorted(p.name for p in (binary.parent / "obj").glob("*.gcda")))
+
+    plain, _ = _compile("acc", {}, v, _ACC_MAIN, tmp_path / "build")
+    pgo, _ = _compile("acc", {}, v, _ACC_MAIN, tmp_path / "build", train=("acc-test", train))
+    assert plain != pgo and len(trained) == 1 and "main.gcda" in trained[0]
+    assert PGO_USE[1] in (pgo.parent / "build.log").read_text()
+    outs = []
+    for b in (plain, pgo):
+        subprocess.run([str(b), str(tmp_path / f"{b.parent.name}.txt")], check=True)
+        outs.append((tmp_path / f"{b.parent.name}.txt").read_text())
+    assert outs[0] == outs[1] == (tmp_path / "train.txt").read_text() and len(outs[0].split()) == 2000
+    assert _compile("acc", {}, v, _ACC_MAIN, tmp_path / "build", train=("acc-test", train)) == (pgo, 0.0)
+    assert len(trained) == 1      # cached: no second training

@@ -205,6 +205,22 @@ def assemble(n: int, pkts: list, run_cycles: int, rng, **vc_kw) -> tuple[VcTraff
     return vt, plain
 
 
+def pgo_training(n: int, cycles: int = 3000, seed: int = 1) -> tuple[str, VcTraffic]:
+    """The training workload of the integrated switch's profile-guided build (``build_vc(..., train=)``):
+    ``(key, traffic)``, ``cycles`` cycles of the fused mix (dispatch at fanout ``min(4, n)`` with its AL-TLB
+    misses and hits, and ``ld_reduce`` from ``min(4, n)`` contributors, both directions full) so that the
+    store, translation and reduction paths are all in the profile; a drain of 1,000 cycles."""
+    f = min(4, n)
+    a, c = fused_loads(f, f) if f > 1 else (0.5, 0.5)
+    rng = np.random.default_rng([seed, n, 5])
+    rows = combine_rows(n, 64, 0.5)
+    pkts = dispatch_packets(n, f, "hit", load=a, arrival_cycles=cycles, rng=rng, rows_share=0.5)
+    pkts += combine_packets(n, f, load=c, arrival_cycles=cycles, rng=rng, rows=rows)
+    vt, _ = assemble(n, pkts, cycles + 1000, rng, fill_latency=100, read_latency=150,
+                     preloads=combine_preloads(n, rows), seed=seed)
+    return f"fused-{n}-{cycles}-{seed}-v1", vt
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Builds and runs
 

@@ -12,8 +12,11 @@ three harnesses side by side in one run, on the same traffic:
 ``--dysharp-ports`` compares the integrated DySHARP switch's two-VC fast path built as generated
 (``direct``), with its reset latched (``latched_rst``), with every input latched on the falling edge
 (``latched_inputs``, :func:`verif.harness.fastsim.registered_inputs`) and with every input registered at
-the rising edge, the main driving each cycle's inputs before it (``inputs_at_rise``, the default build),
-under the dispatch bench's full-load traffic (fanout 4, warm AL-TLB); every log must equal the first build's.
+the rising edge, the main driving each cycle's inputs before it (``inputs_at_rise``), all four without a
+profile; ``pgo`` is the default build (inputs at the rising edge, profile-guided:
+:func:`verif.harness.fastsim.build_vc` ``pgo``), and ``pgo_o2``, ``pgo_native``, ``pgo_threads2`` add g++
+``-O2``, ``-march=native`` or Verilator's ``--threads 2`` to it. All run under the dispatch bench's full-load
+traffic (fanout 4, warm AL-TLB); every log must equal the first build's.
 
 Full load is uniform unicast at 1.0 flits/cycle/port (1..16-flit payloads). The cocotb runs simulate the
 first ``--cocotb-cycles`` cycles of the fast path's traffic; the fast path also runs that prefix, and its
@@ -115,11 +118,31 @@ def measure(ports: int, *, fast_cycles: int, cocotb_cycles: int, seed: int = 1, 
 
 #: The integrated switch's two-VC fast-path builds compared (:func:`measure_dysharp`): name -> build_vc options.
 DYSHARP_HARNESSES = {
-    "direct": {"latch_reset": False, "latch_inputs": False, "inputs_at_rise": False},  # the Verilog as generated
-    "latched_rst": {"latch_reset": True, "latch_inputs": False, "inputs_at_rise": False},  # registered_reset
-    "latched_inputs": {"latch_reset": True, "latch_inputs": True, "inputs_at_rise": False},  # at the falling edge
-    "inputs_at_rise": {"latch_reset": True, "latch_inputs": True, "inputs_at_rise": True},  # the default
+    # without a profile: the Verilog as generated, the reset latched (registered_reset), every input
+    # latched at the falling edge, registered at the rising edge
+    "direct": {"latch_reset": False, "latch_inputs": False, "inputs_at_rise": False, "pgo": False},
+    "latched_rst": {"latch_reset": True, "latch_inputs": False, "inputs_at_rise": False, "pgo": False},
+    "latched_inputs": {"latch_reset": True, "latch_inputs": True, "inputs_at_rise": False, "pgo": False},
+    "inputs_at_rise": {"latch_reset": True, "latch_inputs": True, "inputs_at_rise": True, "pgo": False},
+    "pgo": {},                                                         # the default: profile-guided, g++ -O1
+    "pgo_o2": {"opt": "-O2"},                                          # profile-guided, g++ -O2
+    "pgo_native": {"cflags": ["-march=native"]},                       # profile-guided, -march=native
+    "pgo_threads2": {"more": ["--threads", "2", "--threads-dpi", "none"]},  # profile-guided, 2 threads
 }
+
+
+def _build_dysharp(ports: int, build_root, opt: str | None = None, cflags=(), more=(), **kw):
+    """``build_vc`` of the bench's integrated switch with the variant's extra options."""
+    from verif.bench import dysharp_switch as ds
+    from verif.harness.fastsim.build import VERILATOR_FLAGS, build_vc
+
+    flags = list(VERILATOR_FLAGS)
+    if opt:
+        flags[flags.index("OPT_FAST=-O1")] = f"OPT_FAST={opt}"
+    for c in cflags:
+        flags += ["-CFLAGS", c]
+    flags += list(more)
+    return build_vc(ds.design_point(ports), build_root=build_root, flags=flags, **kw)
 
 
 def measure_dysharp(ports: int, *, cycles: int, seed: int = 1, build_root: str = "build", repeat: int = 1,
@@ -135,8 +158,7 @@ def measure_dysharp(ports: int, *, cycles: int, seed: int = 1, build_root: str =
     vt, _ = ds.assemble(ports, pkts, cycles, rng, seed=seed)
     out = {"module": ds.MODULE, "ports": ports, "traffic": "dispatch, fanout 4, warm AL-TLB, load 1.0",
            "harnesses": {}}
-    sims = {h: build_vc(ds.design_point(ports), build_root=build_root, **DYSHARP_HARNESSES[h])
-            for h in harnesses}
+    sims = {h: _build_dysharp(ports, build_root, **DYSHARP_HARNESSES[h]) for h in harnesses}
     logs = {}
     for _ in range(max(1, repeat)):
         for h, sim in sims.items():
@@ -164,9 +186,9 @@ def add_arguments(p) -> None:
     p.add_argument("--dysharp-ports", default="8",
                    help="comma-separated port counts of the integrated switch's harness comparison "
                         "(default: 8; empty: none)")
-    p.add_argument("--dysharp-harnesses", default=",".join(DYSHARP_HARNESSES),
+    p.add_argument("--dysharp-harnesses", default="inputs_at_rise,pgo",
                    help=f"the integrated switch's builds compared, a subset of {','.join(DYSHARP_HARNESSES)} "
-                        f"(default: all)")
+                        f"(default: inputs_at_rise,pgo)")
     p.add_argument("--dysharp-cycles", type=int, default=20_000,
                    help="cycles of each integrated-switch run (default: 20000)")
     p.add_argument("--repeat", type=int, default=3,

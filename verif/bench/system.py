@@ -42,10 +42,46 @@ from verif.bench.common import table
 from verif.models.moe_layer import SCHEMES, TRAFFIC_SCHEME
 from infra.scope import scope_of
 DEFAULTS = {"model": "deepseek-v3", "gpus": 8, "tokens": 256, "hidden": 128, "seed": 1}
-HARNESSES = ("fast", "cocotb", "fast-fall")
-#: The compiled harness's builds: name -> build_system's inputs_at_rise (``fast-fall``: the inputs latched
-#: on the falling edge, kept for side-by-side measurements; same figures, slower).
-FAST_HARNESSES = {"fast": True, "fast-fall": False}
+HARNESSES = ("fast", "cocotb", "fast-noprofile", "fast-fall")
+#: The compiled harness's builds: name -> (build_system's inputs_at_rise, profile-guided). ``fast`` (the
+#: default) is profile-guided (:func:`fast_build`); ``fast-noprofile`` is the same build without the
+#: profile and ``fast-fall`` latches the inputs on the falling edge, kept for side-by-side measurements
+#: (same figures, slower).
+FAST_HARNESSES = {"fast": (True, True), "fast-noprofile": (True, False), "fast-fall": (False, False)}
+
+
+def fast_build(point: "Point", schemes, harness: str, timeout: int, bin_cycles: int,
+               train_scheme: str | None = None) -> tuple:
+    """(library, port names) of the compiled harness ``harness`` for ``point`` with ``schemes`` built in
+    (None: all); a profile-guided build trains on the point's layer under ``train_scheme`` (default: the
+    first fused one of ``schemes``, else its first)."""
+    from hw import registry
+    from verif.harness.fastsim.system import build_system
+
+    design = registry.point("system", point.layer().system_params(schemes))
+    inputs_at_rise, pgo = FAST_HARNESSES[harness]
+    train = None
+    if pgo:
+        from verif.models.moe_layer import FUSED_SCHEMES
+        scheme = train_scheme or next((s for s in schemes if s in FUSED_SCHEMES), schemes[0])
+        train = layer_settings(point, scheme, None, timeout, bin_cycles, None)
+    return build_system(design, inputs_at_rise=inputs_at_rise, train=train)[:2]
+
+
+def layer_settings(point: "Point", scheme: str, out: "Path | None", timeout: int, bin_cycles: int,
+                   silent: tuple | None, drop: bool = True) -> dict:
+    """The testbench's settings of one run (``verif/tb/system.py``; ``out``: its JSON file, or None)."""
+    env = {"model": point.model, "tokens": point.tokens, "hidden": point.hidden, "seed": point.seed,
+           "scheme": scheme, "timeout": timeout, "bin": bin_cycles}
+    if out is not None:
+        env["out"] = str(out.resolve())
+    if point.gemm:
+        env["gemm"] = list(point.gemm)
+    if silent is not None:
+        env["silent"] = list(silent)
+    if not drop:
+        env["drop"] = False
+    return env
 
 
 def add_arguments(p) -> None:
@@ -58,8 +94,9 @@ def add_arguments(p) -> None:
                    help=f"comma-separated schemes or 'all' (default); valid: {', '.join(SCHEMES)}")
     p.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="routing and data seed (default: 1)")
     p.add_argument("--harness", default="fast",
-                   help=f"fast (compiled, Verilator; default) or cocotb (fast-fall: the compiled harness with its "
-                        f"inputs latched on the falling edge, slower); valid: {', '.join(HARNESSES)}")
+                   help=f"fast (compiled, Verilator, profile-guided; default) or cocotb (fast-noprofile: the "
+                        f"compiled harness without the profile; fast-fall: also with its inputs latched on the "
+                        f"falling edge; both slower); valid: {', '.join(HARNESSES)}")
     p.add_argument("--sim", default=None, help="simulator of the cocotb harness: verilator (default when installed) "
                                               "or icarus")
     p.add_argument("--gemm", default=None, metavar="G1,G2",
@@ -161,14 +198,7 @@ def run_scheme(point: Point, scheme: str, sim: str, out: Path, timeout: int, bin
     design = registry.point("system", L.system_params(build_schemes))
     f = out / f"{point.slug}.{scheme}.json"
     f.unlink(missing_ok=True)
-    env = {"model": point.model, "tokens": point.tokens, "hidden": point.hidden, "seed": point.seed,
-           "scheme": scheme, "out": str(f.resolve()), "timeout": timeout, "bin": bin_cycles}
-    if point.gemm:
-        env["gemm"] = list(point.gemm)
-    if silent is not None:
-        env["silent"] = list(silent)
-    if not drop:
-        env["drop"] = False
+    env = layer_settings(point, scheme, f, timeout, bin_cycles, silent, drop)
     t0 = time.perf_counter()
     if fast is not None:
         from verif.tb.system_fast import run_layer
@@ -356,8 +386,7 @@ def run(args) -> int:
     t0 = time.perf_counter()
     fast = None
     if harness in FAST_HARNESSES:
-        from verif.harness.fastsim.system import build_system
-        fast = build_system(design, inputs_at_rise=FAST_HARNESSES[harness])[:2]
+        fast = fast_build(point, schemes, harness, timeout, bin_cycles)
     else:
         from verif.harness.runner import sim_build
         sim_build(design, sim=sim)

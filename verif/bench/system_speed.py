@@ -8,9 +8,11 @@ every agent drove and sampled the DUT (``cycles - skipped``: a skipped quiet str
 speed): ``stepped_per_s = (cycles - skipped) / wall_s``, where ``wall_s`` is the run's own time (the
 layer's set-up, the cycle loop and the end-of-run checks; the build and the simulator's start excluded).
 The compiled harness also reports the seconds inside the Verilated model's ``eval()`` (``eval_s``) and
-in its Python callbacks (``python_s``). ``fast-fall`` is the compiled harness built with its inputs latched
-on the falling edge (:func:`verif.harness.fastsim.system.build_system` ``inputs_at_rise=False``), for
-measuring it beside the default build. The runs' figures must be equal (``equal``: every figure of the
+in its Python callbacks (``python_s``). ``fast`` is the default, profile-guided build
+(:func:`verif.bench.system.fast_build`); ``fast-noprofile`` is the same build without the profile, and
+``fast-fall`` is also built with its inputs latched on the falling edge
+(:func:`verif.harness.fastsim.system.build_system` ``inputs_at_rise=False``), for measuring them beside
+the default build. The runs' figures must be equal (``equal``: every figure of the
 JSON but the wall-clock ones). Writes ``build/bench/system_speed.json``.
 """
 
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from verif.bench.common import table
 
-HARNESSES = ("cocotb", "fast", "fast-fall")
+HARNESSES = ("cocotb", "fast", "fast-noprofile", "fast-fall")
 WALL = ("wall_s", "cycles_per_s", "run_wall_s", "harness", "loop_s", "python_s", "eval_s")
 
 
@@ -35,8 +37,9 @@ def add_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=1, help="routing and data seed (default: 1)")
     p.add_argument("--scheme", default="dysharp", help="one scheme (default: dysharp)")
     p.add_argument("--harnesses", default="cocotb,fast",
-                   help="comma-separated harnesses to time (default: cocotb,fast; fast-fall is the compiled "
-                        f"harness with its inputs latched on the falling edge); valid: {', '.join(HARNESSES)}")
+                   help="comma-separated harnesses to time (default: cocotb,fast; fast-noprofile is the compiled "
+                        "harness without its profile, fast-fall also with its inputs latched on the falling edge); "
+                        f"valid: {', '.join(HARNESSES)}")
     p.add_argument("--out", default="build/bench", help="output folder (default: build/bench)")
 
 
@@ -80,8 +83,7 @@ def run(args) -> int:
         t0 = time.perf_counter()
         fast = None
         if h in bs.FAST_HARNESSES:
-            from verif.harness.fastsim.system import build_system
-            fast = build_system(L.system_params(), inputs_at_rise=bs.FAST_HARNESSES[h])[:2]
+            fast = bs.fast_build(point, None, h, timeout, bin_cycles, args.scheme)
         else:
             from verif.harness.runner import sim_build
             sim_build("system", L.system_params(), sim="verilator")

@@ -10,9 +10,9 @@ traffic file, runs the binary and returns the :class:`~verif.harness.fastsim.fil
 
 ``build_vc("dysharp_switch", {...})`` does the same for a component with two-VC links (the template
 ``vc_main.cpp``, which also models each GPU's side of its link; the deduplicated blocks kept apart,
-:func:`keep_apart_config`, and the design's inputs registered at the rising edge, :func:`registered_inputs`);
-its ``run`` takes a :class:`~verif.harness.fastsim.files.VcTraffic` and returns a
-:class:`~verif.harness.fastsim.files.VcLog`.
+:func:`keep_apart_config`, and the design's inputs registered at the rising edge, :func:`registered_inputs`;
+profile-guided where the design has a training workload, :data:`PGO_TRAINING`); its ``run`` takes a
+:class:`~verif.harness.fastsim.files.VcTraffic` and returns a :class:`~verif.harness.fastsim.files.VcLog`.
 """
 
 import hashlib
@@ -230,14 +230,32 @@ def _run_binary(sim, traffic, workdir, tag, write, read, exts):
     return log
 
 
+#: g++ flags of the two builds of a profile-guided build (:func:`_compile` ``train``): the instrumented
+#: one, and the one that uses the profile (code the training run missed is optimized as without a profile).
+#: Without value profiles: they record addresses, which differ from run to run (address-space
+#: randomization), and the second build's ccache key includes the profile.
+PGO_GENERATE = ["-CFLAGS", "-fprofile-generate -fno-profile-values", "-LDFLAGS", "-fprofile-generate"]
+PGO_USE = ["-CFLAGS", "-fprofile-use -fno-profile-values -fprofile-partial-training -Wno-missing-profile"]
+
+#: Registered two-VC designs with a training workload for the profile-guided build (:func:`build_vc`):
+#: module name -> ``"python.module:function"``, ``function(ports)`` giving ``(key, VcTraffic)``.
+PGO_TRAINING = {"dysharp_switch": "verif.bench.dysharp_switch:pgo_training"}
+
+
 def _compile(module: str, params: dict, vpath: Path, main: str, build_root: Path,
              flags: list[str] = VERILATOR_FLAGS, latch_reset: bool = False,
              keep_apart: bool = False, latch_inputs: bool = False,
-             inputs_edge: str = "negedge") -> tuple[Path, float]:
+             inputs_edge: str = "negedge", train=None) -> tuple[Path, float]:
     """Compile (or reuse) the Verilator binary of ``vpath`` + ``main``; (binary, build seconds or 0).
     ``latch_reset`` compiles the Verilog with :func:`registered_reset` applied, ``latch_inputs`` with
     :func:`registered_inputs` at ``inputs_edge`` (which latches the reset too); ``keep_apart`` adds
-    :func:`keep_apart_config`."""
+    :func:`keep_apart_config`.
+
+    ``train`` (``(key, run)``) makes a profile-guided build: the model is first compiled instrumented
+    (:data:`PGO_GENERATE`), ``run(binary)`` runs that binary on a training workload (``key`` names it in
+    the cache hash), and the objects are compiled again with the profile it wrote (:data:`PGO_USE`) in
+    the same folder, where g++ finds it (Verilator's make run again with the flags replaced). The
+    training is deterministic, so ccache reuses both compiles."""
     from verif.harness.runner import verilator_env
 
     verilog = vpath.read_text()
@@ -248,7 +266,7 @@ def _compile(module: str, params: dict, vpath: Path, main: str, build_root: Path
         verilog = registered_reset(verilog, module)
     config = keep_apart_config(verilog, module) if keep_apart else ""
     digest = hashlib.sha256(verilog.encode() + main.encode() + " ".join(flags).encode() +
-                            config.encode()).hexdigest()[:16]
+                            config.encode() + (f"pgo:{train[0]}".encode() if train else b"")).hexdigest()[:16]
     bdir = (build_root / "fastsim" / f"{vpath.stem}-{digest}").resolve()
     binary = bdir / "sim"
     marker = bdir / ".built"
@@ -268,15 +286,41 @@ def _compile(module: str, params: dict, vpath: Path, main: str, build_root: Path
             if config:
                 (bdir / "keep_apart.vlt").write_text(config)
                 extra = [str(bdir / "keep_apart.vlt")]
-            cmd = ["verilator", *flags, "-j", "2", "--top-module", module, "-Mdir", str(bdir / "obj"),
-                   "-o", str(binary), *extra, str(source), str(bdir / "main.cpp")]
-            with open(log, "w") as f:
-                f.write(" ".join(cmd) + "\n")
-                f.flush()
-                proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=bdir)
-            if proc.returncode != 0 or not binary.exists():
-                raise FastsimBuildError(f"Verilator build of the fast path for {module} {params or {}} failed "
-                                        f"(exit {proc.returncode}); see {log}")
+            obj = bdir / "obj"
+
+            def verilate(out: Path, more: list[str], mode: str) -> None:
+                cmd = ["verilator", *flags, *more, "-j", "2", "--top-module", module, "-Mdir", str(obj),
+                       "-o", str(out), *extra, str(source), str(bdir / "main.cpp")]
+                with open(log, mode) as f:
+                    f.write(" ".join(cmd) + "\n")
+                    f.flush()
+                    proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=bdir)
+                if proc.returncode != 0 or not out.exists():
+                    raise FastsimBuildError(f"Verilator build of the fast path for {module} {params or {}} "
+                                            f"failed (exit {proc.returncode}); see {log}")
+
+            if train is None:
+                verilate(binary, [], "w")
+            else:
+                for f in [*obj.glob("*.o"), *obj.glob("*.a"), *obj.glob("*.gch"), *obj.glob("*.gcda"), binary]:
+                    f.unlink(missing_ok=True)
+                verilate(binary, PGO_GENERATE, "w")
+                instrumented = binary.rename(bdir / "sim-pgo-generate")
+                train[1](instrumented)
+                for f in [*obj.glob("*.o"), *obj.glob("*.a"), *obj.glob("*.gch"), instrumented]:
+                    f.unlink()
+                # The same C++ compiled again with the profile: Verilator's make alone, its flags replaced.
+                def opts(name):
+                    return " ".join(flags[i + 1] for i, f in enumerate(flags[:-1]) if f == name)
+                cmd = ["make", "-j", "2", "-C", str(obj), "-f", f"V{module}.mk", *opts("-MAKEFLAGS").split(),
+                       f"VM_USER_CFLAGS={opts('-CFLAGS')} {PGO_USE[1]}", f"VM_USER_LDLIBS={opts('-LDFLAGS')}"]
+                with open(log, "a") as f:
+                    f.write(" ".join(cmd) + "\n")
+                    f.flush()
+                    proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=bdir)
+                if proc.returncode != 0 or not binary.exists():
+                    raise FastsimBuildError(f"the profile-guided compile of the fast path for {module} "
+                                            f"{params or {}} failed (exit {proc.returncode}); see {log}")
             marker.write_text(digest)
             built = True
     return binary, time.perf_counter() - t0 if built else 0.0
@@ -454,7 +498,7 @@ def build_vc(module: "str | registry.DesignPoint", params: dict | None = None, *
              verilog: str | os.PathLike | None = None, link_credits: int | None = None,
              gpu_credits: int | None = None, emission: str = "auto",
              latch_reset: bool = True, latch_inputs: bool = True, inputs_at_rise: bool = True,
-             flags: list[str] | None = None) -> VcFastSim:
+             flags: list[str] | None = None, pgo: bool = True) -> VcFastSim:
     """Build (or reuse) the two-VC fast-path binary of a design point (``module``: a
     :class:`~hw.registry.DesignPoint`, or a registered module name with ``params``; its
     ``link_credits``/``gpu_credits`` parameters are the GPU sender's and receiver's credits per VC), from
@@ -467,7 +511,12 @@ def build_vc(module: "str | registry.DesignPoint", params: dict | None = None, *
     evaluated once. ``inputs_at_rise=False`` latches them on the falling edge instead, the main driving
     them after the rising edge; ``latch_inputs=False`` (which needs ``inputs_at_rise=False``) latches
     ``rst`` only (:func:`registered_reset`), and with ``latch_reset=False`` too it is compiled as
-    generated. ``flags`` replaces :data:`VERILATOR_FLAGS`."""
+    generated. ``flags`` replaces :data:`VERILATOR_FLAGS`.
+
+    ``pgo`` (the default) makes a registered design that has a training workload (:data:`PGO_TRAINING`)
+    a profile-guided build (:func:`_compile` ``train``): g++ lays out and inlines the model's code by
+    where that workload spends its time. A training run that fails (a design point the workload does
+    not fit) leaves the profile it wrote; with none, the objects are compiled as without a profile."""
     if inputs_at_rise and not latch_inputs:
         raise ValueError("inputs_at_rise=True needs latch_inputs=True: a main that drives the inputs before "
                          "the rising edge needs the register stage in front of the design")
@@ -500,9 +549,22 @@ def build_vc(module: "str | registry.DesignPoint", params: dict | None = None, *
             sp = mod.status_ports(n)
     main = render_vc_main(module, ports, n, flit_width, link_credits, gpu_credits, status_ports=sp,
                           inputs_at_rise=inputs_at_rise)
+    train = None
+    if pgo and verilog is None and module in PGO_TRAINING:
+        where, name = PGO_TRAINING[module].split(":")
+        key, traffic = getattr(importlib.import_module(where), name)(n)
+
+        def run_training(binary: Path) -> None:
+            sim = VcFastSim(module, full, binary, n, flit_words(flit_width), 0, 0, 0)
+            try:
+                _run_binary(sim, traffic, binary.parent / "runs", "pgo-train", write_vc_traffic, read_vc_log,
+                            ("vtraffic", "vlog.bin"))
+            except (FastsimRunError, OSError, ValueError):
+                pass                 # the profile it wrote before it stopped still serves
+        train = (key, run_training)
     binary, build_s = _compile(module, params, vpath, main, build_root, flags=flags or VERILATOR_FLAGS,
                                latch_reset=latch_reset, keep_apart=True, latch_inputs=latch_inputs,
-                               inputs_edge="posedge" if inputs_at_rise else "negedge")
+                               inputs_edge="posedge" if inputs_at_rise else "negedge", train=train)
     cfg_words = -(-ports["cfg__payload"][1] // 32) if "cfg__payload" in ports else 0
     status_words = -(-status_members(ports, sp)[1] // 32)
     return VcFastSim(module, full, binary, n, flit_words(flit_width), build_s, cfg_words, status_words)

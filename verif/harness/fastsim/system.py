@@ -20,8 +20,11 @@ cocotb harness's only; the read latency (``lat``) is modelled.
 """
 
 import ctypes
+import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from importlib import resources
 from pathlib import Path
@@ -75,15 +78,40 @@ def render_system_main(top: str, ports: dict, gpus: int, inputs_at_rise: bool = 
     return text, names
 
 
+#: The most cycles of a profile-guided build's training layer (:func:`build_system` ``train``).
+TRAIN_CYCLES = 40_000
+
+
+def _train(lib: Path, names: list[str], params: dict, settings: dict) -> None:
+    """Run the layer of ``settings`` on the instrumented library ``lib`` for at most :data:`TRAIN_CYCLES`
+    cycles, in a process of its own (the profile is written when a process exits); a layer cut short
+    or failing still leaves its profile."""
+    settings = {**settings, "timeout": min(int(settings.get("timeout", TRAIN_CYCLES)), TRAIN_CYCLES)}
+    settings.pop("out", None)
+    code = ("import json, sys\nfrom pathlib import Path\nfrom verif.tb.system_fast import run_layer\n"
+            "a = json.loads(sys.stdin.read())\ntry:\n    run_layer(Path(a[0]), a[1], a[2], a[3])\n"
+            "except AssertionError:\n    pass\n")
+    proc = subprocess.run([sys.executable, "-c", code], input=json.dumps([str(lib), names, params, settings]),
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[3])
+    if proc.returncode != 0:
+        raise FastsimBuildError(f"the training run of the system harness failed: {proc.stderr.strip()[-2000:]}")
+
+
 def build_system(params: "dict | registry.DesignPoint", *, build_root: str | os.PathLike = "build",
-                 inputs_at_rise: bool = True) -> tuple[Path, list[str], float]:
+                 inputs_at_rise: bool = True, train: dict | None = None) -> tuple[Path, list[str], float]:
     """Build (or reuse) the harness library of the system top at ``params`` (its overrides, or its
     :class:`~hw.registry.DesignPoint`): (library, port names, build seconds, 0 when reused). The
     library's copy of the Verilog has every input registered at the rising edge, the harness writing each
     cycle's inputs before it (:func:`registered_inputs` with ``edge="posedge"``): each cycle's logic is
     evaluated once. ``inputs_at_rise=False`` latches them on
     the falling edge instead, the harness writing them after the rising edge (each cycle's logic evaluated
-    after both edges); the figures are the same."""
+    after both edges); the figures are the same.
+
+    ``train`` (a layer's settings, as :func:`verif.tb.system_fast.run_layer` takes them) makes the build
+    profile-guided (``_compile``'s ``train`` in :mod:`verif.harness.fastsim.build`): an instrumented
+    library first runs that layer for at most :data:`TRAIN_CYCLES` cycles. The profile changes the machine
+    code only, never what is simulated, so the cache key names the training method, not the layer: a
+    later layer on the same design reuses the library trained on the first."""
     from verif.harness.runner import locked_verilog, require_simulator
 
     require_simulator("verilator")
@@ -103,7 +131,11 @@ def build_system(params: "dict | registry.DesignPoint", *, build_root: str | os.
         registered_inputs(verilog, "system")
     if not latched.exists() or latched.read_text() != text:
         latched.write_text(text)
-    lib, build_s = _compile("system", params, latched, main, build_root, flags=SO_FLAGS, keep_apart=True)
+    trainer = None
+    if train is not None:
+        trainer = (f"layer-{TRAIN_CYCLES}", lambda lib: _train(lib, names, dict(full), train))
+    lib, build_s = _compile("system", params, latched, main, build_root, flags=SO_FLAGS, keep_apart=True,
+                            train=trainer)
     return lib, names, build_s
 
 
