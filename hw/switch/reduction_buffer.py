@@ -203,6 +203,7 @@ class RowTracker(wiring.Component):
         L = S + 1
         shadow = data.StructLayout({"valid": 1, "addr": self.addr_bits, "count": COUNT_BITS, "final": C})
         sh = [None] + [Signal(shadow, name=f"sh{k}") for k in range(1, L + 1)]
+        self.sh = sh        # named by the formal harness
         # match[k][j]: copy j of "the row at b is the row of the operation in stage k".
         match = [None] + [[Signal(name=f"match{k}_{j}") for j in range(C)] for k in range(1, L + 1)]
         m.d.sync += [sh[1].valid.eq(self.op), sh[1].addr.eq(self.b_addr), sh[1].count.eq(self.count),

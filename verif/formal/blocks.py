@@ -7,7 +7,7 @@ from .al_tlb import AlTlbHarness
 from .cam import CamHarness
 from .credit_link import CreditLinkHarness
 from .token_tracker import TokenTrackerHarness
-from .reduction import INDUCTIVE_KEYS, LIVENESS_KEYS, SAFETY_KEYS, ReductionBufferHarness, ReductionEngineHarness
+from .reduction import LIVENESS_KEYS, SAFETY_KEYS, ReductionBufferHarness, ReductionEngineHarness
 from .receive_path import ReceivePathHarness
 from .switch import SwitchHarness
 from .switch_egress import SwitchEgressHarness
@@ -19,10 +19,8 @@ BLOCKS = {
     "al_tlb": ("AL-TLB: 2 ports, 1 group, 16 entries, 2 MSHRs, timeout 16, free backing table and config", lambda: AlTlbHarness(check="cam"), 4, 8),  # noqa: E501
     "al_tlb_mshr": ("AL-TLB MSHRs: 2 ports, 1 group, 16 entries, 2 MSHRs, timeout 16, free backing table and config", lambda: AlTlbHarness(check="mshr"), 4, 22),  # noqa: E501
     "token_tracker": ("Tile Status Table: 2 experts x 2 tiles of 4 tokens, any arrivals, commands, stalls", lambda: TokenTrackerHarness(), 4, 16),  # noqa: E501
-    "reduction_buffer": ("reduction buffer (2 entries, 2 flits, timeout 4; int32-add datapath): any allocations, contributions, stalls",
-                         lambda: ReductionBufferHarness(entries=2, only=SAFETY_KEYS), 16, 16),
-    "reduction_buffer_k": ("reduction buffer by k-induction (2 entries, 2 flits, timeout 4; int32-add datapath): any allocations, contributions, stalls",
-                           lambda: ReductionBufferHarness(entries=2, only=INDUCTIVE_KEYS, invariant=True), 12, 16),
+    "reduction_buffer": ("reduction buffer by k-induction (2 entries, 2 flits, timeout 4; int32-add datapath): any allocations, contributions, stalls",
+                         lambda: ReductionBufferHarness(entries=2, only=SAFETY_KEYS, invariant=True), 12, 16),
     "reduction_buffer_live": ("reduction buffer, bounded liveness (3 entries, else as reduction_buffer; to a timeout and a full drain)",
                               lambda: ReductionBufferHarness(only=LIVENESS_KEYS), 24, 24),
     "reduction_engine": ("reduction engine (4 ports, 2 entries, 1 flit, deferred translation): 2 requests, any answers after their reads or before their fan-out",

@@ -63,11 +63,10 @@ Properties (each with a ``Cover``):
   ``out.ready`` bring its answer out);
 * **answers are well-formed packets** (``RED_RESP`` with ``length`` result flits, ``ERROR`` header-only).
 
-Proof. Five properties are proven by k-induction (block ``reduction_buffer_k``: 2 entries,
-``invariant=True``, k = 12, yices, about 45 s for the five): at most once, the cause, the timeout, counted
-stale and the framing. "Exact" is a bounded check (``reduction_buffer``, depth 16) and the liveness one
-too (``reduction_buffer_live``, depth 24). With ``invariant=True`` each property is stated together with
-an invariant (:meth:`ReductionBufferHarness._invariant`), true in every reachable state:
+Proof. The six safety properties are proven by k-induction (block ``reduction_buffer``: 2 entries,
+``invariant=True``, k = 12, yices); the liveness one is a bounded check (``reduction_buffer_live``, depth
+24). With ``invariant=True`` each property is stated together with an invariant
+(:meth:`ReductionBufferHarness._invariant`), true in every reachable state:
 
 1. *entries*: every active entry is busy; an entry in the allocator's first stage, or in its second in
    the cycle it is written, is busy and not active, and the one just written has its granted generation
@@ -92,18 +91,28 @@ an invariant (:meth:`ReductionBufferHarness._invariant`), true in every reachabl
    active, its event queued or in ``pre``, ``cur`` before its header, the header in ``pend`` or in the
    queue) plus those already out are at most one, none before k's grant, and each one's error code is one
    the reference model explains (k's abort code or ``TYPE_MISMATCH`` as it ended, or ``TIMEOUT`` once the
-   timeout may have fired); a tag-1 request in the allocator is k's, before its grant.
+   timeout may have fired); a tag-1 request in the allocator is k's, before its grant;
+6. *the per-flit counts* (stated when "exact" is checked, :meth:`ReductionBufferHarness._counts`): the
+   ALU's stage registers mirror the row tracker's shadows and every operation's lane-0 sum is its count;
+   a touched row of an entry in use with no operation in flight holds sum = count >= 1; an entry's
+   operations are never in flight while it is in the allocator, nor once its answer has reached the
+   drain's later stages (the completion FIFO's output register, ``pre``, ``cur``: the drain reads a row
+   only after the last write to it); while k's entry holds it, each flit's newest count (the newest
+   operation in flight, else the row if touched) plus the contribution at stage b that the reference
+   model counted equals the reference model's count, and the ``progress`` row's final count is the
+   number of flits at ``expected``; k's result still to come (event, ``pre``, ``cur``, ``pend``, the
+   queue, the packet on ``out``) means the reference model ended k complete, its ``meta`` row k's request,
+   its rows final in the partial memory, and its payload flits (in ``pend``'s read and in the queue) the
+   expected count.
 
-It names the allocator's ``al1``/``al2``/``al2_fresh``, the drain's ``pre``/``cur``/``pend``/``pend_hdr`` and
-the buffer's ``busy``/``active`` (attributes of those blocks, set in their ``elaborate``; the generated
-Verilog is byte-equal with and without them), the completion FIFO's output register, and reads the FIFO's
-inner slot, the output queue's slots and pointers and every entry's ``meta``, ``progress`` and ``start``
-rows through comb read ports the harness adds. What it does not state (the per-flit counts against the
-``partial``/``progress`` rows and the ALU's stages, the contribution waiting at stage b and its held row
-reads) is left to the depth: an allocation lives at most ``timeout + entries + 3`` cycles once active
-(part 2), so within 12 steps every state the invariant does not pin down has been rebuilt from states it
-does (at k = 11 the induction step fails). That is also why "exact" stays bounded: a result's payload can wait in the output queue for ever,
-so its values must be stated, with the per-flit counts they come from.
+It names the allocator's ``al1``/``al2``/``al2_fresh``, the drain's ``pre``/``cur``/``pend``/``pend_hdr``,
+the row tracker's shadows ``sh`` and the buffer's ``busy``/``active`` (attributes of those blocks, set in
+their ``elaborate``; the generated Verilog is byte-equal with and without them), the completion FIFO's
+output register and :class:`IntAddALU`'s stages, and reads the FIFO's inner slot, the output queue's
+slots and pointers and every ``meta``, ``progress``, ``start`` and ``partial`` row through comb read
+ports the harness adds. What it does not state (the contribution waiting at stage b with its held row
+reads and row-tracker match flags) is left to the depth: it is rebuilt within a few cycles from states the
+invariant pins down (at k = 11 the induction step fails).
 
 Also assumed for the induction (``invariant=True`` only): k's entry is not granted with k's generation
 again after k's grant (``2**15`` reuses of the entry at 2 entries): a contribution with that rtag is then
@@ -131,9 +140,9 @@ __all__ = ["IntAddALU", "SmallReductionBuffer", "ReductionBufferHarness", "Small
            "LIVENESS_KEYS"]
 
 PROPERTY_KEYS = ("once", "exact", "cause", "timeout", "stale", "answered", "framing")
-SAFETY_KEYS = ("exact",)           # checked to depth 16 (the per-flit counts are not in the invariant)
+SAFETY_KEYS = ("once", "exact", "cause", "timeout", "stale", "framing")     # proven by k-induction
 LIVENESS_KEYS = ("answered",)      # needs a longer bound (timeout, scan, drain) but is cheap per step
-INDUCTIVE_KEYS = ("stale", "once", "cause", "timeout", "framing")    # with the invariant (invariant=True)
+INDUCTIVE_KEYS = SAFETY_KEYS       # the invariant (invariant=True) is stated for these
 SEQ_BITS = 8          # the engine harness's request sequence numbers (the requester tag field)
 
 
@@ -169,12 +178,15 @@ class IntAddALU(ReduceALU):
             prev = Mux(p.chain[0], s1_acc[0:32], prev)      # lane 0's copy
         # The sum is formed from the operands at the input; the extra accumulate stages only delay it.
         valid, acc, user = self.i.valid, (Mux(p.first[0], 0, prev) + p.data[0:32])[0:32], p.user
+        self.stages = []        # (valid, lane-0 sum) per stage after the input, for a harness's invariant
         for k in range(self.acc_stages - 1):
             v_k, a_k = Signal(name=f"acc_v{k}"), Signal(32, name=f"acc_a{k}")
             u_k = Signal.like(s1_user, name=f"acc_u{k}")
             with m.If(advance):
                 m.d.sync += [v_k.eq(valid), a_k.eq(acc), u_k.eq(user)]
             valid, acc, user = v_k, a_k, u_k
+            self.stages.append((v_k, a_k))
+        self.stages += [(s1_valid, s1_acc[0:32]), (self.o.valid, self.o.payload.acc[0:32])]
         with m.If(advance):
             m.d.sync += s1_valid.eq(valid)
             with m.If(valid):
@@ -246,6 +258,7 @@ class ReductionBufferHarness(wiring.Component):
             raise ValueError(f"no invariant is stated for {', '.join(sorted(bad))}; "
                              f"invariant=True takes: {', '.join(INDUCTIVE_KEYS)}")
         self.invariant = invariant
+        self.counts = invariant and "exact" in (only or PROPERTY_KEYS)     # part (6) of the invariant
         if invariant:       # k-induction (the bounded check's options otherwise)
             self.formal_options = {**self.formal_options, "induction": True,
                                    "script_extra": "flatten\nmemory_map\nopt -full"}
@@ -343,6 +356,9 @@ class ReductionBufferHarness(wiring.Component):
             m.d.comb += Assume(~(good & (c.flit == f)) | (cnt[f] != req_exp))
         with m.If(good):
             m.d.sync += [cnt[f].eq(new_cnt[f]) for f in range(ML)]
+        b_good = Signal()                  # the contribution in the buffer's stage b was counted in cnt
+        with m.If(c_take):
+            m.d.sync += b_good.eq(good)
         with m.If(live_c & (c.abort | mismatch | all_final)):
             m.d.sync += [ended.eq(1), end_age.eq(age),
                          end_code.eq(Mux(c.abort, c.code, Mux(mismatch, ErrorCode.TYPE_MISMATCH.value, 0)))]
@@ -391,6 +407,7 @@ class ReductionBufferHarness(wiring.Component):
                                   n_alloc=n_alloc, n_grant=n_grant, rt=rt_reg, ended=ended, since=since,
                                   cnt=cnt, req=(req_len, req_exp, req_etype), stale_k_after=stale_k_after,
                                   answers=answers, in_pkt=in_pkt, o_idx=o_idx, o_len=o_len, age=age,
+                                  b_good=b_good, o_is_k=o_is_k, end_code=end_code,
                                   code_ok=lambda err, c: (~err | (ended & (end_code != 0) & (c == end_code)) |
                                                           ((c == ErrorCode.TIMEOUT.value) & timed_out)))
         p = self.props
@@ -401,7 +418,7 @@ class ReductionBufferHarness(wiring.Component):
                     hdr_k & is_resp & (req_exp == 2))
         if want("exact"):
             p.check(m, "a RED_RESP reduces exactly the expected contributions of every flit",
-                    (~(hdr_k & is_resp) | (ended & (end_code == 0))) & (~payload_k | lanes_ok),
+                    (~(hdr_k & is_resp) | (ended & (end_code == 0))) & (~payload_k | lanes_ok) & inv,
                     payload_k & (o_idx == req_len - 1) & (req_exp == 2) & stale_k_after)
         if want("cause"):
             p.check(m, "an error answer names its cause (abort code or TYPE_MISMATCH)",
@@ -457,7 +474,8 @@ class ReductionBufferHarness(wiring.Component):
         return m
 
     def _invariant(self, m, platform, *, picked, known, k_taken, k_seq, n_alloc, n_grant, rt, ended, since,
-                   cnt, req, stale_k_after, answers, in_pkt, o_idx, o_len, age, code_ok):
+                   cnt, req, stale_k_after, answers, in_pkt, o_idx, o_len, age, code_ok, b_good, o_is_k,
+                   end_code):
         """The invariant the inductive properties are stated with (see the module docstring): true in
         every reachable state, and strong enough that no state it admits breaks a property within the
         induction's depth. It names the allocator's two stages, the drain's ``pre``/``cur``, the buffer's
@@ -556,8 +574,13 @@ class ReductionBufferHarness(wiring.Component):
         terms.append(~(known & ended & (since >= 3)) | ~holds_k)
         # ... and the reference model's age is the entry's, less the cycle from its row writes to its grant.
         terms += [known | (age == 0), ~(known & holds_k) | (age == (ends.now - at(start, e_k))[0:TB] - 1)]
+        self._o_len, self._o_idx = o_len, o_idx
         terms += self._answer_path(m, dr, evq, slot, meta, at, bit, busy, active, known, picked, answers,
                                    in_pkt, o_idx, o_len, outq, o_rptr, o_wptr, o_slots, al1, fresh, al2, code_ok)
+        if self.counts:
+            terms += self._counts(m, bm, dr, evq, slot, meta, prog, at, bit, active, known, holds_k, e_k, rt,
+                                  cnt, req, b_good, ended, end_code, al1, fresh, al2, in_pkt, o_is_k, outq,
+                                  o_rptr, o_slots, busy)
         sigs = []
         for i, t in enumerate(terms):
             sigs.append(Signal(name=f"inv_{i}"))
@@ -578,7 +601,8 @@ class ReductionBufferHarness(wiring.Component):
         # cur: a result packet's rows still to issue; an error is only ever at its header.
         terms += [~(cur.valid & ~cur.hdr) | ((cur.code.as_value() == 0) & (cur.k < cur.length)),
                   ~(cur.valid & cur.hdr) | (cur.k == 0),
-                  ~cur.valid | ((cur.length >= 1) & (cur.length <= ML)),
+                  ~cur.valid | ((cur.length >= 1) & (cur.length <= ML) & (cur.tag == at(meta, cur.entry).tag) &
+                                (cur.length == at(meta, cur.entry).length)),
                   ~in_pkt | ((o_len >= 1) & (o_len <= ML) & (o_idx < o_len))]
         # The output queue from its read pointer: payload flits of the packet on `out` first, then whole
         # packets; then pend, then cur's packet.
@@ -630,6 +654,127 @@ class ReductionBufferHarness(wiring.Component):
         terms += [~in_alloc[0] | (picked & ~known), ~in_alloc[1] | (picked & ~known)]
         for j in range(len(meta)):
             terms.append(picked | ~(busy[j] & ~(al1.valid & (al1.entry == j)) & (meta[j].tag == 1)))
+        return terms
+
+    def _counts(self, m, bm, dr, evq, slot, meta, prog, at, bit, active, known, holds_k, e_k, rt, cnt, req,
+                b_good, ended, end_code, al1, fresh, al2, in_pkt, o_is_k, outq, o_rptr, o_slots, busy):
+        """(6) The per-flit counts: the ALU's stages mirror the row tracker's shadows and each operation's
+        lane-0 sum is its count; a touched row without an operation in flight holds sum = count; where an
+        entry's operations may still be in flight; k's counts against the reference model's, less the
+        contribution at stage b; k's result rows and payload flits on the answer path."""
+        buf, N, ML = self.buffer, self.entries, self.max_length
+        EB, SB = buf.entry_bits, buf.slot_bits
+        req_len, req_exp, req_etype = req
+        rt_blk = elaborate_now(bm.submodules.rows, None) and bm.submodules.rows
+        alu = bm.submodules.alu
+        elaborate_now(alu, None)
+        ac = bm.submodules.accept
+        sh = rt_blk.sh
+        L = len(sh) - 1
+        pre, cur, pend = dr.pre, dr.cur, dr.pend
+        terms = []
+        for j in range(1, L + 1):
+            v, a = alu.stages[j - 1]
+            terms += [sh[j].valid == v, ~sh[j].valid | (a == sh[j].count)]
+            e = sh[j].addr[SB:]
+            terms.append(~sh[j].valid | ~((al1.valid & (al1.entry == e)) | (fresh & (al2.entry == e)) |
+                                          (cur.valid & (cur.entry == e) & (~cur.hdr | (j < L))) |
+                                          (pre.valid & (pre.entry == e) & (j < L - 1)) |
+                                          (evq.r_rdy & (evq.r_data[0:EB] == e) & (j < L - 2))))
+        partial = bm.submodules.partial
+        prow = []
+        for r in range(N << SB):
+            port = partial.read_port(domain="comb")
+            sig = Signal(partial.shape, name=f"inv_partial{r}")
+            m.d.comb += [port.addr.eq(r), sig.eq(port.data)]
+            prow.append(sig)
+
+        def newest(e, f):
+            """(an operation on row (e, f) is in flight, the newest count, the newest lane-0 sum, touched,
+            the row's count, the row's sum)"""
+            addr = Cat(Const(f, SB), e)
+            count = Mux(e == 0, prow[f].count, prow[(1 << SB) + f].count) if N == 2 else None
+            total = Mux(e == 0, prow[f].acc[0:32], prow[(1 << SB) + f].acc[0:32])
+            touched = at(prog, e).touched[f]
+            in_flight = Const(0)
+            n_count, n_sum = Mux(touched, count, 0), Mux(touched, total, 0)
+            for j in range(L, 0, -1):       # the newest (smallest stage) wins
+                hit = sh[j].valid & (sh[j].addr == addr)
+                in_flight = in_flight | hit
+                n_count = Mux(hit, sh[j].count, n_count)
+                n_sum = Mux(hit, alu.stages[j - 1][1], n_sum)
+            return in_flight, n_count, n_sum, touched, count, total
+
+        assert N == 2, "the count invariant is written for 2 entries"
+        for e in range(N):      # (a reset clears the registers, not the rows: only rows of entries in use)
+            written = bit(busy, e) & ~(al1.valid & (al1.entry == e))
+            for f in range(ML):
+                in_flight, n_count, n_sum, touched, count, total = newest(Const(e, EB), f)
+                terms += [~written | ~in_flight | touched,
+                          ~(written & touched & ~in_flight) | ((total == count) & (count != 0))]
+        # k's counts while its entry holds it: the reference model's, less the contribution at stage b.
+        k_flit = []
+        for f in range(ML):
+            in_flight, n_count, n_sum, touched, count, total = newest(e_k, f)
+            at_b = ac.b_valid & b_good & (ac.b.flit == f)
+            terms += [~known | (f < req_len) | (cnt[f] == 0),
+                      ~(known & holds_k) | ((n_count + at_b)[0:len(cnt[f])] == cnt[f])]
+            k_flit.append((in_flight, n_count, n_sum, count, total))
+        finals = sum(Mux((f < req_len) & (k_flit[f][1] == req_exp) & (req_exp != 0), 1, 0) for f in range(ML))
+        terms.append(~(known & holds_k) | (at(prog, e_k).finals == finals))
+        terms.append(~(ac.b_valid & b_good) | (known & (ac.b.rtag == rt) & ~ac.b.abort & (ac.b.flit < req_len) &
+                                               (ac.b.length == req_len) & (ac.b.etype == req_etype)))
+        # k's result on the answer path: ended by the reference model with code 0, and its rows final.
+        tag1 = lambda e: at(meta, e).tag == 1       # noqa: E731
+        done = ended & (end_code == 0)
+        terms.append(~done | ((req_exp != 0) & Cat(*[(f >= req_len) | (cnt[f] == req_exp) for f in range(ML)]).all()))
+        rows_final = Const(1)
+        for f in range(ML):
+            rows_final = rows_final & ((f >= req_len) | ((k_flit[f][1] == req_exp) & (k_flit[f][2] == req_exp)))
+        places = [(evq.r_rdy, evq.r_data[0:EB], evq.r_data[EB:EB + 8]),
+                  (evq.level > evq.r_rdy, slot[0:EB], slot[EB:EB + 8]),
+                  (pre.valid, pre.entry, pre.code.as_value()),
+                  (cur.valid & cur.hdr, cur.entry, cur.code.as_value())]
+        for valid, e, code in places:
+            md = at(meta, e)
+            terms += [~(valid & tag1(e) & (code == 0)) | (done & (e == e_k) & rows_final),
+                      ~(valid & tag1(e)) | ((md.length == req_len) & (md.expected == req_exp))]
+        terms += [~(cur.valid & (cur.tag == 1)) | (cur.length == req_len),
+                  ~(in_pkt & o_is_k) | (self._o_len == req_len)]
+        # cur issuing k's result rows: the rows left are final in the partial memory.
+        cur_k = cur.valid & ~cur.hdr & (cur.tag == 1)
+        for f in range(ML):
+            terms.append(~(cur_k & (cur.k <= f) & (f < cur.length)) |
+                         (done & (cur.entry == e_k) & ~k_flit[f][0] & (k_flit[f][4] == req_exp)))
+        terms.append(~cur_k | done)
+        # The output queue, pend and the packet on out: k's result flits carry the expected count.
+        W = 128
+        D = outq.depth
+        level = outq.level
+        rem = Mux(in_pkt, 0, 0)[0:5]
+        from_out = in_pkt & o_is_k
+        terms.append(~from_out | done)
+        rem = Mux(in_pkt, self._o_len - self._o_idx, 0)[0:5]
+        in_k = from_out
+        for j in range(D):
+            sl = o_slots[0]
+            for i in range(1, D):
+                sl = Mux(Mux(o_rptr <= i, i - o_rptr, i + D - o_rptr) == j, o_slots[i], sl)
+            fl = data.View(flit_layout(W), sl)
+            hd = HeaderLayout(fl.data[0:HEADER_BITS])
+            live = level > j
+            is_h = live & (rem == 0)
+            resp = hd.opcode == Opcode.RED_RESP
+            terms += [~(is_h & resp & (hd.tag == 1)) | (done & (hd.length == req_len)),
+                      ~(live & (rem != 0) & in_k) | (fl.data[0:32] == req_exp)]
+            in_k = Mux(is_h, resp & (hd.tag == 1), in_k)
+            rem = Mux(~live, rem, Mux(is_h, Mux(fl.last, 0, hd.length), rem - 1))[0:5]
+        p_resp = dr.pend_hdr.opcode == Opcode.RED_RESP
+        terms += [~(pend.valid & pend.header & p_resp & (dr.pend_hdr.tag == 1)) | (done & (dr.pend_hdr.length == req_len)),
+                  ~(pend.valid & ~pend.header & in_k) | (dr.part_rd.data.acc[0:32] == req_exp)]
+        # The packet still open after pend is cur's.
+        in_k = Mux(pend.valid & pend.header, p_resp & (dr.pend_hdr.tag == 1), in_k)
+        terms.append(~(cur.valid & ~cur.hdr) | (in_k == (cur.tag == 1)))
         return terms
 
 
