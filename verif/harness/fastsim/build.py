@@ -304,7 +304,10 @@ def _compile(module: str, params: dict, vpath: Path, main: str, build_root: Path
             else:
                 for f in [*obj.glob("*.o"), *obj.glob("*.a"), *obj.glob("*.gch"), *obj.glob("*.gcda"), binary]:
                     f.unlink(missing_ok=True)
-                verilate(binary, PGO_GENERATE, "w")
+                # A threaded model (--threads) updates the counters from several threads: atomically,
+                # else the profile is not flow-consistent and the second compile fails.
+                threaded = "--threads" in flags and flags[flags.index("--threads") + 1] != "1"
+                verilate(binary, PGO_GENERATE + (["-CFLAGS", "-fprofile-update=atomic"] if threaded else []), "w")
                 instrumented = binary.rename(bdir / "sim-pgo-generate")
                 train[1](instrumented)
                 for f in [*obj.glob("*.o"), *obj.glob("*.a"), *obj.glob("*.gch"), instrumented]:
