@@ -254,8 +254,8 @@ def _compile(module: str, params: dict, vpath: Path, main: str, build_root: Path
     ``train`` (``(key, run)``) makes a profile-guided build: the model is first compiled instrumented
     (:data:`PGO_GENERATE`), ``run(binary)`` runs that binary on a training workload (``key`` names it in
     the cache hash), and the objects are compiled again with the profile it wrote (:data:`PGO_USE`) in
-    the same folder, where g++ finds it (Verilator's make run again with the flags replaced). The
-    training is deterministic, so ccache reuses both compiles."""
+    the same folder, where g++ finds it (Verilator's make run again with the flags replaced). ccache
+    reuses the instrumented compile; the second one's key includes the profile."""
     from verif.harness.runner import verilator_env
 
     verilog = vpath.read_text()
