@@ -151,7 +151,6 @@ def measure_dysharp(ports: int, *, cycles: int, seed: int = 1, build_root: str =
     full-load dispatch traffic: cycles/s of each (the fastest of ``repeat`` runs, the builds alternating),
     its build time and whether every logged array equals the first harness's."""
     from verif.bench import dysharp_switch as ds
-    from verif.harness.fastsim import build_vc
 
     rng = np.random.default_rng([seed, ports, 4, 1])
     pkts = ds.dispatch_packets(ports, 4, "hit", load=1.0, arrival_cycles=cycles, rng=rng)

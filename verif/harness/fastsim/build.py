@@ -254,8 +254,8 @@ def _compile(module: str, params: dict, vpath: Path, main: str, build_root: Path
     ``train`` (``(key, run)``) makes a profile-guided build: the model is first compiled instrumented
     (:data:`PGO_GENERATE`), ``run(binary)`` runs that binary on a training workload (``key`` names it in
     the cache hash), and the objects are compiled again with the profile it wrote (:data:`PGO_USE`) in
-    the same folder, where g++ finds it (Verilator's make run again with the flags replaced). The
-    training is deterministic, so ccache reuses both compiles."""
+    the same folder, where g++ finds it (Verilator's make run again with the flags replaced). ccache
+    reuses the instrumented compile; the second one's key includes the profile."""
     from verif.harness.runner import verilator_env
 
     verilog = vpath.read_text()
@@ -304,7 +304,10 @@ def _compile(module: str, params: dict, vpath: Path, main: str, build_root: Path
             else:
                 for f in [*obj.glob("*.o"), *obj.glob("*.a"), *obj.glob("*.gch"), *obj.glob("*.gcda"), binary]:
                     f.unlink(missing_ok=True)
-                verilate(binary, PGO_GENERATE, "w")
+                # A threaded model (--threads) updates the counters from several threads: atomically,
+                # else the profile is not flow-consistent and the second compile fails.
+                threaded = "--threads" in flags and flags[flags.index("--threads") + 1] != "1"
+                verilate(binary, PGO_GENERATE + (["-CFLAGS", "-fprofile-update=atomic"] if threaded else []), "w")
                 instrumented = binary.rename(bdir / "sim-pgo-generate")
                 train[1](instrumented)
                 for f in [*obj.glob("*.o"), *obj.glob("*.a"), *obj.glob("*.gch"), instrumented]:
