@@ -10,6 +10,10 @@ import zlib
 
 import pytest
 
+# Verilator builds without a profile-guided second compile (verif/harness/fastsim/build.py): the suite's
+# builds serve short runs, so the second compile would cost more CPU than it saves.
+os.environ.setdefault("DYSHARP_PGO", "0")
+
 
 def pytest_addoption(parser):
     parser.addoption("--seed", default=None,

@@ -364,12 +364,13 @@ int main(int argc, char** argv) {
 
 
 @needs_verilator
-def test_profile_guided_build_trains_then_simulates_the_same(tmp_path):
+def test_profile_guided_build_trains_then_simulates_the_same(tmp_path, monkeypatch):
     """A profile-guided build (``_compile(train=...)``) runs its instrumented binary once, compiles the
     model again with the profile that run wrote (the second compile's command names ``-fprofile-use``),
     and the binary simulates exactly what the build without a profile does."""
     from verif.harness.fastsim.build import PGO_USE, _compile
 
+    monkeypatch.setenv("DYSHARP_PGO", "1")       # the suite's conftest turns profiles off for its own builds
     v = tmp_path / "acc.v"
     v.write_text(_acc_verilog(comb_out=True))
     trained = []

@@ -255,8 +255,13 @@ def _compile(module: str, params: dict, vpath: Path, main: str, build_root: Path
     (:data:`PGO_GENERATE`), ``run(binary)`` runs that binary on a training workload (``key`` names it in
     the cache hash), and the objects are compiled again with the profile it wrote (:data:`PGO_USE`) in
     the same folder, where g++ finds it (Verilator's make run again with the flags replaced). ccache
-    reuses the instrumented compile; the second one's key includes the profile."""
+    reuses the instrumented compile; the second one's key includes the profile. ``DYSHARP_PGO=0`` in the
+    environment builds without the profile (the test suite: each of its builds serves a few thousand
+    cycles, fewer than the second compile would save)."""
     from verif.harness.runner import verilator_env
+
+    if os.environ.get("DYSHARP_PGO", "1") == "0":
+        train = None
 
     verilog = vpath.read_text()
     rewritten = latch_inputs or latch_reset
