@@ -78,7 +78,7 @@ __all__ = [
     "wide_tag", "VC_REQ", "VC_RESP", "N_VCS", "vc_of", "DeferredAddr", "pack_deferred_addr",
     "unpack_deferred_addr", "rtl_vclass_resp", "rtl_origin_ok",
     "HeaderFormat", "NARROW", "WIDE", "FORMATS", "header_format", "MAX_SWITCH_PORTS", "WIDE_FLIT_WIDTH",
-    "WideUnicastRoute", "WideDynamicRoute", "WideRoute", "WideHeaderLayout", "WideDeferredAddr",
+    "WideUnicastRoute", "WideDynamicRoute", "WideRoute", "WideHeaderLayout", "WideDeferredAddr", "widened",
 ]
 
 # The narrow format's widths (the wide format's are read from WIDE / header_format(ports)).
@@ -374,26 +374,35 @@ def _offsets(layout) -> tuple[dict, dict]:
     return common, variant
 
 
+@dataclasses.dataclass(frozen=True, repr=False)
 class HeaderFormat:
     """One header format: its layouts and every width read from them (see the module docstring).
 
     ``layout`` (the header), ``unicast``/``static``/``dynamic`` (the route variants) and ``deferred`` (a
     ``DYN_RED_READ``'s address) are Amaranth layouts; ``bits``, ``port_bits``, ``max_ports``, ``index_bits``
-    and ``min_flit_width`` are derived from them. Get one with :func:`header_format`.
+    and ``min_flit_width`` are derived from them. Get one with :func:`header_format`. A dataclass of its
+    layouts, so that a block holding one keeps a stated identity (:func:`hw.emission.block_key`).
     """
+    name: str
+    layout: type
+    unicast: type
+    static: type
+    dynamic: type
+    deferred: type
 
-    def __init__(self, name: str, layout, unicast, static, dynamic, deferred):
-        self.name = name
-        self.layout, self.unicast, self.static, self.dynamic, self.deferred = \
-            layout, unicast, static, dynamic, deferred
-        hl, dyn = data.Layout.cast(layout), data.Layout.cast(dynamic)
-        self.bits = hl.size                       # the header's bits in the head flit (HEADER_BITS)
-        self.port_bits = hl["src"].width          # a port id (PORT_BITS)
-        self.max_ports = dyn["mask"].width        # one mask bit per port (MAX_PORTS)
-        self.index_bits = dyn["index"].width      # the algebraic index (INDEX_BITS)
-        self.min_flit_width = min(w for w in FLIT_WIDTHS if w >= self.bits)
-        self.common, self.variants = _offsets(layout)
-        self.deferred_fields = _deferred_fields(deferred)
+    def __post_init__(self):
+        hl, dyn = data.Layout.cast(self.layout), data.Layout.cast(self.dynamic)
+        derived = {
+            "bits": hl.size,                       # the header's bits in the head flit (HEADER_BITS)
+            "port_bits": hl["src"].width,          # a port id (PORT_BITS)
+            "max_ports": dyn["mask"].width,        # one mask bit per port (MAX_PORTS)
+            "index_bits": dyn["index"].width,      # the algebraic index (INDEX_BITS)
+        }
+        derived["min_flit_width"] = min(w for w in FLIT_WIDTHS if w >= derived["bits"])
+        derived["common"], derived["variants"] = _offsets(self.layout)
+        derived["deferred_fields"] = _deferred_fields(self.deferred)
+        for k, v in derived.items():
+            object.__setattr__(self, k, v)
 
     def __repr__(self):
         return f"<HeaderFormat {self.name}: {self.bits} bits, up to {self.max_ports} ports>"
@@ -427,6 +436,26 @@ def header_format(ports: int | None = None, flit_width: int | None = None) -> He
 
 
 _COMMON, _VARIANT = NARROW.common, NARROW.variants
+
+
+def widened(layout, ports: int | None, **fields):
+    """``layout`` (a struct whose widths are the narrow format's) for a switch of ``ports`` ports.
+
+    Up to 64 ports it is ``layout`` itself, so those points are unchanged bit for bit. Past them it is a
+    ``StructLayout`` with the same fields in the same order, each field named in ``fields`` taking its
+    wide shape: a :class:`HeaderFormat` attribute name (``"port_bits"``, ``"max_ports"``,
+    ``"index_bits"``), a function of the format, or a shape (e.g. a nested struct's widened layout).
+    """
+    fmt = header_format(ports)
+    if fmt is NARROW:
+        return layout
+    shapes = {name: field.shape for name, field in data.Layout.cast(layout)}
+    for name, wide in fields.items():
+        if name not in shapes:
+            raise ValueError(f"{layout!r} has no field {name!r}")
+        shapes[name] = getattr(fmt, wide) if isinstance(wide, str) else wide(fmt) if callable(wide) and \
+            not isinstance(wide, (type, data.Layout)) else wide
+    return data.StructLayout(shapes)
 
 
 def header_fields(opcode) -> tuple[str, ...]:
