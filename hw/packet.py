@@ -10,27 +10,51 @@ A link carries one *flit* per cycle: ``data`` (``flit_width`` bits, default 128 
 ~1.56 GHz), ``last`` (end of packet, the link's framing) and ``poison`` (set by a cut-through switch on the
 final flit of a packet it found malformed after forwarding had begun; receivers discard such a packet).
 
-A packet is one *head flit* whose low 128 bits hold a :class:`Header`, followed by
+A packet is one *head flit* whose low bits hold a :class:`Header`, followed by
 ``payload_flits(opcode, length)`` payload flits. ``length`` always counts payload flits of the transaction:
 for opcodes that carry data (writes, stores, responses) those flits follow the header; for requests
 (reads, ``ld_reduce``) ``length`` is the size of the data asked for and nothing follows.
 
-Header (128 bits, LSB first)::
+Two header formats share every opcode, rule and field name; the switch's port count chooses one
+(:func:`header_format`), and the RTL blocks and the Python encoder/decoder read their widths from it:
+
+* **narrow** (:data:`NARROW`, up to 64 ports, any flit width): 128 bits, LSB first::
 
     opcode 4 | src 6 | tag 8 | length 5 | etype 3 | redop 2 | route 100
     route = uni: dst 6 | code 8 | addr 48 | xtag 8 (unicast, responses, errors)
           | mm:  group 8 | addr 48                  (static multimem.*: group handle + offset)
           | dyn: group 8 | mask 64 | index 18 | offset 10   (dymultimem.*)
 
+* **wide** (:data:`WIDE`, 65 to 128 ports, the NVL72 plane): 256 bits, so it needs ``flit_width`` >= 256
+  (one NVLink5 port, 50 GB/s per direction at the same clock) and still fills one head flit::
+
+    opcode 4 | src 7 | tag 8 | length 5 | etype 3 | redop 2 | route 166 | reserved 61 (zero)
+    route = uni: dst 7 | code 8 | addr 48 | xtag 8
+          | mm:  group 8 | addr 48
+          | dyn: group 8 | mask 128 | index 20 | offset 10
+
+The dynamic route of the narrow format fills its 100 bits; a 72-bit mask and 7-bit port ids do not fit
+in 128 bits. The wide format spends the head flit's upper half, which a 256-bit flit carries anyway, so a
+packet is still one header flit plus its payload flits, and the payload efficiency at 72 ports is that of
+256-bit flits at any port count (:func:`payload_efficiency` with ``flit_bytes=32``): ``P/(P+1)`` for ``P``
+payload flits, 0.941 for 512-B packets (16 flits, the switch's default ``max_payload``), 0.889 for 256-B
+ones. Past 64 ports a 128-bit flit is refused: the alternative, a second header flit, would cost a flit
+of every packet (0.889 instead of 0.941 at 256-B packets of 128-bit flits). The wide index (20 bits)
+holds 128 GPUs x 8,192 tokens; the narrow one (18 bits) 64 x 4,096.
+
 ``xtag`` extends ``tag`` to 16 bits where one requester has more than 256 transactions in flight: the
 switch's reduction engine names its buffer entries (up to 512) with it on ``RED_READ``, and a responder
 copies ``tag`` and ``xtag`` into its ``RED_READ_RESP``/``READ_RESP`` (:func:`wide_tag_fields`,
 :func:`wide_tag`).
 
-``mask`` has one bit per switch port (up to 64). ``index`` is the algebraic index: the token's row in the
+``mask`` has one bit per switch port. ``index`` is the algebraic index: the token's row in the
 logical dispatch/combine tensor, identical on every GPU. ``offset`` is the flit offset of this packet's
 payload inside that row, so rows longer than one packet (a 7168-B FP8 token is 28 packets of 256 B) are
 addressed without physical addresses.
+
+The module-level widths (:data:`HEADER_BITS`, :data:`PORT_BITS`, :data:`MAX_PORTS`, :data:`INDEX_BITS`)
+and layouts (:class:`HeaderLayout`, ...) are the narrow format's; a block that may run past 64 ports
+reads them from ``header_format(ports)`` instead.
 """
 
 
@@ -40,7 +64,7 @@ import functools
 import math
 from typing import Iterable
 
-from amaranth.hdl import Cat, Const, Mux, Value
+from amaranth.hdl import Cat, Const, Mux, Shape, Value
 from amaranth.lib import data, enum
 
 __all__ = [
@@ -53,8 +77,11 @@ __all__ = [
     "payload_efficiency", "wire_flits", "pack_flit", "unpack_flit", "WIDE_TAG_BITS", "wide_tag_fields",
     "wide_tag", "VC_REQ", "VC_RESP", "N_VCS", "vc_of", "DeferredAddr", "pack_deferred_addr",
     "unpack_deferred_addr", "rtl_vclass_resp", "rtl_origin_ok",
+    "HeaderFormat", "NARROW", "WIDE", "FORMATS", "header_format", "MAX_SWITCH_PORTS", "WIDE_FLIT_WIDTH",
+    "WideUnicastRoute", "WideDynamicRoute", "WideRoute", "WideHeaderLayout", "WideDeferredAddr", "widened",
 ]
 
+# The narrow format's widths (the wide format's are read from WIDE / header_format(ports)).
 HEADER_BITS = 128
 MAX_PORTS = 64
 PORT_BITS = (MAX_PORTS - 1).bit_length()   # a port id: ``src``, ``dst``
@@ -66,6 +93,8 @@ INDEX_BITS = 18      # the algebraic index (a token's row in the logical dispatc
 OFFSET_BITS = 10     # a packet's flit offset inside its row (dymultimem)
 FLIT_WIDTHS = (128, 256, 512)
 DEFAULT_FLIT_WIDTH = 128
+MAX_SWITCH_PORTS = 128   # the wide format's mask: one bit per port
+WIDE_FLIT_WIDTH = 256    # the narrowest flit that holds the wide header
 
 
 class Opcode(enum.Enum, shape=4):
@@ -166,6 +195,47 @@ class HeaderLayout(data.Struct):
 
 
 assert data.Layout.cast(HeaderLayout).size == HEADER_BITS, data.Layout.cast(HeaderLayout)
+
+_WIDE_PORT_BITS = (MAX_SWITCH_PORTS - 1).bit_length()
+_WIDE_INDEX_BITS = 20
+_WIDE_HEADER_BITS = 256
+
+
+class WideUnicastRoute(data.Struct):
+    dst: _WIDE_PORT_BITS
+    code: ErrorCode
+    addr: ADDR_BITS
+    xtag: TAG_BITS
+
+
+class WideDynamicRoute(data.Struct):
+    group: GROUP_BITS
+    mask: MAX_SWITCH_PORTS
+    index: _WIDE_INDEX_BITS
+    offset: OFFSET_BITS
+
+
+class WideRoute(data.Union):
+    uni: WideUnicastRoute
+    mm: StaticRoute
+    dyn: WideDynamicRoute
+
+
+class WideHeaderLayout(data.Struct):
+    """The wide format's header (65..128 ports): :class:`HeaderLayout`'s fields at their wide widths, padded
+    with zeros to 256 bits (a whole 256-bit head flit)."""
+    opcode: Opcode
+    src: _WIDE_PORT_BITS
+    tag: TAG_BITS
+    length: LENGTH_BITS
+    etype: EType
+    redop: RedOp
+    route: WideRoute
+    _reserved: _WIDE_HEADER_BITS - data.Layout.cast(WideRoute).size - \
+        sum(Shape.cast(s).width for s in (Opcode, _WIDE_PORT_BITS, TAG_BITS, LENGTH_BITS, EType, RedOp))
+
+
+assert data.Layout.cast(WideHeaderLayout).size == _WIDE_HEADER_BITS, data.Layout.cast(WideHeaderLayout)
 MAX_LENGTH = (1 << LENGTH_BITS) - 1   # the length field's range
 
 
@@ -247,30 +317,43 @@ class DeferredAddr(data.Struct):
     group: GROUP_BITS
 
 
-# (offset, width) of each DeferredAddr field, read from the layout once.
-_DEFERRED = {name: (field.offset, field.width) for name, field in data.Layout.cast(DeferredAddr)}
+class WideDeferredAddr(data.Struct):
+    """:class:`DeferredAddr` of the wide format (its 20-bit index)."""
+    byte_offset: 16
+    index: _WIDE_INDEX_BITS
+    group: GROUP_BITS
 
 
-def pack_deferred_addr(group: int, index: int, byte_offset: int) -> int:
-    """Python twin of :class:`DeferredAddr`: the 48-bit ``addr`` of a ``DYN_RED_READ``."""
+def _deferred_fields(layout) -> dict:
+    """(offset, width) of each field of a deferred-address layout."""
+    return {name: (field.offset, field.width) for name, field in data.Layout.cast(layout)}
+
+
+def pack_deferred_addr(group: int, index: int, byte_offset: int, fmt: "HeaderFormat | None" = None) -> int:
+    """Python twin of :class:`DeferredAddr` (``fmt``'s, default narrow): the ``addr`` of a ``DYN_RED_READ``."""
+    fields = (fmt or NARROW).deferred_fields
     addr = 0
     for name, v in (("group", group), ("index", index), ("byte_offset", byte_offset)):
-        off, w = _DEFERRED[name]
+        off, w = fields[name]
         if not 0 <= v < (1 << w):
             raise ValueError(f"{name}={v} does not fit in {w} bits")
         addr |= v << off
     return addr
 
 
-def unpack_deferred_addr(addr: int) -> tuple[int, int, int]:
+def unpack_deferred_addr(addr: int, fmt: "HeaderFormat | None" = None) -> tuple[int, int, int]:
     """(group, index, byte_offset) of a ``DYN_RED_READ`` address."""
-    return tuple((addr >> off) & ((1 << w) - 1) for off, w in (_DEFERRED[n] for n in ("group", "index", "byte_offset")))
+    fields = (fmt or NARROW).deferred_fields
+    return tuple((addr >> off) & ((1 << w) - 1) for off, w in (fields[n] for n in ("group", "index", "byte_offset")))
 
 
 def _flatten(layout, offset=0, prefix=()):
-    """Yield (path, offset, width, shape) for every leaf field of a layout, union variants included."""
+    """Yield (path, offset, width, shape) for every leaf field of a layout, union variants included
+    (reserved fields, named ``_...``, left out)."""
     layout = data.Layout.cast(layout)
     for name, field in layout:
+        if name.startswith("_"):
+            continue
         shape = field.shape
         if isinstance(shape, type) and issubclass(shape, (data.Struct, data.Union)) or \
                 isinstance(shape, data.Layout):
@@ -279,18 +362,105 @@ def _flatten(layout, offset=0, prefix=()):
             yield prefix + (name,), offset + field.offset, field.width, shape
 
 
-_COMMON = {}      # name -> (offset, width)
-_VARIANT = {}     # variant -> {name -> (offset, width)}
-for _path, _off, _w, _shape in _flatten(HeaderLayout):
-    if _path[0] == "route":
-        _VARIANT.setdefault(_path[1], {})[_path[2]] = (_off, _w)
-    else:
-        _COMMON[_path[0]] = (_off, _w)
-del _path, _off, _w, _shape
+def _offsets(layout) -> tuple[dict, dict]:
+    """(common, variant) field offsets of a header layout: name -> (offset, width), and
+    variant -> {name -> (offset, width)}."""
+    common, variant = {}, {}
+    for path, off, w, _ in _flatten(layout):
+        if path[0] == "route":
+            variant.setdefault(path[1], {})[path[2]] = (off, w)
+        else:
+            common[path[0]] = (off, w)
+    return common, variant
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class HeaderFormat:
+    """One header format: its layouts and every width read from them (see the module docstring).
+
+    ``layout`` (the header), ``unicast``/``static``/``dynamic`` (the route variants) and ``deferred`` (a
+    ``DYN_RED_READ``'s address) are Amaranth layouts; ``bits``, ``port_bits``, ``max_ports``, ``index_bits``
+    and ``min_flit_width`` are derived from them. Get one with :func:`header_format`. A dataclass of its
+    layouts, so that a block holding one keeps a stated identity (:func:`hw.emission.block_key`).
+    """
+    name: str
+    layout: type
+    unicast: type
+    static: type
+    dynamic: type
+    deferred: type
+
+    def __post_init__(self):
+        hl, dyn = data.Layout.cast(self.layout), data.Layout.cast(self.dynamic)
+        derived = {
+            "bits": hl.size,                       # the header's bits in the head flit (HEADER_BITS)
+            "port_bits": hl["src"].width,          # a port id (PORT_BITS)
+            "max_ports": dyn["mask"].width,        # one mask bit per port (MAX_PORTS)
+            "index_bits": dyn["index"].width,      # the algebraic index (INDEX_BITS)
+        }
+        derived["min_flit_width"] = min(w for w in FLIT_WIDTHS if w >= derived["bits"])
+        derived["common"], derived["variants"] = _offsets(self.layout)
+        derived["deferred_fields"] = _deferred_fields(self.deferred)
+        for k, v in derived.items():
+            object.__setattr__(self, k, v)
+
+    def __repr__(self):
+        return f"<HeaderFormat {self.name}: {self.bits} bits, up to {self.max_ports} ports>"
+
+
+NARROW = HeaderFormat("narrow", HeaderLayout, UnicastRoute, StaticRoute, DynamicRoute, DeferredAddr)
+WIDE = HeaderFormat("wide", WideHeaderLayout, WideUnicastRoute, StaticRoute, WideDynamicRoute, WideDeferredAddr)
+FORMATS = (NARROW, WIDE)
+assert (NARROW.bits, NARROW.port_bits, NARROW.max_ports, NARROW.index_bits) == \
+    (HEADER_BITS, PORT_BITS, MAX_PORTS, INDEX_BITS)
+assert WIDE.max_ports == MAX_SWITCH_PORTS and WIDE.min_flit_width == WIDE_FLIT_WIDTH
+
+
+def header_format(ports: int | None = None, flit_width: int | None = None) -> HeaderFormat:
+    """The header format of a switch with ``ports`` ports (None: the narrow one): narrow up to 64 ports,
+    wide from 65 to :data:`MAX_SWITCH_PORTS`. With ``flit_width``, a flit too narrow for the format's header
+    is refused (the wide header needs 256-bit flits)."""
+    if ports is None:
+        return NARROW
+    if not isinstance(ports, int) or not 1 <= ports <= MAX_SWITCH_PORTS:
+        raise ValueError(f"ports must be an integer in 1..{MAX_SWITCH_PORTS} (the widest header's mask), "
+                         f"got {ports!r}")
+    fmt = NARROW if ports <= NARROW.max_ports else WIDE
+    if flit_width is not None and flit_width < fmt.min_flit_width:
+        valid = ", ".join(str(w) for w in FLIT_WIDTHS if w >= fmt.min_flit_width)
+        raise ValueError(f"{ports} ports need the {fmt.name} header ({fmt.bits} bits: a {fmt.max_ports}-bit "
+                         f"mask and {fmt.port_bits}-bit port ids past {NARROW.max_ports} ports), which does not "
+                         f"fit one {flit_width}-bit flit; use flit_width {valid} (one NVLink5 port is 256 bits "
+                         f"per cycle), or at most {NARROW.max_ports} ports")
+    return fmt
+
+
+_COMMON, _VARIANT = NARROW.common, NARROW.variants
+
+
+def widened(layout, ports: int | None, **fields):
+    """``layout`` (a struct whose widths are the narrow format's) for a switch of ``ports`` ports.
+
+    Up to 64 ports it is ``layout`` itself, so those points are unchanged bit for bit. Past them it is a
+    ``StructLayout`` with the same fields in the same order, each field named in ``fields`` taking its
+    wide shape: a :class:`HeaderFormat` attribute name (``"port_bits"``, ``"max_ports"``,
+    ``"index_bits"``), a function of the format, or a shape (e.g. a nested struct's widened layout).
+    """
+    fmt = header_format(ports)
+    if fmt is NARROW:
+        return layout
+    shapes = {name: field.shape for name, field in data.Layout.cast(layout)}
+    for name, wide in fields.items():
+        if name not in shapes:
+            raise ValueError(f"{layout!r} has no field {name!r}")
+        shapes[name] = getattr(fmt, wide) if isinstance(wide, str) else wide(fmt) if callable(wide) and \
+            not isinstance(wide, (type, data.Layout)) else wide
+    return data.StructLayout(shapes)
 
 
 def header_fields(opcode) -> tuple[str, ...]:
-    """Names of the header fields that ``opcode`` carries (common fields plus its route variant)."""
+    """Names of the header fields that ``opcode`` carries (common fields plus its route variant; the same
+    names in every format)."""
     variant = OPCODES[Opcode(opcode)].variant if _is_known(opcode) else "uni"
     return tuple(_COMMON) + tuple(_VARIANT[variant])
 
@@ -345,11 +515,13 @@ class Header:
     def variant(self) -> str:
         return _VARIANT_OF.get(self.opcode, "uni")
 
-    def encode(self) -> int:
-        fields = dict(_COMMON)
-        fields.update(_VARIANT[self.variant])
+    def encode(self, fmt: HeaderFormat | None = None) -> int:
+        """The header's bits in format ``fmt`` (default: the narrow one)."""
+        fmt = fmt or NARROW
+        fields = dict(fmt.common)
+        fields.update(fmt.variants[self.variant])
         value = 0
-        for name in _COMMON.keys() | set(_ROUTE_FIELDS):
+        for name in fmt.common.keys() | set(_ROUTE_FIELDS):
             v = getattr(self, name)
             if name not in fields:
                 if v:
@@ -363,12 +535,14 @@ class Header:
         return value
 
     @classmethod
-    def decode(cls, bits: int) -> "Header":
-        bits = int(bits) & ((1 << HEADER_BITS) - 1)
+    def decode(cls, bits: int, fmt: HeaderFormat | None = None) -> "Header":
+        """The header in the low bits of a head flit, in format ``fmt`` (default: the narrow one)."""
+        fmt = fmt or NARROW
+        bits = int(bits) & ((1 << fmt.bits) - 1)
         values = dict(_ZERO_FIELDS)
-        values.update({n: (bits >> o) & ((1 << w) - 1) for n, (o, w) in _COMMON.items()})
+        values.update({n: (bits >> o) & ((1 << w) - 1) for n, (o, w) in fmt.common.items()})
         values.update({n: (bits >> o) & ((1 << w) - 1)
-                       for n, (o, w) in _VARIANT[_VARIANT_OF.get(values["opcode"], "uni")].items()})
+                       for n, (o, w) in fmt.variants[_VARIANT_OF.get(values["opcode"], "uni")].items()})
         # The values are plain ints already: filled in directly, not through the dataclass's __init__ and
         # __setattr__ (the scoreboards decode every packet of a run).
         h = object.__new__(cls)
@@ -425,8 +599,13 @@ class Packet:
     header: Header
     payload: list[int] = dataclasses.field(default_factory=list)
 
-    def flits(self, flit_width: int = DEFAULT_FLIT_WIDTH) -> list[Flit]:
-        words = [self.header.encode()] + [int(p) for p in self.payload]
+    def flits(self, flit_width: int = DEFAULT_FLIT_WIDTH, fmt: HeaderFormat | None = None) -> list[Flit]:
+        """The packet's flits; the header in format ``fmt`` (default: the narrow one)."""
+        fmt = fmt or NARROW
+        if flit_width < fmt.min_flit_width:
+            raise ValueError(f"the {fmt.name} header ({fmt.bits} bits) needs flit_width >= {fmt.min_flit_width}, "
+                             f"got {flit_width}")
+        words = [self.header.encode(fmt)] + [int(p) for p in self.payload]
         limit = 1 << flit_width
         for w in words:
             if not 0 <= w < limit:
@@ -434,9 +613,9 @@ class Packet:
         return [Flit(w, last=(i == len(words) - 1)) for i, w in enumerate(words)]
 
     @classmethod
-    def from_flits(cls, flits: Iterable[Flit]) -> "Packet":
+    def from_flits(cls, flits: Iterable[Flit], fmt: HeaderFormat | None = None) -> "Packet":
         flits = list(flits)
-        return cls(Header.decode(flits[0].data), [f.data for f in flits[1:]])
+        return cls(Header.decode(flits[0].data, fmt), [f.data for f in flits[1:]])
 
 
 def check_header(h: Header, *, ports: int, max_payload: int, groups: dict[int, int] | None = None,
@@ -469,7 +648,7 @@ def check_header(h: Header, *, ports: int, max_payload: int, groups: dict[int, i
 # RTL side: the same rules as combinational logic over a header view
 
 def rtl_payload_flits(header) -> Value:
-    """Payload flits that follow ``header`` (a :class:`HeaderLayout` view), as a 5-bit value."""
+    """Payload flits that follow ``header`` (a view of either format's header), as a 5-bit value."""
     has = Const(0, 1)
     for op, info in OPCODES.items():
         if info.has_payload:
@@ -478,7 +657,8 @@ def rtl_payload_flits(header) -> Value:
 
 
 def rtl_header_error(header, *, ports: int, max_payload: int, group_mask: Value | None = None) -> Value:
-    """Combinational error code for a received header (same rules as :func:`check_header`).
+    """Combinational error code for a received header (a view of either format's; same rules as
+    :func:`check_header`).
 
     ``group_mask`` is the member mask the switch's group table returns for ``header.route.mm.group``
     (zero when the handle is unconfigured); pass ``None`` where static groups are not routed.
@@ -493,7 +673,7 @@ def rtl_header_error(header, *, ports: int, max_payload: int, group_mask: Value 
         if info.typed:
             typed = typed | hit
     mask = Value.cast(header.route.dyn.mask)
-    port_limit = Const((1 << ports) - 1, MAX_PORTS)
+    port_limit = Const((1 << ports) - 1, len(mask))
     bad_mask = (mask == 0) | ((mask & ~port_limit) != 0)
     bad_type = (Value.cast(header.etype).as_unsigned() > max(e.value for e in EType)) | \
                (Value.cast(header.redop).as_unsigned() > max(r.value for r in RedOp))

@@ -10,7 +10,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .arbiter import first_set, onehot_to_index, rr_pick
-from .packet import DEFAULT_FLIT_WIDTH, HEADER_BITS, HeaderLayout, flit_layout, rtl_vclass_resp
+from .packet import DEFAULT_FLIT_WIDTH, flit_layout, header_format, rtl_vclass_resp
 
 __all__ = ["PacketSplit", "PacketMerge", "VcClassSplit"]
 
@@ -18,8 +18,9 @@ __all__ = ["PacketSplit", "PacketMerge", "VcClassSplit"]
 class PacketSplit(wiring.Component):
     """One packet stream ``i`` to ``n_out`` streams ``o[k]``, chosen per packet by ``select``.
 
-    ``select(header)`` gets a :class:`~hw.packet.HeaderLayout` view of the head flit's low 128 bits and
-    returns the output index (an Amaranth value). The choice is made on the head flit and held until
+    ``select(header)`` gets a view of the head flit's header (the header format of a ``ports``-port
+    switch, :func:`hw.packet.header_format`; None: up to 64 ports, :class:`~hw.packet.HeaderLayout` over the
+    low 128 bits) and returns the output index (an Amaranth value). The choice is made on the head flit and held until
     ``last``, so every flit of a packet goes to the same output.
 
     * Latency 0, throughput one flit per cycle: ``o[k].valid = i.valid & (choice == k)``,
@@ -29,7 +30,7 @@ class PacketSplit(wiring.Component):
       ``select`` should never return one.
     """
 
-    def __init__(self, *, flit_width: int = DEFAULT_FLIT_WIDTH, n_out: int, select):
+    def __init__(self, *, flit_width: int = DEFAULT_FLIT_WIDTH, n_out: int, select, ports: int | None = None):
         if not isinstance(n_out, int) or not 1 <= n_out <= 64:
             raise ValueError(f"n_out must be an integer in 1..64, got {n_out!r}")
         if not callable(select):
@@ -39,6 +40,7 @@ class PacketSplit(wiring.Component):
         self.flit_width = flit_width
         self.select = select
         layout = flit_layout(flit_width)
+        self.fmt = header_format(ports, flit_width)
         super().__init__({
             "i": In(stream.Signature(layout)),
             "o": Out(stream.Signature(layout)).array(n_out),
@@ -47,7 +49,7 @@ class PacketSplit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self.n_out
-        header = data.View(HeaderLayout, self.i.payload.data[:HEADER_BITS])
+        header = data.View(self.fmt.layout, self.i.payload.data[:self.fmt.bits])
         chosen = Value.cast(self.select(header))
         # As wide as select's value: an out-of-range index matches no output (never truncated onto one).
         head_sel = Signal(max(1, len(chosen), (n - 1).bit_length()), name="head_sel")

@@ -11,6 +11,10 @@ generate. ``area_grid`` (optional) lists the points the area study sweeps; it de
 ``dedup_from_ports`` (optional): from this many ports (the parameter ``ports_param``, default ``ports``),
 ``dysharp verilog``/``lint``, the study and the simulation builds write the point with :mod:`hw.emission`
 (one Verilog module per distinct sub-block, :func:`emission_for`).
+
+A point past 64 ports (``ports_param``) takes the wide header format (:func:`hw.packet.header_format`),
+which needs ``flit_width`` 256 or 512: :func:`point` refuses it at a narrower flit with the reason and the
+valid widths, before anything is built (``point("dysharp_switch", {"ports": 72, "flit_width": 256})``).
 """
 
 import dataclasses
@@ -22,6 +26,8 @@ import re
 import os
 from pathlib import Path
 from typing import Any
+
+from .packet import NARROW, header_format
 
 __all__ = ["ModuleSpec", "DesignPoint", "point", "register", "MODULES", "get", "parse_assignments",
            "hw_source_hash", "generate_verilog", "point_slug", "EMISSIONS", "emission_for"]
@@ -276,7 +282,14 @@ def point(module: "str | DesignPoint", params: dict | None = None) -> DesignPoin
         return module
     spec = get(module)
     defaults = spec.params()
-    return DesignPoint(spec, spec.resolve(params), defaults)
+    resolved = spec.resolve(params)
+    ports = resolved.get(spec.ports_param)
+    if isinstance(ports, int) and not isinstance(ports, bool) and ports > NARROW.max_ports and "flit_width" in resolved:
+        try:
+            header_format(ports, resolved["flit_width"])
+        except ValueError as e:
+            raise ValueError(f"{spec.name}: {e}") from None
+    return DesignPoint(spec, resolved, defaults)
 
 
 def generate_verilog(name: "str | DesignPoint", overrides: dict | None = None,

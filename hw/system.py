@@ -19,7 +19,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from .gpu_nic.nic import GpuNic
-from .packet import DEFAULT_FLIT_WIDTH, HEADER_BITS, HeaderLayout, Opcode
+from .packet import DEFAULT_FLIT_WIDTH, MAX_SWITCH_PORTS, Opcode, header_format
 from .switch.dysharp_switch import DySharpSwitch
 
 __all__ = ["System", "LinkProbe"]
@@ -36,15 +36,17 @@ _LINKS = ("tx", "rx")
 
 
 class System(wiring.Component):
-    """Parameters: ``gpus`` (4..64), ``flit_width``, ``max_payload``, ``link_credits`` (per VC, GPU to
+    """Parameters: ``gpus`` (4..128; past 64 the wide header format, :func:`hw.packet.header_format`, which
+    needs ``flit_width`` 256 or 512), ``flit_width``, ``max_payload``, ``link_credits`` (per VC, GPU to
     switch), ``gpu_credits`` (per VC, switch to GPU), ``nic`` (dict of further :class:`GpuNic` parameters),
     ``switch`` (dict of further :class:`DySharpSwitch` parameters)."""
 
     def __init__(self, *, gpus: int = 8, flit_width: int = DEFAULT_FLIT_WIDTH, max_payload: int = 16,
                  link_credits: int = 8, gpu_credits: int = 32, nic: dict | None = None,
                  switch: dict | None = None):
-        if not isinstance(gpus, int) or isinstance(gpus, bool) or not 4 <= gpus <= 64:
-            raise ValueError(f"gpus must be an integer in 4..64 (one switch port each), got {gpus!r}")
+        if not isinstance(gpus, int) or isinstance(gpus, bool) or not 4 <= gpus <= MAX_SWITCH_PORTS:
+            raise ValueError(f"gpus must be an integer in 4..{MAX_SWITCH_PORTS} (one switch port each), got {gpus!r}")
+        self.fmt = header_format(gpus, flit_width)
         for name, extra in (("nic", nic), ("switch", switch)):
             if extra is not None and not isinstance(extra, dict):
                 raise ValueError(f"{name} must be a dict of parameters, got {extra!r}")
@@ -71,7 +73,7 @@ class System(wiring.Component):
             connect(m, sw.tx[g], nic.rx)
             for probe, link in ((self.probe[2 * g], nic.tx), (self.probe[2 * g + 1], sw.tx[g])):
                 m.d.comb += [probe.valid.eq(link.valid), probe.vc.eq(link.vc), probe.last.eq(link.flit.last),
-                             probe.opcode.eq(data.View(HeaderLayout, link.flit.data[:HEADER_BITS]).opcode)]
+                             probe.opcode.eq(data.View(self.fmt.layout, link.flit.data[:self.fmt.bits]).opcode)]
             for name, member in nic.signature.members.items():
                 if name in _LINKS:
                     continue

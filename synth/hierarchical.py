@@ -47,6 +47,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from hw import registry
+from hw.packet import NARROW
 from hw.switch.allocator import ISlipAllocator
 from hw.vc_link import VcReceiver, VcSender
 
@@ -136,7 +137,8 @@ def dysharp_parts(params: dict) -> list[tuple[str, str, dict, int]]:
         ("net_rx", "hw.credit:CreditReceiver", {"depth": _NET_OUT_DEPTH, "flit_width": W}, 2 * N),
         ("req_tx", "hw.credit:CreditSender", {"credits": params["credits"], "flit_width": W}, N),
         ("resp_tx", "hw.credit:CreditSender", {"credits": params["resp_credits"], "flit_width": W}, N),
-        ("check", "hw.switch.ingress_check:IngressCheck", {"port": 0, "vc": 0, "flit_width": W}, 2 * N),
+        ("check", "hw.switch.ingress_check:IngressCheck",    # past 64 ports it reads the wide header
+         {"port": 0, "vc": 0, "flit_width": W, **({"ports": N} if N > NARROW.max_ports else {})}, 2 * N),
         ("merge2", "hw.packet_stream:PacketMerge", {"n_in": 2, "flit_width": W}, 3 * N),
         ("merge5", "hw.packet_stream:PacketMerge", {"n_in": 5, "flit_width": W}, N),
     ]

@@ -49,8 +49,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..arbiter import or_reduce
 from ..event_counters import EventCounters
-from ..packet import INDEX_BITS, ErrorCode
-from ..switch.backing_if import BackingRequest, BackingResponse, backing_signature
+from ..packet import ErrorCode, header_format
+from ..switch.backing_if import BackingRequest, BackingResponse, backing_request_layout, backing_signature
 
 __all__ = ["MemoryManager", "MmCommand", "MmOp", "MmCounter"]
 
@@ -99,9 +99,9 @@ def _group_layout(layouts):
                               "stride": _width(MmCommand, "stride")})
 
 
-def _entry_layout(epoch_bits, slots):
+def _entry_layout(epoch_bits, slots, ports=None):
     """A table row: the slot recorded for an index, the epoch it was written in and the GPU that asked."""
-    return data.StructLayout({"valid": 1, "epoch": epoch_bits, "src": _width(BackingRequest, "src"),
+    return data.StructLayout({"valid": 1, "epoch": epoch_bits, "src": _width(backing_request_layout(ports), "src"),
                               "slot": _bits(slots)})
 
 
@@ -145,11 +145,11 @@ class _Decide(wiring.Component):
     the row's byte address ``addr`` (``base + slot * stride * 16``), ``found`` (a recorded slot of this
     GPU) and ``alloc`` (allocate the next slot, ``slot``)."""
 
-    def __init__(self, *, groups, layouts, index_bits, slots, epoch_bits):
+    def __init__(self, *, groups, layouts, index_bits, slots, epoch_bits, ports=None):
         self.groups, self.index_bits, self.slots = groups, index_bits, slots
         super().__init__({
-            "req": In(BackingRequest), "group": In(_group_layout(layouts)),
-            "entry": In(_entry_layout(epoch_bits, slots)), "epoch": In(epoch_bits), "bump": In(range(slots + 1)),
+            "req": In(backing_request_layout(ports)), "group": In(_group_layout(layouts)),
+            "entry": In(_entry_layout(epoch_bits, slots, ports)), "epoch": In(epoch_bits), "bump": In(range(slots + 1)),
             "code": Out(ErrorCode), "slot": Out(_bits(slots)), "addr": Out(_width(BackingResponse, "addr")),
             "found": Out(1), "alloc": Out(1),
         })
@@ -189,18 +189,21 @@ class MemoryManager(wiring.Component):
 
     Parameters: ``groups`` (handles, 1..256), ``layouts`` (receive buffers, 1..16), ``index_bits``
     (table rows per layout = 2**index_bits, 4..18), ``slots`` (buffer rows per layout, 1..2**18),
-    ``epoch_bits`` (1..16)."""
+    ``epoch_bits`` (1..16), ``ports`` (the switch's ports, which choose the header format,
+    :func:`hw.packet.header_format`: past 64 ports the index bounds are 20 bits; None: up to 64)."""
 
     def __init__(self, *, groups: int = 16, layouts: int = 4, index_bits: int = 10, slots: int = 1024,
-                 epoch_bits: int = 8):
+                 epoch_bits: int = 8, ports: int | None = None):
+        max_index_bits = header_format(ports).index_bits
+        self.ports = ports
         if not isinstance(groups, int) or not 1 <= groups <= 256:
             raise ValueError(f"groups must be an integer in 1..256, got {groups!r}")
         if not isinstance(layouts, int) or not 1 <= layouts <= 16:
             raise ValueError(f"layouts must be an integer in 1..16, got {layouts!r}")
-        if not isinstance(index_bits, int) or not 4 <= index_bits <= INDEX_BITS:
-            raise ValueError(f"index_bits must be an integer in 4..{INDEX_BITS}, got {index_bits!r}")
-        if not isinstance(slots, int) or not 1 <= slots <= 1 << INDEX_BITS:
-            raise ValueError(f"slots must be an integer in 1..{1 << INDEX_BITS}, got {slots!r}")
+        if not isinstance(index_bits, int) or not 4 <= index_bits <= max_index_bits:
+            raise ValueError(f"index_bits must be an integer in 4..{max_index_bits}, got {index_bits!r}")
+        if not isinstance(slots, int) or not 1 <= slots <= 1 << max_index_bits:
+            raise ValueError(f"slots must be an integer in 1..{1 << max_index_bits}, got {slots!r}")
         if not isinstance(epoch_bits, int) or not 1 <= epoch_bits <= 16:
             raise ValueError(f"epoch_bits must be an integer in 1..16, got {epoch_bits!r}")
         self.groups = groups
@@ -210,7 +213,7 @@ class MemoryManager(wiring.Component):
         self.epoch_bits = epoch_bits
         self.slot_bits = _bits(slots)
         super().__init__({
-            "mem": In(backing_signature()),
+            "mem": In(backing_signature(ports)),
             "cfg": In(stream.Signature(MmCommand)),
             "counters": Out(data.ArrayLayout(32, N_MM_COUNTERS)),
         })
@@ -223,15 +226,16 @@ class MemoryManager(wiring.Component):
         m.submodules.gcfg = gcfg = memory.Memory(shape=group_l, depth=self.groups, init=[])
         gw = gcfg.write_port()
         gr = gcfg.read_port()
-        m.submodules.table = table = memory.Memory(shape=_entry_layout(self.epoch_bits, self.slots),
+        m.submodules.table = table = memory.Memory(shape=_entry_layout(self.epoch_bits, self.slots, self.ports),
                                                    depth=L * rows, init=[])
         tw = table.write_port()
         tr = table.read_port()
         m.submodules.layouts = lay = _Layouts(layouts=L, slots=self.slots, epoch_bits=self.epoch_bits)
         m.submodules.decide = dec = _Decide(groups=self.groups, layouts=L, index_bits=ib, slots=self.slots,
+                                            ports=self.ports,
                                             epoch_bits=self.epoch_bits)
 
-        req = Signal(BackingRequest, name="cur")         # the request being served
+        req = Signal(backing_request_layout(self.ports), name="cur")   # the request being served
         gcur = Signal(group_l, name="gcur")              # its group's configuration
         resp = Signal(BackingResponse, name="resp_reg")
         cfgp = self.cfg.payload

@@ -46,13 +46,13 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
-from ..packet import DEFAULT_FLIT_WIDTH, N_VCS, Opcode
+from ..packet import DEFAULT_FLIT_WIDTH, N_VCS, Opcode, header_format
 from ..packet_stream import PacketMerge
 from ..vc_link import VcSender, vc_link_signature
 from .memory_if import BYTE_ADDR_BITS, mem_read_signature, mem_write_signature
 from .memory_manager import N_MM_COUNTERS, MemoryManager, MmCommand
-from .receive_path import N_REMOTE_CODES, ReceivePath, RxConfig, RxError, header_value
-from .request_gen import DescError, Descriptor, GenConfig, RequestGenerator
+from .receive_path import N_REMOTE_CODES, ReceivePath, RxError, header_value, rx_config_layout
+from .request_gen import DescError, RequestGenerator, descriptor_layout, gen_config_layout
 from .token_tracker import TileCommand, TileReady, TokenRelease, TokenTracker, TrackerError
 
 __all__ = ["GpuNic"]
@@ -89,19 +89,20 @@ class GpuNic(wiring.Component):
                                     fetch_depth=fetch_depth, groups=groups, tags=tags, link="stream")
         rx_kw = dict(flit_width=flit_width, credits=rx_credits, max_payload=max_payload, experts=experts,
                      tile_size=tile_size, max_slots=tiles * tile_size, groups=groups, tags=tags,
-                     read_depth=read_depth)
+                     read_depth=read_depth, ports=ports)
         self.rxq = ReceivePath(accept="req", **rx_kw)
         self.rxr = ReceivePath(accept="resp", **rx_kw)
         # The table's entry index is {expert, tile}: its expert dimension is the share rounded up to a power
         # of two. The receive paths' mask must be the share itself, or a neighbour's experts would count here.
         self.tracker = TokenTracker(experts=1 << (experts - 1).bit_length(), tiles=tiles, tile_size=tile_size)
         self.mm = MemoryManager(groups=mm_groups, layouts=mm_layouts, index_bits=mm_index_bits, slots=mm_slots,
-                                epoch_bits=mm_epoch_bits)
+                                epoch_bits=mm_epoch_bits, ports=ports)
+        self.fmt = header_format(ports, flit_width)
         super().__init__({
-            "desc": In(stream.Signature(Descriptor)),
-            "gen_cfg": In(GenConfig),
+            "desc": In(stream.Signature(descriptor_layout(ports))),
+            "gen_cfg": In(gen_config_layout(ports)),
             "rbase": In(data.ArrayLayout(BYTE_ADDR_BITS, groups)),
-            "rx_cfg": In(RxConfig),
+            "rx_cfg": In(rx_config_layout(ports)),
             "dyn_base": In(data.ArrayLayout(BYTE_ADDR_BITS, groups)),
             "mm_cfg": In(stream.Signature(MmCommand)),
             "clear": In(1),
@@ -148,8 +149,8 @@ class GpuNic(wiring.Component):
         port = self.rx_cfg.port
         m.d.comb += [
             fr.valid.eq(mm.mem.resp.valid),
-            fr.payload.data.eq(header_value(opcode=Opcode.TLB_FILL_RESP.value, src=port, dst=port, tag=ans.tag,
-                                            addr=ans.addr, code=ans.code.as_value())),
+            fr.payload.data.eq(header_value(self.fmt, opcode=Opcode.TLB_FILL_RESP.value, src=port, dst=port,
+                                            tag=ans.tag, addr=ans.addr, code=ans.code.as_value())),
             fr.payload.last.eq(1),
             mm.mem.resp.ready.eq(fr.ready),
         ]

@@ -25,7 +25,7 @@ from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..packet import DEFAULT_FLIT_WIDTH, HEADER_BITS, MAX_LENGTH, flit_layout
+from ..packet import DEFAULT_FLIT_WIDTH, MAX_LENGTH, flit_layout, header_format
 from .memory_if import flit_addr_bits, mem_read_signature
 
 __all__ = ["PacketBuilder", "fetch_layout", "emit_layout"]
@@ -37,19 +37,24 @@ def fetch_layout(flit_width: int = DEFAULT_FLIT_WIDTH) -> data.StructLayout:
     return data.StructLayout({"addr": flit_addr_bits(flit_width), "n": _N_BITS})
 
 
-def emit_layout() -> data.StructLayout:
-    return data.StructLayout({"header": HEADER_BITS, "n": _N_BITS})
+def emit_layout(ports: int | None = None) -> data.StructLayout:
+    """A packet command: its ``header`` (the header format of a ``ports``-port switch) and ``n`` payload flits."""
+    return data.StructLayout({"header": header_format(ports).bits, "n": _N_BITS})
 
 
 class PacketBuilder(wiring.Component):
     """Read-ahead payload fetcher plus store-and-forward packet emitter.
 
     Parameters: ``flit_width``, ``depth`` (payload buffer flits, 1..1024), ``cmd_depth`` (entries of
-    each command queue, 2..64). A command with ``n`` > ``depth`` would never start: callers keep ``n`` <=
+    each command queue, 2..64), ``ports`` (the switch's ports, which choose the header format,
+    :func:`hw.packet.header_format`; None: up to 64). A command with ``n`` > ``depth`` would never start: callers keep ``n`` <=
     ``depth`` (both users validate ``depth`` >= their ``max_payload``)."""
 
-    def __init__(self, *, flit_width: int = DEFAULT_FLIT_WIDTH, depth: int = 32, cmd_depth: int = 4):
+    def __init__(self, *, flit_width: int = DEFAULT_FLIT_WIDTH, depth: int = 32, cmd_depth: int = 4,
+                 ports: int | None = None):
         flit_layout(flit_width)
+        header_format(ports, flit_width)
+        self.ports = ports
         if not isinstance(depth, int) or not 2 <= depth <= 1024:
             raise ValueError(f"depth must be an integer in 2..1024, got {depth!r}")
         if not isinstance(cmd_depth, int) or not 2 <= cmd_depth <= 64:
@@ -59,7 +64,7 @@ class PacketBuilder(wiring.Component):
         self.cmd_depth = cmd_depth
         super().__init__({
             "fetch": In(stream.Signature(fetch_layout(flit_width))),
-            "emit": In(stream.Signature(emit_layout())),
+            "emit": In(stream.Signature(emit_layout(ports))),
             "mem_rd": Out(mem_read_signature(flit_width)),
             "o": Out(stream.Signature(flit_layout(flit_width))),
         })
@@ -67,7 +72,7 @@ class PacketBuilder(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         fl = fetch_layout(self.flit_width)
-        el = emit_layout()
+        el = emit_layout(self.ports)
         m.submodules.fetchq = fetchq = fifo.SyncFIFO(width=fl.size, depth=self.cmd_depth)
         m.submodules.emitq = emitq = fifo.SyncFIFO(width=el.size, depth=self.cmd_depth)
         m.submodules.buf = buf = fifo.SyncFIFO(width=self.flit_width, depth=self.depth)

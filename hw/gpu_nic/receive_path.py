@@ -73,16 +73,16 @@ from amaranth.lib.wiring import In, Out, connect
 from ..arbiter import first_set
 from ..credit import credit_link_signature
 from ..event_counters import EventCounters
-from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, INDEX_BITS, MAX_LENGTH, PORT_BITS, ErrorCode, HeaderLayout,
-                      Opcode, UnicastRoute, flit_layout, rtl_payload_flits)
-from ..switch.backing_if import BackingRequest
+from ..packet import (DEFAULT_FLIT_WIDTH, INDEX_BITS, MAX_LENGTH, NARROW, PORT_BITS, ErrorCode, HeaderFormat,
+                      HeaderLayout, Opcode, flit_layout, header_format, rtl_payload_flits, widened)
+from ..switch.backing_if import backing_request_layout
 from .memory_if import BYTE_ADDR_BITS, flit_addr_bits, flit_shift, mem_read_signature, mem_write_signature
 from .packet_builder import PacketBuilder, emit_layout, fetch_layout
 from .request_gen import TagIssue
 from .token_tracker import COUNT_BITS, EXPERT_BITS, TILE_BITS
 
 __all__ = ["RxConfig", "TokenArrival", "RxError", "ReceivePath", "META_ENTRIES", "N_REMOTE_CODES",
-           "pack_token_meta", "unpack_token_meta", "header_value"]
+           "pack_token_meta", "unpack_token_meta", "header_value", "rx_config_layout"]
 
 META_ENTRIES = 8           # experts listed in a token's metadata flit (top-k <= 8)
 _META_EXPERT_BITS = 15     # global expert id
@@ -95,6 +95,11 @@ class RxConfig(data.Struct):
     win_rows: INDEX_BITS   # rows in the token window (0: no arrival reports)
     meta_flit: 10       # flit of a row that holds the routing metadata
     expert_base: _META_EXPERT_BITS
+
+
+def rx_config_layout(ports: int | None = None):
+    """:class:`RxConfig` in the header format of a ``ports``-port switch (:func:`hw.packet.widened`)."""
+    return widened(RxConfig, ports, port="port_bits")
 
 
 class TokenArrival(data.Struct):
@@ -139,13 +144,15 @@ def unpack_token_meta(bits: int) -> list[int]:
     return out
 
 
-def header_value(**fields) -> Value:
-    """A unicast-route header as one expression (``Cat`` in layout order, zeros elsewhere): field-wise
-    assignments would leave the unused bits driven by a constant-only process, which Yosys writes as an
-    empty ``always`` block (a lint failure). Fields: ``opcode``, ``src``, ``tag``, ``length``, ``etype``,
-    ``redop`` and the unicast route's ``dst``, ``code``, ``addr``, ``xtag``; the ones not given are 0."""
-    hl = data.Layout.cast(HeaderLayout)
-    uni = data.Layout.cast(UnicastRoute)
+def header_value(fmt: HeaderFormat | None = None, **fields) -> Value:
+    """A unicast-route header (format ``fmt``, default narrow) as one expression (``Cat`` in layout order,
+    zeros elsewhere): field-wise assignments would leave the unused bits driven by a constant-only process,
+    which Yosys writes as an empty ``always`` block (a lint failure). Fields: ``opcode``, ``src``, ``tag``,
+    ``length``, ``etype``, ``redop`` and the unicast route's ``dst``, ``code``, ``addr``, ``xtag``; the
+    ones not given are 0."""
+    fmt = fmt or NARROW
+    hl = data.Layout.cast(fmt.layout)
+    uni = data.Layout.cast(fmt.unicast)
     where = {name: (hl[name].offset, hl[name].width) for name in ("opcode", "src", "tag", "length", "etype",
                                                                   "redop")}
     for name in ("dst", "code", "addr", "xtag"):
@@ -161,7 +168,7 @@ def header_value(**fields) -> Value:
             parts.append(Const(0, off - pos))
         parts.append(Value.cast(fields[name])[:width])
         pos = off + width
-    parts.append(Const(0, HEADER_BITS - pos))
+    parts.append(Const(0, fmt.bits - pos))
     return Cat(*parts)
 
 
@@ -351,19 +358,20 @@ class _HeaderDecode(wiring.Component):
     ``MM_ST``'s, ``DYN_ST`` translated through ``dyn_base``, a response's tag binding through ``tag``) and
     the header ``rsp_header`` that answers a ``READ``/``RED_READ``."""
 
-    def __init__(self, *, flit_width, credits, max_payload, groups, tags, accept):
+    def __init__(self, *, flit_width, credits, max_payload, groups, tags, accept, ports=None):
         self.flit_width, self.max_payload, self.groups, self.tags = flit_width, max_payload, groups, tags
         self.accept = _ACCEPT[accept]
+        self.fmt = header_format(ports)
         super().__init__({
-            "header": In(HeaderLayout),
+            "header": In(self.fmt.layout),
             "status": In(_status_layout(credits)),
-            "cfg": In(RxConfig),
+            "cfg": In(rx_config_layout(ports)),
             "dyn_base": In(data.ArrayLayout(BYTE_ADDR_BITS, groups)),
             "tag": Out(_tag_lookup_signature(flit_width)),
             "kind": Out(data.StructLayout({"land_tag": 1, "read": 1, "error": 1, "fill": 1})),
             "reason": Out(len(RxError)),
             "land": Out(flit_addr_bits(flit_width)),
-            "rsp_header": Out(HEADER_BITS),
+            "rsp_header": Out(self.fmt.bits),
         })
 
     def elaborate(self, platform):
@@ -393,7 +401,7 @@ class _HeaderDecode(wiring.Component):
             m.d.comb += land.eq(hdr.route.uni.addr >> fsh)
         typed = op == Opcode.RED_READ
         m.d.comb += self.rsp_header.eq(header_value(
-            opcode=Mux(typed, Opcode.RED_READ_RESP.value, Opcode.READ_RESP.value), src=self.cfg.port,
+            self.fmt, opcode=Mux(typed, Opcode.RED_READ_RESP.value, Opcode.READ_RESP.value), src=self.cfg.port,
             tag=hdr.tag, length=hdr.length, etype=Mux(typed, hdr.etype.as_value(), 0),
             redop=Mux(typed, hdr.redop.as_value(), 0), dst=hdr.src, xtag=hdr.route.uni.xtag))
 
@@ -429,20 +437,21 @@ class _Commit(wiring.Component):
     written flit on ``written``. A response landing through a tag frees it (``tag_free``) with its last
     flit."""
 
-    def __init__(self, *, flit_width, credits, max_payload, groups, tags, accept):
+    def __init__(self, *, flit_width, credits, max_payload, groups, tags, accept, ports=None):
         self.flit_width, self.credits, self.tags, self.accept = flit_width, credits, tags, _ACCEPT[accept]
+        self.fmt = header_format(ports)
         self.decode = _HeaderDecode(flit_width=flit_width, credits=credits, max_payload=max_payload,
-                                    groups=groups, tags=tags, accept=accept)
+                                    groups=groups, tags=tags, accept=accept, ports=ports)
         super().__init__({
             "flit": In(stream.Signature(flit_width)),
             "status": In(stream.Signature(_status_layout(credits))),
-            "cfg": In(RxConfig),
+            "cfg": In(rx_config_layout(ports)),
             "dyn_base": In(data.ArrayLayout(BYTE_ADDR_BITS, groups)),
             "tag": Out(_tag_lookup_signature(flit_width)),
             "tag_free": Out(tags),
             "fetch": Out(stream.Signature(fetch_layout(flit_width))),
-            "emit": Out(stream.Signature(emit_layout())),
-            "fill": Out(stream.Signature(BackingRequest)),
+            "emit": Out(stream.Signature(emit_layout(ports))),
+            "fill": Out(stream.Signature(backing_request_layout(ports))),
             "mem_wr": Out(mem_write_signature(flit_width)),
             "written": Out(_written_layout(flit_width)),
             "meta_room": In(1),
@@ -458,7 +467,7 @@ class _Commit(wiring.Component):
         m = Module()
         m.submodules.decode = dec = self.decode
         acc, flit, st = self.accept, self.flit, self.status.payload
-        hdr = HeaderLayout(flit.payload[:HEADER_BITS])
+        hdr = self.fmt.layout(flit.payload[:self.fmt.bits])
         m.d.comb += [dec.header.eq(hdr), dec.status.eq(st), dec.cfg.eq(self.cfg), dec.dyn_base.eq(self.dyn_base)]
         connect(m, dec.tag, wiring.flipped(self.tag))
         kind, reason, err, clr_bit = dec.kind, dec.reason, self.err, self.tag_free
@@ -548,11 +557,11 @@ class _TokenWindow(wiring.Component):
     ``meta`` (:func:`_meta_layout`). ``room``: the meta queue (``level`` of ``depth`` entries) has room
     for one more entry beside the one this stage may push (every write needs it)."""
 
-    def __init__(self, *, flit_width, experts, depth):
+    def __init__(self, *, flit_width, experts, depth, ports=None):
         self.flit_width, self.experts, self.depth = flit_width, experts, depth
         super().__init__({
             "written": In(_written_layout(flit_width)),
-            "cfg": In(RxConfig),
+            "cfg": In(rx_config_layout(ports)),
             "level": In(range(depth + 1)),
             "room": Out(1),
             "meta": Out(stream.Signature(_meta_layout())),
@@ -657,7 +666,8 @@ class ReceivePath(wiring.Component):
     ``max_payload`` (1..31), ``experts`` (local experts, 1..256), ``tile_size`` and ``max_slots`` (powers
     of two; slots per local expert), ``groups`` (``dyn_base`` entries), ``tags`` (combine tags, power of
     two 4..256), ``read_depth`` (read-response payload buffer, >= ``max_payload``), ``accept`` (``"all"``,
-    ``"req"`` or ``"resp"``: the opcodes taken, see the module docstring).
+    ``"req"`` or ``"resp"``: the opcodes taken, see the module docstring), ``ports`` (the switch's ports,
+    which choose the header format, :func:`hw.packet.header_format`; None: up to 64).
 
     Latency: a packet's last flit in at cycle t -> its header is processed at t+1 and its payload written
     from t+2, one flit per cycle; the metadata flit written at t -> ``arrival`` valid at t+2 (the token-
@@ -667,8 +677,10 @@ class ReceivePath(wiring.Component):
 
     def __init__(self, *, flit_width: int = DEFAULT_FLIT_WIDTH, credits: int = 40, max_payload: int = 16,
                  experts: int = 32, tile_size: int = 128, max_slots: int = 4096, groups: int = 4,
-                 tags: int = 32, read_depth: int = 48, accept: str = "all"):
+                 tags: int = 32, read_depth: int = 48, accept: str = "all", ports: int | None = None):
         flit_layout(flit_width)
+        header_format(ports, flit_width)
+        self.ports = ports
         if accept not in _ACCEPT:
             raise ValueError(f"accept must be one of {sorted(_ACCEPT)}, got {accept!r}")
         if not isinstance(max_payload, int) or not 1 <= max_payload <= MAX_LENGTH:
@@ -702,7 +714,7 @@ class ReceivePath(wiring.Component):
         self.accept = accept
         super().__init__({
             "rx": In(credit_link_signature(flit_width)),
-            "cfg": In(RxConfig),
+            "cfg": In(rx_config_layout(ports)),
             "dyn_base": In(data.ArrayLayout(BYTE_ADDR_BITS, groups)),
             "mem_wr": Out(mem_write_signature(flit_width)),
             "mem_rd": Out(mem_read_signature(flit_width)),
@@ -712,7 +724,7 @@ class ReceivePath(wiring.Component):
             "tag_busy": Out(tags),
             "clear": In(1),
             "err_count": Out(data.ArrayLayout(32, len(RxError))),
-            "fill": Out(stream.Signature(BackingRequest)),
+            "fill": Out(stream.Signature(backing_request_layout(ports))),
             "remote_codes": Out(data.ArrayLayout(32, N_REMOTE_CODES)),
         })
 
@@ -721,10 +733,12 @@ class ReceivePath(wiring.Component):
         W = self.flit_width
         m.submodules.stager = stager = _Stager(flit_width=W, credits=self.credits, max_payload=self.max_payload)
         m.submodules.tag_table = tags = _TagTable(flit_width=W, tags=self.tags)
-        m.submodules.builder = builder = PacketBuilder(flit_width=W, depth=self.read_depth)
+        m.submodules.builder = builder = PacketBuilder(flit_width=W, depth=self.read_depth, ports=self.ports)
         m.submodules.commit = commit = _Commit(flit_width=W, credits=self.credits, max_payload=self.max_payload,
-                                               groups=self.groups, tags=self.tags, accept=self.accept)
-        m.submodules.window = window = _TokenWindow(flit_width=W, experts=self.experts, depth=_META_DEPTH)
+                                               groups=self.groups, tags=self.tags, accept=self.accept,
+                                               ports=self.ports)
+        m.submodules.window = window = _TokenWindow(flit_width=W, experts=self.experts, depth=_META_DEPTH,
+                                                    ports=self.ports)
         m.submodules.metaq = metaq = fifo.SyncFIFO(width=_meta_layout().size, depth=_META_DEPTH)
         m.submodules.arrivals = arrivals = _ArrivalReporter(experts=self.experts, tile_size=self.tile_size,
                                                             max_slots=self.max_slots)

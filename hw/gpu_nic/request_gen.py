@@ -61,12 +61,13 @@ from amaranth.lib.wiring import In, Out, connect
 from ..arbiter import first_set
 from ..credit import CreditSender, credit_link_signature
 from ..event_counters import EventCounters
-from ..packet import (DEFAULT_FLIT_WIDTH, GROUP_BITS, MAX_LENGTH, MAX_PORTS, PORT_BITS, TAG_BITS, EType, HeaderLayout,
-                      Opcode, RedOp, flit_layout)
+from ..packet import (DEFAULT_FLIT_WIDTH, GROUP_BITS, INDEX_BITS, MAX_LENGTH, MAX_PORTS, MAX_SWITCH_PORTS, PORT_BITS,
+                      TAG_BITS, EType, HeaderLayout, Opcode, RedOp, flit_layout, header_format, widened)
 from .memory_if import BYTE_ADDR_BITS, flit_shift, mem_read_signature
 from .packet_builder import PacketBuilder, emit_layout, fetch_layout
 
-__all__ = ["DescOp", "Descriptor", "GenConfig", "TagIssue", "DescError", "RequestGenerator", "MAX_ROW_FLITS"]
+__all__ = ["DescOp", "Descriptor", "GenConfig", "TagIssue", "DescError", "RequestGenerator", "MAX_ROW_FLITS",
+           "descriptor_layout", "gen_config_layout"]
 
 MAX_ROW_FLITS = 1024      # the header's 10-bit offset field
 
@@ -81,7 +82,7 @@ class Descriptor(data.Struct):
     etype: EType
     redop: RedOp
     group: GROUP_BITS
-    index: 18
+    index: INDEX_BITS
     mask: MAX_PORTS
     addr: BYTE_ADDR_BITS    # local byte address: STORE source / LD_REDUCE result
     length: 11              # row length in flits, 1..1024
@@ -92,6 +93,16 @@ class GenConfig(data.Struct):
     unicast: 1       # 1: explicit-addressing baseline, one packet per destination
     row_shift: 6     # log2 of the destination row stride in bytes (unicast and static addresses)
     static: 1        # 1 (with unicast 0): static multimem (NVLS), MM_ST / MM_LD_REDUCE over group handles
+
+
+def descriptor_layout(ports: int | None = None):
+    """:class:`Descriptor` in the header format of a ``ports``-port switch (:func:`hw.packet.widened`)."""
+    return widened(Descriptor, ports, index="index_bits", mask="max_ports")
+
+
+def gen_config_layout(ports: int | None = None):
+    """:class:`GenConfig` in the header format of a ``ports``-port switch (:func:`hw.packet.widened`)."""
+    return widened(GenConfig, ports, port="port_bits")
 
 
 class TagIssue(data.Struct):
@@ -124,11 +135,11 @@ class _Planner(wiring.Component):
         self.ports, self.flit_width, self.max_payload, self.groups, self.tags = (
             ports, flit_width, max_payload, groups, tags)
         super().__init__({
-            "desc": In(stream.Signature(Descriptor)),
-            "cfg": In(GenConfig),
+            "desc": In(stream.Signature(descriptor_layout(ports))),
+            "cfg": In(gen_config_layout(ports)),
             "rbase": In(data.ArrayLayout(BYTE_ADDR_BITS, groups)),
             "tag_busy": In(tags),
-            "emit": Out(stream.Signature(emit_layout())),
+            "emit": Out(stream.Signature(emit_layout(ports))),
             "fetch": Out(stream.Signature(fetch_layout(flit_width))),
             "bind": Out(stream.Signature(TagIssue)),
             "err_count": Out(data.ArrayLayout(32, len(DescError))),
@@ -139,7 +150,7 @@ class _Planner(wiring.Component):
         fsh = flit_shift(self.flit_width)
         P = self.max_payload
         busy = Signal()
-        d = Signal(Descriptor)              # the descriptor being walked
+        d = Signal(descriptor_layout(self.ports))   # the descriptor being walked
         rem = Signal(self.ports)            # destinations still to do (unicast)
         off = Signal(_OFF_BITS)             # flit offset of the next packet in the row
         copy_base = Signal(BYTE_ADDR_BITS)  # unicast LD_REDUCE: landing address of this copy
@@ -169,7 +180,7 @@ class _Planner(wiring.Component):
         land = Signal(BYTE_ADDR_BITS)
         m.d.comb += land.eq(Mux(unicast, copy_base, d.addr) + (off << fsh))
 
-        hdr = Signal(HeaderLayout)
+        hdr = Signal(header_format(self.ports).layout)
         m.d.comb += [hdr.src.eq(self.cfg.port), hdr.length.eq(n)]
         with m.If(unicast):
             m.d.comb += [
@@ -288,7 +299,8 @@ class RequestGenerator(wiring.Component):
     """dymultimem request generator: descriptors to DYN_ST/DYN_LD_REDUCE (or unicast, or static multimem)
     packets on the uplink.
 
-    Parameters: ``ports`` (switch ports, 2..64: the valid mask bits), ``flit_width``, ``max_payload``
+    Parameters: ``ports`` (switch ports, 2..128: the valid mask bits; past 64 the wide header format,
+    :func:`hw.packet.header_format`, which needs ``flit_width`` >= 256), ``flit_width``, ``max_payload``
     (flits per packet, 1..31), ``credits`` (uplink credits, 1..1024), ``fetch_depth`` (payload read-ahead
     buffer, >= ``max_payload``), ``groups`` (``rbase`` entries, 1..256), ``tags`` (combine tags, a power of
     two in 4..256), ``link`` (``"credit"``: ``tx`` is a credit link with ``credits`` credits;
@@ -303,9 +315,10 @@ class RequestGenerator(wiring.Component):
                  link: str = "credit"):
         if link not in ("credit", "stream"):
             raise ValueError(f"link must be 'credit' or 'stream', got {link!r}")
-        if not isinstance(ports, int) or not 2 <= ports <= MAX_PORTS:
-            raise ValueError(f"ports must be an integer in 2..{MAX_PORTS}, got {ports!r}")
+        if not isinstance(ports, int) or not 2 <= ports <= MAX_SWITCH_PORTS:
+            raise ValueError(f"ports must be an integer in 2..{MAX_SWITCH_PORTS}, got {ports!r}")
         flit_layout(flit_width)
+        header_format(ports, flit_width)
         if not isinstance(max_payload, int) or not 1 <= max_payload <= MAX_LENGTH:
             raise ValueError(f"max_payload must be an integer in 1..{MAX_LENGTH}, got {max_payload!r}")
         if not isinstance(credits, int) or not 1 <= credits <= 1024:
@@ -326,8 +339,8 @@ class RequestGenerator(wiring.Component):
         self.tags = tags
         self.link = link
         super().__init__({
-            "desc": In(stream.Signature(Descriptor)),
-            "cfg": In(GenConfig),
+            "desc": In(stream.Signature(descriptor_layout(ports))),
+            "cfg": In(gen_config_layout(ports)),
             "rbase": In(data.ArrayLayout(BYTE_ADDR_BITS, groups)),
             "mem_rd": Out(mem_read_signature(flit_width)),
             "aux": In(stream.Signature(flit_layout(flit_width))),
@@ -342,7 +355,8 @@ class RequestGenerator(wiring.Component):
         m = Module()
         m.submodules.planner = planner = _Planner(ports=self.ports, flit_width=self.flit_width,
                                                   max_payload=self.max_payload, groups=self.groups, tags=self.tags)
-        m.submodules.builder = builder = PacketBuilder(flit_width=self.flit_width, depth=self.fetch_depth)
+        m.submodules.builder = builder = PacketBuilder(flit_width=self.flit_width, depth=self.fetch_depth,
+                                                       ports=self.ports)
         m.submodules.tagq = tagq = fifo.SyncFIFO(width=data.Layout.cast(TagIssue).size, depth=2)
         m.submodules.merge = merge = _UplinkMerge(flit_width=self.flit_width)
 

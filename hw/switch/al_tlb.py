@@ -70,19 +70,19 @@ from amaranth.lib import data, enum, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..event_counters import EventCounters
-from ..packet import GROUP_BITS, INDEX_BITS, MAX_PORTS, ErrorCode
-from .backing_if import BACKING_TAG_BITS, BackingRequest, backing_signature
+from ..packet import GROUP_BITS, INDEX_BITS, MAX_PORTS, MAX_SWITCH_PORTS, ErrorCode, header_format, widened
+from .backing_if import BACKING_TAG_BITS, backing_request_layout, backing_signature
 from .cam import Cam, CamOp
 from .mshr_file import MshrFile, backing_tag_fields, fills_signature, flush_signature
 from .owed_tags import OwedTags
 from .timeouts import MAX_DERIVED_TIMEOUT
 from .tlb_stages import TlbCheck, TlbIssue, TlbResolve, group_entry_layout, tlb_key_fields
-from .translate_if import TranslateRequest, TranslateResponse, translate_signature
+from .translate_if import TranslateResponse, translate_request_layout, translate_signature
 
 __all__ = ["AlTlb", "TlbConfig", "TlbConfigOp", "TlbConfigPort", "TlbCounter", "INDEX_BITS", "MAX_ROWS",
-           "tlb_key_fields", "backing_tag_fields", "DEFAULT_TIMEOUT", "MAX_TIMEOUT"]
+           "tlb_key_fields", "backing_tag_fields", "DEFAULT_TIMEOUT", "MAX_TIMEOUT", "tlb_config_layout"]
 
-MAX_ROWS = 1 << INDEX_BITS
+MAX_ROWS = 1 << INDEX_BITS   # up to 64 ports; past them 1 << header_format(ports).index_bits
 DEFAULT_TIMEOUT = 8192      # cycles; the reduction engine's default too
 MAX_TIMEOUT = MAX_DERIVED_TIMEOUT     # 2**26: room for the DySHARP switch's derived timeouts
 _ADDR = TranslateResponse.as_shape()["addr"].shape
@@ -98,6 +98,11 @@ class TlbConfig(data.Struct):
     group: GROUP_BITS
     mask: MAX_PORTS
     rows: INDEX_BITS + 1
+
+
+def tlb_config_layout(ports: int | None = None):
+    """:class:`TlbConfig` in the header format of a ``ports``-port switch (:func:`hw.packet.widened`)."""
+    return widened(TlbConfig, ports, mask="max_ports", rows=lambda fmt: fmt.index_bits + 1)
 
 
 class TlbCounter(py_enum.IntEnum):
@@ -134,7 +139,7 @@ class TlbConfigPort(wiring.Component):
         self.ports, self.groups = ports, groups
         _, gb, kw = tlb_key_fields(ports, groups)
         super().__init__({
-            "cfg": In(stream.Signature(TlbConfig)),
+            "cfg": In(stream.Signature(tlb_config_layout(ports))),
             "fills": In(fills_signature(kw)),
             "group_w": In(memory.WritePort.Signature(addr_width=(groups - 1).bit_length(),
                                                      shape=group_entry_layout(ports))),
@@ -149,9 +154,10 @@ class TlbConfigPort(wiring.Component):
         db, gb, kw = tlb_key_fields(self.ports, self.groups)
         cfg, c, fills = self.cfg, self.cfg.payload, self.fills
         legal = Signal(name="cfg_legal")
-        extra_mask = c.mask >> self.ports if self.ports < MAX_PORTS else Const(0, 1)
+        index_bits = header_format(self.ports).index_bits
+        extra_mask = c.mask >> self.ports if self.ports < len(c.mask) else Const(0, 1)
         m.d.comb += legal.eq((c.group < self.groups) &
-                             ((c.op == TlbConfigOp.FLUSH) | ((extra_mask == 0) & (c.rows <= MAX_ROWS))))
+                             ((c.op == TlbConfigOp.FLUSH) | ((extra_mask == 0) & (c.rows <= 1 << index_bits))))
         flush = self.flush.valid
         m.d.comb += [
             cfg.ready.eq(1),
@@ -164,7 +170,7 @@ class TlbConfigPort(wiring.Component):
             self.group_w.data.mask.eq(c.mask[:self.ports]),
             self.group_w.data.rows.eq(c.rows),
         ]
-        group_shift = INDEX_BITS + db
+        group_shift = index_bits + db
         cfg_key = Signal(kw, name="cfg_key")
         m.d.comb += cfg_key.eq(c.group[:gb] << group_shift)
         m.d.comb += [
@@ -180,7 +186,8 @@ class TlbConfigPort(wiring.Component):
 class AlTlb(wiring.Component):
     """AL-TLB: (group, index, dst) -> row address; 1 translation/cycle, 3-cycle hits, non-blocking misses.
 
-    Parameters: ``ports`` (GPU ports, 2..64: mask width and ``dst``/``src`` range), ``groups`` (group
+    Parameters: ``ports`` (GPU ports, 2..128: mask width and ``dst``/``src`` range; past 64 the wide header
+    format's widths, :func:`hw.packet.header_format`), ``groups`` (group
     handles, 1..256), ``entries`` (CAM entries, power of two 16..1024), ``mshrs`` (miss-status holding
     registers, 1..32), ``resp_depth`` (response FIFO entries, 4..64), ``timeout`` (cycles a backing read
     may take before its waiters are answered ``TIMEOUT``, 16..2**26; default 8192, 8 x the 1000-cycle
@@ -189,8 +196,8 @@ class AlTlb(wiring.Component):
 
     def __init__(self, *, ports: int = 8, groups: int = 16, entries: int = 1024, mshrs: int = 32,
                  resp_depth: int = 8, timeout: int = DEFAULT_TIMEOUT):
-        if not isinstance(ports, int) or not 2 <= ports <= MAX_PORTS:
-            raise ValueError(f"ports must be an integer in 2..{MAX_PORTS}, got {ports!r}")
+        if not isinstance(ports, int) or not 2 <= ports <= MAX_SWITCH_PORTS:
+            raise ValueError(f"ports must be an integer in 2..{MAX_SWITCH_PORTS}, got {ports!r}")
         if not isinstance(groups, int) or not 1 <= groups <= 256:
             raise ValueError(f"groups must be an integer in 1..256, got {groups!r}")
         if not isinstance(entries, int) or not 16 <= entries <= 1024 or entries & (entries - 1):
@@ -210,9 +217,9 @@ class AlTlb(wiring.Component):
         self.mshr_bits, self.gen_bits = backing_tag_fields(mshrs)
         self.dst_bits, self.group_bits, self.key_width = tlb_key_fields(ports, groups)
         super().__init__({
-            "tr": In(translate_signature()),
-            "mem": Out(backing_signature()),
-            "cfg": In(stream.Signature(TlbConfig)),
+            "tr": In(translate_signature(ports)),
+            "mem": Out(backing_signature(ports)),
+            "cfg": In(stream.Signature(tlb_config_layout(ports))),
             "counters": Out(data.ArrayLayout(32, N_COUNTERS)),
         })
 
@@ -221,11 +228,13 @@ class AlTlb(wiring.Component):
         m.submodules.cam = cam = Cam(entries=self.entries, key_width=self.key_width,
                                      value_width=Shape.cast(_ADDR).width)
         m.submodules.out_fifo = out_fifo = fifo.SyncFIFO(width=TranslateResponse.as_shape().size, depth=self.resp_depth)
-        m.submodules.recirc = recirc = fifo.SyncFIFO(width=TranslateRequest.as_shape().size, depth=3)
-        m.submodules.memq = memq = fifo.SyncFIFO(width=BackingRequest.as_shape().size, depth=self.mshrs)
+        m.submodules.recirc = recirc = fifo.SyncFIFO(width=data.Layout.cast(translate_request_layout(self.ports)).size,
+                                                     depth=3)
+        m.submodules.memq = memq = fifo.SyncFIFO(width=data.Layout.cast(backing_request_layout(self.ports)).size,
+                                                 depth=self.mshrs)
         m.submodules.mshr = mshr = MshrFile(mshrs=self.mshrs, key_width=self.key_width, timeout=self.timeout,
                                             group_bits=self.group_bits,
-                                            group_shift=INDEX_BITS + self.dst_bits)
+                                            group_shift=header_format(self.ports).index_bits + self.dst_bits)
         m.submodules.gtab = gtab = memory.Memory(shape=group_entry_layout(self.ports), depth=self.groups,
                                                  init=[])
         gw = gtab.write_port()

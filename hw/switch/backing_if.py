@@ -13,16 +13,16 @@ told apart by it) and comes back unchanged; responses may return in any order.
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..packet import ADDR_BITS, GROUP_BITS, PORT_BITS, ErrorCode
+from ..packet import ADDR_BITS, GROUP_BITS, INDEX_BITS, PORT_BITS, ErrorCode, widened
 
-__all__ = ["BackingRequest", "BackingResponse", "backing_signature", "BACKING_TAG_BITS"]
+__all__ = ["BackingRequest", "BackingResponse", "backing_signature", "backing_request_layout", "BACKING_TAG_BITS"]
 
 BACKING_TAG_BITS = 8
 
 
 class BackingRequest(data.Struct):
     group: GROUP_BITS  #: multimem group handle
-    index: 18    #: algebraic index (the token's row in the logical tensor)
+    index: INDEX_BITS    #: algebraic index (the token's row in the logical tensor)
     dst: PORT_BITS  #: the GPU whose table is read (the fabric routes the request by it)
     src: PORT_BITS  #: the GPU whose request missed (recorded when a slot is allocated, checked on reuse)
     tag: BACKING_TAG_BITS
@@ -34,9 +34,15 @@ class BackingResponse(data.Struct):
     tag: BACKING_TAG_BITS
 
 
-def backing_signature() -> wiring.Signature:
-    """Requester side: ``req`` stream out, ``resp`` stream in."""
+def backing_request_layout(ports: int | None = None):
+    """:class:`BackingRequest` in the header format of a ``ports``-port switch (:func:`hw.packet.widened`)."""
+    return widened(BackingRequest, ports, index="index_bits", dst="port_bits", src="port_bits")
+
+
+def backing_signature(ports: int | None = None) -> wiring.Signature:
+    """Requester side: ``req`` stream out, ``resp`` stream in (the request's widths: a ``ports``-port
+    switch's)."""
     return wiring.Signature({
-        "req": Out(stream.Signature(BackingRequest)),
+        "req": Out(stream.Signature(backing_request_layout(ports))),
         "resp": In(stream.Signature(BackingResponse)),
     })

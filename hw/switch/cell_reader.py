@@ -6,7 +6,7 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arbiter import decode_split, join_split, or_reduce
-from ..packet import DEFAULT_FLIT_WIDTH, HEADER_BITS, TAG_BITS, ErrorCode, HeaderLayout, Opcode, flit_layout
+from ..packet import DEFAULT_FLIT_WIDTH, TAG_BITS, ErrorCode, Opcode, flit_layout, header_format
 
 __all__ = ["CellReader", "ErrorEntry", "start_signature"]
 
@@ -134,7 +134,8 @@ class CellReader(wiring.Component):
         # Crossbar-side pipeline register (aligned with the synchronous cell read).
         o_err = Signal()
         err_flit = Signal(self.flit_width)
-        err_hdr = HeaderLayout(err_flit[:HEADER_BITS])
+        fmt = header_format(self.ports)
+        err_hdr = fmt.layout(err_flit[:fmt.bits])
         m.d.sync += [self.out_valid.eq(Cat(lane_issue) | err_issue), o_err.eq(err_issue),
                      self.out_dests.eq(self.dests)]
         with m.If(err_issue):

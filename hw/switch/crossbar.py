@@ -62,8 +62,11 @@ class Crossbar(wiring.Component):
                 continue
             sel = Signal(range(self.n_in), name=f"out{j}_sel")
             m.d.comb += sel.eq(onehot_to_index(hits[0]))
+            # ``sel`` is below n_in; when n_in is not a power of two the last input is the default case, so
+            # the case statement covers every value of ``sel`` (no CASEINCOMPLETE at e.g. 72 ports).
+            full = self.n_in & (self.n_in - 1) == 0
             with m.Switch(sel):
                 for i in range(self.n_in):
-                    with m.Case(i):
+                    with m.Case(i) if full or i < self.n_in - 1 else m.Default():
                         m.d.comb += [self.out_data[j][k].eq(self.in_data[i][k]) for k in range(L)]
         return m

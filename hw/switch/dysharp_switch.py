@@ -82,13 +82,13 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from ..credit import CreditReceiver, CreditSender
-from ..packet import (DEFAULT_FLIT_WIDTH, MAX_LENGTH, MAX_PORTS, N_VCS, PORT_BITS, VC_REQ, VC_RESP, DynamicRoute,
-                      ErrorCode, Opcode, flit_layout)
+from ..packet import (DEFAULT_FLIT_WIDTH, MAX_LENGTH, MAX_SWITCH_PORTS, N_VCS, PORT_BITS, VC_REQ, VC_RESP,
+                      DynamicRoute, ErrorCode, Opcode, flit_layout, header_format, widened)
 from ..packet_stream import PacketMerge, PacketSplit
 from ..vc_link import VcReceiver, VcSender, vc_link_signature
-from .al_tlb import N_COUNTERS as N_TLB_COUNTERS, AlTlb, TlbConfig, TlbCounter
+from .al_tlb import N_COUNTERS as N_TLB_COUNTERS, AlTlb, TlbConfig, TlbCounter, tlb_config_layout
 from .egress_translator import EgressCounter, EgressTranslator
-from .group_table import GroupWrite
+from .group_table import GroupWrite, group_write_layout
 from .ingress_check import IngressCheck
 from .nvswitch import N_ERROR_CODES, NVSwitch
 from .reduction_engine import ENGINE_COUNTERS, ReductionEngine
@@ -96,7 +96,8 @@ from .timeouts import (DEFAULT_GPU_LATENCY, MAX_DERIVED_TIMEOUT, TimeoutBound, c
                        timeout_bounds)
 from .tlb_fill_bridge import TlbFillBridge
 
-__all__ = ["DySharpSwitch", "switch_timeouts", "SwitchConfig", "CfgTarget", "IngressCounter", "status_layout",
+__all__ = ["DySharpSwitch", "switch_timeouts", "SwitchConfig", "switch_config_layout", "CfgTarget", "IngressCounter",
+           "status_layout",
            "port_status_layout", "status_signature", "status_ports", "error_fields", "errors_in"]
 
 # Receive FIFO between each network's output and the egress stages (covers the 2-cycle credit loop).
@@ -114,6 +115,12 @@ class SwitchConfig(data.Struct):
     all: 1
     group: GroupWrite
     tlb: TlbConfig
+
+
+def switch_config_layout(ports: int | None = None):
+    """:class:`SwitchConfig` in the header format of a ``ports``-port switch (:func:`hw.packet.widened`)."""
+    return widened(SwitchConfig, ports, port="port_bits", group=group_write_layout(ports),
+                   tlb=tlb_config_layout(ports))
 
 
 class IngressCounter(py_enum.IntEnum):
@@ -264,7 +271,8 @@ def _is(*ops):
 
 
 class DySharpSwitch(wiring.Component):
-    """Parameters: ``ports`` (4..64), ``credits``/``resp_credits`` (request/response network input cells per
+    """Parameters: ``ports`` (4..128; past 64 the wide header format, :func:`hw.packet.header_format`, which
+    needs ``flit_width`` 256 or 512), ``credits``/``resp_credits`` (request/response network input cells per
     port), ``link_credits`` (per virtual channel: the switch's receive FIFO on each link), ``gpu_credits``
     (per virtual channel: the GPU's receive buffers), ``flit_width``, ``max_payload``, ``groups`` (static
     and AL-TLB group handles), ``tlb_entries``, ``tlb_mshrs``, ``tlb_timeout``, ``red_entries``,
@@ -290,8 +298,10 @@ class DySharpSwitch(wiring.Component):
                  red_entries: int = 64, red_timeout: int | None = None, egress_slots: int = 8,
                  resp_iterations: int = 1, row_bytes: int | None = None, gpu_latency: int = DEFAULT_GPU_LATENCY,
                  allow_short_timeouts: bool = False):
-        if not isinstance(ports, int) or not 4 <= ports <= MAX_PORTS:
-            raise ValueError(f"ports must be an integer in 4..{MAX_PORTS}, got {ports!r}")
+        if not isinstance(ports, int) or not 4 <= ports <= MAX_SWITCH_PORTS:
+            raise ValueError(f"ports must be an integer in 4..{MAX_SWITCH_PORTS}, got {ports!r}")
+        flit_layout(flit_width)      # validates flit_width
+        header_format(ports, flit_width)   # past 64 ports: the wide header, which needs 256-bit flits
         for name, v, lo, hi in (("link_credits", link_credits, 2, 256), ("gpu_credits", gpu_credits, 1, 1024)):
             if not isinstance(v, int) or not lo <= v <= hi:
                 raise ValueError(f"{name} must be an integer in {lo}..{hi}, got {v!r}")
@@ -331,7 +341,7 @@ class DySharpSwitch(wiring.Component):
         super().__init__({
             "rx": In(link).array(ports),
             "tx": Out(link).array(ports),
-            "cfg": In(stream.Signature(SwitchConfig)),
+            "cfg": In(stream.Signature(switch_config_layout(ports))),
             "status": Out(status_signature(ports)),
         })
 
@@ -377,6 +387,7 @@ class DySharpSwitch(wiring.Component):
         tlb, eng, egr = self.tlbs[i], self.engines[i], self.egress[i]
         sub[f"tlb{i}"], sub[f"engine{i}"], sub[f"egress{i}"] = tlb, eng, egr
         sub[f"fill{i}"] = fill = TlbFillBridge(port=None, ports=self.ports, flit_width=W)
+        P = self.ports
         m.d.comb += [egr.port.eq(i), fill.port.eq(i)]
         connect(m, tlb.mem, fill.mem)
         connect(m, egr.tr, tlb.tr)
@@ -384,13 +395,13 @@ class DySharpSwitch(wiring.Component):
         # ---- from the GPU
         sub[f"rxl{i}"] = rxl = VcReceiver(credits=(self.link_credits,) * N_VCS, flit_width=W)
         connect(m, flipped(self.rx[i]), rxl.link)
-        sub[f"chk_req{i}"] = chk_req = IngressCheck(port=None, vc=VC_REQ, flit_width=W)
-        sub[f"chk_resp{i}"] = chk_resp = IngressCheck(port=None, vc=VC_RESP, flit_width=W)
+        sub[f"chk_req{i}"] = chk_req = IngressCheck(port=None, vc=VC_REQ, flit_width=W, ports=P)
+        sub[f"chk_resp{i}"] = chk_resp = IngressCheck(port=None, vc=VC_RESP, flit_width=W, ports=P)
         m.d.comb += [chk_req.port.eq(i), chk_resp.port.eq(i)]
         connect(m, rxl.o[VC_REQ], chk_req.i)
         connect(m, rxl.o[VC_RESP], chk_resp.i)
 
-        sub[f"split_req{i}"] = split_req = PacketSplit(flit_width=W, n_out=2,
+        sub[f"split_req{i}"] = split_req = PacketSplit(flit_width=W, n_out=2, ports=P,
                                                        select=_is(Opcode.DYN_LD_REDUCE, Opcode.MM_LD_REDUCE))
         connect(m, chk_req.o, split_req.i)
         connect(m, split_req.o[1], eng.req)
@@ -401,7 +412,7 @@ class DySharpSwitch(wiring.Component):
         connect(m, into_req.o, send_req.i)
         connect(m, send_req.link, reqnet.rx[i])
 
-        sub[f"split_resp{i}"] = split_resp = PacketSplit(flit_width=W, n_out=2, select=_is(Opcode.TLB_FILL_RESP))
+        sub[f"split_resp{i}"] = split_resp = PacketSplit(flit_width=W, n_out=2, ports=P, select=_is(Opcode.TLB_FILL_RESP))
         connect(m, chk_resp.o, split_resp.i)
         connect(m, split_resp.o[1], fill.rx)
         sub[f"into_resp{i}"] = into_resp = PacketMerge(flit_width=W, n_in=2)
@@ -414,7 +425,7 @@ class DySharpSwitch(wiring.Component):
         # ---- to the GPU
         sub[f"from_req{i}"] = from_req = CreditReceiver(depth=_NET_OUT_DEPTH, flit_width=W)
         connect(m, reqnet.tx[i], from_req.link)
-        sub[f"split_out{i}"] = split_out = PacketSplit(flit_width=W, n_out=2, select=_is(Opcode.ERROR))
+        sub[f"split_out{i}"] = split_out = PacketSplit(flit_width=W, n_out=2, ports=P, select=_is(Opcode.ERROR))
         connect(m, from_req.o, split_out.i)
         connect(m, split_out.o[0], egr.i)
         sub[f"out_req{i}"] = out_req = PacketMerge(flit_width=W, n_in=2, priority=True)
@@ -423,7 +434,7 @@ class DySharpSwitch(wiring.Component):
 
         sub[f"from_resp{i}"] = from_resp = CreditReceiver(depth=_NET_OUT_DEPTH, flit_width=W)
         connect(m, respnet.tx[i], from_resp.link)
-        sub[f"split_red{i}"] = split_red = PacketSplit(flit_width=W, n_out=2, select=_is(Opcode.RED_READ_RESP))
+        sub[f"split_red{i}"] = split_red = PacketSplit(flit_width=W, n_out=2, ports=P, select=_is(Opcode.RED_READ_RESP))
         connect(m, from_resp.o, split_red.i)
         connect(m, split_red.o[1], eng.resp)
         sub[f"out_resp{i}"] = out_resp = PacketMerge(flit_width=W, n_in=5)

@@ -54,9 +54,9 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arbiter import first_set, onehot_to_index
-from ..packet import (DEFAULT_FLIT_WIDTH, FLIT_WIDTHS, HEADER_BITS, MAX_LENGTH, MAX_PORTS, DeferredAddr, ErrorCode,
-                      HeaderLayout, Opcode, flit_layout)
-from .translate_if import TAG_BITS, TranslateRequest, translate_signature
+from ..packet import (DEFAULT_FLIT_WIDTH, FLIT_WIDTHS, MAX_LENGTH, MAX_SWITCH_PORTS, ErrorCode, Opcode, flit_layout,
+                      header_format)
+from .translate_if import TAG_BITS, translate_request_layout, translate_signature
 
 __all__ = ["EgressTranslator", "EgressCounter", "MAX_SLOTS", "HIT_LATENCY", "DEFAULT_ROW_BYTES",
            "MAX_ROW_BYTES"]
@@ -79,7 +79,7 @@ class EgressTranslator(wiring.Component):
     """Rewrites ``DYN_ST``/``DYN_RED_READ`` for GPU ``port`` with the AL-TLB on ``tr``; see the module.
 
     Parameters: ``port`` (0..ports-1; None makes it a ``port`` strap input, ``In(range(ports))``, that the
-    switch ties to a constant, so that its N translators are one Verilog module), ``ports`` (2..64), ``flit_width`` (128/256/512), ``max_payload``
+    switch ties to a constant, so that its N translators are one Verilog module), ``ports`` (2..128; past 64 the wide header, which needs ``flit_width`` 256 or 512), ``flit_width`` (128/256/512), ``max_payload``
     (payload flits per packet, 1..31), ``slots`` (packet buffers and outstanding translations, 2..64;
     >= 5 for line rate at a 3-cycle hit), ``row_bytes`` (the longest row of GPU ``port``'s buffers,
     1..2**24 bytes; default 14336, a DeepSeek-V3 BF16 row, the :class:`LinearTranslator` default):
@@ -91,13 +91,14 @@ class EgressTranslator(wiring.Component):
 
     def __init__(self, *, port: int | None = 0, ports: int = 8, flit_width: int = DEFAULT_FLIT_WIDTH,
                  max_payload: int = 16, slots: int = 8, row_bytes: int = DEFAULT_ROW_BYTES):
-        if not isinstance(ports, int) or not 2 <= ports <= MAX_PORTS:
-            raise ValueError(f"ports must be an integer in 2..{MAX_PORTS}, got {ports!r}")
+        if not isinstance(ports, int) or not 2 <= ports <= MAX_SWITCH_PORTS:
+            raise ValueError(f"ports must be an integer in 2..{MAX_SWITCH_PORTS}, got {ports!r}")
         if port is not None and not (isinstance(port, int) and 0 <= port < ports):
             raise ValueError(f"port must be None (a strap input) or an integer in 0..{ports - 1} (ports={ports}), "
                              f"got {port!r}")
         if flit_width not in FLIT_WIDTHS:
             raise ValueError(f"flit_width must be one of {FLIT_WIDTHS}, got {flit_width!r}")
+        self.fmt = header_format(ports, flit_width)   # past 64 ports the wide header (256-bit flits)
         if not isinstance(max_payload, int) or not 1 <= max_payload <= MAX_LENGTH:
             raise ValueError(f"max_payload must be an integer in 1..{MAX_LENGTH}, got {max_payload!r}")
         if not isinstance(slots, int) or not 2 <= slots <= min(MAX_SLOTS, 1 << TAG_BITS):
@@ -116,7 +117,7 @@ class EgressTranslator(wiring.Component):
             "i": In(stream.Signature(fl)),
             "o": Out(stream.Signature(fl)),
             "err": Out(stream.Signature(fl)),
-            "tr": Out(translate_signature()),
+            "tr": Out(translate_signature(ports)),
             "counters": Out(data.ArrayLayout(32, len(EgressCounter))),
         })
 
@@ -130,7 +131,8 @@ class EgressTranslator(wiring.Component):
         st.wp = mem.write_port()
         st.rp = mem.read_port(domain="comb")   # cut-through: a flit is readable the cycle after its write
         # TR queue: the translation request of each accepted header (never full: one entry per busy slot).
-        m.submodules.trq = st.trq = fifo.SyncFIFO(width=data.Layout.cast(TranslateRequest).size, depth=S)
+        m.submodules.trq = st.trq = fifo.SyncFIFO(width=data.Layout.cast(translate_request_layout(self.ports)).size,
+                                                  depth=S)
         m.submodules.errq = st.errq = fifo.SyncFIFO(width=fl.size, depth=2)
         self._slot_state(m, st)
         self._input(m, st)
@@ -149,7 +151,7 @@ class EgressTranslator(wiring.Component):
         st.done = Signal(S)          # translation answered
         st.poisoned = Signal(S)      # its last flit arrived poisoned
         st.oob = Signal(S)           # its access runs past the end of its row (answered OUT_OF_BOUNDS)
-        st.src = Array(Signal(6, name=f"src{s}") for s in range(S))
+        st.src = Array(Signal(self.fmt.port_bits, name=f"src{s}") for s in range(S))
         st.code = Array(Signal(ErrorCode, name=f"code{s}") for s in range(S))
         st.row = Array(Signal(48, name=f"row{s}") for s in range(S))
         # older[s] bit t: slot t was allocated before slot s (valid while both are busy).
@@ -165,11 +167,12 @@ class EgressTranslator(wiring.Component):
         in_over = Signal()                             # a non-last flit already landed at position C-1
 
         free_any, free_idx = first_set(m, ~st.busy, name="free")
-        h = Signal(HeaderLayout)
-        m.d.comb += h.eq(i.payload.data[:HEADER_BITS])
+        fmt = self.fmt
+        h = Signal(fmt.layout)
+        m.d.comb += h.eq(i.payload.data[:fmt.bits])
         is_st = h.opcode == Opcode.DYN_ST
         is_rr = h.opcode == Opcode.DYN_RED_READ
-        deferred = data.View(DeferredAddr, h.route.uni.addr[:data.Layout.cast(DeferredAddr).size])
+        deferred = data.View(fmt.deferred, h.route.uni.addr[:data.Layout.cast(fmt.deferred).size])
 
         head = ~in_active
         m.d.comb += i.ready.eq(in_active | (free_any & trq.w_rdy))
@@ -184,7 +187,7 @@ class EgressTranslator(wiring.Component):
             wp.data.data.eq(i.payload.data), wp.data.last.eq(i.payload.last),
             wp.data.poison.eq(poison),
         ]
-        req = Signal(TranslateRequest)
+        req = Signal(translate_request_layout(self.ports))
         m.d.comb += [
             req.group.eq(Mux(is_st, h.route.dyn.group, deferred.group)),
             req.index.eq(Mux(is_st, h.route.dyn.index, deferred.index)),
@@ -295,16 +298,17 @@ class EgressTranslator(wiring.Component):
                      drop.eq(idle & st.pick_any & st.pick_err)]
 
         # The rewritten header of the flit read (used when rd_idx == 0).
-        hin = Signal(HeaderLayout)
-        m.d.comb += hin.eq(rp.data.data[:HEADER_BITS])
+        fmt = self.fmt
+        hin = Signal(fmt.layout)
+        m.d.comb += hin.eq(rp.data.data[:fmt.bits])
         row = st.row[rd_slot]
         flit_bytes = self.flit_width // 8
-        wr = Signal(HeaderLayout)
+        wr = Signal(fmt.layout)
         m.d.comb += [wr.opcode.eq(Opcode.WRITE), wr.src.eq(hin.src), wr.tag.eq(hin.tag),
                      wr.length.eq(hin.length), wr.route.uni.dst.eq(self.port),
                      wr.route.uni.addr.eq(row + hin.route.dyn.offset * flit_bytes)]
-        rr = Signal(HeaderLayout)
-        deferred = data.View(DeferredAddr, hin.route.uni.addr[:data.Layout.cast(DeferredAddr).size])
+        rr = Signal(fmt.layout)
+        deferred = data.View(fmt.deferred, hin.route.uni.addr[:data.Layout.cast(fmt.deferred).size])
         m.d.comb += [rr.opcode.eq(Opcode.RED_READ), rr.src.eq(hin.src), rr.tag.eq(hin.tag),
                      rr.length.eq(hin.length), rr.etype.eq(hin.etype), rr.redop.eq(hin.redop),
                      rr.route.uni.dst.eq(self.port), rr.route.uni.xtag.eq(hin.route.uni.xtag),
@@ -313,8 +317,8 @@ class EgressTranslator(wiring.Component):
         translate = (rd_idx == 0) & st.needs.bit_select(rd_slot, 1)
         fl = flit_layout(self.flit_width)
         out = Signal(fl)
-        new_hdr = Mux(translate, Mux(is_st, wr.as_value(), rr.as_value()), rp.data.data[:HEADER_BITS])
-        m.d.comb += out.eq(Cat(new_hdr, rp.data.data[HEADER_BITS:], rp.data.last, rp.data.poison))
+        new_hdr = Mux(translate, Mux(is_st, wr.as_value(), rr.as_value()), rp.data.data[:fmt.bits])
+        m.d.comb += out.eq(Cat(new_hdr, rp.data.data[fmt.bits:], rp.data.last, rp.data.poison))
         m.d.comb += [o.payload.eq(out), o.valid.eq(Mux(idle, commit, avail))]
 
         sent = o.valid & o.ready
@@ -327,7 +331,7 @@ class EgressTranslator(wiring.Component):
             m.d.sync += [cur_active.eq(1), cur_slot.eq(st.pick), cur_idx.eq(0)]
 
         # Error packets: the request's header fields, header only.
-        e_st, e_rr = Signal(HeaderLayout), Signal(HeaderLayout)
+        e_st, e_rr = Signal(fmt.layout), Signal(fmt.layout)
         for e in (e_st, e_rr):
             m.d.comb += [e.src.eq(self.port), e.tag.eq(hin.tag), e.route.uni.dst.eq(hin.src),
                          e.route.uni.code.as_value().eq(st.code[rd_slot])]

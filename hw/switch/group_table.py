@@ -8,15 +8,20 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..packet import GROUP_BITS, MAX_PORTS
+from ..packet import GROUP_BITS, MAX_PORTS, widened
 
-__all__ = ["GroupWrite", "GroupTable"]
+__all__ = ["GroupWrite", "GroupTable", "group_write_layout"]
 
 
 class GroupWrite(data.Struct):
     """One configuration write: ``mask`` zero unconfigures ``handle``."""
     handle: GROUP_BITS
     mask: MAX_PORTS
+
+
+def group_write_layout(ports: int | None = None):
+    """:class:`GroupWrite` in the header format of a ``ports``-port switch (:func:`hw.packet.widened`)."""
+    return widened(GroupWrite, ports, mask="max_ports")
 
 
 class GroupTable(wiring.Component):
@@ -35,7 +40,7 @@ class GroupTable(wiring.Component):
         self.entries = entries
         self.n_lookups = n_lookups
         super().__init__({
-            "cfg": In(stream.Signature(GroupWrite)),
+            "cfg": In(stream.Signature(group_write_layout(ports))),
             "lookup_handle": In(GROUP_BITS).array(n_lookups),
             "lookup_mask": Out(ports).array(n_lookups),
             "cfg_errors": Out(32),

@@ -6,8 +6,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arbiter import decode
-from ..packet import (DEFAULT_FLIT_WIDTH, GROUP_BITS, HEADER_BITS, MAX_LENGTH, OPCODES, TAG_BITS, ErrorCode,
-                      HeaderLayout, flit_layout, rtl_header_error, rtl_payload_flits)
+from ..packet import (DEFAULT_FLIT_WIDTH, GROUP_BITS, MAX_LENGTH, OPCODES, TAG_BITS, ErrorCode, flit_layout,
+                      header_format, rtl_header_error, rtl_payload_flits)
 
 __all__ = ["Ingress"]
 
@@ -87,7 +87,8 @@ class Ingress(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        hdr = HeaderLayout(self.flit.data[:HEADER_BITS])
+        fmt = header_format(self.ports)
+        hdr = fmt.layout(self.flit.data[:fmt.bits])
         routing_group = self._route(m, hdr)
         hdr_err = Signal(ErrorCode)
         base_err = rtl_header_error(hdr, ports=self.ports, max_payload=self.max_payload,

@@ -18,29 +18,30 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..packet import (DEFAULT_FLIT_WIDTH, HEADER_BITS, MAX_PORTS, N_VCS, OPCODES, ErrorCode, HeaderLayout,
-                      Opcode, flit_layout)
+from ..packet import DEFAULT_FLIT_WIDTH, N_VCS, OPCODES, ErrorCode, Opcode, flit_layout, header_format
 
 __all__ = ["IngressCheck"]
 
 
 class IngressCheck(wiring.Component):
-    """Parameters: ``port`` (this link's port; None makes it a ``port`` strap input, ``In(range(64))``,
-    that the switch ties to a constant, so that its N checks are one Verilog module), ``vc`` (0 requests,
-    1 responses), ``flit_width``."""
+    """Parameters: ``port`` (this link's port; None makes it a ``port`` strap input, ``In(range(64))`` (or
+    ``range(128)`` past 64 ports), that the switch ties to a constant, so that its N checks are one Verilog
+    module), ``vc`` (0 requests, 1 responses), ``flit_width``, ``ports`` (the switch's ports, which choose
+    the header format, :func:`hw.packet.header_format`; None: up to 64)."""
 
-    def __init__(self, *, port: int | None, vc: int, flit_width: int = DEFAULT_FLIT_WIDTH):
+    def __init__(self, *, port: int | None, vc: int, flit_width: int = DEFAULT_FLIT_WIDTH, ports: int | None = None):
         if not isinstance(vc, int) or not 0 <= vc < N_VCS:
             raise ValueError(f"vc must be 0 (requests) or 1 (responses), got {vc!r}")
-        if port is not None and not (isinstance(port, int) and 0 <= port < MAX_PORTS):
-            raise ValueError(f"port must be None (a strap input) or an integer in 0..{MAX_PORTS - 1}, got {port!r}")
+        self.fmt = fmt = header_format(ports, flit_width)
+        if port is not None and not (isinstance(port, int) and 0 <= port < fmt.max_ports):
+            raise ValueError(f"port must be None (a strap input) or an integer in 0..{fmt.max_ports - 1}, got {port!r}")
         if port is not None:
             self.port = port
         self.vc = vc
         self.flit_width = flit_width
         fl = flit_layout(flit_width)
         super().__init__({
-            **({"port": In(range(MAX_PORTS))} if port is None else {}),
+            **({"port": In(range(fmt.max_ports))} if port is None else {}),
             "i": In(stream.Signature(fl)),
             "o": Out(stream.Signature(fl)),
             "err": Out(stream.Signature(fl)),
@@ -51,8 +52,9 @@ class IngressCheck(wiring.Component):
         m = Module()
         cls = "resp" if self.vc else "req"
         i = self.i
-        h = Signal(HeaderLayout)
-        m.d.comb += h.eq(i.payload.data[0:HEADER_BITS])
+        fmt = self.fmt
+        h = Signal(fmt.layout)
+        m.d.comb += h.eq(i.payload.data[0:fmt.bits])
         wrong = 0
         for op, info in OPCODES.items():
             if info.vclass != cls or info.origin != "gpu":
@@ -63,16 +65,16 @@ class IngressCheck(wiring.Component):
         head = ~in_pkt
         refuse = head & wrong
 
-        stamped = Signal(HeaderLayout)
+        stamped = Signal(fmt.layout)
         m.d.comb += [stamped.eq(h), stamped.src.eq(self.port)]
         m.d.comb += [
             self.o.payload.eq(i.payload),
             self.o.valid.eq(i.valid & ~refuse & ~(in_pkt & drop)),
         ]
         with m.If(head):
-            m.d.comb += self.o.payload.data[0:HEADER_BITS].eq(stamped)
+            m.d.comb += self.o.payload.data[0:fmt.bits].eq(stamped)
 
-        eh = Signal(HeaderLayout)
+        eh = Signal(fmt.layout)
         m.d.comb += [eh.opcode.eq(Opcode.ERROR), eh.src.eq(self.port), eh.tag.eq(h.tag),
                      eh.route.uni.dst.eq(self.port), eh.route.uni.code.eq(ErrorCode.UNKNOWN_OPCODE)]
         m.d.comb += [

@@ -12,8 +12,8 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..packet import DEFAULT_FLIT_WIDTH, flit_layout
-from .group_table import GroupWrite
-from .linear_translator import BaseWrite, LinearTranslator
+from .group_table import group_write_layout
+from .linear_translator import LinearTranslator, base_write_layout
 from .reduction_buffer import status_members
 from .reduction_engine import ENGINE_COUNTERS, ReductionEngine
 
@@ -43,8 +43,8 @@ class LdReduceUnit(wiring.Component):
             "resp": In(stream.Signature(fl)),
             "rd": Out(stream.Signature(fl)),
             "out": Out(stream.Signature(fl)),
-            "cfg": In(stream.Signature(GroupWrite)),
-            "tcfg": In(stream.Signature(BaseWrite)),
+            "cfg": In(stream.Signature(group_write_layout(ports))),
+            "tcfg": In(stream.Signature(base_write_layout(ports))),
             "tcfg_errors": Out(32),
             **status_members(entries, ENGINE_COUNTERS),
         })

@@ -21,10 +21,10 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..packet import MAX_PORTS, PORT_BITS, ErrorCode
-from .translate_if import TranslateRequest, translate_signature
+from ..packet import MAX_SWITCH_PORTS, PORT_BITS, ErrorCode, header_format, widened
+from .translate_if import translate_request_layout, translate_signature
 
-__all__ = ["LinearTranslator", "BaseWrite"]
+__all__ = ["LinearTranslator", "BaseWrite", "base_write_layout"]
 
 
 class BaseWrite(data.Struct):
@@ -33,23 +33,29 @@ class BaseWrite(data.Struct):
     valid: 1
 
 
+def base_write_layout(ports: int | None = None):
+    """:class:`BaseWrite` in the header format of a ``ports``-port switch (:func:`hw.packet.widened`)."""
+    return widened(BaseWrite, ports, dst="port_bits")
+
+
 class LinearTranslator(wiring.Component):
-    """Parameters: ``ports`` (destinations, 1..64), ``row_bytes`` (1..2**24), ``rows`` (index bound,
-    1..2**18)."""
+    """Parameters: ``ports`` (destinations, 1..128), ``row_bytes`` (1..2**24), ``rows`` (index bound,
+    1..2**18, or 2**20 past 64 ports: the header format's index, :func:`hw.packet.header_format`)."""
 
     def __init__(self, *, ports: int = 8, row_bytes: int = 14336, rows: int = 1 << 18):
-        if not isinstance(ports, int) or not 1 <= ports <= MAX_PORTS:
-            raise ValueError(f"ports must be an integer in 1..{MAX_PORTS}, got {ports!r}")
+        if not isinstance(ports, int) or not 1 <= ports <= MAX_SWITCH_PORTS:
+            raise ValueError(f"ports must be an integer in 1..{MAX_SWITCH_PORTS}, got {ports!r}")
+        max_rows = 1 << header_format(ports).index_bits
         if not isinstance(row_bytes, int) or not 1 <= row_bytes <= 1 << 24:
             raise ValueError(f"row_bytes must be an integer in 1..{1 << 24}, got {row_bytes!r}")
-        if not isinstance(rows, int) or not 1 <= rows <= 1 << 18:
-            raise ValueError(f"rows must be an integer in 1..{1 << 18}, got {rows!r}")
+        if not isinstance(rows, int) or not 1 <= rows <= max_rows:
+            raise ValueError(f"rows must be an integer in 1..{max_rows}, got {rows!r}")
         self.ports = ports
         self.row_bytes = row_bytes
         self.rows = rows
         super().__init__({
-            "client": In(translate_signature()),
-            "cfg": In(stream.Signature(BaseWrite)),
+            "client": In(translate_signature(ports)),
+            "cfg": In(stream.Signature(base_write_layout(ports))),
             "cfg_errors": Out(32),
         })
 
@@ -70,7 +76,7 @@ class LinearTranslator(wiring.Component):
         req, resp = self.client.req, self.client.resp
         advance = ~resp.valid | resp.ready
         m.d.comb += [req.ready.eq(advance), rp.addr.eq(req.payload.dst), rp.en.eq(advance)]
-        held = Signal(TranslateRequest)
+        held = Signal(translate_request_layout(P))
         with m.If(advance):
             m.d.sync += [resp.valid.eq(req.valid), held.eq(req.payload)]
         code = Signal(ErrorCode)

@@ -44,11 +44,11 @@ from amaranth.lib.wiring import In, Out, connect
 
 from ..arbiter import or_reduce
 from ..credit import CreditSender, credit_link_signature
-from ..packet import DEFAULT_FLIT_WIDTH, MAX_LENGTH, MAX_PORTS, ErrorCode, flit_layout
+from ..packet import DEFAULT_FLIT_WIDTH, MAX_LENGTH, MAX_SWITCH_PORTS, ErrorCode, flit_layout, header_format
 from .allocator import ISlipAllocator
 from .crossbar import Crossbar
 from .egress_queue import EgressQueue
-from .group_table import GroupTable, GroupWrite
+from .group_table import GroupTable, group_write_layout
 from .input_unit import InputUnit
 from .request_stage import RequestStage
 
@@ -71,7 +71,8 @@ def zero_load_latency(ports: int, req_stage: bool | None = None) -> int:
 
 
 class NVSwitch(wiring.Component):
-    """Parameters: ``ports`` (4..64), ``credits`` (input cells per port, 4..1024; default 256 = 4 KB, which
+    """Parameters: ``ports`` (4..128; past 64 the wide header format, :func:`hw.packet.header_format`, which
+    needs ``flit_width`` >= 256), ``credits`` (input cells per port, 4..1024; default 256 = 4 KB, which
     keeps enough packets per input for the VOQ matching to saturate above 0.95), ``out_credits``
     (downstream buffer per port; default ``credits``), ``flit_width`` (128/256/512), ``max_payload``
     (payload flits per packet, 1..31), ``groups`` (static group-table entries), ``queueing``
@@ -87,8 +88,10 @@ class NVSwitch(wiring.Component):
                  queueing: str = "voq", egress_depth: int | None = None, iterations: int = 1,
                  speedup: int = 2, req_stage: bool | None = None, isolate_static: bool = False,
                  multicast: bool = True):
-        if not isinstance(ports, int) or not 4 <= ports <= MAX_PORTS:
-            raise ValueError(f"ports must be an integer in 4..{MAX_PORTS}, got {ports!r}")
+        if not isinstance(ports, int) or not 4 <= ports <= MAX_SWITCH_PORTS:
+            raise ValueError(f"ports must be an integer in 4..{MAX_SWITCH_PORTS}, got {ports!r}")
+        flit_layout(flit_width)   # validates flit_width
+        header_format(ports, flit_width)   # past 64 ports: the wide header, which needs 256-bit flits
         if not isinstance(credits, int) or not 4 <= credits <= 1024:
             raise ValueError(f"credits must be an integer in 4..1024, got {credits!r}")
         if out_credits is None:
@@ -120,7 +123,6 @@ class NVSwitch(wiring.Component):
         self.isolate_static = isolate_static
         self.multicast = multicast
         self.speedup = speedup
-        flit_layout(flit_width)   # validates flit_width
         self.ports = ports
         self.credits = credits
         self.out_credits = out_credits
@@ -140,7 +142,7 @@ class NVSwitch(wiring.Component):
         super().__init__({
             "rx": In(link).array(ports),
             "tx": Out(link).array(ports),
-            "cfg": In(stream.Signature(GroupWrite)),
+            "cfg": In(stream.Signature(group_write_layout(ports))),
             "err_count": Out(data.ArrayLayout(32, N_ERROR_CODES)),
             "cfg_errors": Out(32),
         })

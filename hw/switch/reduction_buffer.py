@@ -96,14 +96,14 @@ from amaranth.lib.wiring import In, Out
 
 from ..arbiter import first_set
 from ..packet import (DEFAULT_FLIT_WIDTH, LENGTH_BITS, MAX_LENGTH, PORT_BITS, TAG_BITS, EType, ErrorCode, HeaderLayout,
-                      Opcode, RedOp, flit_layout, wide_tag, wide_tag_fields)
+                      Opcode, RedOp, flit_layout, header_format, wide_tag, wide_tag_fields, widened)
 from .reduce_alu import ReduceALU, alu_operands
 from .timeouts import MAX_DERIVED_TIMEOUT
 
 __all__ = ["ReductionBuffer", "AllocRequest", "RTAG_BITS", "COUNT_BITS", "contrib_layout",
            "rtag_to_header", "rtag_from_header", "LAST_TO_RESULT_CYCLES", "BUFFER_COUNTERS", "status_members",
            "ACC_STAGES", "DEFAULT_ACC_STAGES", "RowTracker", "EntryAllocator", "ResultDrain",
-           "ContribAccept", "EntryEvents", "ProgressUpdate"]
+           "ContribAccept", "EntryEvents", "ProgressUpdate", "alloc_request_layout"]
 
 
 # The status outputs of the buffer, re-exported unchanged by the engine and the ld_reduce unit (which add
@@ -233,9 +233,14 @@ def _progress_layout(max_length: int) -> data.StructLayout:
     return data.StructLayout({"touched": max_length, "finals": LENGTH_BITS})
 
 
-def _meta_layout(gen_bits: int) -> data.StructLayout:
+def alloc_request_layout(ports: int | None = None):
+    """:class:`AllocRequest` in the header format of a ``ports``-port switch (:func:`hw.packet.widened`)."""
+    return widened(AllocRequest, ports, src="port_bits")
+
+
+def _meta_layout(gen_bits: int, ports: int | None = None) -> data.StructLayout:
     return data.StructLayout({"gen": gen_bits, "etype": EType, "op": RedOp, "length": LENGTH_BITS,
-                              "expected": COUNT_BITS, "src": PORT_BITS, "tag": TAG_BITS})
+                              "expected": COUNT_BITS, "src": header_format(ports).port_bits, "tag": TAG_BITS})
 
 
 class EntryAllocator(wiring.Component):
@@ -249,11 +254,11 @@ class EntryAllocator(wiring.Component):
     writes ``w_en``/``w_entry``/``w_meta`` (meta, start time and progress clear), ``activate`` (one-hot).
     """
 
-    def __init__(self, *, entries: int, entry_bits: int, gen_bits: int):
-        self.entries, self.entry_bits, self.gen_bits = entries, entry_bits, gen_bits
-        ml = _meta_layout(gen_bits)
+    def __init__(self, *, entries: int, entry_bits: int, gen_bits: int, ports: int | None = None):
+        self.entries, self.entry_bits, self.gen_bits, self.ports = entries, entry_bits, gen_bits, ports
+        ml = _meta_layout(gen_bits, ports)
         super().__init__({
-            "alloc": In(stream.Signature(AllocRequest)),
+            "alloc": In(stream.Signature(alloc_request_layout(ports))),
             "grant": Out(stream.Signature(data.StructLayout({"rtag": RTAG_BITS}))),
             "free": In(entries), "room": In(1), "wait": In(1),
             "picked": Out(entries),
@@ -266,7 +271,7 @@ class EntryAllocator(wiring.Component):
         m = Module()
         N, EB, GB = self.entries, self.entry_bits, self.gen_bits
         any_free, pick = first_set(m, self.free, name="alloc_pick")
-        al1 = Signal(data.StructLayout({"valid": 1, "entry": EB, "req": AllocRequest}))
+        al1 = Signal(data.StructLayout({"valid": 1, "entry": EB, "req": alloc_request_layout(self.ports)}))
         al2 = Signal(data.StructLayout({"valid": 1, "entry": EB, "gen": GB}))
         al2_fresh = Signal()
         self.al1, self.al2, self.al2_fresh = al1, al2, al2_fresh      # named by the formal harness
@@ -308,12 +313,12 @@ class ResultDrain(wiring.Component):
     """
 
     def __init__(self, *, entries: int, entry_bits: int, slot_bits: int, gen_bits: int, flit_width: int,
-                 row_shape):
+                 row_shape, ports: int | None = None):
         self.entries, self.entry_bits, self.slot_bits = entries, entry_bits, slot_bits
-        self.flit_width = flit_width
+        self.flit_width, self.ports = flit_width, ports
         super().__init__({
             "events": In(stream.Signature(entry_bits + 8)),
-            "meta_rd": In(memory.ReadPort.Signature(addr_width=entry_bits, shape=_meta_layout(gen_bits))),
+            "meta_rd": In(memory.ReadPort.Signature(addr_width=entry_bits, shape=_meta_layout(gen_bits, ports))),
             "part_rd": In(memory.ReadPort.Signature(addr_width=entry_bits + slot_bits, shape=row_shape)),
             "out": Out(stream.Signature(flit_layout(flit_width))),
             "freed": Out(entries),
@@ -324,14 +329,15 @@ class ResultDrain(wiring.Component):
         m = Module()
         N, EB, SB, W = self.entries, self.entry_bits, self.slot_bits, self.flit_width
         pre = Signal(data.StructLayout({"valid": 1, "entry": EB, "code": ErrorCode}))
-        cur = Signal(data.StructLayout({"valid": 1, "entry": EB, "code": ErrorCode, "src": PORT_BITS,
+        fmt = header_format(self.ports)
+        cur = Signal(data.StructLayout({"valid": 1, "entry": EB, "code": ErrorCode, "src": fmt.port_bits,
                                         "tag": TAG_BITS, "etype": EType, "op": RedOp, "length": LENGTH_BITS,
                                         "k": LENGTH_BITS, "hdr": 1}))
         m.submodules.outq = outq = fifo.SyncFIFO(width=len(self.out.payload.as_value()), depth=4)
         pend = Signal(data.StructLayout({"valid": 1, "header": 1, "last": 1}))
         self.pre, self.cur, self.pend = pre, cur, pend      # named by the formal harness
-        hdr_word = Signal(HeaderLayout)
-        pend_hdr = Signal(HeaderLayout)
+        hdr_word = Signal(fmt.layout)
+        pend_hdr = Signal(fmt.layout)
         self.pend_hdr = pend_hdr        # named by the formal harness
         space = (outq.level + pend.valid) < 4
         cur_done = Signal()          # cur issues its last item this cycle
@@ -544,7 +550,8 @@ class ReductionBuffer(wiring.Component):
     reduction, 1..31), ``flit_width`` (128/256/512), ``timeout`` (cycles from allocation to a ``TIMEOUT``
     error, 64..2**26; the DySHARP switch sizes it, :mod:`hw.switch.timeouts`), ``outstanding`` (allocation limit, 1..entries; default ``entries``),
     ``acc_stages`` (the ALU's accumulate stages, 3 (default: meets the 640 ps clock) or 1 (the earlier
-    one-cycle loop: no same-row wait, misses it)).
+    one-cycle loop: no same-row wait, misses it)), ``ports`` (the switch's ports, which choose the header
+    format of its requesters' port ids, :func:`hw.packet.header_format`; None: up to 64).
 
     Ports: ``alloc`` (in) / ``grant`` (out, ``rtag`` in allocation order), ``contrib`` (in), ``out``
     (result/error packets, flit stream), ``in_use`` and the 32-bit counters ``stale``, ``mismatches``,
@@ -553,7 +560,7 @@ class ReductionBuffer(wiring.Component):
 
     @staticmethod
     def check_params(*, entries, max_length, flit_width, timeout, outstanding,
-                     acc_stages=DEFAULT_ACC_STAGES) -> int:
+                     acc_stages=DEFAULT_ACC_STAGES, ports=None) -> int:
         """Validate the parameters (``ValueError`` saying what is wrong); returns ``outstanding``."""
         if not isinstance(entries, int) or not 16 <= entries <= 512:
             raise ValueError(f"entries must be an integer in 16..512, got {entries!r}")
@@ -568,13 +575,16 @@ class ReductionBuffer(wiring.Component):
         if not isinstance(outstanding, int) or not 1 <= outstanding <= entries:
             raise ValueError(f"outstanding must be an integer in 1..entries ({entries}), got {outstanding!r}")
         flit_layout(flit_width)
+        header_format(ports, flit_width)
         return outstanding
 
     def __init__(self, *, entries: int = 64, max_length: int = 16, flit_width: int = DEFAULT_FLIT_WIDTH,
                  timeout: int = 8192, outstanding: int | None = None,
-                 acc_stages: int = DEFAULT_ACC_STAGES):
+                 acc_stages: int = DEFAULT_ACC_STAGES, ports: int | None = None):
         outstanding = self.check_params(entries=entries, max_length=max_length, flit_width=flit_width,
-                                        timeout=timeout, outstanding=outstanding, acc_stages=acc_stages)
+                                        timeout=timeout, outstanding=outstanding, acc_stages=acc_stages,
+                                        ports=ports)
+        self.ports = ports
         self.entries = entries
         self.max_length = max_length
         self.flit_width = flit_width
@@ -586,7 +596,7 @@ class ReductionBuffer(wiring.Component):
         self.slot_bits = _bits(max_length)
         self.timer_bits = max(timeout, entries).bit_length() + 2
         super().__init__({
-            "alloc": In(stream.Signature(AllocRequest)),
+            "alloc": In(stream.Signature(alloc_request_layout(ports))),
             "grant": Out(stream.Signature(data.StructLayout({"rtag": RTAG_BITS}))),
             "contrib": In(stream.Signature(contrib_layout(flit_width))),
             "out": Out(stream.Signature(flit_layout(flit_width))),
@@ -601,7 +611,7 @@ class ReductionBuffer(wiring.Component):
         row_layout = data.StructLayout({"acc": 2 * W, "count": COUNT_BITS})
 
         m.submodules.partial = partial = memory.Memory(shape=row_layout, depth=N << SB, init=[])
-        m.submodules.meta = meta = memory.Memory(shape=_meta_layout(GB), depth=N, init=[])
+        m.submodules.meta = meta = memory.Memory(shape=_meta_layout(GB, self.ports), depth=N, init=[])
         m.submodules.progress = progress = memory.Memory(shape=_progress_layout(ML), depth=N, init=[])
         m.submodules.start = start = memory.Memory(shape=TB, depth=N, init=[])
         part_w = partial.write_port()
@@ -619,9 +629,9 @@ class ReductionBuffer(wiring.Component):
         # One copy of each operand select per 32-bit lane (RowTracker).
         m.submodules.rows = rows = RowTracker(addr_bits=EB + SB, acc_stages=self.acc_stages, copies=L16)
         m.submodules.events = events = fifo.SyncFIFOBuffered(width=EB + 8, depth=N)
-        m.submodules.allocator = al = EntryAllocator(entries=N, entry_bits=EB, gen_bits=GB)
+        m.submodules.allocator = al = EntryAllocator(entries=N, entry_bits=EB, gen_bits=GB, ports=self.ports)
         m.submodules.drain = dr = ResultDrain(entries=N, entry_bits=EB, slot_bits=SB, gen_bits=GB,
-                                              flit_width=W, row_shape=row_layout)
+                                              flit_width=W, row_shape=row_layout, ports=self.ports)
         m.submodules.accept = ac = ContribAccept(entry_bits=EB, slot_bits=SB, flit_width=W)
         m.submodules.ends = ev = EntryEvents(entries=N, entry_bits=EB, timer_bits=TB, timeout=self.timeout)
         m.submodules.progress_update = pu = ProgressUpdate(entry_bits=EB, max_length=ML)

@@ -119,10 +119,10 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
-from ..packet import DEFAULT_FLIT_WIDTH, HEADER_BITS, MAX_PORTS, ErrorCode, HeaderLayout, Opcode, flit_layout, \
+from ..packet import DEFAULT_FLIT_WIDTH, MAX_SWITCH_PORTS, ErrorCode, Opcode, flit_layout, header_format, \
     rtl_header_error
-from .group_table import GroupTable, GroupWrite
-from .reduction_buffer import BUFFER_COUNTERS, AllocRequest, ReductionBuffer, status_members
+from .group_table import GroupTable, group_write_layout
+from .reduction_buffer import BUFFER_COUNTERS, ReductionBuffer, alloc_request_layout, status_members
 from .reduction_reads import DeferredReads, FanOut, TranslatedReads, read_info_layout
 from .reduction_responses import ResponseFilter
 from .translate_if import translate_signature
@@ -145,8 +145,8 @@ class RequestCheck(wiring.Component):
         self.ports, self.max_length, self.flit_width, self.groups = ports, max_length, flit_width, groups
         super().__init__({
             "req": In(stream.Signature(flit_layout(flit_width))),
-            "cfg": In(stream.Signature(GroupWrite)),
-            "alloc": Out(stream.Signature(AllocRequest)),
+            "cfg": In(stream.Signature(group_write_layout(ports))),
+            "alloc": Out(stream.Signature(alloc_request_layout(ports))),
             "info": Out(stream.Signature(read_info_layout(ports))),
             "err": Out(stream.Signature(flit_layout(flit_width))),
             "bad_requests": Out(32),
@@ -170,8 +170,9 @@ class RequestCheck(wiring.Component):
         m.submodules.groups = groups = GroupTable(ports=P, entries=self.groups, n_lookups=1)
         connect(m, flipped(self.cfg), groups.cfg)
         rq = self.req
-        h = Signal(HeaderLayout)
-        m.d.comb += h.eq(rq.payload.data[0:HEADER_BITS])
+        fmt = header_format(P)
+        h = Signal(fmt.layout)
+        m.d.comb += h.eq(rq.payload.data[0:fmt.bits])
         m.d.comb += groups.lookup_handle[0].eq(h.route.mm.group)
         static = h.opcode == Opcode.MM_LD_REDUCE
         is_ldr = static | (h.opcode == Opcode.DYN_LD_REDUCE)
@@ -195,7 +196,7 @@ class RequestCheck(wiring.Component):
             info.payload.addr.eq(h.route.mm.addr), info.payload.src.eq(h.src), info.payload.length.eq(h.length),
             info.payload.etype.eq(h.etype), info.payload.op.eq(h.redop),
         ]
-        err_hdr = Signal(HeaderLayout)
+        err_hdr = Signal(fmt.layout)
         m.d.comb += [err_hdr.opcode.eq(Opcode.ERROR), err_hdr.src.eq(h.src), err_hdr.tag.eq(h.tag),
                      err_hdr.route.uni.dst.eq(h.src), err_hdr.route.uni.code.as_value().eq(code),
                      err.payload.data.eq(err_hdr.as_value()), err.payload.last.eq(1),
@@ -233,7 +234,8 @@ class ResultMerge(wiring.Component):
 
 
 class ReductionEngine(wiring.Component):
-    """Parameters: ``ports`` (4..64), ``entries``, ``max_length``, ``flit_width``, ``timeout``,
+    """Parameters: ``ports`` (4..128; past 64 the wide header format, which needs ``flit_width`` >= 256),
+    ``entries``, ``max_length``, ``flit_width``, ``timeout``,
     ``outstanding``, ``acc_stages`` (see :class:`ReductionBuffer`), ``groups`` (static group-table entries, 1..256),
     ``translate_slots`` (outstanding translations, 2..256), ``row_bytes`` (the longest row of a GPU's
     buffers, for translated reads; default the 10-bit offset's reach), ``defer_translation`` (bool: ``dymultimem``
@@ -250,8 +252,8 @@ class ReductionEngine(wiring.Component):
                  row_bytes: int | None = None, acc_stages: int = 3):
         if not isinstance(defer_translation, bool):
             raise ValueError(f"defer_translation must be a bool, got {defer_translation!r}")
-        if not isinstance(ports, int) or not 4 <= ports <= MAX_PORTS:
-            raise ValueError(f"ports must be an integer in 4..{MAX_PORTS}, got {ports!r}")
+        if not isinstance(ports, int) or not 4 <= ports <= MAX_SWITCH_PORTS:
+            raise ValueError(f"ports must be an integer in 4..{MAX_SWITCH_PORTS}, got {ports!r}")
         if not isinstance(translate_slots, int) or not 2 <= translate_slots <= 256:
             raise ValueError(f"translate_slots must be an integer in 2..256, got {translate_slots!r}")
         if not isinstance(groups, int) or not 1 <= groups <= 256:
@@ -263,7 +265,7 @@ class ReductionEngine(wiring.Component):
         self.row_bytes = row_bytes
         # The buffer validates the rest.
         self.buffer_params = dict(entries=entries, max_length=max_length, flit_width=flit_width,
-                                  timeout=timeout, outstanding=outstanding, acc_stages=acc_stages)
+                                  timeout=timeout, outstanding=outstanding, acc_stages=acc_stages, ports=ports)
         ReductionBuffer.check_params(**self.buffer_params)
         self.ports = ports
         self.max_length = max_length
@@ -279,8 +281,8 @@ class ReductionEngine(wiring.Component):
             "resp": In(stream.Signature(fl)),
             "rd": Out(stream.Signature(fl)),
             "out": Out(stream.Signature(fl)),
-            "translate": Out(translate_signature()),
-            "cfg": In(stream.Signature(GroupWrite)),
+            "translate": Out(translate_signature(ports)),
+            "cfg": In(stream.Signature(group_write_layout(ports))),
             **status_members(entries, ENGINE_COUNTERS),
         })
 
@@ -310,10 +312,10 @@ class ReductionEngine(wiring.Component):
 
         # ---- 3. RED_READs, translated here or deferred to the destination's egress.
         if self.defer_translation:
-            m.submodules.reads = reads = DeferredReads(flit_width=W)
+            m.submodules.reads = reads = DeferredReads(flit_width=W, ports=P)
         else:
             m.submodules.reads = reads = TranslatedReads(slots=self.translate_slots, flit_width=W,
-                                                         row_bytes=self.row_bytes)
+                                                         row_bytes=self.row_bytes, ports=P)
             connect(m, reads.translate, flipped(self.translate))
         m.submodules.rdq = rdq = fifo.SyncFIFO(width=flit_bits, depth=2)
         connect(m, fanout.dest, reads.dest)

@@ -7,20 +7,20 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arbiter import first_set
-from ..packet import (INDEX_BITS, DeferredAddr, DynamicRoute, EType, ErrorCode, HeaderLayout, Opcode, RedOp,
-                      StaticRoute, UnicastRoute, flit_layout)
+from ..packet import (DynamicRoute, EType, ErrorCode, HeaderLayout, Opcode, RedOp, StaticRoute, flit_layout,
+                      header_format)
 from .reduction_buffer import RTAG_BITS
 from .translate_if import TranslateResponse, translate_signature
 
 __all__ = ["FanOut", "TranslatedReads", "DeferredReads", "read_info_layout", "read_dest_layout",
            "fanout_start_signature", "ABORT_LAYOUT"]
 
+# Widths every header format shares; the port ids and the index are the format's (``header_format(ports)``).
 _HDR = data.Layout.cast(HeaderLayout)
 _DYN = data.Layout.cast(DynamicRoute)
-_SRC, _LEN = _HDR["src"].shape, _HDR["length"].shape
+_LEN = _HDR["length"].shape
 _GROUP, _OFFSET = _DYN["group"].shape, _DYN["offset"].shape
 _ADDR = data.Layout.cast(StaticRoute)["addr"].shape
-_DST = data.Layout.cast(UnicastRoute)["dst"].shape
 _CODE = data.Layout.cast(TranslateResponse)["code"].shape
 
 #: A translation that failed: abort entry ``rtag`` with ``code``.
@@ -31,15 +31,19 @@ def read_info_layout(ports: int) -> data.StructLayout:
     """What a good request's reads need: its destination ``mask``, whether it is ``static`` (read at
     ``addr``) or ``dymultimem`` (``group``, ``index``, ``offset``), and the requester's ``src``, ``length``,
     ``etype`` and ``op``."""
-    return data.StructLayout({"mask": ports, "static": 1, "group": _GROUP, "index": INDEX_BITS, "offset": _OFFSET,
-                              "addr": _ADDR, "src": _SRC, "length": _LEN, "etype": EType, "op": RedOp})
+    fmt = header_format(ports)
+    return data.StructLayout({"mask": ports, "static": 1, "group": _GROUP, "index": fmt.index_bits,
+                              "offset": _OFFSET, "addr": _ADDR, "src": fmt.port_bits, "length": _LEN,
+                              "etype": EType, "op": RedOp})
 
 
-def read_dest_layout() -> data.StructLayout:
-    """One read of the fan-out: the entry's ``rtag``, the destination ``dst`` and the request's fields."""
-    return data.StructLayout({"rtag": RTAG_BITS, "dst": _DST, "static": 1, "group": _GROUP, "index": INDEX_BITS,
-                              "offset": _OFFSET, "addr": _ADDR, "src": _SRC, "length": _LEN, "etype": EType,
-                              "op": RedOp})
+def read_dest_layout(ports: int | None = None) -> data.StructLayout:
+    """One read of the fan-out: the entry's ``rtag``, the destination ``dst`` and the request's fields
+    (the widths of a ``ports``-port switch's header format)."""
+    fmt = header_format(ports)
+    return data.StructLayout({"rtag": RTAG_BITS, "dst": fmt.port_bits, "static": 1, "group": _GROUP,
+                              "index": fmt.index_bits, "offset": _OFFSET, "addr": _ADDR, "src": fmt.port_bits,
+                              "length": _LEN, "etype": EType, "op": RedOp})
 
 
 def fanout_start_signature(ports: int) -> wiring.Signature:
@@ -48,10 +52,10 @@ def fanout_start_signature(ports: int) -> wiring.Signature:
     return wiring.Signature({"valid": Out(1), "payload": Out(data.StructLayout({"rtag": RTAG_BITS, "mask": ports}))})
 
 
-def _red_read(m, flit_width, opcode, rtag, dst, src, length, etype, op, addr):
-    """The header-only flit of a read to ``dst`` for entry ``rtag`` (its low and high byte in ``tag`` and
-    ``xtag``)."""
-    hdr = Signal(HeaderLayout)
+def _red_read(m, flit_width, opcode, rtag, dst, src, length, etype, op, addr, fmt):
+    """The header-only flit (header format ``fmt``) of a read to ``dst`` for entry ``rtag`` (its low and
+    high byte in ``tag`` and ``xtag``)."""
+    hdr = Signal(fmt.layout)
     m.d.comb += [hdr.opcode.as_value().eq(opcode), hdr.src.eq(src), hdr.tag.eq(rtag[0:8]),
                  hdr.length.eq(length), hdr.etype.eq(etype), hdr.redop.eq(op),
                  hdr.route.uni.dst.eq(dst), hdr.route.uni.xtag.eq(rtag[8:16]),
@@ -76,7 +80,7 @@ class FanOut(wiring.Component):
             "info": In(stream.Signature(read_info_layout(ports))),
             "grant": In(stream.Signature(data.StructLayout({"rtag": RTAG_BITS}))),
             "start": Out(fanout_start_signature(ports)),
-            "dest": Out(stream.Signature(read_dest_layout())),
+            "dest": Out(stream.Signature(read_dest_layout(ports))),
         })
 
     def elaborate(self, platform):
@@ -113,21 +117,22 @@ class DeferredReads(wiring.Component):
     one as ``DYN_RED_READ`` whose address is a :class:`~hw.packet.DeferredAddr` naming the row
     (``byte_offset = offset * flit_bytes``); the destination's egress translates it."""
 
-    def __init__(self, *, flit_width: int):
-        self.flit_width = flit_width
+    def __init__(self, *, flit_width: int, ports: int | None = None):
+        self.flit_width, self.fmt = flit_width, header_format(ports, flit_width)
         super().__init__({
-            "dest": In(stream.Signature(read_dest_layout())),
+            "dest": In(stream.Signature(read_dest_layout(ports))),
             "rd": Out(stream.Signature(flit_layout(flit_width))),
         })
 
     def elaborate(self, platform):
         m = Module()
         d = self.dest.payload
-        deferred = Signal(DeferredAddr)
+        deferred = Signal(self.fmt.deferred)
         m.d.comb += [deferred.group.eq(d.group), deferred.index.eq(d.index),
                      deferred.byte_offset.eq(d.offset * (self.flit_width // 8))]
         flit = _red_read(m, self.flit_width, Mux(d.static, Opcode.RED_READ.value, Opcode.DYN_RED_READ.value),
-                         d.rtag, d.dst, d.src, d.length, d.etype, d.op, Mux(d.static, d.addr, deferred.as_value()))
+                         d.rtag, d.dst, d.src, d.length, d.etype, d.op, Mux(d.static, d.addr, deferred.as_value()),
+                         self.fmt)
         m.d.comb += [self.rd.valid.eq(self.dest.valid), self.rd.payload.eq(flit),
                      self.dest.ready.eq(self.rd.ready)]
         return m
@@ -141,11 +146,12 @@ class TranslatedReads(wiring.Component):
     row_bytes``: ``OUT_OF_BOUNDS``, never a read of the next row), leaves on ``abort`` instead. A static
     read leaves at ``addr`` untranslated; on ``rd`` translated reads go first."""
 
-    def __init__(self, *, slots: int, flit_width: int, row_bytes: int):
+    def __init__(self, *, slots: int, flit_width: int, row_bytes: int, ports: int | None = None):
         self.slots, self.flit_width, self.row_bytes = slots, flit_width, row_bytes
+        self.fmt = header_format(ports, flit_width)
         super().__init__({
-            "dest": In(stream.Signature(read_dest_layout())),
-            "translate": Out(translate_signature()),
+            "dest": In(stream.Signature(read_dest_layout(ports))),
+            "translate": Out(translate_signature(ports)),
             "rd": Out(stream.Signature(flit_layout(flit_width))),
             "abort": Out(stream.Signature(ABORT_LAYOUT)),
         })
@@ -155,7 +161,8 @@ class TranslatedReads(wiring.Component):
         S, W = self.slots, self.flit_width
         flit_bytes = W // 8
         d, dv = self.dest.payload, self.dest.valid
-        ctx_layout = data.StructLayout({"rtag": RTAG_BITS, "dst": _DST, "src": _SRC, "length": _LEN,
+        fmt = self.fmt
+        ctx_layout = data.StructLayout({"rtag": RTAG_BITS, "dst": fmt.port_bits, "src": fmt.port_bits, "length": _LEN,
                                         "etype": EType, "op": RedOp, "offset": _OFFSET})
         m.submodules.ctx = ctx = memory.Memory(shape=ctx_layout, depth=S, init=[])
         ctx_w = ctx.write_port()
@@ -174,7 +181,8 @@ class TranslatedReads(wiring.Component):
                                                                "offset")]
         with m.If(t_issue):
             m.d.sync += next_slot.eq(Mux(next_slot == S - 1, 0, next_slot + 1))
-        static_flit = _red_read(m, W, Opcode.RED_READ.value, d.rtag, d.dst, d.src, d.length, d.etype, d.op, d.addr)
+        static_flit = _red_read(m, W, Opcode.RED_READ.value, d.rtag, d.dst, d.src, d.length, d.etype, d.op, d.addr,
+                                fmt)
         static_valid = dv & d.static
 
         # Translation responses -> RED_READ, or an abort of the entry.
@@ -184,7 +192,7 @@ class TranslatedReads(wiring.Component):
         oob = (c.offset + c.length) * flit_bytes > self.row_bytes
         tr_ok = (tr.payload.code == ErrorCode.NONE) & ~oob
         dyn_flit = _red_read(m, W, Opcode.RED_READ.value, c.rtag, c.dst, c.src, c.length, c.etype, c.op,
-                             (tr.payload.addr + c.offset * flit_bytes)[0:Shape.cast(_ADDR).width])
+                             (tr.payload.addr + c.offset * flit_bytes)[0:Shape.cast(_ADDR).width], fmt)
         dyn_valid = tr.valid & tr_ok
         m.d.comb += [self.abort.valid.eq(tr.valid & ~tr_ok), self.abort.payload.rtag.eq(c.rtag),
                      self.abort.payload.code.eq(Mux(tr.payload.code == ErrorCode.NONE,

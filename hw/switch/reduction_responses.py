@@ -6,7 +6,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..packet import HEADER_BITS, MAX_LENGTH, EType, ErrorCode, HeaderLayout, Opcode, flit_layout
+from ..packet import MAX_LENGTH, EType, ErrorCode, HeaderLayout, Opcode, flit_layout, header_format
 from .reduction_buffer import RTAG_BITS, contrib_layout
 from .reduction_reads import ABORT_LAYOUT, fanout_start_signature
 
@@ -55,15 +55,16 @@ class ResponseFilter(wiring.Component):
                      ask_w.en.eq(self.start.valid)]
 
         rs = self.resp
-        rh = Signal(HeaderLayout)
-        m.d.comb += rh.eq(rs.payload.data[0:HEADER_BITS])
+        fmt = header_format(P)
+        rh = Signal(fmt.layout)
+        m.d.comb += rh.eq(rs.payload.data[0:fmt.bits])
         in_payload = Signal()          # past the header of a RED_READ_RESP
         dropping = Signal()            # past the header of another packet: its flits are dropped
         r_rtag = Signal(RTAG_BITS)
         r_len = Signal(_HDR["length"].shape)
         r_etype = Signal(EType.as_shape().width)      # raw: the buffer checks it
         r_k = Signal(_HDR["length"].shape)            # payload flit index
-        r_src = Signal(_HDR["src"].shape)
+        r_src = Signal(fmt.port_bits)
         r_code = Signal(ErrorCode.as_shape().width)
         r_in_range = Signal()
         vcyc = Signal()                # the cycle after a RED_READ_RESP header: its tracking rows are out

@@ -11,7 +11,7 @@ from amaranth.hdl import Const, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..packet import DEFAULT_FLIT_WIDTH, HEADER_BITS, MAX_PORTS, HeaderLayout, Opcode, flit_layout
+from ..packet import DEFAULT_FLIT_WIDTH, MAX_SWITCH_PORTS, Opcode, flit_layout, header_format
 from .backing_if import BackingResponse, backing_signature
 
 __all__ = ["TlbFillBridge"]
@@ -20,7 +20,8 @@ __all__ = ["TlbFillBridge"]
 class TlbFillBridge(wiring.Component):
     """Parameters: ``port`` (this switch port, the GPU whose table is read; None makes it a ``port`` strap
     input, ``In(range(ports))``, that the switch ties to a constant, so that its N bridges are one Verilog
-    module), ``ports`` (switch ports, 1..64), ``flit_width``.
+    module), ``ports`` (switch ports, 1..128: past 64 the wide header, which needs ``flit_width`` >= 256),
+    ``flit_width``.
 
     Ports: ``mem`` (the AL-TLB's ``mem`` connects here), ``tx`` (``TLB_FILL`` packets out), ``rx``
     (``TLB_FILL_RESP`` packets in), ``bad`` (32-bit count of dropped response packets).
@@ -38,8 +39,8 @@ class TlbFillBridge(wiring.Component):
     """
 
     def __init__(self, *, port: int | None = 0, ports: int = 8, flit_width: int = DEFAULT_FLIT_WIDTH):
-        if not isinstance(ports, int) or not 1 <= ports <= MAX_PORTS:
-            raise ValueError(f"ports must be an integer in 1..{MAX_PORTS}, got {ports!r}")
+        if not isinstance(ports, int) or not 1 <= ports <= MAX_SWITCH_PORTS:
+            raise ValueError(f"ports must be an integer in 1..{MAX_SWITCH_PORTS}, got {ports!r}")
         if port is not None and not (isinstance(port, int) and 0 <= port < ports):
             raise ValueError(f"port must be None (a strap input) or an integer in 0..{ports - 1}, got {port!r}")
         if port is not None:
@@ -47,9 +48,10 @@ class TlbFillBridge(wiring.Component):
         self.ports = ports
         self.flit_width = flit_width
         layout = flit_layout(flit_width)
+        self.fmt = header_format(ports, flit_width)
         super().__init__({
             **({"port": In(range(ports))} if port is None else {}),
-            "mem": In(backing_signature()),
+            "mem": In(backing_signature(ports)),
             "tx": Out(stream.Signature(layout)),
             "rx": In(stream.Signature(layout)),
             "bad": Out(32),
@@ -60,14 +62,15 @@ class TlbFillBridge(wiring.Component):
 
         # ---- requests: mem.req -> TLB_FILL ---------------------------------------------------------
         req = self.mem.req.payload
-        h = Signal(HeaderLayout, name="fill_header")
+        fmt = self.fmt
+        h = Signal(fmt.layout, name="fill_header")
         m.d.comb += [
             h.opcode.eq(Opcode.TLB_FILL),
             h.src.eq(req.src),
             h.tag.eq(req.tag),
             h.route.dyn.group.eq(req.group),
             h.route.dyn.index.eq(req.index),
-            h.route.dyn.mask.eq(Const(1, MAX_PORTS) << req.dst),
+            h.route.dyn.mask.eq(Const(1, fmt.max_ports) << req.dst),
             self.tx.valid.eq(self.mem.req.valid),
             self.tx.payload.data.eq(h.as_value()),
             self.tx.payload.last.eq(1),
@@ -77,7 +80,7 @@ class TlbFillBridge(wiring.Component):
 
         # ---- responses: TLB_FILL_RESP -> mem.resp (one-entry buffer) ------------------------------
         rx = self.rx
-        rh = data.View(HeaderLayout, rx.payload.data[:HEADER_BITS])
+        rh = data.View(fmt.layout, rx.payload.data[:fmt.bits])
         full = Signal()
         buf = Signal(BackingResponse, name="resp_buf")
         dropping = Signal()      # inside a bad packet whose head has gone

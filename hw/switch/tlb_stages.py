@@ -14,13 +14,13 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..packet import INDEX_BITS, ErrorCode
-from .backing_if import BackingRequest
+from ..packet import ErrorCode, header_format, widened
+from .backing_if import backing_request_layout
 from .mshr_file import MshrAnswer, alloc_signature, expiry_signature, fills_signature, flush_signature
-from .translate_if import TranslateRequest, TranslateResponse
+from .translate_if import TranslateRequest, TranslateResponse, translate_request_layout
 
 __all__ = ["TlbItem", "TlbIssue", "TlbCheck", "TlbResolve", "tlb_key_fields", "tlb_key", "group_entry_layout",
-           "item_signature", "checked_signature"]
+           "item_signature", "checked_signature", "tlb_item_layout"]
 
 _ADDR = TranslateResponse.as_shape()["addr"].shape      # a row address, as the AL-TLB answers it
 _CODE = ErrorCode.as_shape()
@@ -31,9 +31,10 @@ def _bits(n: int) -> int:
 
 
 def tlb_key_fields(ports: int, groups: int) -> tuple[int, int, int]:
-    """(dst bits, group bits, key width) of the CAM key ``{group, dst, index}`` (index in the low bits)."""
+    """(dst bits, group bits, key width) of the CAM key ``{group, dst, index}`` (index in the low bits: the
+    header format's index, :func:`hw.packet.header_format`)."""
     db, gb = _bits(ports), _bits(groups)
-    return db, gb, INDEX_BITS + db + gb
+    return db, gb, header_format(ports).index_bits + db + gb
 
 
 def tlb_key(req, ports: int, groups: int):
@@ -44,7 +45,7 @@ def tlb_key(req, ports: int, groups: int):
 
 def group_entry_layout(ports: int) -> data.StructLayout:
     """A group-table entry: the member mask and the tensor bound (``rows`` valid indices)."""
-    return data.StructLayout({"mask": ports, "rows": INDEX_BITS + 1})
+    return data.StructLayout({"mask": ports, "rows": header_format(ports).index_bits + 1})
 
 
 class TlbItem(data.Struct):
@@ -57,14 +58,19 @@ class TlbItem(data.Struct):
     code: _CODE
 
 
-def item_signature() -> wiring.Signature:
+def tlb_item_layout(ports: int | None = None):
+    """:class:`TlbItem` in the header format of a ``ports``-port switch."""
+    return widened(TlbItem, ports, req=translate_request_layout(ports))
+
+
+def item_signature(ports: int | None = None) -> wiring.Signature:
     """A stage's registered item (``valid``, ``item``), from the stage that drives it."""
-    return wiring.Signature({"valid": Out(1), "item": Out(TlbItem)})
+    return wiring.Signature({"valid": Out(1), "item": Out(tlb_item_layout(ports))})
 
 
-def checked_signature() -> wiring.Signature:
+def checked_signature(ports: int | None = None) -> wiring.Signature:
     """An item with the check's verdict ``err`` (``NONE`` for a replay)."""
-    return wiring.Signature({"valid": Out(1), "item": Out(TlbItem), "err": Out(_CODE)})
+    return wiring.Signature({"valid": Out(1), "item": Out(tlb_item_layout(ports)), "err": Out(_CODE)})
 
 
 class TlbIssue(wiring.Component):
@@ -77,12 +83,12 @@ class TlbIssue(wiring.Component):
         self.ports, self.groups = ports, groups
         _, gb, kw = tlb_key_fields(ports, groups)
         super().__init__({
-            "req": In(stream.Signature(TranslateRequest)),
-            "recirc": In(stream.Signature(TranslateRequest)),
+            "req": In(stream.Signature(translate_request_layout(ports))),
+            "recirc": In(stream.Signature(translate_request_layout(ports))),
             "replay": In(stream.Signature(MshrAnswer)),
             "room": In(1),
             "lookup_valid": Out(1), "lookup_key": Out(kw), "group": Out(gb),
-            "next": Out(item_signature()),
+            "next": Out(item_signature(ports)),
         })
 
     def elaborate(self, platform):
@@ -97,7 +103,7 @@ class TlbIssue(wiring.Component):
         take_recirc = Signal(name="take_recirc")
         is_lookup = Signal(name="is_lookup")
         m.d.comb += [take_recirc.eq(recirc.valid & recirc.ready), is_lookup.eq(take_recirc | (req.valid & req.ready))]
-        incoming = Signal(TranslateRequest, name="incoming")
+        incoming = Signal(translate_request_layout(self.ports), name="incoming")
         m.d.comb += incoming.eq(Mux(take_recirc, recirc.payload, req.payload))
         pre_err = Signal(name="pre_err")
         m.d.comb += pre_err.eq((incoming.group >= self.groups) | (incoming.src >= self.ports) |
@@ -126,9 +132,9 @@ class TlbCheck(wiring.Component):
     def __init__(self, *, ports: int, groups: int):
         self.ports, self.groups = ports, groups
         super().__init__({
-            "prev": In(item_signature()),
+            "prev": In(item_signature(ports)),
             "entry": In(group_entry_layout(ports)),
-            "next": Out(checked_signature()),
+            "next": Out(checked_signature(ports)),
         })
 
     def elaborate(self, platform):
@@ -165,13 +171,13 @@ class TlbResolve(wiring.Component):
         self.ports, self.groups = ports, groups
         _, gb, kw = tlb_key_fields(ports, groups)
         super().__init__({
-            "prev": In(checked_signature()),
+            "prev": In(checked_signature(ports)),
             "cam_hit": In(1), "cam_value": In(_ADDR),
             "fills": In(fills_signature(kw)), "expiry": In(expiry_signature(kw)), "flush": In(flush_signature(gb)),
             "alloc": Out(alloc_signature(kw)),
             "resp": Out(stream.Signature(TranslateResponse)),
-            "recirc": Out(stream.Signature(TranslateRequest)),
-            "read": Out(stream.Signature(BackingRequest)),
+            "recirc": Out(stream.Signature(translate_request_layout(ports))),
+            "read": Out(stream.Signature(backing_request_layout(ports))),
             "hit": Out(1),
         })
 

@@ -13,16 +13,16 @@ them by ``tag``, which the translator returns unchanged.
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..packet import ADDR_BITS, GROUP_BITS, PORT_BITS, ErrorCode
+from ..packet import ADDR_BITS, GROUP_BITS, INDEX_BITS, PORT_BITS, ErrorCode, widened
 
-__all__ = ["TranslateRequest", "TranslateResponse", "translate_signature", "TAG_BITS"]
+__all__ = ["TranslateRequest", "TranslateResponse", "translate_signature", "translate_request_layout", "TAG_BITS"]
 
 TAG_BITS = 12
 
 
 class TranslateRequest(data.Struct):
     group: GROUP_BITS
-    index: 18
+    index: INDEX_BITS
     dst: PORT_BITS
     src: PORT_BITS
     tag: TAG_BITS
@@ -34,9 +34,14 @@ class TranslateResponse(data.Struct):
     tag: TAG_BITS
 
 
-def translate_signature() -> wiring.Signature:
-    """Client side: ``req`` stream out, ``resp`` stream in."""
+def translate_request_layout(ports: int | None = None):
+    """:class:`TranslateRequest` in the header format of a ``ports``-port switch (:func:`hw.packet.widened`)."""
+    return widened(TranslateRequest, ports, index="index_bits", dst="port_bits", src="port_bits")
+
+
+def translate_signature(ports: int | None = None) -> wiring.Signature:
+    """Client side: ``req`` stream out, ``resp`` stream in (the request's widths: a ``ports``-port switch's)."""
     return wiring.Signature({
-        "req": Out(stream.Signature(TranslateRequest)),
+        "req": Out(stream.Signature(translate_request_layout(ports))),
         "resp": In(stream.Signature(TranslateResponse)),
     })

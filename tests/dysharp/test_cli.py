@@ -26,7 +26,7 @@ def test_unknown_parameter_lists_valid(capsys):
 
 def test_bad_parameter_value_is_explained(capsys, tmp_path):
     assert main(["verilog", "-m", "switch", "--set", "ports=3", "--out", str(tmp_path)]) == 2
-    assert "ports must be an integer in 4..64" in capsys.readouterr().err
+    assert "ports must be an integer in 4..128" in capsys.readouterr().err
     assert main(["verilog", "-m", "switch", "--set", "ports=x", "--out", str(tmp_path)]) == 2
     assert "expected an integer" in capsys.readouterr().err
 

@@ -52,3 +52,16 @@ def test_generate_verilog_is_the_points_verilog(tmp_path):
     assert path == registry.generate_verilog("credit_receiver", None, tmp_path)
     assert path == tmp_path / "credit_receiver__default.v"
     assert "module credit_receiver" in path.read_text()
+
+
+def test_past_64_ports_a_point_needs_the_wide_headers_flit():
+    """72 ports (an NVL72 plane) take the wide header: accepted at 256-bit flits, refused at 128 before
+    anything is built, with the reason and the valid widths."""
+    p = registry.point("dysharp_switch", {"ports": 72, "flit_width": 256})
+    assert p.overrides == {"ports": 72, "flit_width": 256} and p.slug == "flit_width256_ports72"
+    assert registry.point("system", {"gpus": 72, "flit_width": 512}).params["gpus"] == 72
+    for module, params in (("dysharp_switch", {"ports": 72}), ("system", {"gpus": 72, "flit_width": 128}),
+                           ("switch", {"ports": 65})):
+        with pytest.raises(ValueError, match=f"^{module}: .* ports need the wide header .* use flit_width 256, 512"):
+            registry.point(module, params)
+    assert registry.point("dysharp_switch", {"ports": 64}).params["flit_width"] == 128   # narrow: unchanged

@@ -41,7 +41,7 @@ def test_flush(seed, sim):
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
-@pytest.mark.parametrize("kwargs", [{"ports": 1}, {"ports": 65}, {"groups": 0}, {"groups": 300},
+@pytest.mark.parametrize("kwargs", [{"ports": 1}, {"ports": 129}, {"groups": 0}, {"groups": 300},
                                     {"entries": 100}, {"mshrs": 0}, {"mshrs": 33}, {"resp_depth": 3},
                                     {"timeout": 15}, {"timeout": (1 << 26) + 1}, {"timeout": 0}])
 def test_bad_parameters(kwargs):

@@ -24,7 +24,7 @@ from verif.models import reduce_ref as R
     (ReductionBuffer, {"acc_stages": 2}, "acc_stages must be 1 or 3, got 2"),
     (ReduceALU, {"user_width": 0}, "user_width must be an integer in 1..64"),
     (ReduceALU, {"flit_width": 256, "chain_copies": 3}, "chain_copies must divide the 16 lanes, got 3"),
-    (ReductionEngine, {"ports": 2}, "ports must be an integer in 4..64"),
+    (ReductionEngine, {"ports": 2}, "ports must be an integer in 4..128"),
     (ReductionEngine, {"translate_slots": 1}, "translate_slots must be an integer in 2..256"),
     (ReductionEngine, {"entries": 4}, "entries must be an integer in 16..512"),
     (ReductionEngine, {"acc_stages": 0}, "acc_stages must be 1 or 3, got 0"),
