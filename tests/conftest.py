@@ -71,6 +71,7 @@ FIRST = [
     "tests/verif/test_system.py::test_layer_dysharp_basic",                                  # 42
     "tests/hw/switch/test_dysharp_switch.py::test_traffic_reductions_fills_and_deadlock",    # 32 CPU-s (6 scenarios)
     "tests/hw/test_emission.py::test_switch_dedup_equals_flat",                              # 40
+    "tests/verif/formal/test_formal_reduction.py::test_stale_is_proved_by_k_induction",     # 35
     "tests/verif/formal/test_formal_tlb.py::test_cam_holds_and_every_property_is_covered",   # 25
     "tests/verif/formal/test_formal_switch.py::test_switch_packets_atomic_and_conserved",    # 22
     "tests/hw/switch/test_dysharp_switch.py::test_bad_input",                                # 16 CPU-s (12 scenarios)
