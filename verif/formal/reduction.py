@@ -221,14 +221,15 @@ class SmallReductionBuffer(ReductionBuffer):
             _rb.ReduceALU, _rb.EntryAllocator = saved
 
     @staticmethod
-    def check_params(*, entries, max_length, flit_width, timeout, outstanding, acc_stages=3) -> int:
+    def check_params(*, entries, max_length, flit_width, timeout, outstanding, acc_stages=3, ports=None) -> int:
         if not isinstance(entries, int) or not 2 <= entries <= 512:
             raise ValueError(f"entries must be an integer in 2..512, got {entries!r}")
         if not isinstance(timeout, int) or not 4 <= timeout <= 1 << 20:
             raise ValueError(f"timeout must be an integer in 4..{1 << 20} cycles, got {timeout!r}")
         # The rest as in the product (entries and timeout at the product floor for that call).
         ReductionBuffer.check_params(entries=max(entries, 16), max_length=max_length, flit_width=flit_width,
-                                     timeout=max(timeout, 64), outstanding=None, acc_stages=acc_stages)
+                                     timeout=max(timeout, 64), outstanding=None, acc_stages=acc_stages,
+                                     ports=ports)
         if outstanding is None:
             return entries
         if not isinstance(outstanding, int) or not 1 <= outstanding <= entries:
