@@ -237,6 +237,17 @@ class SmallReductionBuffer(ReductionBuffer):
         return outstanding
 
 
+def _queued_flit(slots, rptr, j: int, flit_width: int):
+    """The flit ``j`` places after the read pointer ``rptr`` of a FIFO's ``slots`` (its storage, in write
+    order, wrapping), and its header view: the harness reads the output queue in the order it will leave."""
+    D = len(slots)
+    sl = slots[0]
+    for i in range(1, D):
+        sl = Mux(Mux(rptr <= i, i - rptr, i + D - rptr) == j, slots[i], sl)
+    fl = data.View(flit_layout(flit_width), sl)
+    return fl, HeaderLayout(fl.data[0:HEADER_BITS])
+
+
 class ReductionBufferHarness(wiring.Component):
     """Ports = the buffer's free inputs (see the module docstring). ``liveness_slack``: cycles of
     ``out.ready`` after which an expired entry's answer must be out. ``alu``: the ALU class the buffer
@@ -614,11 +625,7 @@ class ReductionBufferHarness(wiring.Component):
         rem = Mux(in_pkt, o_len - o_idx, 0)[0:5]
         k_hdrs = []
         for j in range(D):
-            sl = o_slots[0]
-            for i in range(1, D):
-                sl = Mux(Mux(o_rptr <= i, i - o_rptr, i + D - o_rptr) == j, o_slots[i], sl)
-            fl = data.View(flit_layout(W), sl)
-            hd = HeaderLayout(fl.data[0:HEADER_BITS])
+            fl, hd = _queued_flit(o_slots, o_rptr, j, W)
             live = level > j
             is_h = live & (rem == 0)
             resp, err = hd.opcode == Opcode.RED_RESP, hd.opcode == Opcode.ERROR
@@ -758,11 +765,7 @@ class ReductionBufferHarness(wiring.Component):
         rem = Mux(in_pkt, self._o_len - self._o_idx, 0)[0:5]
         in_k = from_out
         for j in range(D):
-            sl = o_slots[0]
-            for i in range(1, D):
-                sl = Mux(Mux(o_rptr <= i, i - o_rptr, i + D - o_rptr) == j, o_slots[i], sl)
-            fl = data.View(flit_layout(W), sl)
-            hd = HeaderLayout(fl.data[0:HEADER_BITS])
+            fl, hd = _queued_flit(o_slots, o_rptr, j, W)
             live = level > j
             is_h = live & (rem == 0)
             resp = hd.opcode == Opcode.RED_RESP
