@@ -44,6 +44,14 @@ def study_points(args) -> list[tuple[str, dict]]:
     return list(arch.items())
 
 
+def point_size(point) -> float:
+    """A rough size of a (module, overrides, ...) point, to start the largest first: by GPUs, ports and table
+    entries (a parameter left to its block, ``None``, counts 0)."""
+    p = registry.get(point[0]).resolve(point[1])
+    n = {k: p.get(k) or 0 for k in ("gpus", "ports", "entries")}
+    return 16 * n["gpus"] + n["ports"] + n["entries"] / 16
+
+
 def lint_points(args) -> list[tuple[str, dict, bool]]:
     """(module, point, whole) of the Verilog and lint steps: :func:`study_points`, plus, outside the quick
     scope, the first standard point of each module emitted deduplicated (the big tops) when its study
@@ -80,11 +88,7 @@ def verilog_points(args, lint: bool) -> list[dict]:
     """:func:`_verilog_and_lint` over :func:`lint_points` on the task engine, the largest points first (by
     GPUs, ports and table entries, a rough size order) so that the two workers end together."""
     points = lint_points(args)
-
-    def size(point):
-        p = registry.get(point[0]).resolve(point[1])
-        return 16 * p.get("gpus", 0) + p.get("ports", 0) + p.get("entries", 0) / 16
-    order = sorted(range(len(points)), key=lambda i: size(points[i]), reverse=True)
+    order = sorted(range(len(points)), key=lambda i: point_size(points[i]), reverse=True)
     rows = engine.map_tasks(_verilog_and_lint, [(*points[i], lint) for i in order],
                             desc="verilog + lint" if lint else "verilog", progress=True, jobs=JOBS,
                             labels=[" ".join([points[i][0]] + [f"{k}={v}" for k, v in points[i][1].items()])

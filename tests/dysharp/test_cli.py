@@ -313,6 +313,17 @@ def test_study_lint_points_add_the_big_tops_whole():
     assert quick == [(n, registry.get(n).points[0], True) for n in sorted(registry.MODULES)]
 
 
+def test_every_study_point_has_a_size_for_the_largest_first_order():
+    """The Verilog and lint steps start the largest points first (``point_size``): every point of every scope
+    gets a number, also where a parameter is left to its block (``ports=None``: the reduction buffer)."""
+    import argparse
+
+    from dysharp.study_steps import lint_points, point_size
+    for quick, full in ((True, False), (False, False), (False, True)):
+        sizes = [point_size(p) for p in lint_points(argparse.Namespace(quick=quick, full=full))]
+        assert sizes and all(isinstance(v, (int, float)) and v >= 0 for v in sizes)
+
+
 def test_study_lint_step_fails_on_a_warning(tmp_path, monkeypatch):
     """The lint step lints every point (two at a time) and raises, naming the file, when one is not clean."""
     import argparse
