@@ -293,16 +293,19 @@ def _compile(module: str, params: dict, vpath: Path, main: str, build_root: Path
                 extra = [str(bdir / "keep_apart.vlt")]
             obj = bdir / "obj"
 
-            def verilate(out: Path, more: list[str], mode: str) -> None:
-                cmd = ["verilator", *flags, *more, "-j", "2", "--top-module", module, "-Mdir", str(obj),
-                       "-o", str(out), *extra, str(source), str(bdir / "main.cpp")]
+            def run_step(cmd: list[str], mode: str, out: Path, what: str) -> None:
+                """One build command, logged to ``log``; ``out`` must exist after it."""
                 with open(log, mode) as f:
                     f.write(" ".join(cmd) + "\n")
                     f.flush()
                     proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=bdir)
                 if proc.returncode != 0 or not out.exists():
-                    raise FastsimBuildError(f"Verilator build of the fast path for {module} {params or {}} "
+                    raise FastsimBuildError(f"{what} of the fast path for {module} {params or {}} "
                                             f"failed (exit {proc.returncode}); see {log}")
+
+            def verilate(out: Path, more: list[str], mode: str) -> None:
+                run_step(["verilator", *flags, *more, "-j", "2", "--top-module", module, "-Mdir", str(obj),
+                          "-o", str(out), *extra, str(source), str(bdir / "main.cpp")], mode, out, "Verilator build")
 
             if train is None:
                 verilate(binary, [], "w")
@@ -322,13 +325,7 @@ def _compile(module: str, params: dict, vpath: Path, main: str, build_root: Path
                     return " ".join(flags[i + 1] for i, f in enumerate(flags[:-1]) if f == name)
                 cmd = ["make", "-j", "2", "-C", str(obj), "-f", f"V{module}.mk", *opts("-MAKEFLAGS").split(),
                        f"VM_USER_CFLAGS={opts('-CFLAGS')} {PGO_USE[1]}", f"VM_USER_LDLIBS={opts('-LDFLAGS')}"]
-                with open(log, "a") as f:
-                    f.write(" ".join(cmd) + "\n")
-                    f.flush()
-                    proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=bdir)
-                if proc.returncode != 0 or not binary.exists():
-                    raise FastsimBuildError(f"the profile-guided compile of the fast path for {module} "
-                                            f"{params or {}} failed (exit {proc.returncode}); see {log}")
+                run_step(cmd, "a", binary, "the profile-guided compile")
             marker.write_text(digest)
             built = True
     return binary, time.perf_counter() - t0 if built else 0.0
