@@ -1,0 +1,114 @@
+"""The layer past 64 GPUs, at unit level: the NVL72 plane's 256-bit flits and wide header in the layer
+model and its work lists, the redundant experts that make DeepSeek-V3's 256 split over 72 GPUs, and the
+compiled harness's packing of wide payloads and memory words (the whole 72-GPU layer run is
+``tests/verif/test_system_fast.py``'s slow ``test_layer_at_72_gpus``)."""
+
+import collections
+
+import numpy as np
+import pytest
+
+from hw.gpu_nic.request_gen import descriptor_layout, gen_config_layout
+from hw.gpu_nic.receive_path import rx_config_layout, unpack_token_meta
+from hw.packet import NARROW, WIDE, Header, Opcode
+from hw.switch.dysharp_switch import switch_config_layout
+from verif.harness.structs import pack, unpack
+from verif.models import moe_layer as ml
+
+
+@pytest.fixture(scope="module")
+def L72():
+    return ml.build_layer(model="deepseek-v3", gpus=72, tokens=4, hidden=128, seed=5, redundant_experts=32)
+
+
+def test_the_plane_follows_the_gpu_count():
+    """Up to 64 GPUs the NVLink4 board (128-bit flits, narrow header), past them NVL72 (256-bit, wide)."""
+    n = ml.build_layer(gpus=64, tokens=2)
+    assert (n.p.system, n.flit_width, n.fmt, n.flit_bytes) == ("hgx-h100", 128, NARROW, 16)
+    assert "flit_width" not in n.system_params()          # the narrow points' builds are unchanged
+    assert ml.plane_system(65) == "nvl72" and ml.plane_system(128) == "nvl72"
+
+
+def test_redundant_experts_at_72_gpus(L72):
+    """256 + 32 = 288 slots, 4 per GPU; slots 256.. replicate the 32 most-loaded experts of the routing;
+    a token picks the replica when its home GPU is odd, so each copy serves half the homes."""
+    L = L72
+    assert (L.E, L.experts_per_gpu, L.flit_width, L.fmt) == (288, 4, 256, WIDE)
+    assert L.system_params()["flit_width"] == 256 and L.system_params()["gpus"] == 72
+    assert np.array_equal(L.placement, np.arange(288) // 4)
+    logical = L.slot_expert[L.routing]
+    load = np.bincount(logical.ravel(), minlength=256)
+    hot = set(L.slot_expert[256:].tolist())
+    assert len(hot) == 32 and min(load[list(hot)]) >= max(np.delete(load, list(hot)))
+    for t in range(L.N):
+        even = L.home[t] % 2 == 0
+        for s, e in zip(L.routing[t], logical[t]):
+            assert (s >= 256) == (not even and e in hot)
+        assert len(set(logical[t])) == L.k                     # a token's experts stay distinct
+    # every slot's output is its expert's: the reference is the unreplicated layer's
+    x = L.x[0]
+    for s in range(256, 288):
+        assert np.array_equal(L.expert_out(s, x), L.expert_out(int(L.slot_expert[s]), x))
+    ref = np.zeros((L.N, L.hidden))
+    for t in range(L.N):
+        for j in range(L.k):
+            wg, wu, wd = L.weights[int(logical[t, j])]
+            ref[t] += L.gates[t, j] * (wd @ (np.maximum(wg @ L.x[t], 0) * (wu @ L.x[t])))
+    assert np.array_equal(L.reference(), ref)
+
+
+def test_rows_are_256_bit_flits(L72):
+    """A dispatched row is the hidden vector in 32-B flits, the gate flit, the metadata flit (the slots)."""
+    L = L72
+    assert (L.row_flits, L.comb_flits, L.row_shift) == (-(-(128 + 4) // 32) + 2, 128 * 2 // 32, 8)
+    for t in range(0, L.N, 37):
+        flits = L.row(t)
+        assert len(flits) == L.row_flits and all(0 <= f < 1 << 256 for f in flits)
+        x, g, ids = ml.decode_row(flits, L.hidden, "fp8", 32)
+        assert np.array_equal(x, L.x[t]) and ids == L.routing[t].tolist() == unpack_token_meta(flits[-1])
+        assert np.array_equal(g, L.gates[t])
+    v = np.arange(L.hidden) / 4 - 8
+    assert np.array_equal(ml.decode_bf16_row(ml.encode_bf16_row(v, 32), L.hidden, 32), v)
+    # the layer's flits on the links: 32-B flits, rows in one packet (16 flits at most)
+    pred = L.predicted_flits("deepep")
+    sent = collections.Counter()
+    for w in L.work("deepep"):
+        for d in w.dispatch:
+            sent[w.gpu] += bin(d.mask).count("1") * (1 + L.row_flits)
+    assert pred["dispatch"]["up"] == [sent[g] for g in range(72)]
+
+
+@pytest.mark.parametrize("scheme", ml.SCHEMES)
+def test_work_lists_pack_in_the_wide_layouts(L72, scheme):
+    """Descriptors reach GPUs past 63 (72-bit masks) and pack into the 72-port descriptor layout bit for
+    bit, as do the NIC's and the switch's configuration words the testbench writes."""
+    L = L72
+    lay = descriptor_layout(72)
+    top = 0
+    for w in L.work(scheme):
+        for d in [*w.dispatch, *(c.desc for c in w.combine if c.desc), *(r.desc for r in w.returns)]:
+            got = unpack(lay, d.pack(72))
+            assert {k: got[k] for k in ("op", "mask", "index", "group", "addr", "length")} == \
+                {"op": d.op, "mask": d.mask, "index": d.index, "group": d.group, "addr": d.addr, "length": d.length}
+            top = max(top, d.mask.bit_length())
+    assert top == 72 or scheme in ("deepep", "fused-unicast") and top > 64
+    with pytest.raises(ValueError):
+        pack(descriptor_layout(64), mask=1 << 70)               # the narrow layout cannot name GPU 70
+    gc = L.gen_config(71, scheme)
+    assert unpack(gen_config_layout(72), pack(gen_config_layout(72), port=71, row_shift=gc["row_shift"]))["port"] == 71
+    assert unpack(rx_config_layout(72), pack(rx_config_layout(72), **L.rx_config(71, scheme)))["port"] == 71
+    for c in L.tlb_config():
+        bits = pack(switch_config_layout(72), target=1, port=0, all=1, tlb__op=c["op"], tlb__group=c["group"],
+                    tlb__mask=c["mask"], tlb__rows=c["rows"])
+        assert unpack(switch_config_layout(72), bits)["tlb.mask"] == (1 << 72) - 1
+
+
+def test_wide_headers_of_the_layer_decode(L72):
+    """The layer's requests in the wide header (what the RTL sends for it): a DYN_ST to GPUs up to 71 with
+    a 20-bit index, read back by the Python decoder."""
+    L = L72
+    for w in L.work("dysharp")[66:]:
+        for d in w.dispatch:
+            h = Header(opcode=Opcode.DYN_ST, src=w.gpu, length=L.row_flits, group=d.group, mask=d.mask,
+                       index=d.index)
+            assert Header.decode(h.encode(WIDE), WIDE) == h
