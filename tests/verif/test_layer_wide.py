@@ -4,6 +4,9 @@ compiled harness's packing of wide payloads and memory words (the whole 72-GPU l
 ``tests/verif/test_system_fast.py``'s slow ``test_layer_at_72_gpus``)."""
 
 import collections
+import shutil
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +15,7 @@ from hw.gpu_nic.request_gen import descriptor_layout, gen_config_layout
 from hw.gpu_nic.receive_path import rx_config_layout, unpack_token_meta
 from hw.packet import NARROW, WIDE, Header, Opcode
 from hw.switch.dysharp_switch import switch_config_layout
+from verif.harness.gpu_memory import default_word
 from verif.harness.structs import pack, unpack
 from verif.models import moe_layer as ml
 
@@ -112,3 +116,28 @@ def test_wide_headers_of_the_layer_decode(L72):
             h = Header(opcode=Opcode.DYN_ST, src=w.gpu, length=L.row_flits, group=d.group, mask=d.mask,
                        index=d.index)
             assert Header.decode(h.encode(WIDE), WIDE) == h
+
+
+def test_harness_payload_and_memory_words(tmp_path):
+    """The compiled harness holds the widest stream payload and a flit per memory word, read from the
+    top's ports; its unwritten memory reads as gpu_memory.default_word at 128, 256 and 512 bits."""
+    from verif.harness.fastsim.system import payload_words
+    narrow = {"desc__0__payload": (0, 155), "mem_wr__0__payload": (0, 172), "switch_cfg__payload": (0, 171)}
+    wide = {"desc__0__payload": (0, 221), "mem_wr__0__payload": (0, 295), "switch_cfg__payload": (0, 317)}
+    assert payload_words(narrow) == 8 and payload_words(wide) == 12
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no g++")
+    src = (Path(__file__).resolve().parents[2] / "verif/harness/fastsim/system_main.cpp").read_text()
+    body = src[src.index("struct Word"):src.index("struct Memory")]
+    addrs = (0, 1, 12345, (1 << 44) - 1, 0x0400_0000 >> 5)
+    for fw in (4, 8, 16):
+        (tmp_path / "dw.cpp").write_text(
+            "#include <cstdint>\n#include <cstdio>\n#include <cstring>\ntypedef unsigned __int128 u128;\n"
+            f"static constexpr int FW = {fw};\n{body}\nint main() {{ const uint64_t a[] = {{"
+            + ", ".join(f"{a}ULL" for a in addrs) + "}; for (uint64_t x : a) { Word o = default_word(x); "
+            "for (int i = FW - 1; i >= 0; i--) printf(\"%08x\", o.w[i]); printf(\"\\n\"); } }\n")
+        exe = tmp_path / f"dw{fw}"
+        subprocess.run([cxx, "-O1", "-o", str(exe), str(tmp_path / "dw.cpp")], check=True)
+        out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
+        assert out == [format(default_word(a, 32 * fw), f"0{8 * fw}x") for a in addrs]

@@ -37,7 +37,8 @@
 
 static constexpr int G = @@GPUS@@;
 static constexpr int NPORTS = @@NPORTS@@;
-static constexpr int PW = 8;             // 32-bit words of the widest stream payload held
+static constexpr int PW = @@PW@@;             // 32-bit words of the widest stream payload held (+ 2: bits())
+static constexpr int FW = @@FW@@;             // 32-bit words of a flit (a memory word)
 static constexpr int64_t NEVER = INT64_MAX;
 
 typedef unsigned __int128 u128;
@@ -97,24 +98,40 @@ static inline int call(int kind, int g, int64_t cycle, uint64_t arg, const uint3
 }
 
 // ------------------------------------------------------------------------------------------ memory
-struct W4 { uint32_t w[4]; };
+struct Word { uint32_t w[FW]; };
 
-static W4 default_word(uint64_t addr) {
-    const u128 mix = (u128(0x9E3779B97F4A7C15ULL) << 64) | u128(0xF39CC0605CEDC835ULL);
-    u128 x = u128(addr + 1) * mix;
-    u128 r = x ^ (x >> 61) ^ (u128(addr) << 7);
-    W4 o;
-    for (int i = 0; i < 4; i++) o.w[i] = uint32_t(r >> (32 * i));
+// verif.harness.gpu_memory.default_word at FW x 32 bits: x = (addr + 1) * MIX (a 128-bit constant) mod
+// 2^(32 FW), then x ^ (x >> 61) ^ (addr << 7), in 64-bit limbs.
+static Word default_word(uint64_t addr) {
+    constexpr int L = (FW + 1) / 2 + 1;
+    const uint64_t lo = 0xF39CC0605CEDC835ULL, hi = 0x9E3779B97F4A7C15ULL;
+    uint64_t x[L + 1] = {}, r[L] = {};
+    u128 p0 = u128(addr + 1) * lo, p1 = u128(addr + 1) * hi;
+    u128 mid = (p0 >> 64) + uint64_t(p1);
+    x[0] = uint64_t(p0);
+    if (L > 1) x[1] = uint64_t(mid);
+    if (L > 2) x[2] = uint64_t((mid >> 64) + (p1 >> 64));
+    const int bits_all = 32 * FW;
+    for (int i = 0; i < L; i++) {                 // x mod 2^(32 FW)
+        int lo_bit = 64 * i;
+        if (lo_bit >= bits_all) x[i] = 0;
+        else if (bits_all - lo_bit < 64) x[i] &= (uint64_t(1) << (bits_all - lo_bit)) - 1;
+    }
+    for (int i = 0; i < L; i++) r[i] = x[i] ^ ((x[i] >> 61) | (x[i + 1] << 3));
+    r[0] ^= addr << 7;
+    if (L > 1) r[1] ^= addr >> 57;
+    Word o;
+    for (int i = 0; i < FW; i++) o.w[i] = uint32_t(r[i / 2] >> (32 * (i % 2)));
     return o;
 }
 
 struct Memory {
-    std::unordered_map<uint64_t, W4> m;
-    W4 read(uint64_t a) const {
+    std::unordered_map<uint64_t, Word> m;
+    Word read(uint64_t a) const {
         auto it = m.find(a);
         return it == m.end() ? default_word(a) : it->second;
     }
-    void write(uint64_t a, const uint32_t* w) { W4& x = m[a]; std::memcpy(x.w, w, 16); }
+    void write(uint64_t a, const uint32_t* w) { Word& x = m[a]; std::memcpy(x.w, w, 4 * FW); }
 };
 
 // ------------------------------------------------------------------------------------------ agents
@@ -146,7 +163,7 @@ struct Monitor {                 // verif.harness.stream.StreamMonitor, stall 0 
 struct ReadPort {                // verif.harness.gpu_memory.MemReadPort, stall and gap 0
     Monitor req;
     int rvalid = -1, rready = -1, rpayload = -1;
-    std::deque<std::pair<int64_t, W4>> pending;
+    std::deque<std::pair<int64_t, Word>> pending;
     bool cur = false;
     int64_t latency = 10, requests = 0;
     uint64_t mask = 0;
@@ -154,7 +171,7 @@ struct ReadPort {                // verif.harness.gpu_memory.MemReadPort, stall 
     void drive(int64_t cycle) {
         req.drive();
         if (!cur && !pending.empty() && pending.front().first <= cycle) {
-            W4 v = pending.front().second; pending.pop_front(); cur = true;
+            Word v = pending.front().second; pending.pop_front(); cur = true;
             pset(P[rpayload], v.w); pset1(rvalid, 1);
         } else if (!cur) pset1(rvalid, 0);
     }
@@ -357,8 +374,8 @@ static void sample() {
         if (x.wr.take()) {
             pget(P[x.wr.payload], w);
             uint64_t addr = bits(w, addr_off, addr_w);
-            uint32_t d[4];
-            for (int i = 0; i < 4; i++) d[i] = uint32_t(bits(w, data_off + 32 * i, 32));
+            uint32_t d[FW];
+            for (int i = 0; i < FW; i++) d[i] = uint32_t(bits(w, data_off + 32 * i, 32));
             x.mem.write(addr, d);
             int64_t a = int64_t(addr);
             if (a >= x.win0 && a < x.win_end) {
@@ -461,6 +478,8 @@ static bool config_idle() {
 extern "C" {
 
 int sys_gpus() { return G; }
+int sys_flit_words() { return FW; }
+int sys_payload_words() { return PW; }
 double sys_eval_seconds() { return eval_s; }
 int sys_nports() { return NPORTS; }
 int sys_port_width(int i) { return (i >= 0 && i < NPORTS) ? P[i].w : -1; }
@@ -552,10 +571,10 @@ void sys_feed_ready(int g, int64_t at, int64_t planned, int64_t token, const uin
 void sys_set_wake(int g, int64_t at) { gpus[g].wake = at < 0 ? NEVER : at; }
 void sys_silence(int g, int64_t at) { gpus[g].silence_at = at; }
 void sys_mem_read(int g, int64_t addr, int n, uint32_t* out) {
-    for (int i = 0; i < n; i++) { W4 v = gpus[g].mem.read(uint64_t(addr + i)); std::memcpy(out + 4 * i, v.w, 16); }
+    for (int i = 0; i < n; i++) { Word v = gpus[g].mem.read(uint64_t(addr + i)); std::memcpy(out + FW * i, v.w, 4 * FW); }
 }
 void sys_mem_write(int g, int64_t addr, int n, const uint32_t* in) {
-    for (int i = 0; i < n; i++) gpus[g].mem.write(uint64_t(addr + i), in + 4 * i);
+    for (int i = 0; i < n; i++) gpus[g].mem.write(uint64_t(addr + i), in + FW * i);
 }
 void sys_start(int64_t at) { t0 = at; occ_next = at; }
 
