@@ -79,6 +79,8 @@ def layer_settings(point: "Point", scheme: str, out: "Path | None", timeout: int
         env["gemm"] = list(point.gemm)
     if point.redundant_experts:
         env["redundant_experts"] = point.redundant_experts
+    if point.system:
+        env["system"] = point.system
     if silent is not None:
         env["silent"] = list(silent)
     if not drop:
@@ -98,6 +100,10 @@ def add_arguments(p) -> None:
     p.add_argument("--redundant-experts", type=int, default=DEFAULTS["redundant_experts"], metavar="R",
                    help="replicas of the R most-loaded experts, so that experts + R split evenly over the GPUs "
                         "(e.g. 32 for DeepSeek-V3's 256 experts on 72 GPUs, as its deployment does; default: 0)")
+    p.add_argument("--system", default=None,
+                   help="the system the layer stands for (GEMM roofline, links, and its port width as the flit "
+                        "width; default: hgx-h100 up to 64 GPUs, nvl72 past them, whose 256-bit flits carry the "
+                        "wide header)")
     p.add_argument("--harness", default="fast",
                    help=f"fast (compiled, Verilator, profile-guided; default) or cocotb (fast-noprofile: the "
                         f"compiled harness without the profile; fast-fall: also with its inputs latched on the "
@@ -130,17 +136,20 @@ class Point:
     seed: int
     gemm: tuple | None = None
     redundant_experts: int = 0
+    system: str | None = None
 
     @property
     def slug(self) -> str:
         g = f"_gemm{self.gemm[0]}x{self.gemm[1]}" if self.gemm else ""
         r = f"_r{self.redundant_experts}" if self.redundant_experts else ""
-        return f"{self.model}_g{self.gpus}_t{self.tokens}_h{self.hidden}_s{self.seed}{r}{g}"
+        sy = f"_{self.system}" if self.system else ""
+        return f"{self.model}_g{self.gpus}_t{self.tokens}_h{self.hidden}_s{self.seed}{r}{sy}{g}"
 
     def layer(self):
         from verif.models import moe_layer as ml
         return ml.build_layer(model=self.model, gpus=self.gpus, tokens=self.tokens, hidden=self.hidden,
-                              seed=self.seed, gemm_cycles=self.gemm, redundant_experts=self.redundant_experts)
+                              seed=self.seed, gemm_cycles=self.gemm, redundant_experts=self.redundant_experts,
+                              system=self.system)
 
 
 def parse_schemes(text: str) -> list[str]:
@@ -153,7 +162,7 @@ def parse_schemes(text: str) -> list[str]:
 
 
 def check_point(model: str, gpus: int, tokens: int, hidden: int, seed: int, gemm: str | None,
-                redundant_experts: int = 0) -> Point:
+                redundant_experts: int = 0, system: str | None = None) -> Point:
     """A :class:`Point`, or ``ValueError`` naming the argument and its valid values."""
     from hw.packet import MAX_SWITCH_PORTS, header_format
     from sim_models import moe_config
@@ -175,6 +184,15 @@ def check_point(model: str, gpus: int, tokens: int, hidden: int, seed: int, gemm
         raise ValueError(f"--gpus {gpus}: {cfg.name} needs G in 4..{MAX_SWITCH_PORTS} dividing {what}; valid: "
                          f"{', '.join(map(str, valid_g))}; or, at G = {gpus}, --redundant-experts "
                          f"{', '.join(map(str, replica_choices(E, gpus)))}, ...")
+    if system is not None:
+        from sim_models.system_config import load_system, system_names
+        if system not in system_names():
+            raise ValueError(f"--system {system!r} is unknown; valid: {', '.join(system_names())}")
+        fw = 8 * load_system(system).port_bytes_per_cycle
+        try:
+            header_format(gpus, fw)
+        except ValueError as e:
+            raise ValueError(f"--system {system} ({fw}-bit flits) at --gpus {gpus}: {e}") from None
     index_bits = header_format(gpus).index_bits
     max_t = (1 << index_bits) // gpus
     if not 1 <= tokens <= max_t:
@@ -192,7 +210,7 @@ def check_point(model: str, gpus: int, tokens: int, hidden: int, seed: int, gemm
             g = ()
         if len(g) != 2 or min(g) < 1:
             raise ValueError(f"--gemm {gemm!r}: must be two positive cycle counts G1,G2")
-    return Point(model.lower(), gpus, tokens, hidden, seed, g, R)
+    return Point(model.lower(), gpus, tokens, hidden, seed, g, R, system)
 
 
 def check_harness(harness: str, sim: str | None) -> str:
@@ -371,7 +389,7 @@ def run(args) -> int:
     from verif.harness.runner import SIMULATORS, verilator_env
     schemes = parse_schemes(args.scheme)
     point = check_point(args.model, args.gpus, args.tokens, args.hidden, args.seed, args.gemm,
-                        args.redundant_experts)
+                        args.redundant_experts, args.system)
     if args.sim is not None and args.sim not in SIMULATORS:
         raise ValueError(f"--sim {args.sim!r}: valid: {', '.join(SIMULATORS)}")
     harness = check_harness(args.harness, args.sim)
@@ -475,7 +493,8 @@ def markdown(report: dict) -> str:
     pt, d = report["point"], report["layer"]
     cmd = (f"dysharp system --model {pt['model']} --gpus {pt['gpus']} --tokens {pt['tokens']} --hidden {pt['hidden']} "
            f"--seed {pt['seed']}" + (f" --gemm {pt['gemm'][0]},{pt['gemm'][1]}" if pt.get("gemm") else "")
-           + (f" --redundant-experts {pt['redundant_experts']}" if pt.get("redundant_experts") else ""))
+           + (f" --redundant-experts {pt['redundant_experts']}" if pt.get("redundant_experts") else "")
+           + (f" --system {pt['system']}" if pt.get("system") else ""))
     lines = ["## Whole MoE layer in RTL (`dysharp system`)", "",
              f"Command: `{cmd}` on {report['sim']}. {d['model']}, G = {pt['gpus']}, {pt['tokens']} tokens per GPU, "
              f"hidden {pt['hidden']} (scaled down x{d['hidden_factor']:.0f}), GEMM {d['gemm_tile_cycles'][0]}/"
@@ -511,7 +530,7 @@ def study(args, out_dir) -> str:
     sargs = p.parse_args(["--out", str(Path(out_dir) / "system")] + STUDY_ARGS[scope_of(args)])
     run(sargs)
     pt = check_point(sargs.model, sargs.gpus, sargs.tokens, sargs.hidden, sargs.seed, sargs.gemm,
-                     sargs.redundant_experts)
+                     sargs.redundant_experts, sargs.system)
     report = json.loads((Path(sargs.out) / f"{pt.slug}.json").read_text())
     report["png"] = f"system/{report['png']}"          # relative to the report
     return markdown(report)

@@ -378,7 +378,7 @@ class SystemEnv:
                                     hidden=s.get("hidden", 128), seed=s.get("seed", tbenv.seed()),
                                     tile_size=p["nic"].get("tile_size", 128),
                                     gemm_cycles=tuple(gemm) if gemm else None,
-                                    redundant_experts=s.get("redundant_experts", 0))
+                                    redundant_experts=s.get("redundant_experts", 0), system=s.get("system"))
         assert p.get("flit_width", 128) == L.flit_width, \
             f"the system top has {p.get('flit_width', 128)}-bit flits, the layer {L.flit_width}-bit ones"
         self.sp = L.scheduler_params()
