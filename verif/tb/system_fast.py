@@ -114,6 +114,7 @@ class FastEnv(tb.SystemEnv):
         self.links = _Links(self, s.get("bin", 64))
         self.occupancy = _Occupancy(self, s.get("bin", 64))
         self.switch_cfg = _Stream(self.lib.so, 3)
+        self.nic_cfg = _Stream(self.lib.so, 4) if "nic_cfg__valid" in self.lib.index else None
 
     def series(self, i):
         so = self.lib.so

@@ -51,7 +51,7 @@ def payload_words(ports: dict) -> int:
     widest payload it drives or reads (streams, ``switch_cfg``, ``mem_wr``) plus the two words its bit
     reader may look past the field (the wide header's configuration and 256-bit memory writes)."""
     widths = [w for name, (_, w) in ports.items() if name.endswith("__payload") and "__0__" in name
-              or name == "switch_cfg__payload"]
+              or name in ("switch_cfg__payload", "nic_cfg__payload")]
     return max(PW, -(-max(widths) // 32) + 2)
 
 
@@ -220,6 +220,7 @@ class SystemLib:
             for st in _STREAMS:
                 r += [ix[f"{st}__{g}__{s}"] for s in _VRP]
         r += [ix[f"switch_cfg__{s}"] for s in _VRP] + [ix["probe"], ix["switch_status__total"], ix["clk"], ix["rst"]]
+        r += [ix.get(f"nic_cfg__{s}", -1) for s in _VRP]          # hw.system's nic_cfg="stream" form
         return r
 
 
@@ -252,7 +253,7 @@ class FastDut:
 
 
 class _Stream:
-    """A stream driver's ``send`` (0 desc, 1 cmd, 2 mm_cfg, 3 switch_cfg)."""
+    """A stream driver's ``send`` (0 desc, 1 cmd, 2 mm_cfg, 3 switch_cfg, 4 nic_cfg)."""
 
     def __init__(self, so, which, g=0):
         self.so, self.which, self.g = so, which, g

@@ -209,7 +209,7 @@ struct Gpu {
 };
 
 static Gpu gpus[G];
-static Driver swcfg;
+static Driver swcfg, niccfg;            // niccfg: the nic_cfg stream, where the top has one (else ports -1)
 static int probe = -1, total = -1, clk = -1, rst = -1;
 static int addr_off = 0, addr_w = 0, data_off = 0;        // mem_wr payload layout
 static int in_use_off = 0, in_use_w = 0;                  // switch_status__total
@@ -300,7 +300,7 @@ static void occ_sample() {
 }
 
 static bool quiet_now() {                    // SystemEnv._quiet_now
-    if (link_quiet == 0 || !swcfg.idle()) return false;
+    if (link_quiet == 0 || !swcfg.idle() || !niccfg.idle()) return false;
     for (int g = 0; g < G; g++) {
         Gpu& x = gpus[g];
         if (!x.fq.empty() || !x.desc.idle() || !x.cmd.idle() || !x.mmcfg.idle() || !x.rtx.idle() ||
@@ -365,6 +365,7 @@ static void drive() {
         if (x.wake <= cycle) call(EV_WAKE, g, cycle, 0, nullptr);     // the GEMM ends
     }
     swcfg.drive();
+    if (niccfg.valid >= 0) niccfg.drive();
 }
 
 static void sample() {
@@ -398,6 +399,7 @@ static void sample() {
         if (x.rel.take()) call(EV_RELEASE, g, cycle, pget64(P[x.rel.payload]), nullptr);
     }
     swcfg.sample();
+    niccfg.sample();
     links_sample();
     occ_sample();
 }
@@ -471,7 +473,7 @@ static void step(int64_t* edges) {
 
 static bool config_idle() {
     for (int g = 0; g < G; g++) if (!gpus[g].mmcfg.idle() || !gpus[g].cmd.idle()) return false;
-    return swcfg.idle();
+    return swcfg.idle() && niccfg.idle();
 }
 
 // ------------------------------------------------------------------------------------------ C API
@@ -487,7 +489,8 @@ void sys_port_read(int i, uint32_t* out) { pget(P[i], out); }
 void sys_port_write(int i, const uint32_t* in) { pset(P[i], in); }
 
 // roles: per GPU 27 port indices (wr v/r/p, rd_tx req v/r/p resp v/r/p, rd_rx the same, desc v/r/p,
-// cmd v/r/p, mm_cfg v/r/p, ready v/r/p, release v/r/p), then switch_cfg v/r/p, probe, total, clk, rst.
+// cmd v/r/p, mm_cfg v/r/p, ready v/r/p, release v/r/p), then switch_cfg v/r/p, probe, total, clk, rst,
+// nic_cfg v/r/p (-1 where the top has the NICs' configuration as ports).
 // cfg: addr_off, addr_w, data_off, in_use_off, in_use_w, link_w, vo, co, lo, oo, ow, fill_a, fill_b,
 // latency, addr_mask, drop_k, bin, quiet_min.
 int sys_init(callback_t callback, const int32_t* roles, const int64_t* cfg) {
@@ -511,6 +514,7 @@ int sys_init(callback_t callback, const int32_t* roles, const int64_t* cfg) {
     }
     swcfg.valid = *r++; swcfg.ready = *r++; swcfg.payload = *r++;
     probe = *r++; total = *r++; clk = *r++; rst = *r++;
+    niccfg.valid = *r++; niccfg.ready = *r++; niccfg.payload = *r++;
     addr_off = int(cfg[0]); addr_w = int(cfg[1]); data_off = int(cfg[2]); in_use_off = int(cfg[3]);
     in_use_w = int(cfg[4]); link_w = int(cfg[5]); vo = int(cfg[6]); co = int(cfg[7]); lo = int(cfg[8]);
     oo = int(cfg[9]); ow = int(cfg[10]); fill_a = int(cfg[11]); fill_b = int(cfg[12]);
@@ -545,6 +549,7 @@ void sys_reset() {
         x.rdy.drive(); x.rel.drive();
     }
     swcfg.drive();
+    if (niccfg.valid >= 0) niccfg.drive();
     eval_clk(0);
     for (int i = 0; i < (INPUTS_AT_RISE ? 2 : 3); i++) {
         eval_clk(1);
@@ -557,9 +562,10 @@ void sys_settle() {
     eval_clk(0);
 }
 
-void sys_send(int which, int g, const uint32_t* w) {      // 0 desc, 1 cmd, 2 mm_cfg, 3 switch_cfg
+void sys_send(int which, int g, const uint32_t* w) {      // 0 desc, 1 cmd, 2 mm_cfg, 3 switch_cfg, 4 nic_cfg
     Pay p; std::memcpy(p.w, w, sizeof p.w);
-    Driver* d = which == 3 ? &swcfg : which == 0 ? &gpus[g].desc : which == 1 ? &gpus[g].cmd : &gpus[g].mmcfg;
+    Driver* d = which == 4 ? &niccfg : which == 3 ? &swcfg : which == 0 ? &gpus[g].desc : which == 1 ? &gpus[g].cmd
+              : &gpus[g].mmcfg;
     d->q.push_back(p);
 }
 void sys_feed(int g, const uint32_t* w) { Pay p; std::memcpy(p.w, w, sizeof p.w); gpus[g].fq.push_back(p); }
