@@ -147,15 +147,19 @@ def test_system_top_takes_the_nic_configuration_as_a_stream_past_the_netlist_lim
     """Amaranth numbers a design's top-level input bits in 16 bits: the NICs' configuration ports of 72
     GPUs of 256-bit flits would take the top past it, so it takes them as one write stream there, and keeps
     the ports (its Verilog unchanged) where they fit."""
-    from hw.system import MAX_TOP_INPUT_BITS, System, _input_bits
+    from hw.system import MAX_TOP_INPUT_BITS, NIC_CFG, System, _input_bits
     small = System(gpus=8)
     assert small.nic_cfg_mode == "ports" and "gen_cfg" in small.signature.members
+    forced = System(gpus=4, nic_cfg="stream")
+    assert "gen_cfg" not in forced.signature.members and "nic_cfg" in forced.signature.members
     big = System(gpus=72, flit_width=256, nic={"experts": 4, "mm_index_bits": 11, "mm_slots": 256})
     assert big.nic_cfg_mode == "stream" and "gen_cfg" not in big.signature.members
-    assert _input_bits(big.signature.members) < MAX_TOP_INPUT_BITS
-    ports = System(gpus=72, flit_width=256, nic={"experts": 4, "mm_index_bits": 11, "mm_slots": 256},
-                   nic_cfg="ports")
-    assert _input_bits(ports.signature.members) >= MAX_TOP_INPUT_BITS
+    bits = _input_bits(big.signature.members)
+    assert bits < MAX_TOP_INPUT_BITS
+    nm = big.nics[0].signature.members               # the same top with the configuration as ports
+    as_ports = bits - _input_bits({"nic_cfg": big.signature.members["nic_cfg"]}) + \
+        72 * _input_bits({n: nm[n] for n in NIC_CFG})
+    assert as_ports >= MAX_TOP_INPUT_BITS
     with pytest.raises(ValueError, match="nic_cfg must be one of auto, ports, stream"):
         System(gpus=4, nic_cfg="csr")
 
