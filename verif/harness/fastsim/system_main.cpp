@@ -577,7 +577,10 @@ void sys_feed_ready(int g, int64_t at, int64_t planned, int64_t token, const uin
 void sys_set_wake(int g, int64_t at) { gpus[g].wake = at < 0 ? NEVER : at; }
 void sys_silence(int g, int64_t at) { gpus[g].silence_at = at; }
 void sys_mem_read(int g, int64_t addr, int n, uint32_t* out) {
-    for (int i = 0; i < n; i++) { Word v = gpus[g].mem.read(uint64_t(addr + i)); std::memcpy(out + FW * i, v.w, 4 * FW); }
+    for (int i = 0; i < n; i++) {
+        Word v = gpus[g].mem.read(uint64_t(addr + i));
+        std::memcpy(out + FW * i, v.w, 4 * FW);
+    }
 }
 void sys_mem_write(int g, int64_t addr, int n, const uint32_t* in) {
     for (int i = 0; i < n; i++) gpus[g].mem.write(uint64_t(addr + i), in + FW * i);
