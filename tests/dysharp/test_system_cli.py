@@ -14,8 +14,20 @@ from verif.models.moe_layer import build_layer
 
 @pytest.mark.parametrize("argv, message", [
     (["--model", "gpt-5"], "--model 'gpt-5' is unknown; valid: dbrx, deepseek-v2, deepseek-v3"),
-    (["--gpus", "6"], "--gpus 6: deepseek-v3 needs G in 4..64 dividing its 256 experts; valid: 4, 8, 16, 32, 64"),
-    (["--model", "mixtral-8x7b", "--gpus", "16"], "mixtral-8x7b needs G in 4..64 dividing its 8 experts; valid: 4, 8"),
+    (["--gpus", "6"], "--gpus 6: deepseek-v3 needs G in 4..128 dividing its 256 experts; valid: 4, 8, 16, 32, "
+                      "64, 128; or, at G = 6, --redundant-experts 2, 8, 14"),
+    (["--model", "mixtral-8x7b", "--gpus", "16"], "mixtral-8x7b needs G in 4..128 dividing its 8 experts; valid: 4, 8; "
+                                                  "or, at G = 16, --redundant-experts 8"),
+    (["--gpus", "72"], "--gpus 72: deepseek-v3 needs G in 4..128 dividing its 256 experts; valid: 4, 8, 16, 32, 64, "
+                       "128; or, at G = 72, --redundant-experts 32, 104"),
+    (["--gpus", "72", "--redundant-experts", "8"], "dividing its 256 experts + 8 redundant (264); valid: 4, 6, 8, 11"),
+    (["--gpus", "130"], "--gpus 130: must be in 4..128 (one switch port each; the widest header's mask"),
+    (["--redundant-experts", "-1"], "--redundant-experts -1: must be in 0..256"),
+    (["--system", "dgx-a100"], "--system 'dgx-a100' is unknown; valid: gh200-nvl32, hgx-h100"),
+    (["--gpus", "72", "--redundant-experts", "32", "--system", "gh200-nvl32"],
+     "--system gh200-nvl32 (128-bit flits) at --gpus 72: 72 ports need the wide header"),
+    (["--gpus", "72", "--redundant-experts", "32", "--tokens", "14564"],
+     "--tokens 14564: must be in 1..14563 per GPU (G x tokens <= 2^20, the algebraic index of the wide header)"),
     (["--tokens", "0"], "--tokens 0: must be in 1..32768"),
     (["--gpus", "64", "--tokens", "5000"], "--tokens 5000: must be in 1..4096"),
     (["--hidden", "100"], "--hidden 100: must be a multiple of 16 in 16..7168"),

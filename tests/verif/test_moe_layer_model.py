@@ -318,12 +318,18 @@ def test_gemm_time_scales_with_hidden_and_links():
 
 @pytest.mark.parametrize("kw, msg", [
     (dict(model="gpt-5"), "unknown model 'gpt-5'; valid: .*deepseek-v3"),
-    (dict(gpus=3), "gpus=3: must be in 4..64"),
+    (dict(gpus=3), "gpus=3: must be in 4..128"),
+    (dict(gpus=129), "gpus=129: must be in 4..128"),
     (dict(tokens=0), "tokens=0: must be a positive integer"),
     (dict(dtype="fp4"), "dtype='fp4': valid: fp8, bf16"),
     (dict(hidden=100), "hidden=100 must be a multiple of 16 in 16..7168"),
     (dict(hidden=8192), "hidden=8192 must be a multiple of 16 in 16..7168"),
-    (dict(gpus=48), "256 experts do not split over 48 GPUs; valid GPU counts: 4, 8, 16, 32, 64"),
+    (dict(gpus=48), "256 experts do not split over 48 GPUs; valid GPU counts: 4, 8, 16, 32, 64, 128; or, at "
+                     "G = 48, redundant_experts 32, 80, 128"),
+    (dict(gpus=72, redundant_experts=4), "256 experts \\+ 4 redundant = 260 do not split over 72 GPUs"),
+    (dict(gpus=8, redundant_experts=300), "redundant_experts=300: at most 256"),
+    (dict(gpus=72, redundant_experts=32, system="hgx-h100"),
+     "system 'hgx-h100' \\(128-bit flits\\): 72 ports need the wide header"),
     (dict(tile_size=100), "tile_size=100: must be a power of two"),
 ])
 def test_bad_parameters(kw, msg):

@@ -126,7 +126,7 @@ def test_fast_harness_refuses_settings_it_does_not_model():
 @pytest.mark.parametrize("argv, message", [
     (["--harnesses", "cocotb,pyverilator"], "--harnesses 'cocotb,pyverilator': valid: cocotb, fast"),
     (["--scheme", "nvlink"], "--scheme 'nvlink': valid: deepep, fused-unicast, nvls, dysharp-basic, dysharp"),
-    (["--gpus", "6"], "--gpus 6: deepseek-v3 needs G in 4..64"),
+    (["--gpus", "6"], "--gpus 6: deepseek-v3 needs G in 4..128"),
 ])
 def test_system_speed_bench_refuses_bad_arguments(argv, message, capsys):
     from dysharp.cli import main

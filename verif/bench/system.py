@@ -41,7 +41,7 @@ from verif.bench.common import table
 
 from verif.models.moe_layer import SCHEMES, TRAFFIC_SCHEME
 from infra.scope import scope_of
-DEFAULTS = {"model": "deepseek-v3", "gpus": 8, "tokens": 256, "hidden": 128, "seed": 1}
+DEFAULTS = {"model": "deepseek-v3", "gpus": 8, "tokens": 256, "hidden": 128, "seed": 1, "redundant_experts": 0}
 HARNESSES = ("fast", "cocotb", "fast-noprofile", "fast-fall")
 #: The compiled harness's builds: name -> (build_system's inputs_at_rise, profile-guided). ``fast`` (the
 #: default) is profile-guided (:func:`fast_build`); ``fast-noprofile`` is the same build without the
@@ -77,6 +77,10 @@ def layer_settings(point: "Point", scheme: str, out: "Path | None", timeout: int
         env["out"] = str(out.resolve())
     if point.gemm:
         env["gemm"] = list(point.gemm)
+    if point.redundant_experts:
+        env["redundant_experts"] = point.redundant_experts
+    if point.system:
+        env["system"] = point.system
     if silent is not None:
         env["silent"] = list(silent)
     if not drop:
@@ -93,6 +97,13 @@ def add_arguments(p) -> None:
     p.add_argument("--scheme", default="all",
                    help=f"comma-separated schemes or 'all' (default); valid: {', '.join(SCHEMES)}")
     p.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="routing and data seed (default: 1)")
+    p.add_argument("--redundant-experts", type=int, default=DEFAULTS["redundant_experts"], metavar="R",
+                   help="replicas of the R most-loaded experts, so that experts + R split evenly over the GPUs "
+                        "(e.g. 32 for DeepSeek-V3's 256 experts on 72 GPUs, as its deployment does; default: 0)")
+    p.add_argument("--system", default=None,
+                   help="the system the layer stands for (GEMM roofline, links, and its port width as the flit "
+                        "width; default: hgx-h100 up to 64 GPUs, nvl72 past them, whose 256-bit flits carry the "
+                        "wide header)")
     p.add_argument("--harness", default="fast",
                    help=f"fast (compiled, Verilator, profile-guided; default) or cocotb (fast-noprofile: the "
                         f"compiled harness without the profile; fast-fall: also with its inputs latched on the "
@@ -124,16 +135,21 @@ class Point:
     hidden: int
     seed: int
     gemm: tuple | None = None
+    redundant_experts: int = 0
+    system: str | None = None
 
     @property
     def slug(self) -> str:
         g = f"_gemm{self.gemm[0]}x{self.gemm[1]}" if self.gemm else ""
-        return f"{self.model}_g{self.gpus}_t{self.tokens}_h{self.hidden}_s{self.seed}{g}"
+        r = f"_r{self.redundant_experts}" if self.redundant_experts else ""
+        sy = f"_{self.system}" if self.system else ""
+        return f"{self.model}_g{self.gpus}_t{self.tokens}_h{self.hidden}_s{self.seed}{r}{sy}{g}"
 
     def layer(self):
         from verif.models import moe_layer as ml
         return ml.build_layer(model=self.model, gpus=self.gpus, tokens=self.tokens, hidden=self.hidden,
-                              seed=self.seed, gemm_cycles=self.gemm)
+                              seed=self.seed, gemm_cycles=self.gemm, redundant_experts=self.redundant_experts,
+                              system=self.system)
 
 
 def parse_schemes(text: str) -> list[str]:
@@ -145,21 +161,43 @@ def parse_schemes(text: str) -> list[str]:
     return names
 
 
-def check_point(model: str, gpus: int, tokens: int, hidden: int, seed: int, gemm: str | None) -> Point:
+def check_point(model: str, gpus: int, tokens: int, hidden: int, seed: int, gemm: str | None,
+                redundant_experts: int = 0, system: str | None = None) -> Point:
     """A :class:`Point`, or ``ValueError`` naming the argument and its valid values."""
+    from hw.packet import MAX_SWITCH_PORTS, header_format
     from sim_models import moe_config
+    from verif.models.moe_layer import replica_choices
     names = moe_config.model_names()
     if model.lower() not in names:
         raise ValueError(f"--model {model!r} is unknown; valid: {', '.join(names)}")
     cfg = moe_config.load_model(model.lower())
-    valid_g = [g for g in range(4, 65) if cfg.routed_experts % g == 0]
-    if gpus not in valid_g:
-        raise ValueError(f"--gpus {gpus}: {cfg.name} needs G in 4..64 dividing its {cfg.routed_experts} experts; "
-                         f"valid: {', '.join(map(str, valid_g))}")
-    max_t = (1 << 18) // gpus
+    E, R = cfg.routed_experts, redundant_experts
+    if not 4 <= gpus <= MAX_SWITCH_PORTS:
+        raise ValueError(f"--gpus {gpus}: must be in 4..{MAX_SWITCH_PORTS} (one switch port each; the widest "
+                         f"header's mask has {MAX_SWITCH_PORTS} bits)")
+    if not 0 <= R <= E:
+        raise ValueError(f"--redundant-experts {R}: must be in 0..{E} (one replica of each of {cfg.name}'s "
+                         f"experts at most)")
+    if (E + R) % gpus:
+        valid_g = [g for g in range(4, MAX_SWITCH_PORTS + 1) if (E + R) % g == 0]
+        what = f"its {E} experts" + (f" + {R} redundant ({E + R})" if R else "")
+        raise ValueError(f"--gpus {gpus}: {cfg.name} needs G in 4..{MAX_SWITCH_PORTS} dividing {what}; valid: "
+                         f"{', '.join(map(str, valid_g))}; or, at G = {gpus}, --redundant-experts "
+                         f"{', '.join(map(str, replica_choices(E, gpus)))}, ...")
+    if system is not None:
+        from sim_models.system_config import load_system, system_names
+        if system not in system_names():
+            raise ValueError(f"--system {system!r} is unknown; valid: {', '.join(system_names())}")
+        fw = 8 * load_system(system).port_bytes_per_cycle
+        try:
+            header_format(gpus, fw)
+        except ValueError as e:
+            raise ValueError(f"--system {system} ({fw}-bit flits) at --gpus {gpus}: {e}") from None
+    index_bits = header_format(gpus).index_bits
+    max_t = (1 << index_bits) // gpus
     if not 1 <= tokens <= max_t:
-        raise ValueError(f"--tokens {tokens}: must be in 1..{max_t} per GPU (G x tokens <= 2^18, "
-                         f"the algebraic index)")
+        raise ValueError(f"--tokens {tokens}: must be in 1..{max_t} per GPU (G x tokens <= 2^{index_bits}, "
+                         f"the algebraic index of the {header_format(gpus).name} header)")
     if not (16 <= hidden <= cfg.hidden and hidden % 16 == 0):
         raise ValueError(f"--hidden {hidden}: must be a multiple of 16 in 16..{cfg.hidden} ({cfg.name}'s hidden size)")
     if seed < 0:
@@ -172,7 +210,7 @@ def check_point(model: str, gpus: int, tokens: int, hidden: int, seed: int, gemm
             g = ()
         if len(g) != 2 or min(g) < 1:
             raise ValueError(f"--gemm {gemm!r}: must be two positive cycle counts G1,G2")
-    return Point(model.lower(), gpus, tokens, hidden, seed, g)
+    return Point(model.lower(), gpus, tokens, hidden, seed, g, R, system)
 
 
 def check_harness(harness: str, sim: str | None) -> str:
@@ -337,7 +375,9 @@ def full_size_line(fs: dict) -> str:
 
 def point_line(point: Point, d: dict) -> str:
     """The layer point in one line (``d``: :meth:`~verif.models.moe_layer.MoeLayer.describe`)."""
-    return (f"{d['model']}: G={point.gpus}, {point.tokens} tokens/GPU, hidden {point.hidden} "
+    return (f"{d['model']}: G={point.gpus}" + (f" ({d['experts']} expert slots: {point.redundant_experts} "
+                                                f"redundant)" if point.redundant_experts else "") +
+            f", {d['flit_width']}-bit flits ({d['header']} header), {point.tokens} tokens/GPU, hidden {point.hidden} "
             f"(x{d['hidden_factor']:.0f} scaled down), {d['row_flits']} flits per dispatched row, GEMM "
             f"{d['gemm_tile_cycles'][0]}/{d['gemm_tile_cycles'][1]} cycles per tile"
             f"{' (overridden)' if point.gemm else ''}")
@@ -348,7 +388,8 @@ def run(args) -> int:
     from sim_models.rtl_scale import full_size, predict_cycles
     from verif.harness.runner import SIMULATORS, verilator_env
     schemes = parse_schemes(args.scheme)
-    point = check_point(args.model, args.gpus, args.tokens, args.hidden, args.seed, args.gemm)
+    point = check_point(args.model, args.gpus, args.tokens, args.hidden, args.seed, args.gemm,
+                        args.redundant_experts, args.system)
     if args.sim is not None and args.sim not in SIMULATORS:
         raise ValueError(f"--sim {args.sim!r}: valid: {', '.join(SIMULATORS)}")
     harness = check_harness(args.harness, args.sim)
@@ -451,7 +492,9 @@ def markdown(report: dict) -> str:
     """The study report's section: measured against predicted per scheme, the plot, the calibration."""
     pt, d = report["point"], report["layer"]
     cmd = (f"dysharp system --model {pt['model']} --gpus {pt['gpus']} --tokens {pt['tokens']} --hidden {pt['hidden']} "
-           f"--seed {pt['seed']}" + (f" --gemm {pt['gemm'][0]},{pt['gemm'][1]}" if pt.get("gemm") else ""))
+           f"--seed {pt['seed']}" + (f" --gemm {pt['gemm'][0]},{pt['gemm'][1]}" if pt.get("gemm") else "")
+           + (f" --redundant-experts {pt['redundant_experts']}" if pt.get("redundant_experts") else "")
+           + (f" --system {pt['system']}" if pt.get("system") else ""))
     lines = ["## Whole MoE layer in RTL (`dysharp system`)", "",
              f"Command: `{cmd}` on {report['sim']}. {d['model']}, G = {pt['gpus']}, {pt['tokens']} tokens per GPU, "
              f"hidden {pt['hidden']} (scaled down x{d['hidden_factor']:.0f}), GEMM {d['gemm_tile_cycles'][0]}/"
@@ -486,7 +529,8 @@ def study(args, out_dir) -> str:
     add_arguments(p)
     sargs = p.parse_args(["--out", str(Path(out_dir) / "system")] + STUDY_ARGS[scope_of(args)])
     run(sargs)
-    pt = check_point(sargs.model, sargs.gpus, sargs.tokens, sargs.hidden, sargs.seed, sargs.gemm)
+    pt = check_point(sargs.model, sargs.gpus, sargs.tokens, sargs.hidden, sargs.seed, sargs.gemm,
+                     sargs.redundant_experts, sargs.system)
     report = json.loads((Path(sargs.out) / f"{pt.slug}.json").read_text())
     report["png"] = f"system/{report['png']}"          # relative to the report
     return markdown(report)

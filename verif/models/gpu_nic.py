@@ -16,7 +16,7 @@ import collections
 import dataclasses
 
 from hw.gpu_nic.receive_path import pack_token_meta, unpack_token_meta
-from hw.gpu_nic.request_gen import MAX_ROW_FLITS, DescOp, Descriptor
+from hw.gpu_nic.request_gen import MAX_ROW_FLITS, DescOp, Descriptor, descriptor_layout
 from hw.packet import EType, ErrorCode, Header, Opcode, Packet, RedOp, payload_flits
 
 from verif.harness.structs import pack
@@ -50,8 +50,9 @@ class Desc:
     etype: int = 0
     redop: int = 0
 
-    def pack(self) -> int:
-        return pack(Descriptor, op=self.op, mask=self.mask, index=self.index, group=self.group,
+    def pack(self, ports: int | None = None) -> int:
+        """The descriptor's bits in the layout of a ``ports``-port system (None: up to 64 ports)."""
+        return pack(descriptor_layout(ports), op=self.op, mask=self.mask, index=self.index, group=self.group,
                            addr=self.addr, length=self.length, etype=self.etype, redop=self.redop)
 
 

@@ -9,6 +9,20 @@ definitions and :mod:`sim_models`).
   (``routing_from_spec("auto")``: DeepSeek group-limited routing when the model has ``n_group``, else
   uniform top-k), contiguous placement over G GPUs (:func:`sim_models.routing.place_experts`), token
   ``t`` at home GPU ``t // tokens``.
+* **The plane.** ``system`` (default: :func:`plane_system` of G, the NVLink4 board ``hgx-h100`` up to 64
+  GPUs, the NVLink5 plane ``nvl72`` past them) gives the GEMM roofline, the link count and the flit: its
+  ``port_bytes_per_cycle`` (16 B, or 32 B on NVLink5) is the width of every flit, row and memory word of
+  the layer (:attr:`MoeLayer.flit_bytes`), and G picks the header format that flit carries
+  (:func:`hw.packet.header_format`: past 64 ports the wide one, which needs 256-bit flits).
+* **Redundant experts** (``redundant_experts`` = R, default 0): where G does not divide the model's E
+  experts (DeepSeek-V3's 256 on 72 GPUs), R more expert *slots* hold replicas of the R most-loaded experts
+  of this routing, so that the E + R slots split evenly (256 + 32 = 288 = 72 x 4, as DeepSeek-V3's
+  deployment adds 32 redundant experts). Slots ``0..E-1`` are the experts, slot ``E + i`` a replica of
+  :attr:`MoeLayer.replicated` ``[i]``; slots are placed contiguously like experts. A token that picks a
+  replicated expert goes to its replica when its home GPU is odd, to the original when even (each copy
+  serves half the homes; deterministic, so every scheme routes alike). The routing, work lists, Tile
+  Status Tables and metadata flits name slots; a slot computes its expert's FFN, so the reference is the
+  unreplicated layer's.
 * **Scaled hidden size.** ``hidden`` replaces the model's hidden size for the data on the wire and the
   numerics; ``hidden_factor = model.hidden / hidden`` is stated in :meth:`MoeLayer.describe`. GEMM times
   are the real model's (:class:`sim_models.gemm.GemmModel` on the real ``hidden x expert_ffn`` expert:
@@ -94,7 +108,7 @@ from hw.gpu_nic.request_gen import DescOp
 from amaranth.hdl import Shape
 from amaranth.lib import data
 
-from hw.packet import INDEX_BITS, EType, RedOp, UnicastRoute
+from hw.packet import MAX_SWITCH_PORTS, NARROW, EType, RedOp, UnicastRoute, header_format
 from sim_models import moe_config, routing as routing_mod, traffic
 from sim_models.gemm import GemmModel
 from sim_models.scheduler import SchedulerParams, schedule, token_row_flits
@@ -106,7 +120,7 @@ __all__ = ["SCHEMES", "TRAFFIC_SCHEME", "UNICAST_SCHEMES", "STATIC_SCHEMES", "FU
            "LayerParams", "MoeLayer", "GpuWork", "CombineItem", "ReturnItem",
            "build_layer", "encode_row", "decode_row", "encode_bf16_row", "decode_bf16_row", "expert_ffn",
            "G_DISP", "G_COMB", "G_PART", "X_BASE", "WIN_BASE", "COMB_BASE", "OUT_BASE", "PART_BASE",
-           "LOCAL_BASE", "FLIT_BYTES"]
+           "LOCAL_BASE", "FLIT_BYTES", "plane_system", "replica_choices"]
 
 SCHEMES = ("deepep", "fused-unicast", "nvls", "dysharp-basic", "dysharp")
 TRAFFIC_SCHEME = {"deepep": "unicast", "fused-unicast": "unicast", "nvls": "nvls", "dysharp-basic": "dynamic",
@@ -115,7 +129,10 @@ UNICAST_SCHEMES = tuple(s for s in SCHEMES if TRAFFIC_SCHEME[s] == "unicast")   
 STATIC_SCHEMES = ("nvls",)                        # request generator in static mode, the switch's static groups
 FUSED_SCHEMES = ("fused-unicast", "dysharp")       # token-centric: combine overlaps dispatch, no barrier
 DTYPES = ("fp8", "bf16")
-FLIT_BYTES = 16
+FLIT_BYTES = 16             # the narrow plane's flit (a layer's own is MoeLayer.flit_bytes)
+#: The system a layer of G GPUs stands for when none is named: an NVLink4 board up to the narrow header's
+#: 64 ports, the NVLink5 NVL72 plane past them (its 32-B port is the 256-bit flit the wide header needs).
+PLANE_SYSTEMS = (("hgx-h100", NARROW.max_ports), ("nvl72", MAX_SWITCH_PORTS))
 META_ENTRIES = 8
 ROW_META_FLITS = 2          # a dispatched row's gate flit and metadata flit, after the hidden vector
 
@@ -138,13 +155,31 @@ _FP8 = {0: 0x00, 1: 0x38, 2: 0x40, -1: 0xB8, -2: 0xC0}
 _FP8_INV = {v: k for k, v in _FP8.items()}
 
 
+def plane_system(gpus: int) -> str:
+    """The :mod:`sim_models.system_config` entry a layer of ``gpus`` GPUs stands for by default
+    (:data:`PLANE_SYSTEMS`): its ``port_bytes_per_cycle`` is the RTL's flit (128 bits up to 64 GPUs, 256
+    past them, where the wide header needs it)."""
+    for name, most in PLANE_SYSTEMS:
+        if gpus <= most:
+            return name
+    raise ValueError(f"gpus={gpus}: at most {MAX_SWITCH_PORTS} (the widest header's mask)")
+
+
+def replica_choices(experts: int, gpus: int, most: int = 8) -> list[int]:
+    """The first ``most`` redundant-expert counts R in 0..``experts`` that make ``experts + R`` split evenly
+    over ``gpus`` GPUs."""
+    return [r for r in range(experts + 1) if (experts + r) % gpus == 0][:most]
+
+
 @dataclasses.dataclass(frozen=True)
 class LayerParams:
     """What to build. ``tokens`` per GPU; ``hidden`` the scaled hidden size (None: 128); ``dtype`` the
     dispatch dtype; ``ffn_compute`` intermediate channels of the numerics stand-in; ``system`` the
     :mod:`sim_models.system_config` entry the GEMM roofline and the link count come from; ``rtl_links``
     switch ports per GPU in the RTL system; SM split as :class:`sim_models.scheduler.SchedulerParams`;
-    ``gemm_cycles`` = (GEMM-1, GEMM-2) per full tile to override the derived times."""
+    ``gemm_cycles`` = (GEMM-1, GEMM-2) per full tile to override the derived times; ``redundant_experts``
+    replicas of the most-loaded experts (:class:`MoeLayer`, "Redundant experts"). ``system`` None: the
+    plane of ``gpus`` GPUs (:func:`plane_system`), whose port width is the layer's flit width."""
     model: str = "deepseek-v3"
     gpus: int = 4
     tokens: int = 64
@@ -154,7 +189,7 @@ class LayerParams:
     tile_size: int = 128
     max_payload: int = 16
     ffn_compute: int = 16
-    system: str = "hgx-h100"
+    system: str | None = None
     rtl_links: int = 1
     dispatch_sms: int = 66
     combine_sms: int = 66
@@ -163,6 +198,7 @@ class LayerParams:
     rx_latency: int = 19         # receive path: last flit of a row -> arrival (docs/gpu_side.md)
     notify_cycles: int = 8
     gemm_cycles: tuple[int, int] | None = None
+    redundant_experts: int = 0
 
     def __post_init__(self):
         def bad(field, what):
@@ -174,8 +210,13 @@ class LayerParams:
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 bad(f, "must be a positive integer")
-        if not 4 <= self.gpus <= 64:
-            bad("gpus", "must be in 4..64 (the system top's range)")
+        if not 4 <= self.gpus <= MAX_SWITCH_PORTS:
+            bad("gpus", f"must be in 4..{MAX_SWITCH_PORTS} (the system top's range: the widest header's mask)")
+        r = self.redundant_experts
+        if not isinstance(r, int) or isinstance(r, bool) or r < 0:
+            bad("redundant_experts", "must be an integer >= 0")
+        if self.system is None:
+            object.__setattr__(self, "system", plane_system(self.gpus))
         if self.tile_size & (self.tile_size - 1):
             bad("tile_size", "must be a power of two")
         if self.dtype not in DTYPES:
@@ -234,21 +275,22 @@ def bf16_values(bits) -> np.ndarray:
     return (np.asarray(bits, dtype=np.uint32) << 16).view(np.float32)
 
 
-def _to_flits(data: bytes, n: int) -> list[int]:
-    data = data.ljust(n * FLIT_BYTES, b"\0")
-    return [int.from_bytes(data[i * FLIT_BYTES:(i + 1) * FLIT_BYTES], "little") for i in range(n)]
+def _to_flits(data: bytes, n: int, fb: int = FLIT_BYTES) -> list[int]:
+    data = data.ljust(n * fb, b"\0")
+    return [int.from_bytes(data[i * fb:(i + 1) * fb], "little") for i in range(n)]
 
 
-def _from_flits(flits) -> bytes:
-    return b"".join(int(f).to_bytes(FLIT_BYTES, "little") for f in flits)
+def _from_flits(flits, fb: int = FLIT_BYTES) -> bytes:
+    return b"".join(int(f).to_bytes(fb, "little") for f in flits)
 
 
-def x_flits(hidden: int, dtype: str) -> int:
-    return math.ceil(traffic.payload_bytes(hidden, dtype) / FLIT_BYTES)
+def x_flits(hidden: int, dtype: str, fb: int = FLIT_BYTES) -> int:
+    return math.ceil(traffic.payload_bytes(hidden, dtype) / fb)
 
 
-def encode_row(x, gates, experts, dtype: str) -> list[int]:
-    """Flits of a dispatched row: hidden vector, gate flit, metadata flit (see the module docstring)."""
+def encode_row(x, gates, experts, dtype: str, fb: int = FLIT_BYTES) -> list[int]:
+    """Flits of ``fb`` bytes of a dispatched row: hidden vector, gate flit, metadata flit (see the module
+    docstring)."""
     h = len(x)
     if dtype == "fp8":
         body = fp8_bytes(x) + struct.pack("<f", 1.0) * math.ceil(h / traffic.SCALE_GROUP)
@@ -256,29 +298,29 @@ def encode_row(x, gates, experts, dtype: str) -> list[int]:
         body = bf16_bits(x).astype("<u2").tobytes()
     g = np.zeros(META_ENTRIES, dtype=np.float32)
     g[:len(gates)] = gates
-    return (_to_flits(body, x_flits(h, dtype)) + _to_flits(bf16_bits(g).astype("<u2").tobytes(), 1)
+    return (_to_flits(body, x_flits(h, dtype, fb), fb) + _to_flits(bf16_bits(g).astype("<u2").tobytes(), 1, fb)
             + [pack_token_meta(experts)])
 
 
-def decode_row(flits, hidden: int, dtype: str):
+def decode_row(flits, hidden: int, dtype: str, fb: int = FLIT_BYTES):
     """(x as float64, gate weights, global expert ids) of a row's flits, inverse of :func:`encode_row`."""
-    n = x_flits(hidden, dtype)
-    body = _from_flits(flits[:n])
+    n = x_flits(hidden, dtype, fb)
+    body = _from_flits(flits[:n], fb)
     if dtype == "fp8":
         x = np.array([_FP8_INV[b] for b in body[:hidden]], dtype=np.float64)
     else:
         x = bf16_values(np.frombuffer(body[:2 * hidden], dtype="<u2")).astype(np.float64)
     experts = unpack_token_meta(flits[n + 1])
-    g = bf16_values(np.frombuffer(_from_flits([flits[n]]), dtype="<u2"))[:len(experts)].astype(np.float64)
+    g = bf16_values(np.frombuffer(_from_flits([flits[n]], fb), dtype="<u2"))[:len(experts)].astype(np.float64)
     return x, g, experts
 
 
-def encode_bf16_row(v) -> list[int]:
-    return _to_flits(bf16_bits(v).astype("<u2").tobytes(), math.ceil(2 * len(v) / FLIT_BYTES))
+def encode_bf16_row(v, fb: int = FLIT_BYTES) -> list[int]:
+    return _to_flits(bf16_bits(v).astype("<u2").tobytes(), math.ceil(2 * len(v) / fb), fb)
 
 
-def decode_bf16_row(flits, hidden: int) -> np.ndarray:
-    return bf16_values(np.frombuffer(_from_flits(flits)[:2 * hidden], dtype="<u2")).astype(np.float64)
+def decode_bf16_row(flits, hidden: int, fb: int = FLIT_BYTES) -> np.ndarray:
+    return bf16_values(np.frombuffer(_from_flits(flits, fb)[:2 * hidden], dtype="<u2")).astype(np.float64)
 
 
 def expert_ffn(w, x) -> np.ndarray:
@@ -303,36 +345,59 @@ class MoeLayer:
         self.hidden = h = p.hidden if p.hidden is not None else 128
         if not isinstance(h, int) or not 16 <= h <= cfg.hidden or h % 16:
             raise ValueError(f"hidden={h!r} must be a multiple of 16 in 16..{cfg.hidden} (the model's hidden size)")
-        if cfg.routed_experts % p.gpus:
-            raise ValueError(f"{cfg.name}: {cfg.routed_experts} experts do not split over {p.gpus} GPUs; "
-                             f"valid GPU counts: {', '.join(str(g) for g in range(4, 65) if cfg.routed_experts % g == 0)}")
+        E, R, G = cfg.routed_experts, p.redundant_experts, p.gpus
+        if R > E:
+            raise ValueError(f"redundant_experts={R}: at most {E} (one replica of each of {cfg.name}'s experts)")
+        if (E + R) % G:
+            valid_g = [g for g in range(4, MAX_SWITCH_PORTS + 1) if (E + R) % g == 0]
+            what = f"{E} experts" + (f" + {R} redundant = {E + R}" if R else "")
+            raise ValueError(f"{cfg.name}: {what} do not split over {G} GPUs; valid GPU counts: "
+                             f"{', '.join(map(str, valid_g))}; or, at G = {G}, redundant_experts "
+                             f"{', '.join(map(str, replica_choices(E, G)))}, ...")
         if cfg.top_k > META_ENTRIES:
             raise ValueError(f"{cfg.name}: top-k {cfg.top_k} exceeds the {META_ENTRIES} experts a metadata flit holds")
+        # The plane: its port width is the flit, and the GPU count picks the header format that flit carries.
+        self.flit_bytes = fb = load_system(p.system).port_bytes_per_cycle
+        self.flit_width = 8 * fb
+        try:
+            self.fmt = header_format(G, self.flit_width)
+        except ValueError as e:
+            raise ValueError(f"system {p.system!r} ({self.flit_width}-bit flits): {e}") from None
+        self.flit_shift = fb.bit_length() - 1
         self.hidden_factor = cfg.hidden / h
-        self.G, self.T = p.gpus, p.tokens
-        self.N = N = p.gpus * p.tokens
-        if N > 1 << INDEX_BITS:
-            raise ValueError(f"gpus x tokens = {N} exceeds the {INDEX_BITS}-bit algebraic index")
-        self.E, self.k = cfg.routed_experts, cfg.top_k
+        self.G, self.T = G, p.tokens
+        self.N = N = G * p.tokens
+        if N > 1 << self.fmt.index_bits:
+            raise ValueError(f"gpus x tokens = {N} exceeds the {self.fmt.index_bits}-bit algebraic index "
+                             f"(the {self.fmt.name} header's)")
+        self.E_logical, self.k = E, cfg.top_k
         rng = np.random.default_rng(p.seed)
-        self.routing = routing_mod.routing_from_spec("auto", N, self.E, self.k, rng, n_group=cfg.n_group,
-                                                     topk_group=cfg.topk_group)
+        logical = routing_mod.routing_from_spec("auto", N, E, self.k, rng, n_group=cfg.n_group,
+                                                topk_group=cfg.topk_group)
+        self.home = np.arange(N) // self.T
+        # Redundant experts: slots E.. hold replicas of the R most-loaded experts of this routing; a token's
+        # pick of a replicated expert goes to copy (home GPU mod 2), so each copy serves half the homes.
+        self.replicated = np.argsort(-np.bincount(logical.ravel(), minlength=E), kind="stable")[:R]
+        self.slot_expert = np.concatenate([np.arange(E), self.replicated]).astype(np.int64)   # slot -> expert
+        self.E = E + R                        # expert slots: the ids the work lists, tables and metadata use
+        replica = np.arange(E)
+        replica[self.replicated] = E + np.arange(R)
+        self.routing = np.where((self.home % 2 == 1)[:, None], replica[logical], logical) if R else logical
         self.placement = routing_mod.place_experts(self.E, self.G)
         self.experts_per_gpu = self.E // self.G
-        self.home = np.arange(N) // self.T
         self.expert_gpu = self.placement[self.routing]                       # (N, k)
         self.gates = rng.choice(GATES, size=(N, self.k)).astype(np.float64)
         self.x = rng.choice(X_VALUES, size=(N, h)).astype(np.float64)
         f = p.ffn_compute
         self.weights = [(_sparse_ternary(rng, f, h), _sparse_ternary(rng, f, h), _sparse_ternary(rng, h, f))
-                        for _ in range(self.E)]
+                        for _ in range(E)]
         # Rows.
         # + gate flit + metadata flit: traffic.dispatch_row_bytes, the row size the estimator charges too
-        self.row_meta_bytes = ROW_META_FLITS * FLIT_BYTES
-        self.row_flits = token_row_flits(h, dtype=p.dtype, meta_flits=ROW_META_FLITS)
+        self.row_meta_bytes = ROW_META_FLITS * fb
+        self.row_flits = token_row_flits(h, dtype=p.dtype, flit_bytes=fb, meta_flits=ROW_META_FLITS)
         self.meta_flit = self.row_flits - 1
-        self.comb_flits = math.ceil(traffic.payload_bytes(h, "bf16") / FLIT_BYTES)
-        self.row_shift = max(4, (max(self.row_flits, self.comb_flits) * FLIT_BYTES - 1).bit_length())
+        self.comb_flits = math.ceil(traffic.payload_bytes(h, "bf16") / fb)
+        self.row_shift = max(self.flit_shift, (max(self.row_flits, self.comb_flits) * fb - 1).bit_length())
         self.row_bytes = 1 << self.row_shift
         self.dest = traffic.TokenDestinations.from_routing(self.routing, self.placement, self.G)
         self._gemm = None
@@ -341,7 +406,8 @@ class MoeLayer:
 
     # ----------------------------------------------------------------------------------- numerics
     def expert_out(self, e: int, x) -> np.ndarray:
-        return expert_ffn(self.weights[e], np.asarray(x, dtype=np.float64))
+        """Expert slot ``e``'s output (a replica computes its expert's)."""
+        return expert_ffn(self.weights[self.slot_expert[e]], np.asarray(x, dtype=np.float64))
 
     def pair_output(self, t: int, j: int) -> np.ndarray:
         """``g_{t,j} * E_{routing[t,j]}(x_t)``."""
@@ -368,7 +434,7 @@ class MoeLayer:
 
     def row(self, t: int) -> list[int]:
         """Token ``t``'s dispatched row as flits."""
-        return encode_row(self.x[t], self.gates[t], [int(e) for e in self.routing[t]], self.p.dtype)
+        return encode_row(self.x[t], self.gates[t], [int(e) for e in self.routing[t]], self.p.dtype, self.flit_bytes)
 
     def remote_mask(self, t: int) -> int:
         return int(sum(1 << g for g in sorted(set(int(v) for v in self.expert_gpu[t])) if g != self.home[t]))
@@ -551,7 +617,7 @@ class MoeLayer:
     def mm_commands(self) -> list[dict]:
         """Memory-manager commands (:class:`hw.gpu_nic.memory_manager.MmCommand` fields), the same on every
         GPU: the dispatch group allocating on layout 0, the combine group looking up the same layout."""
-        stride = self.row_bytes // FLIT_BYTES
+        stride = self.row_bytes // 16        # MmCommand.stride counts 16-byte units at any flit width
         return [dict(op=0, group=G_DISP, valid=1, alloc=1, layout=0, base=WIN_BASE, stride=stride),
                 dict(op=0, group=G_COMB, valid=1, alloc=0, layout=0, base=COMB_BASE, stride=stride)]
 
@@ -607,7 +673,8 @@ class MoeLayer:
         GPU), the last three rounded up to powers of two so that layers of one shape share a build."""
         _, tiles = self.tracker_shape(schemes)
         rows = int(self.dest.remote.sum(axis=0).max(initial=1))
-        return {"gpus": self.G, "nic": {"experts": self.experts_per_gpu, "tiles": tiles,
+        top = {"gpus": self.G} if self.flit_width == 128 else {"gpus": self.G, "flit_width": self.flit_width}
+        return {**top, "nic": {"experts": self.experts_per_gpu, "tiles": tiles,
                                         "tile_size": self.p.tile_size,
                                         "mm_index_bits": max(4, (self.N - 1).bit_length()),
                                         "mm_slots": 1 << max(4, (rows - 1).bit_length())}}
@@ -619,13 +686,14 @@ class MoeLayer:
         (AL-TLB fill traffic, dynamic schemes only), and ``total``."""
         if scheme not in SCHEMES:
             raise ValueError(f"unknown scheme {scheme!r}; valid: {', '.join(SCHEMES)}")
-        tr = traffic.account(self.dest, TRAFFIC_SCHEME[scheme], self.row_flits * FLIT_BYTES,
-                             self.comb_flits * FLIT_BYTES, FLIT_BYTES, self.p.max_payload * FLIT_BYTES,
+        fb = self.flit_bytes
+        tr = traffic.account(self.dest, TRAFFIC_SCHEME[scheme], self.row_flits * fb,
+                             self.comb_flits * fb, fb, self.p.max_payload * fb,
                              issuer_in_group=scheme in STATIC_SCHEMES)
         out = {}
         for phase in ("dispatch", "combine"):
             ph = getattr(tr, phase)
-            out[phase] = {"up": _flits(ph.up_wire), "down": _flits(ph.down_wire)}
+            out[phase] = {"up": _flits(ph.up_wire, fb), "down": _flits(ph.down_wire, fb)}
         hosted = self.dest.remote.sum(axis=0).astype(np.int64)          # remote (token, GPU) pairs per GPU
         fills = hosted * 2 if TRAFFIC_SCHEME[scheme] == "dynamic" else np.zeros(self.G, dtype=np.int64)
         out["fills"] = {"up": fills.tolist(), "down": fills.tolist()}     # dispatch key + combine key
@@ -636,6 +704,8 @@ class MoeLayer:
     def describe(self) -> dict:
         g1, g2 = self.gemm_tile_cycles()
         return {"model": self.cfg.name, "gpus": self.G, "tokens_per_gpu": self.T, "experts": self.E,
+                "redundant_experts": self.p.redundant_experts, "system": self.p.system,
+                "flit_width": self.flit_width, "header": self.fmt.name,
                 "top_k": self.k, "group_limited": bool(self.cfg.n_group), "hidden_model": self.cfg.hidden,
                 "hidden": self.hidden, "hidden_factor": self.hidden_factor, "dtype": self.p.dtype,
                 "row_flits": self.row_flits, "comb_flits": self.comb_flits, "row_shift": self.row_shift,
@@ -643,10 +713,10 @@ class MoeLayer:
                 "mean_distinct_gpus": self.dest.mean_distinct_gpus()}
 
 
-def _flits(wire_bytes) -> list[int]:
+def _flits(wire_bytes, fb: int) -> list[int]:
     w = np.asarray(wire_bytes, dtype=np.float64)
-    f = np.rint(w / FLIT_BYTES).astype(np.int64)
-    assert np.all(f * FLIT_BYTES == w), "wire bytes are not whole flits"
+    f = np.rint(w / fb).astype(np.int64)
+    assert np.all(f * fb == w), "wire bytes are not whole flits"
     return f.tolist()
 
 

@@ -56,23 +56,21 @@ import numpy as np
 from amaranth.lib import data
 
 from hw.gpu_nic.memory_manager import MmCommand, MmCounter
-from hw.gpu_nic.receive_path import N_REMOTE_CODES, RxConfig, RxError, unpack_token_meta
-from hw.gpu_nic.request_gen import DescError, GenConfig
+from hw.gpu_nic.receive_path import N_REMOTE_CODES, RxError, rx_config_layout, unpack_token_meta
+from hw.gpu_nic.request_gen import DescError, gen_config_layout
 from hw.gpu_nic.token_tracker import TileCmdOp, TileCommand, TileReady, TokenRelease, TrackerError
 from hw.packet import Header, Opcode
 from hw.switch.al_tlb import TlbCounter
-from hw.switch.dysharp_switch import DySharpSwitch, SwitchConfig, errors_in, port_status_layout, status_layout
-from hw.system import LinkProbe
+from hw.switch.dysharp_switch import DySharpSwitch, errors_in, port_status_layout, status_layout, switch_config_layout
+from hw.system import NIC_CFG, LinkProbe, nic_cfg_layout
 from sim_models.gemm_engine import GemmEngine
 
 from verif.harness import tbenv
 from verif.harness.cycler import Agent, Cycler
 from verif.harness.gpu_memory import GpuMemory, MemReadPort, MemWritePort
 from verif.harness.stream import StreamDriver, StreamMonitor
-from verif.harness.structs import Port, fields, pack, read_status, unpack
+from verif.harness.structs import Port, fields, pack, read_status, unpack, width
 from verif.models import moe_layer as ml
-
-F = ml.FLIT_BYTES
 
 _RED_ENTRIES = inspect.signature(DySharpSwitch).parameters["red_entries"].default
 
@@ -80,8 +78,8 @@ _RED_ENTRIES = inspect.signature(DySharpSwitch).parameters["red_entries"].defaul
 class LayerMemory(GpuMemory):
     """A GPU memory that tells the testbench about every write (to follow the window and the results)."""
 
-    def __init__(self, on_write):
-        super().__init__()
+    def __init__(self, on_write, flit_width=128):
+        super().__init__(flit_width)
         self.on_write = on_write
 
     def write(self, addr, data):
@@ -166,8 +164,8 @@ class Occupancy(Agent):
 class Feeder(Agent):
     """Keeps one descriptor offered on ``desc[g]``: a ready combine first, else the next queued one."""
 
-    def __init__(self, driver):
-        self.driver = driver
+    def __init__(self, driver, ports=None):
+        self.driver, self.ports = driver, ports
         self.queue = collections.deque()      # dispatch / phase descriptors, in order
         self.ready = []                       # heap of (ready cycle, planned, token, Desc)
         self.issued = 0
@@ -181,7 +179,7 @@ class Feeder(Agent):
             d = self.queue.popleft()
         else:
             return
-        self.driver.send(d.pack())
+        self.driver.send(d.pack(self.ports))
         self.issued += 1
 
     def push_ready(self, entry):
@@ -201,11 +199,11 @@ class GpuSide(Agent):
         L = env.L
         self.L = L
         self._connect(env, g)
-        rs = L.row_shift
+        rs, F = L.row_shift, L.flit_bytes
         self.win0 = ml.WIN_BASE // F
         self.out0 = ml.OUT_BASE // F
         self.part0 = ml.PART_BASE // F
-        self.stride = 1 << (rs - 4)
+        self.stride = 1 << (rs - L.flit_shift)
         # Where rows land, each region by its own size (results: one row per home token; partials: one per
         # source and token), so that a partial is never taken for a result once G x N rows reach past the
         # result region: (base flit, size in flits). The compiled harness's watcher takes the same sizes.
@@ -218,7 +216,7 @@ class GpuSide(Agent):
         # own rows, the dispatch source
         for i, t in enumerate(range(g * L.T, (g + 1) * L.T)):
             for f, word in enumerate(L.row(t)):
-                self.mem.words[ml.X_BASE // F + (i << (rs - 4)) + f] = word
+                self.mem.words[ml.X_BASE // F + i * self.stride + f] = word
         # tiles: local ones ready at cycle 0, the table's as they come
         self.tiles = []           # dicts: kind, expert (global), rows / tokens, ready, key
         self.done = 0
@@ -242,14 +240,14 @@ class GpuSide(Agent):
         """The DUT side: memory ports, stream drivers and monitors (the compiled harness has its own)."""
         dut = env.dut
         rng = tbenv.rng(f"gpu{g}")
-        self.mem = LayerMemory(self._on_write)
+        self.mem = LayerMemory(self._on_write, env.L.flit_width)
         stall = env.s.get("stall", 0.0)
         lat = env.s.get("lat", 10)
         self.wr = MemWritePort(dut, f"mem_wr__{g}", self.mem, rng, stall=stall)
         self.rd_tx = MemReadPort(dut, f"mem_rd_tx__{g}", self.mem, rng, latency=lat, stall=stall)
         self.rd_rx = MemReadPort(dut, f"mem_rd_rx__{g}", self.mem, rng, latency=lat, stall=stall)
         self.desc = StreamDriver(dut, f"desc__{g}", rng)
-        self.feeder = Feeder(self.desc)
+        self.feeder = Feeder(self.desc, env.L.G)
         self.cmd = StreamDriver(dut, f"cmd__{g}", rng)
         self.mm_cfg = StreamDriver(dut, f"mm_cfg__{g}", rng)
         self.ready_mon = StreamMonitor(dut, f"ready__{g}", rng, on_item=self._on_ready)
@@ -287,7 +285,7 @@ class GpuSide(Agent):
         acc = self.acc.get(flit_addr)
         acc = v.copy() if acc is None else acc + v
         self.acc[flit_addr] = acc
-        for i, w in enumerate(ml.encode_bf16_row(acc)):
+        for i, w in enumerate(ml.encode_bf16_row(acc, self.L.flit_bytes)):
             self.mem.write(flit_addr + i, w)
 
     # ---------------------------------------------------------------------------- tracker and GEMM
@@ -334,18 +332,18 @@ class GpuSide(Agent):
             self._next_due()
 
     def _finish(self, tile, cycle):
-        L, rs = self.L, self.L.row_shift
+        L, F, st = self.L, self.L.flit_bytes, self.stride
         e = tile["expert"]
         if tile["kind"] == "local":
             for t in tile["tokens"]:
                 i = t - self.g * L.T
-                x, gates, ids = ml.decode_row(self.row_flits(ml.X_BASE // F + (i << (rs - 4)), L.row_flits),
-                                              L.hidden, L.p.dtype)
-                self.add_partial(ml.LOCAL_BASE // F + (i << (rs - 4)), gates[ids.index(e)] * L.expert_out(e, x))
+                x, gates, ids = ml.decode_row(self.row_flits(ml.X_BASE // F + i * st, L.row_flits),
+                                              L.hidden, L.p.dtype, F)
+                self.add_partial(ml.LOCAL_BASE // F + i * st, gates[ids.index(e)] * L.expert_out(e, x))
         else:
             for row in tile["rows"]:
                 x, gates, ids = ml.decode_row(self.row_flits(self.win0 + row * self.stride, L.row_flits),
-                                              L.hidden, L.p.dtype)
+                                              L.hidden, L.p.dtype, F)
                 v = gates[ids.index(e)] * L.expert_out(e, x)
                 if self.env.sabotage:             # test the test: one wrong expert output, the run must fail
                     self.env.sabotage = False
@@ -379,7 +377,10 @@ class SystemEnv:
         self.L = L = ml.build_layer(model=s.get("model", "deepseek-v3"), gpus=p["gpus"], tokens=s.get("tokens", 16),
                                     hidden=s.get("hidden", 128), seed=s.get("seed", tbenv.seed()),
                                     tile_size=p["nic"].get("tile_size", 128),
-                                    gemm_cycles=tuple(gemm) if gemm else None)
+                                    gemm_cycles=tuple(gemm) if gemm else None,
+                                    redundant_experts=s.get("redundant_experts", 0), system=s.get("system"))
+        assert p.get("flit_width", 128) == L.flit_width, \
+            f"the system top has {p.get('flit_width', 128)}-bit flits, the layer {L.flit_width}-bit ones"
         self.sp = L.scheduler_params()
         self.work = L.work(self.scheme)
         self.cycler = self._cycler(dut)
@@ -420,9 +421,11 @@ class SystemEnv:
         self.links = LinkCounters(dut, self.L.G, s.get("bin", 64))
         self.occupancy = Occupancy(dut, s.get("bin", 64))
         self.switch_cfg = StreamDriver(dut, "switch_cfg", tbenv.rng("swcfg"))
+        # the NICs' configuration registers, where the top writes them through one stream (hw.system)
+        self.nic_cfg = StreamDriver(dut, "nic_cfg", tbenv.rng("niccfg")) if hasattr(dut, "nic_cfg__valid") else None
         for gs in self.gpus:
             self.cycler.add(*gs.agents)
-        self.cycler.add(self.switch_cfg, self.links, self.occupancy)
+        self.cycler.add(self.switch_cfg, *([self.nic_cfg] if self.nic_cfg else []), self.links, self.occupancy)
 
     QUIET = 64        # fully quiet cycles before a skip (longer than any work inside the DUT takes to show)
 
@@ -460,7 +463,7 @@ class SystemEnv:
         return n
 
     def _quiet_now(self) -> bool:
-        if self.links.quiet == 0 or not self.switch_cfg.idle:
+        if self.links.quiet == 0 or not self.switch_cfg.idle or self.nic_cfg and not self.nic_cfg.idle:
             return False
         for gs in self.gpus:
             f = gs.feeder
@@ -507,14 +510,22 @@ class SystemEnv:
 
     def configure(self):
         dut, L = self.dut, self.L
+        # the configuration layouts of a G-port system (past 64 ports: the wide format's widths)
+        GenConfig, RxConfig, SwitchConfig = gen_config_layout(L.G), rx_config_layout(L.G), switch_config_layout(L.G)
+        groups = self.p["nic"].get("groups", 4)
+        if self.nic_cfg:
+            nic_cfg = nic_cfg_layout(L.G, max(48 * groups, *(width(x) for x in (GenConfig, RxConfig))))
         for g in range(L.G):
             gc = L.gen_config(g, self.scheme)
-            getattr(dut, f"gen_cfg__{g}").value = pack(GenConfig, port=g, unicast=gc["unicast"],
-                                                       row_shift=gc["row_shift"], static=gc["static"])
-            groups = self.p["nic"].get("groups", 4)
-            getattr(dut, f"rbase__{g}").value = sum(gc["rbase"].get(i, 0) << (48 * i) for i in range(groups))
-            getattr(dut, f"rx_cfg__{g}").value = pack(RxConfig, **L.rx_config(g, self.scheme))
-            getattr(dut, f"dyn_base__{g}").value = 0
+            regs = {"gen_cfg": pack(GenConfig, port=g, unicast=gc["unicast"], row_shift=gc["row_shift"],
+                                    static=gc["static"]),
+                    "rbase": sum(gc["rbase"].get(i, 0) << (48 * i) for i in range(groups)),
+                    "rx_cfg": pack(RxConfig, **L.rx_config(g, self.scheme)), "dyn_base": 0}
+            for name, v in regs.items():
+                if self.nic_cfg:
+                    self.nic_cfg.send(pack(nic_cfg, gpu=g, reg=NIC_CFG.index(name), data=v))
+                else:
+                    getattr(dut, f"{name}__{g}").value = v
             getattr(dut, f"clear__{g}").value = 0
             for c in L.mm_commands():
                 self.gpus[g].mm_cfg.send(pack(MmCommand, **c))
@@ -537,7 +548,7 @@ class SystemEnv:
 
     def unfinished(self) -> list[int]:
         """Tokens whose combine result (unicast schemes: one of whose pushed partials) has not fully landed."""
-        L = self.L
+        L, F = self.L, self.L.flit_bytes
         if self.scheme in ml.UNICAST_SCHEMES:
             return sorted({r.token for w in self.work for r in w.returns
                            if self.gpus[int(L.home[r.token])].landed[(ml.PART_BASE // F, r.row)] != L.comb_flits})
@@ -557,7 +568,7 @@ class SystemEnv:
         """All results landed. Incremental: a landed row stays landed, so the scan resumes where it stopped
         (a full scan per cycle costs more than the rest of the testbench at 2,048 tokens)."""
         if self._results is None:
-            L = self.L
+            L, F = self.L, self.L.flit_bytes
             if self.scheme in ml.UNICAST_SCHEMES:
                 self._results = [(self.gpus[int(L.home[r.token])].landed, (ml.PART_BASE // F, r.row))
                                  for w in self.work for r in w.returns]
@@ -571,7 +582,8 @@ class SystemEnv:
 
     def outputs(self):
         """(N, hidden) outputs read from each home GPU's memory (+ its local partial)."""
-        L, rs = self.L, self.L.row_shift
+        L, F = self.L, self.L.flit_bytes
+        st = 1 << (L.row_shift - L.flit_shift)
         out = np.zeros((L.N, L.hidden))
         srcs = collections.defaultdict(list)
         for w in self.work:
@@ -581,17 +593,17 @@ class SystemEnv:
             h = int(L.home[t])
             gs = self.gpus[h]
             i = t - h * L.T
-            local = gs.acc.get(ml.LOCAL_BASE // F + (i << (rs - 4)))
+            local = gs.acc.get(ml.LOCAL_BASE // F + i * st)
             acc = np.zeros(L.hidden, dtype=np.float32) if local is None else \
-                ml.decode_bf16_row(gs.row_flits(ml.LOCAL_BASE // F + (i << (rs - 4)), L.comb_flits), L.hidden)
+                ml.decode_bf16_row(gs.row_flits(ml.LOCAL_BASE // F + i * st, L.comb_flits), L.hidden, F)
             if self.scheme in ml.UNICAST_SCHEMES:
-                rows = [gs.row_flits(ml.PART_BASE // F + (idx << (rs - 4)), L.comb_flits) for idx in srcs[t]]
+                rows = [gs.row_flits(ml.PART_BASE // F + idx * st, L.comb_flits) for idx in srcs[t]]
             elif self.combine_items[t].desc is not None:
-                rows = [gs.row_flits(ml.OUT_BASE // F + (i << (rs - 4)), L.comb_flits)]
+                rows = [gs.row_flits(ml.OUT_BASE // F + i * st, L.comb_flits)]
             else:
                 rows = []
             for r in rows:
-                acc = acc + ml.decode_bf16_row(r, L.hidden)
+                acc = acc + ml.decode_bf16_row(r, L.hidden, F)
             out[t] = acc
         return out
 
@@ -689,8 +701,8 @@ async def test_layer(dut):
     timeout = s.get("timeout", 400_000)
     await env.cycler.start()
     env.configure()
-    await env.cycler.until(lambda: all(g.mm_cfg.idle and g.cmd.idle for g in env.gpus) and env.switch_cfg.idle,
-                           timeout=1000, what="configuration")
+    await env.cycler.until(lambda: all(g.mm_cfg.idle and g.cmd.idle for g in env.gpus) and env.switch_cfg.idle
+                           and (env.nic_cfg is None or env.nic_cfg.idle), timeout=1000, what="configuration")
     await env.cycler.cycles(4)
     t0 = env.cycler.cycle
     env.links.start(t0)

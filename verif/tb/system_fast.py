@@ -76,7 +76,7 @@ class FastGpu(tb.GpuSide):
     def _connect(self, env, g):
         so = env.lib.so
         self.mem = _Memory(so, g, self._on_write)
-        self.feeder = _Feeder(so, g)
+        self.feeder = _Feeder(so, g, env.L.G)
         self.cmd = _Stream(so, 1, g)
         self.mm_cfg = _Stream(so, 2, g)
         self.agents = []
@@ -85,9 +85,10 @@ class FastGpu(tb.GpuSide):
         return self.mem.read_row(flit_addr, n)
 
     def preload(self, flit_addr, words):
+        fw = self.mem.so.flit_words
         self.mem.so.sys_mem_write(self.g, int(flit_addr), len(words),
-                                  _words(int.from_bytes(b"".join(int(w).to_bytes(16, "little") for w in words),
-                                                        "little"), 4 * len(words)))
+                                  _words(int.from_bytes(b"".join(int(w).to_bytes(4 * fw, "little") for w in words),
+                                                        "little"), fw * len(words)))
 
     def silence(self):
         pass            # the library's (sys_silence): at the same cycle, at the same point of it
@@ -113,6 +114,7 @@ class FastEnv(tb.SystemEnv):
         self.links = _Links(self, s.get("bin", 64))
         self.occupancy = _Occupancy(self, s.get("bin", 64))
         self.switch_cfg = _Stream(self.lib.so, 3)
+        self.nic_cfg = _Stream(self.lib.so, 4) if "nic_cfg__valid" in self.lib.index else None
 
     def series(self, i):
         so = self.lib.so
@@ -135,7 +137,7 @@ class FastEnv(tb.SystemEnv):
                 gs.drive(cycle)
                 self.wake(gs)
             elif kind == EV_WRITE:
-                gs._on_write(int(arg), int.from_bytes(ctypes.string_at(words, 16), "little"))
+                gs._on_write(int(arg), int.from_bytes(ctypes.string_at(words, 4 * self.lib.so.flit_words), "little"))
             elif kind == EV_LANDED:
                 (out0, out_size), (part0, _) = gs.landing
                 base = out0 if 0 <= arg - out0 < out_size else part0
@@ -189,7 +191,8 @@ class FastEnv(tb.SystemEnv):
 
 def _library_config(env) -> list[int]:
     """The layouts and settings ``sys_init`` takes (system_main.cpp), from their sources."""
-    wl = fields(mem_write_layout(128))
+    fw = env.L.flit_width
+    wl = fields(mem_write_layout(fw))
     occ = fields(port_status_layout())["engine.in_use"]
     lp = fields(LinkProbe)
     lw = data.Layout.cast(LinkProbe).size
@@ -197,7 +200,7 @@ def _library_config(env) -> list[int]:
         raise FastsimBuildError(f"a link probe of {lw} bits does not fit the harness (16 at most)")
     return [wl["addr"][0], wl["addr"][1], wl["data"][0], occ[0], occ[1], lw, lp["valid"][0], lp["vc"][0],
             lp["last"][0], lp["opcode"][0], lp["opcode"][1], *LinkCounters.FILLS, env.s.get("lat", 10),
-            (1 << flit_addr_bits(128)) - 1, env.drop_k or 0, env.s.get("bin", 64), env.QUIET]
+            (1 << flit_addr_bits(fw)) - 1, env.drop_k or 0, env.s.get("bin", 64), env.QUIET]
 
 
 def run_layer(lib_path: Path, names: list[str], params: dict, settings: dict) -> dict:
@@ -215,7 +218,7 @@ def run_layer(lib_path: Path, names: list[str], params: dict, settings: dict) ->
     roles = lib.roles()
     cfg = _library_config(env)
     so.sys_init(cb, (ctypes.c_int32 * len(roles))(*roles), (ctypes.c_int64 * len(cfg))(*cfg))
-    stride = 1 << (L.row_shift - 4)
+    stride = 1 << (L.row_shift - L.flit_shift)
     for gs in env.gpus:
         (out0, out_size), (part0, part_size) = gs.landing
         so.sys_watch(gs.g, gs.win0, gs.win0 + L.N * stride, stride, L.meta_flit, out0, part0, out_size, part_size,

@@ -43,27 +43,35 @@ _VRP = ("valid", "ready", "payload")
 EV_WAKE, EV_WRITE, EV_READY, EV_RELEASE, EV_POLL, EV_LANDED = 1, 2, 3, 4, 5, 6
 _CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_uint64,
                              ctypes.POINTER(ctypes.c_uint32))
-PW = 8            # 32-bit words of a stream payload in the harness (system_main.cpp)
+PW = 8            # 32-bit words of a stream payload in the harness (system_main.cpp), at least
+
+
+def payload_words(ports: dict) -> int:
+    """32-bit words the harness holds a stream payload in (system_main.cpp's ``PW``): :data:`PW`, or the
+    widest payload it drives or reads (streams, ``switch_cfg``, ``mem_wr``) plus the two words its bit
+    reader may look past the field (the wide header's configuration and 256-bit memory writes)."""
+    widths = [w for name, (_, w) in ports.items() if name.endswith("__payload") and "__0__" in name
+              or name in ("switch_cfg__payload", "nic_cfg__payload")]
+    return max(PW, -(-max(widths) // 32) + 2)
 
 
 #: The clock input that loads the registered inputs (:func:`registered_inputs` ``load``; system_main.cpp).
 SIM_LOAD = "sim_load"
 
 
-def render_system_main(top: str, ports: dict, gpus: int, inputs_at_rise: bool = True) -> tuple[str, list[str]]:
+def render_system_main(top: str, ports: dict, gpus: int, inputs_at_rise: bool = True,
+                       flit_width: int = 128) -> tuple[str, list[str]]:
     """The C++ harness for ``top``'s ports and its port table (the names, in the harness's index order);
     ``inputs_at_rise``: for a top whose inputs are registered at the rising edge by :data:`SIM_LOAD`
-    (``registered_inputs(..., edge="posedge", load=SIM_LOAD)``), else latched on the falling edge."""
+    (``registered_inputs(..., edge="posedge", load=SIM_LOAD)``), else latched on the falling edge;
+    ``flit_width``: the top's flit, the GPU memories' word."""
     names = sorted(ports)
     need = [f"mem_wr__0__{s}" for s in _VRP] + [f"{st}__0__{s}" for st in _STREAMS for s in _VRP] + \
         [f"switch_cfg__{s}" for s in _VRP] + ["probe", "switch_status__total", "clk", "rst"]
     missing = [n for n in need if n not in ports]
     if missing:
         raise FastsimBuildError(f"{top} lacks the system ports {missing[:4]}: the system harness drives hw.system")
-    for st in _STREAMS + ("switch_cfg",):
-        name = f"{st}__0__payload" if st != "switch_cfg" else "switch_cfg__payload"
-        if ports[name][1] > 32 * PW:
-            raise FastsimBuildError(f"{top}.{name} is {ports[name][1]} bits; the harness holds {32 * PW}")
+    pw = payload_words(ports)
     bind = []
     for i, name in enumerate(names):
         w = ports[name][1]
@@ -71,7 +79,7 @@ def render_system_main(top: str, ports: dict, gpus: int, inputs_at_rise: bool = 
         bind.append(f"    P[{i}] = {{(void*){ref}, {w}}};")
     text = resources.files(__package__).joinpath("system_main.cpp").read_text()
     for k, v in {"TOP": top, "GPUS": gpus, "NPORTS": len(names), "BIND": "\n".join(bind),
-                 "INPUTS_AT_RISE": int(inputs_at_rise)}.items():
+                 "INPUTS_AT_RISE": int(inputs_at_rise), "PW": pw, "FW": flit_width // 32}.items():
         text = text.replace(f"@@{k}@@", str(v))
     if "@@" in text:
         raise FastsimBuildError("unfilled template field in system_main.cpp")
@@ -117,13 +125,11 @@ def build_system(params: "dict | registry.DesignPoint", *, build_root: str | os.
     require_simulator("verilator")
     point = params if isinstance(params, registry.DesignPoint) else registry.point("system", params)
     full = point.params
-    if full.get("flit_width", 128) != 128:
-        raise FastsimBuildError("the system harness models 128-bit flits only")
     build_root = Path(build_root)
     vpath = locked_verilog(point, None, build_root)
     verilog = vpath.read_text()
     ports = top_ports(verilog, "system")
-    main, names = render_system_main("system", ports, full["gpus"], inputs_at_rise)
+    main, names = render_system_main("system", ports, full["gpus"], inputs_at_rise, full.get("flit_width", 128))
     latched = build_root / "fastsim" / "latched" / (vpath.name if not inputs_at_rise else
                                                     f"{vpath.stem}-rise{vpath.suffix}")
     latched.parent.mkdir(parents=True, exist_ok=True)
@@ -139,7 +145,7 @@ def build_system(params: "dict | registry.DesignPoint", *, build_root: str | os.
     return lib, names, build_s
 
 
-def _words(value: int, n: int = PW):
+def _words(value: int, n: int):
     return (ctypes.c_uint32 * n).from_buffer_copy(int(value).to_bytes(4 * n, "little"))
 
 
@@ -174,6 +180,8 @@ class SystemLib:
                               ("sys_series_len", [ctypes.c_int], i64),
                               ("sys_series", [ctypes.c_int, i64p], None),
                               ("sys_gpus", [], ctypes.c_int),
+                              ("sys_flit_words", [], ctypes.c_int),
+                              ("sys_payload_words", [], ctypes.c_int),
                               ("sys_eval_seconds", [], ctypes.c_double),
                               ("sys_finish", [], None)):
             f = getattr(so, fn)
@@ -181,6 +189,8 @@ class SystemLib:
         self.names = names
         self.index = {n: i for i, n in enumerate(names)}
         self.gpus = so.sys_gpus()
+        # the harness's word counts, read by the objects below through ``so``
+        so.flit_words, so.payload_words = so.sys_flit_words(), so.sys_payload_words()
 
     def width(self, name: str) -> int:
         return self.so.sys_port_width(self.index[name])
@@ -210,6 +220,7 @@ class SystemLib:
             for st in _STREAMS:
                 r += [ix[f"{st}__{g}__{s}"] for s in _VRP]
         r += [ix[f"switch_cfg__{s}"] for s in _VRP] + [ix["probe"], ix["switch_status__total"], ix["clk"], ix["rst"]]
+        r += [ix.get(f"nic_cfg__{s}", -1) for s in _VRP]          # hw.system's nic_cfg="stream" form
         return r
 
 
@@ -242,32 +253,36 @@ class FastDut:
 
 
 class _Stream:
-    """A stream driver's ``send`` (0 desc, 1 cmd, 2 mm_cfg, 3 switch_cfg)."""
+    """A stream driver's ``send`` (0 desc, 1 cmd, 2 mm_cfg, 3 switch_cfg, 4 nic_cfg)."""
 
     def __init__(self, so, which, g=0):
         self.so, self.which, self.g = so, which, g
 
     def send(self, payload: int) -> None:
-        self.so.sys_send(self.which, self.g, _words(payload))
+        self.so.sys_send(self.which, self.g, _words(payload, self.so.payload_words))
 
 
 class _FeederQueue:
-    def __init__(self, so, g):
-        self.so, self.g = so, g
+    def __init__(self, so, g, ports=None):
+        self.so, self.g, self.ports = so, g, ports
 
     def extend(self, descs):
         for d in descs:
-            self.so.sys_feed(self.g, _words(d.pack()))
+            self.so.sys_feed(self.g, _words(d.pack(self.ports), self.so.payload_words))
 
 
 class _Feeder:
-    def __init__(self, so, g):
-        self.so, self.g = so, g
-        self.queue = _FeederQueue(so, g)
+    """The testbench's :class:`~verif.tb.system.Feeder` in the library; descriptors in the layout of a
+    ``ports``-port system."""
+
+    def __init__(self, so, g, ports=None):
+        self.so, self.g, self.ports = so, g, ports
+        self.queue = _FeederQueue(so, g, ports)
 
     def push_ready(self, entry):
         at, planned, token, desc = entry
-        self.so.sys_feed_ready(self.g, int(at), int(planned), int(token), _words(desc.pack()))
+        self.so.sys_feed_ready(self.g, int(at), int(planned), int(token),
+                               _words(desc.pack(self.ports), self.so.payload_words))
 
 
 class _Memory:
@@ -279,21 +294,22 @@ class _Memory:
         self.words = self
 
     def __setitem__(self, addr, value):
-        self.so.sys_mem_write(self.g, int(addr), 1, _words(value, 4))
+        self.so.sys_mem_write(self.g, int(addr), 1, _words(value, self.so.flit_words))
 
     def read(self, addr: int) -> int:
-        buf = (ctypes.c_uint32 * 4)()
+        buf = (ctypes.c_uint32 * self.so.flit_words)()
         self.so.sys_mem_read(self.g, int(addr), 1, buf)
         return int.from_bytes(bytes(buf), "little")
 
     def read_row(self, addr: int, n: int) -> list[int]:
-        buf = (ctypes.c_uint32 * (4 * n))()
+        fw = self.so.flit_words
+        buf = (ctypes.c_uint32 * (fw * n))()
         self.so.sys_mem_read(self.g, int(addr), n, buf)
-        raw = bytes(buf)
-        return [int.from_bytes(raw[16 * i:16 * i + 16], "little") for i in range(n)]
+        raw, b = bytes(buf), 4 * fw
+        return [int.from_bytes(raw[b * i:b * i + b], "little") for i in range(n)]
 
     def write(self, addr: int, data: int) -> None:
-        self.so.sys_mem_write(self.g, int(addr), 1, _words(data, 4))
+        self.so.sys_mem_write(self.g, int(addr), 1, _words(data, self.so.flit_words))
         self.on_write(int(addr), int(data))
 
 

@@ -37,7 +37,8 @@
 
 static constexpr int G = @@GPUS@@;
 static constexpr int NPORTS = @@NPORTS@@;
-static constexpr int PW = 8;             // 32-bit words of the widest stream payload held
+static constexpr int PW = @@PW@@;             // 32-bit words of the widest stream payload held (+ 2: bits())
+static constexpr int FW = @@FW@@;             // 32-bit words of a flit (a memory word)
 static constexpr int64_t NEVER = INT64_MAX;
 
 typedef unsigned __int128 u128;
@@ -97,24 +98,40 @@ static inline int call(int kind, int g, int64_t cycle, uint64_t arg, const uint3
 }
 
 // ------------------------------------------------------------------------------------------ memory
-struct W4 { uint32_t w[4]; };
+struct Word { uint32_t w[FW]; };
 
-static W4 default_word(uint64_t addr) {
-    const u128 mix = (u128(0x9E3779B97F4A7C15ULL) << 64) | u128(0xF39CC0605CEDC835ULL);
-    u128 x = u128(addr + 1) * mix;
-    u128 r = x ^ (x >> 61) ^ (u128(addr) << 7);
-    W4 o;
-    for (int i = 0; i < 4; i++) o.w[i] = uint32_t(r >> (32 * i));
+// verif.harness.gpu_memory.default_word at FW x 32 bits: x = (addr + 1) * MIX (a 128-bit constant) mod
+// 2^(32 FW), then x ^ (x >> 61) ^ (addr << 7), in 64-bit limbs.
+static Word default_word(uint64_t addr) {
+    constexpr int L = (FW + 1) / 2 + 1;
+    const uint64_t lo = 0xF39CC0605CEDC835ULL, hi = 0x9E3779B97F4A7C15ULL;
+    uint64_t x[L + 1] = {}, r[L] = {};
+    u128 p0 = u128(addr + 1) * lo, p1 = u128(addr + 1) * hi;
+    u128 mid = (p0 >> 64) + uint64_t(p1);
+    x[0] = uint64_t(p0);
+    if (L > 1) x[1] = uint64_t(mid);
+    if (L > 2) x[2] = uint64_t((mid >> 64) + (p1 >> 64));
+    const int bits_all = 32 * FW;
+    for (int i = 0; i < L; i++) {                 // x mod 2^(32 FW)
+        int lo_bit = 64 * i;
+        if (lo_bit >= bits_all) x[i] = 0;
+        else if (bits_all - lo_bit < 64) x[i] &= (uint64_t(1) << (bits_all - lo_bit)) - 1;
+    }
+    for (int i = 0; i < L; i++) r[i] = x[i] ^ ((x[i] >> 61) | (x[i + 1] << 3));
+    r[0] ^= addr << 7;
+    if (L > 1) r[1] ^= addr >> 57;
+    Word o;
+    for (int i = 0; i < FW; i++) o.w[i] = uint32_t(r[i / 2] >> (32 * (i % 2)));
     return o;
 }
 
 struct Memory {
-    std::unordered_map<uint64_t, W4> m;
-    W4 read(uint64_t a) const {
+    std::unordered_map<uint64_t, Word> m;
+    Word read(uint64_t a) const {
         auto it = m.find(a);
         return it == m.end() ? default_word(a) : it->second;
     }
-    void write(uint64_t a, const uint32_t* w) { W4& x = m[a]; std::memcpy(x.w, w, 16); }
+    void write(uint64_t a, const uint32_t* w) { Word& x = m[a]; std::memcpy(x.w, w, 4 * FW); }
 };
 
 // ------------------------------------------------------------------------------------------ agents
@@ -146,7 +163,7 @@ struct Monitor {                 // verif.harness.stream.StreamMonitor, stall 0 
 struct ReadPort {                // verif.harness.gpu_memory.MemReadPort, stall and gap 0
     Monitor req;
     int rvalid = -1, rready = -1, rpayload = -1;
-    std::deque<std::pair<int64_t, W4>> pending;
+    std::deque<std::pair<int64_t, Word>> pending;
     bool cur = false;
     int64_t latency = 10, requests = 0;
     uint64_t mask = 0;
@@ -154,7 +171,7 @@ struct ReadPort {                // verif.harness.gpu_memory.MemReadPort, stall 
     void drive(int64_t cycle) {
         req.drive();
         if (!cur && !pending.empty() && pending.front().first <= cycle) {
-            W4 v = pending.front().second; pending.pop_front(); cur = true;
+            Word v = pending.front().second; pending.pop_front(); cur = true;
             pset(P[rpayload], v.w); pset1(rvalid, 1);
         } else if (!cur) pset1(rvalid, 0);
     }
@@ -192,7 +209,7 @@ struct Gpu {
 };
 
 static Gpu gpus[G];
-static Driver swcfg;
+static Driver swcfg, niccfg;            // niccfg: the nic_cfg stream, where the top has one (else ports -1)
 static int probe = -1, total = -1, clk = -1, rst = -1;
 static int addr_off = 0, addr_w = 0, data_off = 0;        // mem_wr payload layout
 static int in_use_off = 0, in_use_w = 0;                  // switch_status__total
@@ -283,7 +300,7 @@ static void occ_sample() {
 }
 
 static bool quiet_now() {                    // SystemEnv._quiet_now
-    if (link_quiet == 0 || !swcfg.idle()) return false;
+    if (link_quiet == 0 || !swcfg.idle() || !niccfg.idle()) return false;
     for (int g = 0; g < G; g++) {
         Gpu& x = gpus[g];
         if (!x.fq.empty() || !x.desc.idle() || !x.cmd.idle() || !x.mmcfg.idle() || !x.rtx.idle() ||
@@ -348,6 +365,7 @@ static void drive() {
         if (x.wake <= cycle) call(EV_WAKE, g, cycle, 0, nullptr);     // the GEMM ends
     }
     swcfg.drive();
+    if (niccfg.valid >= 0) niccfg.drive();
 }
 
 static void sample() {
@@ -357,8 +375,8 @@ static void sample() {
         if (x.wr.take()) {
             pget(P[x.wr.payload], w);
             uint64_t addr = bits(w, addr_off, addr_w);
-            uint32_t d[4];
-            for (int i = 0; i < 4; i++) d[i] = uint32_t(bits(w, data_off + 32 * i, 32));
+            uint32_t d[FW];
+            for (int i = 0; i < FW; i++) d[i] = uint32_t(bits(w, data_off + 32 * i, 32));
             x.mem.write(addr, d);
             int64_t a = int64_t(addr);
             if (a >= x.win0 && a < x.win_end) {
@@ -381,6 +399,7 @@ static void sample() {
         if (x.rel.take()) call(EV_RELEASE, g, cycle, pget64(P[x.rel.payload]), nullptr);
     }
     swcfg.sample();
+    niccfg.sample();
     links_sample();
     occ_sample();
 }
@@ -454,13 +473,15 @@ static void step(int64_t* edges) {
 
 static bool config_idle() {
     for (int g = 0; g < G; g++) if (!gpus[g].mmcfg.idle() || !gpus[g].cmd.idle()) return false;
-    return swcfg.idle();
+    return swcfg.idle() && niccfg.idle();
 }
 
 // ------------------------------------------------------------------------------------------ C API
 extern "C" {
 
 int sys_gpus() { return G; }
+int sys_flit_words() { return FW; }
+int sys_payload_words() { return PW; }
 double sys_eval_seconds() { return eval_s; }
 int sys_nports() { return NPORTS; }
 int sys_port_width(int i) { return (i >= 0 && i < NPORTS) ? P[i].w : -1; }
@@ -468,7 +489,8 @@ void sys_port_read(int i, uint32_t* out) { pget(P[i], out); }
 void sys_port_write(int i, const uint32_t* in) { pset(P[i], in); }
 
 // roles: per GPU 27 port indices (wr v/r/p, rd_tx req v/r/p resp v/r/p, rd_rx the same, desc v/r/p,
-// cmd v/r/p, mm_cfg v/r/p, ready v/r/p, release v/r/p), then switch_cfg v/r/p, probe, total, clk, rst.
+// cmd v/r/p, mm_cfg v/r/p, ready v/r/p, release v/r/p), then switch_cfg v/r/p, probe, total, clk, rst,
+// nic_cfg v/r/p (-1 where the top has the NICs' configuration as ports).
 // cfg: addr_off, addr_w, data_off, in_use_off, in_use_w, link_w, vo, co, lo, oo, ow, fill_a, fill_b,
 // latency, addr_mask, drop_k, bin, quiet_min.
 int sys_init(callback_t callback, const int32_t* roles, const int64_t* cfg) {
@@ -492,6 +514,7 @@ int sys_init(callback_t callback, const int32_t* roles, const int64_t* cfg) {
     }
     swcfg.valid = *r++; swcfg.ready = *r++; swcfg.payload = *r++;
     probe = *r++; total = *r++; clk = *r++; rst = *r++;
+    niccfg.valid = *r++; niccfg.ready = *r++; niccfg.payload = *r++;
     addr_off = int(cfg[0]); addr_w = int(cfg[1]); data_off = int(cfg[2]); in_use_off = int(cfg[3]);
     in_use_w = int(cfg[4]); link_w = int(cfg[5]); vo = int(cfg[6]); co = int(cfg[7]); lo = int(cfg[8]);
     oo = int(cfg[9]); ow = int(cfg[10]); fill_a = int(cfg[11]); fill_b = int(cfg[12]);
@@ -526,6 +549,7 @@ void sys_reset() {
         x.rdy.drive(); x.rel.drive();
     }
     swcfg.drive();
+    if (niccfg.valid >= 0) niccfg.drive();
     eval_clk(0);
     for (int i = 0; i < (INPUTS_AT_RISE ? 2 : 3); i++) {
         eval_clk(1);
@@ -538,9 +562,10 @@ void sys_settle() {
     eval_clk(0);
 }
 
-void sys_send(int which, int g, const uint32_t* w) {      // 0 desc, 1 cmd, 2 mm_cfg, 3 switch_cfg
+void sys_send(int which, int g, const uint32_t* w) {      // 0 desc, 1 cmd, 2 mm_cfg, 3 switch_cfg, 4 nic_cfg
     Pay p; std::memcpy(p.w, w, sizeof p.w);
-    Driver* d = which == 3 ? &swcfg : which == 0 ? &gpus[g].desc : which == 1 ? &gpus[g].cmd : &gpus[g].mmcfg;
+    Driver* d = which == 4 ? &niccfg : which == 3 ? &swcfg : which == 0 ? &gpus[g].desc : which == 1 ? &gpus[g].cmd
+              : &gpus[g].mmcfg;
     d->q.push_back(p);
 }
 void sys_feed(int g, const uint32_t* w) { Pay p; std::memcpy(p.w, w, sizeof p.w); gpus[g].fq.push_back(p); }
@@ -552,10 +577,13 @@ void sys_feed_ready(int g, int64_t at, int64_t planned, int64_t token, const uin
 void sys_set_wake(int g, int64_t at) { gpus[g].wake = at < 0 ? NEVER : at; }
 void sys_silence(int g, int64_t at) { gpus[g].silence_at = at; }
 void sys_mem_read(int g, int64_t addr, int n, uint32_t* out) {
-    for (int i = 0; i < n; i++) { W4 v = gpus[g].mem.read(uint64_t(addr + i)); std::memcpy(out + 4 * i, v.w, 16); }
+    for (int i = 0; i < n; i++) {
+        Word v = gpus[g].mem.read(uint64_t(addr + i));
+        std::memcpy(out + FW * i, v.w, 4 * FW);
+    }
 }
 void sys_mem_write(int g, int64_t addr, int n, const uint32_t* in) {
-    for (int i = 0; i < n; i++) gpus[g].mem.write(uint64_t(addr + i), in + 4 * i);
+    for (int i = 0; i < n; i++) gpus[g].mem.write(uint64_t(addr + i), in + FW * i);
 }
 void sys_start(int64_t at) { t0 = at; occ_next = at; }
 
