@@ -280,15 +280,29 @@ class GpuSide(Agent):
                 self.landed[(base, rel // self.stride)] += 1
                 return
 
+    def watches(self, flit_addr, n) -> bool:
+        """Whether :meth:`_on_write` follows any of the ``n`` flits from ``flit_addr`` (a window row, a
+        landing region); it ignores the others."""
+        regions = ((self.win0, self.L.N * self.stride),) + self.landing
+        return any(base < flit_addr + n and flit_addr < base + size for base, size in regions)
+
     def row_flits(self, flit_addr, n):
         return [self.mem.read(flit_addr + i) for i in range(n)]
+
+    def row_bytes(self, flit_addr, n) -> bytes:
+        """:meth:`row_flits` as little-endian bytes (the compiled harness reads them at once)."""
+        return b"".join(f.to_bytes(F, "little") for f in self.row_flits(flit_addr, n))
+
+    def write_row_bytes(self, flit_addr, raw: bytes) -> None:
+        """The flits of ``raw`` (little-endian bytes) written from ``flit_addr`` on, one after the other."""
+        for i in range(len(raw) // F):
+            self.mem.write(flit_addr + i, int.from_bytes(raw[F * i:F * (i + 1)], "little"))
 
     def add_partial(self, flit_addr, v):
         acc = self.acc.get(flit_addr)
         acc = v.copy() if acc is None else acc + v
         self.acc[flit_addr] = acc
-        for i, w in enumerate(ml.encode_bf16_row(acc)):
-            self.mem.write(flit_addr + i, w)
+        self.write_row_bytes(flit_addr, ml.encode_bf16_bytes(acc))
 
     # ---------------------------------------------------------------------------- tracker and GEMM
     def _add_tile(self, tile):
@@ -339,13 +353,13 @@ class GpuSide(Agent):
         if tile["kind"] == "local":
             for t in tile["tokens"]:
                 i = t - self.g * L.T
-                x, gates, ids = ml.decode_row(self.row_flits(ml.X_BASE // F + (i << (rs - 4)), L.row_flits),
-                                              L.hidden, L.p.dtype)
+                x, gates, ids = ml.decode_row_bytes(self.row_bytes(ml.X_BASE // F + (i << (rs - 4)), L.row_flits),
+                                                    L.hidden, L.p.dtype)
                 self.add_partial(ml.LOCAL_BASE // F + (i << (rs - 4)), gates[ids.index(e)] * L.expert_out(e, x))
         else:
             for row in tile["rows"]:
-                x, gates, ids = ml.decode_row(self.row_flits(self.win0 + row * self.stride, L.row_flits),
-                                              L.hidden, L.p.dtype)
+                x, gates, ids = ml.decode_row_bytes(self.row_bytes(self.win0 + row * self.stride, L.row_flits),
+                                                    L.hidden, L.p.dtype)
                 v = gates[ids.index(e)] * L.expert_out(e, x)
                 if self.env.sabotage:             # test the test: one wrong expert output, the run must fail
                     self.env.sabotage = False

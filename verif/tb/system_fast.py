@@ -84,6 +84,17 @@ class FastGpu(tb.GpuSide):
     def row_flits(self, flit_addr, n):
         return self.mem.read_row(flit_addr, n)
 
+    def row_bytes(self, flit_addr, n):
+        return self.mem.read_bytes(flit_addr, n)
+
+    def write_row_bytes(self, flit_addr, raw):
+        """One call into the library; :meth:`_on_write` hears of the flits only where it follows them."""
+        n = len(raw) // 16
+        self.mem.so.sys_mem_write(self.g, int(flit_addr), n, (ctypes.c_uint32 * (4 * n)).from_buffer_copy(raw))
+        if self.watches(flit_addr, n):
+            for i in range(n):
+                self._on_write(flit_addr + i, int.from_bytes(raw[16 * i:16 * i + 16], "little"))
+
     def preload(self, flit_addr, words):
         self.mem.so.sys_mem_write(self.g, int(flit_addr), len(words),
                                   _words(int.from_bytes(b"".join(int(w).to_bytes(16, "little") for w in words),

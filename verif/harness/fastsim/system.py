@@ -286,10 +286,14 @@ class _Memory:
         self.so.sys_mem_read(self.g, int(addr), 1, buf)
         return int.from_bytes(bytes(buf), "little")
 
-    def read_row(self, addr: int, n: int) -> list[int]:
+    def read_bytes(self, addr: int, n: int) -> bytes:
+        """``n`` flits from ``addr`` as little-endian bytes."""
         buf = (ctypes.c_uint32 * (4 * n))()
         self.so.sys_mem_read(self.g, int(addr), n, buf)
-        raw = bytes(buf)
+        return bytes(buf)
+
+    def read_row(self, addr: int, n: int) -> list[int]:
+        raw = self.read_bytes(addr, n)
         return [int.from_bytes(raw[16 * i:16 * i + 16], "little") for i in range(n)]
 
     def write(self, addr: int, data: int) -> None:
