@@ -330,7 +330,7 @@ class GpuSide(Agent):
         r = unpack(TokenRelease, payload)
         slot = r["tile"] * self.L.p.tile_size + r["slot"]
         row = self.slot_rows[r["expert"]][slot]
-        t = self.env.token_of_row(self.row_flits(self.win0 + row * self.stride, self.L.row_flits))
+        t = self.env.token_of_row(self.row_bytes(self.win0 + row * self.stride, self.L.row_flits))
         self.env.released(self.g, self.lo + r["expert"], t, cycle)
 
     def silence(self):
@@ -401,7 +401,7 @@ class SystemEnv:
         self._connect(dut)
         self.rows = {}
         for t in range(L.N):
-            key = tuple(L.row(t))
+            key = b"".join(f.to_bytes(F, "little") for f in L.row(t))
             assert key not in self.rows, f"tokens {self.rows[key]} and {t} have the same row"
             self.rows[key] = t
         self.pending = {t: collections.Counter(L.tracked_pairs(t, self.scheme)) for t in range(L.N)}
@@ -498,8 +498,9 @@ class SystemEnv:
         if gs_valid or self.links.port.read() & self.links.valid_mask:
             self.skip_interrupted += 1
 
-    def token_of_row(self, flits):
-        return self.rows[tuple(flits)]
+    def token_of_row(self, raw: bytes) -> int:
+        """The token whose dispatched row is ``raw`` (its flits as little-endian bytes)."""
+        return self.rows[raw]
 
     def released(self, g, e, t, cycle):
         pend = self.pending[t]
