@@ -98,6 +98,7 @@ packets of its row), which ``traffic.py`` does not model.
 """
 
 import dataclasses
+import functools
 import math
 import struct
 
@@ -118,7 +119,8 @@ from verif.models.gpu_nic import Desc
 
 __all__ = ["SCHEMES", "TRAFFIC_SCHEME", "UNICAST_SCHEMES", "STATIC_SCHEMES", "FUSED_SCHEMES",
            "LayerParams", "MoeLayer", "GpuWork", "CombineItem", "ReturnItem",
-           "build_layer", "encode_row", "decode_row", "encode_bf16_row", "decode_bf16_row", "expert_ffn",
+           "build_layer", "encode_row", "decode_row", "decode_row_bytes", "encode_bf16_row",
+           "encode_bf16_bytes", "decode_bf16_row", "expert_ffn",
            "G_DISP", "G_COMB", "G_PART", "X_BASE", "WIN_BASE", "COMB_BASE", "OUT_BASE", "PART_BASE",
            "LOCAL_BASE", "FLIT_BYTES", "plane_system", "replica_choices"]
 
@@ -153,6 +155,8 @@ X_VALUES = (-2, -1, 0, 1, 2)
 # FP8 e4m3 encodings of the integers x may take (sign bit 7, exponent bias 7, 3 mantissa bits).
 _FP8 = {0: 0x00, 1: 0x38, 2: 0x40, -1: 0xB8, -2: 0xC0}
 _FP8_INV = {v: k for k, v in _FP8.items()}
+_FP8_VALUE = np.full(256, np.nan)          # byte -> value (NaN: not a value of the layer's data)
+_FP8_VALUE[list(_FP8_INV)] = list(_FP8_INV.values())
 
 
 def plane_system(gpus: int) -> str:
@@ -304,19 +308,33 @@ def encode_row(x, gates, experts, dtype: str, fb: int = FLIT_BYTES) -> list[int]
 
 def decode_row(flits, hidden: int, dtype: str, fb: int = FLIT_BYTES):
     """(x as float64, gate weights, global expert ids) of a row's flits, inverse of :func:`encode_row`."""
+    return decode_row_bytes(_from_flits(flits, fb), hidden, dtype, fb)
+
+
+def decode_row_bytes(raw: bytes, hidden: int, dtype: str, fb: int = FLIT_BYTES):
+    """:func:`decode_row` of the row's flits as little-endian bytes (``fb`` per flit)."""
     n = x_flits(hidden, dtype, fb)
-    body = _from_flits(flits[:n], fb)
+    body = raw[:n * fb]
     if dtype == "fp8":
-        x = np.array([_FP8_INV[b] for b in body[:hidden]], dtype=np.float64)
+        x = _FP8_VALUE[np.frombuffer(body[:hidden], dtype=np.uint8)]
+        if np.isnan(x).any():
+            raise ValueError(f"row bytes {sorted(set(body[:hidden]) - set(_FP8_INV))} are not FP8 values of the "
+                             f"layer's data ({', '.join(map(str, _FP8))})")
     else:
         x = bf16_values(np.frombuffer(body[:2 * hidden], dtype="<u2")).astype(np.float64)
-    experts = unpack_token_meta(flits[n + 1])
-    g = bf16_values(np.frombuffer(_from_flits([flits[n]], fb), dtype="<u2"))[:len(experts)].astype(np.float64)
-    return x, g, experts
+    experts = unpack_token_meta(int.from_bytes(raw[(n + 1) * fb:(n + 2) * fb], "little"))
+    g = bf16_values(np.frombuffer(raw[n * fb:(n + 1) * fb], dtype="<u2"))[:len(experts)]
+    return x, g.astype(np.float64), experts
 
 
 def encode_bf16_row(v, fb: int = FLIT_BYTES) -> list[int]:
-    return _to_flits(bf16_bits(v).astype("<u2").tobytes(), math.ceil(2 * len(v) / fb), fb)
+    return _to_flits(encode_bf16_bytes(v, fb), math.ceil(2 * len(v) / fb), fb)
+
+
+def encode_bf16_bytes(v, fb: int = FLIT_BYTES) -> bytes:
+    """:func:`encode_bf16_row`'s flits as little-endian bytes (the last flit zero-padded)."""
+    raw = bf16_bits(v).astype("<u2").tobytes()
+    return raw.ljust(math.ceil(len(raw) / fb) * fb, b"\0")
 
 
 def decode_bf16_row(flits, hidden: int, fb: int = FLIT_BYTES) -> np.ndarray:
@@ -466,10 +484,16 @@ class MoeLayer:
         model's :meth:`GemmModel.parts` scaled as the tile cycles are (module docstring; an override of the
         tile cycles scales them by its ratio to the derived ones). The GEMM stand-in's work
         (:class:`sim_models.gemm_engine.GemmEngine`)."""
+        gm, k = self._gemm_scale
+        return tuple(float(v) * k for v in gm.parts(rows, weight_reads))
+
+    @functools.cached_property
+    def _gemm_scale(self) -> tuple[GemmModel, float]:
+        """:meth:`gemm_parts`' model and scale, worked out once (the testbench asks for every tile)."""
         s = load_system(self.p.system)
         k = s.switch_clock_ghz * 1e9 * s.links_per_gpu / self.p.rtl_links / self.hidden_factor
         k *= sum(self.gemm_tile_cycles()) / sum(self.derived_gemm_tile_cycles())
-        return tuple(float(v) * k for v in self._gemm_model().parts(rows, weight_reads))
+        return self._gemm_model(), k
 
     def gemm_share(self) -> float:
         """GEMM-1's share of the SMs in the fused pool: its share of the layer's GEMM time with every SM (each

@@ -278,15 +278,31 @@ class GpuSide(Agent):
                 self.landed[(base, rel // self.stride)] += 1
                 return
 
+    def watches(self, flit_addr, n) -> bool:
+        """Whether :meth:`_on_write` follows any of the ``n`` flits from ``flit_addr`` (a window row, a
+        landing region); it ignores the others."""
+        regions = ((self.win0, self.L.N * self.stride),) + self.landing
+        return any(base < flit_addr + n and flit_addr < base + size for base, size in regions)
+
     def row_flits(self, flit_addr, n):
         return [self.mem.read(flit_addr + i) for i in range(n)]
+
+    def row_bytes(self, flit_addr, n) -> bytes:
+        """:meth:`row_flits` as little-endian bytes (the compiled harness reads them at once)."""
+        fb = self.L.flit_bytes
+        return b"".join(f.to_bytes(fb, "little") for f in self.row_flits(flit_addr, n))
+
+    def write_row_bytes(self, flit_addr, raw: bytes) -> None:
+        """The flits of ``raw`` (little-endian bytes) written from ``flit_addr`` on, one after the other."""
+        fb = self.L.flit_bytes
+        for i in range(len(raw) // fb):
+            self.mem.write(flit_addr + i, int.from_bytes(raw[fb * i:fb * (i + 1)], "little"))
 
     def add_partial(self, flit_addr, v):
         acc = self.acc.get(flit_addr)
         acc = v.copy() if acc is None else acc + v
         self.acc[flit_addr] = acc
-        for i, w in enumerate(ml.encode_bf16_row(acc, self.L.flit_bytes)):
-            self.mem.write(flit_addr + i, w)
+        self.write_row_bytes(flit_addr, ml.encode_bf16_bytes(acc, self.L.flit_bytes))
 
     # ---------------------------------------------------------------------------- tracker and GEMM
     def _add_tile(self, tile):
@@ -314,7 +330,7 @@ class GpuSide(Agent):
         r = unpack(TokenRelease, payload)
         slot = r["tile"] * self.L.p.tile_size + r["slot"]
         row = self.slot_rows[r["expert"]][slot]
-        t = self.env.token_of_row(self.row_flits(self.win0 + row * self.stride, self.L.row_flits))
+        t = self.env.token_of_row(self.row_bytes(self.win0 + row * self.stride, self.L.row_flits))
         self.env.released(self.g, self.lo + r["expert"], t, cycle)
 
     def silence(self):
@@ -337,13 +353,13 @@ class GpuSide(Agent):
         if tile["kind"] == "local":
             for t in tile["tokens"]:
                 i = t - self.g * L.T
-                x, gates, ids = ml.decode_row(self.row_flits(ml.X_BASE // F + i * st, L.row_flits),
-                                              L.hidden, L.p.dtype, F)
+                x, gates, ids = ml.decode_row_bytes(self.row_bytes(ml.X_BASE // F + i * st, L.row_flits),
+                                                    L.hidden, L.p.dtype, F)
                 self.add_partial(ml.LOCAL_BASE // F + i * st, gates[ids.index(e)] * L.expert_out(e, x))
         else:
             for row in tile["rows"]:
-                x, gates, ids = ml.decode_row(self.row_flits(self.win0 + row * self.stride, L.row_flits),
-                                              L.hidden, L.p.dtype, F)
+                x, gates, ids = ml.decode_row_bytes(self.row_bytes(self.win0 + row * self.stride, L.row_flits),
+                                                    L.hidden, L.p.dtype, F)
                 v = gates[ids.index(e)] * L.expert_out(e, x)
                 if self.env.sabotage:             # test the test: one wrong expert output, the run must fail
                     self.env.sabotage = False
@@ -388,7 +404,7 @@ class SystemEnv:
         self._connect(dut)
         self.rows = {}
         for t in range(L.N):
-            key = tuple(L.row(t))
+            key = b"".join(f.to_bytes(L.flit_bytes, "little") for f in L.row(t))
             assert key not in self.rows, f"tokens {self.rows[key]} and {t} have the same row"
             self.rows[key] = t
         self.pending = {t: collections.Counter(L.tracked_pairs(t, self.scheme)) for t in range(L.N)}
@@ -487,8 +503,9 @@ class SystemEnv:
         if gs_valid or self.links.port.read() & self.links.valid_mask:
             self.skip_interrupted += 1
 
-    def token_of_row(self, flits):
-        return self.rows[tuple(flits)]
+    def token_of_row(self, raw: bytes) -> int:
+        """The token whose dispatched row is ``raw`` (its flits as little-endian bytes)."""
+        return self.rows[raw]
 
     def released(self, g, e, t, cycle):
         pend = self.pending[t]

@@ -84,6 +84,18 @@ class FastGpu(tb.GpuSide):
     def row_flits(self, flit_addr, n):
         return self.mem.read_row(flit_addr, n)
 
+    def row_bytes(self, flit_addr, n):
+        return self.mem.read_bytes(flit_addr, n)
+
+    def write_row_bytes(self, flit_addr, raw):
+        """One call into the library; :meth:`_on_write` hears of the flits only where it follows them."""
+        fb = 4 * self.mem.so.flit_words
+        n = len(raw) // fb
+        self.mem.so.sys_mem_write(self.g, int(flit_addr), n, (ctypes.c_uint32 * (fb // 4 * n)).from_buffer_copy(raw))
+        if self.watches(flit_addr, n):
+            for i in range(n):
+                self._on_write(flit_addr + i, int.from_bytes(raw[fb * i:fb * (i + 1)], "little"))
+
     def preload(self, flit_addr, words):
         fw = self.mem.so.flit_words
         self.mem.so.sys_mem_write(self.g, int(flit_addr), len(words),

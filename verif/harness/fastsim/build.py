@@ -111,14 +111,17 @@ def registered_inputs(verilog: str, top: str, edge: str = "negedge", load: str |
         return verilog
     ports_end = body.index(");\n") + 3
     rest = body[ports_end:]
-    for hi, name in re.findall(r"^  input (?:\[(\d+):0\] )?([A-Za-z_][A-Za-z0-9_]*);$", rest, re.M):
-        if name == "clk":
-            continue
-        decl = f"  wire {'[' + hi + ':0] ' if hi else ''}{name};\n"
-        q = f"{name}__sim_q"
-        if f"  input {'[' + hi + ':0] ' if hi else ''}{name};\n{decl}" not in rest:
+    inputs = [(hi, name) for hi, name in
+              re.findall(r"^  input (?:\[(\d+):0\] )?([A-Za-z_][A-Za-z0-9_]*);$", rest, re.M) if name != "clk"]
+    for hi, name in inputs:
+        width = f"[{hi}:0] " if hi else ""
+        if f"  input {width}{name};\n  wire {width}{name};\n" not in rest:
             raise ValueError(f"input {name!r} of {top!r} is not declared as Amaranth writes it")
-        rest = re.sub(rf"(?<![\w$\\.]){re.escape(name)}(?![\w$])", q, rest)
+    if inputs:       # every use of an input renamed to its register, in one pass over the text
+        names = "|".join(re.escape(name) for _, name in inputs)
+        rest = re.sub(rf"(?<![\w$\\.])(?:{names})(?![\w$])", lambda u: f"{u.group(0)}__sim_q", rest)
+    for hi, name in inputs:
+        q = f"{name}__sim_q"
         width = f"[{hi}:0] " if hi else ""
         rest = rest.replace(f"  input {width}{q};\n  wire {width}{q};\n",
                             f"  input {width}{name};\n  wire {width}{name};\n  reg {width}{q} = "

@@ -301,11 +301,14 @@ class _Memory:
         self.so.sys_mem_read(self.g, int(addr), 1, buf)
         return int.from_bytes(bytes(buf), "little")
 
-    def read_row(self, addr: int, n: int) -> list[int]:
-        fw = self.so.flit_words
-        buf = (ctypes.c_uint32 * (fw * n))()
+    def read_bytes(self, addr: int, n: int) -> bytes:
+        """``n`` flits from ``addr`` as little-endian bytes."""
+        buf = (ctypes.c_uint32 * (self.so.flit_words * n))()
         self.so.sys_mem_read(self.g, int(addr), n, buf)
-        raw, b = bytes(buf), 4 * fw
+        return bytes(buf)
+
+    def read_row(self, addr: int, n: int) -> list[int]:
+        raw, b = self.read_bytes(addr, n), 4 * self.so.flit_words
         return [int.from_bytes(raw[b * i:b * i + b], "little") for i in range(n)]
 
     def write(self, addr: int, data: int) -> None:
