@@ -271,11 +271,44 @@ def test_study_scopes_parse_and_full_is_the_bench(bench):
     assert set(mod.FULL_ONLY) == {"default"}
 
 
+def test_study_system_runs_a_headline_point(monkeypatch):
+    """The default study's layer is the headline point (G = 8, 4096 tokens per GPU) with deepep and dysharp
+    at least; --full adds the other schemes there. The section's command is the one that reruns it, and the
+    section states the measured speedup beside the prediction and names what the scope leaves out."""
+    import argparse
+
+    from verif.bench import system
+    parsed = {}
+    for scope, argv in system.STUDY_ARGS.items():
+        p = argparse.ArgumentParser()
+        system.add_arguments(p)
+        parsed[scope] = p.parse_args(argv)
+    d, f = parsed["default"], parsed["full"]
+    assert (d.gpus, d.tokens, d.model, d.seed) == (8, 4096, "deepseek-v3", 1)
+    assert {"deepep", "dysharp"} <= set(system.parse_schemes(d.scheme))
+    assert (f.gpus, f.tokens) == (8, 4096) and system.parse_schemes(f.scheme) == list(system.SCHEMES)
+    assert set(system.FULL_ONLY) <= {"default", "quick"}
+    report = {"point": {"model": "deepseek-v3", "gpus": 8, "tokens": 4096, "hidden": 128, "seed": 1},
+              "layer": {"model": "deepseek-v3", "hidden_factor": 56, "gemm_tile_cycles": [12717, 6359]},
+              "sim": "verilator", "harness": "fast-noprofile", "failed": {},
+              "schemes": {"deepep": {"cycles": {"total": 1244}}, "dysharp": {"cycles": {"total": 1000}}},
+              "predicted": {"deepep": {"total": 1280}, "dysharp": {"total": 1000}},
+              "full_size": {"system": "hgx-h100", "speedup": {"deepep": 1.541, "dysharp": 1.0}}}
+    # The table's and the full-size line's own figures are tested with the runs.
+    monkeypatch.setattr(system, "scheme_table", lambda *a: "(table)")
+    monkeypatch.setattr(system, "full_size_line", lambda full: "(full size)")
+    text = system.markdown(report)
+    assert ("`dysharp system --model deepseek-v3 --gpus 8 --tokens 4096 --hidden 128 --seed 1 --scheme "
+            "deepep,dysharp --harness fast-noprofile`") in text
+    assert "RTL-measured" in text and "over deepep 1.244x (1.280x; 1.541x)" in text
+
+
 def test_study_area_power_covers_the_architecture_points():
     from synth.study_points import architecture_points, grid_args
     arch = architecture_points()
-    assert arch["switch"] == {"ports": 64} and arch["al_tlb"] == {"ports": 64, "entries": 1024}
+    assert arch["al_tlb"] == {"ports": 64, "entries": 1024}
     assert {"token_tracker", "request_gen", "receive_path", "memory_manager"} <= set(arch)
+    assert "switch" not in arch       # the switch the addition is added to: --full only (its parts' synthesis)
     # A module at its defaults is still one point (a single --grid), not its whole area grid.
     argv = grid_args("receive_path", {})
     assert argv[:2] == ["-m", "receive_path"] and len(argv) == 3 and argv[2].startswith("--grid=receive_path.")
