@@ -488,9 +488,10 @@ def markdown(report: dict) -> str:
 
 
 #: The layer each study scope runs. The default scope runs a headline point, G = 8 with 4096 tokens per GPU
-#: (links busy, 1.24x over DeepEP; 256 tokens per GPU leave them idle over 90% of the layer), with the two
-#: schemes of the headline speedup, on the build without the profile: the profile-guided build trains on a
-#: whole layer of this size first, which costs more CPU than it saves over two runs (docs/performance.md).
+#: (links 23% busy, 1.24x over DeepEP; at 256 tokens per GPU they idle over 90% of the layer), with the two
+#: schemes of the headline speedup, on the build without the profile (measured: 410 CPU-s for the build and
+#: both runs; the profile-guided build adds a second compile and a 40,000-cycle training run for 2,733 instead
+#: of 2,424 stepped cycles/s at 256 tokens per GPU; not measured at this point: docs/performance.md).
 STUDY_ARGS = {"quick": ["--gpus", "4", "--tokens", "16", "--gemm", "64,32"],
               "default": ["--tokens", "4096", "--scheme", "deepep,dysharp", "--harness", "fast-noprofile"],
               "full": ["--tokens", "4096"]}
