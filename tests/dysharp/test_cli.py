@@ -303,6 +303,21 @@ def test_study_system_runs_a_headline_point(monkeypatch):
     assert "RTL-measured" in text and "over deepep 1.244x (1.280x; 1.541x)" in text
 
 
+@pytest.mark.parametrize("quick, full, pgo", [(True, False, "0"), (False, False, "0"), (False, True, None)])
+def test_study_integrated_switch_builds_without_the_profile_for_short_runs(quick, full, pgo, monkeypatch):
+    """The study's integrated-switch step builds its fast path without the profile (``DYSHARP_PGO=0``) except
+    with --full: its points simulate for less CPU than the profile-guided build's second compile costs."""
+    import argparse
+    import os
+
+    from verif.bench import dysharp_switch
+    seen = {}
+    monkeypatch.delenv("DYSHARP_PGO", raising=False)
+    monkeypatch.setattr(dysharp_switch, "study_run", lambda *a: seen.setdefault("pgo", os.environ.get("DYSHARP_PGO")))
+    dysharp_switch.study(argparse.Namespace(quick=quick, full=full), "out")
+    assert seen["pgo"] == pgo and "DYSHARP_PGO" not in os.environ
+
+
 def test_study_area_power_covers_the_architecture_points():
     from synth.study_points import architecture_points, grid_args
     arch = architecture_points()

@@ -492,7 +492,7 @@ def markdown(report: dict) -> str:
 #: schemes of the headline speedup, on the build without the profile (measured: 410 CPU-s for the build and
 #: both runs; the profile-guided build adds a second compile and a 40,000-cycle training run for 2,733 instead
 #: of 2,424 stepped cycles/s at 256 tokens per GPU; not measured at this point: docs/performance.md).
-STUDY_ARGS = {"quick": ["--gpus", "4", "--tokens", "16", "--gemm", "64,32"],
+STUDY_ARGS = {"quick": ["--gpus", "4", "--tokens", "16", "--gemm", "64,32", "--harness", "fast-noprofile"],
               "default": ["--tokens", "4096", "--scheme", "deepep,dysharp", "--harness", "fast-noprofile"],
               "full": ["--tokens", "4096"]}
 #: What a scope leaves out of the layer runs (the report names it).
