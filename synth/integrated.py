@@ -12,7 +12,7 @@ workload (:mod:`synth.workloads.dysharp_switch`): ``synth_reports/integrated_pow
 
 import csv
 
-from . import area_study, hierarchical, power_study, scaling
+from . import area, area_study, hierarchical, power_study, scaling
 from .summary_csv import merge_csv, write_csv
 
 __all__ = ["integrated_rows", "write_integrated", "ARCH_POINT", "overhead_rows", "write_overhead", "power_rows",
@@ -129,6 +129,12 @@ def overhead_rows(point: dict | None = None, cached_only: bool = False) -> list[
     from hw import registry
     from hw.switch.dysharp_switch import _NET_OUT_DEPTH
 
+    work = area.BUILD / "work"
+    if cached_only and not any((w / "netlist.json").is_file() for w in work.glob("dysharp_switch__part_*")):
+        # A cached result is used only beside its netlist in its work folder (synth.area.flat_area_point):
+        # with no part of the integrated switch ever synthesized here, none can be found, and the look-up
+        # would generate every 64-port part's Verilog to find that out (about 270 CPU-seconds).
+        return None
     point = dict(ARCH_POINT if point is None else point)
     params = registry.get("dysharp_switch").resolve(point)
     n = params["ports"]

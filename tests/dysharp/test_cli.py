@@ -271,6 +271,53 @@ def test_study_scopes_parse_and_full_is_the_bench(bench):
     assert set(mod.FULL_ONLY) == {"default"}
 
 
+def test_study_system_runs_a_headline_point(monkeypatch):
+    """The default study's layer is the headline point (G = 8, 4096 tokens per GPU) with deepep and dysharp
+    at least; --full adds the other schemes there. The section's command is the one that reruns it, and the
+    section states the measured speedup beside the prediction and names what the scope leaves out."""
+    import argparse
+
+    from verif.bench import system
+    parsed = {}
+    for scope, argv in system.STUDY_ARGS.items():
+        p = argparse.ArgumentParser()
+        system.add_arguments(p)
+        parsed[scope] = p.parse_args(argv)
+    d, f = parsed["default"], parsed["full"]
+    assert (d.gpus, d.tokens, d.model, d.seed) == (8, 4096, "deepseek-v3", 1)
+    assert {"deepep", "dysharp"} <= set(system.parse_schemes(d.scheme))
+    assert (f.gpus, f.tokens) == (8, 4096) and system.parse_schemes(f.scheme) == list(system.SCHEMES)
+    assert set(system.FULL_ONLY) <= {"default", "quick"}
+    report = {"point": {"model": "deepseek-v3", "gpus": 8, "tokens": 4096, "hidden": 128, "seed": 1},
+              "layer": {"model": "deepseek-v3", "hidden_factor": 56, "gemm_tile_cycles": [12717, 6359]},
+              "sim": "verilator", "harness": "fast-noprofile", "failed": {},
+              "schemes": {"deepep": {"cycles": {"total": 1244}}, "dysharp": {"cycles": {"total": 1000}}},
+              "predicted": {"deepep": {"total": 1280}, "dysharp": {"total": 1000}},
+              "full_size": {"system": "hgx-h100", "speedup": {"deepep": 1.541, "dysharp": 1.0}}}
+    # The table's and the full-size line's own figures are tested with the runs.
+    monkeypatch.setattr(system, "scheme_table", lambda *a: "(table)")
+    monkeypatch.setattr(system, "full_size_line", lambda full: "(full size)")
+    text = system.markdown(report)
+    assert ("`dysharp system --model deepseek-v3 --gpus 8 --tokens 4096 --hidden 128 --seed 1 --scheme "
+            "deepep,dysharp --harness fast-noprofile`") in text
+    assert "RTL-measured" in text and "over deepep 1.244x (1.280x; 1.541x)" in text
+
+
+@pytest.mark.parametrize("quick, full, pgo", [(True, False, "0"), (False, False, "0"), (False, True, None)])
+def test_study_integrated_switch_builds_without_the_profile_for_short_runs(quick, full, pgo, monkeypatch):
+    """The study's integrated-switch step builds its fast path without the profile (``DYSHARP_PGO=0``) except
+    with --full: its points simulate for less CPU than the profile-guided build's second compile costs."""
+    import argparse
+    import os
+
+    from verif.bench import dysharp_switch
+    seen = {}
+    monkeypatch.delenv("DYSHARP_PGO", raising=False)
+    monkeypatch.setattr(dysharp_switch, "study_run", lambda *a: seen.setdefault("pgo", os.environ.get("DYSHARP_PGO")))
+    dysharp_switch.study(argparse.Namespace(quick=quick, full=full), "out")
+    assert seen["pgo"] == pgo and "DYSHARP_PGO" not in os.environ
+
+
 def test_study_area_power_covers_the_architecture_points():
     from synth.study_points import architecture_points, grid_args
     arch = architecture_points()

@@ -88,13 +88,23 @@ def test_headline_row_goes_into_overhead_summary(fake_area, tmp_path):
         integrated.update_overhead_summary(tmp_path / "nowhere", rows[2])
 
 
-def test_cached_only_never_synthesizes(monkeypatch):
+def test_cached_only_never_synthesizes(monkeypatch, tmp_path):
+    from synth import area as area_mod
     seen = []
 
     def area(module, pt, max_mb=0.0):
         seen.append(max_mb)
         return None                             # as area_point reports a point skipped by max_mb
     monkeypatch.setattr(integrated, "_area", area)
+    monkeypatch.setattr(area_mod, "BUILD", tmp_path)
+    # No part of the integrated switch synthesized here: nothing can be cached, nothing is looked up (the
+    # look-up generates every 64-port part's Verilog).
+    (tmp_path / "work" / "switch__part_alloc__ports64").mkdir(parents=True)
+    (tmp_path / "work" / "switch__part_alloc__ports64" / "netlist.json").write_text("{}")
+    assert integrated.overhead_rows(cached_only=True) is None and not seen
+    # A part synthesized once (its netlist beside it): the look-up runs, cached results only.
+    (tmp_path / "work" / "dysharp_switch__part_input__ports64").mkdir()
+    (tmp_path / "work" / "dysharp_switch__part_input__ports64" / "netlist.json").write_text("{}")
     assert integrated.overhead_rows(cached_only=True) is None
     assert seen and all(0 < mb <= integrated.CACHED_ONLY_MB for mb in seen)
     with pytest.raises(RuntimeError, match="no area result"):

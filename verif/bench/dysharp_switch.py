@@ -734,11 +734,21 @@ def markdown(report: dict) -> str:
 
 STUDY_ARGS = {"quick": ["--ports", "8", "--fanouts", "1,4", "--contributors", "2", "--read-latencies", "150",
                         "--cycles", "2000", "--warmup", "1500"],
-              "default": [], "full": ["--full"]}
+              "default": ["--ports", "8"], "full": ["--full"]}
 FULL_ONLY = {"quick": "N = 16, fanouts 2 and 8, d = 1 and 4, read latency 800",
-             "default": "12000-cycle windows, d = 8 and the fused mix at every read latency"}
+             "default": "N = 16 (`dysharp bench dysharp_switch`, whose default is N = 8 and 16); 12000-cycle "
+                        "windows, d = 8 and the fused mix at every read latency (`--full`)"}
 
 
 def study(args, out_dir) -> str:
-    """The ``dysharp_switch`` step of ``dysharp study``: the bench in the study's scope."""
-    return study_run(sys.modules[__name__], args, out_dir, "dysharp_switch")
+    """The ``dysharp_switch`` step of ``dysharp study``: the bench in the study's scope. Outside ``--full`` the
+    fast path is built without the profile (``DYSHARP_PGO=0``, the same figures): at N = 8 the default
+    scope's points simulate in about 35 CPU-s, and the profile-guided build (an instrumented compile, a
+    training run, a second compile) cost 230 CPU-s against 82 without."""
+    import os
+    from unittest import mock
+
+    from infra.scope import scope_of
+    pgo = {} if scope_of(args) == "full" else {"DYSHARP_PGO": "0"}
+    with mock.patch.dict(os.environ, pgo):
+        return study_run(sys.modules[__name__], args, out_dir, "dysharp_switch")

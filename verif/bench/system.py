@@ -491,18 +491,29 @@ def run(args) -> int:
 def markdown(report: dict) -> str:
     """The study report's section: measured against predicted per scheme, the plot, the calibration."""
     pt, d = report["point"], report["layer"]
+    ran = [s for s in SCHEMES if s in report["schemes"] or s in report.get("failed", {})]
     cmd = (f"dysharp system --model {pt['model']} --gpus {pt['gpus']} --tokens {pt['tokens']} --hidden {pt['hidden']} "
            f"--seed {pt['seed']}" + (f" --gemm {pt['gemm'][0]},{pt['gemm'][1]}" if pt.get("gemm") else "")
            + (f" --redundant-experts {pt['redundant_experts']}" if pt.get("redundant_experts") else "")
-           + (f" --system {pt['system']}" if pt.get("system") else ""))
+           + (f" --system {pt['system']}" if pt.get("system") else "")
+           + ("" if len(ran) == len(SCHEMES) else f" --scheme {','.join(ran)}")
+           + ("" if report.get("harness", "fast") == "fast" else f" --harness {report['harness']}"))
     lines = ["## Whole MoE layer in RTL (`dysharp system`)", "",
              f"Command: `{cmd}` on {report['sim']}. {d['model']}, G = {pt['gpus']}, {pt['tokens']} tokens per GPU, "
              f"hidden {pt['hidden']} (scaled down x{d['hidden_factor']:.0f}), GEMM {d['gemm_tile_cycles'][0]}/"
              f"{d['gemm_tile_cycles'][1]} cycles per tile. Every scheme's outputs equal numpy bit for bit and its "
              f"link flits equal `sim_models.traffic`'s.", ""]
     lines.append(scheme_table(report["schemes"], report["predicted"], pt["gpus"]))
-    if report.get("full_size"):
-        lines += ["", f"The {full_size_line(report['full_size'])}."]
+    figs, pred, full = report["schemes"], report["predicted"], report.get("full_size")
+    if "dysharp" in figs:
+        lines += ["", "Speedup of dysharp, RTL-measured (the estimator's prediction of this scaled layer; its figure "
+                      "at full size): " + "; ".join(
+                          f"over {s} {figs[s]['cycles']['total'] / figs['dysharp']['cycles']['total']:.3f}x "
+                          f"({pred[s]['total'] / pred['dysharp']['total']:.3f}x"
+                          + (f"; {full['speedup'][s]:.3f}x" if full and s in full.get("speedup", {}) else "") + ")"
+                          for s in SCHEMES if s in figs and s != "dysharp") + "."]
+    if full:
+        lines += ["", f"The {full_size_line(full)}."]
     for s, why in report.get("failed", {}).items():
         lines.append(f"\n**{s} failed**: {why}")
     if report.get("png"):
@@ -519,7 +530,17 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
-STUDY_ARGS = {"quick": ["--gpus", "4", "--tokens", "16", "--gemm", "64,32"], "default": [], "full": []}
+#: The layer each study scope runs. The default scope runs a headline point, G = 8 with 4096 tokens per GPU
+#: (links 23% busy, 1.24x over DeepEP; at 256 tokens per GPU they idle over 90% of the layer), with the two
+#: schemes of the headline speedup, on the build without the profile (measured: 410 CPU-s for the build and
+#: both runs; the profile-guided build adds a second compile and a 40,000-cycle training run for 2,733 instead
+#: of 2,424 stepped cycles/s at 256 tokens per GPU; not measured at this point: docs/performance.md).
+STUDY_ARGS = {"quick": ["--gpus", "4", "--tokens", "16", "--gemm", "64,32", "--harness", "fast-noprofile"],
+              "default": ["--tokens", "4096", "--scheme", "deepep,dysharp", "--harness", "fast-noprofile"],
+              "full": ["--tokens", "4096"]}
+#: What a scope leaves out of the layer runs (the report names it).
+FULL_ONLY = {"default": "the other three schemes at this point, fused-unicast, dysharp-basic and nvls "
+                        "(`dysharp system --gpus 8 --tokens 4096`, or `dysharp study --full`)"}
 
 
 def study(args, out_dir) -> str:
@@ -533,4 +554,5 @@ def study(args, out_dir) -> str:
                      sargs.redundant_experts, sargs.system)
     report = json.loads((Path(sargs.out) / f"{pt.slug}.json").read_text())
     report["png"] = f"system/{report['png']}"          # relative to the report
-    return markdown(report)
+    scope = scope_of(args)
+    return markdown(report) + (f"\n\n*`--full` only*: {FULL_ONLY[scope]}." if scope in FULL_ONLY else "")
