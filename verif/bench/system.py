@@ -166,7 +166,7 @@ def check_point(model: str, gpus: int, tokens: int, hidden: int, seed: int, gemm
     """A :class:`Point`, or ``ValueError`` naming the argument and its valid values."""
     from hw.packet import MAX_SWITCH_PORTS, header_format
     from sim_models import moe_config
-    from verif.models.moe_layer import replica_choices
+    from verif.models.moe_layer import expert_split
     names = moe_config.model_names()
     if model.lower() not in names:
         raise ValueError(f"--model {model!r} is unknown; valid: {', '.join(names)}")
@@ -178,12 +178,11 @@ def check_point(model: str, gpus: int, tokens: int, hidden: int, seed: int, gemm
     if not 0 <= R <= E:
         raise ValueError(f"--redundant-experts {R}: must be in 0..{E} (one replica of each of {cfg.name}'s "
                          f"experts at most)")
-    if (E + R) % gpus:
-        valid_g = [g for g in range(4, MAX_SWITCH_PORTS + 1) if (E + R) % g == 0]
+    if split := expert_split(E, R, gpus):
         what = f"its {E} experts" + (f" + {R} redundant ({E + R})" if R else "")
         raise ValueError(f"--gpus {gpus}: {cfg.name} needs G in 4..{MAX_SWITCH_PORTS} dividing {what}; valid: "
-                         f"{', '.join(map(str, valid_g))}; or, at G = {gpus}, --redundant-experts "
-                         f"{', '.join(map(str, replica_choices(E, gpus)))}, ...")
+                         f"{', '.join(map(str, split[0]))}; or, at G = {gpus}, --redundant-experts "
+                         f"{', '.join(map(str, split[1]))}, ...")
     if system is not None:
         from sim_models.system_config import load_system, system_names
         if system not in system_names():

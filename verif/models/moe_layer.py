@@ -122,7 +122,7 @@ __all__ = ["SCHEMES", "TRAFFIC_SCHEME", "UNICAST_SCHEMES", "STATIC_SCHEMES", "FU
            "build_layer", "encode_row", "decode_row", "decode_row_bytes", "encode_bf16_row",
            "encode_bf16_bytes", "decode_bf16_row", "expert_ffn",
            "G_DISP", "G_COMB", "G_PART", "X_BASE", "WIN_BASE", "COMB_BASE", "OUT_BASE", "PART_BASE",
-           "LOCAL_BASE", "FLIT_BYTES", "plane_system", "replica_choices"]
+           "LOCAL_BASE", "FLIT_BYTES", "plane_system", "replica_choices", "expert_split"]
 
 SCHEMES = ("deepep", "fused-unicast", "nvls", "dysharp-basic", "dysharp")
 TRAFFIC_SCHEME = {"deepep": "unicast", "fused-unicast": "unicast", "nvls": "nvls", "dysharp-basic": "dynamic",
@@ -173,6 +173,15 @@ def replica_choices(experts: int, gpus: int, most: int = 8) -> list[int]:
     """The first ``most`` redundant-expert counts R in 0..``experts`` that make ``experts + R`` split evenly
     over ``gpus`` GPUs."""
     return [r for r in range(experts + 1) if (experts + r) % gpus == 0][:most]
+
+
+def expert_split(experts: int, redundant: int, gpus: int) -> tuple[list[int], list[int]] | None:
+    """None when ``experts + redundant`` expert slots split evenly over ``gpus`` GPUs; otherwise what a refusal
+    names: the GPU counts (4..128) that split them, and the redundant-expert counts that split over ``gpus``."""
+    n = experts + redundant
+    if n % gpus == 0:
+        return None
+    return [g for g in range(4, MAX_SWITCH_PORTS + 1) if n % g == 0], replica_choices(experts, gpus)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -366,12 +375,11 @@ class MoeLayer:
         E, R, G = cfg.routed_experts, p.redundant_experts, p.gpus
         if R > E:
             raise ValueError(f"redundant_experts={R}: at most {E} (one replica of each of {cfg.name}'s experts)")
-        if (E + R) % G:
-            valid_g = [g for g in range(4, MAX_SWITCH_PORTS + 1) if (E + R) % g == 0]
+        if split := expert_split(E, R, G):
             what = f"{E} experts" + (f" + {R} redundant = {E + R}" if R else "")
             raise ValueError(f"{cfg.name}: {what} do not split over {G} GPUs; valid GPU counts: "
-                             f"{', '.join(map(str, valid_g))}; or, at G = {G}, redundant_experts "
-                             f"{', '.join(map(str, replica_choices(E, G)))}, ...")
+                             f"{', '.join(map(str, split[0]))}; or, at G = {G}, redundant_experts "
+                             f"{', '.join(map(str, split[1]))}, ...")
         if cfg.top_k > META_ENTRIES:
             raise ValueError(f"{cfg.name}: top-k {cfg.top_k} exceeds the {META_ENTRIES} experts a metadata flit holds")
         # The plane: its port width is the flit, and the GPU count picks the header format that flit carries.
