@@ -158,10 +158,16 @@ def top_ports(verilog: str, top: str) -> dict[str, tuple[str, int]]:
     return {name: (d, int(hi) - int(lo) + 1 if hi else 1) for d, hi, lo, name in _PORT.findall(body)}
 
 
+def trace_ports(ports: dict) -> list[tuple[str, str, int]]:
+    """``[(name, direction, width)]`` in the order of a fast-path trace (:mod:`verif.harness.fastsim.replay`):
+    the inputs but ``clk``, then the outputs, each sorted by name (``ports``: :func:`top_ports`)."""
+    return [(name, d, w) for d in ("input", "output") for name, (dd, w) in sorted(ports.items())
+            if dd == d and name != "clk"]
+
+
 def _trace_code(ports: dict) -> dict[str, str]:
     """The ``TRACE_IN``/``TRACE_OUT`` template fields: C++ that writes every input but ``clk``/every output of
-    the top to ``g_trace`` as hex tokens, in :func:`verif.harness.fastsim.replay.trace_ports` order."""
-    from .replay import trace_ports
+    the top to ``g_trace`` as hex tokens, in :func:`trace_ports` order."""
     code = {"input": [], "output": []}
     for name, d, width in trace_ports(ports):
         m = cxx_name(name)

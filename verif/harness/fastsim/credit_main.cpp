@@ -63,7 +63,7 @@ template <class T> static void write_all(FILE* f, const T* p, size_t n) {
 
 // The optional trace (a third argument): per clock cycle, a line of every input but clk as driven while the
 // clock is high, then a line of every output after the falling edge, one hex token per port in the order of
-// verif/harness/fastsim/replay.trace_ports (verif/harness/fastsim/replay.py replays it on another model).
+// verif/harness/fastsim/build.trace_ports (verif/harness/fastsim/replay.py replays it on another model).
 static FILE* g_trace = nullptr;
 
 static void trace_inputs(V@@TOP@@* t) {

@@ -16,14 +16,9 @@ import re
 import subprocess
 from pathlib import Path
 
-__all__ = ["trace_ports", "replay_on_icarus", "Replay"]
+from .build import registered_inputs, top_ports, trace_ports
 
-
-def trace_ports(ports: dict) -> list[tuple[str, str, int]]:
-    """``[(name, direction, width)]`` in trace order: the inputs but ``clk``, then the outputs, each sorted by
-    name (``ports``: :func:`~verif.harness.fastsim.build.top_ports`)."""
-    return [(name, d, w) for d in ("input", "output") for name, (dd, w) in sorted(ports.items())
-            if dd == d and name != "clk"]
+__all__ = ["replay_on_icarus", "Replay"]
 
 
 class Replay:
@@ -84,8 +79,6 @@ def replay_on_icarus(verilog: str | Path, top: str, ports: dict, trace: str | Pa
     outputs; ``ports`` are the ports of the model that wrote the trace (the file's top must have the same).
     ``inputs_at_rise``: a two-VC trace (its inputs registered at the rising edge); else a credit-link one."""
     from verif.harness.runner import _YOSYS_KICK, require_simulator
-
-    from .build import registered_inputs, top_ports
 
     require_simulator("icarus")
     workdir = Path(workdir)

@@ -58,7 +58,7 @@ static constexpr bool INPUTS_AT_RISE = @@INPUTS_AT_RISE@@;
 
 // The optional trace (a third argument; INPUTS_AT_RISE only): per clock cycle, a line of every input but clk
 // as driven for its rising edge, then a line of every output after its falling edge, one hex token per
-// port in the order of verif/harness/fastsim/replay.trace_ports. verif/harness/fastsim/replay.py drives
+// port in the order of verif/harness/fastsim/build.trace_ports. verif/harness/fastsim/replay.py drives
 // another simulator's model of the design with the inputs and compares the outputs, cycle by cycle.
 static FILE* g_trace = nullptr;
 
