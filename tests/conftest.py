@@ -74,6 +74,7 @@ FIRST = [
     "tests/verif/formal/test_formal_reduction.py::test_stale_is_proved_by_k_induction",     # 35
     "tests/verif/formal/test_formal_tlb.py::test_cam_holds_and_every_property_is_covered",   # 25
     "tests/verif/formal/test_formal_switch.py::test_switch_packets_atomic_and_conserved",    # 22
+    "tests/verif/faults/test_faults.py::test_fault_classes",                                 # 30-67 CPU-s (6 classes)
     "tests/hw/switch/test_dysharp_switch.py::test_bad_input",                                # 16 CPU-s (12 scenarios)
     "tests/dysharp/test_cli.py::test_every_registered_module_builds_at_its_points",          # 20
     "tests/verif/bench/test_bench_dysharp_switch.py::test_bench_dispatch_n4_matches_plain_switch",  # 20

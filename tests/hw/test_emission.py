@@ -1,7 +1,6 @@
 """Deduplicated Verilog (hw/emission.py): one module per distinct sub-block, the same behaviour as the flat
 emission -- the same traffic through both files gives the same log, cycle for cycle and bit for bit."""
 
-import dataclasses
 import gc
 
 import numpy as np
@@ -93,48 +92,59 @@ def test_emission_choice():
         registry.emission_for("switch", {"ports": 4}, "fast")
 
 
-def _same_log(a, b):
-    for f in dataclasses.fields(a):
-        va, vb = getattr(a, f.name), getattr(b, f.name)
-        if f.name.startswith("loop_"):
-            continue            # wall-clock time of the run
-        if isinstance(va, np.ndarray):
-            np.testing.assert_array_equal(va, vb, err_msg=f.name)
-        else:
-            assert va == vb, f.name
-
-
 @needs_verilator
-def test_switch_dedup_equals_flat():
-    """The plain 4-port switch, multicast traffic with few downstream credits: every header-in, header-out
-    and last-flit cycle and every delivered packet's hash equal."""
+def test_switch_dedup_equals_flat(tmp_path):
+    """The plain 4-port switch, multicast traffic with few downstream credits, through the flat model on the
+    fast path; the deduplicated model, driven on Icarus with the inputs the fast path gave the flat one in
+    every cycle, gives every output bit equal in every cycle (:mod:`verif.harness.fastsim.replay`): the
+    same header-in, header-out and last-flit cycles and delivered packets."""
     from verif.bench.switch import switch_traffic
     from verif.harness.fastsim import build, check_delivery
-    from verif.harness.fastsim.build import VERILATOR_FLAGS
+    from verif.harness.fastsim.build import top_ports
+    from verif.harness.fastsim.replay import replay_on_icarus
+    from verif.harness.runner import locked_verilog
 
     params = {"ports": 4, "out_credits": 3}
     traffic = switch_traffic(4, 0.6, fanout=2, arrival_cycles=300, drain=300, seed=7)
-    # The flat build is the one the 4-port fast-path tests share; the dedup build is this test's alone, so its
-    # C++ compiles at -O0 (the Verilog, and so every compared cycle, is the same).
-    dedup_flags = [f.replace("OPT_FAST=-O1", "OPT_FAST=-O0") for f in VERILATOR_FLAGS]
-    logs = [build("switch", params, emission=e, flags=dedup_flags if e == "dedup" else None)
-            .run(traffic, tag=f"emission-{e}") for e in ("flat", "dedup")]
-    check_delivery(traffic, logs[1], complete=True)
-    assert len(logs[1].records) > 100
-    _same_log(*logs)
+    # The flat build is the one the 4-port fast-path tests share; the deduplicated model serves this
+    # comparison alone, on Icarus instead of a Verilator build of its own.
+    point = registry.point("switch", params)
+    flat = locked_verilog(point, emission="flat")
+    log = build(point, emission="flat").run(traffic, tag="emission-flat", trace=tmp_path / "trace.txt")
+    check_delivery(traffic, log, complete=True)
+    assert len(log.records) > 100
+    replay = replay_on_icarus(locked_verilog(point, emission="dedup"), point.name,
+                              top_ports(flat.read_text(), point.name), tmp_path / "trace.txt", tmp_path / "replay",
+                              inputs_at_rise=False)
+    assert replay.cycles == 3 + traffic.run_cycles
+    assert replay.total == 0, "\n".join(replay.mismatches)
+    # The comparison can fail: one output of one cycle changed in the trace is the one mismatch.
+    lines = (tmp_path / "trace.txt").read_text().split("\n")
+    out = lines[2 * 99 + 1].split()
+    out[-1] = format(int(out[-1], 16) ^ 1, "x")
+    lines[2 * 99 + 1] = " " + " ".join(out)
+    (tmp_path / "bad.txt").write_text("\n".join(lines))
+    bad = replay_on_icarus(flat, point.name, top_ports(flat.read_text(), point.name), tmp_path / "bad.txt",
+                           tmp_path / "replay-bad", inputs_at_rise=False)
+    assert bad.total == 1 and bad.mismatches[0].startswith("MISMATCH cycle 100 "), bad.mismatches
 
 
 @needs_verilator
-def test_dysharp_switch_dedup_equals_flat():
+def test_dysharp_switch_dedup_equals_flat(tmp_path):
     """The integrated 4-port switch: dynamic multicast stores that miss (TLB fills over the links, egress
     translation) and ld_reduce combines (engines, reads, contributions), under the GPU models' random
-    stalls. Every log field equal: what each GPU received (flits and cycles), what it sent and when, the
-    activity of every link in every cycle, and the status counters sampled through the run. The traffic
-    reaches every port's strapped blocks (each port's ingress check stamps ``src``, each egress writes
-    ``dst``): a strap tied to the wrong index would change the flits."""
+    stalls, through the deduplicated model on the fast path; the flat model, driven on Icarus with the
+    inputs the fast path gave the deduplicated one in every cycle (reset and configuration included), gives
+    every output bit equal in every cycle (:mod:`verif.harness.fastsim.replay`). So the harness would have
+    driven and logged the flat model the same: what each GPU received (flits and cycles), what it sent and
+    when, the activity of every link, the status counters. The traffic reaches every port's strapped blocks
+    (each port's ingress check stamps ``src``, each egress writes ``dst``): a strap tied to the wrong index
+    would change the flits."""
     from verif.bench import dysharp_switch as b
     from verif.harness.fastsim import build_vc, check_vc
-    from verif.harness.fastsim.build import VERILATOR_FLAGS
+    from verif.harness.fastsim.build import top_ports
+    from verif.harness.fastsim.replay import replay_on_icarus
+    from verif.harness.runner import locked_verilog
 
     n = 4
     rng = np.random.default_rng(11)
@@ -143,19 +153,21 @@ def test_dysharp_switch_dedup_equals_flat():
             + b.combine_packets(n, 2, load=0.6, arrival_cycles=500, rng=rng, rows=rows))
     vt, _ = b.assemble(n, pkts, 2500, rng, fill_latency=40, read_latency=60, preloads=b.combine_preloads(n, rows),
                        seed=3)
-    # The flat build serves this comparison alone (the dedup one is the benches' and the soak's): its C++ at
-    # -O0 and without a profile compiles in 59 instead of 77 CPU-s and runs these 2,500 cycles in 0.2 s. It
-    # compiles as one translation unit (VM_PARALLEL_BUILDS=0): the model's header is parsed once, with no
-    # precompiled header built for the split files (its make: 27.9 instead of 33.1 CPU-s).
-    flat = [f.replace("OPT_FAST=-O1", "OPT_FAST=-O0") for f in VERILATOR_FLAGS] + ["-MAKEFLAGS",
-                                                                                  "VM_PARALLEL_BUILDS=0"]
-    logs = [build_vc("dysharp_switch", {"ports": n}, emission=e, flags=flat if e == "flat" else None,
-                     pgo=e != "flat").run(vt, tag=f"emission-{e}") for e in ("flat", "dedup")]
-    rep = check_vc(vt, logs[1])
+    # The deduplicated build is the one the benches and the short soak share. The flat model serves this
+    # comparison alone: on Icarus (its compile and these cycles about 15 CPU-s) instead of a Verilator build
+    # of its own (about 56 CPU-s of Verilator and C++).
+    point = registry.point("dysharp_switch", {"ports": n})
+    dedup = locked_verilog(point, emission="dedup")
+    log = build_vc(point, emission="dedup").run(vt, tag="emission-dedup", trace=tmp_path / "trace.txt")
+    rep = check_vc(vt, log)
     assert rep.stores > 50 and rep.results > 10 and sum(rep.fills) > 10, (rep.stores, rep.results, rep.fills)
     # Every port received translated stores (dst = its own strap) and reduction results.
-    assert set(logs[1].rx["port"]) == set(range(n))
-    _same_log(*logs)
+    assert set(log.rx["port"]) == set(range(n))
+    flat = locked_verilog(point, emission="flat")
+    replay = replay_on_icarus(flat, point.name, top_ports(dedup.read_text(), point.name), tmp_path / "trace.txt",
+                              tmp_path / "replay")
+    assert replay.cycles == 3 + len(vt.cfg) + vt.run_cycles
+    assert replay.total == 0, "\n".join(replay.mismatches)
 
 
 def test_signed_ports_of_a_block_are_found():

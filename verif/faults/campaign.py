@@ -3,9 +3,9 @@
 Each :class:`FaultClass` states the design's guarantee (from the RTL's documented behaviour, checked by
 measurement), names its cocotb scenario in :mod:`verif.faults.tb` and its settings, and says how the
 figures are counted. :func:`run_class` runs one class on the 4-port switch (one simulator build, shared
-with ``tests/hw/switch/test_dysharp_switch.py``) and :func:`judge` decides whether the guarantee held: no
-scenario error, 0 hangs (a drain that overran its **cycle** budget), every check true, and lost data at
-most the class's stated bound.
+with ``tests/hw/switch/test_dysharp_switch.py``), :func:`run_classes` several in one simulator run, and
+:func:`judge` decides whether the guarantee held: no scenario error, 0 hangs (a drain that overran its
+**cycle** budget), every check true, and lost data at most the class's stated bound.
 """
 
 import dataclasses
@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["FaultClass", "CLASSES", "PARAMS", "select", "run_class", "judge", "Result"]
+__all__ = ["FaultClass", "CLASSES", "PARAMS", "select", "run_class", "run_classes", "judge", "Result"]
 
 # The 4-port switch the campaign runs on: the default suite's point (short timeouts, so that the
 # timeout classes end quickly, far above what good traffic needs at this size).
@@ -245,3 +245,36 @@ def run_class(cls: FaultClass, *, seed: int = 1, out: str | os.PathLike = "build
         figures = json.loads(path.read_text())
     problems = judge(cls, figures)
     return Result(cls, figures, not problems, problems)
+
+
+def run_classes(classes: list[FaultClass], *, seed: int = 1, out: str | os.PathLike = "build/faults",
+                sim: str | None = None, build_root: str | os.PathLike = "build") -> list[Result]:
+    """Run several classes' scenarios in one simulator run and judge each: each is a cocotb test of its own,
+    from reset, with the seed a run of its own takes (:func:`~verif.harness.runner.run_scenarios`), so
+    its figures are those of :func:`run_class`; the run costs the switch's load and cocotb's start once."""
+    from verif.harness.runner import run_scenarios
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    runs = [c for c in classes if c.scenario is not None]
+    paths = {c.name: out / f"{c.name}-s{seed}.json" for c in runs}
+    for path in paths.values():
+        path.unlink(missing_ok=True)
+    failed = []
+    if runs:
+        failed = run_scenarios("dysharp_switch", PARAMS, test_module=TB, sim=sim, build_root=build_root, scenarios=[
+            ("test_fault", {"timeout": DRAIN_CYCLES, **c.settings, "fault": c.scenario, "out": str(paths[c.name])},
+             seed) for c in runs])
+    results = []
+    for c in classes:
+        if c.scenario is None:
+            results.append(Result(c, None, None, []))
+            continue
+        path = paths[c.name]
+        if path.exists():
+            figures = json.loads(path.read_text())
+        else:
+            why = [f for f in failed if f"'fault': '{c.scenario}'" in f]
+            figures = {"error": f"the scenario wrote no figures: {why[0] if why else 'see the run log'}"}
+        problems = judge(c, figures)
+        results.append(Result(c, figures, not problems, problems))
+    return results

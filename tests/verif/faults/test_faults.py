@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from verif.faults.campaign import CLASSES, judge, run_class, select
+from verif.faults.campaign import CLASSES, judge, run_class, run_classes, select
 
 FAST = [c for c in CLASSES.values() if c.fast and c.scenario]
 SLOW = [c for c in CLASSES.values() if not c.fast and c.scenario]
@@ -14,12 +14,16 @@ SLOW = [c for c in CLASSES.values() if not c.fast and c.scenario]
 def _check(result):
     assert result.ok, f"{result.cls.name}: {result.problems}\n{json.dumps(result.figures, indent=1, default=str)[:4000]}"
     f = result.figures
-    assert f["injected"] > 0 and f["hangs"] == 0
+    assert f["injected"] > 0 and f["hangs"] == 0, result.cls.name
 
 
-@pytest.mark.parametrize("name", [c.name for c in FAST])
-def test_fault_class(name, seed, sim, tmp_path):
-    _check(run_class(CLASSES[name], seed=seed, sim=sim, out=tmp_path))
+def test_fault_classes(seed, sim, tmp_path):
+    """The default suite's classes in one simulator run, each from reset with the seed a run of its own
+    takes (:func:`run_classes`): a failure names its class."""
+    results = run_classes(FAST, seed=seed, sim=sim, out=tmp_path)
+    assert [r.cls.name for r in results] == [c.name for c in FAST]
+    for r in results:
+        _check(r)
 
 
 @pytest.mark.slow

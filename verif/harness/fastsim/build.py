@@ -161,6 +161,27 @@ def top_ports(verilog: str, top: str) -> dict[str, tuple[str, int]]:
     return {name: (d, int(hi) - int(lo) + 1 if hi else 1) for d, hi, lo, name in _PORT.findall(body)}
 
 
+def trace_ports(ports: dict) -> list[tuple[str, str, int]]:
+    """``[(name, direction, width)]`` in the order of a fast-path trace (:mod:`verif.harness.fastsim.replay`):
+    the inputs but ``clk``, then the outputs, each sorted by name (``ports``: :func:`top_ports`)."""
+    return [(name, d, w) for d in ("input", "output") for name, (dd, w) in sorted(ports.items())
+            if dd == d and name != "clk"]
+
+
+def _trace_code(ports: dict) -> dict[str, str]:
+    """The ``TRACE_IN``/``TRACE_OUT`` template fields: C++ that writes every input but ``clk``/every output of
+    the top to ``g_trace`` as hex tokens, in :func:`trace_ports` order."""
+    code = {"input": [], "output": []}
+    for name, d, width in trace_ports(ports):
+        m = cxx_name(name)
+        if width > 64:
+            code[d].append(f'    std::fputc(\' \', g_trace); for (int k = {-(-width // 32) - 1}; k >= 0; --k) '
+                           f'std::fprintf(g_trace, "%08x", t->{m}.data()[k]);')
+        else:
+            code[d].append(f'    std::fprintf(g_trace, " %llx", (unsigned long long)t->{m});')
+    return {"TRACE_IN": "\n".join(code["input"]), "TRACE_OUT": "\n".join(code["output"])}
+
+
 def render_main(top: str, ports: dict, n: int, flit_width: int, in_credits: int, out_credits: int) -> str:
     words = flit_words(flit_width)
     flags = flag_bits(flit_width)
@@ -190,7 +211,7 @@ def render_main(top: str, ports: dict, n: int, flit_width: int, in_credits: int,
     fields = {"TOP": top, "PORTS": n, "FLIT_WORDS": words, "LAST_WORD": flags["last"][0],
               "LAST_BIT": flags["last"][1], "POISON_WORD": flags["poison"][0], "POISON_BIT": flags["poison"][1],
               "IN_CREDITS": in_credits, "OUT_CREDITS": out_credits, "BIND": "\n".join(bind),
-              "ZERO_INPUTS": "\n".join(zero)}
+              "ZERO_INPUTS": "\n".join(zero), **_trace_code(ports)}
     for k, v in fields.items():
         text = text.replace(f"@@{k}@@", str(v))
     if "@@" in text:
@@ -209,21 +230,26 @@ class FastSim:
         self.words = words
         self.build_s = build_s   # 0 when the cached binary was reused
 
-    def run(self, traffic: Traffic, workdir: str | os.PathLike | None = None, tag: str = "run") -> SimLog:
+    def run(self, traffic: Traffic, workdir: str | os.PathLike | None = None, tag: str = "run",
+            trace: str | os.PathLike | None = None) -> SimLog:
+        """Simulate ``traffic``; with ``trace`` (a file path) the binary also writes every cycle's inputs and
+        outputs there (:mod:`verif.harness.fastsim.replay`, ``inputs_at_rise=False``)."""
         if traffic.ports != self.ports or traffic.words != self.words:
             raise ValueError(f"traffic for {traffic.ports} ports x {traffic.words} words does not fit "
                              f"{self.module} ({self.ports} ports x {self.words} words)")
-        return _run_binary(self, traffic, workdir, tag, write_traffic, read_log, ("traffic", "log.bin"))
+        return _run_binary(self, traffic, workdir, tag, write_traffic, read_log, ("traffic", "log.bin"),
+                           () if trace is None else (Path(trace).resolve(),))
 
 
-def _run_binary(sim, traffic, workdir, tag, write, read, exts):
-    """Write ``traffic`` with ``write``, run ``sim.binary`` on it, read its log with ``read`` and remove both
-    files (the credit and the 2-VC harness differ only in their file formats)."""
+def _run_binary(sim, traffic, workdir, tag, write, read, exts, extra=()):
+    """Write ``traffic`` with ``write``, run ``sim.binary`` on it (``extra``: more arguments), read its log
+    with ``read`` and remove both files (the credit and the 2-VC harness differ only in their file formats)."""
     workdir = Path(workdir or sim.binary.parent / "runs")
     workdir.mkdir(parents=True, exist_ok=True)
     tpath = write(traffic, workdir / f"{tag}-{os.getpid()}.{exts[0]}")
     lpath = workdir / f"{tag}-{os.getpid()}.{exts[1]}"
-    proc = subprocess.run([str(sim.binary), str(tpath), str(lpath)], capture_output=True, text=True)
+    proc = subprocess.run([str(sim.binary), str(tpath), str(lpath), *map(str, extra)], capture_output=True,
+                          text=True)
     if proc.returncode != 0:
         raise FastsimRunError(f"{sim.binary.name} ({sim.module} {sim.params}) exited with "
                               f"{proc.returncode}: {proc.stderr.strip() or proc.stdout.strip()}")
@@ -462,6 +488,7 @@ def render_vc_main(top: str, ports: dict, n: int, flit_width: int, link_credits:
             zero.append(f"    std::memset(top->{cxx_name(name)}.data(), 0, sizeof(top->{cxx_name(name)}));")
         else:
             zero.append(f"    top->{cxx_name(name)} = 0;")
+    trace = _trace_code(ports)
     text = resources.files(__package__).joinpath("vc_main.cpp").read_text()
     fields = {"TOP": top, "PORTS": n, "FLIT_WORDS": words, "LAST_WORD": flags["last"][0],
               "LAST_BIT": flags["last"][1], "POISON_WORD": flags["poison"][0], "POISON_BIT": flags["poison"][1],
@@ -469,7 +496,7 @@ def render_vc_main(top: str, ports: dict, n: int, flit_width: int, link_credits:
               "STATUS_WORDS": status_words, "ROWS": rows, "FIELDS": header_field_decls(),
               "INPUTS_AT_RISE": "true" if inputs_at_rise else "false",
               "BIND": "\n".join(bind), "DRIVE_CFG": "\n".join(drive), "READ_STATUS": "\n".join(read),
-              "ZERO_INPUTS": "\n".join(zero)}
+              "ZERO_INPUTS": "\n".join(zero), **trace}
     for k, v in fields.items():
         text = text.replace(f"@@{k}@@", str(v))
     if "@@" in text:
@@ -491,14 +518,19 @@ class VcFastSim:
         self.cfg_words = cfg_words
         self.status_words = status_words
 
-    def run(self, traffic: VcTraffic, workdir: str | os.PathLike | None = None, tag: str = "run") -> VcLog:
+    def run(self, traffic: VcTraffic, workdir: str | os.PathLike | None = None, tag: str = "run",
+            trace: str | os.PathLike | None = None) -> VcLog:
+        """Simulate ``traffic``; with ``trace`` (a file path) the binary also writes every cycle's inputs and
+        outputs there (:mod:`verif.harness.fastsim.replay`; a build that drives the inputs before the
+        rising edge)."""
         if traffic.ports != self.ports or traffic.words != self.words:
             raise ValueError(f"traffic for {traffic.ports} ports x {traffic.words} words does not fit "
                              f"{self.module} ({self.ports} ports x {self.words} words)")
         if traffic.cfg is not None and len(traffic.cfg) and traffic.cfg.shape[1] != self.cfg_words:
             raise ValueError(f"traffic's cfg words are {traffic.cfg.shape[1]} wide, {self.module}'s cfg payload "
                              f"takes {self.cfg_words}")
-        return _run_binary(self, traffic, workdir, tag, write_vc_traffic, read_vc_log, ("vtraffic", "vlog.bin"))
+        return _run_binary(self, traffic, workdir, tag, write_vc_traffic, read_vc_log, ("vtraffic", "vlog.bin"),
+                           () if trace is None else (Path(trace).resolve(),))
 
 
 def build_vc(module: "str | registry.DesignPoint", params: dict | None = None, *,

@@ -61,8 +61,31 @@ template <class T> static void write_all(FILE* f, const T* p, size_t n) {
     if (n && std::fwrite(p, sizeof(T), n, f) != n) die("cannot write the log file");
 }
 
+// The optional trace (a third argument): per clock cycle, a line of every input but clk as driven while the
+// clock is high, then a line of every output after the falling edge, one hex token per port in the order of
+// verif/harness/fastsim/build.trace_ports (verif/harness/fastsim/replay.py replays it on another model).
+static FILE* g_trace = nullptr;
+
+static void trace_inputs(V@@TOP@@* t) {
+@@TRACE_IN@@
+    std::fputc('\n', g_trace);
+}
+
+static void trace_outputs(V@@TOP@@* t) {
+@@TRACE_OUT@@
+    std::fputc('\n', g_trace);
+}
+
+template <class T> static inline void fall(T* top) {   // the falling edge, traced
+    if (g_trace) trace_inputs(top);
+    top->clk = 0;
+    top->eval();
+    if (g_trace) trace_outputs(top);
+}
+
 int main(int argc, char** argv) {
-    if (argc != 3) die("usage: sim TRAFFIC LOG");
+    if (argc != 3 && argc != 4) die("usage: sim TRAFFIC LOG [TRACE]");
+    if (argc == 4 && !(g_trace = std::fopen(argv[3], "w"))) die("cannot open the trace file");
     FILE* tf = std::fopen(argv[1], "rb");
     if (!tf) die("cannot open the traffic file");
     char magic[8];
@@ -105,7 +128,7 @@ int main(int argc, char** argv) {
     top->eval();
     // rst falls while the clock is high, as cocotb's Cycler does: a top whose reset is latched on the falling
     // edge (verif/harness/fastsim/build.py, registered_reset) sees it at every rising edge as one without.
-    for (int k = 0; k < 3; ++k) { top->clk = 1; top->eval(); if (k == 2) top->rst = 0; top->clk = 0; top->eval(); }
+    for (int k = 0; k < 3; ++k) { top->clk = 1; top->eval(); if (k == 2) top->rst = 0; fall(top.get()); }
 
     auto t0 = std::chrono::steady_clock::now();
     timespec c0, c1;
@@ -132,8 +155,7 @@ int main(int argc, char** argv) {
             returning[j] = (to_return[j] && !(st && st[j])) ? 1 : 0;
             *p.tx_credit[j] = returning[j];
         }
-        top->clk = 0;
-        top->eval();
+        fall(top.get());
         for (int i = 0; i < N; ++i) credits[i] += *p.rx_credit[i];
         for (int j = 0; j < N; ++j) {
             if (*p.tx_valid[j]) {
@@ -184,5 +206,6 @@ int main(int argc, char** argv) {
     write_all(lf, delivered.data(), delivered.size());
     write_all(lf, records.data(), records.size());
     if (std::fclose(lf)) die("cannot write the log file");
+    if (g_trace && std::fclose(g_trace)) die("cannot write the trace file");
     return 0;
 }

@@ -56,13 +56,34 @@ static constexpr int ROWS = @@ROWS@@;                  // the memory manager's i
 // direct or latched on the falling edge) the main drives them after the rising edge.
 static constexpr bool INPUTS_AT_RISE = @@INPUTS_AT_RISE@@;
 
+// The optional trace (a third argument; INPUTS_AT_RISE only): per clock cycle, a line of every input but clk
+// as driven for its rising edge, then a line of every output after its falling edge, one hex token per
+// port in the order of verif/harness/fastsim/build.trace_ports. verif/harness/fastsim/replay.py drives
+// another simulator's model of the design with the inputs and compares the outputs, cycle by cycle.
+static FILE* g_trace = nullptr;
+
+static void trace_inputs(V@@TOP@@* t) {
+@@TRACE_IN@@
+    std::fputc('\n', g_trace);
+}
+
+static void trace_outputs(V@@TOP@@* t) {
+@@TRACE_OUT@@
+    std::fputc('\n', g_trace);
+}
+
 template <class T> static inline void rise(T* top) {
     if (!INPUTS_AT_RISE) { top->clk = 1; top->eval(); }
 }
 template <class T> static inline void fall(T* top) {
-    if (INPUTS_AT_RISE) { top->clk = 1; top->eval(); }
+    if (INPUTS_AT_RISE) {
+        if (g_trace) trace_inputs(top);
+        top->clk = 1;
+        top->eval();
+    }
     top->clk = 0;
     top->eval();
+    if (g_trace) trace_outputs(top);
 }
 
 struct Field { int off, w; };
@@ -176,7 +197,12 @@ struct Pending {                            // a response waiting for its ready 
 };
 
 int main(int argc, char** argv) {
-    if (argc != 3) die("usage: sim TRAFFIC LOG");
+    if (argc != 3 && argc != 4) die("usage: sim TRAFFIC LOG [TRACE]");
+    if (argc == 4) {
+        if (!INPUTS_AT_RISE) die("the trace needs a build that drives the inputs before the rising edge");
+        g_trace = std::fopen(argv[3], "w");
+        if (!g_trace) die("cannot open the trace file");
+    }
     FILE* tf = std::fopen(argv[1], "rb");
     if (!tf) die("cannot open the traffic file");
     char magic[8];
@@ -469,5 +495,6 @@ int main(int argc, char** argv) {
     write_all(lf, status_words.data(), status_words.size());
     write_all(lf, tally, 4);
     if (std::fclose(lf)) die("cannot write the log file");
+    if (g_trace && std::fclose(g_trace)) die("cannot write the trace file");
     return 0;
 }
