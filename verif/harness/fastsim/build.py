@@ -168,9 +168,22 @@ def trace_ports(ports: dict) -> list[tuple[str, str, int]]:
             if dd == d and name != "clk"]
 
 
+_TRACE_CXX = """static FILE* g_trace = nullptr;
+
+template <class T> static void trace_inputs(T* t) {
+@@TRACE_IN@@
+    std::fputc('\\n', g_trace);
+}
+
+template <class T> static void trace_outputs(T* t) {
+@@TRACE_OUT@@
+    std::fputc('\\n', g_trace);
+}"""
+
+
 def _trace_code(ports: dict) -> dict[str, str]:
-    """The ``TRACE_IN``/``TRACE_OUT`` template fields: C++ that writes every input but ``clk``/every output of
-    the top to ``g_trace`` as hex tokens, in :func:`trace_ports` order."""
+    """The ``TRACE`` template field of both fast-path mains: ``g_trace`` and the two functions that write every
+    input but ``clk``/every output of the top to it as hex tokens, in :func:`trace_ports` order."""
     code = {"input": [], "output": []}
     for name, d, width in trace_ports(ports):
         m = cxx_name(name)
@@ -179,7 +192,8 @@ def _trace_code(ports: dict) -> dict[str, str]:
                            f'std::fprintf(g_trace, "%08x", t->{m}.data()[k]);')
         else:
             code[d].append(f'    std::fprintf(g_trace, " %llx", (unsigned long long)t->{m});')
-    return {"TRACE_IN": "\n".join(code["input"]), "TRACE_OUT": "\n".join(code["output"])}
+    return {"TRACE": _TRACE_CXX.replace("@@TRACE_IN@@", "\n".join(code["input"]))
+                                .replace("@@TRACE_OUT@@", "\n".join(code["output"]))}
 
 
 def render_main(top: str, ports: dict, n: int, flit_width: int, in_credits: int, out_credits: int) -> str:

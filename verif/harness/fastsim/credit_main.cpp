@@ -64,17 +64,7 @@ template <class T> static void write_all(FILE* f, const T* p, size_t n) {
 // The optional trace (a third argument): per clock cycle, a line of every input but clk as driven while the
 // clock is high, then a line of every output after the falling edge, one hex token per port in the order of
 // verif/harness/fastsim/build.trace_ports (verif/harness/fastsim/replay.py replays it on another model).
-static FILE* g_trace = nullptr;
-
-static void trace_inputs(V@@TOP@@* t) {
-@@TRACE_IN@@
-    std::fputc('\n', g_trace);
-}
-
-static void trace_outputs(V@@TOP@@* t) {
-@@TRACE_OUT@@
-    std::fputc('\n', g_trace);
-}
+@@TRACE@@
 
 template <class T> static inline void fall(T* top) {   // the falling edge, traced
     if (g_trace) trace_inputs(top);

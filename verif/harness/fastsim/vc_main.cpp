@@ -60,17 +60,7 @@ static constexpr bool INPUTS_AT_RISE = @@INPUTS_AT_RISE@@;
 // as driven for its rising edge, then a line of every output after its falling edge, one hex token per
 // port in the order of verif/harness/fastsim/build.trace_ports. verif/harness/fastsim/replay.py drives
 // another simulator's model of the design with the inputs and compares the outputs, cycle by cycle.
-static FILE* g_trace = nullptr;
-
-static void trace_inputs(V@@TOP@@* t) {
-@@TRACE_IN@@
-    std::fputc('\n', g_trace);
-}
-
-static void trace_outputs(V@@TOP@@* t) {
-@@TRACE_OUT@@
-    std::fputc('\n', g_trace);
-}
+@@TRACE@@
 
 template <class T> static inline void rise(T* top) {
     if (!INPUTS_AT_RISE) { top->clk = 1; top->eval(); }
