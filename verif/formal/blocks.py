@@ -21,6 +21,8 @@ BLOCKS = {
     "token_tracker": ("Tile Status Table: 2 experts x 2 tiles of 4 tokens, any arrivals, commands, stalls", lambda: TokenTrackerHarness(), 4, 16),  # noqa: E501
     "reduction_buffer": ("reduction buffer by k-induction (2 entries, 2 flits, timeout 4; int32-add datapath): any allocations, contributions, stalls",
                          lambda: ReductionBufferHarness(entries=2, only=SAFETY_KEYS, invariant=True), 12, 16),
+    "reduction_buffer_timeout": ("reduction buffer's error cause and timeout by k-induction at a timeout of 8 (else as reduction_buffer; where an early timeout is outside the race window)",
+                                 lambda: ReductionBufferHarness(entries=2, only=("cause", "timeout"), invariant=True, timeout=8), 16, 18),
     "reduction_buffer_live": ("reduction buffer, bounded liveness (3 entries, else as reduction_buffer; to a timeout and a full drain)",
                               lambda: ReductionBufferHarness(only=LIVENESS_KEYS), 24, 24),
     "reduction_engine": ("reduction engine (4 ports, 2 entries, 1 flit, deferred translation): 2 requests, any answers after their reads or before their fan-out",

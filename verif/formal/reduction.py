@@ -201,24 +201,28 @@ class IntAddALU(ReduceALU):
 class SmallReductionBuffer(ReductionBuffer):
     """The real :class:`ReductionBuffer`, with the parameter floor lowered for formal proofs (entries
     2..512, timeout 4..2**20); everything else is checked as in the product. ``alu``: a
-    :class:`ReduceALU` subclass to build instead of the real ALU (``None``: the real one). ``allocator``:
-    a class built in place of its :class:`~hw.switch.reduction_buffer.EntryAllocator` (a mutant), or
-    None."""
+    :class:`ReduceALU` subclass to build instead of the real ALU (``None``: the real one). ``allocator``,
+    ``events``, ``drain``: classes built in place of its :class:`~hw.switch.reduction_buffer.EntryAllocator`,
+    :class:`~hw.switch.reduction_buffer.EntryEvents` and :class:`~hw.switch.reduction_buffer.ResultDrain`
+    (mutants), or None."""
 
-    def __init__(self, *, alu=None, allocator=None, **params):
-        self.alu_class = alu
-        self.allocator_class = allocator
+    # The buffer builds these sub-blocks by their module-level names.
+    _REPLACEABLE = ("ReduceALU", "EntryAllocator", "EntryEvents", "ResultDrain")
+
+    def __init__(self, *, alu=None, allocator=None, events=None, drain=None, **params):
+        self.replaced = {name: cls for name, cls in zip(self._REPLACEABLE, (alu, allocator, events, drain))
+                         if cls is not None}
         super().__init__(**params)
 
     def elaborate(self, platform):
-        # The buffer builds its ALU and allocator by these names.
-        saved = _rb.ReduceALU, _rb.EntryAllocator
-        _rb.ReduceALU = self.alu_class or saved[0]
-        _rb.EntryAllocator = self.allocator_class or saved[1]
+        saved = {name: getattr(_rb, name) for name in self.replaced}
+        for name, cls in self.replaced.items():
+            setattr(_rb, name, cls)
         try:
             return super().elaborate(platform)
         finally:
-            _rb.ReduceALU, _rb.EntryAllocator = saved
+            for name, cls in saved.items():
+                setattr(_rb, name, cls)
 
     @staticmethod
     def check_params(*, entries, max_length, flit_width, timeout, outstanding, acc_stages=3, ports=None) -> int:
@@ -253,7 +257,8 @@ class ReductionBufferHarness(wiring.Component):
     ``out.ready`` after which an expired entry's answer must be out. ``alu``: the ALU class the buffer
     builds (``None``: the real :class:`ReduceALU`, far slower). ``only``: a subset of
     :data:`PROPERTY_KEYS` to check. ``flit_limit=False`` drops the at-most-``expected``-per-flit
-    assumption (to show that the buffer relies on it)."""
+    assumption (to show that the buffer relies on it). ``allocator``, ``events``, ``drain``: mutant
+    sub-blocks (:class:`SmallReductionBuffer`)."""
 
     # A bounded check with yices (induction cannot close without invariants on the SRAM contents).
     formal_options = {"engine": "smtbmc yices", "induction": False,
@@ -261,7 +266,7 @@ class ReductionBufferHarness(wiring.Component):
 
     def __init__(self, entries: int = 3, max_length: int = 2, timeout: int = 4, liveness_slack: int = 10,
                  alu=IntAddALU, only=None, flit_limit: bool = True, acc_stages: int = 3,
-                 invariant: bool = False, allocator=None):
+                 invariant: bool = False, allocator=None, events=None, drain=None):
         unknown = set(only or ()) - set(PROPERTY_KEYS)
         if unknown:
             raise ValueError(f"unknown property {', '.join(sorted(unknown))}; valid: {', '.join(PROPERTY_KEYS)}")
@@ -280,7 +285,7 @@ class ReductionBufferHarness(wiring.Component):
         self.liveness_slack = liveness_slack
         self.buffer = SmallReductionBuffer(entries=entries, max_length=max_length, flit_width=128,
                                            timeout=timeout, alu=alu, acc_stages=acc_stages,
-                                           allocator=allocator)
+                                           allocator=allocator, events=events, drain=drain)
         self.props = Properties()
         super().__init__({
             "alloc_valid": In(1), "alloc_src": In(6), "alloc_length": In(5), "alloc_expected": In(COUNT_BITS),

@@ -2,7 +2,8 @@
 ``reduction_buffer_live``, :mod:`verif.formal.reduction`): the six safety properties are proved by
 k-induction (the whole block is slow; "counted stale" and the framing are its fast form) and an allocator
 that keeps the generation fails "counted stale"; a fast bounded form of the cause and timeout properties
-holds and is covered; an ALU that ignores
+(at a timeout of 8) holds and is covered; "at most once", "names its cause", the timeout and the framing
+each fail on a mutant event block or drain (slow); an ALU that ignores
 its ``chain`` operand (a contribution right behind another to the same flit loses the first) must fail
 "exactly the expected contributions"; at 2 entries (below the product's floor) the completion FIFO
 refuses an event and an allocation is never answered; an answer that guesses an entry's tag before its
@@ -10,11 +11,12 @@ fan-out starts (outside the network's contract) is stale in the reduction engine
 and a filter that does not mark it completes the entry early; the registered blocks are slow tests."""
 
 import pytest
-from amaranth.hdl import Module
+from amaranth.hdl import Cat, Const, Module
 from amaranth.lib.wiring import connect, flipped
 
 from dysharp.cli import main
-from hw.switch.reduction_buffer import EntryAllocator
+from hw.packet import ErrorCode
+from hw.switch.reduction_buffer import EntryAllocator, EntryEvents, ResultDrain
 from hw.switch.reduction_responses import ResponseFilter
 from verif.formal.reduction import IntAddALU, ReductionBufferHarness, ReductionEngineHarness, SmallReductionBuffer
 from verif.formal.runner import run_formal
@@ -49,6 +51,57 @@ class NoGenBump(EntryAllocator):
         return m
 
 
+class TimeoutKeepsEntry(EntryEvents):
+    """Mutant: a timeout answers its entry but leaves it active, so the scanner finds it expired again."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        with m.If(self.event.valid & (self.event.payload[self.entry_bits:] == ErrorCode.TIMEOUT.value)):
+            m.d.comb += self.clear.eq(0)
+        return m
+
+
+class AbortAsMismatch(EntryEvents):
+    """Mutant: an abort's answer carries ``TYPE_MISMATCH`` instead of the abort's own code."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        with m.If(self.live & self.abort):
+            m.d.comb += self.event.payload.eq(Cat(self.entry, Const(ErrorCode.TYPE_MISMATCH.value, 8)))
+        return m
+
+
+class TimeoutAfterOneCycle(EntryEvents):
+    """Mutant: the scanner's threshold is 1 cycle, whatever the buffer's ``timeout``."""
+
+    def __init__(self, **params):
+        super().__init__(**{**params, "timeout": 1})
+
+
+class DrainWithoutLast(ResultDrain):
+    """Mutant: the drain never marks a packet's last flit."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        m.d.comb += self.out.payload.last.eq(0)
+        return m
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key, mutant", [("once", {"events": TimeoutKeepsEntry}),
+                                         ("cause", {"events": AbortAsMismatch}),
+                                         # At the harness's default timeout of 4 cycles the race window
+                                         # (an entry ending as it expires) covers every age from 1 on.
+                                         ("timeout", {"events": TimeoutAfterOneCycle, "timeout": 8}),
+                                         ("framing", {"drain": DrainWithoutLast})])
+def test_each_buffer_property_fails_its_mutant(key, mutant, tmp_path):
+    """Each of these properties fails on a buffer with one sub-block broken its way (the other properties
+    have their own mutants below): a bounded check finds the counterexample (about 6 CPU-s each: slow)."""
+    h = ReductionBufferHarness(entries=2, only=(key,), **mutant)
+    res, _ = run_formal(f"rb_mut_{key}", h, h.props, depth=14, cover_depth=1, workdir=tmp_path)
+    assert len(res) == 1 and res[0].proof.startswith("FAILS") and not res[0].ok, res
+
+
 def test_stale_is_proved_by_k_induction(tmp_path):
     """A fast form of the block ``reduction_buffer`` (the whole block is a slow test below): "a contribution
     for a tag not in flight is counted stale", stated with the invariant without its per-flit counts
@@ -72,12 +125,15 @@ def test_an_allocator_that_keeps_the_generation_counts_a_late_contribution(tmp_p
 
 
 def test_timeout_and_error_causes_hold_and_are_covered(tmp_path):
-    h = ReductionBufferHarness(only=("cause", "timeout"))
-    res, _ = run_formal("rb_fast", h, h.props, depth=12, cover_depth=12, workdir=tmp_path)
+    """At a timeout of 8 cycles, where a timeout answer before the entry expired is outside the race window
+    (an entry that ends as it expires) and so fails (the mutant below); a timeout's answer is reached at
+    step 11."""
+    h = ReductionBufferHarness(only=("cause", "timeout"), timeout=8)
+    res, _ = run_formal("rb_fast", h, h.props, depth=14, cover_depth=14, workdir=tmp_path)
     assert len(res) == 2
     for r in res:
-        assert r.ok and r.proof == "bounded: holds to depth 12 (bounded model check)", r
-        assert r.engine == "smtbmc yices"
+        assert r.ok and r.proof == "bounded: holds to depth 14 (bounded model check)", r
+        assert r.engine == "smtbmc yices" and r.cover.startswith("reached"), r
 
 
 def test_an_alu_without_forwarding_loses_a_contribution(tmp_path):
@@ -158,6 +214,7 @@ def test_engine_that_counts_early_answers_completes_an_entry_early(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("block,proof,n", [("reduction_buffer", "proven (k-induction, k = 12)", 6),
+                                           ("reduction_buffer_timeout", "proven (k-induction, k = 16)", 2),
                                            ("reduction_buffer_live", "holds to depth 24 (bounded model check)", 1),
                                            ("reduction_engine", "holds to depth 20 (bounded model check)", 3)])
 def test_reduction_buffer_blocks_hold_and_every_property_is_covered(block, proof, n, tmp_path, capsys):
