@@ -73,14 +73,15 @@ def test_a_flat_integrated_result_is_refused(monkeypatch):
 
 def test_headline_row_goes_into_overhead_summary(fake_area, tmp_path):
     import csv
+
+    from synth.report import BLOCKS_ROLE
     (tmp_path / "overhead_summary.csv").write_text(
-        "role,side,area_mm2_n5,note\nAL-TLB,switch,1.6,\nTOTAL switch side (64 ports),switch,3.215,old\n"
+        f'role,side,area_mm2_n5,note\nAL-TLB,switch,1.6,\n"{BLOCKS_ROLE}",switch,3.215,old\n'
         "TOTAL GPU side (per GPU),gpu,0.004,\n")
     for _ in range(2):                          # a second run replaces its row, never adds another
         integrated.write_overhead(tmp_path)
     rows = list(csv.DictReader((tmp_path / "overhead_summary.csv").open()))
-    assert [r["role"] for r in rows] == ["AL-TLB", "TOTAL switch side (64 ports)", integrated.HEADLINE_ROLE,
-                                         "TOTAL GPU side (per GPU)"]
+    assert [r["role"] for r in rows] == ["AL-TLB", BLOCKS_ROLE, integrated.HEADLINE_ROLE, "TOTAL GPU side (per GPU)"]
     total = next(r for r in integrated.overhead_rows() if r["item"].startswith("TOTAL"))
     assert float(rows[2]["area_mm2_n5"]) == pytest.approx(total["area_mm2_n5"], rel=1e-5)
     assert rows[1]["area_mm2_n5"] == "3.215"    # the old total is kept beside it
@@ -124,10 +125,10 @@ def test_a_run_without_every_power_keeps_the_committed_overhead_table(tmp_path, 
     """`dysharp area` on a few modules with no power results must not blank the committed power columns,
     nor drop the integrated headline that only `dysharp area --overhead` computes."""
     from synth.integrated import HEADLINE_ROLE
-    from synth.report import write_overhead_csv
+    from synth.report import BLOCKS_ROLE, write_overhead_csv
     path = tmp_path / "overhead_summary.csv"
     role = {"role": "AL-TLB", "side": "switch", "status": "registered", "area_mm2_n5": "1.6", "power_mw_n5": "2202"}
-    total = {"role": "TOTAL switch side (64 ports)", "side": "switch", "status": "total", "area_mm2_n5": "3.39",
+    total = {"role": BLOCKS_ROLE, "side": "switch", "status": "total", "area_mm2_n5": "3.39",
              "power_mw_n5": "5124"}
     headline = {"role": HEADLINE_ROLE, "side": "switch", "status": "total", "area_mm2_n5": "3.915"}
     _ov_csv(path, [role, total, headline])
@@ -140,7 +141,7 @@ def test_a_run_without_every_power_keeps_the_committed_overhead_table(tmp_path, 
     assert write_overhead_csv(path, [dict(role, area_mm2_n5="1.7")], [dict(total, power_mw_n5="5200")], None,
                               power_complete=True)
     text = path.read_text().splitlines()
-    assert "1.7" in text[1] and text[2].startswith("TOTAL switch side (64 ports)") and "5200" in text[2]
+    assert "1.7" in text[1] and text[2].startswith(f'"{BLOCKS_ROLE}"') and "5200" in text[2]
     assert text[3].startswith(f'"{HEADLINE_ROLE}"') and "3.915" in text[3]
     # A table that never had power figures is written either way (the first `dysharp area`).
     _ov_csv(path, [dict(role, power_mw_n5=""), dict(total, power_mw_n5="")])
