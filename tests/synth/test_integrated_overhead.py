@@ -147,3 +147,29 @@ def test_a_run_without_every_power_keeps_the_committed_overhead_table(tmp_path, 
     _ov_csv(path, [dict(role, power_mw_n5=""), dict(total, power_mw_n5="")])
     assert write_overhead_csv(path, [new_role], [new_total], None, power_complete=False)
     assert "1.7" in path.read_text()
+
+
+def test_the_networks_are_costed_from_their_parts(monkeypatch):
+    """The integrated switch's request and response networks are 64-port NVSwitch datapaths: each is costed
+    from its own parts, like the plain switch (flat, one is about 58 MB of Verilog: hours of synthesis and
+    past the WebAssembly yosys's memory); every other part is synthesized flat (or from its slices)."""
+    from synth import area
+    calls = []
+
+    def fake(kind):
+        def run(module, point, **kw):
+            calls.append((kind, module))
+            return area.AreaPoint(module, point, {}, {"fake": True})
+        return run
+    monkeypatch.setattr(area, "flat_area_point", fake("flat"))
+    monkeypatch.setattr(hierarchical, "area_point", fake("parts"))
+    params = registry.get("dysharp_switch").resolve(integrated.ARCH_POINT)
+    plist = hierarchical.dysharp_parts(params)
+    with hierarchical.part_modules("dysharp_switch", plist) as names:
+        for name, _f, prm, _c in plist:
+            res, _skipped = hierarchical._part_area(area, names[name], name, prm, {})
+            assert res == {"fake": True}
+    nets = {"dysharp_switch__part_reqnet", "dysharp_switch__part_respnet"}
+    assert {m for kind, m in calls if kind == "parts"} == nets
+    flat = {m for kind, m in calls if kind == "flat"}
+    assert not flat & nets and len(flat) == len(plist) - 2
