@@ -3,7 +3,8 @@
 :func:`summary` reads what the study's steps wrote under the report folder (falling back to the committed
 ``synth_reports/`` for the overhead table) and states, in one short section:
 
-* the area and power the DySHARP addition costs an NVSwitch and a GPU (``overhead_summary.csv``);
+* the area and power the DySHARP addition costs an NVSwitch and a GPU (``overhead_summary.csv``: the sum of
+  blocks, and the integrated design's headline when that table has it);
 * the MoE layer speedups measured on the RTL (``system/<point>.json``) and estimated at full scale
   (``estimate/sweep.csv``, DeepSeek-V3 on the sweep's systems);
 * what was verified: each step's status, the layer's checks.
@@ -26,7 +27,14 @@ def _rows(path: Path) -> list[dict]:
 
 
 def overhead_lines(out: Path) -> list[str]:
-    """The switch-side and GPU-side totals of the overhead table (area at N5, power at N5)."""
+    """The switch-side and GPU-side totals of the overhead table (area at N5, power at N5), each named by its
+    route: the sum of blocks (each block synthesized alone, x 64) and, when the table has it, the integrated
+    design (the headline, ``dysharp area --overhead``), which also counts the response network, the VC link
+    ends and the plumbing. A table without the integrated row says so, since the sum of blocks alone is the
+    lower figure."""
+    from synth.integrated import HEADLINE_ROLE
+    from synth.report import BLOCKS_ROLE
+
     for path in (out / "synth_reports" / "overhead_summary.csv", Path("synth_reports/overhead_summary.csv")):
         if path.exists():
             break
@@ -42,8 +50,14 @@ def overhead_lines(out: Path) -> list[str]:
             power = f", {float(r['power_mw_n5']):.1f} mW ({float(r['power_gated_mw_n5']):.1f} mW gated)"
         note = r.get("note", "").split(";")[0]
         name = role.removeprefix("TOTAL ")
-        lines.append(f"- {name[0].upper()}{name[1:]}, at N5: {area}{power}" + (f"; {note}" if note else "") + ".")
-    return lines + [f"  (`{path}`; `docs/area_power.md`)"]
+        lines.append(f"- {name[0].upper()}{name[1:]}, at N5: {area}{power}" + (f"; {note}" if note else "") + "."
+                     + (" The headline." if role == HEADLINE_ROLE else ""))
+    if BLOCKS_ROLE in rows and HEADLINE_ROLE not in rows:
+        lines.append("- Switch side, integrated design (the headline): not in this table; `dysharp area --overhead` "
+                     "costs it from the 64-port integrated switch's parts (about an hour of synthesis on a cold "
+                     "cache). The sum of blocks above leaves out the response network, the VC link ends and the "
+                     "plumbing, so it is the lower figure (`docs/integrated_ppa.md`).")
+    return lines + [f"  (`{path}`; `docs/area_power.md`, `docs/integrated_ppa.md`)"]
 
 
 def speedup_lines(out: Path) -> list[str]:

@@ -225,8 +225,13 @@ _SUMMED = ("cell_count", "area_seq_um2", "area_logic_um2", "area_random_logic_um
 
 
 def _part_area(area, key: str, name: str, prm: dict, kw: dict):
-    """(result, skipped) of one part: synthesized as it is, or, for a part in ``SLICED``, at the two slice
-    values of its parameter and extrapolated linearly to its value (see ``SLICED``)."""
+    """(result, skipped) of one part: synthesized as it is; an NVSwitch datapath part (the integrated
+    switch's request and response networks) from its own parts when a switch of its port count is
+    (:func:`applies`: a 64-port network flat is about 58 MB of Verilog); or, for a part in ``SLICED``, at
+    the two slice values of its parameter and extrapolated linearly to its value (see ``SLICED``)."""
+    if applies(key, registry.get(key).resolve(prm)):
+        ap = area_point(key, prm, **kw)
+        return ap.result, ap.skipped
     if name not in SLICED or prm[SLICED[name][0]] <= max(SLICED[name][1]):
         ap = area.flat_area_point(key, prm, **kw)
         return ap.result, ap.skipped

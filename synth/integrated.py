@@ -199,8 +199,8 @@ def summary_row(rows: list[dict]) -> dict:
             "note": f"{t['pct_nvswitch_area']:.3f}% of the NVSwitch's estimated 255 mm^2; "
                     f"{t['pct_nvswitch_transistors']:.3f}% of its 25.1 B transistors; integrated design (sum of "
                     f"parts) minus the plain switch, both at 64 ports, no power (synth_reports/"
-                    f"integrated_overhead_summary.csv); the sum-of-blocks total above was the headline before "
-                    f"({OLD_HEADLINE['pct_area']}%)"}
+                    f"integrated_overhead_summary.csv); the headline: the sum of blocks above leaves out the "
+                    f"response network, the VC link ends and the plumbing"}
 
 
 def update_overhead_summary(out, row: dict) -> None:

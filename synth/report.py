@@ -17,7 +17,7 @@ from hw import registry
 from . import area_study, integrated, scaling, timing, tools
 from .summary_csv import merge_csv, point_text, write_csv
 
-__all__ = ["write_reports", "overhead", "write_overhead_csv", "AREA_JSON", "POWER_JSON"]
+__all__ = ["write_reports", "overhead", "write_overhead_csv", "AREA_JSON", "POWER_JSON", "BLOCKS_ROLE"]
 
 # False: the overhead table uses only the area points at hand and marks the others, instead of
 # synthesizing every block at its architecture point (``dysharp study --quick`` sets it).
@@ -25,6 +25,11 @@ SYNTHESIZE_MISSING = True
 
 AREA_JSON = Path("build/synth/area.json")
 POWER_JSON = Path("build/synth/power.json")
+
+# The switch-side total of the role rows: each block synthesized alone at its architecture point, times 64.
+# It leaves out what only the composed design has (the response network, the VC link ends, the plumbing),
+# so it is below the headline, the integrated design's row (synth.integrated.HEADLINE_ROLE).
+BLOCKS_ROLE = "TOTAL switch side, sum of blocks (64 ports)"
 
 
 def _load(path: Path):
@@ -297,12 +302,14 @@ def write_reports(out="synth_reports", area_points=None, power=None, commands=No
     ov = overhead(area_points, power) if area_points else None
     if ov:
         t, g = ov["switch_total"], ov["gpu_total"]
-        totals = [{"role": "TOTAL switch side (64 ports)", "side": "switch", "status": "total",
+        totals = [{"role": BLOCKS_ROLE, "side": "switch", "status": "total",
                    "transistors": t["transistors"], "area_mm2_n5": t["area_mm2_n5"],
                    "power_mw_n5": t["power_mw_n5"] if t["power_complete"] else None,
                    "power_gated_mw_n5": t["power_gated_mw_n5"] if t["power_complete"] else None,
                    "note": f"{t['pct_area']:.3f}% of the NVSwitch's estimated {scaling.NVSWITCH['area_mm2']:.0f} "
-                           f"mm^2; {t['pct_transistors']:.3f}% of its 25.1 B transistors"},
+                           f"mm^2; {t['pct_transistors']:.3f}% of its 25.1 B transistors; each role's block "
+                           f"synthesized alone, x 64: no response network, VC link ends or plumbing (the "
+                           f"integrated design's row is the headline)"},
                   {"role": "TOTAL GPU side (per GPU)", "side": "gpu", "status": "total",
                    "transistors": g["transistors"], "area_mm2_n5": g["area_mm2_n5"],
                    "power_mw_n5": g["power_mw_n5"] if g["power_complete"] else None,

@@ -73,14 +73,15 @@ def test_a_flat_integrated_result_is_refused(monkeypatch):
 
 def test_headline_row_goes_into_overhead_summary(fake_area, tmp_path):
     import csv
+
+    from synth.report import BLOCKS_ROLE
     (tmp_path / "overhead_summary.csv").write_text(
-        "role,side,area_mm2_n5,note\nAL-TLB,switch,1.6,\nTOTAL switch side (64 ports),switch,3.215,old\n"
+        f'role,side,area_mm2_n5,note\nAL-TLB,switch,1.6,\n"{BLOCKS_ROLE}",switch,3.215,old\n'
         "TOTAL GPU side (per GPU),gpu,0.004,\n")
     for _ in range(2):                          # a second run replaces its row, never adds another
         integrated.write_overhead(tmp_path)
     rows = list(csv.DictReader((tmp_path / "overhead_summary.csv").open()))
-    assert [r["role"] for r in rows] == ["AL-TLB", "TOTAL switch side (64 ports)", integrated.HEADLINE_ROLE,
-                                         "TOTAL GPU side (per GPU)"]
+    assert [r["role"] for r in rows] == ["AL-TLB", BLOCKS_ROLE, integrated.HEADLINE_ROLE, "TOTAL GPU side (per GPU)"]
     total = next(r for r in integrated.overhead_rows() if r["item"].startswith("TOTAL"))
     assert float(rows[2]["area_mm2_n5"]) == pytest.approx(total["area_mm2_n5"], rel=1e-5)
     assert rows[1]["area_mm2_n5"] == "3.215"    # the old total is kept beside it
@@ -124,10 +125,10 @@ def test_a_run_without_every_power_keeps_the_committed_overhead_table(tmp_path, 
     """`dysharp area` on a few modules with no power results must not blank the committed power columns,
     nor drop the integrated headline that only `dysharp area --overhead` computes."""
     from synth.integrated import HEADLINE_ROLE
-    from synth.report import write_overhead_csv
+    from synth.report import BLOCKS_ROLE, write_overhead_csv
     path = tmp_path / "overhead_summary.csv"
     role = {"role": "AL-TLB", "side": "switch", "status": "registered", "area_mm2_n5": "1.6", "power_mw_n5": "2202"}
-    total = {"role": "TOTAL switch side (64 ports)", "side": "switch", "status": "total", "area_mm2_n5": "3.39",
+    total = {"role": BLOCKS_ROLE, "side": "switch", "status": "total", "area_mm2_n5": "3.39",
              "power_mw_n5": "5124"}
     headline = {"role": HEADLINE_ROLE, "side": "switch", "status": "total", "area_mm2_n5": "3.915"}
     _ov_csv(path, [role, total, headline])
@@ -140,9 +141,35 @@ def test_a_run_without_every_power_keeps_the_committed_overhead_table(tmp_path, 
     assert write_overhead_csv(path, [dict(role, area_mm2_n5="1.7")], [dict(total, power_mw_n5="5200")], None,
                               power_complete=True)
     text = path.read_text().splitlines()
-    assert "1.7" in text[1] and text[2].startswith("TOTAL switch side (64 ports)") and "5200" in text[2]
+    assert "1.7" in text[1] and text[2].startswith(f'"{BLOCKS_ROLE}"') and "5200" in text[2]
     assert text[3].startswith(f'"{HEADLINE_ROLE}"') and "3.915" in text[3]
     # A table that never had power figures is written either way (the first `dysharp area`).
     _ov_csv(path, [dict(role, power_mw_n5=""), dict(total, power_mw_n5="")])
     assert write_overhead_csv(path, [new_role], [new_total], None, power_complete=False)
     assert "1.7" in path.read_text()
+
+
+def test_the_networks_are_costed_from_their_parts(monkeypatch):
+    """The integrated switch's request and response networks are 64-port NVSwitch datapaths: each is costed
+    from its own parts, like the plain switch (flat, one is about 58 MB of Verilog: hours of synthesis and
+    past the WebAssembly yosys's memory); every other part is synthesized flat (or from its slices)."""
+    from synth import area
+    calls = []
+
+    def fake(kind):
+        def run(module, point, **kw):
+            calls.append((kind, module))
+            return area.AreaPoint(module, point, {}, {"fake": True})
+        return run
+    monkeypatch.setattr(area, "flat_area_point", fake("flat"))
+    monkeypatch.setattr(hierarchical, "area_point", fake("parts"))
+    params = registry.get("dysharp_switch").resolve(integrated.ARCH_POINT)
+    plist = hierarchical.dysharp_parts(params)
+    with hierarchical.part_modules("dysharp_switch", plist) as names:
+        for name, _f, prm, _c in plist:
+            res, _skipped = hierarchical._part_area(area, names[name], name, prm, {})
+            assert res == {"fake": True}
+    nets = {"dysharp_switch__part_reqnet", "dysharp_switch__part_respnet"}
+    assert {m for kind, m in calls if kind == "parts"} == nets
+    flat = {m for kind, m in calls if kind == "flat"}
+    assert not flat & nets and len(flat) == len(plist) - 2
