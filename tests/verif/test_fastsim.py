@@ -390,3 +390,34 @@ def test_profile_guided_build_trains_then_simulates_the_same(tmp_path, monkeypat
     assert outs[0] == outs[1] == (tmp_path / "train.txt").read_text() and len(outs[0].split()) == 2000
     assert _compile("acc", {}, v, _ACC_MAIN, tmp_path / "build", train=("acc-test", train)) == (pgo, 0.0)
     assert len(trained) == 1      # cached: no second training
+
+
+@needs_verilator
+def test_build_runs_the_front_end_then_make(tmp_path):
+    """``--build`` is run as two commands, so the front end has exited before the compilers start:
+    Verilator without ``--build`` (it writes the C++ and the makefile), then ``make -j 2`` with the
+    ``-MAKEFLAGS``; each is logged with its wall and CPU time, and the cache key keeps ``--build``."""
+    from verif.harness.fastsim.build import VERILATOR_FLAGS, _compile
+
+    v = tmp_path / "acc.v"
+    v.write_text(_acc_verilog(comb_out=True))
+    binary, build_s = _compile("acc", {}, v, _ACC_MAIN, tmp_path / "build")
+    assert "--build" in VERILATOR_FLAGS and build_s > 0
+    lines = (binary.parent / "build.log").read_text().splitlines()
+    front = next(i for i, s in enumerate(lines) if s.startswith("verilator "))
+    make = next(i for i, s in enumerate(lines) if s.startswith("make "))
+    assert front < make and "--build" not in lines[front].split()
+    assert lines[make].split()[1:] == ["-C", str(binary.parent / "obj"), "-f", "Vacc.mk", "-j", "2", "OPT_FAST=-O1"]
+    timed = [s for s in lines if s.startswith("# ")]
+    assert [s.split(":")[0] for s in timed] == ["# Verilator", "# the C++ compile"] and all("CPU" in s for s in timed)
+    subprocess.run([str(binary), str(tmp_path / "out.txt")], check=True)
+    assert len((tmp_path / "out.txt").read_text().split()) == 2000
+
+
+def test_big_system_tops_compile_in_more_unity_files():
+    """A system top past BIG_TOP_BYTES of Verilog is compiled from BIG_TOP_GROUPS unity files (a flag, so
+    part of the cache key); a smaller one with the library's flags as they were."""
+    from verif.harness.fastsim.system import BIG_TOP_BYTES, BIG_TOP_GROUPS, SO_FLAGS, system_flags
+
+    assert system_flags("x" * BIG_TOP_BYTES) == SO_FLAGS
+    assert system_flags("x" * (BIG_TOP_BYTES + 1)) == SO_FLAGS + ["--output-groups", str(BIG_TOP_GROUPS)]

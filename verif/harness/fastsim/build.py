@@ -4,9 +4,12 @@
 template (``credit_main.cpp``) for its ports and compiles both with Verilator
 (``--cc --exe --build -O3 --x-assign fast --x-initial fast``, ``OPT_FAST=-O1``) into
 ``build/fastsim/<verilog name>-<hash>/``, where the hash covers the Verilog, the generated main and the
-flags: an unchanged design and harness reuse the binary. The compiler's output goes to ``build.log`` in
-that folder; a failed build raises :class:`FastsimBuildError` naming it. ``sim.run(traffic)`` writes the
-traffic file, runs the binary and returns the :class:`~verif.harness.fastsim.files.SimLog`.
+flags: an unchanged design and harness reuse the binary. ``--build`` is run as two commands: Verilator
+writes the C++ and its makefile and exits, then ``make -j 2`` compiles it with the ``-MAKEFLAGS``, so the
+front end's memory is free before the compilers start. Both commands' output, with their wall and CPU
+time, goes to ``build.log`` in that folder; a failed build raises :class:`FastsimBuildError` naming it.
+``sim.run(traffic)`` writes the traffic file, runs the binary and returns the
+:class:`~verif.harness.fastsim.files.SimLog`.
 
 ``build_vc("dysharp_switch", {...})`` does the same for a component with two-VC links (the template
 ``vc_main.cpp``, which also models each GPU's side of its link; the deduplicated blocks kept apart,
@@ -19,6 +22,7 @@ import hashlib
 import importlib
 import os
 import re
+import resource
 import subprocess
 import time
 from importlib import resources
@@ -285,6 +289,12 @@ PGO_USE = ["-CFLAGS", "-fprofile-use -fno-profile-values -fprofile-partial-train
 PGO_TRAINING = {"dysharp_switch": "verif.bench.dysharp_switch:pgo_training"}
 
 
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished child processes and theirs."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def _compile(module: str, params: dict, vpath: Path, main: str, build_root: Path,
              flags: list[str] = VERILATOR_FLAGS, latch_reset: bool = False,
              keep_apart: bool = False, latch_inputs: bool = False,
@@ -337,18 +347,30 @@ def _compile(module: str, params: dict, vpath: Path, main: str, build_root: Path
             obj = bdir / "obj"
 
             def run_step(cmd: list[str], mode: str, out: Path, what: str) -> None:
-                """One build command, logged to ``log``; ``out`` must exist after it."""
+                """One build command, logged to ``log`` with its wall and CPU time; ``out`` must exist after it."""
                 with open(log, mode) as f:
                     f.write(" ".join(cmd) + "\n")
                     f.flush()
+                    t, cpu = time.perf_counter(), _children_cpu()
                     proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=bdir)
+                    f.write(f"# {what}: wall {time.perf_counter() - t:.1f} s, CPU {_children_cpu() - cpu:.1f} s\n")
                 if proc.returncode != 0 or not out.exists():
                     raise FastsimBuildError(f"{what} of the fast path for {module} {params or {}} "
                                             f"failed (exit {proc.returncode}); see {log}")
 
+            def opts(name):
+                return " ".join(flags[i + 1] for i, f in enumerate(flags[:-1]) if f == name)
+
             def verilate(out: Path, more: list[str], mode: str) -> None:
-                run_step(["verilator", *flags, *more, "-j", "2", "--top-module", module, "-Mdir", str(obj),
-                          "-o", str(out), *extra, str(source), str(bdir / "main.cpp")], mode, out, "Verilator build")
+                # Two steps, as Verilator's --build runs them, with its front end exited before the compile
+                # (the front end of a large top holds its netlist, 12 GB at 72 GPUs, through the compile):
+                # Verilator writes the C++ and its makefile, then make compiles it with -MAKEFLAGS.
+                run_step(["verilator", *(f for f in flags if f != "--build"), *more, "-j", "2", "--top-module",
+                          module, "-Mdir", str(obj), "-o", str(out), *extra, str(source), str(bdir / "main.cpp")],
+                         mode, obj / f"V{module}.mk", "Verilator")
+                if "--build" in flags:
+                    run_step(["make", "-C", str(obj), "-f", f"V{module}.mk", "-j", "2", *opts("-MAKEFLAGS").split()],
+                             "a", out, "the C++ compile")
 
             if train is None:
                 verilate(binary, [], "w")
@@ -364,8 +386,6 @@ def _compile(module: str, params: dict, vpath: Path, main: str, build_root: Path
                 for f in [*obj.glob("*.o"), *obj.glob("*.a"), *obj.glob("*.gch"), instrumented]:
                     f.unlink()
                 # The same C++ compiled again with the profile: Verilator's make alone, its flags replaced.
-                def opts(name):
-                    return " ".join(flags[i + 1] for i, f in enumerate(flags[:-1]) if f == name)
                 cmd = ["make", "-j", "2", "-C", str(obj), "-f", f"V{module}.mk", *opts("-MAKEFLAGS").split(),
                        f"VM_USER_CFLAGS={opts('-CFLAGS')} {PGO_USE[1]}", f"VM_USER_LDLIBS={opts('-LDFLAGS')}"]
                 run_step(cmd, "a", binary, "the profile-guided compile")

@@ -38,6 +38,22 @@ __all__ = ["build_system", "render_system_main", "SystemLib", "FastDut"]
 #: The harness is a shared library: position-independent code, linked with ``-shared``.
 SO_FLAGS = VERILATOR_FLAGS + ["-CFLAGS", "-fPIC", "-LDFLAGS", "-shared"]
 
+#: A top of more Verilog than this (bytes, after :func:`registered_inputs`) is compiled from
+#: :data:`BIG_TOP_GROUPS` unity files of each kind (Verilator's ``--output-groups``: its fast and its slow
+#: code), not Verilator's default of one per make job (2): the 72-GPU top's 827 MB of C++ in four
+#: files of 200 MB each took each compiler past 3 GB; in smaller files two compilers fit beside each
+#: other. A top below it is built as before (the 32-GPU top: 10 MB of Verilog, 184 MB of C++).
+BIG_TOP_BYTES = 16 << 20
+BIG_TOP_GROUPS = 16
+
+
+def system_flags(verilog: str) -> list[str]:
+    """The Verilator flags of the harness library of a top of Verilog ``verilog`` (:data:`SO_FLAGS`, with
+    ``--output-groups`` past :data:`BIG_TOP_BYTES`); part of the build's cache key."""
+    if len(verilog) > BIG_TOP_BYTES:
+        return SO_FLAGS + ["--output-groups", str(BIG_TOP_GROUPS)]
+    return SO_FLAGS
+
 _STREAMS = ("desc", "cmd", "mm_cfg", "ready", "release")
 _VRP = ("valid", "ready", "payload")
 EV_WAKE, EV_WRITE, EV_READY, EV_RELEASE, EV_POLL, EV_LANDED = 1, 2, 3, 4, 5, 6
@@ -140,7 +156,7 @@ def build_system(params: "dict | registry.DesignPoint", *, build_root: str | os.
     trainer = None
     if train is not None:
         trainer = (f"layer-{TRAIN_CYCLES}", lambda lib: _train(lib, names, dict(full), train))
-    lib, build_s = _compile("system", params, latched, main, build_root, flags=SO_FLAGS, keep_apart=True,
+    lib, build_s = _compile("system", params, latched, main, build_root, flags=system_flags(text), keep_apart=True,
                             train=trainer)
     return lib, names, build_s
 
