@@ -1,7 +1,7 @@
 """The layer past 64 GPUs, at unit level: the NVL72 plane's 256-bit flits and wide header in the layer
 model and its work lists, the redundant experts that make DeepSeek-V3's 256 split over 72 GPUs, and the
-compiled harness's packing of wide payloads and memory words (the whole 72-GPU layer run is
-``tests/verif/test_system_fast.py``'s slow ``test_layer_at_72_gpus``)."""
+compiled harness's packing of wide payloads and memory words (the whole 72-GPU layer run is this
+file's slow ``test_layer_at_72_gpus``)."""
 
 import collections
 import shutil
