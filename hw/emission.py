@@ -26,6 +26,7 @@ The top-level ports are the flat emission's, so a testbench or harness drives ei
 
 import dataclasses
 import enum
+import gc
 import re
 import time
 import types
@@ -200,6 +201,21 @@ def _instance(mod: _Module, obj) -> Instance:
         domain = m.group(1) or "sync"
         args.append(("i", pname, ClockSignal(domain) if m.group(2) == "clk" else ResetSignal(domain)))
     return Instance(mod.name, *args)
+
+
+@contextmanager
+def collector_paused():
+    """Python's cyclic garbage collector off inside the block (as it was after it). Elaborating a design
+    and writing its RTLIL allocate millions of objects that live until the text is written, and the
+    collections they trigger scan them again and again: about half the CPU of generating Verilog (the
+    flat 4-port integrated switch 29.7 -> 14.9 CPU-s, the same text), for a higher peak (449 -> 747 MB)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @contextmanager

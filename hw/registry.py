@@ -259,12 +259,13 @@ class DesignPoint:
                     return path
             except (OSError, ValueError):
                 pass
-        component = self.component()
-        if emission == "dedup":
-            from . import emission as dedup
-            text, _ = dedup.convert(component, self.name)
-        else:
-            text = verilog.convert(component, name=self.name, emit_src=False)
+        from . import emission as dedup
+        with dedup.collector_paused():
+            component = self.component()
+            if emission == "dedup":
+                text, _ = dedup.convert(component, self.name)
+            else:
+                text = verilog.convert(component, name=self.name, emit_src=False)
         tmp = path.with_suffix(f".v.tmp{os.getpid()}")
         tmp.write_text(text)
         os.replace(tmp, path)

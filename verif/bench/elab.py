@@ -60,6 +60,7 @@ def add_arguments(p) -> None:
 
 def _worker(module: str, point: dict, out_v: str, emission: str = "flat") -> None:
     """Child process: generate the Verilog, print phase timings as one JSON line."""
+    import gc
     import resource
 
     from amaranth.back import rtlil, verilog
@@ -72,6 +73,7 @@ def _worker(module: str, point: dict, out_v: str, emission: str = "flat") -> Non
         # CPU seconds: what the wall times would be on an idle core (the machine may be shared).
         return {"self_max_rss_mb": ru.ru_maxrss / 1024, "cpu_s": ru.ru_utime + ru.ru_stime}
 
+    gc.disable()        # as DesignPoint.verilog generates (hw.emission.collector_paused); the process ends here
     if emission == "dedup":
         from hw import emission as dedup
         t0 = time.perf_counter()
