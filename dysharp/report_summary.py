@@ -54,9 +54,10 @@ def overhead_lines(out: Path) -> list[str]:
                      + (" The headline." if role == HEADLINE_ROLE else ""))
     if BLOCKS_ROLE in rows and HEADLINE_ROLE not in rows:
         lines.append("- Switch side, integrated design (the headline): not in this table; `dysharp area --overhead` "
-                     "costs it from the 64-port integrated switch's parts (about an hour of synthesis on a cold "
-                     "cache). The sum of blocks above leaves out the response network, the VC link ends and the "
-                     "plumbing, so it is the lower figure (`docs/integrated_ppa.md`).")
+                     "costs it from the 64-port integrated switch's parts (on a cold cache, with the blocks' own "
+                     "area run, about 17 CPU-min of synthesis). The sum of blocks above leaves out the response "
+                     "network, the VC link ends and the plumbing, so it is the lower figure "
+                     "(`docs/integrated_ppa.md`).")
     return lines + [f"  (`{path}`; `docs/area_power.md`, `docs/integrated_ppa.md`)"]
 
 
