@@ -59,8 +59,15 @@ def add_arguments(p) -> None:
 
 
 def _worker(module: str, point: dict, out_v: str, emission: str = "flat") -> None:
-    """Child process: generate the Verilog, print phase timings as one JSON line."""
-    import gc
+    """Child process: generate the Verilog as ``DesignPoint.verilog`` does (the garbage collector paused),
+    print phase timings as one JSON line."""
+    from hw.emission import collector_paused
+
+    with collector_paused():
+        _measure(module, point, out_v, emission)
+
+
+def _measure(module: str, point: dict, out_v: str, emission: str) -> None:
     import resource
 
     from amaranth.back import rtlil, verilog
@@ -73,7 +80,6 @@ def _worker(module: str, point: dict, out_v: str, emission: str = "flat") -> Non
         # CPU seconds: what the wall times would be on an idle core (the machine may be shared).
         return {"self_max_rss_mb": ru.ru_maxrss / 1024, "cpu_s": ru.ru_utime + ru.ru_stime}
 
-    gc.disable()        # as DesignPoint.verilog generates (hw.emission.collector_paused); the process ends here
     if emission == "dedup":
         from hw import emission as dedup
         t0 = time.perf_counter()
