@@ -259,11 +259,11 @@ class DesignPoint:
                     return path
             except (OSError, ValueError):
                 pass
-        from . import emission as dedup
-        with dedup.collector_paused():
+        from .emission import collector_paused, convert as convert_dedup
+        with collector_paused():
             component = self.component()
             if emission == "dedup":
-                text, _ = dedup.convert(component, self.name)
+                text, _ = convert_dedup(component, self.name)
             else:
                 text = verilog.convert(component, name=self.name, emit_src=False)
         tmp = path.with_suffix(f".v.tmp{os.getpid()}")
