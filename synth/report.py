@@ -59,6 +59,10 @@ def overhead(area_points: list[dict], power: list | None) -> dict:
 
     registered = sorted(registry.MODULES)
     roles = scaling.resolve_roles(registered)
+    at_hand = {}       # design point -> its area result (the first, when a point is there twice)
+    for a in area_points:
+        if a["result"] and a["module"] in registry.MODULES:
+            at_hand.setdefault(registry.point(a["module"], a["point"]), a["result"])
     ports = scaling.NVSWITCH["ports"]
     rows = []
     for r in roles:
@@ -72,8 +76,7 @@ def overhead(area_points: list[dict], power: list | None) -> dict:
         found, designs = {}, {}
         for m in r["modules"]:
             designs[m] = design = registry.point(m, r.get("points", {}).get(m, {}))
-            found[m] = next((a["result"] for a in area_points if a["module"] == m and a["result"]
-                             and registry.point(m, a["point"]) == design), None)
+            found[m] = at_hand.get(design)
         if not SYNTHESIZE_MISSING and None in found.values():
             rows.append({"role": r["role"], "side": r["side"], "modules": "+".join(r["modules"]),
                          "status": "not synthesized",
@@ -177,7 +180,7 @@ def _plots(out: Path, area_points: list[dict], power: list | None) -> list[str]:
         comb = [best[n]["result"]["area_logic_um2"] / 1e6 for n in names]
         arr = [best[n]["result"]["arrays_um2"] / 1e6 for n in names]
         fig, ax = plt.subplots(figsize=(7, 4))
-        labels = [f"{n}\n{row_label(n, best[n]['point'])}" for n in names]
+        labels = [f"{n}\n{best[n]['label']}" for n in names]
         ax.bar(labels, seq, label="sequential cells")
         ax.bar(labels, comb, bottom=seq, label="logic cells")
         ax.bar(labels, arr, bottom=[s + c for s, c in zip(seq, comb)], label="arrays (CACTI / flip-flops)")
@@ -196,7 +199,7 @@ def _plots(out: Path, area_points: list[dict], power: list | None) -> list[str]:
             for g in ("no_gating", "clock_gated"):
                 c = p[g]["cells"]
                 gating = "no gating" if g == "no_gating" else "clock gated"
-                labels.append(f"{p['module']} {row_label(p['module'], p['point'])}\n{gating}")
+                labels.append(f"{p['module']} {p['label']}\n{gating}")
                 parts["internal"].append(c["internal_mw"])
                 parts["switching"].append(c["switching_mw"])
                 parts["leakage"].append(c["leakage_mw"])
@@ -245,23 +248,26 @@ def write_reports(out="synth_reports", area_points=None, power=None, commands=No
     power = power if power is not None else power_doc.get("points", [])
     crosscheck = power_doc.get("crosscheck")
     commands = commands or [c.strip() for c in (area_doc.get("command"), power_doc.get("command")) if c]
+    # Each point's label, once (summary_csv.row_label: from its design point).
+    area_points = [{**a, "label": row_label(a["module"], a["point"])} for a in area_points]
+    power = [{**p, "label": row_label(p["module"], p["point"])} if "no_gating" in p else p for p in power]
     # CSV tables.
     summary, arrays = [], []
     for a in area_points:
         r = a["result"]
         if not r:
-            summary.append({"module": a["module"], "point": row_label(a["module"], a["point"]),
+            summary.append({"module": a["module"], "point": a["label"],
                             "status": "skipped: " + a["skipped"]})
             continue
         summary.append({
-            "module": a["module"], "point": row_label(a["module"], a["point"]), "status": "ok",
+            "module": a["module"], "point": a["label"], "status": "ok",
             "area_um2": r["area_um2"], "seq_um2": r["area_seq_um2"], "logic_um2": r["area_logic_um2"],
             "arrays_um2": r["arrays_um2"], "all_ff_um2": r["area_all_ff_um2"], "array_bits": r["array_bits"],
             "cells": r["cell_count"], "transistors_logic": r["transistors_logic"],
             "transistors_all_ff": r["transistors_all_ff"], "critical_path_ps": r["critical_path_ps"],
             "timing": r["timing_source"], "verilog_mb": r["verilog_mb"], "synth_s": r["seconds"]})
         for x in r["arrays"]:
-            arrays.append({"module": a["module"], "point": row_label(a["module"], a["point"]), "array": x["name"],
+            arrays.append({"module": a["module"], "point": a["label"], "array": x["name"],
                            "kind": x.get("kind", "ram"), "geometry": x["geometry"], "bits": x["bits"],
                            "chosen": x["chosen"], "counted_um2": x["area_um2"], "ff_um2": x["ff"]["area_um2"],
                            "cacti_um2": x["cacti"].get("area_um2"),
@@ -285,7 +291,7 @@ def write_reports(out="synth_reports", area_points=None, power=None, commands=No
             continue
         for g in ("no_gating", "clock_gated"):
             c = p[g]["cells"]
-            prows.append({"module": p["module"], "point": row_label(p["module"], p["point"]), "clock_gating": g,
+            prows.append({"module": p["module"], "point": p["label"], "clock_gating": g,
                           "freq_ghz": p["freq_ghz"], "total_mw": p[g]["total_mw"], "internal_mw": c["internal_mw"],
                           "switching_mw": c["switching_mw"], "cell_leakage_mw": c["leakage_mw"],
                           "clock_pins_mw": c["clock_pin_mw"], "arrays_mw": p[g]["arrays_mw"],
@@ -370,9 +376,9 @@ def _markdown(area_points, arrays, power, crosscheck, ov, plots, commands) -> st
     for a in area_points:
         r = a["result"]
         if not r:
-            rows.append([a["module"], row_label(a["module"], a["point"]), f"skipped: {a['skipped']}"] + [""] * 8)
+            rows.append([a["module"], a["label"], f"skipped: {a['skipped']}"] + [""] * 8)
             continue
-        rows.append([a["module"], row_label(a["module"], a["point"]), _fmt(r["area_um2"]), _fmt(r["area_seq_um2"]),
+        rows.append([a["module"], a["label"], _fmt(r["area_um2"]), _fmt(r["area_seq_um2"]),
                      _fmt(r["area_logic_um2"]), _fmt(r["arrays_um2"]), _fmt(r["area_all_ff_um2"]),
                      _fmt(r["cell_count"]), _fmt(r["transistors_logic"]), _fmt(r["critical_path_ps"]),
                      _fmt(r["seconds"])])
@@ -402,7 +408,7 @@ def _markdown(area_points, arrays, power, crosscheck, ov, plots, commands) -> st
         for p in pw:
             for g in ("no_gating", "clock_gated"):
                 c = p[g]["cells"]
-                rows.append([p["module"], row_label(p["module"], p["point"]), "none" if g == "no_gating" else "ideal",
+                rows.append([p["module"], p["label"], "none" if g == "no_gating" else "ideal",
                              f"{p[g]['total_mw']:.2f}", f"{c['internal_mw']:.2f}", f"{c['switching_mw']:.2f}",
                              f"{p[g]['leakage_mw']:.3f}", f"{c['clock_pin_mw']:.2f}", f"{p[g]['arrays_mw']:.2f}",
                              _fmt(p[g].get("pj_per_dispatched_flit"), ".1f"),
@@ -411,7 +417,7 @@ def _markdown(area_points, arrays, power, crosscheck, ov, plots, commands) -> st
                                "clock pins", "arrays", "pJ / dispatched flit", "pJ / reduced flit"]))
         L.append("")
         for p in pw:
-            L.append(f"- {p['module']} {row_label(p['module'], p['point'])} at {p['freq_ghz']} GHz: activity from "
+            L.append(f"- {p['module']} {p['label']} at {p['freq_ghz']} GHz: activity from "
                      f"{p['activity_source']}; {p['seeded_nets']} of {p['nets']} nets measured "
                      f"({p['ff_seeded']} of {p['ff_total']} flip-flops).")
     if crosscheck:
