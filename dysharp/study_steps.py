@@ -26,7 +26,7 @@ def md_table(rows, headers) -> str:
 JOBS = None     # worker processes of the Verilog and lint steps (None: the task engine's default)
 
 
-def study_points(args) -> list[tuple[str, dict]]:
+def study_points(args) -> list[registry.DesignPoint]:
     """The points the Verilog and lint steps cover: ``--quick``, each module's first standard point;
     default, each module at its architecture point (the 64-port DySHARP addition, :mod:`synth.scaling`;
     the registry's defaults for a module outside it), the 64-port switch and the 64-port integrated switch
@@ -34,37 +34,36 @@ def study_points(args) -> list[tuple[str, dict]]:
     Verilator expands all 64 of them in the top); ``--full``, every standard point."""
     names = sorted(registry.MODULES)
     if getattr(args, "quick", False):
-        return [(n, registry.get(n).points[0]) for n in names]
+        return [registry.point(n, registry.get(n).points[0]) for n in names]
     if getattr(args, "full", False):
-        return [(n, p) for n in names for p in registry.get(n).points]
+        return [registry.point(n, p) for n in names for p in registry.get(n).points]
     arch = {n: scaling.architecture_point(n) or {} for n in names}
     arch.update({n: p for n, p in EXTRA_POINTS.items() if n in arch})
     if "dysharp_switch" in arch:
         arch["dysharp_switch"] = {"ports": 64}
-    return list(arch.items())
+    return [registry.point(n, p) for n, p in arch.items()]
 
 
-def point_size(point) -> float:
-    """A rough size of a (module, overrides, ...) point, to start the largest first: by GPUs, ports and table
-    entries (a parameter left to its block, ``None``, counts 0)."""
-    p = registry.get(point[0]).resolve(point[1])
-    n = {k: p.get(k) or 0 for k in ("gpus", "ports", "entries")}
+def point_size(design: registry.DesignPoint) -> float:
+    """A rough size of a design point, to start the largest first: by GPUs, ports and table entries (a
+    parameter left to its block, ``None``, counts 0)."""
+    n = {k: design.params.get(k) or 0 for k in ("gpus", "ports", "entries")}
     return 16 * n["gpus"] + n["ports"] + n["entries"] / 16
 
 
-def lint_points(args) -> list[tuple[str, dict, bool]]:
-    """(module, point, whole) of the Verilog and lint steps: :func:`study_points`, plus, outside the quick
+def lint_points(args) -> list[tuple[registry.DesignPoint, bool]]:
+    """(design point, whole) of the Verilog and lint steps: :func:`study_points`, plus, outside the quick
     scope, the first standard point of each module emitted deduplicated (the big tops) when its study
     point is another. ``whole``: lint the design in one Verilator run even when it is large (every module's
     first standard point), so that a combinational loop between two blocks is found there; a larger point
     is linted block by block (:func:`verif.lint.lint_file`)."""
     out = []
-    for name, params in study_points(args):
-        spec = registry.get(name)
-        first = spec.resolve(spec.points[0])
-        out.append((name, params, spec.resolve(params) == first))
-        if spec.dedup_from_ports is not None and spec.resolve(params) != first:
-            out.append((name, spec.points[0], True))
+    for design in study_points(args):
+        spec = design.spec
+        first = registry.point(design.name, spec.points[0])
+        out.append((design, design == first))
+        if spec.dedup_from_ports is not None and design != first:
+            out.append((first, True))
     return out
 
 
@@ -73,13 +72,13 @@ def _verilog_and_lint(item) -> dict:
     (whole, or block by block when large and not ``whole``; a task of :func:`infra.engine.map_tasks`)."""
     import time
 
-    name, params, whole, lint = item
+    design, whole, lint = item
     t0 = time.time()
-    path = locked_verilog(name, params)
+    path = locked_verilog(design)
     row = {"path": str(path), "mb": path.stat().st_size / 1e6, "verilog_s": time.time() - t0}
     if lint:
         t0 = time.time()
-        waived, problems, runs = verilator_lint.lint_file(path, name, whole=whole, with_runs=True)
+        waived, problems, runs = verilator_lint.lint_file(path, design.name, whole=whole, with_runs=True)
         row.update(lint_s=time.time() - t0, problems=problems, waived=dict(waived), lint_runs=runs)
     return row
 
@@ -88,14 +87,15 @@ def verilog_points(args, lint: bool) -> list[dict]:
     """:func:`_verilog_and_lint` over :func:`lint_points` on the task engine, the largest points first (by
     GPUs, ports and table entries, a rough size order) so that the two workers end together."""
     points = lint_points(args)
-    order = sorted(range(len(points)), key=lambda i: point_size(points[i]), reverse=True)
+    order = sorted(range(len(points)), key=lambda i: point_size(points[i][0]), reverse=True)
     rows = engine.map_tasks(_verilog_and_lint, [(*points[i], lint) for i in order],
                             desc="verilog + lint" if lint else "verilog", progress=True, jobs=JOBS,
-                            labels=[" ".join([points[i][0]] + [f"{k}={v}" for k, v in points[i][1].items()])
+                            labels=[" ".join([points[i][0].name] + [f"{k}={v}" for k, v in
+                                                                     points[i][0].overrides.items()])
                                     for i in order])
     out = [None] * len(points)
     for i, r in zip(order, rows):
-        out[i] = {"module": points[i][0], "params": points[i][1], **r}
+        out[i] = {"module": points[i][0].name, "params": points[i][0].overrides, **r}
     return out
 
 
@@ -153,17 +153,16 @@ def area_power_step(args, out: Path) -> str:
         # point, and power of the smallest that has a workload. The sizes are the verilog step's files (the
         # `auto` emission, under the same per-point locks: whichever step comes first generates a file):
         # the flat form of the two big tops took 3 of this step's 4 CPU-minutes, only to rank them last.
-        first = {m: registry.get(m).points[0] for m in modules}
-        size = {m: locked_verilog(m, first[m]).stat().st_size for m in modules}
+        first = {m: registry.point(m, registry.get(m).points[0]) for m in modules}
+        size = {m: locked_verilog(first[m]).stat().st_size for m in modules}
         small = sorted(modules, key=size.get)
         area_argv, power_argv = ["--max-mb", "0.5"], ["--cycles", "300", "--warmup", "100"]
-        area_argv += [x for m in small[:QUICK_AREA] for x in grid_args(m, first[m])]
+        area_argv += [x for m in small[:QUICK_AREA] for x in grid_args(first[m])]
         powered = next((m for m in small if workloads.get(m)), small[0])
         # `dysharp power` starts from the architecture point (e.g. 64 ports): pin those parameters too.
-        spec = registry.get(powered)
-        point = {k: spec.params()[k] for k in scaling.architecture_point(powered) or {}}
-        point.update(first[powered])
-        power_argv += ["-m", powered] + [f"--set={powered}.{k}={v}" for k, v in point.items()]
+        design = first[powered]
+        pinned = [*(scaling.architecture_point(powered) or {}), *design.overrides]
+        power_argv += ["-m", powered] + [f"--set={powered}.{k}={design.params[k]}" for k in dict.fromkeys(pinned)]
     elif scope == "default":
         arch = architecture_points()
         # Every architecture point is synthesized, whatever its Verilog size (the 64-port switch's allocator

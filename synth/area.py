@@ -38,7 +38,7 @@ from infra import engine
 
 from . import cacti, liberty, macros, tools, yosys_flow
 
-__all__ = ["AreaPoint", "grid_points", "parse_grid", "flat_area_point", "file_sha", "yosys_id",
+__all__ = ["AreaPoint", "grid_points", "pin_items", "rerun_hint", "parse_grid", "flat_area_point", "file_sha", "yosys_id",
            "strip_array_params", "run_sta", "sta_slack_ps", "sta_timing", "cost_array", "cost_macro", "BUILD",
            "DEFAULT_PERIOD_PS", "CLOCK_GHZ"]
 
@@ -51,14 +51,28 @@ BUILD = Path("build/synth")
 
 @dataclasses.dataclass
 class AreaPoint:
-    module: str
-    point: dict            # the grid point (overrides)
-    params: dict           # full parameters
+    """The area of one :class:`hw.registry.DesignPoint`: its figures, or why it was skipped."""
+    design: registry.DesignPoint
     result: dict | None    # figures, or None when skipped
     skipped: str = ""      # why it was skipped
 
+    @property
+    def module(self) -> str:
+        return self.design.name
+
+    @property
+    def point(self) -> dict:
+        """The parameters that differ from the module's defaults (:attr:`hw.registry.DesignPoint.overrides`)."""
+        return self.design.overrides
+
+    @property
+    def params(self) -> dict:
+        return self.design.params
+
     def as_dict(self):
-        return dataclasses.asdict(self)
+        """``module``, ``point`` (the overrides), ``params`` (every parameter), ``result``, ``skipped``."""
+        return {"module": self.module, "point": self.point, "params": dict(self.params),
+                "result": self.result, "skipped": self.skipped}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -92,22 +106,37 @@ def parse_grid(items: list[str], modules: list[str]) -> dict[str, dict[str, list
     return out
 
 
-def grid_points(module: str, grid: dict[str, list] | None = None, fixed: dict | None = None) -> list[dict]:
-    """The parameter points of ``module``: the cartesian product of ``grid`` if given, else the
-    registry's ``area_grid`` (or ``points``); ``fixed`` overrides are applied to every point."""
+def grid_points(module: str, grid: dict[str, list] | None = None,
+                fixed: dict | None = None) -> list[registry.DesignPoint]:
+    """The design points of ``module``: the cartesian product of ``grid`` if given, else the registry's
+    ``area_grid`` (or ``points``); ``fixed`` overrides are applied to every point. Each point is resolved
+    once (unknown names refused); equal points (say ``entries=64`` and the defaults, when 64 is the
+    default) are one point."""
     spec = registry.get(module)
     if grid:
         names = list(grid)
         points = [dict(zip(names, combo)) for combo in itertools.product(*(grid[n] for n in names))]
     else:
         points = [dict(p) for p in (spec.area_grid if spec.area_grid is not None else spec.points)]
-    out = []
-    for p in points:
-        p.update(fixed or {})
-        registry.point(module, p)   # unknown names rejected here
-        if p not in out:
-            out.append(p)
-    return out
+    return list(dict.fromkeys(registry.point(module, {**p, **(fixed or {})}) for p in points))
+
+
+def pin_items(design: registry.DesignPoint) -> list[tuple[str, object]]:
+    """The (parameter, value) pairs that select ``design`` alone with ``dysharp area --grid``: its overrides;
+    at its defaults, one scalar parameter at its default (a module's ``--grid`` replaces its area grid, and
+    a ``--grid`` value list is comma-separated, so a tuple default cannot be one)."""
+    items = list(design.overrides.items())
+    if not items:
+        items = [(k, v) for k, v in design.params.items() if isinstance(v, (bool, int, float, str))][:1]
+        if not items:
+            raise ValueError(f"{design.name}: no scalar parameter to pin its default point with --grid")
+    return items
+
+
+def rerun_hint(design: registry.DesignPoint) -> str:
+    """The ``dysharp area`` command that synthesizes ``design`` alone, whatever its size."""
+    grids = " ".join(f"--grid {design.name}.{k}={v}" for k, v in pin_items(design))
+    return f"dysharp area -m {design.name} {grids} --max-mb 0"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -371,12 +400,14 @@ def cost_macro(mac: dict, verilog_text: str, lib, liberty_path: Path, period_ps:
     return out
 
 
-def flat_area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERIOD_PS, netlist: bool = True,
-                    max_mb: float = 0.0, cache: bool = True, quiet: bool = False) -> AreaPoint:
-    """Synthesize ``module`` at ``point`` as one design and cost its arrays (see the module docstring).
+def flat_area_point(design: "registry.DesignPoint | str", point: dict | None = None, *,
+                    period_ps: float = DEFAULT_PERIOD_PS, netlist: bool = True, max_mb: float = 0.0,
+                    cache: bool = True, quiet: bool = False) -> AreaPoint:
+    """Synthesize ``design`` (a :class:`hw.registry.DesignPoint`, or a module name and its overrides
+    ``point``) as one design and cost its arrays (see the module docstring).
     :func:`synth.area_study.area_point` costs a large switch from its parts instead."""
-    design = registry.point(module, point)
-    params = design.params
+    design = registry.point(design, point)
+    module, point = design.name, design.overrides
     lp = tools.liberty_path()
     lib = liberty.load(lp)
     vpath = design.verilog("build/verilog")
@@ -403,11 +434,9 @@ def flat_area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERI
             cached = _legacy_area(BUILD / "area" / f"{slug}.json", key)
         if cached is None:
             if max_mb and size_mb > max_mb:
-                return AreaPoint(module, point, params, None,
+                return AreaPoint(design, None,
                                  skipped=f"Verilog is {size_mb:.1f} MB (> --max-mb {max_mb:g}); synthesis would "
-                                         f"take long on this machine; run `dysharp area -m {module} "
-                                         f"{' '.join(f'--grid {module}.{k}={v}' for k, v in point.items())} "
-                                         f"--max-mb 0` to include it")
+                                         f"take long on this machine; run `{rerun_hint(design)}` to include it")
             if not quiet:
                 print(f"[area] {module} {point or '(defaults)'}: synthesizing {size_mb:.2f} MB of Verilog ...",
                       flush=True)
@@ -473,7 +502,7 @@ def flat_area_point(module: str, point: dict, *, period_ps: float = DEFAULT_PERI
     if not quiet:
         print(f"[area] {module} {point or '(defaults)'}: {result['area_um2']:.0f} um^2 "
               f"({result['seconds']:.0f} s)", flush=True)
-    return AreaPoint(module, point, params, result)
+    return AreaPoint(design, result)
 
 
 def _legacy_area(path: Path, key: dict) -> dict | None:

@@ -53,7 +53,7 @@ from hw.vc_link import VcReceiver, VcSender
 
 from . import area, timing, tools
 from .paths import sta_inputs
-from .summary_csv import merge_csv, point_text
+from .summary_csv import merge_csv, point_label, relabel
 
 __all__ = ["HIER_MIN_PORTS", "HIER_MARGIN", "VALIDATION_POINT", "applies", "parts", "part_modules", "area_point",
            "validate", "flat_check", "write_flat_checks"]
@@ -229,11 +229,12 @@ def _part_area(area, key: str, name: str, prm: dict, kw: dict):
     switch's request and response networks) from its own parts when a switch of its port count is
     (:func:`applies`: a 64-port network flat is about 58 MB of Verilog); or, for a part in ``SLICED``, at
     the two slice values of its parameter and extrapolated linearly to its value (see ``SLICED``)."""
-    if applies(key, registry.get(key).resolve(prm)):
-        ap = area_point(key, prm, **kw)
+    design = registry.point(key, prm)
+    if applies(key, design.params):
+        ap = area_point(design, **kw)
         return ap.result, ap.skipped
     if name not in SLICED or prm[SLICED[name][0]] <= max(SLICED[name][1]):
-        ap = area.flat_area_point(key, prm, **kw)
+        ap = area.flat_area_point(design, **kw)
         return ap.result, ap.skipped
     param, (x0, x1) = SLICED[name]
     # The slices are registered like parts, next to the part (``<prefix>__part_<name>_<param><value>``).
@@ -307,12 +308,13 @@ def cross_paths(results: dict[str, dict]) -> dict[str, float]:
     return out
 
 
-def area_point(module: str, point: dict, **kw):
-    """:class:`synth.area.AreaPoint` of a switch point, costed from its parts (see the module doc).
-    Keyword arguments are :func:`synth.area.flat_area_point`'s; ``max_mb`` applies to each part."""
+def area_point(design: "registry.DesignPoint | str", point: dict | None = None, **kw):
+    """:class:`synth.area.AreaPoint` of a switch point (a :class:`hw.registry.DesignPoint`, or a module name
+    and its overrides ``point``), costed from its parts (see the module doc). Keyword arguments are
+    :func:`synth.area.flat_area_point`'s; ``max_mb`` applies to each part."""
 
-    spec = registry.get(module)
-    params = spec.resolve(point)
+    design = registry.point(design, point)
+    module, point, params = design.name, design.overrides, design.params
     plist = dysharp_parts(params) if module in DYSHARP_MODULES else parts(params)
     quiet = kw.get("quiet", False)
     if not quiet:
@@ -328,10 +330,9 @@ def area_point(module: str, point: dict, **kw):
             res, skipped = _part_area(area, names[name], name, prm, kw)
             if res is None:
                 # The part's own hint names a hidden part module; the user reruns the switch point.
-                grids = " ".join(f"--grid {module}.{k}={v}" for k, v in point.items())
-                return area.AreaPoint(module, point, params, None,
+                return area.AreaPoint(design, None,
                                       skipped=f"hierarchical part {name}: {skipped.split(';')[0]}; run "
-                                              f"`dysharp area -m {module} {grids} --max-mb 0` to include it")
+                                              f"`{area.rerun_hint(design)}` to include it")
             results.append((name, prm, count, res))
     total = {k: sum(count * r[k] for _, _, count, r in results) for k in _SUMMED}
     # Synthesis time is spent once per part, not per instance.
@@ -367,17 +368,18 @@ def area_point(module: str, point: dict, **kw):
     }
     if not quiet:
         print(f"[area] {module} {point}: {result['area_um2']:.0f} um^2 (sum of parts)", flush=True)
-    return area.AreaPoint(module, point, params, result)
+    return area.AreaPoint(design, result)
 
 
 def validate(module: str = "switch", point: dict | None = None, **kw) -> dict:
     """Flat and hierarchical area of one point (default ``VALIDATION_POINT``) and their relative
     difference (hierarchical minus flat, over flat)."""
     point = point or dict(VALIDATION_POINT)
-    if applies(module, registry.get(module).resolve(point)):
+    design = registry.point(module, point)
+    if applies(module, design.params):
         raise ValueError(f"validate needs a point below {HIER_MIN_PORTS} ports (flat synthesis), got {point}")
-    flat = area.flat_area_point(module, point, max_mb=0, **kw).result
-    hier = area_point(module, point, max_mb=0, **kw).result
+    flat = area.flat_area_point(design, max_mb=0, **kw).result
+    hier = area_point(design, max_mb=0, **kw).result
     out = {"point": point, "flat_um2": flat["area_um2"], "hier_um2": hier["area_um2"],
            "rel_diff": (hier["area_um2"] - flat["area_um2"]) / flat["area_um2"],
            "flat_logic_um2": flat["area_random_logic_um2"], "hier_logic_um2": hier["area_random_logic_um2"],
@@ -400,19 +402,19 @@ def check_slices(ports: int, part: str = "xbar", **kw) -> dict:
             "whole_critical_path_ps": whole["critical_path_ps"], "sliced_critical_path_ps": sliced["critical_path_ps"]}
 
 
-def flat_check(module: str, point: dict, parts_row: dict, *, quiet: bool = True) -> dict:
-    """Synthesize a point that ``dysharp area`` costs from its parts flat, for its real critical path:
+def flat_check(design: registry.DesignPoint, parts_row: dict, *, quiet: bool = True) -> dict:
+    """Synthesize ``design``, a point that ``dysharp area`` costs from its parts, flat, for its real critical path:
     the parts' figure bounds a path across two parts by the sum of its halves (:data:`CROSS_PATHS`), which
     a flat netlist may beat. ``parts_row`` is the point's ``area_summary.csv`` row; its critical path is
     kept beside the flat one, so that :mod:`synth.timing` can tell when the check is stale (the row changed
     since: new RTL or flow)."""
-    params = registry.get(module).resolve(point)
-    if not applies(module, params):
-        raise ValueError(f"{module} {point_text(point)} is synthesized flat by `dysharp area` already: "
+    module = design.name
+    if not applies(module, design.params):
+        raise ValueError(f"{module} {point_label(design)} is synthesized flat by `dysharp area` already: "
                          f"nothing to check")
-    with flat_up_to(params["ports"]):
-        r = area.flat_area_point(module, point, max_mb=0, quiet=quiet).result
-    return {"module": module, "point": point_text(point), "flat_critical_path_ps": r["critical_path_ps"],
+    with flat_up_to(design.params["ports"]):
+        r = area.flat_area_point(design, max_mb=0, quiet=quiet).result
+    return {"module": module, "point": point_label(design), "flat_critical_path_ps": r["critical_path_ps"],
             "parts_critical_path_ps": float(parts_row["critical_path_ps"]), "flat_area_um2": r["area_um2"],
             "parts_area_um2": float(parts_row["area_um2"]), "cells": r["cell_count"],
             "verilog_mb": r["verilog_mb"], "synth_s": r["seconds"]}
@@ -439,13 +441,13 @@ def write_flat_checks(specs: list[str], reports="synth_reports", quiet: bool = T
     todo = []
     for spec in specs:
         module, point = _parse_point(spec)
-        row = rows.get((module, point_text(point)))
+        design = registry.point(module, point)
+        row = rows.get((module, point_label(design)))
         if row is None or row["status"] != "ok" or not (row.get("timing") or "").startswith("max of parts"):
-            raise ValueError(f"{reports / 'area_summary.csv'} has no row of {module} {point_text(point)} costed "
-                             f"from its parts; run `dysharp area -m {module} "
-                             f"{' '.join(f'--grid {module}.{k}={v}' for k, v in point.items())} --max-mb 0` first")
-        todo.append((module, point, row))
-    out = [flat_check(module, point, row, quiet=quiet) for module, point, row in todo]
-    merge_csv(reports / timing.FLAT_CHECKS, out, ("module", "point"))
+            raise ValueError(f"{reports / 'area_summary.csv'} has no row of {module} {point_label(design)} costed "
+                             f"from its parts; run `{area.rerun_hint(design)}` first")
+        todo.append((design, row))
+    out = [flat_check(design, row, quiet=quiet) for design, row in todo]
+    merge_csv(reports / timing.FLAT_CHECKS, out, ("module", "point"), old_rows=relabel)
     timing.write_timing(reports / "area_summary.csv", reports)
     return out

@@ -19,10 +19,11 @@ __all__ = ["integrated_rows", "write_integrated", "ARCH_POINT", "overhead_rows",
            "write_power", "POWER_POINT"]
 
 
-def _area(module, point, max_mb: float = 0.0):
-    """The area result of ``module`` at ``point`` (synthesized if not cached; None when skipped by
-    ``max_mb``, which a tiny value turns into "cached results only")."""
-    return area_study.area_point(module, point, quiet=True, max_mb=max_mb).result
+def _area(design, point: dict | None = None, max_mb: float = 0.0):
+    """The area result of ``design`` (a :class:`hw.registry.DesignPoint`, or a module name and its overrides
+    ``point``; synthesized if not cached; None when skipped by ``max_mb``, which a tiny value turns into
+    "cached results only")."""
+    return area_study.area_point(design, point, quiet=True, max_mb=max_mb).result
 
 
 CACHED_ONLY_MB = 1e-9       # max_mb that skips every point not already synthesized
@@ -136,10 +137,11 @@ def overhead_rows(point: dict | None = None, cached_only: bool = False) -> list[
         # would generate every 64-port part's Verilog to find that out (about 270 CPU-seconds).
         return None
     point = dict(ARCH_POINT if point is None else point)
-    params = registry.get("dysharp_switch").resolve(point)
+    design = registry.point("dysharp_switch", point)
+    params = design.params
     n = params["ports"]
     mb = CACHED_ONLY_MB if cached_only else 0.0
-    top = _area("dysharp_switch", point, max_mb=mb)
+    top = _area(design, max_mb=mb)
     plain = _area("switch", {"ports": n}, max_mb=mb)
     if top is None or plain is None:
         if cached_only:
@@ -262,12 +264,13 @@ def power_rows(point: dict | None = None, *, hierarchical_sum: bool = True, **ru
 
     point = dict(POWER_POINT if point is None else point)
     run = {**POWER_RUN, **run}
-    params = registry.get("dysharp_switch").resolve(point)
+    design = registry.point("dysharp_switch", point)
+    params = design.params
     if params["ports"] > FLAT_MAX_PORTS:
         raise ValueError(f"dysharp_switch {point}: the flat synthesis takes at most {FLAT_MAX_PORTS} ports "
                          f"(larger points are costed from their parts: dysharp area --overhead)")
     with hierarchical.flat_up_to(params["ports"]):
-        flat = area_study.area_point("dysharp_switch", point, period_ps=1000 / run["freq_ghz"], quiet=True).result
+        flat = area_study.area_point(design, period_ps=1000 / run["freq_ghz"], quiet=True).result
     label = ", ".join(f"{k}={v}" for k, v in point.items())
     rows = []
 
@@ -283,8 +286,7 @@ def power_rows(point: dict | None = None, *, hierarchical_sum: bool = True, **ru
     add("critical path", flat["critical_path_ps"], "ps", f"{flat['timing_source']}; clock "
         f"{1000 / run['freq_ghz']:.0f} ps")
     if hierarchical_sum:
-        hier = hierarchical.area_point("dysharp_switch", point, period_ps=1000 / run["freq_ghz"], quiet=True,
-                                       max_mb=0).result
+        hier = hierarchical.area_point(design, period_ps=1000 / run["freq_ghz"], quiet=True, max_mb=0).result
         add("area, sum of parts", hier["area_um2"], "um^2", "synth/hierarchical.py dysharp_parts at the same point")
         add("  random logic", hier["area_random_logic_um2"], "um^2", "")
         add("  arrays", hier["arrays_um2"], "um^2", "")
@@ -294,7 +296,7 @@ def power_rows(point: dict | None = None, *, hierarchical_sum: bool = True, **ru
             f"random logic {rel('area_random_logic_um2'):+.2f}%, arrays {rel('arrays_um2'):+.2f}%")
         add("critical path, max of parts", hier["critical_path_ps"], "ps", hier["timing_source"])
     with hierarchical.flat_up_to(params["ports"]):     # the power study maps activity onto the flat netlist
-        (p,) = power_study.power_points([("dysharp_switch", point)], jobs=1, **run)
+        (p,) = power_study.power_points([design], jobs=1, **run)
     w = p["workload"]
     cyc = w["cycles"]
     n = params["ports"]

@@ -128,12 +128,15 @@ def _array_power(nl, act, arrays_by_name, lib, freq_ghz, gated):
     return rows
 
 
-def power_point(module: str, point: dict, *, freq_ghz: float = area_mod.CLOCK_GHZ, cycles: int = 1000,
-                warmup: int = 200, seed: int = 1, vectorless: bool = False, quiet: bool = False,
-                zero_activity: bool = False) -> dict:
-    """Power of ``module`` at ``point`` (see the module docstring). ``zero_activity``: every net,
-    the clock included, held still (the leakage-only check)."""
-    ap = area_study.area_point(module, point, period_ps=1000 / freq_ghz, netlist=True, quiet=quiet)
+def power_point(design: "registry.DesignPoint | str", point: dict | None = None, *,
+                freq_ghz: float = area_mod.CLOCK_GHZ, cycles: int = 1000, warmup: int = 200, seed: int = 1,
+                vectorless: bool = False, quiet: bool = False, zero_activity: bool = False) -> dict:
+    """Power of ``design`` (a :class:`hw.registry.DesignPoint`, or a module name and its overrides
+    ``point``; see the module docstring). ``zero_activity``: every net, the clock included, held still (the
+    leakage-only check)."""
+    design = registry.point(design, point)
+    module, point = design.name, design.overrides
+    ap = area_study.area_point(design, period_ps=1000 / freq_ghz, netlist=True, quiet=quiet)
     if ap.result is None:
         raise RuntimeError(f"{module} {point}: no synthesis result ({ap.skipped})")
     res = ap.result
@@ -155,7 +158,7 @@ def power_point(module: str, point: dict, *, freq_ghz: float = area_mod.CLOCK_GH
         cycles_measured = 0
     else:
         warmup = max(warmup, wl.warmup)
-        vcd, meta = run_workload(module, point, wl, warmup=warmup, cycles=cycles, seed=seed)
+        vcd, meta = run_workload(design, wl, warmup=warmup, cycles=cycles, seed=seed)
         t0, t1 = meta["window_ps"]
         acts, length = vcd_activity(vcd, t0, t1, top=module)
         cycles_measured = length / SIM_PERIOD_PS
@@ -218,33 +221,35 @@ def power_point(module: str, point: dict, *, freq_ghz: float = area_mod.CLOCK_GH
 
 
 def _power_task(job) -> dict:
-    module, point, kw = job
-    return power_point(module, point, **kw)
+    design, kw = job
+    return power_point(design, **kw)
 
 
 def _power_key(job) -> str:
     """What a power point depends on: the hardware, the flow and workload code (``synth``, ``verif``),
-    the liberty, the yosys command and the parameters."""
-    module, point, kw = job
+    the liberty, the yosys command and the design point (its module and its parameters that differ from the
+    defaults: equal points share a key)."""
+    design, kw = job
     return engine.content_key("power", registry.hw_source_hash(), engine.source_hash("synth", "verif"),
                               area_mod.file_sha(tools.liberty_path()), area_mod.yosys_id(),
-                              bool(tools.opensta_binary(required=False)), module, point, kw)
+                              bool(tools.opensta_binary(required=False)), design.name, design.overrides, kw)
 
 
-def power_points(points: list[tuple[str, dict]], *, jobs: int | None = None, scheduler: str | None = None,
-                 cache: bool = True, **kw) -> list[dict]:
-    """:func:`power_point` of every (module, point), as :func:`infra.engine.map_tasks` tasks (``jobs``
-    local processes or the Dask cluster at ``scheduler``); with ``cache`` a point whose content key is
-    unchanged is read from ``build/cache/power``. Results in order."""
+def power_points(points: "list[registry.DesignPoint | tuple[str, dict]]", *, jobs: int | None = None,
+                 scheduler: str | None = None, cache: bool = True, **kw) -> list[dict]:
+    """:func:`power_point` of every design point (a :class:`hw.registry.DesignPoint`, or a (module,
+    overrides) pair), as :func:`infra.engine.map_tasks` tasks (``jobs`` local processes or the Dask cluster
+    at ``scheduler``); with ``cache`` a point whose content key is unchanged is read from
+    ``build/cache/power``. Results in order."""
     store = engine.cache("power") if cache else None
-    work = [(m, p, kw) for m, p in points]
-    return engine.map_tasks(_power_task, work, jobs=jobs, scheduler=scheduler, desc="power",
-                            labels=[f"{m} {p or '(defaults)'}" for m, p in points], cache=store,
+    designs = [registry.point(*p) if isinstance(p, tuple) else registry.point(p) for p in points]
+    return engine.map_tasks(_power_task, [(d, kw) for d in designs], jobs=jobs, scheduler=scheduler, desc="power",
+                            labels=[f"{d.name} {d.overrides or '(defaults)'}" for d in designs], cache=store,
                             key=_power_key if cache else None)
 
 
-def opensta_crosscheck(module: str, point: dict, *, freq_ghz: float, seed: int = 1,
-                       cycles: int = 1000, warmup: int = 200) -> dict:
+def opensta_crosscheck(design: "registry.DesignPoint | str", point: dict | None = None, *, freq_ghz: float,
+                       seed: int = 1, cycles: int = 1000, warmup: int = 200) -> dict:
     """OpenSTA ``report_power`` and our engine on the same netlist with the same activity on every net.
 
     Debian's OpenSTA (2019) does not propagate pin annotations through combinational logic, so the
@@ -253,7 +258,9 @@ def opensta_crosscheck(module: str, point: dict, *, freq_ghz: float, seed: int =
     then checks the power arithmetic (loads, wire-load model, internal-power tables, leakage) of cells;
     arrays are black boxes to OpenSTA and left out of both figures."""
     sta = tools.opensta_binary(required=True)
-    ap = area_study.area_point(module, point, period_ps=1000 / freq_ghz, netlist=True, quiet=True)
+    design = registry.point(design, point)
+    module, point = design.name, design.overrides
+    ap = area_study.area_point(design, period_ps=1000 / freq_ghz, netlist=True, quiet=True)
     work = area_mod.BUILD / "work" / Path(ap.result["verilog"]).stem
     lp = tools.liberty_path()
     lib = liberty.load(lp)
@@ -261,7 +268,7 @@ def opensta_crosscheck(module: str, point: dict, *, freq_ghz: float, seed: int =
     wl = workloads.get(module)
     if wl is None:
         raise RuntimeError(f"no workload for {module}: the cross-check needs measured activity")
-    vcd, meta = run_workload(module, point, wl, warmup=max(warmup, wl.warmup), cycles=cycles, seed=seed)
+    vcd, meta = run_workload(design, wl, warmup=max(warmup, wl.warmup), cycles=cycles, seed=seed)
     t0, t1 = meta["window_ps"]
     acts, length = vcd_activity(vcd, t0, t1, top=module)
     seeds, _ = _rtl_match(nl, acts, length / SIM_PERIOD_PS)

@@ -15,7 +15,7 @@ from tabulate import tabulate
 from hw import registry
 
 from . import area_study, integrated, scaling, timing, tools
-from .summary_csv import merge_csv, point_text, write_csv
+from .summary_csv import merge_csv, point_label, relabel, row_label, write_csv
 
 __all__ = ["write_reports", "overhead", "write_overhead_csv", "AREA_JSON", "POWER_JSON", "BLOCKS_ROLE"]
 
@@ -44,17 +44,13 @@ def _table(rows, headers) -> str:
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
-def _power_for(power: list | None, module: str, point: dict | None = None):
-    """The power result of ``module`` (at ``point`` when given: a figure at another size is not used)."""
+def _power_for(power: list | None, module: str, design: registry.DesignPoint | None = None):
+    """The power result of ``module`` (at ``design`` when given: a figure at another size is not used)."""
     for p in power or []:
-        if p.get("module") == module and "no_gating" in p and (point is None or _same_point(module, p, point)):
+        if p.get("module") == module and "no_gating" in p and (
+                design is None or registry.point(module, p.get("params", p.get("point"))) == design):
             return p
     return None
-
-
-def _same_point(module: str, p: dict, point: dict) -> bool:
-    spec = registry.get(module)
-    return p.get("params", spec.resolve(p.get("point", {}))) == spec.resolve(point)
 
 
 def overhead(area_points: list[dict], power: list | None) -> dict:
@@ -63,6 +59,10 @@ def overhead(area_points: list[dict], power: list | None) -> dict:
 
     registered = sorted(registry.MODULES)
     roles = scaling.resolve_roles(registered)
+    at_hand = {}       # design point -> its area result (the first, when a point is there twice)
+    for a in area_points:
+        if a["result"] and a["module"] in registry.MODULES:
+            at_hand.setdefault(registry.point(a["module"], a["point"]), a["result"])
     ports = scaling.NVSWITCH["ports"]
     rows = []
     for r in roles:
@@ -73,22 +73,20 @@ def overhead(area_points: list[dict], power: list | None) -> dict:
         logic = sram = transistors = pw = pw_gated = 0.0
         pw_known = True
         points, notes = [], []
-        found = {}
+        found, designs = {}, {}
         for m in r["modules"]:
-            point = r.get("points", {}).get(m, {})
-            spec = registry.get(m)
-            found[m] = next((a["result"] for a in area_points if a["module"] == m and a["result"]
-                             and spec.resolve(a["point"]) == spec.resolve(point)), None)
+            designs[m] = design = registry.point(m, r.get("points", {}).get(m, {}))
+            found[m] = at_hand.get(design)
         if not SYNTHESIZE_MISSING and None in found.values():
             rows.append({"role": r["role"], "side": r["side"], "modules": "+".join(r["modules"]),
                          "status": "not synthesized",
                          "note": "not synthesized in this run (`dysharp area` at the architecture point)"})
             continue
         for m in r["modules"]:
-            point = r.get("points", {}).get(m, {})
+            design = designs[m]
             res = found[m]
             if res is None:
-                res = area_study.area_point(m, point, quiet=True).result
+                res = area_study.area_point(design, quiet=True).result
             off = [a for a in res["arrays"] if a["name"].split(".")[-1] in r.get("off_chip", ())]
             on = [a for a in res["arrays"] if a not in off]
             if off:
@@ -99,8 +97,8 @@ def overhead(area_points: list[dict], power: list | None) -> dict:
             transistors += res["transistors_logic"] + sum(
                 a.get("transistors", (a["ff"].get("transistors") or 0) if a["chosen"] == "ff" else 6 * a["bits"])
                 for a in on)
-            points.append(f"{m} {point_text(point)}")
-            p = _power_for(power, m, point)
+            points.append(f"{m} {point_label(design)}")
+            p = _power_for(power, m, design)
             if p is None:
                 pw_known = False
             else:
@@ -151,8 +149,9 @@ def _plots(out: Path, area_points: list[dict], power: list | None) -> list[str]:
         pts = [a for a in ok if a["module"] == m]
         keys = sorted({k for a in pts for k in a["point"]})
         for k in keys:
-            xs = [(a["point"][k], a["result"]["area_um2"], a["result"]["area_all_ff_um2"]) for a in pts
-                  if k in a["point"] and isinstance(a["point"][k], (int, float))]
+            # Every parameter's value (``params``): a point at a parameter's default does not name it.
+            xs = [(v, a["result"]["area_um2"], a["result"]["area_all_ff_um2"]) for a in pts
+                  for v in [a.get("params", a["point"]).get(k)] if isinstance(v, (int, float))]
             if len(xs) < 2:
                 continue
             xs.sort()
@@ -181,7 +180,7 @@ def _plots(out: Path, area_points: list[dict], power: list | None) -> list[str]:
         comb = [best[n]["result"]["area_logic_um2"] / 1e6 for n in names]
         arr = [best[n]["result"]["arrays_um2"] / 1e6 for n in names]
         fig, ax = plt.subplots(figsize=(7, 4))
-        labels = [f"{n}\n{point_text(best[n]['point'])}" for n in names]
+        labels = [f"{n}\n{best[n]['label']}" for n in names]
         ax.bar(labels, seq, label="sequential cells")
         ax.bar(labels, comb, bottom=seq, label="logic cells")
         ax.bar(labels, arr, bottom=[s + c for s, c in zip(seq, comb)], label="arrays (CACTI / flip-flops)")
@@ -200,7 +199,7 @@ def _plots(out: Path, area_points: list[dict], power: list | None) -> list[str]:
             for g in ("no_gating", "clock_gated"):
                 c = p[g]["cells"]
                 gating = "no gating" if g == "no_gating" else "clock gated"
-                labels.append(f"{p['module']} {point_text(p['point'])}\n{gating}")
+                labels.append(f"{p['module']} {p['label']}\n{gating}")
                 parts["internal"].append(c["internal_mw"])
                 parts["switching"].append(c["switching_mw"])
                 parts["leakage"].append(c["leakage_mw"])
@@ -249,23 +248,26 @@ def write_reports(out="synth_reports", area_points=None, power=None, commands=No
     power = power if power is not None else power_doc.get("points", [])
     crosscheck = power_doc.get("crosscheck")
     commands = commands or [c.strip() for c in (area_doc.get("command"), power_doc.get("command")) if c]
+    # Each point's label, once (summary_csv.row_label: from its design point).
+    area_points = [{**a, "label": row_label(a["module"], a["point"])} for a in area_points]
+    power = [{**p, "label": row_label(p["module"], p["point"])} if "no_gating" in p else p for p in power]
     # CSV tables.
     summary, arrays = [], []
     for a in area_points:
         r = a["result"]
         if not r:
-            summary.append({"module": a["module"], "point": point_text(a["point"]),
+            summary.append({"module": a["module"], "point": a["label"],
                             "status": "skipped: " + a["skipped"]})
             continue
         summary.append({
-            "module": a["module"], "point": point_text(a["point"]), "status": "ok",
+            "module": a["module"], "point": a["label"], "status": "ok",
             "area_um2": r["area_um2"], "seq_um2": r["area_seq_um2"], "logic_um2": r["area_logic_um2"],
             "arrays_um2": r["arrays_um2"], "all_ff_um2": r["area_all_ff_um2"], "array_bits": r["array_bits"],
             "cells": r["cell_count"], "transistors_logic": r["transistors_logic"],
             "transistors_all_ff": r["transistors_all_ff"], "critical_path_ps": r["critical_path_ps"],
             "timing": r["timing_source"], "verilog_mb": r["verilog_mb"], "synth_s": r["seconds"]})
         for x in r["arrays"]:
-            arrays.append({"module": a["module"], "point": point_text(a["point"]), "array": x["name"],
+            arrays.append({"module": a["module"], "point": a["label"], "array": x["name"],
                            "kind": x.get("kind", "ram"), "geometry": x["geometry"], "bits": x["bits"],
                            "chosen": x["chosen"], "counted_um2": x["area_um2"], "ff_um2": x["ff"]["area_um2"],
                            "cacti_um2": x["cacti"].get("area_um2"),
@@ -278,7 +280,7 @@ def write_reports(out="synth_reports", area_points=None, power=None, commands=No
     summary = [{k: s.get(k, "") for k in cols} for s in summary]
     # The committed summaries keep the figures of modules and points this run did not cover.
     if summary:
-        merge_csv(out / "area_summary.csv", summary, ("module", "point"))
+        merge_csv(out / "area_summary.csv", summary, ("module", "point"), old_rows=relabel)
     # The critical paths scaled to N5 against the port clock: timing_summary.csv (synth/timing.py).
     timing_md = timing.write_timing(out / "area_summary.csv", out) if summary else ""
     write_csv(out / "area.csv", summary)
@@ -289,7 +291,7 @@ def write_reports(out="synth_reports", area_points=None, power=None, commands=No
             continue
         for g in ("no_gating", "clock_gated"):
             c = p[g]["cells"]
-            prows.append({"module": p["module"], "point": point_text(p["point"]), "clock_gating": g,
+            prows.append({"module": p["module"], "point": p["label"], "clock_gating": g,
                           "freq_ghz": p["freq_ghz"], "total_mw": p[g]["total_mw"], "internal_mw": c["internal_mw"],
                           "switching_mw": c["switching_mw"], "cell_leakage_mw": c["leakage_mw"],
                           "clock_pins_mw": c["clock_pin_mw"], "arrays_mw": p[g]["arrays_mw"],
@@ -297,7 +299,7 @@ def write_reports(out="synth_reports", area_points=None, power=None, commands=No
                           "pj_per_reduced_flit": p[g].get("pj_per_reduced_flit"),
                           "activity": p["activity_source"]})
     if prows:
-        merge_csv(out / "power_summary.csv", prows, ("module", "point", "clock_gating"))
+        merge_csv(out / "power_summary.csv", prows, ("module", "point", "clock_gating"), old_rows=relabel)
     write_csv(out / "power.csv", prows)
     ov = overhead(area_points, power) if area_points else None
     if ov:
@@ -374,9 +376,9 @@ def _markdown(area_points, arrays, power, crosscheck, ov, plots, commands) -> st
     for a in area_points:
         r = a["result"]
         if not r:
-            rows.append([a["module"], point_text(a["point"]), f"skipped: {a['skipped']}"] + [""] * 8)
+            rows.append([a["module"], a["label"], f"skipped: {a['skipped']}"] + [""] * 8)
             continue
-        rows.append([a["module"], point_text(a["point"]), _fmt(r["area_um2"]), _fmt(r["area_seq_um2"]),
+        rows.append([a["module"], a["label"], _fmt(r["area_um2"]), _fmt(r["area_seq_um2"]),
                      _fmt(r["area_logic_um2"]), _fmt(r["arrays_um2"]), _fmt(r["area_all_ff_um2"]),
                      _fmt(r["cell_count"]), _fmt(r["transistors_logic"]), _fmt(r["critical_path_ps"]),
                      _fmt(r["seconds"])])
@@ -406,7 +408,7 @@ def _markdown(area_points, arrays, power, crosscheck, ov, plots, commands) -> st
         for p in pw:
             for g in ("no_gating", "clock_gated"):
                 c = p[g]["cells"]
-                rows.append([p["module"], point_text(p["point"]), "none" if g == "no_gating" else "ideal",
+                rows.append([p["module"], p["label"], "none" if g == "no_gating" else "ideal",
                              f"{p[g]['total_mw']:.2f}", f"{c['internal_mw']:.2f}", f"{c['switching_mw']:.2f}",
                              f"{p[g]['leakage_mw']:.3f}", f"{c['clock_pin_mw']:.2f}", f"{p[g]['arrays_mw']:.2f}",
                              _fmt(p[g].get("pj_per_dispatched_flit"), ".1f"),
@@ -415,13 +417,13 @@ def _markdown(area_points, arrays, power, crosscheck, ov, plots, commands) -> st
                                "clock pins", "arrays", "pJ / dispatched flit", "pJ / reduced flit"]))
         L.append("")
         for p in pw:
-            L.append(f"- {p['module']} {point_text(p['point'])} at {p['freq_ghz']} GHz: activity from "
+            L.append(f"- {p['module']} {p['label']} at {p['freq_ghz']} GHz: activity from "
                      f"{p['activity_source']}; {p['seeded_nets']} of {p['nets']} nets measured "
                      f"({p['ff_seeded']} of {p['ff_total']} flip-flops).")
     if crosscheck:
         c = crosscheck
         L += ["", "### Cross-check against OpenSTA `report_power`", "",
-              f"{c['module']} {point_text(c['point'])}, the same activity annotated on every net "
+              f"{c['module']} {row_label(c['module'], c['point'])}, the same activity annotated on every net "
               f"({c['annotated_pins']} pins), cells only: OpenSTA {c['opensta']['total_mw']:.2f} mW "
               f"(internal {c['opensta']['internal_mw']:.2f}, switching {c['opensta']['switching_mw']:.2f}, "
               f"leakage {c['opensta']['leakage_mw']:.3f}); this flow {c['ours']['total_mw']:.2f} mW "

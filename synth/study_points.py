@@ -4,7 +4,7 @@ arguments of ``dysharp area`` that pin one point."""
 
 from hw import registry
 
-from . import scaling
+from . import area, scaling
 
 # Beside the DySHARP addition's blocks, the study costs the switch it is added to, at its 64 ports.
 EXTRA_POINTS = {"switch": {"ports": 64}}
@@ -24,14 +24,9 @@ def architecture_points() -> dict[str, dict]:
     return points
 
 
-def grid_args(module: str, point: dict) -> list[str]:
-    """``dysharp area`` arguments that synthesize ``module`` at ``point`` only. A module at its defaults still
-    needs one ``--grid`` to replace its area grid by that one point: a scalar parameter at its default (a
-    ``--grid`` value list is comma-separated, so a tuple default cannot be one)."""
-    items = point.items()
-    if not items:
-        scalar = [(k, v) for k, v in registry.get(module).params().items() if isinstance(v, (bool, int, float, str))]
-        if not scalar:
-            raise ValueError(f"{module}: no scalar parameter to pin its default point with --grid")
-        items = scalar[:1]
-    return ["-m", module] + [f"--grid={module}.{k}={v}" for k, v in items]
+def grid_args(design: "registry.DesignPoint | str", point: dict | None = None) -> list[str]:
+    """``dysharp area`` arguments that synthesize ``design`` (a :class:`hw.registry.DesignPoint`, or a module
+    name and its overrides ``point``) only: one ``--grid`` per parameter of :func:`synth.area.pin_items` (a
+    point at its defaults pins one scalar parameter at its default)."""
+    design = registry.point(design, point)
+    return ["-m", design.name] + [f"--grid={design.name}.{k}={v}" for k, v in area.pin_items(design)]

@@ -13,7 +13,10 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from hw import registry
+
 from . import scaling
+from .summary_csv import point_label
 
 __all__ = ["REQUIRED", "COLUMNS", "MISS_NOTES", "FLAT_CHECKS", "read_area_summary", "read_flat_checks", "timing_rows",
            "markdown", "write_timing"]
@@ -22,10 +25,11 @@ REQUIRED = ("module", "point", "status", "critical_path_ps")
 COLUMNS = ["module", "point", "critical_path_ps_45", "critical_path_ps_n5", "slack_ps", "meets", "note"]
 
 
-# Why a point misses the port clock and what would close it, by (module, point): the timing table's note.
+# Why a point misses the port clock and what would close it, by (module, point label): the timing table's note.
 MISS_NOTES = {
-    **{("reduce_alu", f"flit_width={w}"): "the one-cycle accumulate, an option: every block uses "
-                                          "acc_stages=3 (the acc_stages=3 row)" for w in (128, 256, 512)},
+    **{("reduce_alu", point_label(registry.point("reduce_alu", {"flit_width": w}))):
+       "the one-cycle accumulate, an option: every block uses acc_stages=3 (the acc_stages=3 row)"
+       for w in (128, 256, 512)},
     ("switch", "ports=16"): "the input-to-allocator request path in one cycle, kept at 16 ports so that the "
                             "8- and 16-port benchmarks keep their latency, bounded by the sum of its halves; a "
                             "flat synthesis times it (dysharp area --flat-check switch:ports=16); "

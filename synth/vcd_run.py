@@ -36,10 +36,10 @@ endmodule
 """
 
 
-def run_workload(module: str, point: dict, workload, *, warmup: int, cycles: int, seed: int = 1,
+def run_workload(design: registry.DesignPoint, workload, *, warmup: int, cycles: int, seed: int = 1,
                  out_dir="build/synth/vcd", period_ns: int = 2, reset_cycles: int = 3
                  ) -> tuple[Path, dict]:
-    """Simulate ``workload`` on ``module`` at ``point``; returns (VCD path, the workload's JSON).
+    """Simulate ``workload`` on ``design``; returns (VCD path, the workload's JSON).
 
     Only the stretch from a few cycles before the measurement window to a few cycles after it is dumped
     (``period_ns``/``reset_cycles`` are :class:`verif.harness.cycler.Cycler`'s); the toggle counter then uses
@@ -55,8 +55,7 @@ def run_workload(module: str, point: dict, workload, *, warmup: int, cycles: int
     from verif.harness.runner import icarus_source, require_simulator
 
     require_simulator("icarus")
-    design = registry.point(module, point)
-    params = design.params
+    module, params = design.name, design.params
     vpath = design.verilog("build/verilog")
     # The same time-0 fix as the test runner's (verif.harness.runner.icarus_source), or a counter fed by
     # combinational logic of constant registers stays X under Icarus.
@@ -95,7 +94,7 @@ def run_workload(module: str, point: dict, workload, *, warmup: int, cycles: int
         pass
     tests, failed = get_results(results) if results.exists() else (0, 1)
     if failed or not tests or not vcd.exists() or not meta_path.exists():
-        raise RuntimeError(f"power workload {workload.test_module}::{workload.testcase} on {module} {point} "
+        raise RuntimeError(f"power workload {workload.test_module}::{workload.testcase} on {module} {design.overrides} "
                            f"failed (seed {seed}); log and results in {bdir}")
     stamp.write_text(want)
     return vcd, json.loads(meta_path.read_text())

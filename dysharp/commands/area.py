@@ -46,7 +46,8 @@ def add_engine_arguments(p, what: str) -> None:
                         f"local processes")
 
 
-def selection(args) -> dict[str, list[dict]]:
+def selection(args) -> dict[str, list[registry.DesignPoint]]:
+    """{module: its design points} of the selected modules (``--module``, ``--grid``, ``--set``)."""
     from synth.area import grid_points, parse_grid
 
     modules = args.module or sorted(registry.MODULES)
@@ -59,6 +60,7 @@ def selection(args) -> dict[str, list[dict]]:
 
 def run(args) -> int:
     from synth import area_study, report, tools
+    from synth.summary_csv import point_label
 
     done = area_tables.run(args)
     if done is not None:
@@ -83,7 +85,7 @@ def run(args) -> int:
           f"{'all-FF':>12} {'crit ps':>8}")
     for p in points:
         r = p.result
-        pt = ", ".join(f"{k}={v}" for k, v in p.point.items()) or "defaults"
+        pt = point_label(p.design)
         if r is None:
             print(f"{p.module:<14} {pt:<22} skipped: {p.skipped}")
             continue

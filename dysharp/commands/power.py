@@ -55,7 +55,7 @@ def run(args) -> int:
     from synth import scaling
     fixed = registry.parse_assignments(args.set, modules)
     # Default: the architecture point of the modules that the 64-port addition counts.
-    fixed = {m: {**(scaling.architecture_point(m) or {}), **fixed[m]} for m in modules}
+    designs = {m: registry.point(m, {**(scaling.architecture_point(m) or {}), **fixed[m]}) for m in modules}
     xc = args.crosscheck
     if xc == "auto":
         xc = next((m for m in modules if workloads.get(m)), "none")
@@ -70,13 +70,13 @@ def run(args) -> int:
         raise RuntimeError(str(e)) from None
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
-    print(f"[power] {len(modules)} points: " + ", ".join(f"{m} {fixed[m] or '(defaults)'}" for m in modules),
-          flush=True)
-    points = power_study.power_points([(m, fixed[m]) for m in modules], jobs=args.jobs, scheduler=args.scheduler,
+    print(f"[power] {len(modules)} points: " + ", ".join(f"{m} {designs[m].overrides or '(defaults)'}"
+                                                         for m in modules), flush=True)
+    points = power_study.power_points([designs[m] for m in modules], jobs=args.jobs, scheduler=args.scheduler,
                                       cache=not args.no_cache, freq_ghz=args.clock_ghz, cycles=args.cycles,
                                       warmup=args.warmup, seed=args.seed)
     for m, r in zip(modules, points):
-        print(f"[power] {m} {fixed[m] or '(defaults)'}", flush=True)
+        print(f"[power] {m} {designs[m].overrides or '(defaults)'}", flush=True)
         for g in ("no_gating", "clock_gated"):
             x = r[g]
             extra = "".join(f", {x[k]:.1f} pJ/{k[7:-5]} flit" for k in ("pj_per_dispatched_flit",
@@ -88,7 +88,7 @@ def run(args) -> int:
         if not tools.opensta_binary(required=False):
             print("[power] OpenSTA not installed (apt-get install opensta): cross-check skipped")
         else:
-            cross = power_study.opensta_crosscheck(xc, fixed.get(xc, {}), freq_ghz=args.clock_ghz,
+            cross = power_study.opensta_crosscheck(designs[xc], freq_ghz=args.clock_ghz,
                                                    seed=args.seed, cycles=args.cycles, warmup=args.warmup)
             print(f"[power] cross-check {xc}: OpenSTA {cross['opensta']['total_mw']:.2f} mW, this flow "
                   f"{cross['ours']['total_mw']:.2f} mW ({cross['difference_pct']:+.1f}%)")

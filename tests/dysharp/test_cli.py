@@ -336,12 +336,14 @@ def test_study_verilog_points_by_scope():
     from dysharp.study_steps import study_points
     from hw import registry
     ns = {s: argparse.Namespace(quick=s == "quick", full=s == "full") for s in ("quick", "default", "full")}
-    default = dict(study_points(ns["default"]))
+    default = {d.name: d for d in study_points(ns["default"])}
     assert set(default) == set(registry.MODULES) and len(study_points(ns["default"])) == len(default)
-    assert default["switch"] == {"ports": 64} and default["dysharp_switch"] == {"ports": 64}
-    assert default["al_tlb"] == {"ports": 64, "entries": 1024} and default["system"] == {}
+    assert default["switch"] == registry.point("switch", {"ports": 64})
+    assert default["dysharp_switch"] == registry.point("dysharp_switch", {"ports": 64})
+    assert default["al_tlb"] == registry.point("al_tlb", {"ports": 64, "entries": 1024})
+    assert default["system"] == registry.point("system")
     assert len(study_points(ns["full"])) == sum(len(s.points) for s in registry.MODULES.values())
-    assert study_points(ns["quick"]) == [(n, registry.get(n).points[0]) for n in sorted(registry.MODULES)]
+    assert study_points(ns["quick"]) == [registry.point(n, registry.get(n).points[0]) for n in sorted(registry.MODULES)]
 
 
 def test_study_lint_points_add_the_big_tops_whole():
@@ -352,12 +354,12 @@ def test_study_lint_points_add_the_big_tops_whole():
     from dysharp.study_steps import lint_points
     from hw import registry
     default = lint_points(argparse.Namespace(quick=False, full=False))
-    assert ("dysharp_switch", {"ports": 64}, False) in default and ("dysharp_switch", {"ports": 4}, True) in default
-    assert ("switch", {"ports": 64}, False) in default and ("switch", {"ports": 4}, True) in default
-    whole = {n for n, _, w in default if w}
+    for m in ("dysharp_switch", "switch"):
+        assert (registry.point(m, {"ports": 64}), False) in default and (registry.point(m, {"ports": 4}), True) in default
+    whole = {d.name for d, w in default if w}
     assert "system" in whole and "vc_sender" in whole     # already at their first point
     quick = lint_points(argparse.Namespace(quick=True, full=False))
-    assert quick == [(n, registry.get(n).points[0], True) for n in sorted(registry.MODULES)]
+    assert quick == [(registry.point(n, registry.get(n).points[0]), True) for n in sorted(registry.MODULES)]
 
 
 def test_every_study_point_has_a_size_for_the_largest_first_order():
@@ -367,7 +369,7 @@ def test_every_study_point_has_a_size_for_the_largest_first_order():
 
     from dysharp.study_steps import lint_points, point_size
     for quick, full in ((True, False), (False, False), (False, True)):
-        sizes = [point_size(p) for p in lint_points(argparse.Namespace(quick=quick, full=full))]
+        sizes = [point_size(d) for d, _whole in lint_points(argparse.Namespace(quick=quick, full=full))]
         assert sizes and all(isinstance(v, (int, float)) and v >= 0 for v in sizes)
 
 
@@ -380,7 +382,8 @@ def test_study_lint_step_fails_on_a_warning(tmp_path, monkeypatch):
     from dysharp import study_steps
     from verif import lint
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(study_steps, "study_points", lambda args: [("vc_sender", {}), ("credit_receiver", {})])
+    monkeypatch.setattr(study_steps, "study_points",
+                        lambda args: [registry.point("vc_sender"), registry.point("credit_receiver")])
     out = tmp_path / "rep"
     out.mkdir()
     text = study_steps.lint_step(argparse.Namespace(quick=False, full=False), out)
@@ -402,8 +405,7 @@ def test_study_grid_args_of_every_default_point_parse_back():
         argv = grid_args(m, {})
         items = [a.split("=", 1)[1] for a in argv if a.startswith("--grid=")]
         (point,) = grid_points(m, parse_grid(items, [m])[m])
-        spec = registry.get(m)
-        assert spec.resolve(point) == spec.resolve({}), m
+        assert point == registry.point(m), m
 
 
 def test_reduction_markdown_table_cells():

@@ -31,13 +31,14 @@ def fake_area(monkeypatch):
     top = {**_fields_sum([(by_part[f"dysharp_switch__part_{n}"], c) for n, _f, _p, c in plist]),
            "hierarchical": {"parts": []}}
 
-    def area(module, pt, max_mb=0.0):
-        if module == "dysharp_switch":
+    def area(design, pt=None, max_mb=0.0):
+        design = registry.point(design, pt)
+        if design.name == "dysharp_switch":
             return top
-        if module == "switch":
-            assert pt == {"ports": params["ports"]}
+        if design.name == "switch":
+            assert design == registry.point("switch", {"ports": params["ports"]})
             return plain
-        return by_part[module]
+        return by_part[design.name]
     monkeypatch.setattr(integrated, "_area", area)
     return top, plain
 
@@ -66,7 +67,7 @@ def test_old_headline_and_sum_of_blocks_beside_it(fake_area):
 
 
 def test_a_flat_integrated_result_is_refused(monkeypatch):
-    monkeypatch.setattr(integrated, "_area", lambda m, p, max_mb=0.0: _fake(1))
+    monkeypatch.setattr(integrated, "_area", lambda m, p=None, max_mb=0.0: _fake(1))
     with pytest.raises(ValueError, match="not costed from its parts"):
         integrated.overhead_rows()
 
@@ -93,7 +94,7 @@ def test_cached_only_never_synthesizes(monkeypatch, tmp_path):
     from synth import area as area_mod
     seen = []
 
-    def area(module, pt, max_mb=0.0):
+    def area(module, pt=None, max_mb=0.0):
         seen.append(max_mb)
         return None                             # as area_point reports a point skipped by max_mb
     monkeypatch.setattr(integrated, "_area", area)
@@ -157,9 +158,10 @@ def test_the_networks_are_costed_from_their_parts(monkeypatch):
     calls = []
 
     def fake(kind):
-        def run(module, point, **kw):
-            calls.append((kind, module))
-            return area.AreaPoint(module, point, {}, {"fake": True})
+        def run(design, point=None, **kw):
+            design = registry.point(design, point)
+            calls.append((kind, design.name))
+            return area.AreaPoint(design, {"fake": True})
         return run
     monkeypatch.setattr(area, "flat_area_point", fake("flat"))
     monkeypatch.setattr(hierarchical, "area_point", fake("parts"))

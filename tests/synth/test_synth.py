@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 
+from hw import registry
 from synth import cacti, liberty, power, tools
 
 REF_ARRAY = cacti.Array(rows=1024, width=64)   # 8 KiB, 1R1W, 45 nm, itrs-hp
@@ -170,7 +171,7 @@ def test_cli_rejects_bad_input(tmp_path):
 
 def test_registry_grid_and_overhead_roles():
     from synth import area, scaling
-    assert area.grid_points("group_table", {"entries": [8, 2]}) == [{"entries": 8}, {"entries": 2}]
+    assert [p.overrides for p in area.grid_points("group_table", {"entries": [8, 2]})] == [{"entries": 8}, {"entries": 2}]
     assert area.parse_grid(["group_table.entries=4,8"], ["group_table"]) == {"group_table": {"entries": [4, 8]}}
     roles = scaling.resolve_roles(["switch", "al_tlb", "reduce_alu", "reduction_buffer"])
     by = {r["role"]: r["modules"] for r in roles}
@@ -322,6 +323,51 @@ def test_area_report_of_some_modules_keeps_the_others_rows(tmp_path, monkeypatch
     assert rows[("alu", "w=8")]["area_um2"] == "1" and rows[("cam", "depth=4")]["status"] == "ok"
 
 
+def test_a_design_point_has_one_label_however_it_was_asked_for(tmp_path, monkeypatch):
+    """The study selects a module's default point by pinning a parameter at its default (``--grid
+    packet_split.flit_width=128``), and ``dysharp power`` by its architecture point (``token_tracker
+    experts=32, tiles=16``, the defaults): each point's rows are labelled by its DesignPoint, the parameters
+    that differ from the defaults, so the same point has one label in every summary (a pinned default once
+    gave it a second one: ``flit_width=128`` beside ``defaults``)."""
+    import csv
+
+    from synth import area, report
+    from synth.study_points import grid_args
+    monkeypatch.setattr(report, "overhead", lambda a, p: None)
+    monkeypatch.setattr(report, "_plots", lambda out, a, p: [])
+    monkeypatch.setattr(report.timing, "write_timing", lambda src, out: "")
+    items = [a.split("=", 1)[1] for a in grid_args("packet_split", {}) if a.startswith("--grid=")]
+    assert items == ["packet_split.flit_width=128"]
+    pinned = area.grid_points("packet_split", area.parse_grid(items, ["packet_split"])["packet_split"])
+    # Equal points asked for differently are one point: the group table's default is 16 entries.
+    assert area.grid_points("group_table", {"entries": [16, 64]}, {"ports": 8}) == \
+        area.grid_points("group_table", {"entries": [16, 64]})
+    assert len(area.grid_points("group_table", None, {"entries": 16})) == 1
+    designs = pinned + area.grid_points("group_table", {"entries": [16, 64]})
+    result = {"area_um2": 1.0, "area_seq_um2": 0, "area_logic_um2": 1, "arrays_um2": 0, "area_all_ff_um2": 1,
+              "array_bits": 0, "cell_count": 3, "transistors_logic": 10, "transistors_all_ff": 10,
+              "critical_path_ps": 100.0, "timing_source": "OpenSTA", "verilog_mb": 0.1, "seconds": 1.0,
+              "arrays": []}
+    points = [area.AreaPoint(d, result).as_dict() for d in designs]
+    gated = {"total_mw": 2.0, "leakage_mw": 0.1, "arrays_mw": 0.0, "arrays": [],
+             "cells": {"internal_mw": 1.0, "switching_mw": 0.5, "leakage_mw": 0.1, "clock_pin_mw": 0.4}}
+    # A power result as `dysharp power` wrote it before, its point given with a default value.
+    power = [{"module": "token_tracker", "point": {"experts": 32, "tiles": 16}, "freq_ghz": 1.5625,
+              "no_gating": gated, "clock_gated": gated, "activity_source": "VCD", "seeded_nets": 1, "nets": 2,
+              "ff_seeded": 1, "ff_total": 1}]
+    # A summary written before: its rows get the same labels, and this run's packet_split row replaces its own.
+    (tmp_path / "area_summary.csv").write_text("module,point,status\npacket_split,flit_width=128,ok\n"
+                                               "cam,entries=64,ok\nalu,w=8,ok\n")
+    md = report.write_reports(tmp_path, area_points=points, power=power, commands=["dysharp area"])
+    rows = [(r["module"], r["point"], r["area_um2"])
+            for r in csv.DictReader((tmp_path / "area_summary.csv").open())]
+    assert rows == [("packet_split", "defaults", "1"), ("cam", "defaults", ""), ("alu", "w=8", ""),
+                    ("group_table", "defaults", "1"), ("group_table", "entries=64", "1")]
+    rows = {(r["module"], r["point"]) for r in csv.DictReader((tmp_path / "power_summary.csv").open())}
+    assert rows == {("token_tracker", "defaults")}
+    assert "| packet_split | defaults" in md and "flit_width=128" not in md and "experts=32" not in md
+
+
 def test_large_flip_flop_array_is_the_line_through_two_column_slices(lib_path, tmp_path, monkeypatch):
     """Above FF_LINE_MIN_BITS an array's flip-flop figure is the line through two column slices (c and 2c
     wide): the columns are independent copies, the decoders shared, so it lands on the whole array's."""
@@ -364,11 +410,11 @@ def test_area_batch_starts_the_hierarchical_points_first(monkeypatch):
 
     def fake_map(fn, items, **kw):
         items = list(items)
-        seen.extend((m, p) for m, p, _ in items)
-        return [area.AreaPoint(m, p, {}, None, skipped="fake") for m, p, _ in items]
+        seen.extend((d.name, d.overrides) for d, _ in items)
+        return [area.AreaPoint(d, None, skipped="fake") for d, _ in items]
     monkeypatch.setattr(engine, "map_tasks", fake_map)
     sel = {"al_tlb": [{"ports": 64}], "switch": [{"ports": 4}, {"ports": 64}], "request_gen": [{"ports": 64}]}
-    got = area_study.run_study(sel)
+    got = area_study.run_study({m: [registry.point(m, p) for p in ps] for m, ps in sel.items()})
     assert seen == [("switch", {"ports": 64}), ("al_tlb", {"ports": 64}), ("switch", {"ports": 4}),
                     ("request_gen", {"ports": 64})]
     assert [(a.module, a.point) for a in got] == [(m, p) for m, ps in sel.items() for p in ps]

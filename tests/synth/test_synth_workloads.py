@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from hw import registry
 from hw.packet import EType
 from synth import workloads
 from synth.workloads import dysharp_switch as wl
@@ -129,7 +130,7 @@ def test_integrated_power_rows_name_their_point(monkeypatch):
     flat = {"area_um2": 3.0, "cell_count": 1, "verilog_mb": 0.1, "area_random_logic_um2": 1.0,
             "area_seq_um2": 0.5, "arrays_um2": 2.0, "arrays": [], "array_bits": 8, "transistors": 10,
             "critical_path_ps": 600.0, "timing_source": "OpenSTA"}
-    monkeypatch.setattr(area_study, "area_point", lambda *a, **k: area.AreaPoint("dysharp_switch", {}, {}, flat))
+    monkeypatch.setattr(area_study, "area_point", lambda *a, **k: area.AreaPoint(registry.point("dysharp_switch"), flat))
     gated = {"total_mw": 2.0, "cells": {"total_mw": 1.0}, "arrays_mw": 1.0, "leakage_mw": 0.1,
              "pj_per_dispatched_flit": 5.0, "pj_per_reduced_flit": 6.0,
              "arrays": [{"name": "engine0.buf.partial", "total_mw": 1.0, "leakage_mw": 0.1}]}

@@ -101,8 +101,10 @@ def test_a_flat_check_replaces_the_parts_bound_until_the_row_changes(tmp_path):
 
 def test_flat_checks_refuse_bad_points(tmp_path):
     from synth import hierarchical
-    write_csv(tmp_path / "area_summary.csv", [["switch", "ports=8", "ok", "10", "2355.7", "OpenSTA"]])
-    with pytest.raises(ValueError, match="no row of switch ports=8 costed from its parts; run `dysharp area"):
+    write_csv(tmp_path / "area_summary.csv", [["switch", "defaults", "ok", "10", "2355.7", "OpenSTA"]])
+    # The 8-port switch is the registry's default point, labelled so.
+    with pytest.raises(ValueError, match="no row of switch defaults costed from its parts; run `dysharp area -m "
+                                         "switch --grid switch.ports=8 --max-mb 0` first"):
         hierarchical.write_flat_checks(["switch:ports=8"], tmp_path)
     with pytest.raises(ValueError, match="unknown module 'nope'"):
         hierarchical.write_flat_checks(["nope:ports=8"], tmp_path)

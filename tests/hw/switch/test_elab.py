@@ -205,11 +205,12 @@ def test_switch_datapaths_share_part_syntheses(monkeypatch):
 
     calls = []
 
-    def fake_area_point(module, point, **kw):
-        calls.append((module, dict(point)))
+    def fake_area_point(design, point=None, **kw):
+        design = registry.point(design, point)
+        calls.append((design.name, dict(design.params)))
         res = {k: 1.0 for k in hierarchical._SUMMED}
         res.update(cells={}, arrays=[], critical_path_ps=None, timing_source="none", period_ps=640.0)
-        return area.AreaPoint(module, point, point, res)
+        return area.AreaPoint(design, res)
     monkeypatch.setattr(area, "flat_area_point", fake_area_point)
     hierarchical.area_point("switch", {"ports": 16}, quiet=True)
     plain = dict(calls)
