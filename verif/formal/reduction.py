@@ -8,8 +8,9 @@ mechanism is present at that size: entry choice, generations, the 2-row partial 
 forwarding paths, the per-flit counts and touched bits, the timeout scanner and its hold-up, the completion
 FIFO and the drain; 3 entries (not a power of two) also exercise the out-of-range entry index. Nothing in
 the control logic depends on the number of entries or flits beyond index widths, so the properties
-generalise to the product sizes; what does not is the length of a bound (all but one property are
-checked to a bound, see :mod:`verif.formal.runner` and "Proof" below). One exception, found by this harness: at 2 entries the completion FIFO
+generalise to the product sizes (every property is proven by k-induction, see "Proof" below; the bound
+of the liveness property is stated for these sizes, from the output queue's depth, ``entries`` and
+``max_length``). One exception, found by this harness: at 2 entries the completion FIFO
 (``SyncFIFOBuffered`` of depth ``entries``: an inner FIFO of ``entries - 1`` rows and an output register)
 refuses a second event written in the cycle after the first, and that entry is never answered
 (``tests/verif/formal/test_formal_reduction.py`` shows it); from 3 entries on it has room, as the buffer's docstring
@@ -59,14 +60,17 @@ Properties (each with a ``Cover``):
 * **an error answer names its cause** (the abort's code or ``TYPE_MISMATCH``);
 * **a timeout answers only an entry still in flight after ``timeout`` cycles**;
 * **a contribution for a tag not in flight is counted stale** (before its allocation, after its end);
-* **every allocation is answered** (bounded liveness: once the timeout must have fired, a few cycles of
-  ``out.ready`` bring its answer out);
+* **every allocation is answered** (bounded liveness: once the timeout must have fired,
+  ``liveness_slack`` cycles of ``out.ready`` bring its answer out; by default 4 + (``entries`` - 1) *
+  (1 + ``max_length``) + 1 = 11 at 3 entries: the output queue's 4 flits, every other entry's answer,
+  then its header; a simulated trace needs all 11, ``test_liveness_bound_is_tight``);
 * **answers are well-formed packets** (``RED_RESP`` with ``length`` result flits, ``ERROR`` header-only).
 
 Proof. The six safety properties are proven by k-induction (block ``reduction_buffer``: 2 entries,
-``invariant=True``, k = 12, yices); the liveness one is a bounded check (``reduction_buffer_live``, depth
-24). With ``invariant=True`` each property is stated together with an invariant
-(:meth:`ReductionBufferHarness._invariant`), true in every reachable state:
+``invariant=True``, k = 12, yices), and so is the liveness one (``reduction_buffer_live``: 3 entries, k =
+12; parts 1-5 and 7 below, the per-flit counts (6) are written for 2 entries). With ``invariant=True``
+each property is stated together with an invariant (:meth:`ReductionBufferHarness._invariant`), true in
+every reachable state:
 
 1. *entries*: every active entry is busy; an entry in the allocator's first stage, or in its second in
    the cycle it is written, is busy and not active, and the one just written has its granted generation
@@ -103,20 +107,32 @@ Proof. The six safety properties are proven by k-induction (block ``reduction_bu
    number of flits at ``expected``; k's result still to come (event, ``pre``, ``cur``, ``pend``, the
    queue, the packet on ``out``) means the reference model ended k complete, its ``meta`` row k's request,
    its rows final in the partial memory, and its payload flits (in ``pend``'s read and in the queue) the
-   expected count.
+   expected count;
+7. *the liveness measure* (stated when "answered" is checked, 3 entries or more,
+   :meth:`ReductionBufferHarness._liveness`): once k's grant is known, its answer is out or exactly one is
+   to come (its entry active, which then holds k, or its packet on the answer path); ``late_ready`` (the
+   cycles of ``out.ready`` counted since k's timeout must have fired) counts only from then; and
+   ``late_ready`` plus ``E``, the cycles k's header needs if ``out.ready`` stays high, is at most
+   ``liveness_slack``: by the answer path in order, the output queue's flits one cycle each, then
+   ``pend`` (2 cycles on at the earliest), ``cur``'s items left (3), ``pre``'s packet (4), the completion
+   FIFO's output register (5) and inner rows (6, 7), each packet's first item at ``max(previous + 1, its
+   latency)`` and the rest one per cycle; an entry still active once ``late_ready`` counts fires its
+   timeout in that cycle (part 2), and its packet comes after every one on the path (7 at the earliest).
+   Each cycle of ``out.ready`` lowers ``E`` by one, and no cycle raises it (the path only advances).
 
 It names the allocator's ``al1``/``al2``/``al2_fresh``, the drain's ``pre``/``cur``/``pend``/``pend_hdr``,
 the row tracker's shadows ``sh`` and the buffer's ``busy``/``active`` (attributes of those blocks, set in
 their ``elaborate``; the generated Verilog is byte-equal with and without them), the completion FIFO's
-output register and :class:`IntAddALU`'s stages, and reads the FIFO's inner slot, the output queue's
+output register and :class:`IntAddALU`'s stages, and reads the FIFO's inner rows (with its pointers at 3
+entries), the output queue's
 slots and pointers and every ``meta``, ``progress``, ``start`` and ``partial`` row through comb read
 ports the harness adds. What it does not state (the contribution waiting at stage b with its held row
 reads and row-tracker match flags) is left to the depth: it is rebuilt within a few cycles from states the
 invariant pins down (at k = 11 the induction step fails).
 
 Also assumed for the induction (``invariant=True`` only): k's entry is not granted with k's generation
-again after k's grant (``2**15`` reuses of the entry at 2 entries): a contribution with that rtag is then
-the new allocation's, the design's documented aliasing limit. Mutant (``tests/verif/formal/
+again after k's grant (``2**15`` reuses of the entry at 2 entries, ``2**14`` at 3): a contribution with
+that rtag is then the new allocation's, the design's documented aliasing limit. Mutant (``tests/verif/formal/
 test_formal_reduction.py``): an allocator that does not bump the generation fails "counted stale" at step
 16 (checked without the invariant, which names the real allocator's stages).
 """
@@ -141,7 +157,7 @@ __all__ = ["IntAddALU", "SmallReductionBuffer", "ReductionBufferHarness", "Small
 
 PROPERTY_KEYS = ("once", "exact", "cause", "timeout", "stale", "answered", "framing")
 SAFETY_KEYS = ("once", "exact", "cause", "timeout", "stale", "framing")     # proven by k-induction
-LIVENESS_KEYS = ("answered",)      # needs a longer bound (timeout, scan, drain) but is cheap per step
+LIVENESS_KEYS = ("answered",)      # needs 3 entries (at 2 the completion FIFO loses an event)
 INDUCTIVE_KEYS = SAFETY_KEYS       # the invariant (invariant=True) is stated for these
 SEQ_BITS = 8          # the engine harness's request sequence numbers (the requester tag field)
 
@@ -254,7 +270,8 @@ def _queued_flit(slots, rptr, j: int, flit_width: int):
 
 class ReductionBufferHarness(wiring.Component):
     """Ports = the buffer's free inputs (see the module docstring). ``liveness_slack``: cycles of
-    ``out.ready`` after which an expired entry's answer must be out. ``alu``: the ALU class the buffer
+    ``out.ready`` after which an expired entry's answer must be out (None: the bound, 4 + (``entries`` - 1)
+    * (1 + ``max_length``) + 1). ``alu``: the ALU class the buffer
     builds (``None``: the real :class:`ReduceALU`, far slower). ``only``: a subset of
     :data:`PROPERTY_KEYS` to check. ``flit_limit=False`` drops the at-most-``expected``-per-flit
     assumption (to show that the buffer relies on it). ``allocator``, ``events``, ``drain``: mutant
@@ -264,18 +281,24 @@ class ReductionBufferHarness(wiring.Component):
     formal_options = {"engine": "smtbmc yices", "induction": False,
                       "script_extra": "memory_map\nopt -full\nopt_dff -sat\nopt_clean"}
 
-    def __init__(self, entries: int = 3, max_length: int = 2, timeout: int = 4, liveness_slack: int = 10,
+    def __init__(self, entries: int = 3, max_length: int = 2, timeout: int = 4, liveness_slack: int | None = None,
                  alu=IntAddALU, only=None, flit_limit: bool = True, acc_stages: int = 3,
                  invariant: bool = False, allocator=None, events=None, drain=None):
         unknown = set(only or ()) - set(PROPERTY_KEYS)
         if unknown:
             raise ValueError(f"unknown property {', '.join(sorted(unknown))}; valid: {', '.join(PROPERTY_KEYS)}")
-        bad = set(only or PROPERTY_KEYS) - set(INDUCTIVE_KEYS) if invariant else set()
+        inductive = INDUCTIVE_KEYS + (LIVENESS_KEYS if entries >= 3 else ())
+        bad = set(only or PROPERTY_KEYS) - set(inductive) if invariant else set()
         if bad:
             raise ValueError(f"no invariant is stated for {', '.join(sorted(bad))}; "
-                             f"invariant=True takes: {', '.join(INDUCTIVE_KEYS)}")
+                             f"invariant=True takes: {', '.join(inductive)}")
         self.invariant = invariant
         self.counts = invariant and "exact" in (only or PROPERTY_KEYS)     # part (6) of the invariant
+        self.live = invariant and "answered" in (only or PROPERTY_KEYS)    # part (7)
+        if self.counts and entries != 2:
+            raise ValueError(f"the per-flit count invariant (\"exact\") is written for 2 entries, got {entries}")
+        if liveness_slack is None:      # the out.ready cycles k's header may need (the measure's bound)
+            liveness_slack = 4 + (entries - 1) * (1 + max_length) + 1
         if invariant:       # k-induction (the bounded check's options otherwise)
             self.formal_options = {**self.formal_options, "induction": True,
                                    "script_extra": "flatten\nmemory_map\nopt -full"}
@@ -418,6 +441,13 @@ class ReductionBufferHarness(wiring.Component):
         # buffer waits on the row alone, before the entry check), and the entry may time out meanwhile.
         timed_out = ~ended | (end_age + (self.buffer.acc_stages - 1) >= T - 1)
 
+        # Bounded liveness: once k must have timed out (age >= timeout + entries + 2), ``liveness_slack``
+        # cycles of out.ready bring its answer out.
+        late_ready = Signal(range(self.liveness_slack + 1))
+        with m.If(known_now & (age >= T + N + 2) & o.ready & (late_ready != self.liveness_slack)):
+            m.d.sync += late_ready.eq(late_ready + 1)
+        self._late_ready = late_ready
+
         inv = Const(1)
         if self.invariant:
             inv = self._invariant(m, platform, picked=picked, known=known, k_taken=k_taken, k_seq=k_seq,
@@ -472,14 +502,10 @@ class ReductionBufferHarness(wiring.Component):
                     (~last_stale_k | last.seen | inc) & inv,
                     last_stale_k & last.pre)
 
-        # Bounded liveness: once k must have timed out (age >= timeout + entries + 2), ``liveness_slack``
-        # cycles of out.ready bring its answer out.
-        late_ready = Signal(range(self.liveness_slack + 1))
-        with m.If(known_now & (age >= T + N + 2) & o.ready & (late_ready != self.liveness_slack)):
-            m.d.sync += late_ready.eq(late_ready + 1)
         if want("answered"):
-            p.check(m, "every allocation is answered (bounded: timeout + scan + drain)",
-                    (late_ready != self.liveness_slack) | (answers != 0),
+            p.check(m, f"every allocation is answered (within {self.liveness_slack} cycles of out.ready once "
+                       "its timeout must have fired)",
+                    ((late_ready != self.liveness_slack) | (answers != 0)) & inv,
                     (late_ready == self.liveness_slack) & (answers == 1))
 
         # Packet framing on ``out``.
@@ -529,9 +555,30 @@ class ReductionBufferHarness(wiring.Component):
             return data.View(shape, out) if isinstance(shape, data.Layout) else out
 
         meta, prog, start = (rows(getattr(bm.submodules, n), n) for n in ("meta", "progress", "start"))
-        slot = Signal(len(evq.w_data), name="inv_evslot")
-        port = qm.submodules.storage.read_port(domain="comb")
-        m.d.comb += [port.addr.eq(0), slot.eq(port.data)]
+        # The completion FIFO's inner rows (``entries - 1``), in the order they leave: (valid, row).
+        IN = N - 1
+        inner_level = (evq.level - evq.r_rdy)[0:IN.bit_length()]
+        raw = [Signal(len(evq.w_data), name=f"inv_evslot{j}" if j else "inv_evslot") for j in range(IN)]
+        ev_mem = qm.submodules.storage
+        for j in range(IN):
+            port = ev_mem.read_port(domain="comb")
+            m.d.comb += [port.addr.eq(j), raw[j].eq(port.data)]
+        if IN == 1:
+            inner = [(evq.level > evq.r_rdy, raw[0])]
+            inner_terms = []
+        else:
+            consume, produce = ev_mem.read_ports[0].addr, ev_mem.write_ports[0].addr
+            inner = []
+            for j in range(IN):
+                row = raw[0]
+                for i in range(1, IN):
+                    row = Mux(Mux(consume <= i, i - consume, i + IN - consume) == j, raw[i], row)
+                inner.append((inner_level > j, row))
+            wrapped = consume + inner_level
+            inner_terms = [(evq.level >= evq.r_rdy) & (inner_level <= IN) & (consume < IN) & (produce < IN) &
+                           (produce == Mux(wrapped >= IN, wrapped - IN, wrapped)[0:len(produce)])]
+        slot = raw[0]
+        self._inner = inner
         busy, active = buf.busy, buf.active
         al1, al2, fresh = al.al1, al.al2, al.al2_fresh
         bit = lambda v, i: v.bit_select(i, 1)        # noqa: E731
@@ -559,10 +606,12 @@ class ReductionBufferHarness(wiring.Component):
                             (at(meta, al2.entry).gen == al2.gen) & (at(prog, al2.entry).as_value() == 0)),
                   ~dr.pre.valid | (bit(busy, dr.pre.entry) & ~bit(active, dr.pre.entry)),
                   ~dr.cur.valid | (bit(busy, dr.cur.entry) & ~bit(active, dr.cur.entry)),
-                  ~evq.r_rdy | (bit(busy, evq.r_data[0:EB]) & ~bit(active, evq.r_data[0:EB])),
-                  (evq.level == evq.r_rdy) | (bit(busy, slot[0:EB]) & ~bit(active, slot[0:EB]))]
-        places = [(al1.valid, al1.entry), (fresh, al2.entry), (evq.level > evq.r_rdy, slot[0:EB]),
+                  ~evq.r_rdy | (bit(busy, evq.r_data[0:EB]) & ~bit(active, evq.r_data[0:EB]))]
+        terms += [~v | (bit(busy, row[0:EB]) & ~bit(active, row[0:EB])) for v, row in inner] + inner_terms
+        places = [(al1.valid, al1.entry), (fresh, al2.entry), *((v, row[0:EB]) for v, row in inner),
                   (evq.r_rdy, evq.r_data[0:EB]), (dr.pre.valid, dr.pre.entry), (dr.cur.valid, dr.cur.entry)]
+        if N != 1 << EB:        # entry indices in range (an index past the entries reads entry 0's rows here)
+            terms += [~v | (e < N) for v, e in places] + [al1.entry < N, al2.entry < N]
         for i, (vi, ei) in enumerate(places):      # an entry is in one place at a time
             terms += [~(vi & vj & (ei == ej)) for vj, ej in places[i + 1:]]
         # (2) The timer: an active entry was allocated at most timeout + entries + 3 cycles ago.
@@ -598,11 +647,58 @@ class ReductionBufferHarness(wiring.Component):
             terms += self._counts(m, bm, dr, evq, slot, meta, prog, at, bit, active, known, holds_k, e_k, rt,
                                   cnt, req, b_good, ended, end_code, al1, fresh, al2, in_pkt, o_is_k, outq,
                                   o_rptr, o_slots, busy)
+        if self.live:
+            terms += self._liveness(dr, evq, meta, at, active, known, answers, holds_k, age, outq)
         sigs = []
         for i, t in enumerate(terms):
             sigs.append(Signal(name=f"inv_{i}"))
             m.d.comb += sigs[-1].eq(t)
         return Cat(*sigs).all()
+
+    def _liveness(self, dr, evq, meta, at, active, known, answers, holds_k, age, outq):
+        """(7) The liveness measure (3 entries or more): once k is known and not yet answered, its answer is
+        to come (its entry active with tag 1, or its packet on the answer path), and ``late_ready`` plus
+        the out.ready cycles k's header needs at most (``E``: its exit time if ``out.ready`` stayed high)
+        is at most ``liveness_slack``. ``E`` by the answer path in order: the output queue's flits (one
+        cycle each), then ``pend`` (ready 2 cycles on), ``cur``'s items left (3), ``pre``'s packet (4),
+        the completion FIFO's output register (5) and inner rows (6, 7): each packet's first item leaves
+        at ``max(previous + 1, its latency)`` and the rest one per cycle after it. An active k counts
+        only once ``late_ready`` counts, when its timeout fires in that cycle (invariant (2)): its event
+        then leaves after every packet on the path, 7 cycles on at the earliest."""
+        T, N, S = self.timeout, self.entries, self.liveness_slack
+        EB = self.buffer.entry_bits
+        late_ready = self._late_ready
+        pre, cur, pend, pend_hdr = dr.pre, dr.cur, dr.pend, dr.pend_hdr
+        tag1 = lambda e: at(meta, e).tag == 1       # noqa: E731
+        items = lambda code, length: 1 + Mux(code == 0, length, 0)      # noqa: E731
+        t = (outq.level + Const(0, 6))[0:6]       # the exit time of the last item so far
+        E = Const(0, 6)
+        found = Const(0)
+        for j, kh in enumerate(self._k_hdrs):
+            E = Mux(~found & kh, j + 1, E)
+            found = found | kh
+        segments = [(pend.valid, pend.valid & pend.header & (pend_hdr.tag == 1), 1, 2),
+                    (cur.valid, cur.valid & cur.hdr & (cur.tag == 1),
+                     Mux(cur.hdr, items(cur.code.as_value(), cur.length), cur.length - cur.k), 3),
+                    (pre.valid, pre.valid & tag1(pre.entry), items(pre.code.as_value(), at(meta, pre.entry).length), 4),
+                    (evq.r_rdy, evq.r_rdy & tag1(evq.r_data[0:EB]),
+                     items(evq.r_data[EB:EB + 8], at(meta, evq.r_data[0:EB]).length), 5)]
+        segments += [(v, v & tag1(row[0:EB]), items(row[EB:EB + 8], at(meta, row[0:EB]).length), 6 + j)
+                     for j, (v, row) in enumerate(self._inner)]
+        for valid, is_k, n, lat in segments:
+            first = Mux(t + 1 > lat, t + 1, lat)[0:6]
+            E = Mux(~found & is_k, first, E)
+            found = found | is_k
+            t = Mux(valid, first + n - 1, t)[0:6]
+        e_active = Mux(t + 1 > 7, t + 1, 7)[0:6]
+        counting = known & (age >= T + N + 2)
+        k_active = [active[j] & (meta[j].tag == 1) for j in range(N)]
+        waiting = known & (answers == 0)
+        return [~known | (answers + self._n_to_come == 1),
+                ~(known & Cat(*k_active).any()) | holds_k,
+                (late_ready == 0) | counting,
+                ~(waiting & found) | (late_ready + E <= S),
+                ~(waiting & ~found & counting) | (late_ready + e_active <= S)]
 
     def _answer_path(self, m, dr, evq, slot, meta, at, bit, busy, active, known, picked, answers, in_pkt,
                      o_idx, o_len, outq, o_rptr, o_wptr, o_slots, al1, fresh, al2, code_ok):
@@ -652,15 +748,18 @@ class ReductionBufferHarness(wiring.Component):
         tag1 = lambda e: at(meta, e).tag == 1       # noqa: E731
         to_come = [active[j] & (meta[j].tag == 1) for j in range(len(meta))]
         N0 = len(to_come)
-        to_come += [evq.r_rdy & tag1(evq.r_data[0:EB]), (evq.level > evq.r_rdy) & tag1(slot[0:EB]),
+        inner = self._inner
+        to_come += [evq.r_rdy & tag1(evq.r_data[0:EB]), *(v & tag1(row[0:EB]) for v, row in inner),
                     pre.valid & tag1(pre.entry), cur.valid & cur.hdr & (cur.tag == 1),
                     pend.valid & pend.header & (pend_hdr.tag == 1)] + k_hdrs
         # Each answer to k to come carries a code the reference model explains (see the properties).
         ev_code = lambda bits: bits[EB:EB + 8]      # noqa: E731
-        codes = [ev_code(evq.r_data), ev_code(slot), pre.code.as_value(), cur.code.as_value()]
+        codes = [ev_code(evq.r_data), *(ev_code(row) for _, row in inner), pre.code.as_value(),
+                 cur.code.as_value()]
         terms += [~to_come[N0 + i] | code_ok(c != 0, c) for i, c in enumerate(codes)]
-        terms.append(~to_come[N0 + 4] | code_ok(p_err, pend_hdr.route.uni.code.as_value()))
+        terms.append(~to_come[N0 + len(codes)] | code_ok(p_err, pend_hdr.route.uni.code.as_value()))
         n = sum(to_come)
+        self._k_hdrs, self._n_to_come = k_hdrs, n
         in_alloc = [al1.valid & (al1.req.tag == 1), fresh & tag1(al2.entry)]
         terms += [answers + n + sum(in_alloc) <= 1, known | ((answers == 0) & (n == 0))]
         # Only k's request carries tag 1: a tag-1 request in the allocator is k's, before its grant.

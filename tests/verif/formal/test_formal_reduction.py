@@ -6,7 +6,9 @@ that keeps the generation fails "counted stale"; a fast bounded form of the caus
 each fail on a mutant event block or drain (slow); an ALU that ignores
 its ``chain`` operand (a contribution right behind another to the same flit loses the first) must fail
 "exactly the expected contributions"; at 2 entries (below the product's floor) the completion FIFO
-refuses an event and an allocation is never answered; an answer that guesses an entry's tag before its
+refuses an event and an allocation is never answered, while at 3 the liveness property is proved by
+k-induction (slow) and its bound of 11 cycles of ``out.ready`` is tight (a simulated trace needs them all,
+default suite); an answer that guesses an entry's tag before its
 fan-out starts (outside the network's contract) is stale in the reduction engine and completes nothing,
 and a filter that does not mark it completes the entry early; the registered blocks are slow tests."""
 
@@ -113,7 +115,9 @@ def test_stale_is_proved_by_k_induction(tmp_path):
 
 def test_invariant_is_only_stated_for_the_inductive_properties():
     with pytest.raises(ValueError, match="no invariant is stated for answered"):
-        ReductionBufferHarness(entries=2, only=("answered",), invariant=True)
+        ReductionBufferHarness(entries=2, only=("answered",), invariant=True)      # 3 entries or more
+    with pytest.raises(ValueError, match="per-flit count invariant .* is written for 2 entries, got 3"):
+        ReductionBufferHarness(entries=3, only=("exact",), invariant=True)
 
 
 def test_an_allocator_that_keeps_the_generation_counts_a_late_contribution(tmp_path):
@@ -154,6 +158,96 @@ def test_small_parameters_are_checked():
         SmallReductionBuffer(entries=2, max_length=2, flit_width=128, timeout=4, outstanding=3)
     with pytest.raises(ValueError, match="unknown property nope; valid: once, exact"):
         ReductionBufferHarness(only=("nope",))
+
+
+def _liveness_witness(slack: int):
+    """Drive the liveness harness (3 entries, timeout 4, ``max_length`` 2) in simulation, its assumptions
+    checked, into the state where k's answer waits longest: ``out.ready`` low, the output queue full with a
+    3-flit ``RED_RESP`` and a 1-flit ``ERROR``, then two more 3-flit results and k's abort queued behind them.
+    Once k's timeout must have fired, ``out.ready`` stays high. Returns (``late_ready`` in the cycle k's
+    header leaves, whether an assertion failed)."""
+    from amaranth.lib import data
+    from amaranth.sim import Simulator
+    from hw.packet import EType, HEADER_BITS, HeaderLayout
+    from verif.formal.reduction import LIVENESS_KEYS
+    h = ReductionBufferHarness(only=LIVENESS_KEYS, liveness_slack=slack)
+    buf = h.buffer
+    seen = {}
+
+    async def tb(ctx):
+        grants = []
+
+        async def tick():
+            if ctx.get(buf.grant.valid) and ctx.get(h.grant_ready):
+                grants.append(ctx.get(buf.grant.payload.rtag))
+            if ctx.get(buf.out.valid) and ctx.get(h.out_ready):
+                hdr = data.Layout.cast(HeaderLayout).from_bits(ctx.get(buf.out.payload.data) & ((1 << HEADER_BITS) - 1))
+                if hdr.tag == 1 and "k" not in seen:
+                    seen["k"] = ctx.get(h._late_ready)
+            await ctx.tick()
+
+        async def take(valid, ready):
+            ctx.set(valid, 1)
+            while True:
+                r = ctx.get(ready)
+                await tick()
+                if r:
+                    break
+            ctx.set(valid, 0)
+
+        async def alloc(length, pick=0):
+            ctx.set(h.alloc_length, length), ctx.set(h.alloc_expected, 1), ctx.set(h.alloc_etype, EType.S32)
+            ctx.set(h.pick, pick)
+            await take(h.alloc_valid, buf.alloc.ready)
+            ctx.set(h.pick, 0)
+            while len(grants) < n_alloc[0] + 1:
+                await tick()
+            n_alloc[0] += 1
+            return grants[-1]
+
+        async def contrib(rtag, flit, length, abort=0):
+            ctx.set(h.c_rtag, rtag), ctx.set(h.c_flit, flit), ctx.set(h.c_length, length)
+            ctx.set(h.c_etype, EType.S32), ctx.set(h.c_code, 5 if abort else 0), ctx.set(h.c_abort, abort)
+            await take(h.c_valid, buf.contrib.ready)
+
+        n_alloc = [0]
+        ctx.set(h.grant_ready, 1)
+        x = await alloc(2)                          # a RESP of 3 flits
+        await contrib(x, 0, 2), await contrib(x, 1, 2)
+        y = await alloc(1)                          # an ERROR of 1 flit
+        await contrib(y, 0, 1, abort=1)
+        while ctx.get(buf.in_use):                  # both in the output queue (4 flits), entries free
+            await tick()
+        for _ in range(2):                          # two more 3-flit results, in the drain
+            e = await alloc(2)
+            await contrib(e, 0, 2), await contrib(e, 1, 2)
+        k = await alloc(1, pick=1)
+        await contrib(k, 0, 1, abort=1)
+        for _ in range(12):                         # past k's timeout: late_ready counts from here
+            await tick()
+        ctx.set(h.out_ready, 1)
+        for _ in range(16):
+            await tick()
+
+    sim = Simulator(h)
+    sim.add_clock(1e-6)
+    sim.add_testbench(tb)
+    try:
+        sim.run()
+    except AssertionError as e:
+        assert "Assertion violated" in str(e), e      # not an assumption: the stimulus is legal
+        return seen.get("k"), True
+    return seen.get("k"), False
+
+
+def test_liveness_bound_is_tight():
+    """The out.ready cycles an answer may need once its timeout must have fired: the output queue's 4
+    flits, two other entries' 3-flit results, then its header: 11 (``liveness_slack``'s default at 3
+    entries, the bound the k-induction proves). A simulated trace reaches it: at 10 the property fails
+    (about 50 cycles from reset, past the bounded check's depth of 24), at 11 it holds."""
+    assert ReductionBufferHarness(only=("answered",)).liveness_slack == 11
+    assert _liveness_witness(10) == (10, True)      # the header is out on the 11th cycle: too late
+    assert _liveness_witness(11) == (10, False)
 
 
 def test_two_entries_lose_a_completion_event(tmp_path):
@@ -215,7 +309,7 @@ def test_engine_that_counts_early_answers_completes_an_entry_early(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("block,proof,n", [("reduction_buffer", "proven (k-induction, k = 12)", 6),
                                            ("reduction_buffer_timeout", "proven (k-induction, k = 16)", 2),
-                                           ("reduction_buffer_live", "holds to depth 24 (bounded model check)", 1),
+                                           ("reduction_buffer_live", "proven (k-induction, k = 12)", 1),
                                            ("reduction_engine", "holds to depth 20 (bounded model check)", 3)])
 def test_reduction_buffer_blocks_hold_and_every_property_is_covered(block, proof, n, tmp_path, capsys):
     assert main(["formal", block, "--out", str(tmp_path)]) == 0
