@@ -118,7 +118,7 @@ write_rtlil {name}.prep.il
 """
 
 
-def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth: int,
+def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth: int | None,
                workdir: str | os.PathLike = "build/formal", timeout: int = 900, engine: str | None = None,
                induction: bool | None = None, script_extra: str | None = None) -> tuple[list[PropertyResult], float]:
     """Prove ``harness``'s properties; (one result per property, wall seconds).
@@ -128,6 +128,8 @@ def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth
     harnesses whose induction cannot close at a useful depth (it would only double the work).
     ``script_extra``: yosys commands after ``prep`` (e.g. ``memory_map``: yices 2.6.5 dies building a
     model over SMT arrays, so harnesses with memories that use it map them to registers).
+    ``cover_depth=None`` runs the proof task alone (a mutant's test, which claims only that a proof
+    fails): each result's cover is then "not checked" and its ``ok`` False.
     A run longer than ``timeout`` seconds raises ``subprocess.TimeoutExpired`` once sby and every yosys and
     solver it started have been killed."""
     from amaranth.back import rtlil
@@ -145,8 +147,12 @@ def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth
     (work / f"{name}.il").write_text(rtlil.convert(harness, ports=None))    # elaborates: declares the props
     if not props.items:
         raise ValueError(f"{name}: the harness declares no properties")
-    (work / f"{name}.sby").write_text(SBY.format(name=name, depth=depth, cover_depth=cover_depth, engine=engine,
-                                                 prove_mode="prove" if induction else "bmc"))
+    sby = SBY.format(name=name, depth=depth, cover_depth=cover_depth, engine=engine,
+                     prove_mode="prove" if induction else "bmc")
+    if cover_depth is None:         # the proof task alone: sby's yosys passes and solver for the cover skipped
+        sby = "\n".join(line for line in sby.split("\n") if line not in ("cover", "cover: mode cover",
+                                                                        "cover: depth None"))
+    (work / f"{name}.sby").write_text(sby)
     (work / f"{name}.prep.ys").write_text(PREP.format(name=name, script_extra=script_extra))
     env = {**os.environ, "PATH": tool_path(work.parent, engine)}
     t0 = time.perf_counter()
@@ -169,7 +175,7 @@ def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth
     return results, wall
 
 
-def _parse(log: str, props: Properties, depth: int, cover_depth: int, work: Path,
+def _parse(log: str, props: Properties, depth: int, cover_depth: int | None, work: Path,
            tried_induction: bool = True) -> list[PropertyResult]:
     fname = re.escape(Path(props.file).name)
     # Only the base case's failures are real counterexamples (an induction failure may start unreachable).
@@ -192,6 +198,9 @@ def _parse(log: str, props: Properties, depth: int, cover_depth: int, work: Path
             proof = f"bounded: holds to depth {depth} {how}"
         else:
             proof = "not proven (another property failed first)"
-        cover = f"reached at step {reached[line]}" if line in reached else f"NOT REACHED within {cover_depth} steps"
+        if cover_depth is None:
+            cover = "not checked (proof only)"
+        else:
+            cover = f"reached at step {reached[line]}" if line in reached else f"NOT REACHED within {cover_depth} steps"
         out.append(PropertyResult(name, proof, cover, proof.startswith(("proven", "bounded")) and line in reached))
     return out
