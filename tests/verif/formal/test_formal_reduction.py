@@ -100,7 +100,7 @@ def test_each_buffer_property_fails_its_mutant(key, mutant, tmp_path):
     """Each of these properties fails on a buffer with one sub-block broken its way (the other properties
     have their own mutants below): a bounded check finds the counterexample (about 6 CPU-s each: slow)."""
     h = ReductionBufferHarness(entries=2, only=(key,), **mutant)
-    res, _ = run_formal(f"rb_mut_{key}", h, h.props, depth=14, cover_depth=1, workdir=tmp_path)
+    res, _ = run_formal(f"rb_mut_{key}", h, h.props, depth=14, cover_depth=None, workdir=tmp_path)
     assert len(res) == 1 and res[0].proof.startswith("FAILS") and not res[0].ok, res
 
 
@@ -124,7 +124,7 @@ def test_an_allocator_that_keeps_the_generation_counts_a_late_contribution(tmp_p
     """Without the generation bump a contribution for k's tag after k ended is taken by the entry's next
     allocation instead of being counted stale (checked without the invariant, which the mutant breaks)."""
     h = ReductionBufferHarness(entries=2, only=("stale",), allocator=NoGenBump)
-    res, _ = run_formal("rb_nogen", h, h.props, depth=17, cover_depth=1, workdir=tmp_path)
+    res, _ = run_formal("rb_nogen", h, h.props, depth=17, cover_depth=None, workdir=tmp_path)
     assert res[0].proof.startswith("FAILS"), res
 
 
@@ -142,7 +142,7 @@ def test_timeout_and_error_causes_hold_and_are_covered(tmp_path):
 
 def test_an_alu_without_forwarding_loses_a_contribution(tmp_path):
     h = ReductionBufferHarness(alu=NoChainALU, only=("exact",))
-    res, _ = run_formal("rb_nochain", h, h.props, depth=15, cover_depth=1, workdir=tmp_path)
+    res, _ = run_formal("rb_nochain", h, h.props, depth=15, cover_depth=None, workdir=tmp_path)
     assert [r.name for r in res] == ["a RED_RESP reduces exactly the expected contributions of every flit"]
     assert res[0].proof.startswith("FAILS") and not res[0].ok
 
@@ -255,7 +255,7 @@ def test_two_entries_lose_a_completion_event(tmp_path):
     refuses an event written in the cycle after another, so that allocation is never answered. From 3
     entries on it has room (the reduction_buffer_live block), and the product's floor is 16."""
     h = ReductionBufferHarness(entries=2, only=("answered",))
-    res, _ = run_formal("rb_two", h, h.props, depth=22, cover_depth=1, workdir=tmp_path)
+    res, _ = run_formal("rb_two", h, h.props, depth=22, cover_depth=None, workdir=tmp_path)
     assert res[0].proof.startswith("FAILS"), res
 
 
@@ -266,7 +266,7 @@ def test_buffer_relies_on_at_most_expected_contributions_per_flit(tmp_path):
     # A timeout of 8 cycles: the extra contribution right behind the flit's last one waits 2 cycles for its
     # row (acc_stages=3), and with the harness's default 4 the entry would time out first.
     h = ReductionBufferHarness(entries=2, only=("exact",), flit_limit=False, timeout=8)
-    res, _ = run_formal("rb_flit_limit", h, h.props, depth=16, cover_depth=1, workdir=tmp_path)
+    res, _ = run_formal("rb_flit_limit", h, h.props, depth=16, cover_depth=None, workdir=tmp_path)
     assert res[0].proof.startswith("FAILS"), res
 
 
@@ -292,7 +292,7 @@ def test_engine_answer_before_its_fanout_changes_nothing(tmp_path):
     by the response filter and counted by the buffer, and every property holds (fast depth here; the slow
     test below runs the block's depth, 20)."""
     h = ReductionEngineHarness(answers_after_reads=False)
-    res, _ = run_formal("re_early", h, h.props, depth=12, cover_depth=1, workdir=tmp_path)
+    res, _ = run_formal("re_early", h, h.props, depth=12, cover_depth=None, workdir=tmp_path)
     assert len(res) == 3
     for r in res:
         assert r.proof == "bounded: holds to depth 12 (bounded model check)", r
@@ -302,7 +302,7 @@ def test_engine_that_counts_early_answers_completes_an_entry_early(tmp_path):
     """The mutant filter (no stale mark): the early answer is reduced and completes its entry before every
     asked destination answered."""
     h = ReductionEngineHarness(answers_after_reads=False, response_filter=EarlyAnswersCount)
-    res, _ = run_formal("re_early_mutant", h, h.props, depth=12, cover_depth=1, workdir=tmp_path)
+    res, _ = run_formal("re_early_mutant", h, h.props, depth=12, cover_depth=None, workdir=tmp_path)
     assert res[0].name == EXACT_ENGINE and res[0].proof.startswith("FAILS"), res[0]
 
 

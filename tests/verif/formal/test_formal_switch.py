@@ -59,7 +59,7 @@ def _rp_mutant(h, name, tmp_path, depth=6):
     """A bounded check of the properties without their invariant (``h``: ``invariant=False``), so that what
     fails is a property itself."""
     assert not h.invariant
-    res, _ = run_formal(name, h, h.props, depth=depth, cover_depth=2, workdir=tmp_path,
+    res, _ = run_formal(name, h, h.props, depth=depth, cover_depth=None, workdir=tmp_path,
                         **{**h.formal_options, "induction": False})
     return res
 
@@ -139,7 +139,7 @@ def test_switch_with_an_output_queue_that_repeats_flits_fails(tmp_path, monkeypa
     monkeypatch.setattr(nvswitch, "EgressQueue", StuckEgressQueue)
     h = SwitchHarness()
     # Depth 8: the first flit reaches an output queue a cycle later since the match is registered.
-    res, _ = run_formal("sw_mutant", h, h.props, depth=8, cover_depth=2, workdir=tmp_path, **h.formal_options)
+    res, _ = run_formal("sw_mutant", h, h.props, depth=8, cover_depth=None, workdir=tmp_path, **h.formal_options)
     assert any(r.proof.startswith("FAILS") for r in res), res
     assert not any(r.ok for r in res)
 
@@ -170,7 +170,7 @@ class PoisonDroppingIngress(ingress.Ingress):
 
 def _error_mutant_fails(prop, tmp_path):
     h = SwitchHarness(errors=True)
-    res, _ = run_formal("sw_err_mutant", h, h.props, depth=7, cover_depth=2, workdir=tmp_path, **h.formal_options)
+    res, _ = run_formal("sw_err_mutant", h, h.props, depth=7, cover_depth=None, workdir=tmp_path, **h.formal_options)
     by = {r.name: r for r in res}
     assert by[prop].proof.startswith("FAILS"), res
     assert not any(r.ok for r in res)
@@ -211,7 +211,7 @@ def test_switch_egress_mutant_fails(prop, lanes, queue, sender, tmp_path):
     width = flit_layout(128).size
     h = SwitchEgressHarness(lanes=lanes, queue=queue and queue(width=width, depth=4, lanes=lanes),
                             sender=sender and sender(credits=2, flit_width=128))
-    res, _ = run_formal("egress_mutant", h, h.props, depth=8, cover_depth=2, workdir=tmp_path)
+    res, _ = run_formal("egress_mutant", h, h.props, depth=8, cover_depth=None, workdir=tmp_path)
     by = {r.name: r for r in res}
     assert by[prop].proof.startswith("FAILS"), res
     assert not all(r.ok for r in res)

@@ -27,6 +27,9 @@ def test_cam_holds_and_every_property_is_covered(tmp_path, capsys):
 def test_token_tracker_holds_and_every_property_is_covered(tmp_path, capsys):
     assert main(["formal", "token_tracker", "--out", str(tmp_path)]) == 0
     _ok(capsys.readouterr().out, 2)
+    # The proof on z3, the covers on Yices (the harness's cover_engine).
+    sby = (tmp_path / "token_tracker" / "token_tracker.sby").read_text()
+    assert "prove: smtbmc z3\ncover: smtbmc yices\n" in sby
 
 
 class OrValuesCam(Cam):
@@ -43,9 +46,12 @@ class OrValuesCam(Cam):
 def test_a_cam_that_mixes_values_fails(tmp_path):
     h = CamHarness(cam=OrValuesCam(entries=16, key_width=5, value_width=4))
     # a wrong value needs two keys inserted and a lookup answered: 5 cycles from reset
-    res, _ = run_formal("cam_mutant", h, h.props, depth=6, cover_depth=6, workdir=tmp_path)
+    res, _ = run_formal("cam_mutant", h, h.props, depth=6, cover_depth=None, workdir=tmp_path)
     by = {r.name: r for r in res}
     assert by["a hit returns the last value filled for that key"].proof.startswith("FAILS"), res
+    # Only the proof is claimed (cover_depth=None): sby ran no cover task and no cover is claimed.
+    assert all(r.cover == "not checked (proof only)" and not r.ok for r in res), res
+    assert not (tmp_path / "cam_mutant" / "cam_mutant_cover").exists()
 
 
 class NoForwardTracker(TokenTracker):
@@ -57,8 +63,9 @@ class NoForwardTracker(TokenTracker):
 def test_a_tracker_without_forwarding_loses_increments(tmp_path):
     h = TokenTrackerHarness(tracker=NoForwardTracker(experts=2, tiles=2, tile_size=4, ready_depth=2,
                                                      release_depth=2))
-    # Only the proof is claimed: the covers, 16 steps deep, cost 36 of its 38 CPU-s (the base case fails at 4).
-    res, _ = run_formal("tt_mutant", h, h.props, depth=4, cover_depth=4, workdir=tmp_path)
+    # Only the proof is claimed, so no cover task runs: the covers, 16 steps deep, cost 36 of its 38 CPU-s
+    # (the base case fails at 4).
+    res, _ = run_formal("tt_mutant", h, h.props, depth=4, cover_depth=None, workdir=tmp_path)
     by = {r.name: r for r in res}
     assert by["no lost increment under back-to-back arrivals"].proof.startswith("FAILS"), res
 
@@ -80,5 +87,5 @@ def test_a_tighter_mshr_bound_fails(tmp_path):
     """The answer bound is a real claim: an MSHR is not always answered within 2 cycles (a miss waits for
     its backing read), and the base case finds it."""
     h = AlTlbHarness(check="mshr", bound=2)
-    res, _ = run_formal("tlb_bound", h, h.props, depth=8, cover_depth=1, workdir=tmp_path)
+    res, _ = run_formal("tlb_bound", h, h.props, depth=8, cover_depth=None, workdir=tmp_path)
     assert res[0].proof.startswith("FAILS"), res
