@@ -236,6 +236,10 @@ def _layer_deepep(name, row, text):
     g32 = _system_totals("### 32 GPUs, 1,024 tokens per GPU")
     r.same(r"([\d.]+)x at 32 GPUs", g32["deepep"] / g32["dysharp"], "32-GPU speedup over deepep",
            f"docs/system.md's 32-GPU, 1,024-token table (deepep {g32['deepep']:,} / dysharp {g32['dysharp']:,})")
+    _t4k_speedup(r, r"1,024 tokens/GPU, Kimi-K2 ([\d.]+)x", "deepep", "#### Kimi-K2, G = 32, 1,024 tokens per GPU",
+                 "Kimi-K2 32-GPU, 1,024-token")
+    _t4k_speedup(r, r"Kimi-K2 [\d.]+x, Qwen3-235B ([\d.]+)x \(8\)", "deepep",
+                 "#### Qwen3-235B-A22B, G = 32, 1,024 tokens per GPU", "Qwen3-235B-A22B 32-GPU, 1,024-token")
     return c.errors + r.errors
 
 
@@ -431,6 +435,8 @@ WRONG = [
     ("1.244x at 4,096", "1.424x at 4,096", "MoE layer speedup over DeepEP", "1.424", "1.244"),
     ("Kimi-K2 1.399x", "Kimi-K2 1.939x", "MoE layer speedup over DeepEP", "1.939", "1.399"),
     ("1.503x at 32 GPUs", "1.530x at 32 GPUs", "MoE layer speedup over DeepEP", "1.530", "1.503"),
+    ("Kimi-K2 1.404x", "Kimi-K2 1.440x", "MoE layer speedup over DeepEP", "1.440", "1.404"),
+    ("Qwen3-235B 1.506x", "Qwen3-235B 1.560x", "MoE layer speedup over DeepEP", "1.560", "1.506"),
     ("1.622x (6)", "1.662x (6)", "... over NVLS (static multimem)", "1.662", "1.622"),
     ("dysharp 316,852 cycles", "dysharp 361,852 cycles", "MoE layer speedup over DeepEP", "361,852", "316,852"),
     ("| `dysharp timing` |", "| `dysharp lint` |", "port clock, 640 ps at N5 (4)", "`dysharp lint`",
