@@ -5,7 +5,7 @@ Checked without a simulation: the committed synthesis summaries (``synth_reports
 (``dysharp estimate`` and ``--end-to-end`` at their defaults, no ``build/bench/`` calibration, so the result
 is that of a clean clone), the packet format's payload efficiency (``dysharp efficiency``) and the
 RTL-measured ``dysharp system`` speedups against the cycle counts of footnotes (2) and (5) and the tables of
-``docs/system.md``. The README rounds; each figure is compared at the README's own precision. Every failure
+``docs/system_figures.md`` and ``docs/system_scale.md``. The README rounds; each figure is compared at the README's own precision. Every failure
 names the row, the README's figure and the source's.
 """
 
@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The design notes that hold the layer's measured tables (docs/).
+SYSTEM_FIGURES = ("system_figures.md", "system_scale.md")
 README = ROOT / "README.md"
 SYNTH = ROOT / "synth_reports"
 
@@ -154,8 +156,11 @@ def _end_to_end(mode: str):
 
 
 def _system_totals(heading: str) -> dict[str, int]:
-    """scheme -> bold total cycles of the first table under ``heading`` in docs/system.md."""
-    lines = (ROOT / "docs" / "system.md").read_text().split(heading, 1)[1].splitlines()
+    """scheme -> bold total cycles of the first table under ``heading`` in the layer's figures
+    (docs/system_figures.md, docs/system_scale.md)."""
+    text = "".join((ROOT / "docs" / f).read_text() for f in SYSTEM_FIGURES)
+    assert heading in text, f"{', '.join(SYSTEM_FIGURES)}: no heading {heading!r}"
+    lines = text.split(heading, 1)[1].splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("|"))
     table = []
     for line in lines[first:]:
@@ -167,7 +172,7 @@ def _system_totals(heading: str) -> dict[str, int]:
         m = re.match(r"\| `([\w-]+)` \|.*?\*\*([\d,]+)\*\*", line)
         if m:
             out[m.group(1)] = int(_num(m.group(2)))
-    assert out, f"docs/system.md: no table of total cycles under {heading!r}"
+    assert out, f"{', '.join(SYSTEM_FIGURES)}: no table of total cycles under {heading!r}"
     return out
 
 
@@ -203,21 +208,21 @@ def _rtl_speedup(c: Checker, text: str, pattern: str, over: str, what: str) -> N
             return
     c.same(pattern, cycles[over] / cycles["dysharp"], what,
            f"footnote (2)'s cycles ({over} {cycles[over]:,} / dysharp {cycles['dysharp']:,})")
-    # and the footnote's cycles are docs/system.md's 8-GPU table's
-    docs = _system_totals("## Figures")
+    # and the footnote's cycles are docs/system_figures.md's 8-GPU table's
+    docs = _system_totals("## 256 tokens per GPU")
     for s, n in cycles.items():
         if docs.get(s) != n:
             shown = "none" if docs.get(s) is None else f"{docs[s]:,}"
-            c.errors.append(f"README row {c.row!r}: footnote (2) shows {s} {n:,} cycles, docs/system.md's "
+            c.errors.append(f"README row {c.row!r}: footnote (2) shows {s} {n:,} cycles, docs/system_figures.md's "
                             f"8-GPU table gives {shown}")
 
 
-def _t4k_speedup(c: Checker, pattern: str, over: str, heading: str = "### 4,096 tokens per GPU",
+def _t4k_speedup(c: Checker, pattern: str, over: str, heading: str = "## 4,096 tokens per GPU",
                  what: str = "DeepSeek-V3 4,096-token") -> None:
     """``pattern``'s figure is dysharp's speedup over ``over`` in the first table under ``heading``."""
     t = _system_totals(heading)
     c.same(pattern, t[over] / t["dysharp"], f"{what} speedup over {over}",
-           f"docs/system.md's table under {heading!r} ({over} {t[over]:,} / dysharp {t['dysharp']:,})")
+           f"the layer notes' table under {heading!r} ({over} {t[over]:,} / dysharp {t['dysharp']:,})")
 
 
 def _layer_deepep(name, row, text):
@@ -226,20 +231,20 @@ def _layer_deepep(name, row, text):
            "dysharp estimate (defaults, uncalibrated)")
     r = Checker(name, row["rtl"])
     _rtl_speedup(r, text, r"([\d.]+)x at 256 \(2\)", "deepep", "dysharp system speedup over deepep")
-    g16 = _system_totals("### 16 GPUs")
+    g16 = _system_totals("## 16 GPUs")
     r.same(r"([\d.]+)x at 16 GPUs", g16["deepep"] / g16["dysharp"], "16-GPU speedup over deepep",
-           f"docs/system.md's 16-GPU table (deepep {g16['deepep']:,} / dysharp {g16['dysharp']:,})")
+           f"docs/system_scale.md's 16-GPU table (deepep {g16['deepep']:,} / dysharp {g16['dysharp']:,})")
     _t4k_speedup(r, r"([\d.]+)x at 4,096 tokens", "deepep")
-    _t4k_speedup(r, r"Kimi-K2 ([\d.]+)x", "deepep", "#### Kimi-K2, G = 8, 4,096 tokens per GPU", "Kimi-K2 4,096-token")
-    _t4k_speedup(r, r"Qwen3-235B ([\d.]+)x", "deepep", "#### Qwen3-235B-A22B, G = 8, 4,096 tokens per GPU",
+    _t4k_speedup(r, r"Kimi-K2 ([\d.]+)x", "deepep", "### Kimi-K2, G = 8, 4,096 tokens per GPU", "Kimi-K2 4,096-token")
+    _t4k_speedup(r, r"Qwen3-235B ([\d.]+)x", "deepep", "### Qwen3-235B-A22B, G = 8, 4,096 tokens per GPU",
                  "Qwen3-235B-A22B 4,096-token")
-    g32 = _system_totals("### 32 GPUs, 1,024 tokens per GPU")
+    g32 = _system_totals("## 32 GPUs, 1,024 tokens per GPU")
     r.same(r"([\d.]+)x at 32 GPUs", g32["deepep"] / g32["dysharp"], "32-GPU speedup over deepep",
-           f"docs/system.md's 32-GPU, 1,024-token table (deepep {g32['deepep']:,} / dysharp {g32['dysharp']:,})")
-    _t4k_speedup(r, r"1,024 tokens/GPU, Kimi-K2 ([\d.]+)x", "deepep", "#### Kimi-K2, G = 32, 1,024 tokens per GPU",
+           f"docs/system_scale.md's 32-GPU, 1,024-token table (deepep {g32['deepep']:,} / dysharp {g32['dysharp']:,})")
+    _t4k_speedup(r, r"1,024 tokens/GPU, Kimi-K2 ([\d.]+)x", "deepep", "### Kimi-K2, G = 32, 1,024 tokens per GPU",
                  "Kimi-K2 32-GPU, 1,024-token")
     _t4k_speedup(r, r"Kimi-K2 [\d.]+x, Qwen3-235B ([\d.]+)x \(8\)", "deepep",
-                 "#### Qwen3-235B-A22B, G = 32, 1,024 tokens per GPU", "Qwen3-235B-A22B 32-GPU, 1,024-token")
+                 "### Qwen3-235B-A22B, G = 32, 1,024 tokens per GPU", "Qwen3-235B-A22B 32-GPU, 1,024-token")
     return c.errors + r.errors
 
 
@@ -271,7 +276,7 @@ def _layer_nvls(name, row, text):
     r = Checker(name, row["rtl"])
     _rtl_speedup(r, text, r"([\d.]+)x \(2\)", "nvls", "dysharp system speedup over nvls")
     _t4k_speedup(r, r"^([\d.]+)x \(6\)", "nvls")
-    _t4k_speedup(r, r"([\d.]+)x \(8\)", "nvls", "### 32 GPUs, 1,024 tokens per GPU", "32-GPU, 1,024-token")
+    _t4k_speedup(r, r"([\d.]+)x \(8\)", "nvls", "## 32 GPUs, 1,024 tokens per GPU", "32-GPU, 1,024-token")
     return c.errors + r.errors
 
 
