@@ -7,7 +7,8 @@ their results cached on disk by content hash.
   :data:`DEFAULT_JOBS`; ``jobs=1`` runs in this process);
 * on a Dask ``distributed`` cluster when ``scheduler`` (``--scheduler ADDRESS``) or the environment
   variable :data:`SCHEDULER_ENV` names its scheduler. A scheduler that does not answer within
-  :data:`CONNECT_TIMEOUT_S` is a :class:`SchedulerError` naming the address, not a hang. The workers must
+  :data:`CONNECT_TIMEOUT_S` seconds (or ``$DYSHARP_SCHEDULER_TIMEOUT``, :data:`TIMEOUT_ENV`) is a
+  :class:`SchedulerError` naming the address, not a hang. The workers must
   import this project (start them from the repository, or install it).
 
 A task's exception is re-raised as :class:`TaskError` naming the task. A tqdm bar shows progress and ETA
@@ -33,9 +34,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 __all__ = ["map_tasks", "cache", "content_key", "source_hash", "cached_call", "key_lock", "TaskError", "SchedulerError",
-           "scheduler_address", "SCHEDULER_ENV", "DEFAULT_JOBS", "CONNECT_TIMEOUT_S", "CACHE_DIR"]
+           "scheduler_address", "SCHEDULER_ENV", "TIMEOUT_ENV", "DEFAULT_JOBS", "CONNECT_TIMEOUT_S",
+           "connect_timeout", "CACHE_DIR"]
 
 SCHEDULER_ENV = "DYSHARP_SCHEDULER"
+TIMEOUT_ENV = "DYSHARP_SCHEDULER_TIMEOUT"
 CACHE_ENV = "DYSHARP_CACHE"
 CONNECT_TIMEOUT_S = 5
 DEFAULT_JOBS = min(2, os.cpu_count() or 1)
@@ -186,16 +189,32 @@ def _label(item, i: int, labels) -> str:
     return text if len(text) <= 100 else text[:97] + "..."
 
 
+def connect_timeout() -> float:
+    """Seconds to wait for a Dask scheduler to answer: ``$DYSHARP_SCHEDULER_TIMEOUT`` (a positive number),
+    else :data:`CONNECT_TIMEOUT_S`."""
+    text = os.environ.get(TIMEOUT_ENV)
+    if text is None or text == "":
+        return CONNECT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise SchedulerError(f"{TIMEOUT_ENV} must be a positive number of seconds, got {text!r}")
+    return int(value) if value == int(value) else value
+
+
 def _client(address: str, source: str):
     try:
         from distributed import Client
     except ImportError:  # pragma: no cover - a declared dependency
         raise SchedulerError(f"{source} {address!r} needs dask.distributed: pip install 'dask[distributed]'")
+    timeout = connect_timeout()
     try:
-        return Client(address, timeout=CONNECT_TIMEOUT_S)
+        return Client(address, timeout=timeout)
     except (OSError, TimeoutError, ValueError) as e:
         raise SchedulerError(
-            f"cannot reach the Dask scheduler at {address} ({source}) within {CONNECT_TIMEOUT_S} s: "
+            f"cannot reach the Dask scheduler at {address} ({source}) within {timeout} s: "
             f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no answer'}; start one with "
             f"`dask scheduler` (and `dask worker {address}`), or drop --scheduler and unset "
             f"{SCHEDULER_ENV} to run on local processes") from None

@@ -1,6 +1,7 @@
 """The task engine (infra.engine): local pool vs a Dask LocalCluster, an unreachable scheduler, the
 content-hash cache (hits, a changed parameter, an interrupted sweep), and the CLI's --scheduler."""
 
+import os
 import socket
 import subprocess
 import sys
@@ -158,11 +159,31 @@ def test_cached_call_computes_a_shared_key_once(tmp_path):
     assert marker.read_text().splitlines() == ["computed"]
 
 
+def _estimate_sweep(tmp_path, address, **env):
+    return subprocess.run([sys.executable, "-m", "dysharp", "estimate", "--sweep", "--quick", "--scheduler",
+                           address, "--out", str(tmp_path)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env})
+
+
 def test_cli_estimate_sweep_unreachable_scheduler(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "dysharp", "estimate", "--sweep", "--quick", "--scheduler",
-                        "tcp://127.0.0.1:1", "--out", str(tmp_path)], capture_output=True, text=True,
-                       timeout=120)
+    # The wait shortened through the CLI's environment setting, which the message then names.
+    r = _estimate_sweep(tmp_path, "tcp://127.0.0.1:1", **{engine.TIMEOUT_ENV: "1"})
     assert r.returncode in (1, 2), r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, r.stderr
     assert "tcp://127.0.0.1:1" in lines[0] and "cannot reach the Dask scheduler" in lines[0]
+    assert "within 1 s" in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "soon", "inf", "nan"])
+def test_a_bad_scheduler_timeout_is_refused(monkeypatch, value):
+    monkeypatch.setenv(engine.TIMEOUT_ENV, value)
+    with pytest.raises(engine.SchedulerError, match=f"{engine.TIMEOUT_ENV} must be a positive number of seconds"):
+        engine.map_tasks(square_plus, [(1, 0)], scheduler="tcp://127.0.0.1:1")
+
+
+def test_scheduler_timeout_setting(monkeypatch):
+    monkeypatch.delenv(engine.TIMEOUT_ENV, raising=False)
+    assert engine.connect_timeout() == engine.CONNECT_TIMEOUT_S
+    monkeypatch.setenv(engine.TIMEOUT_ENV, "2.5")
+    assert engine.connect_timeout() == 2.5
