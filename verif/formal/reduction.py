@@ -555,29 +555,7 @@ class ReductionBufferHarness(wiring.Component):
             return data.View(shape, out) if isinstance(shape, data.Layout) else out
 
         meta, prog, start = (rows(getattr(bm.submodules, n), n) for n in ("meta", "progress", "start"))
-        # The completion FIFO's inner rows (``entries - 1``), in the order they leave: (valid, row).
-        IN = N - 1
-        inner_level = (evq.level - evq.r_rdy)[0:IN.bit_length()]
-        raw = [Signal(len(evq.w_data), name=f"inv_evslot{j}" if j else "inv_evslot") for j in range(IN)]
-        ev_mem = qm.submodules.storage
-        for j in range(IN):
-            port = ev_mem.read_port(domain="comb")
-            m.d.comb += [port.addr.eq(j), raw[j].eq(port.data)]
-        if IN == 1:
-            inner = [(evq.level > evq.r_rdy, raw[0])]
-            inner_terms = []
-        else:
-            consume, produce = ev_mem.read_ports[0].addr, ev_mem.write_ports[0].addr
-            inner = []
-            for j in range(IN):
-                row = raw[0]
-                for i in range(1, IN):
-                    row = Mux(Mux(consume <= i, i - consume, i + IN - consume) == j, raw[i], row)
-                inner.append((inner_level > j, row))
-            wrapped = consume + inner_level
-            inner_terms = [(evq.level >= evq.r_rdy) & (inner_level <= IN) & (consume < IN) & (produce < IN) &
-                           (produce == Mux(wrapped >= IN, wrapped - IN, wrapped)[0:len(produce)])]
-        slot = raw[0]
+        inner, inner_terms, slot = self._fifo_rows(m, evq, qm.submodules.storage, N - 1)
         self._inner = inner
         busy, active = buf.busy, buf.active
         al1, al2, fresh = al.al1, al.al2, al.al2_fresh
@@ -699,6 +677,31 @@ class ReductionBufferHarness(wiring.Component):
                 (late_ready == 0) | counting,
                 ~(waiting & found) | (late_ready + E <= S),
                 ~(waiting & ~found & counting) | (late_ready + e_active <= S)]
+
+    @staticmethod
+    def _fifo_rows(m, evq, ev_mem, n_inner):
+        """The completion FIFO's ``n_inner`` inner rows (``entries - 1``), in the order they leave, read from
+        its storage ``ev_mem``: ([(valid, row)], the terms tying its pointers to its level, row 0 of the
+        storage)."""
+        IN = n_inner
+        inner_level = (evq.level - evq.r_rdy)[0:IN.bit_length()]
+        raw = [Signal(len(evq.w_data), name=f"inv_evslot{j}" if j else "inv_evslot") for j in range(IN)]
+        for j in range(IN):
+            port = ev_mem.read_port(domain="comb")
+            m.d.comb += [port.addr.eq(j), raw[j].eq(port.data)]
+        if IN == 1:
+            return [(evq.level > evq.r_rdy, raw[0])], [], raw[0]
+        consume, produce = ev_mem.read_ports[0].addr, ev_mem.write_ports[0].addr
+        inner = []
+        for j in range(IN):
+            row = raw[0]
+            for i in range(1, IN):
+                row = Mux(Mux(consume <= i, i - consume, i + IN - consume) == j, raw[i], row)
+            inner.append((inner_level > j, row))
+        wrapped = consume + inner_level
+        terms = [(evq.level >= evq.r_rdy) & (inner_level <= IN) & (consume < IN) & (produce < IN) &
+                 (produce == Mux(wrapped >= IN, wrapped - IN, wrapped)[0:len(produce)])]
+        return inner, terms, raw[0]
 
     def _answer_path(self, m, dr, evq, slot, meta, at, bit, busy, active, known, picked, answers, in_pkt,
                      o_idx, o_len, outq, o_rptr, o_wptr, o_slots, al1, fresh, al2, code_ok):
