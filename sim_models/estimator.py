@@ -197,6 +197,8 @@ class Params:
             bad("block_m", "must be an integer in 1..1024, or None (the earlier GEMM model)")
         if not (isinstance(self.block_n, int) and 1 <= self.block_n <= 1024):
             bad("block_n", "must be an integer in 1..1024")
+        if not isinstance(self.gemm_pipeline_costs, bool):
+            bad("gemm_pipeline_costs", "must be True or False")
         if not (isinstance(self.deepep_sms, int) and self.deepep_sms >= 2 and self.deepep_sms % 2 == 0):
             bad("deepep_sms", "must be an even integer >= 2 (DeepEP pairs its SMs)")
         if not (isinstance(self.row_meta_bytes, int) and self.row_meta_bytes >= 0):

@@ -231,6 +231,8 @@ def test_bad_gemm_parameters_are_named():
         E.Params(weight_reuse="lru").validate()
     with pytest.raises(ValueError, match="block_m"):
         E.Params(block_m=0).validate()
+    with pytest.raises(ValueError, match="gemm_pipeline_costs"):
+        E.Params(gemm_pipeline_costs="off").validate()
     with pytest.raises(ValueError, match="share1"):
         SharedHbmGemm([[1.0]], [[1.0]], [[1.0]], [[1.0]], [[1.0]], [1], 1.0)
 
