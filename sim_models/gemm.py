@@ -52,12 +52,13 @@ __all__ = ["GemmModel", "FP8_OVER_BF16", "dtype_efficiency", "SM_CLOCK_HZ", "SME
 #   every SM asks for its first stages at once: an HBM round trip plus all SMs' first stages at the HBM rate.
 # Hopper's SM clock: the FP8 peak over 8,192 dense FP8 FLOP per clock per SM (A100's SM: 1,024 dense FP16 FMA per
 # clock, NVIDIA A100 whitepaper, 312 TFLOPS at 1,410 MHz on 108 SMs; H100's SM doubles it per clock and FP8
-# doubles FP16, NVIDIA H100 whitepaper): 1,979 TFLOPS / 132 / 8,192 = 1.83 GHz. Blackwell: Hopper's figures
-# (an assumption; its measured latencies are within 15%: 295 and 860 clocks).
+# doubles FP16, NVIDIA H100 whitepaper): 1,979 TFLOPS / 132 / 8,192 = 1.83 GHz. The latencies: GH200's (the
+# headline system's GPU; H100 SXM measures 291 and 700 clocks in the same table). Blackwell: Hopper's figures (an
+# assumption; B200 measures 295 and 860 clocks there).
 SM_CLOCK_HZ = 1.83e9
 SMEM_BYTES_PER_CLK = 128      # shared memory: 32 banks x 4 B per clock (CUDA C++ Programming Guide)
 L2_HIT_CLK = 281              # GH200 (Hopper): L2 hit 281 clocks, main memory 690 (github.com/markdewing/AI_kernels,
-HBM_CLK = 690                 # latency/README.md, pointer-chasing measurements in clock cycles)
+HBM_CLK = 690                 # latency/README.md at 0d701ad, pointer-chasing measurements in clock cycles)
 BLOCK_K = 128                 # DeepGEMM's K per pipeline stage (one FP8 scale per 128 channels)
 
 # Measured throughput of a block-scaled FP8 GEMM over a BF16 GEMM of the same large shape on Hopper: NVIDIA,
