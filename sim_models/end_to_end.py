@@ -170,7 +170,8 @@ class _Gemms:
         peak = (system.fp8_tflops if dtype == "fp8" else system.bf16_tflops) * 1e12
         wb = 1 if dtype == "fp8" else 2
         self.model = GemmModel(1, 1, peak, system.hbm_tbps * 1e12, wb, wb, params.gemm_efficiency_of(dtype, system),
-                               params.mem_efficiency, params.tile, params.block_m or 64, params.block_n, system.sms)
+                               params.mem_efficiency, params.tile, params.block_m or 64, params.block_n, system.sms,
+                               params.gemm_pipeline_costs)
 
     def __call__(self, m: int, n: int, k: int, groups: int = 1) -> float:
         """Seconds of ``groups`` GEMMs ``m x n x k`` in one launch (weights ``n x k`` per group): the tile-aware
@@ -186,7 +187,7 @@ class _Gemms:
 
         def time(splits):
             extra = groups * splits * m * n * 4 * 2 if splits > 1 else 0
-            comp = math.ceil(blocks * splits / gm.sms) * gm.block_time(math.ceil(k / splits))
+            comp = math.ceil(blocks * splits / gm.sms) * gm.block_time(math.ceil(k / splits)) + gm.prologue()
             return max(comp, (nbytes + extra) / (gm.hbm_bytes_per_s * gm.mem_efficiency))
         return min(time(s) for s in range(1, most + 1))    # the kernel's heuristic picks the best split
 

@@ -137,6 +137,8 @@ class Params:
     block_m: int | None = 64                 # tensor-core M block (rows): Hopper wgmma is 64 rows per warpgroup;
     #                                          None: the earlier model (rows padded to the tile, no waves)
     block_n: int = 128                       # CTA block N (DeepGEMM's usual BLOCK_N)
+    gemm_pipeline_costs: bool = True         # each GEMM block's epilogue and each launch's prologue (DeepGEMM's
+    #                                          kernel: gemm.GemmModel.epilogue, prologue); tornado: off
     bandwidth_scale: float = 1.0             # scales links, switch datapath and reduction engines (a knob, 1 = as given)
     latency_scale: float = 1.0               # scales every latency and kernel overhead (a knob, 1 = as given)
     row_meta_bytes: int = 0                  # per-token metadata (gate weights, expert ids) each dispatched row
@@ -195,6 +197,8 @@ class Params:
             bad("block_m", "must be an integer in 1..1024, or None (the earlier GEMM model)")
         if not (isinstance(self.block_n, int) and 1 <= self.block_n <= 1024):
             bad("block_n", "must be an integer in 1..1024")
+        if not isinstance(self.gemm_pipeline_costs, bool):
+            bad("gemm_pipeline_costs", "must be True or False")
         if not (isinstance(self.deepep_sms, int) and self.deepep_sms >= 2 and self.deepep_sms % 2 == 0):
             bad("deepep_sms", "must be an even integer >= 2 (DeepEP pairs its SMs)")
         if not (isinstance(self.row_meta_bytes, int) and self.row_meta_bytes >= 0):
@@ -296,7 +300,7 @@ class _Context:
         gm, gs = gemm_on or (model, s)
         self.gemm = GemmModel.for_model(gm, gs, p.dtype, gemm_efficiency=p.gemm_efficiency_of(p.dtype, gs),
                                         mem_efficiency=p.mem_efficiency, tile=p.tile, block_m=p.block_m,
-                                        block_n=p.block_n, sms=gs.sms)
+                                        block_n=p.block_n, sms=gs.sms, pipeline_costs=p.gemm_pipeline_costs)
         # Per-GPU GEMM time on all SMs (forward): one grouped launch per GEMM over the GPU's experts
         # (tile and wave quantisation, each expert's weights once); the totals of each stage.
         t1, t2 = self.gemm.times(wl.inst_rows)

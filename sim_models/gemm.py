@@ -17,8 +17,12 @@ outputs and the intermediate activation are BF16.
   (a Hopper ``wgmma`` is 64 rows per warpgroup; DeepGEMM's contiguous layout aligns each expert's segment
   to its M block), not a multiple of the scheduler's tile.
 * *Wave quantisation* (:meth:`launch_times`): a grouped launch's blocks (summed over its experts) run in
-  ``ceil(blocks / SMs)`` waves of one block time each (``2 block_m block_n K / (peak / SMs * efficiency)``);
+  ``ceil(blocks / SMs)`` waves of one block time each (``2 block_m block_n K / (peak / SMs * efficiency)`` + the
+  epilogue) after the prologue;
   a persistent fused kernel instead streams blocks of successive tiles, so :meth:`tile_work` is fluid.
+* *Pipeline fixed costs* (:meth:`epilogue`, :meth:`prologue`; the constants below): each block ends with an
+  epilogue its SM's MMAs do not overlap (part of the block time, and of the fluid compute of :meth:`parts`),
+  and a launch starts with a prologue before its first MMA; ``pipeline_costs=False`` drops both.
 * *Weight traffic*: a grouped launch reads each expert's weights once (its M-blocks run together and share
   them through L2); a tile of a tile-level scheme reads its expert's weights again unless they are still in
   L2 (``weight_reads`` per tile, decided by the caller from the tile order): the roofline of M.
@@ -32,7 +36,30 @@ import math
 
 import numpy as np
 
-__all__ = ["GemmModel", "FP8_OVER_BF16", "dtype_efficiency"]
+__all__ = ["GemmModel", "FP8_OVER_BF16", "dtype_efficiency", "SM_CLOCK_HZ", "SMEM_BYTES_PER_CLK", "L2_HIT_CLK",
+           "HBM_CLK", "BLOCK_K"]
+
+# The pipeline's fixed costs (DeepGEMM's FP8 kernel, ``deep_gemm/include/deep_gemm/fp8_gemm.cuh`` at a6d97a1, the
+# release the validation tables come from): a persistent kernel whose TMA warp runs ``kNumStages`` stages of
+# ``BLOCK_K`` = 128 ahead of the math warpgroups, across blocks, so a block's first loads overlap the previous
+# block's last MMAs; what does not overlap:
+# * per block, the epilogue: the math warpgroups write the block's BF16 output tile into shared memory (STSM), one
+#   thread TMA-stores it and waits until the TMA has read it (``tma_store_wait<0>``), then they load the next
+#   block's B scales from global memory (``__ldg``) and meet at a named barrier before the next MMA: the tile
+#   twice through shared memory at SMEM_BYTES_PER_CLK, and one L2 round trip (the scales of an N-block are read by
+#   all its M-blocks);
+# * per launch, the prologue: no MMA before an SM's first stage (its A and B tiles, BLOCK_K deep) arrives, and
+#   every SM asks for its first stages at once: an HBM round trip plus all SMs' first stages at the HBM rate.
+# Hopper's SM clock: the FP8 peak over 8,192 dense FP8 FLOP per clock per SM (A100's SM: 1,024 dense FP16 FMA per
+# clock, NVIDIA A100 whitepaper, 312 TFLOPS at 1,410 MHz on 108 SMs; H100's SM doubles it per clock and FP8
+# doubles FP16, NVIDIA H100 whitepaper): 1,979 TFLOPS / 132 / 8,192 = 1.83 GHz. The latencies: GH200's (the
+# headline system's GPU; H100 SXM measures 291 and 700 clocks in the same table). Blackwell: Hopper's figures (an
+# assumption; B200 measures 295 and 860 clocks there).
+SM_CLOCK_HZ = 1.83e9
+SMEM_BYTES_PER_CLK = 128      # shared memory: 32 banks x 4 B per clock (CUDA C++ Programming Guide)
+L2_HIT_CLK = 281              # GH200 (Hopper): L2 hit 281 clocks, main memory 690 (github.com/markdewing/AI_kernels,
+HBM_CLK = 690                 # latency/README.md at 0d701ad, pointer-chasing measurements in clock cycles)
+BLOCK_K = 128                 # DeepGEMM's K per pipeline stage (one FP8 scale per 128 channels)
 
 # Measured throughput of a block-scaled FP8 GEMM over a BF16 GEMM of the same large shape on Hopper: NVIDIA,
 # "Boosting Matrix Multiplication Speed and Flexibility with NVIDIA cuBLAS 12.9" (developer blog, 2025):
@@ -71,6 +98,7 @@ class GemmModel:
     #                                the estimator passes 64 (Hopper wgmma: 64 rows per warpgroup)
     block_n: int = 128             # CTA block N (output columns): DeepGEMM's usual BLOCK_N
     sms: int = 0                   # SMs of the GPU (wave quantisation of launches); 0: no waves
+    pipeline_costs: bool = True    # the tile-aware model's per-block epilogue and per-launch prologue (above)
 
     def __post_init__(self):
         for f in ("gemm_efficiency", "mem_efficiency"):
@@ -94,8 +122,28 @@ class GemmModel:
         return -(-np.asarray(rows) // (self.block_m or self.tile)) * -(-n // self.block_n)
 
     def block_time(self, k: int) -> float:
-        """Seconds of one CTA block (``block_m x block_n`` outputs, depth ``k``) on one SM."""
-        return 2.0 * (self.block_m or self.tile) * self.block_n * k / (self.peak_flops / self.sms * self.gemm_efficiency)
+        """Seconds of one CTA block (``block_m x block_n`` outputs, depth ``k``) on one SM: its K loop at
+        ``gemm_efficiency`` of the SM's peak, then its epilogue (:meth:`epilogue`)."""
+        return (2.0 * (self.block_m or self.tile) * self.block_n * k / (self.peak_flops / self.sms * self.gemm_efficiency)
+                + self.epilogue())
+
+    def epilogue(self) -> float:
+        """Seconds of one block's epilogue on its SM, not overlapped with MMAs: the BF16 output tile written into
+        shared memory and read out by the TMA store, then one L2 round trip for the next block's B scales. 0 without
+        ``block_m`` or with ``pipeline_costs`` off."""
+        if self.block_m is None or not self.pipeline_costs:
+            return 0.0
+        return (2 * self.block_m * self.block_n * 2 / SMEM_BYTES_PER_CLK + L2_HIT_CLK) / SM_CLOCK_HZ
+
+    def prologue(self, sm_fraction: float = 1.0) -> float:
+        """Seconds from a launch's start to its first MMA: one HBM round trip, then the first stage (``block_m +
+        block_n`` rows of ``BLOCK_K`` inputs) of every SM of the launch at the HBM rate. 0 without ``block_m``/``sms``
+        or with ``pipeline_costs`` off."""
+        if self.block_m is None or not self.sms or not self.pipeline_costs:
+            return 0.0
+        s = max(1, int(math.floor(self.sms * sm_fraction + 1e-9)))
+        stage = (self.block_m * self.act_bytes + self.block_n * self.weight_bytes) * BLOCK_K
+        return HBM_CLK / SM_CLOCK_HZ + s * stage / (self.hbm_bytes_per_s * self.mem_efficiency)
 
     def tiles(self, rows):
         return -(-np.asarray(rows) // self.tile)
@@ -110,9 +158,11 @@ class GemmModel:
         mem = self.hbm_bytes_per_s * self.mem_efficiency
         wr = np.asarray(weight_reads, dtype=np.float64)
         busy = rows > 0
-        c1 = np.where(busy, 2.0 * padded * h * 2 * f / comp, 0.0)
+        # Each block's epilogue on its SM, fluid over the SMs (0 without block_m / sms)
+        epi = self.epilogue() / self.sms if self.sms else 0.0
+        c1 = np.where(busy, 2.0 * padded * h * 2 * f / comp + self.blocks(rows, 2 * f) * epi, 0.0)
         m1 = np.where(busy, (wr * h * 2 * f * self.weight_bytes + rows * (h * self.act_bytes + f * 2)) / mem, 0.0)
-        c2 = np.where(busy, 2.0 * padded * f * h / comp, 0.0)
+        c2 = np.where(busy, 2.0 * padded * f * h / comp + self.blocks(rows, h) * epi, 0.0)
         m2 = np.where(busy, (wr * f * h * self.weight_bytes + rows * (f * 2 + h * 2)) / mem, 0.0)
         return c1, m1, c2, m2
 
@@ -175,9 +225,11 @@ class GemmModel:
         return out[0], out[1]
 
     def _launch(self, blocks, nbytes, k: int, sm_fraction: float = 1.0):
-        """Seconds of a launch of ``blocks`` CTA blocks of depth ``k`` moving ``nbytes`` from/to HBM."""
+        """Seconds of a launch of ``blocks`` CTA blocks of depth ``k`` moving ``nbytes`` from/to HBM: its
+        prologue, then waves of blocks (each with its epilogue), against the bytes at the HBM rate."""
         s = max(1, int(math.floor(self.sms * sm_fraction + 1e-9)))
-        comp = np.ceil(np.asarray(blocks, dtype=np.float64) / s - 1e-9) * self.block_time(k)
+        blocks = np.asarray(blocks, dtype=np.float64)
+        comp = np.where(blocks > 0, np.ceil(blocks / s - 1e-9) * self.block_time(k) + self.prologue(sm_fraction), 0.0)
         return np.maximum(comp, np.asarray(nbytes, dtype=np.float64) / (self.hbm_bytes_per_s * self.mem_efficiency))
 
     def grouped_gemm(self, groups: int, m: int, n: int, k: int, sm_fraction: float = 1.0) -> float:

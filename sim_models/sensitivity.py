@@ -122,6 +122,10 @@ ASSUMPTIONS = (
     Assumption("gemm_efficiency", "GEMM efficiency", "params.gemm_efficiency", 0.45, 0.75, "of peak",
                "DeepGEMM README: 1,093-1,297 of 1,979 FP8 TFLOPS on MoE shapes (0.55-0.66)",
                "0.45: a less tuned grouped GEMM; 0.75: above DeepGEMM's best dense shape (0.66)"),
+    Assumption("gemm_pipeline_costs", "GEMM pipeline fixed costs", "params.gemm_pipeline_costs", False, True, "",
+               "DeepGEMM's kernel (fp8_gemm.cuh): per block an epilogue, per launch a prologue, from Hopper's "
+               "shared-memory rate and measured L2/HBM latencies; Blackwell assumed equal",
+               "without them (the plain tile-aware roofline), against the base"),
     Assumption("mem_efficiency", "HBM efficiency", "params.mem_efficiency", 0.6, 0.9, "of peak",
                "DeepGEMM README: memory-bound shapes reach 2.2-2.6 of 3.35 TB/s (0.66-0.78)",
                "around DeepGEMM's memory-bound range, both ways"),

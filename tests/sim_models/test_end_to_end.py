@@ -223,19 +223,21 @@ def test_split_k_for_launches_that_leave_sms_idle():
     gm = on.model
     # A router-like GEMM 64 x 256 x 7168 has 2 CTA blocks: without split-K one wave of a 7168-deep block;
     # with it up to min(132 // 2, 7168 // 256) = 28 splits of 256, in one wave, plus the FP32 partials.
-    assert off(64, 256, 7168) == pytest.approx(gm.block_time(7168))
+    assert off(64, 256, 7168) == pytest.approx(gm.block_time(7168) + gm.prologue())
     assert 7168 // MIN_SPLIT_K == 28
 
     def by_hand(s):     # s splits of ceil(7168 / s), 2 s blocks in one wave, partials written and read in FP32
         mem = (256 * 7168 * 2 + 64 * (7168 * 2 + 256 * 2) + (s > 1) * s * 64 * 256 * 8) / (h100.hbm_tbps * 1e12 * 0.75)
-        return max(gm.block_time(-(-7168 // s)), mem)
+        return max(gm.block_time(-(-7168 // s)) + gm.prologue(), mem)
     assert on(64, 256, 7168) == pytest.approx(min(by_hand(s) for s in range(1, 29)))
     assert on(64, 256, 7168) < by_hand(1) / 5
-    # never slower than no split, and DeepGEMM's memory-bound 64 x 4096 x 7168 FP8 shape keeps its 288 TFLOPS
+    # never slower than no split; DeepGEMM's memory-bound 64 x 4096 x 7168 FP8 shape (287 TFLOPS published): 32
+    # blocks of 64 x 128 take 15.0 us with their epilogue and the launch's prologue, above the bytes' 12.1 us, so
+    # two splits (13.8 us with the FP32 partials) give 273 TFLOPS (DeepGEMM fills the SMs with 64 x 32 blocks)
     for shape in ((64, 1536, 7168), (4096, 7168, 2048), (1, 129280, 7168), (64, 512, 128)):
         assert on(*shape) <= off(*shape)
     fp8 = _Gemms(h100, Params(), "fp8", True)
-    assert 2 * 64 * 4096 * 7168 / fp8(64, 4096, 7168) / 1e12 == pytest.approx(287.85, abs=0.1)
+    assert 2 * 64 * 4096 * 7168 / fp8(64, 4096, 7168) / 1e12 == pytest.approx(273.39, abs=0.1)
 
 
 def test_a_reused_estimate_must_match(dsv3):
