@@ -32,7 +32,8 @@ def test_back_to_back(params, min_length, seed, sim):
     _run("test_back_to_back", params, seed, sim, requests=8, min_length=min_length)
 
 
-@pytest.mark.parametrize("params", [{"entries": 16}, {"entries": 16, "acc_stages": 1}], ids=["acc3", "acc1"])
+# At the 32-entry points that the back-to-back and latency tests build.
+@pytest.mark.parametrize("params", [{"entries": 32}, {"entries": 32, "acc_stages": 1}], ids=["acc3", "acc1"])
 def test_same_row_hazard(params, seed, sim):
     _run("test_same_row_hazard", params, seed, sim, requests=24)
 

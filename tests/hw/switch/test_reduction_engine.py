@@ -90,12 +90,11 @@ def test_row_bytes_must_be_a_positive_int(value):
         DySharpSwitch(ports=4, row_bytes=value)
 
 
-@pytest.mark.parametrize("module,params", [
-    ("reduction_engine", {"ports": 8, "entries": 16}),
-    ("reduction_engine", {"ports": 8, "entries": 16, "defer_translation": True}),
-], ids=["engine", "deferred"])
+@pytest.mark.parametrize("module,params", [("reduction_engine", {"ports": 8, "entries": 32}),
+                                           ("reduction_engine", DEFER)], ids=["engine", "deferred"])
 def test_early_answers(module, params, seed, sim):
-    """Answers that guess an allocated entry's tag before its fan-out: stale, the result bit-exact."""
+    """Answers that guess an allocated entry's tag before its fan-out: stale, the result bit-exact. The
+    testbench takes the tag's entry and generation bits from ``entries``: it runs at the traffic tests' points."""
     _run(module, "test_early_answers", params, seed, sim)
 
 
