@@ -27,6 +27,8 @@ BLOCKS = {
                               lambda: ReductionBufferHarness(only=LIVENESS_KEYS, invariant=True), 12, 24),
     "reduction_engine": ("reduction engine (4 ports, 2 entries, 1 flit, deferred translation): 2 requests, any answers after their reads or before their fan-out",
                          lambda: ReductionEngineHarness(answers_after_reads=False), 20, 20),
+    "reduction_engine_once": ("reduction engine's at-most-once by k-induction (timeout 4, else as reduction_engine; with the buffer's invariant and the engine's)",
+                              lambda: ReductionEngineHarness(answers_after_reads=False, only=("once",), invariant=True, timeout=4), 10, 16),
     "receive_path": ("GPU receive path (3 credits, max_payload 2): a poisoned or misframed packet commits nothing",
                      lambda: ReceivePathHarness(), 3, 8),
     "switch": ("NVSwitch datapath (4 ports, 2 active; 4 credits, max_payload 1, speedup 1): atomic, lossless",
