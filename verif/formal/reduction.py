@@ -153,7 +153,7 @@ from hw.switch.reduction_engine import ReductionEngine
 from .observe import elaborate_now, observe_queue
 from .runner import Properties
 
-__all__ = ["IntAddALU", "SmallReductionBuffer", "ReductionBufferHarness", "SmallReductionEngine",
+__all__ = ["IntAddALU", "SmallReductionBuffer", "ReductionBufferHarness", "BufferView", "SmallReductionEngine",
            "ReductionEngineHarness", "PROPERTY_KEYS", "SAFETY_KEYS",
            "LIVENESS_KEYS"]
 
@@ -915,6 +915,28 @@ class ReductionBufferHarness(wiring.Component):
         return terms
 
 
+class BufferView:
+    """The buffer harness's ghost state and invariant (:meth:`ReductionBufferHarness._observe`) for a
+    buffer inside another block (the engine): 2 or more entries, the safety parts of the invariant
+    (``only``: keys of :data:`INDUCTIVE_KEYS`; the per-flit counts with ``"exact"``), no assumption made
+    (the at-most-``expected``-per-flit contract and the aliasing limit are the caller's to prove)."""
+
+    _observe = ReductionBufferHarness._observe
+    _invariant = ReductionBufferHarness._invariant
+    _answer_path = ReductionBufferHarness._answer_path
+    _counts = ReductionBufferHarness._counts
+    _fifo_rows = staticmethod(ReductionBufferHarness._fifo_rows)
+
+    def __init__(self, buffer, *, entries: int, max_length: int, timeout: int, max_expected: int, only):
+        bad = set(only) - set(INDUCTIVE_KEYS)
+        if bad:
+            raise ValueError(f"no invariant is stated for {', '.join(sorted(bad))}")
+        self.buffer, self.entries, self.max_length, self.timeout = buffer, entries, max_length, timeout
+        self.max_expected, self.invariant, self.flit_limit, self.live = max_expected, True, False, False
+        self.counts = "exact" in only
+        self.liveness_slack = 4 + (entries - 1) * (1 + max_length) + 1      # (its counter is not checked)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The reduction engine: duplicates and unasked answers never complete an entry early.
 
@@ -1166,9 +1188,8 @@ class ReductionEngineHarness(wiring.Component):
         errq, outq = em.submodules.errq, em.submodules.outq
         e_rptr, e_wptr, e_slots = observe_queue(errq, "storage", "inv_errq")
         q_rptr, q_wptr, q_slots = observe_queue(outq, "storage", "inv_outq")
-        view = ReductionBufferHarness(entries=self.entries, max_length=1, timeout=self.timeout, only=("once",),
-                                      invariant=True, flit_limit=False)
-        view.buffer, view.max_expected = buf, P
+        view = BufferView(buf, entries=self.entries, max_length=1, timeout=self.timeout, max_expected=P,
+                          only=("once",))
         picked = Signal()
         a = buf.alloc.payload
         g = view._observe(m, platform, buf, picked, a.tag == 1, (a.length, a.expected, a.etype),
