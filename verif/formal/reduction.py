@@ -139,7 +139,7 @@ test_formal_reduction.py``): an allocator that does not bump the generation fail
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Assume, Cat, Const, Module, Mux, Signal, Value
+from amaranth.hdl import Assume, Cat, Const, Module, Mux, ResetSignal, Signal, Value
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In
 
@@ -149,6 +149,7 @@ from hw.switch import reduction_engine as _re
 from hw.switch.reduce_alu import ReduceALU
 from hw.switch.reduction_buffer import COUNT_BITS, RTAG_BITS, ReductionBuffer
 from hw.switch.reduction_engine import ReductionEngine
+from hw.switch.reduction_reads import read_info_layout
 
 from .observe import elaborate_now, observe_queue
 from .runner import Properties
@@ -1011,16 +1012,17 @@ class ReductionEngineHarness(wiring.Component):
     filter class; ``events``: a mutant of the buffer's :class:`~hw.switch.reduction_buffer.EntryEvents`
     (tests).
 
-    Proof. "At most once" is proven by k-induction (block ``reduction_engine_once``: timeout 4, k = 10,
-    yices) with ``invariant=True``, which states it together with :meth:`_invariant`: the buffer's
+    Proof. "At most once" is proven by k-induction (block ``reduction_engine_once``: 2 requests, timeout 4,
+    k = 10, yices) with ``invariant=True``, which states it together with :meth:`_invariant`: the buffer's
     invariant (parts 1 to 5 of the module docstring, stated around the buffer inside the engine, with a
     reference model of k built from the buffer's ports; contributions the response filter marks
     ``stale`` are not k's), the engine's from the request to ``out`` and the generations that keep k's
     rtag from being granted again (:meth:`_no_alias`: what the buffer harness assumes is proven here
-    from the bounded number of requests). The other two properties are checked bounded (block
-    ``reduction_engine``, depth 20): their invariant would add the buffer's per-flit counts (part 6) and
-    the response filter's (``asked``/``answered`` rows against the answers taken and the count of k's
-    contributions), which is not stated.
+    from the bounded number of requests). With one request (``requests=1``), all three properties are
+    proven (block ``reduction_engine_one``: timeout 8, k = 12): the invariant adds the buffer's per-flit
+    counts (part 6) and the engine's read side and response filter (:meth:`_counts`), and the harness
+    then resets the engine once, at the start. At 2 requests the other two properties are checked bounded
+    (block ``reduction_engine``, depth 20).
     """
 
     # A bounded check with yices; ``invariant=True``: k-induction.
@@ -1033,10 +1035,11 @@ class ReductionEngineHarness(wiring.Component):
         unknown = set(only or ()) - set(ENGINE_KEYS)
         if unknown:
             raise ValueError(f"unknown property {', '.join(sorted(unknown))}; valid: {', '.join(ENGINE_KEYS)}")
-        bad = set(only or ENGINE_KEYS) - set(ENGINE_INDUCTIVE_KEYS) if invariant else set()
+        inductive = ENGINE_INDUCTIVE_KEYS + (("exact", "early") if requests == 1 else ())
+        bad = set(only or ENGINE_KEYS) - set(inductive) if invariant else set()
         if bad:
             raise ValueError(f"no invariant is stated for {', '.join(sorted(bad))}; "
-                             f"invariant=True takes: {', '.join(ENGINE_INDUCTIVE_KEYS)}")
+                             f"invariant=True takes: {', '.join(inductive)}")
         self.only, self.invariant = None if only is None else set(only), invariant
         self.assume_alias = False
         if invariant:
@@ -1068,7 +1071,7 @@ class ReductionEngineHarness(wiring.Component):
         first = Signal(init=1)
         m.d.sync += first.eq(0)
         k, k_reg = Signal(SEQ_BITS), Signal(SEQ_BITS)
-        m.d.comb += k.eq(Mux(first, self.chosen, k_reg))
+        m.d.comb += k.eq(Mux(first, self.chosen, k_reg) if self.requests > 1 else 0)    # one request: k is it
         m.d.sync += k_reg.eq(k)
         rq = Signal(HeaderLayout)
         m.d.comb += [rq.opcode.eq(Opcode.DYN_LD_REDUCE), rq.src.eq(n_req), rq.tag.eq(n_req == k), rq.length.eq(1),
@@ -1153,7 +1156,10 @@ class ReductionEngineHarness(wiring.Component):
 
         inv = Const(1)
         if self.invariant:
-            inv = self._invariant(m, platform, n_req=n_req, k=k, o_in=o_in, n_ans=n_ans)
+            inv = self._invariant(m, platform, n_req=n_req, k=k, o_in=o_in, n_ans=n_ans, o_k=o_k,
+                                  ex=SimpleNamespace(mask_k=mask_k, t=t, read_tags=read_tags, in_pkt=in_pkt,
+                                                     answered=answered, slot=slot,
+                                                     started=None if self.answers_after_reads else started))
         p = self.props
         want = lambda key: self.only is None or key in self.only    # noqa: E731
         if want("exact"):
@@ -1170,7 +1176,7 @@ class ReductionEngineHarness(wiring.Component):
                     pay_k & early_k & (expected == 2))
         return m
 
-    def _invariant(self, m, platform, *, n_req, k, o_in, n_ans):
+    def _invariant(self, m, platform, *, n_req, k, o_in, n_ans, o_k, ex):
         """The invariant "at most once" is stated with (``invariant=True``): the buffer's (its parts 1 to 5,
         :meth:`ReductionBufferHarness._invariant`, around the buffer inside the engine: k's allocation is
         the one with tag 1) and the engine's own on the way from the request to ``out``: the request check
@@ -1188,8 +1194,9 @@ class ReductionEngineHarness(wiring.Component):
         errq, outq = em.submodules.errq, em.submodules.outq
         e_rptr, e_wptr, e_slots = observe_queue(errq, "storage", "inv_errq")
         q_rptr, q_wptr, q_slots = observe_queue(outq, "storage", "inv_outq")
+        counts = self.only is None or bool({"exact", "early"} & self.only)
         view = BufferView(buf, entries=self.entries, max_length=1, timeout=self.timeout, max_expected=P,
-                          only=("once",))
+                          only=("once", "exact") if counts else ("once",))
         picked = Signal()
         a = buf.alloc.payload
         g = view._observe(m, platform, buf, picked, a.tag == 1, (a.length, a.expected, a.etype),
@@ -1228,6 +1235,10 @@ class ReductionEngineHarness(wiring.Component):
         # The answers to k: on out, queued, in the error FIFO = the buffer's plus k's request error.
         terms.append((n_ans + sum(q_k) + sum(err_k))[0:3] == g.answers + bad_k)
         terms += self._no_alias(m, platform, buf, g, k, n_req)
+        if counts:
+            terms += self._counts(m, platform, em, g, k, o_in, o_k, ex, q_slots, q_rptr, outq, merge)
+            # Reset once, at the start: a reset clears the registers, not the rows (see _counts).
+            m.d.comb += Assume(~ResetSignal("sync"))
         # The buffer's contract: an abort carries a nonzero code.
         c = buf.contrib
         terms.append(~(c.valid & c.payload.abort) | (c.payload.code.as_value() != 0))
@@ -1279,3 +1290,130 @@ class ReductionEngineHarness(wiring.Component):
             ~g.k_taken | (gen_of(e_k) == (g_k + w_after)[0:GB]),
             ~(g.k_taken & al2.valid & (al2.entry == e_k)) | (w_after != 0),
         ]
+
+    def _counts(self, m, platform, em, g, k, o_in, o_k, ex, q_slots, q_rptr, outq, merge):
+        """The invariant of "one contribution each" and the early answer, with one request (k) and one
+        reset (at the start: a reset clears the registers, not the ``meta``, ``asked`` and ``answered``
+        rows, and across resets an entry's rows could alias once its generation wraps): every allocation
+        is k's (the allocator's stages and busy entries hold tag 1); an entry's ``meta`` generation is 1
+        once k's grant is offered there, else 0; its ``asked`` row is ``{1, k's mask}`` once k's fan-out
+        started there, else empty; its ``answered`` row is empty, or of generation 1 within k's mask at
+        k's entry; k's descriptor waits in the read-descriptor FIFO until its fan-out starts; the fan-out,
+        the ``rd`` queue and the harness's read records (``t``, the read tags, the started fan-outs) name
+        only k's rtag, after its start; the response filter's framing is the harness's, its registered
+        row reads are the rows (or, for ``asked``, empty: the fan-out started in the header's cycle); a
+        response past its verdict, neither dropped nor stale, is k's, from a destination in both the
+        ``answered`` row and the harness's record of good answers; a verdict that tracks k's rtag comes
+        after k's reads left; and the count: k's contributions so far (the buffer's reference model) plus
+        the first payload flit still to come are at most the destinations in both records, which gives the
+        buffer its contract (at most ``expected`` contributions, here proven, not assumed). On ``out``:
+        k's result packets in the output queue and on ``out`` come from an entry the reference model
+        ended complete, and their payload flits carry the expected count."""
+        P, N = self.ports, self.entries
+        buf = em.submodules.buf
+        EB = buf.entry_bits
+        rs = em.submodules.responses
+        rm = elaborate_now(rs, platform)
+        fo = em.submodules.fanout
+        elaborate_now(fo, platform)
+        info, rdq = em.submodules.info, em.submodules.rdq
+        i_rptr, i_wptr, i_slots = observe_queue(info, "storage", "inv_info")
+        r_rptr, r_wptr, r_slots = observe_queue(rdq, "storage", "inv_rdq")
+        bm = elaborate_now(buf, platform)
+
+        def rows(mem, name):
+            out = []
+            for j in range(N):
+                port = mem.read_port(domain="comb")
+                sig = Signal(len(Value.cast(port.data)), name=f"ex_{name}{j}")
+                m.d.comb += [port.addr.eq(j), sig.eq(port.data)]
+                out.append(sig)
+            return out
+
+        def at(values, idx):
+            out = Value.cast(values[0])
+            for j in range(1, N):
+                out = Mux(idx == j, Value.cast(values[j]), out)
+            return out
+
+        asked, answered, meta = rows(rm.submodules.asked, "asked"), rows(rm.submodules.answered, "answered"), \
+            rows(bm.submodules.meta, "meta")
+        popcount = lambda v: sum(v[i] for i in range(len(v)))       # noqa: E731
+        mask_k, t, read_tags, h_ans = ex.mask_k, ex.t, ex.read_tags, ex.answered
+        rt = g.rt_reg
+        e_k = rt[0:EB]
+        al = bm.submodules.allocator
+        meta_v = [data.View(bm.submodules.meta.shape, v) for v in meta]
+        tag_at = lambda e: at([v.tag for v in meta_v], e)         # noqa: E731
+        terms = [~al.al1.valid | (g.picked & (al.al1.req.tag == 1)),
+                 ~al.al2.valid | (g.picked & (tag_at(al.al2.entry) == 1)),
+                 ~g.picked | ((popcount(mask_k) == g.req_exp) & (mask_k != 0)),
+                 *[~buf.busy[j] | (g.picked & ((al.al1.valid & (al.al1.entry == j)) |
+                                               (g.known_now & (g.rt[0:EB] == j) & (meta_v[j].tag == 1) &
+                                                (meta_v[j].gen == g.rt[EB:]))))
+                   for j in range(N)],
+                 ~g.known_now | (g.rt[EB:] == 1)]
+        one = Cat(Const(1, RTAG_BITS - EB))        # generation 1: the first use of an entry
+        k_row = Cat(one, mask_k)
+        for e in range(N):
+            terms += [meta[e][0:RTAG_BITS - EB] == Mux(g.known_now & (g.rt[0:EB] == e), 1, 0),
+                      asked[e] == Mux(g.k_taken & (e_k == e), k_row, 0),
+                      Mux(g.k_taken & (e_k == e),
+                          (answered[e] == 0) | ((answered[e][0:RTAG_BITS - EB] == 1) &
+                                                ((answered[e][RTAG_BITS - EB:] & ~mask_k) == 0)),
+                          answered[e] == 0)]
+        # The read side: k's descriptor waits in the FIFO until its fan-out starts.
+        terms += [(info.level <= info.depth) & ((i_rptr + info.level)[0:len(i_wptr)] == i_wptr),
+                  info.level == (g.picked & ~g.k_taken)]
+        i_head = data.View(read_info_layout(P), Mux(i_rptr == 0, i_slots[0], Mux(i_rptr == 1, i_slots[1],
+                                                    Mux(i_rptr == 2, i_slots[2], i_slots[3]))))
+        terms.append((info.level == 0) | ((i_head.mask == mask_k) & (i_head.src == k) & ~i_head.static &
+                                          (i_head.length == 1)))
+        terms += [~fo.fo_valid | (g.k_taken & (fo.fo_rtag == rt) & ((fo.fo.mask & ~mask_k) == 0) &
+                                  (fo.fo.src == k) & ~fo.fo.static & (fo.fo.length == 1))]
+        terms.append((rdq.level <= rdq.depth) & ((r_rptr + rdq.level)[0:len(r_wptr)] == r_wptr))
+        for j in range(rdq.depth):
+            fl, hd = _queued_flit(r_slots, r_rptr, j, self.engine.flit_width)
+            terms.append(~(rdq.level > j) | (g.k_taken & (hd.src == k) & (Cat(hd.tag, hd.route.uni.xtag) == rt)))
+        s_k = ex.slot(rt)
+        terms += [Mux(read_tags != 0, g.k_taken & (t == rt) & (read_tags == (Const(1, len(read_tags)) << s_k)),
+                      Const(1))]
+        if ex.started is not None:
+            terms.append(ex.started == Mux(g.k_taken, Const(1, len(ex.started)) << s_k, 0))
+        # The response filter: in step with the harness's framing; its registered rows are the rows.
+        terms.append(ex.in_pkt == (rs.in_payload | rs.dropping))
+        r_e = rs.r_rtag[0:EB]
+        terms += [~rs.vcyc | (rs.ans_d.as_value() == at(answered, r_e)),
+                  ~rs.vcyc | (rs.ask_d.as_value() == at(asked, r_e)) | (rs.ask_d.as_value() == 0),
+                  ~rs.vcyc | ~rs.dropping]
+        # A response past its verdict, neither dropped nor stale: k's, from a destination in both records.
+        src_bit = Mux(rs.r_src < P, Const(1, P) << rs.r_src[0:2], 0)
+        A = Signal(P, name="ex_A")
+        m.d.comb += A.eq(Mux(g.k_taken, at(answered, e_k)[RTAG_BITS - EB:], 0))
+        live_resp = rs.in_payload & ~rs.vcyc & ~rs.r_drop & ~rs.r_stale
+        terms.append(~live_resp | (g.k_taken & (rs.r_rtag == rt) & ((A & h_ans & src_bit) != 0) &
+                                   (rs.r_code == 0)))
+        # The verdict's view of a tracked answer for k: asked after k's reads left.
+        tracked_k = rs.vcyc & (rs.r_rtag == rt) & (rs.ask_d.as_value() != 0)
+        terms.append(~tracked_k | (g.k_taken & (read_tags != 0)))
+        pend = live_resp & (rs.r_k == 0)
+        both = A & h_ans
+        terms.append(~g.known | ((g.cnt[0] + (pend & ~g.ended)) <= popcount(both)))
+        terms.append(g.known | ((g.cnt[0] == 0) & (both == 0)))
+        # The buffer's contract, here the engine's: at most ``expected`` contributions to k's flit.
+        terms.append(~(g.good & (g.c.flit == 0)) | (g.cnt[0] != g.req_exp))
+        # k's result flits: the output queue's payload flits of k's packet carry the expected count.
+        in_k = o_in & o_k
+        rem = o_in
+        for j in range(outq.depth):
+            fl, hd = _queued_flit(q_slots, q_rptr, j, self.engine.flit_width)
+            live = outq.level > j
+            is_h = live & ~rem
+            terms += [~(live & rem & in_k) | ((fl.data[0:32] == g.req_exp) & g.ended & (g.end_code == 0)),
+                      ~(is_h & (hd.opcode == Opcode.RED_RESP) & (hd.tag == 1)) | (g.ended & (g.end_code == 0))]
+            in_k = Mux(live, is_h & (hd.opcode == Opcode.RED_RESP) & (hd.tag == 1), in_k)
+            rem = Mux(live, is_h & ~fl.last, rem)
+        terms.append(~(rem & in_k) | (merge.in_pkt & g.o_is_k))
+        terms.append(~(merge.in_pkt & g.o_is_k) | (rem & in_k))
+        terms.append(~(o_in & o_k) | (g.ended & (g.end_code == 0)))
+        return terms

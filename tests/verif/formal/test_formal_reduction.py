@@ -317,9 +317,9 @@ def test_engine_whose_buffer_keeps_a_timed_out_entry_answers_twice(tmp_path):
     assert res[0].proof.startswith("FAILS"), res[0]
 
 
-def test_engine_invariant_is_only_stated_for_at_most_once():
+def test_engine_invariant_is_stated_for_every_property_with_one_request():
     with pytest.raises(ValueError, match="no invariant is stated for early, exact"):
-        ReductionEngineHarness(invariant=True)
+        ReductionEngineHarness(invariant=True)      # 2 requests: at most once only (all three with 1)
     with pytest.raises(ValueError, match="unknown property nope"):
         ReductionEngineHarness(only=("nope",))
 
@@ -329,7 +329,8 @@ def test_engine_invariant_is_only_stated_for_at_most_once():
                                            ("reduction_buffer_timeout", "proven (k-induction, k = 16)", 2),
                                            ("reduction_buffer_live", "proven (k-induction, k = 12)", 1),
                                            ("reduction_engine", "holds to depth 20 (bounded model check)", 3),
-                                           ("reduction_engine_once", "proven (k-induction, k = 10)", 1)])
+                                           ("reduction_engine_once", "proven (k-induction, k = 10)", 1),
+                                           ("reduction_engine_one", "proven (k-induction, k = 12)", 3)])
 def test_reduction_buffer_blocks_hold_and_every_property_is_covered(block, proof, n, tmp_path, capsys):
     assert main(["formal", block, "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
