@@ -181,6 +181,7 @@ class RequestCheck(wiring.Component):
         m.d.comb += mask.eq(Mux(static, groups.lookup_mask[0], h.route.dyn.mask[0:P]))
 
         skip = Signal()                       # dropping the trailing flits of a malformed request
+        self.skip = skip        # named by the formal harness
         bad = code != 0
         al, info, err = self.alloc, self.info, self.err
         m.d.comb += rq.ready.eq(skip | Mux(bad, err.ready, al.ready & info.ready))
@@ -221,6 +222,7 @@ class ResultMerge(wiring.Component):
         m = Module()
         pkt, err, out = self.pkt, self.err, self.out
         in_pkt = Signal()
+        self.in_pkt = in_pkt        # named by the formal harness
         pick_err = ~in_pkt & err.valid
         m.d.comb += [
             out.payload.eq(Mux(pick_err, err.payload.as_value(), pkt.payload.as_value())),

@@ -89,6 +89,7 @@ class FanOut(wiring.Component):
         fo_valid = Signal()
         fo = Signal(read_info_layout(P))
         fo_rtag = Signal(RTAG_BITS)
+        self.fo_valid, self.fo, self.fo_rtag = fo_valid, fo, fo_rtag        # named by the formal harness
         _, dst = first_set(m, fo.mask, name="fo_dst")
         dst_bit = Signal(P)
         m.d.comb += dst_bit.eq(Const(1, P) << dst)

@@ -107,6 +107,10 @@ class ResponseFilter(wiring.Component):
         # generation) was never asked for: only a misbehaving destination sends one before its read. It
         # goes to the buffer marked ``stale`` (counted there, changes nothing), like a late answer.
         r_stale = Signal()
+        # named by the formal harness
+        self.in_payload, self.dropping, self.vcyc, self.r_drop, self.r_stale = in_payload, dropping, vcyc, r_drop, r_stale
+        self.r_rtag, self.r_src, self.r_k, self.r_code, self.r_len = r_rtag, r_src, r_k, r_code, r_len
+        self.ask_d, self.ans_d, self.r_in_range = ask_d, ans_d, r_in_range
         with m.If(v_done):
             m.d.sync += [r_drop.eq(v_drop | errored), r_stale.eq(~tracked)]
         stale_now = Mux(vcyc, ~tracked, r_stale)

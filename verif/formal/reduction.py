@@ -137,7 +137,9 @@ test_formal_reduction.py``): an allocator that does not bump the generation fail
 16 (checked without the invariant, which names the real allocator's stages).
 """
 
-from amaranth.hdl import Assume, Cat, Const, Module, Mux, Signal, Value
+from types import SimpleNamespace
+
+from amaranth.hdl import Assume, Cat, Const, Module, Mux, ResetSignal, Signal, Value
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In
 
@@ -147,17 +149,20 @@ from hw.switch import reduction_engine as _re
 from hw.switch.reduce_alu import ReduceALU
 from hw.switch.reduction_buffer import COUNT_BITS, RTAG_BITS, ReductionBuffer
 from hw.switch.reduction_engine import ReductionEngine
+from hw.switch.reduction_reads import read_info_layout
 
 from .observe import elaborate_now, observe_queue
 from .runner import Properties
 
-__all__ = ["IntAddALU", "SmallReductionBuffer", "ReductionBufferHarness", "SmallReductionEngine",
+__all__ = ["IntAddALU", "SmallReductionBuffer", "ReductionBufferHarness", "BufferView", "SmallReductionEngine",
            "ReductionEngineHarness", "PROPERTY_KEYS", "SAFETY_KEYS",
            "LIVENESS_KEYS"]
 
 PROPERTY_KEYS = ("once", "exact", "cause", "timeout", "stale", "answered", "framing")
 SAFETY_KEYS = ("once", "exact", "cause", "timeout", "stale", "framing")     # proven by k-induction
 LIVENESS_KEYS = ("answered",)      # needs 3 entries (at 2 the completion FIFO loses an event)
+ENGINE_KEYS = ("exact", "once", "early")         # the engine harness's properties
+ENGINE_INDUCTIVE_KEYS = ("once",)                # its invariant (invariant=True) is stated for these
 INDUCTIVE_KEYS = SAFETY_KEYS       # the invariant (invariant=True) is stated for these
 SEQ_BITS = 8          # the engine harness's request sequence numbers (the requester tag field)
 
@@ -293,6 +298,7 @@ class ReductionBufferHarness(wiring.Component):
             raise ValueError(f"no invariant is stated for {', '.join(sorted(bad))}; "
                              f"invariant=True takes: {', '.join(inductive)}")
         self.invariant = invariant
+        self.max_expected = 3       # the largest ``expected`` an allocation asks (the engine's: its ports)
         self.counts = invariant and "exact" in (only or PROPERTY_KEYS)     # part (6) of the invariant
         self.live = invariant and "answered" in (only or PROPERTY_KEYS)    # part (7)
         if self.counts and entries != 2:
@@ -327,8 +333,6 @@ class ReductionBufferHarness(wiring.Component):
         # answer is the one answer with tag 1, however many allocations come before or after it.
         picked = Signal()
         mark = self.pick & ~picked
-        n_alloc = Signal(2)       # allocations accepted, modulo 4 (at most 2 wait for their grant)
-        n_grant = Signal(2)       # grants taken, modulo 4
         a = buf.alloc.payload
         m.d.comb += [buf.alloc.valid.eq(self.alloc_valid), a.src.eq(self.alloc_src), a.tag.eq(mark),
                      a.length.eq(self.alloc_length), a.expected.eq(self.alloc_expected),
@@ -344,6 +348,84 @@ class ReductionBufferHarness(wiring.Component):
         # Representatives only (see the module docstring): every flit index >= max_length or length outside
         # 1..max_length is a mismatch like ML/ML+1. Generations are free.
         m.d.comb += Assume((self.c_flit <= ML) & (self.c_length <= ML + 1) & (self.alloc_expected <= 3))
+        g = self._observe(m, platform, buf, picked, mark,
+                          (self.alloc_length, self.alloc_expected, self.alloc_etype))
+        (inv, answers, hdr_k, known, is_resp, req_exp, ended, end_code, payload_k, lanes_ok, o_idx, req_len,
+         stale_k_after, is_err, err_code, timed_out, cnt, known_now, rt, o, c_take, late_ready, is_hdr,
+         in_pkt, o_len, hdr, o_take) = (getattr(g, n) for n in (
+            "inv", "answers", "hdr_k", "known", "is_resp", "req_exp", "ended", "end_code", "payload_k", "lanes_ok",
+            "o_idx", "req_len", "stale_k_after", "is_err", "err_code", "timed_out", "cnt", "known_now", "rt", "o",
+            "c_take", "late_ready", "is_hdr", "in_pkt", "o_len", "hdr", "o_take"))
+        p = self.props
+        want = lambda key: self.only is None or key in self.only    # noqa: E731
+        if want("once"):
+            p.check(m, "answered at most once, and only after its grant",
+                    (answers <= 1) & (~hdr_k | known) & inv,
+                    hdr_k & is_resp & (req_exp == 2))
+        if want("exact"):
+            p.check(m, "a RED_RESP reduces exactly the expected contributions of every flit",
+                    (~(hdr_k & is_resp) | (ended & (end_code == 0))) & (~payload_k | lanes_ok) & inv,
+                    payload_k & (o_idx == req_len - 1) & (req_exp == 2) & stale_k_after)
+        if want("cause"):
+            p.check(m, "an error answer names its cause (abort code or TYPE_MISMATCH)",
+                    (~(hdr_k & is_err) | (ended & (end_code != 0) & (err_code == end_code)) |
+                     ((err_code == ErrorCode.TIMEOUT.value) & timed_out)) & inv,
+                    hdr_k & is_err & (err_code == ErrorCode.TYPE_MISMATCH.value))
+        if want("timeout"):
+            p.check(m, "a timeout answers only an entry still in flight after `timeout` cycles",
+                    (~(hdr_k & is_err & (err_code == ErrorCode.TIMEOUT.value)) | timed_out |
+                     (ended & (end_code == ErrorCode.TIMEOUT.value))) & inv,
+                    hdr_k & is_err & (err_code == ErrorCode.TIMEOUT.value) & (cnt[0] == 1))
+
+        # Stale: a contribution taken for k's rtag before k's grant was offered or after k ended is
+        # counted in ``stale`` three cycles later (checked once k's rtag is known): checked at stage b,
+        # registered, then added (the buffer's counters lag their events by a cycle); plus up to
+        # ``acc_stages - 1`` cycles when it waits at b behind an operation to its row (the buffer waits
+        # on the row alone, before the entry check), so the count must rise within that window.
+        wait = self.buffer.acc_stages - 1
+        d_layout = data.StructLayout({"valid": 1, "rtag": RTAG_BITS, "out": 1, "pre": 1, "seen": 1})
+        d = [Signal(d_layout, name=f"d{i}") for i in range(1, 4 + wait)]
+        stale_prev = Signal(32)
+        m.d.sync += stale_prev.eq(buf.stale)
+        inc = buf.stale == (stale_prev + 1)[0:32]      # the counter wraps
+        m.d.sync += [d[0].valid.eq(c_take), d[0].rtag.eq(c.rtag), d[0].out.eq(~known_now | ended),
+                     d[0].pre.eq(~known_now), d[0].seen.eq(0)]
+        for i in range(1, len(d)):
+            m.d.sync += d[i].eq(d[i - 1])
+            if i >= 3:      # d[2] is "d3", the first cycle the count may rise
+                m.d.sync += d[i].seen.eq(d[i - 1].seen | inc)
+        last = d[-1]
+        last_stale_k = last.valid & last.out & known_now & (last.rtag == rt)
+        if want("stale"):
+            p.check(m, "a contribution for a tag not in flight is counted stale",
+                    (~last_stale_k | last.seen | inc) & inv,
+                    last_stale_k & last.pre)
+
+        if want("answered"):
+            p.check(m, f"every allocation is answered (within {self.liveness_slack} cycles of out.ready once "
+                       "its timeout must have fired)",
+                    ((late_ready != self.liveness_slack) | (answers != 0)) & inv,
+                    (late_ready == self.liveness_slack) & (answers == 1))
+
+        # Packet framing on ``out``.
+        if want("framing"):
+            p.check(m, "answers are well-formed packets (RED_RESP: length flits; ERROR: header only)",
+                    (~is_hdr | ((is_resp | is_err) & (o.payload.last == is_err) & (~is_resp | (hdr.length != 0)))) &
+                    (~(o_take & in_pkt) | (o.payload.last == (o_idx == o_len - 1))) & inv,
+                    o_take & in_pkt & o.payload.last & (o_len == 2))
+        return m
+
+    def _observe(self, m, platform, buf, picked, mark, alloc_fields, stale_mark=False, assume_alias=True):
+        """The ghost state of the chosen allocation k from ``buf``'s ports (its allocation: ``mark`` high
+        as it is taken, its request's ``alloc_fields`` = length, expected, etype; ``picked`` is set then),
+        the reference model and the view of ``out``, and (``invariant=True``) the invariant (``inv``): a
+        namespace. ``stale_mark``: contributions marked ``stale`` by their sender are not k's (the engine's
+        response filter marks some; the buffer harness never does)."""
+        ML, T, N = self.max_length, self.timeout, self.entries
+        c = buf.contrib.payload
+        alloc_length, alloc_expected, alloc_etype = alloc_fields
+        n_alloc = Signal(2)       # allocations accepted, modulo 4 (at most 2 wait for their grant)
+        n_grant = Signal(2)       # grants taken, modulo 4
         alloc_take = buf.alloc.valid & buf.alloc.ready
         grant_take = buf.grant.valid & buf.grant.ready
         c_take = buf.contrib.valid & buf.contrib.ready
@@ -357,8 +439,8 @@ class ReductionBufferHarness(wiring.Component):
         req_exp = Signal(COUNT_BITS)
         req_etype = Signal(3)
         with m.If(alloc_take & mark):
-            m.d.sync += [picked.eq(1), k_seq.eq(n_alloc), req_len.eq(self.alloc_length),
-                         req_exp.eq(self.alloc_expected), req_etype.eq(self.alloc_etype)]
+            m.d.sync += [picked.eq(1), k_seq.eq(n_alloc), req_len.eq(alloc_length),
+                         req_exp.eq(alloc_expected), req_etype.eq(alloc_etype)]
         known = Signal()
         rt_reg = Signal(RTAG_BITS)
         offered_k = buf.grant.valid & picked & ~known & (n_grant == k_seq)
@@ -369,7 +451,7 @@ class ReductionBufferHarness(wiring.Component):
         k_taken = Signal()                 # k's grant has been taken
         with m.If(grant_take & known_now & (n_grant == k_seq)):
             m.d.sync += k_taken.eq(1)
-        if self.invariant:
+        if self.invariant and assume_alias:
             # The claim is for k's rtag while it names k: until k's entry is granted with k's generation
             # again (``2**15`` reuses of the entry at 2 entries), when a contribution with that rtag is the
             # new allocation's. Within any bound a harness can check this never happens.
@@ -384,6 +466,8 @@ class ReductionBufferHarness(wiring.Component):
         end_code = Signal(8)
         end_age = Signal(6)
         for_k = c_take & known_now & (c.rtag == rt)
+        if stale_mark:
+            for_k = for_k & ~c.stale
         live_c = for_k & ~ended
         mismatch = (c.etype != req_etype) | (c.length != req_len) | (c.flit >= req_len)
         good = live_c & ~c.abort & ~mismatch
@@ -457,64 +541,7 @@ class ReductionBufferHarness(wiring.Component):
                                   b_good=b_good, o_is_k=o_is_k, end_code=end_code,
                                   code_ok=lambda err, c: (~err | (ended & (end_code != 0) & (c == end_code)) |
                                                           ((c == ErrorCode.TIMEOUT.value) & timed_out)))
-        p = self.props
-        want = lambda key: self.only is None or key in self.only    # noqa: E731
-        if want("once"):
-            p.check(m, "answered at most once, and only after its grant",
-                    (answers <= 1) & (~hdr_k | known) & inv,
-                    hdr_k & is_resp & (req_exp == 2))
-        if want("exact"):
-            p.check(m, "a RED_RESP reduces exactly the expected contributions of every flit",
-                    (~(hdr_k & is_resp) | (ended & (end_code == 0))) & (~payload_k | lanes_ok) & inv,
-                    payload_k & (o_idx == req_len - 1) & (req_exp == 2) & stale_k_after)
-        if want("cause"):
-            p.check(m, "an error answer names its cause (abort code or TYPE_MISMATCH)",
-                    (~(hdr_k & is_err) | (ended & (end_code != 0) & (err_code == end_code)) |
-                     ((err_code == ErrorCode.TIMEOUT.value) & timed_out)) & inv,
-                    hdr_k & is_err & (err_code == ErrorCode.TYPE_MISMATCH.value))
-        if want("timeout"):
-            p.check(m, "a timeout answers only an entry still in flight after `timeout` cycles",
-                    (~(hdr_k & is_err & (err_code == ErrorCode.TIMEOUT.value)) | timed_out |
-                     (ended & (end_code == ErrorCode.TIMEOUT.value))) & inv,
-                    hdr_k & is_err & (err_code == ErrorCode.TIMEOUT.value) & (cnt[0] == 1))
-
-        # Stale: a contribution taken for k's rtag before k's grant was offered or after k ended is
-        # counted in ``stale`` three cycles later (checked once k's rtag is known): checked at stage b,
-        # registered, then added (the buffer's counters lag their events by a cycle); plus up to
-        # ``acc_stages - 1`` cycles when it waits at b behind an operation to its row (the buffer waits
-        # on the row alone, before the entry check), so the count must rise within that window.
-        wait = self.buffer.acc_stages - 1
-        d_layout = data.StructLayout({"valid": 1, "rtag": RTAG_BITS, "out": 1, "pre": 1, "seen": 1})
-        d = [Signal(d_layout, name=f"d{i}") for i in range(1, 4 + wait)]
-        stale_prev = Signal(32)
-        m.d.sync += stale_prev.eq(buf.stale)
-        inc = buf.stale == (stale_prev + 1)[0:32]      # the counter wraps
-        m.d.sync += [d[0].valid.eq(c_take), d[0].rtag.eq(c.rtag), d[0].out.eq(~known_now | ended),
-                     d[0].pre.eq(~known_now), d[0].seen.eq(0)]
-        for i in range(1, len(d)):
-            m.d.sync += d[i].eq(d[i - 1])
-            if i >= 3:      # d[2] is "d3", the first cycle the count may rise
-                m.d.sync += d[i].seen.eq(d[i - 1].seen | inc)
-        last = d[-1]
-        last_stale_k = last.valid & last.out & known_now & (last.rtag == rt)
-        if want("stale"):
-            p.check(m, "a contribution for a tag not in flight is counted stale",
-                    (~last_stale_k | last.seen | inc) & inv,
-                    last_stale_k & last.pre)
-
-        if want("answered"):
-            p.check(m, f"every allocation is answered (within {self.liveness_slack} cycles of out.ready once "
-                       "its timeout must have fired)",
-                    ((late_ready != self.liveness_slack) | (answers != 0)) & inv,
-                    (late_ready == self.liveness_slack) & (answers == 1))
-
-        # Packet framing on ``out``.
-        if want("framing"):
-            p.check(m, "answers are well-formed packets (RED_RESP: length flits; ERROR: header only)",
-                    (~is_hdr | ((is_resp | is_err) & (o.payload.last == is_err) & (~is_resp | (hdr.length != 0)))) &
-                    (~(o_take & in_pkt) | (o.payload.last == (o_idx == o_len - 1))) & inv,
-                    o_take & in_pkt & o.payload.last & (o_len == 2))
-        return m
+        return SimpleNamespace(**locals())
 
     def _invariant(self, m, platform, *, picked, known, k_taken, k_seq, n_alloc, n_grant, rt, ended, since,
                    cnt, req, stale_k_after, answers, in_pkt, o_idx, o_len, age, code_ok, b_good, o_is_k,
@@ -567,7 +594,7 @@ class ReductionBufferHarness(wiring.Component):
             return (md.length == req_len) & (md.expected == req_exp) & (md.etype.as_value() == req_etype)
 
         def legal(length, expected, etype):     # what the harness's assumptions let an allocation ask
-            return ((length >= 1) & (length <= self.max_length) & (expected <= 3) &
+            return ((length >= 1) & (length <= self.max_length) & (expected <= self.max_expected) &
                     ((etype == EType.S32.value) | (etype == EType.U32.value)))
 
         terms = [~picked | legal(req_len, req_exp, req_etype),
@@ -889,6 +916,28 @@ class ReductionBufferHarness(wiring.Component):
         return terms
 
 
+class BufferView:
+    """The buffer harness's ghost state and invariant (:meth:`ReductionBufferHarness._observe`) for a
+    buffer inside another block (the engine): 2 or more entries, the safety parts of the invariant
+    (``only``: keys of :data:`INDUCTIVE_KEYS`; the per-flit counts with ``"exact"``), no assumption made
+    (the at-most-``expected``-per-flit contract and the aliasing limit are the caller's to prove)."""
+
+    _observe = ReductionBufferHarness._observe
+    _invariant = ReductionBufferHarness._invariant
+    _answer_path = ReductionBufferHarness._answer_path
+    _counts = ReductionBufferHarness._counts
+    _fifo_rows = staticmethod(ReductionBufferHarness._fifo_rows)
+
+    def __init__(self, buffer, *, entries: int, max_length: int, timeout: int, max_expected: int, only):
+        bad = set(only) - set(INDUCTIVE_KEYS)
+        if bad:
+            raise ValueError(f"no invariant is stated for {', '.join(sorted(bad))}")
+        self.buffer, self.entries, self.max_length, self.timeout = buffer, entries, max_length, timeout
+        self.max_expected, self.invariant, self.flit_limit, self.live = max_expected, True, False, False
+        self.counts = "exact" in only
+        self.liveness_slack = 4 + (entries - 1) * (1 + max_length) + 1      # (its counter is not checked)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The reduction engine: duplicates and unasked answers never complete an entry early.
 
@@ -902,10 +951,11 @@ class _SmallIntBuffer(SmallReductionBuffer):
 class SmallReductionEngine(ReductionEngine):
     """The real :class:`ReductionEngine` building a :class:`SmallReductionBuffer` (int32-add datapath) in
     place of its buffer, so that it accepts 3 entries and a short timeout. ``response_filter``: a class
-    built in place of its :class:`~hw.switch.reduction_responses.ResponseFilter` (a mutant), or None."""
+    built in place of its :class:`~hw.switch.reduction_responses.ResponseFilter` (a mutant), or None;
+    ``events``: the buffer's :class:`~hw.switch.reduction_buffer.EntryEvents` likewise."""
 
-    def __init__(self, *, response_filter=None, **params):
-        self.response_filter = response_filter
+    def __init__(self, *, response_filter=None, events=None, **params):
+        self.response_filter, self.events = response_filter, events
         # An entry's fan-out starting (FanOut's ``start`` event), for a harness to observe.
         self.start_valid, self.start_rtag = Signal(), Signal(RTAG_BITS)
         saved, _re.ReductionBuffer = _re.ReductionBuffer, _SmallIntBuffer   # checked and built by this name
@@ -916,7 +966,9 @@ class SmallReductionEngine(ReductionEngine):
 
     def elaborate(self, platform):
         saved = _re.ReductionBuffer, _re.ResponseFilter
-        _re.ReductionBuffer = _SmallIntBuffer
+        events = self.events
+        _re.ReductionBuffer = _SmallIntBuffer if events is None else \
+            (lambda **params: _SmallIntBuffer(events=events, **params))
         _re.ResponseFilter = self.response_filter or saved[1]
         try:
             m = super().elaborate(platform)
@@ -933,7 +985,9 @@ class ReductionEngineHarness(wiring.Component):
     with free ``ld_reduce`` requests and free ``RED_READ_RESP`` traffic.
 
     Requests: up to ``requests`` header-only ``DYN_LD_REDUCE`` of 1 int32 flit, free destination mask; the
-    harness sets ``src = tag`` = the request's sequence number, so its ``RED_READ`` and its answer name it.
+    harness sets ``src`` = the request's sequence number, so its ``RED_READ`` names it, and ``tag`` = 1 for
+    the chosen request k (the sequence number ``chosen`` in the first cycle) and 0 for every other one, so
+    k's answer is the one answer with tag 1 (the buffer harness's convention).
     Responses: packets of a free header (``src``, rtag, ``length``, ``etype``, error ``code``, ``last``)
     and payload flits carrying 1 in int32 lane 0, so a ``RED_RESP`` counts the contributions reduced.
     ``rd.ready`` and ``out.ready`` free.
@@ -953,20 +1007,50 @@ class ReductionEngineHarness(wiring.Component):
     contribution per destination** (a duplicate or unasked answer never completes an entry early nor
     counts twice); **every request is answered at most once**; with early answers, **an answer before its
     entry's fan-out starts changes nothing** (the entry that got one still reduces exactly its asked
-    destinations' real answers; its Cover reaches such an entry's result). ``response_filter``: a
-    mutant filter class (tests).
+    destinations' real answers; its Cover reaches such an entry's result). ``only``: a subset of
+    :data:`ENGINE_KEYS` to check (``"exact"``, ``"once"``, ``"early"``). ``response_filter``: a mutant
+    filter class; ``events``: a mutant of the buffer's :class:`~hw.switch.reduction_buffer.EntryEvents`
+    (tests).
+
+    Proof. "At most once" is proven by k-induction (block ``reduction_engine_once``: 2 requests, timeout 4,
+    k = 10, yices) with ``invariant=True``, which states it together with :meth:`_invariant`: the buffer's
+    invariant (parts 1 to 5 of the module docstring, stated around the buffer inside the engine, with a
+    reference model of k built from the buffer's ports; contributions the response filter marks
+    ``stale`` are not k's), the engine's from the request to ``out`` and the generations that keep k's
+    rtag from being granted again (:meth:`_no_alias`: what the buffer harness assumes is proven here
+    from the bounded number of requests). With one request (``requests=1``), all three properties are
+    proven (block ``reduction_engine_one``: timeout 8, k = 12): the invariant adds the buffer's per-flit
+    counts (part 6) and the engine's read side and response filter (:meth:`_counts`), and the harness
+    then resets the engine once, at the start. At 2 requests the other two properties are checked bounded
+    (block ``reduction_engine``, depth 20).
     """
 
-    # A bounded check with yices (induction cannot close without invariants on the SRAM contents).
+    # A bounded check with yices; ``invariant=True``: k-induction.
     formal_options = {"engine": "smtbmc yices", "induction": False,
                       "script_extra": "memory_map\nopt -full\nopt_dff -sat\nopt_clean"}
 
     def __init__(self, ports: int = 4, entries: int = 2, timeout: int = 8, requests: int = 2,
-                 answers_after_reads: bool = True, response_filter=None):
+                 answers_after_reads: bool = True, response_filter=None, only=None, invariant: bool = False,
+                 events=None):
+        unknown = set(only or ()) - set(ENGINE_KEYS)
+        if unknown:
+            raise ValueError(f"unknown property {', '.join(sorted(unknown))}; valid: {', '.join(ENGINE_KEYS)}")
+        inductive = ENGINE_INDUCTIVE_KEYS + (("exact", "early") if requests == 1 else ())
+        bad = set(only or ENGINE_KEYS) - set(inductive) if invariant else set()
+        if bad:
+            raise ValueError(f"no invariant is stated for {', '.join(sorted(bad))}; "
+                             f"invariant=True takes: {', '.join(inductive)}")
+        self.only, self.invariant = None if only is None else set(only), invariant
+        self.assume_alias = False
+        if invariant:
+            self.formal_options = {**self.formal_options, "induction": True,
+                                   "script_extra": "flatten\nmemory_map\nopt -full"}
+        self.entries, self.timeout = entries, timeout
         self.ports, self.requests, self.answers_after_reads = ports, requests, answers_after_reads
         self.engine = SmallReductionEngine(ports=ports, entries=entries, max_length=1, flit_width=128,
                                            timeout=timeout, groups=1, translate_slots=2,
-                                           defer_translation=True, response_filter=response_filter)
+                                           defer_translation=True, response_filter=response_filter,
+                                           events=events)
         self.props = Properties()
         super().__init__({
             "req_valid": In(1), "req_mask": In(ports), "rd_ready": In(1), "out_ready": In(1),
@@ -980,10 +1064,17 @@ class ReductionEngineHarness(wiring.Component):
         m.submodules.eng = e = self.engine
         EB = e.entry_bits
 
-        # ---- Requests.
+        # ---- Requests. The chosen request k (its sequence number ``chosen`` in the first cycle) carries
+        # tag 1, every other one tag 0, so its answer is the one answer with tag 1 (the buffer harness's
+        # convention); ``src`` is the sequence number, so k's RED_READs name it.
         n_req = Signal(SEQ_BITS)
+        first = Signal(init=1)
+        m.d.sync += first.eq(0)
+        k, k_reg = Signal(SEQ_BITS), Signal(SEQ_BITS)
+        m.d.comb += k.eq(Mux(first, self.chosen, k_reg) if self.requests > 1 else 0)    # one request: k is it
+        m.d.sync += k_reg.eq(k)
         rq = Signal(HeaderLayout)
-        m.d.comb += [rq.opcode.eq(Opcode.DYN_LD_REDUCE), rq.src.eq(n_req), rq.tag.eq(n_req), rq.length.eq(1),
+        m.d.comb += [rq.opcode.eq(Opcode.DYN_LD_REDUCE), rq.src.eq(n_req), rq.tag.eq(n_req == k), rq.length.eq(1),
                      rq.etype.eq(EType.S32), rq.redop.eq(RedOp.ADD), rq.route.dyn.mask.eq(self.req_mask),
                      e.req.valid.eq(self.req_valid), e.req.payload.data.eq(rq.as_value()),
                      e.req.payload.last.eq(1), e.rd.ready.eq(self.rd_ready), e.out.ready.eq(self.out_ready),
@@ -991,12 +1082,6 @@ class ReductionEngineHarness(wiring.Component):
         req_take = e.req.valid & e.req.ready
         m.d.sync += n_req.eq(n_req + req_take)
         m.d.comb += Assume(~self.req_valid | (n_req < self.requests))
-
-        first = Signal(init=1)
-        m.d.sync += first.eq(0)
-        k, k_reg = Signal(SEQ_BITS), Signal(SEQ_BITS)
-        m.d.comb += k.eq(Mux(first, self.chosen, k_reg))
-        m.d.sync += k_reg.eq(k)
         mask_k = Signal(P)
         with m.If(req_take & (n_req == k)):
             m.d.sync += mask_k.eq(self.req_mask)
@@ -1060,8 +1145,8 @@ class ReductionEngineHarness(wiring.Component):
         with m.If(o_take):
             m.d.sync += o_in.eq(~o.payload.last)
             with m.If(~o_in):
-                m.d.sync += o_k.eq(oh.tag == k)
-        hdr_k = o_take & ~o_in & (oh.tag == k)
+                m.d.sync += o_k.eq(oh.tag == 1)
+        hdr_k = o_take & ~o_in & (oh.tag == 1)
         resp_k = hdr_k & (oh.opcode == Opcode.RED_RESP)
         pay_k = o_take & o_in & o_k
         n_ans = Signal(2)
@@ -1069,15 +1154,266 @@ class ReductionEngineHarness(wiring.Component):
             m.d.sync += n_ans.eq(n_ans + 1)
         expected = sum(mask_k[i] for i in range(P))
 
+        inv = Const(1)
+        if self.invariant:
+            inv = self._invariant(m, platform, n_req=n_req, k=k, o_in=o_in, n_ans=n_ans, o_k=o_k,
+                                  ex=SimpleNamespace(mask_k=mask_k, t=t, read_tags=read_tags, in_pkt=in_pkt,
+                                                     answered=answered, slot=slot,
+                                                     started=None if self.answers_after_reads else started))
         p = self.props
-        p.check(m, "a RED_RESP only after every asked destination answered, one contribution each",
-                (~resp_k | ((mask_k & ~answered) == 0)) & (~pay_k | (o.payload.data[0:32] == expected)),
-                pay_k & (expected == 2) & dup_seen)
-        p.check(m, "every request is answered at most once", n_ans <= 1, hdr_k & (expected == 2))
-        if not self.answers_after_reads:
+        want = lambda key: self.only is None or key in self.only    # noqa: E731
+        if want("exact"):
+            p.check(m, "a RED_RESP only after every asked destination answered, one contribution each",
+                    (~resp_k | ((mask_k & ~answered) == 0)) & (~pay_k | (o.payload.data[0:32] == expected)),
+                    pay_k & (expected == 2) & dup_seen)
+        if want("once"):
+            p.check(m, "every request is answered at most once", (n_ans <= 1) & inv, hdr_k & (expected == 2))
+        if want("early") and not self.answers_after_reads:
             early_k = (early >> slot(t))[0] & (read_tags >> slot(t))[0]
             p.check(m, "an answer before its entry's fan-out starts changes nothing (stale)",
                     ~early_k | ((~resp_k | ((mask_k & ~answered) == 0)) &
                                 (~pay_k | (o.payload.data[0:32] == expected))),
                     pay_k & early_k & (expected == 2))
         return m
+
+    def _invariant(self, m, platform, *, n_req, k, o_in, n_ans, o_k, ex):
+        """The invariant "at most once" is stated with (``invariant=True``): the buffer's (its parts 1 to 5,
+        :meth:`ReductionBufferHarness._invariant`, around the buffer inside the engine: k's allocation is
+        the one with tag 1) and the engine's own on the way from the request to ``out``: the request check
+        never drops a flit; the request-error FIFO holds header-only ``ERROR`` flits; the output queue,
+        from its read pointer, continues the packet on ``out`` with whole packets and then the result
+        merge's open packet (the buffer's); the answers to k on ``out``, in the output queue and in the
+        error FIFO equal the buffer's answers to k plus k's request error (k's request went to one
+        side, once)."""
+        e, P, R = self.engine, self.ports, self.requests
+        em = elaborate_now(e, platform)
+        buf = em.submodules.buf
+        reqs, merge = em.submodules.requests, em.submodules.results
+        elaborate_now(reqs, platform)
+        elaborate_now(merge, platform)
+        errq, outq = em.submodules.errq, em.submodules.outq
+        e_rptr, e_wptr, e_slots = observe_queue(errq, "storage", "inv_errq")
+        q_rptr, q_wptr, q_slots = observe_queue(outq, "storage", "inv_outq")
+        counts = self.only is None or bool({"exact", "early"} & self.only)
+        view = BufferView(buf, entries=self.entries, max_length=1, timeout=self.timeout, max_expected=P,
+                          only=("once", "exact") if counts else ("once",))
+        picked = Signal()
+        a = buf.alloc.payload
+        g = view._observe(m, platform, buf, picked, a.tag == 1, (a.length, a.expected, a.etype),
+                          stale_mark=True, assume_alias=self.assume_alias)
+        W = self.engine.flit_width
+        terms = [n_req <= R, ~reqs.skip]
+        # k's request error: the ERROR with tag 1 written into the error FIFO.
+        bad_k = Signal()
+        with m.If(errq.w_en & errq.w_rdy & (HeaderLayout(errq.w_data[0:HEADER_BITS]).tag == 1)):
+            m.d.sync += bad_k.eq(1)
+        terms += [~(bad_k & picked), (n_req > k) | (~bad_k & ~picked)]
+        # The error FIFO: header-only ERROR flits.
+        D = errq.depth
+        terms.append((errq.level <= D) & ((e_rptr + errq.level)[0:len(e_wptr)] == e_wptr))
+        err_k = []
+        for j in range(D):
+            fl, hd = _queued_flit(e_slots, e_rptr, j, W)
+            live = errq.level > j
+            terms.append(~live | ((hd.opcode == Opcode.ERROR) & fl.last))
+            err_k.append(live & (hd.tag == 1))
+        # The output queue: the rest of the packet on out, whole packets, then the merge's open packet.
+        D = outq.depth
+        terms.append((outq.level <= D) & ((q_rptr + outq.level)[0:len(q_wptr)] == q_wptr))
+        rem = o_in
+        q_k = []
+        for j in range(D):
+            fl, hd = _queued_flit(q_slots, q_rptr, j, W)
+            live = outq.level > j
+            is_h = live & ~rem
+            terms += [~(live & rem) | fl.last,
+                      ~is_h | ((hd.opcode == Opcode.RED_RESP) & ~fl.last & (hd.length == 1)) |
+                              ((hd.opcode == Opcode.ERROR) & fl.last)]
+            q_k.append(is_h & (hd.tag == 1))
+            rem = Mux(live, is_h & ~fl.last, rem)
+        terms += [rem == merge.in_pkt, merge.in_pkt == g.in_pkt]
+        # The answers to k: on out, queued, in the error FIFO = the buffer's plus k's request error.
+        terms.append((n_ans + sum(q_k) + sum(err_k))[0:3] == g.answers + bad_k)
+        terms += self._no_alias(m, platform, buf, g, k, n_req)
+        if counts:
+            terms += self._counts(m, platform, em, g, k, o_in, o_k, ex, q_slots, q_rptr, outq, merge)
+            # Reset once, at the start: a reset clears the registers, not the rows (see _counts).
+            m.d.comb += Assume(~ResetSignal("sync"))
+        # The buffer's contract: an abort carries a nonzero code.
+        c = buf.contrib
+        terms.append(~(c.valid & c.payload.abort) | (c.payload.code.as_value() != 0))
+        terms.append(g.inv)
+        sigs = []
+        for i, t in enumerate(terms):
+            sigs.append(Signal(name=f"einv_{i}"))
+            m.d.comb += sigs[-1].eq(t)
+        return Cat(*sigs).all()
+
+    def _no_alias(self, m, platform, buf, g, k, n_req):
+        """k's rtag is never granted again after k's grant (what the buffer harness assumes, the design's
+        aliasing limit of ``2**15`` reuses of an entry): with at most ``requests`` requests, k's entry is
+        written at most ``requests - 1 - k`` times after k's grant, each write bumping its generation from
+        its ``meta`` row (which the allocator's stages agree with)."""
+        bm = elaborate_now(buf, platform)
+        al = bm.submodules.allocator
+        al1, al2 = al.al1, al.al2
+        N, EB = self.entries, buf.entry_bits
+        meta = []
+        for j in range(N):
+            port = bm.submodules.meta.read_port(domain="comb")
+            sig = Signal(port.data.shape(), name=f"alias_meta{j}")
+            m.d.comb += [port.addr.eq(j), sig.eq(port.data)]
+            meta.append(sig)
+
+        def gen_of(e):
+            out = meta[0].gen
+            for j in range(1, N):
+                out = Mux(e == j, meta[j].gen, out)
+            return out
+
+        rt = g.rt_reg
+        e_k, g_k = rt[0:EB], rt[EB:]
+        GB = len(g_k)
+        k_taken_now = g.k_taken | (g.grant_take & g.known_now & (g.n_grant == g.k_seq))
+        allocs_after = (g.n_alloc - g.k_seq - 1)[0:2]       # allocations accepted after k's (once picked)
+        w_after = Signal(2)                # writes of k's entry after k's grant (saturating)
+        with m.If(al.w_en & (al.w_entry == g.rt[0:EB]) & k_taken_now & (w_after != 3)):
+            m.d.sync += w_after.eq(w_after + 1)
+        al1_k = al1.valid & (al1.entry == e_k)
+        return [
+            ~g.picked | ((allocs_after + k + 1) <= n_req),
+            g.picked | ~g.k_taken,
+            g.k_taken | (w_after == 0),
+            ~g.k_taken | ((w_after + al1_k) <= allocs_after),
+            ~al2.valid | (gen_of(al2.entry) == al2.gen),
+            ~al1.valid | (al.meta_rd.data.gen == gen_of(al1.entry)),
+            ~g.k_taken | (gen_of(e_k) == (g_k + w_after)[0:GB]),
+            ~(g.k_taken & al2.valid & (al2.entry == e_k)) | (w_after != 0),
+        ]
+
+    def _counts(self, m, platform, em, g, k, o_in, o_k, ex, q_slots, q_rptr, outq, merge):
+        """The invariant of "one contribution each" and the early answer, with one request (k) and one
+        reset (at the start: a reset clears the registers, not the ``meta``, ``asked`` and ``answered``
+        rows, and across resets an entry's rows could alias once its generation wraps): every allocation
+        is k's (the allocator's stages and busy entries hold tag 1); an entry's ``meta`` generation is 1
+        once k's grant is offered there, else 0; its ``asked`` row is ``{1, k's mask}`` once k's fan-out
+        started there, else empty; its ``answered`` row is empty, or of generation 1 within k's mask at
+        k's entry; k's descriptor waits in the read-descriptor FIFO until its fan-out starts; the fan-out,
+        the ``rd`` queue and the harness's read records (``t``, the read tags, the started fan-outs) name
+        only k's rtag, after its start; the response filter's framing is the harness's, its registered
+        row reads are the rows (or, for ``asked``, empty: the fan-out started in the header's cycle); a
+        response past its verdict, neither dropped nor stale, is k's, from a destination in both the
+        ``answered`` row and the harness's record of good answers; a verdict that tracks k's rtag comes
+        after k's reads left; and the count: k's contributions so far (the buffer's reference model) plus
+        the first payload flit still to come are at most the destinations in both records, which gives the
+        buffer its contract (at most ``expected`` contributions, here proven, not assumed). On ``out``:
+        k's result packets in the output queue and on ``out`` come from an entry the reference model
+        ended complete, and their payload flits carry the expected count."""
+        P, N = self.ports, self.entries
+        buf = em.submodules.buf
+        EB = buf.entry_bits
+        rs = em.submodules.responses
+        rm = elaborate_now(rs, platform)
+        fo = em.submodules.fanout
+        elaborate_now(fo, platform)
+        info, rdq = em.submodules.info, em.submodules.rdq
+        i_rptr, i_wptr, i_slots = observe_queue(info, "storage", "inv_info")
+        r_rptr, r_wptr, r_slots = observe_queue(rdq, "storage", "inv_rdq")
+        bm = elaborate_now(buf, platform)
+
+        def rows(mem, name):
+            out = []
+            for j in range(N):
+                port = mem.read_port(domain="comb")
+                sig = Signal(len(Value.cast(port.data)), name=f"ex_{name}{j}")
+                m.d.comb += [port.addr.eq(j), sig.eq(port.data)]
+                out.append(sig)
+            return out
+
+        def at(values, idx):
+            out = Value.cast(values[0])
+            for j in range(1, N):
+                out = Mux(idx == j, Value.cast(values[j]), out)
+            return out
+
+        asked, answered, meta = rows(rm.submodules.asked, "asked"), rows(rm.submodules.answered, "answered"), \
+            rows(bm.submodules.meta, "meta")
+        popcount = lambda v: sum(v[i] for i in range(len(v)))       # noqa: E731
+        mask_k, t, read_tags, h_ans = ex.mask_k, ex.t, ex.read_tags, ex.answered
+        rt = g.rt_reg
+        e_k = rt[0:EB]
+        al = bm.submodules.allocator
+        meta_v = [data.View(bm.submodules.meta.shape, v) for v in meta]
+        tag_at = lambda e: at([v.tag for v in meta_v], e)         # noqa: E731
+        terms = [~al.al1.valid | (g.picked & (al.al1.req.tag == 1)),
+                 ~al.al2.valid | (g.picked & (tag_at(al.al2.entry) == 1)),
+                 ~g.picked | ((popcount(mask_k) == g.req_exp) & (mask_k != 0)),
+                 *[~buf.busy[j] | (g.picked & ((al.al1.valid & (al.al1.entry == j)) |
+                                               (g.known_now & (g.rt[0:EB] == j) & (meta_v[j].tag == 1) &
+                                                (meta_v[j].gen == g.rt[EB:]))))
+                   for j in range(N)],
+                 ~g.known_now | (g.rt[EB:] == 1)]
+        one = Cat(Const(1, RTAG_BITS - EB))        # generation 1: the first use of an entry
+        k_row = Cat(one, mask_k)
+        for e in range(N):
+            terms += [meta[e][0:RTAG_BITS - EB] == Mux(g.known_now & (g.rt[0:EB] == e), 1, 0),
+                      asked[e] == Mux(g.k_taken & (e_k == e), k_row, 0),
+                      Mux(g.k_taken & (e_k == e),
+                          (answered[e] == 0) | ((answered[e][0:RTAG_BITS - EB] == 1) &
+                                                ((answered[e][RTAG_BITS - EB:] & ~mask_k) == 0)),
+                          answered[e] == 0)]
+        # The read side: k's descriptor waits in the FIFO until its fan-out starts.
+        terms += [(info.level <= info.depth) & ((i_rptr + info.level)[0:len(i_wptr)] == i_wptr),
+                  info.level == (g.picked & ~g.k_taken)]
+        i_head = data.View(read_info_layout(P), Mux(i_rptr == 0, i_slots[0], Mux(i_rptr == 1, i_slots[1],
+                                                    Mux(i_rptr == 2, i_slots[2], i_slots[3]))))
+        terms.append((info.level == 0) | ((i_head.mask == mask_k) & (i_head.src == k) & ~i_head.static &
+                                          (i_head.length == 1)))
+        terms += [~fo.fo_valid | (g.k_taken & (fo.fo_rtag == rt) & ((fo.fo.mask & ~mask_k) == 0) &
+                                  (fo.fo.src == k) & ~fo.fo.static & (fo.fo.length == 1))]
+        terms.append((rdq.level <= rdq.depth) & ((r_rptr + rdq.level)[0:len(r_wptr)] == r_wptr))
+        for j in range(rdq.depth):
+            fl, hd = _queued_flit(r_slots, r_rptr, j, self.engine.flit_width)
+            terms.append(~(rdq.level > j) | (g.k_taken & (hd.src == k) & (Cat(hd.tag, hd.route.uni.xtag) == rt)))
+        s_k = ex.slot(rt)
+        terms += [Mux(read_tags != 0, g.k_taken & (t == rt) & (read_tags == (Const(1, len(read_tags)) << s_k)),
+                      Const(1))]
+        if ex.started is not None:
+            terms.append(ex.started == Mux(g.k_taken, Const(1, len(ex.started)) << s_k, 0))
+        # The response filter: in step with the harness's framing; its registered rows are the rows.
+        terms.append(ex.in_pkt == (rs.in_payload | rs.dropping))
+        r_e = rs.r_rtag[0:EB]
+        terms += [~rs.vcyc | (rs.ans_d.as_value() == at(answered, r_e)),
+                  ~rs.vcyc | (rs.ask_d.as_value() == at(asked, r_e)) | (rs.ask_d.as_value() == 0),
+                  ~rs.vcyc | ~rs.dropping]
+        # A response past its verdict, neither dropped nor stale: k's, from a destination in both records.
+        src_bit = Mux(rs.r_src < P, Const(1, P) << rs.r_src[0:2], 0)
+        A = Signal(P, name="ex_A")
+        m.d.comb += A.eq(Mux(g.k_taken, at(answered, e_k)[RTAG_BITS - EB:], 0))
+        live_resp = rs.in_payload & ~rs.vcyc & ~rs.r_drop & ~rs.r_stale
+        terms.append(~live_resp | (g.k_taken & (rs.r_rtag == rt) & ((A & h_ans & src_bit) != 0) &
+                                   (rs.r_code == 0)))
+        # The verdict's view of a tracked answer for k: asked after k's reads left.
+        tracked_k = rs.vcyc & (rs.r_rtag == rt) & (rs.ask_d.as_value() != 0)
+        terms.append(~tracked_k | (g.k_taken & (read_tags != 0)))
+        pend = live_resp & (rs.r_k == 0)
+        both = A & h_ans
+        terms.append(~g.known | ((g.cnt[0] + (pend & ~g.ended)) <= popcount(both)))
+        terms.append(g.known | ((g.cnt[0] == 0) & (both == 0)))
+        # The buffer's contract, here the engine's: at most ``expected`` contributions to k's flit.
+        terms.append(~(g.good & (g.c.flit == 0)) | (g.cnt[0] != g.req_exp))
+        # k's result flits: the output queue's payload flits of k's packet carry the expected count.
+        in_k = o_in & o_k
+        rem = o_in
+        for j in range(outq.depth):
+            fl, hd = _queued_flit(q_slots, q_rptr, j, self.engine.flit_width)
+            live = outq.level > j
+            is_h = live & ~rem
+            terms += [~(live & rem & in_k) | ((fl.data[0:32] == g.req_exp) & g.ended & (g.end_code == 0)),
+                      ~(is_h & (hd.opcode == Opcode.RED_RESP) & (hd.tag == 1)) | (g.ended & (g.end_code == 0))]
+            in_k = Mux(live, is_h & (hd.opcode == Opcode.RED_RESP) & (hd.tag == 1), in_k)
+            rem = Mux(live, is_h & ~fl.last, rem)
+        terms.append(~(rem & in_k) | (merge.in_pkt & g.o_is_k))
+        terms.append(~(merge.in_pkt & g.o_is_k) | (rem & in_k))
+        terms.append(~(o_in & o_k) | (g.ended & (g.end_code == 0)))
+        return terms

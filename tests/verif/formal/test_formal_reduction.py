@@ -307,10 +307,30 @@ def test_engine_that_counts_early_answers_completes_an_entry_early(tmp_path):
 
 
 @pytest.mark.slow
+def test_engine_whose_buffer_keeps_a_timed_out_entry_answers_twice(tmp_path):
+    """The engine's "at most once" fails when its buffer's timeout leaves the entry active (the buffer's
+    mutant :class:`TimeoutKeepsEntry`): its scanner finds the entry expired again and k's requester gets a
+    second ``TIMEOUT`` (a bounded check at the proof's timeout of 4 finds it at step 17; about 8 CPU-s)."""
+    h = ReductionEngineHarness(answers_after_reads=False, only=("once",), events=TimeoutKeepsEntry, timeout=4)
+    res, _ = run_formal("re_once_mutant", h, h.props, depth=18, cover_depth=None, workdir=tmp_path)
+    assert [r.name for r in res] == ["every request is answered at most once"]
+    assert res[0].proof.startswith("FAILS"), res[0]
+
+
+def test_engine_invariant_is_stated_for_every_property_with_one_request():
+    with pytest.raises(ValueError, match="no invariant is stated for early, exact"):
+        ReductionEngineHarness(invariant=True)      # 2 requests: at most once only (all three with 1)
+    with pytest.raises(ValueError, match="unknown property nope"):
+        ReductionEngineHarness(only=("nope",))
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("block,proof,n", [("reduction_buffer", "proven (k-induction, k = 12)", 6),
                                            ("reduction_buffer_timeout", "proven (k-induction, k = 16)", 2),
                                            ("reduction_buffer_live", "proven (k-induction, k = 12)", 1),
-                                           ("reduction_engine", "holds to depth 20 (bounded model check)", 3)])
+                                           ("reduction_engine", "holds to depth 20 (bounded model check)", 3),
+                                           ("reduction_engine_once", "proven (k-induction, k = 10)", 1),
+                                           ("reduction_engine_one", "proven (k-induction, k = 12)", 3)])
 def test_reduction_buffer_blocks_hold_and_every_property_is_covered(block, proof, n, tmp_path, capsys):
     assert main(["formal", block, "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
