@@ -262,6 +262,28 @@ class SmallReductionBuffer(ReductionBuffer):
         return outstanding
 
 
+def _memory_rows(m, mem, name: str, plain: bool = False) -> list:
+    """Every row of memory ``mem`` as a signal (``name`` + row index), read combinationally; ``plain``
+    gives bare-width signals instead of signals of the memory's shape."""
+    out = []
+    for j in range(mem.depth):
+        port = mem.read_port(domain="comb")
+        sig = Signal(len(Value.cast(port.data)) if plain else mem.shape, name=f"{name}{j}")
+        m.d.comb += [port.addr.eq(j), sig.eq(port.data)]
+        out.append(sig)
+    return out
+
+
+def _select(values: list, idx, view: bool = False):
+    """``values[idx]`` as a chain of muxes (the last row where ``idx`` is out of range: row 0); ``view``
+    keeps a layout-shaped row's view."""
+    out = Value.cast(values[0])
+    for j in range(1, len(values)):
+        out = Mux(idx == j, Value.cast(values[j]), out)
+    shape = values[0].shape()
+    return data.View(shape, out) if view and isinstance(shape, data.Layout) else out
+
+
 def _queued_flit(slots, rptr, j: int, flit_width: int):
     """The flit ``j`` places after the read pointer ``rptr`` of a FIFO's ``slots`` (its storage, in write
     order, wrapping), and its header view: the harness reads the output queue in the order it will leave."""
@@ -565,23 +587,11 @@ class ReductionBufferHarness(wiring.Component):
         outq = dm.submodules.outq
         o_rptr, o_wptr, o_slots = observe_queue(outq, "storage", "inv_outq")
 
-        def rows(mem, name):
-            out = []
-            for j in range(N):
-                port = mem.read_port(domain="comb")
-                sig = Signal(mem.shape, name=f"inv_{name}{j}")
-                m.d.comb += [port.addr.eq(j), sig.eq(port.data)]
-                out.append(sig)
-            return out
-
         def at(values, idx):
-            out = Value.cast(values[0])
-            for j in range(1, N):
-                out = Mux(idx == j, Value.cast(values[j]), out)
-            shape = values[0].shape()
-            return data.View(shape, out) if isinstance(shape, data.Layout) else out
+            return _select(values, idx, view=True)
 
-        meta, prog, start = (rows(getattr(bm.submodules, n), n) for n in ("meta", "progress", "start"))
+        meta, prog, start = (_memory_rows(m, getattr(bm.submodules, n), f"inv_{n}")
+                             for n in ("meta", "progress", "start"))
         inner, inner_terms, slot = self._fifo_rows(m, evq, qm.submodules.storage, N - 1)
         self._inner = inner
         busy, active = buf.busy, buf.active
@@ -1321,23 +1331,10 @@ class ReductionEngineHarness(wiring.Component):
         r_rptr, r_wptr, r_slots = observe_queue(rdq, "storage", "inv_rdq")
         bm = elaborate_now(buf, platform)
 
-        def rows(mem, name):
-            out = []
-            for j in range(N):
-                port = mem.read_port(domain="comb")
-                sig = Signal(len(Value.cast(port.data)), name=f"ex_{name}{j}")
-                m.d.comb += [port.addr.eq(j), sig.eq(port.data)]
-                out.append(sig)
-            return out
-
-        def at(values, idx):
-            out = Value.cast(values[0])
-            for j in range(1, N):
-                out = Mux(idx == j, Value.cast(values[j]), out)
-            return out
-
-        asked, answered, meta = rows(rm.submodules.asked, "asked"), rows(rm.submodules.answered, "answered"), \
-            rows(bm.submodules.meta, "meta")
+        at = _select
+        asked, answered, meta = (_memory_rows(m, mem, f"ex_{name}", plain=True) for mem, name in
+                                 ((rm.submodules.asked, "asked"), (rm.submodules.answered, "answered"),
+                                  (bm.submodules.meta, "meta")))
         popcount = lambda v: sum(v[i] for i in range(len(v)))       # noqa: E731
         mask_k, t, read_tags, h_ans = ex.mask_k, ex.t, ex.read_tags, ex.answered
         rt = g.rt_reg
