@@ -423,7 +423,7 @@ def scheme_table(figs: dict, pred: dict, gpus: int) -> str:
                      f"{f['sim']['cycles_per_s']:,.0f}"])
     return table(rows, ["scheme", "cycles", "dispatch + GEMM", "combine", "estimator", "measured vs estimator",
                         "up util.", "down util.", "TLB hit rate", "red. entries (max)", "cycles after the last GEMM",
-                        "stores behind a tag wait", "sim cycles/s"])
+                        "descriptors behind a tag wait", "sim cycles/s"])
 
 
 def prediction_table(pred: dict) -> str:
