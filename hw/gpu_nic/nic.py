@@ -36,7 +36,11 @@ Ports: ``desc`` (descriptors), ``gen_cfg``/``rbase``, ``rx_cfg``/``dyn_base`` (c
 receive paths take ``rx_cfg``, the response path with no token window), ``mm_cfg`` (memory-manager
 commands, :class:`~hw.gpu_nic.memory_manager.MmCommand`), ``clear`` (new layer: slot pointers),
 ``tx``/``rx`` (VC links to and from the switch), ``mem_wr``, ``mem_rd_tx`` (payload fetch), ``mem_rd_rx``
-(read answers), ``cmd``/``ready``/``release`` (the tracker), ``gen_errors``, ``rx_errors`` (request path),
+(read answers), ``cmd``/``ready``/``release`` (the tracker), ``gen_errors``, ``gen_stalls`` (the generator's
+cycles waiting on combine tags, :class:`~hw.gpu_nic.request_gen.GenStall`), ``gen_tag_ready`` (a reduction-load
+descriptor offered now would find its tag free: the SMs offer one only then while stores wait, since a load
+waiting for its tag holds ``desc``), ``rx_read_waits`` (cycles a read request waited at the head of the
+request path for room for its answer), ``rx_errors`` (request path),
 ``rsp_errors`` (response path), ``remote_codes`` (``ERROR`` packets received, per code), ``tracker_errors``,
 ``mm_counters``. Latencies and throughput are the blocks'; the glue adds none (the ``mem_wr`` merge and
 the ``TLB_FILL_RESP`` former are combinational).
@@ -52,7 +56,7 @@ from ..vc_link import VcSender, vc_link_signature
 from .memory_if import BYTE_ADDR_BITS, mem_read_signature, mem_write_signature
 from .memory_manager import N_MM_COUNTERS, MemoryManager, MmCommand
 from .receive_path import N_REMOTE_CODES, ReceivePath, RxError, header_value, rx_config_layout
-from .request_gen import DescError, RequestGenerator, descriptor_layout, gen_config_layout
+from .request_gen import DescError, GenStall, RequestGenerator, descriptor_layout, gen_config_layout
 from .token_tracker import TileCommand, TileReady, TokenRelease, TokenTracker, TrackerError
 
 __all__ = ["GpuNic"]
@@ -65,7 +69,9 @@ class GpuNic(wiring.Component):
     switch's ``link_credits``), ``rx_credits`` (receive buffer per VC, >= ``max_payload`` + 1: the switch's
     ``gpu_credits``), ``fetch_depth``, ``read_depth``, ``groups``, ``tags``, ``experts``, ``tiles``,
     ``tile_size`` (``tiles * tile_size`` <= 65536), and the memory manager's ``mm_groups``,
-    ``mm_layouts``, ``mm_index_bits``, ``mm_slots``, ``mm_epoch_bits``; validated by the blocks.
+    ``mm_layouts``, ``mm_index_bits``, ``mm_slots``, ``mm_epoch_bits``, the request path's ``read_queue``
+    (:class:`~hw.gpu_nic.receive_path.ReceivePath`) and the generator's ``any_tag``
+    (:class:`~hw.gpu_nic.request_gen.RequestGenerator`); validated by the blocks.
 
     ``experts`` is the number of experts this GPU hosts (1..256, ``rx_cfg.expert_base`` .. ``+ experts -
     1``): the receive paths report arrivals for exactly those. It need not be a power of two (Kimi-K2 on 8
@@ -77,7 +83,7 @@ class GpuNic(wiring.Component):
                  credits: int = 8, rx_credits: int = 32, fetch_depth: int = 48, read_depth: int = 48,
                  groups: int = 4, tags: int = 32, experts: int = 32, tiles: int = 16, tile_size: int = 128,
                  mm_groups: int = 16, mm_layouts: int = 4, mm_index_bits: int = 10, mm_slots: int = 1024,
-                 mm_epoch_bits: int = 8):
+                 mm_epoch_bits: int = 8, read_queue: int = 0, any_tag: bool = False):
         if not isinstance(tiles, int) or not isinstance(tile_size, int) or tiles * tile_size > 65536:
             raise ValueError(f"tiles * tile_size must be at most 65536 slots per expert, got {tiles} x {tile_size}")
         if not isinstance(credits, int) or isinstance(credits, bool) or not 1 <= credits <= 4096:
@@ -86,11 +92,12 @@ class GpuNic(wiring.Component):
         self.credits = credits
         self.rx_credits = rx_credits
         self.gen = RequestGenerator(ports=ports, flit_width=flit_width, max_payload=max_payload, credits=credits,
-                                    fetch_depth=fetch_depth, groups=groups, tags=tags, link="stream")
+                                    fetch_depth=fetch_depth, groups=groups, tags=tags, link="stream",
+                                    any_tag=any_tag)
         rx_kw = dict(flit_width=flit_width, credits=rx_credits, max_payload=max_payload, experts=experts,
                      tile_size=tile_size, max_slots=tiles * tile_size, groups=groups, tags=tags,
                      read_depth=read_depth, ports=ports)
-        self.rxq = ReceivePath(accept="req", **rx_kw)
+        self.rxq = ReceivePath(accept="req", read_queue=read_queue, **rx_kw)
         self.rxr = ReceivePath(accept="resp", **rx_kw)
         # The table's entry index is {expert, tile}: its expert dimension is the share rounded up to a power
         # of two. The receive paths' mask must be the share itself, or a neighbour's experts would count here.
@@ -115,6 +122,9 @@ class GpuNic(wiring.Component):
             "ready": Out(stream.Signature(TileReady)),
             "release": Out(stream.Signature(TokenRelease)),
             "gen_errors": Out(data.ArrayLayout(32, len(DescError))),
+            "gen_stalls": Out(data.ArrayLayout(32, len(GenStall))),
+            "gen_tag_ready": Out(1),
+            "rx_read_waits": Out(32),
             "rx_errors": Out(data.ArrayLayout(32, len(RxError))),
             "rsp_errors": Out(data.ArrayLayout(32, len(RxError))),
             "remote_codes": Out(data.ArrayLayout(32, N_REMOTE_CODES)),
@@ -208,6 +218,9 @@ class GpuNic(wiring.Component):
             tr.arrival.payload.tile.eq(rq.arrival.payload.tile),
             rq.arrival.ready.eq(tr.arrival.ready),
             self.gen_errors.eq(gen.err_count),
+            self.gen_stalls.eq(gen.stalls),
+            self.gen_tag_ready.eq(gen.tag_ready),
+            self.rx_read_waits.eq(rq.read_waits),
             self.rx_errors.eq(rq.err_count),
             self.rsp_errors.eq(rr.err_count),
             self.remote_codes.eq(rr.remote_codes),

@@ -457,6 +457,7 @@ class _Commit(wiring.Component):
             "meta_room": In(1),
             "err": Out(len(RxError)),
             "remote": Out(N_REMOTE_CODES),
+            "read_wait": Out(1),
         })
         # The packet being committed, attributes so that a formal harness can state invariants on it.
         self.writing = Signal()          # committing a packet's payload
@@ -514,6 +515,7 @@ class _Commit(wiring.Component):
                     self.emit.payload.header.eq(dec.rsp_header),
                     self.emit.payload.n.eq(hdr.length),
                     take.eq(ok),
+                    self.read_wait.eq(~ok),
                 ]
 
             def do_fill():
@@ -667,7 +669,11 @@ class ReceivePath(wiring.Component):
     of two; slots per local expert), ``groups`` (``dyn_base`` entries), ``tags`` (combine tags, power of
     two 4..256), ``read_depth`` (read-response payload buffer, >= ``max_payload``), ``accept`` (``"all"``,
     ``"req"`` or ``"resp"``: the opcodes taken, see the module docstring), ``ports`` (the switch's ports,
-    which choose the header format, :func:`hw.packet.header_format`; None: up to 64).
+    which choose the header format, :func:`hw.packet.header_format`; None: up to 64), ``read_queue``
+    (0..1024 read requests queued between the commit and the response builder, so that the packets behind
+    a read whose answer has no room yet go on: writes pass reads, as posted writes pass non-posted reads,
+    and a read may then return a write that arrived after it; 0: none, a read waits at the head).
+    ``read_waits`` counts the cycles a read waited at the head for room.
 
     Latency: a packet's last flit in at cycle t -> its header is processed at t+1 and its payload written
     from t+2, one flit per cycle; the metadata flit written at t -> ``arrival`` valid at t+2 (the token-
@@ -677,7 +683,8 @@ class ReceivePath(wiring.Component):
 
     def __init__(self, *, flit_width: int = DEFAULT_FLIT_WIDTH, credits: int = 40, max_payload: int = 16,
                  experts: int = 32, tile_size: int = 128, max_slots: int = 4096, groups: int = 4,
-                 tags: int = 32, read_depth: int = 48, accept: str = "all", ports: int | None = None):
+                 tags: int = 32, read_depth: int = 48, accept: str = "all", ports: int | None = None,
+                 read_queue: int = 0):
         flit_layout(flit_width)
         header_format(ports, flit_width)
         self.ports = ports
@@ -702,6 +709,9 @@ class ReceivePath(wiring.Component):
             raise ValueError(f"tags must be a power of two in 4..256, got {tags!r}")
         if not isinstance(read_depth, int) or not max(2, max_payload) <= read_depth <= 1024:
             raise ValueError(f"read_depth must be an integer in max_payload..1024, got {read_depth!r}")
+        if not isinstance(read_queue, int) or isinstance(read_queue, bool) or not 0 <= read_queue <= 1024:
+            raise ValueError(f"read_queue must be an integer in 0..1024 (0: none), got {read_queue!r}")
+        self.read_queue = read_queue
         self.flit_width = flit_width
         self.credits = credits
         self.max_payload = max_payload
@@ -726,6 +736,7 @@ class ReceivePath(wiring.Component):
             "err_count": Out(data.ArrayLayout(32, len(RxError))),
             "fill": Out(stream.Signature(backing_request_layout(ports))),
             "remote_codes": Out(data.ArrayLayout(32, N_REMOTE_CODES)),
+            "read_waits": Out(32),
         })
 
     def elaborate(self, platform):
@@ -751,8 +762,26 @@ class ReceivePath(wiring.Component):
         connect(m, stager.status, commit.status)
         connect(m, wiring.flipped(self.tag_issue), tags.issue)
         connect(m, commit.tag, tags.lookup)
-        connect(m, commit.fetch, builder.fetch)
-        connect(m, commit.emit, builder.emit)
+        if self.read_queue:
+            # Read requests queue here, so that the writes behind them go on while the answers wait for the
+            # response channel (posted writes pass non-posted reads; nothing orders a read with a write).
+            fl, el = data.Layout.cast(fetch_layout(W)), data.Layout.cast(emit_layout(self.ports))
+            m.submodules.readq = readq = fifo.SyncFIFO(width=fl.size + el.size, depth=self.read_queue)
+            both = builder.fetch.ready & builder.emit.ready
+            m.d.comb += [
+                readq.w_en.eq(commit.fetch.valid),
+                readq.w_data.eq(Cat(commit.fetch.payload, commit.emit.payload)),
+                commit.fetch.ready.eq(readq.w_rdy),
+                commit.emit.ready.eq(readq.w_rdy),
+                builder.fetch.valid.eq(readq.r_rdy & both),
+                builder.emit.valid.eq(readq.r_rdy & both),
+                builder.fetch.payload.eq(readq.r_data[:fl.size]),
+                builder.emit.payload.eq(readq.r_data[fl.size:]),
+                readq.r_en.eq(both),
+            ]
+        else:
+            connect(m, commit.fetch, builder.fetch)
+            connect(m, commit.emit, builder.emit)
         connect(m, builder.mem_rd, wiring.flipped(self.mem_rd))
         connect(m, builder.o, wiring.flipped(self.rsp))
         connect(m, commit.mem_wr, wiring.flipped(self.mem_wr))
@@ -782,4 +811,6 @@ class ReceivePath(wiring.Component):
             remote.strobe.eq(commit.remote),
             self.remote_codes.eq(remote.count),
         ]
+        m.submodules.read_wait_counter = rw = EventCounters(1)
+        m.d.comb += [rw.strobe[0].eq(commit.read_wait), self.read_waits.eq(rw.count[0])]
         return m

@@ -42,7 +42,8 @@ Contract
   ``aux`` (packets to merge onto the uplink, e.g. the receive path's read responses), ``tx`` (credit
   link to the switch; with ``link="stream"`` a plain flit stream instead, for a caller that puts it on a
   VC link's request channel), ``tag_issue`` (stream out), ``tag_busy`` (in), ``err_count`` (per
-  :class:`DescError`).
+  :class:`DescError`), ``stalls`` (cycles waiting on tags, per :class:`GenStall`: a reduction load whose
+  tag is busy holds the one descriptor stream, so the descriptors behind it, stores included, wait too).
 * Throughput: one packet command per cycle from the descriptor walker (descriptors back to back, no
   bubble), one flit per cycle on ``tx`` while credits last. ``aux`` and generated packets share the
   uplink packet by packet, round-robin.
@@ -66,8 +67,8 @@ from ..packet import (DEFAULT_FLIT_WIDTH, GROUP_BITS, INDEX_BITS, MAX_LENGTH, MA
 from .memory_if import BYTE_ADDR_BITS, flit_shift, mem_read_signature
 from .packet_builder import PacketBuilder, emit_layout, fetch_layout
 
-__all__ = ["DescOp", "Descriptor", "GenConfig", "TagIssue", "DescError", "RequestGenerator", "MAX_ROW_FLITS",
-           "descriptor_layout", "gen_config_layout"]
+__all__ = ["DescOp", "Descriptor", "GenConfig", "TagIssue", "DescError", "GenStall", "RequestGenerator",
+           "MAX_ROW_FLITS", "descriptor_layout", "gen_config_layout"]
 
 MAX_ROW_FLITS = 1024      # the header's 10-bit offset field
 
@@ -118,6 +119,13 @@ class DescError(py_enum.IntEnum):
     BAD_GROUP = 3
 
 
+class GenStall(py_enum.IntEnum):
+    """Cycles the generator waits on its combine tags (``stalls``; performance, not errors)."""
+    TAG_WAIT = 0        #: a reduction load waits for its tag (the next one, round robin) to be free
+    TAG_BLOCKED = 1     #: ... while a further descriptor waits on ``desc`` behind it (head-of-line)
+    TAG_WAIT_FREE = 2   #: ... a TAG_WAIT cycle in which some other tag is free
+
+
 _OFF_BITS = data.Layout.cast(Descriptor)["length"].width     # a flit offset within a row
 _N_BITS = data.Layout.cast(HeaderLayout)["length"].width      # flits in one packet
 
@@ -131,9 +139,10 @@ class _Planner(wiring.Component):
     row as unicast does, once, under its group handle. A new descriptor may load in the cycle the previous
     one finishes."""
 
-    def __init__(self, *, ports, flit_width, max_payload, groups, tags):
+    def __init__(self, *, ports, flit_width, max_payload, groups, tags, any_tag=False):
         self.ports, self.flit_width, self.max_payload, self.groups, self.tags = (
             ports, flit_width, max_payload, groups, tags)
+        self.any_tag = any_tag
         super().__init__({
             "desc": In(stream.Signature(descriptor_layout(ports))),
             "cfg": In(gen_config_layout(ports)),
@@ -143,6 +152,8 @@ class _Planner(wiring.Component):
             "fetch": Out(stream.Signature(fetch_layout(flit_width))),
             "bind": Out(stream.Signature(TagIssue)),
             "err_count": Out(data.ArrayLayout(32, len(DescError))),
+            "stalls": Out(data.ArrayLayout(32, len(GenStall))),
+            "tag_ready": Out(1),
         })
 
     def elaborate(self, platform):
@@ -209,7 +220,18 @@ class _Planner(wiring.Component):
                 m.d.comb += [hdr.tag.eq(next_tag), hdr.etype.eq(d.etype), hdr.redop.eq(d.redop)]
 
         # One packet command per cycle when everything it needs has room.
-        tag_free = ~self.tag_busy.bit_select(next_tag, 1)
+        if self.any_tag:
+            # The lowest free tag; a tag bound but not yet busy in tag_busy (the binding queue's cycles) is
+            # claimed until tag_busy shows it.
+            claimed = Signal(self.tags)
+            free = Signal(self.tags)
+            m.d.comb += free.eq(~self.tag_busy & ~claimed)
+            tag_free, low = first_set(m, free, name="free")
+            m.d.comb += next_tag.eq(low)
+            free2 = Signal()
+            m.d.comb += free2.eq((free & ~(Const(1, self.tags) << low)) != 0)
+        else:
+            tag_free = ~self.tag_busy.bit_select(next_tag, 1)
         can = Signal()
         m.d.comb += can.eq(busy & self.emit.ready &
                            Mux(is_st, self.fetch.ready, tag_free & self.bind.ready))
@@ -224,9 +246,13 @@ class _Planner(wiring.Component):
             self.bind.payload.tag.eq(next_tag),
             self.bind.payload.addr.eq(land),
         ]
+        if self.any_tag:
+            m.d.sync += claimed.eq((claimed | Mux(can & ~is_st, Const(1, self.tags) << next_tag, 0)) &
+                                   ~self.tag_busy)
         with m.If(can):
-            with m.If(~is_st):
-                m.d.sync += next_tag.eq(next_tag + 1)
+            if not self.any_tag:
+                with m.If(~is_st):
+                    m.d.sync += next_tag.eq(next_tag + 1)
             with m.If(row_done):
                 m.d.sync += [off.eq(0), rem.eq(rem & ~dst_bit),
                              copy_base.eq(copy_base + (d.length << fsh))]
@@ -251,6 +277,20 @@ class _Planner(wiring.Component):
         m.submodules.errors = errors = EventCounters(len(DescError))
         m.d.comb += [errors.strobe[code].eq(take & cond) for code, cond in errs.items()]
         m.d.comb += self.err_count.eq(errors.count)
+        tag_wait = busy & ~is_st & ~tag_free
+        # The tag the next reduction-load descriptor will take first: next_tag, or the one after it while the
+        # descriptor being walked is a reduction load whose tag is not bound yet.
+        if self.any_tag:
+            m.d.comb += self.tag_ready.eq(~tag_wait & Mux(busy & ~is_st, free2, tag_free))
+        else:
+            upcoming = Signal.like(next_tag)
+            m.d.comb += [upcoming.eq(next_tag + (busy & ~is_st)),
+                         self.tag_ready.eq(~tag_wait & ~self.tag_busy.bit_select(upcoming, 1))]
+        m.submodules.stall_counters = stalls = EventCounters(len(GenStall))
+        m.d.comb += [stalls.strobe[GenStall.TAG_WAIT].eq(tag_wait),
+                     stalls.strobe[GenStall.TAG_BLOCKED].eq(tag_wait & self.desc.valid),
+                     stalls.strobe[GenStall.TAG_WAIT_FREE].eq(tag_wait & ~self.tag_busy.all()),
+                     self.stalls.eq(stalls.count)]
         with m.If(take & ok):
             m.d.sync += [busy.eq(1), d.eq(nd), rem.eq(nd.mask[:self.ports]), off.eq(0), copy_base.eq(nd.addr)]
         return m
@@ -304,7 +344,14 @@ class RequestGenerator(wiring.Component):
     (flits per packet, 1..31), ``credits`` (uplink credits, 1..1024), ``fetch_depth`` (payload read-ahead
     buffer, >= ``max_payload``), ``groups`` (``rbase`` entries, 1..256), ``tags`` (combine tags, a power of
     two in 4..256), ``link`` (``"credit"``: ``tx`` is a credit link with ``credits`` credits;
-    ``"stream"``: ``tx`` is a flit stream, ``credits`` unused; packets are the same either way).
+    ``"stream"``: ``tx`` is a flit stream, ``credits`` unused; packets are the same either way),
+    ``any_tag`` (False: a reduction load takes the next tag in turn and waits for it, so the oldest
+    outstanding load holds the next one; True: it takes the lowest free tag, a tag bound but not yet shown
+    busy on ``tag_busy`` excluded, and waits only when every tag is busy).
+
+    ``tag_ready`` (a hint for the descriptor source): a reduction-load descriptor offered now would find its
+    tag free (none waits in the walker, and the tag it would take is free: the next in turn, or with
+    ``any_tag`` a free one beside the one the load being walked takes).
 
     Latency: a descriptor accepted in cycle t has its first packet command at t+1; a header-only packet
     reaches ``tx`` at t+3 (planner, command queue, emitter), a payload packet once its data is fetched.
@@ -312,7 +359,7 @@ class RequestGenerator(wiring.Component):
 
     def __init__(self, *, ports: int = 8, flit_width: int = DEFAULT_FLIT_WIDTH, max_payload: int = 16,
                  credits: int = 32, fetch_depth: int = 48, groups: int = 4, tags: int = 32,
-                 link: str = "credit"):
+                 link: str = "credit", any_tag: bool = False):
         if link not in ("credit", "stream"):
             raise ValueError(f"link must be 'credit' or 'stream', got {link!r}")
         if not isinstance(ports, int) or not 2 <= ports <= MAX_SWITCH_PORTS:
@@ -330,6 +377,8 @@ class RequestGenerator(wiring.Component):
             raise ValueError(f"groups must be an integer in 1..256, got {groups!r}")
         if not isinstance(tags, int) or not 4 <= tags <= 256 or tags & (tags - 1):
             raise ValueError(f"tags must be a power of two in 4..256, got {tags!r}")
+        if not isinstance(any_tag, bool):
+            raise ValueError(f"any_tag must be a bool, got {any_tag!r}")
         self.ports = ports
         self.flit_width = flit_width
         self.max_payload = max_payload
@@ -338,6 +387,7 @@ class RequestGenerator(wiring.Component):
         self.groups = groups
         self.tags = tags
         self.link = link
+        self.any_tag = any_tag
         super().__init__({
             "desc": In(stream.Signature(descriptor_layout(ports))),
             "cfg": In(gen_config_layout(ports)),
@@ -349,12 +399,15 @@ class RequestGenerator(wiring.Component):
             "tag_issue": Out(stream.Signature(TagIssue)),
             "tag_busy": In(tags),
             "err_count": Out(data.ArrayLayout(32, len(DescError))),
+            "stalls": Out(data.ArrayLayout(32, len(GenStall))),
+            "tag_ready": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.planner = planner = _Planner(ports=self.ports, flit_width=self.flit_width,
-                                                  max_payload=self.max_payload, groups=self.groups, tags=self.tags)
+                                                  max_payload=self.max_payload, groups=self.groups, tags=self.tags,
+                                                  any_tag=self.any_tag)
         m.submodules.builder = builder = PacketBuilder(flit_width=self.flit_width, depth=self.fetch_depth,
                                                        ports=self.ports)
         m.submodules.tagq = tagq = fifo.SyncFIFO(width=data.Layout.cast(TagIssue).size, depth=2)
@@ -366,6 +419,8 @@ class RequestGenerator(wiring.Component):
             planner.rbase.eq(self.rbase),
             planner.tag_busy.eq(self.tag_busy),
             self.err_count.eq(planner.err_count),
+            self.stalls.eq(planner.stalls),
+            self.tag_ready.eq(planner.tag_ready),
         ]
         connect(m, planner.emit, builder.emit)
         connect(m, planner.fetch, builder.fetch)

@@ -39,6 +39,10 @@ from verif.models.moe_layer import build_layer
     (["--sim", "vcs"], "--sim 'vcs': valid: icarus, verilator"),
     (["--harness", "pyverilator"], "--harness 'pyverilator': valid: fast, cocotb"),
     (["--sim", "icarus"], "--harness fast runs on Verilator only, not 'icarus'; use --harness cocotb --sim icarus"),
+    (["--feeder", "eager"], "--feeder 'eager': valid: plain, tags"),
+    (["--design", "tags=64"], "--design 'tags=64': expected BLOCK.PARAM=VALUE with BLOCK one of nic, switch"),
+    (["--design", "nic.ports=4"], "--design 'nic.ports=4': nic has no settable parameter 'ports'; valid: fetch_depth"),
+    (["--design", "switch.resp_iterations=four"], "the value must be an integer or true/false"),
     # refused before the build: the rows do not fit the testbench's address map
     (["--gpus", "4", "--tokens", "1025", "--hidden", "7168", "--scheme", "dysharp"],
      "dysharp: 4100 rows of 16384 B from WIN_BASE = 0x4000000 run past 0x8000000"),
@@ -176,3 +180,15 @@ def test_calibration_figures_reach_the_estimator(tmp_path):
     assert c.get("tlb_misses_per_key") == 1.0 and c.get("tracker_ready_latency_cycles") == 6.5
     assert c.sources["tracker_ready_latency_cycles"].endswith("system.json")
     assert load_calibration(tmp_path, exclude=("system",)).get("tlb_misses_per_key") is None
+
+
+def test_design_overrides_reach_the_system_top():
+    """``--design`` sets the NICs' and the switch's parameters of the build on top of the layer's own, and
+    names the run apart."""
+    from verif.bench.system import check_point
+    p = check_point("qwen3-235b-a22b", 8, 64, 128, 1, None, feeder="tags",
+                    design="nic.any_tag=true,nic.read_queue=0x10,switch.resp_iterations=4")
+    params = p.system_params(("dysharp",))
+    assert params["nic"]["any_tag"] is True and params["nic"]["read_queue"] == 16
+    assert params["nic"]["experts"] == 16 and params["switch"] == {"resp_iterations": 4}
+    assert p.slug.endswith("_tags_nic.any_tag1_nic.read_queue16_switch.resp_iterations4")

@@ -170,3 +170,20 @@ def test_registered_inputs_load_clock():
         registered_inputs(v, "top", "negedge", "sim_load")
     with pytest.raises(ValueError, match="already has a name 'y'"):
         registered_inputs(v, "top", "posedge", "y")
+
+
+@needs_verilator
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", ["dysharp", "fused-unicast"])
+def test_tag_gated_feeder_equals_cocotb(scheme, tmp_path):
+    """The feeder that offers a ready ld_reduce only while the NIC's next combine tag is free (``feeder=tags``,
+    reading ``gen_tag_ready``) gives every figure on both harnesses; fused-unicast's pushes are stores, so
+    its figures are those of the plain feeder."""
+    out = tmp_path / f"{scheme}.json"
+    run_cocotb("system", PARAMS, test_module="verif.tb.system", testcase="test_layer", seed=1, sim="verilator",
+               env={**LAYER, "scheme": scheme, "out": str(out), "feeder": "tags"})
+    slow = json.loads(out.read_text())
+    fast = fast_run(scheme, feeder="tags")
+    assert figures(fast) == figures(slow)
+    if scheme == "fused-unicast":
+        assert figures(fast)["cycles"] == figures(fast_run(scheme))["cycles"]

@@ -58,7 +58,7 @@ def fast_build(point: "Point", schemes, harness: str, timeout: int, bin_cycles: 
     from hw import registry
     from verif.harness.fastsim.system import build_system
 
-    design = registry.point("system", point.layer().system_params(schemes))
+    design = registry.point("system", point.system_params(schemes))
     inputs_at_rise, pgo = FAST_HARNESSES[harness]
     train = None
     if pgo:
@@ -85,6 +85,8 @@ def layer_settings(point: "Point", scheme: str, out: "Path | None", timeout: int
         env["silent"] = list(silent)
     if not drop:
         env["drop"] = False
+    if point.feeder != "plain":
+        env["feeder"] = point.feeder
     return env
 
 
@@ -112,6 +114,14 @@ def add_arguments(p) -> None:
                                               "or icarus")
     p.add_argument("--gemm", default=None, metavar="G1,G2",
                    help="override the GEMM-1/GEMM-2 cycles per full tile (default: derived from the model)")
+    p.add_argument("--feeder", default="plain",
+                   help="how the SMs offer a ready combine ld_reduce: plain (always first, default: a load "
+                        "waiting for its combine tag then holds the NIC's descriptor stream, the dispatch's "
+                        "stores behind it) or tags (first only while the NIC's next tag is free, else the next "
+                        "dispatch store)")
+    p.add_argument("--design", default=None, metavar="BLOCK.PARAM=V,...",
+                   help="override parameters of the system top's NICs (nic.) or switch (switch.), e.g. "
+                        "nic.tags=64,nic.any_tag=true,switch.resp_iterations=4 (default: none)")
     p.add_argument("--timeout", type=int, default=None,
                    help="cycles a phase may take before the run fails (default: 4x the prediction + 20000)")
     p.add_argument("--silent-gpu", type=int, default=None, help="fault: this GPU stops answering reads")
@@ -137,13 +147,25 @@ class Point:
     gemm: tuple | None = None
     redundant_experts: int = 0
     system: str | None = None
+    feeder: str = "plain"
+    design: tuple = ()          # ((block, parameter, value), ...): overrides of the system top's NICs / switch
 
     @property
     def slug(self) -> str:
         g = f"_gemm{self.gemm[0]}x{self.gemm[1]}" if self.gemm else ""
         r = f"_r{self.redundant_experts}" if self.redundant_experts else ""
         sy = f"_{self.system}" if self.system else ""
-        return f"{self.model}_g{self.gpus}_t{self.tokens}_h{self.hidden}_s{self.seed}{r}{sy}{g}"
+        f = f"_{self.feeder}" if self.feeder != "plain" else ""
+        ds = "".join(f"_{b}.{k}{int(v)}" for b, k, v in self.design)
+        return f"{self.model}_g{self.gpus}_t{self.tokens}_h{self.hidden}_s{self.seed}{r}{sy}{g}{f}{ds}"
+
+    def system_params(self, schemes=None) -> dict:
+        """The system top's parameters: the layer's (:meth:`~verif.models.moe_layer.MoeLayer.system_params`)
+        with ``design``'s overrides."""
+        params = self.layer().system_params(schemes)
+        for block, key, value in self.design:
+            params[block] = {**params.get(block, {}), key: value}
+        return params
 
     def layer(self):
         from verif.models import moe_layer as ml
@@ -162,8 +184,13 @@ def parse_schemes(text: str) -> list[str]:
 
 
 def check_point(model: str, gpus: int, tokens: int, hidden: int, seed: int, gemm: str | None,
-                redundant_experts: int = 0, system: str | None = None) -> Point:
+                redundant_experts: int = 0, system: str | None = None, feeder: str = "plain",
+                design: str | None = None) -> Point:
     """A :class:`Point`, or ``ValueError`` naming the argument and its valid values."""
+    from verif.tb.system import FEEDERS
+    if feeder not in FEEDERS:
+        raise ValueError(f"--feeder {feeder!r}: valid: {', '.join(FEEDERS)}")
+    overrides = parse_design(design)
     from hw.packet import MAX_SWITCH_PORTS, header_format
     from sim_models import moe_config
     from verif.models.moe_layer import expert_split
@@ -209,7 +236,47 @@ def check_point(model: str, gpus: int, tokens: int, hidden: int, seed: int, gemm
             g = ()
         if len(g) != 2 or min(g) < 1:
             raise ValueError(f"--gemm {gemm!r}: must be two positive cycle counts G1,G2")
-    return Point(model.lower(), gpus, tokens, hidden, seed, g, R, system)
+    return Point(model.lower(), gpus, tokens, hidden, seed, g, R, system, feeder, overrides)
+
+
+#: The blocks of the system top whose parameters ``--design`` sets, and their classes.
+DESIGN_BLOCKS = {"nic": "hw.gpu_nic.nic:GpuNic", "switch": "hw.switch.dysharp_switch:DySharpSwitch"}
+#: Parameters the layer sets itself (``MoeLayer.system_params``) or the top passes down: not overridable.
+_FIXED = {"ports", "flit_width", "max_payload", "credits", "rx_credits", "link_credits", "gpu_credits", "experts",
+          "tiles", "tile_size", "mm_index_bits", "mm_slots"}
+
+
+def parse_design(text: str | None) -> tuple:
+    """``--design`` (``block.param=value,...``, integer or true/false values) as ((block, param, value), ...),
+    or ``ValueError`` naming the bad item and the valid blocks or parameters. The blocks check the values
+    when the top is built."""
+    import importlib
+    import inspect
+    if not text:
+        return ()
+    out = []
+    for item in (x.strip() for x in text.split(",") if x.strip()):
+        key, eq, value = item.partition("=")
+        block, dot, param = key.strip().partition(".")
+        if not eq or not dot or block not in DESIGN_BLOCKS:
+            raise ValueError(f"--design {item!r}: expected BLOCK.PARAM=VALUE with BLOCK one of "
+                             f"{', '.join(DESIGN_BLOCKS)} (e.g. nic.tags=64)")
+        mod, cls = DESIGN_BLOCKS[block].split(":")
+        names = [n for n, p in inspect.signature(getattr(importlib.import_module(mod), cls)).parameters.items()
+                 if p.kind == p.KEYWORD_ONLY and n not in _FIXED]
+        if param not in names:
+            raise ValueError(f"--design {item!r}: {block} has no settable parameter {param!r}; valid: "
+                             f"{', '.join(names)}")
+        v = value.strip().lower()
+        if v in ("true", "false"):
+            val = v == "true"
+        else:
+            try:
+                val = int(v, 0)
+            except ValueError:
+                raise ValueError(f"--design {item!r}: the value must be an integer or true/false") from None
+        out.append((block, param, val))
+    return tuple(out)
 
 
 def check_harness(harness: str, sim: str | None) -> str:
@@ -232,7 +299,7 @@ def run_scheme(point: Point, scheme: str, sim: str, out: Path, timeout: int, bin
     from hw import registry
 
     L = point.layer()
-    design = registry.point("system", L.system_params(build_schemes))
+    design = registry.point("system", point.system_params(build_schemes))
     f = out / f"{point.slug}.{scheme}.json"
     f.unlink(missing_ok=True)
     env = layer_settings(point, scheme, f, timeout, bin_cycles, silent, drop)
@@ -339,7 +406,9 @@ def plot(figs: dict, path: Path, title: str) -> None:
 
 def scheme_table(figs: dict, pred: dict, gpus: int) -> str:
     """Measured against predicted, per scheme run (Markdown): cycles per phase, the estimator, link
-    utilization per direction (flits per GPU per cycle), AL-TLB hit rate, reduction entries, drain, speed."""
+    utilization per direction (flits per GPU per cycle), AL-TLB hit rate, reduction entries, drain, the
+    cycles a store descriptor waited behind a reduction load waiting for its tag (summed over the GPUs'
+    NICs, ``gen_stalls``), speed."""
     rows = []
     for s in SCHEMES:
         if s not in figs:
@@ -350,10 +419,11 @@ def scheme_table(figs: dict, pred: dict, gpus: int) -> str:
                      *(f"{sum(f['flits'][d]) / (gpus * c['total']):.3f}" for d in ("up", "down")),
                      "-" if f["tlb"]["hit_rate"] is None else f"{f['tlb']['hit_rate']:.3f}",
                      str(f["red_buffer_in_use"]["max"]), f"{f['pipeline']['drain']:,}",
+                     f"{sum(f['gen_stalls']['tag_blocked']):,}" if "gen_stalls" in f else "-",
                      f"{f['sim']['cycles_per_s']:,.0f}"])
     return table(rows, ["scheme", "cycles", "dispatch + GEMM", "combine", "estimator", "measured vs estimator",
                         "up util.", "down util.", "TLB hit rate", "red. entries (max)", "cycles after the last GEMM",
-                        "sim cycles/s"])
+                        "descriptors behind a tag wait", "sim cycles/s"])
 
 
 def prediction_table(pred: dict) -> str:
@@ -388,7 +458,7 @@ def run(args) -> int:
     from verif.harness.runner import SIMULATORS, verilator_env
     schemes = parse_schemes(args.scheme)
     point = check_point(args.model, args.gpus, args.tokens, args.hidden, args.seed, args.gemm,
-                        args.redundant_experts, args.system)
+                        args.redundant_experts, args.system, args.feeder, args.design)
     if args.sim is not None and args.sim not in SIMULATORS:
         raise ValueError(f"--sim {args.sim!r}: valid: {', '.join(SIMULATORS)}")
     harness = check_harness(args.harness, args.sim)
@@ -422,7 +492,7 @@ def run(args) -> int:
     print(f"{point_line(point, d)}; schemes {', '.join(schemes)} on {sim} ({harness} harness)")
     # Build once, before the schemes run side by side.
     from hw import registry
-    design = registry.point("system", L.system_params(schemes))
+    design = registry.point("system", point.system_params(schemes))
     t0 = time.perf_counter()
     fast = None
     if harness in FAST_HARNESSES:

@@ -377,3 +377,57 @@ async def test_line_rate(dut):
     # Store-and-forward: the first packet is staged whole, then commit runs at one flit per cycle.
     assert span <= total + lengths[0] + 3, f"{total} flits took {span} cycles from first flit to last write"
     dut._log.info(f"{total} flits: first flit in at {first}, last write at {last_write} ({span} cycles)")
+
+
+class _Hold:
+    """A gate closed while ``closed`` is set (the testbench holds ``rsp`` off)."""
+
+    def __init__(self):
+        self.closed = True
+
+    def open(self) -> bool:
+        return not self.closed
+
+
+@cocotb.test()
+async def test_writes_pass_reads(dut):
+    """Reads whose answers cannot leave (``rsp`` held off: the uplink's response channel full) and writes
+    behind them, to other addresses. With a read queue of at least as many entries as reads
+    (``read_queue``), every write is committed while the answers still wait and ``read_waits`` stays 0;
+    without one, the first read waits at the head once the response buffer is full and holds every write
+    behind it (``read_waits`` counts its cycles). Either way, once ``rsp`` is released, memory and the
+    answers equal the model's (reads answered in their order)."""
+    s = tbenv.settings()
+    p = tbenv.params()
+    env = RxEnv(dut, gap=0.0, stall=0.0, latency=s.get("latency", 10))
+    hold = _Hold()
+    env.rsp.gate = hold
+    rng = tbenv.rng("pass")
+    await env.start()
+    n_reads, n_writes, P = s.get("reads", 6), s.get("writes", 8), p["max_payload"]
+    for k in range(n_reads):
+        h = Header(opcode=Opcode.RED_READ, src=k % 8, tag=k, xtag=0, length=P, dst=env.cfg.port,
+                   addr=OTHER + (k << 12), etype=EType.BF16.value, redop=RedOp.ADD.value)
+        env.send(Packet(h, []), "read")
+    for k in range(n_writes):
+        data = [rng.getrandbits(p["flit_width"]) for _ in range(P)]
+        env.send(Packet(Header(opcode=Opcode.WRITE, src=1, length=P, dst=env.cfg.port,
+                               addr=OTHER + 0x100_0000 + (k << 12)), data), "write")
+    waited = 0
+    for _ in range(40 * (n_reads + n_writes) * (P + 1)):
+        await env.cycler.cycles(1)
+        waited += 1
+        if len(env.wr.writes) == env.model.writes:
+            break
+    passed = len(env.wr.writes) == env.model.writes
+    waits = int(dut.read_waits.value)
+    queued = p.get("read_queue", 0) >= n_reads
+    dut._log.info(f"read_queue {p.get('read_queue', 0)}: {len(env.wr.writes)} of {env.model.writes} write flits "
+                  f"committed with rsp held off for {waited} cycles, read_waits {waits}")
+    if queued:
+        assert passed and waits == 0, \
+            f"{len(env.wr.writes)} of {env.model.writes} write flits committed behind the held reads, read_waits {waits}"
+    else:
+        assert not passed and waits > 0, "the writes passed the reads with no read queue"
+    hold.closed = False
+    await env.drain()

@@ -12,10 +12,11 @@ Settings: ``descs``, ``unicast``, ``static`` (static multimem mode, NVLS's ``MM_
 """
 
 import collections
+import dataclasses
 
 import cocotb
 
-from hw.gpu_nic.request_gen import DescError, DescOp, GenConfig, TagIssue
+from hw.gpu_nic.request_gen import DescError, DescOp, GenConfig, GenStall, TagIssue
 from hw.packet import EType, Header, Opcode, Packet, RedOp, pack_flit
 
 from verif.harness import tbenv
@@ -29,6 +30,7 @@ from verif.harness.stream import StreamDriver, StreamMonitor
 from verif.harness.structs import pack, unpack
 
 RBASE = [0x1000_0000, 0x2000_0000, 0x3000_0000, 0x4000_0000]
+_TAGGED = (Opcode.DYN_LD_REDUCE.value, Opcode.MM_LD_REDUCE.value, Opcode.READ.value)
 
 
 class TagHolder(Agent):
@@ -110,8 +112,13 @@ class GenEnv:
         self.sink = CreditSink(dut, "tx", tbenv.rng("tx"), credits=p["credits"], stall=stall,
                                on_packet=self._on_packet, on_flit=self._on_flit)
         self.aux = StreamDriver(dut, "aux", tbenv.rng("aux"), gap=stall)
-        self.tags = TagHolder(dut, tbenv.rng("tags"), stall=stall, hold=hold, tags=p["tags"],
-                              on_binding=lambda b, c: self.sb.observe("tag", b, cycle=c))
+        self.any_tag = bool(p.get("any_tag", False))
+        self.packet_tags, self.bound_tags = [], []
+
+        def bound(b, c):
+            self.bound_tags.append(b[0])
+            self.sb.observe("tag", (0, b[1]) if self.any_tag else b, cycle=c)
+        self.tags = TagHolder(dut, tbenv.rng("tags"), stall=stall, hold=hold, tags=p["tags"], on_binding=bound)
         self.cycler.add(self.descs, self.mem, self.sink, self.aux, self.tags)
         dut.cfg.value = pack(GenConfig, port=self.port, unicast=int(unicast), row_shift=self.row_shift,
                              static=int(static))
@@ -131,10 +138,28 @@ class GenEnv:
                 max_payload=p["max_payload"], memory=self.memory, tags=p["tags"], next_tag=self.next_tag,
                 static=self.static)
             for pk in pkts:
-                self.sb.expect("gen", pk)
+                self.sb.expect("gen", self._untagged(pk))
             for b in binds:
-                self.sb.expect("tag", b)
+                self.sb.expect("tag", (0, b[1]) if self.any_tag else b)
         self.descs.send(d.pack())
+
+    def _untagged(self, pk):
+        """With ``any_tag`` the tag a reduction load takes depends on which tags are busy when it leaves:
+        packets and bindings are compared without it, and the tags of the loads, in order, must be those
+        bound, in order (:meth:`check_tags`; the tag holder refuses a tag bound while busy)."""
+        if not self.any_tag or getattr(pk.header.opcode, "value", pk.header.opcode) not in _TAGGED:
+            return pk
+        h = dataclasses.replace(pk.header, tag=0)
+        return Packet(h, pk.payload)
+
+    def check_tags(self):
+        if self.any_tag:
+            assert self.packet_tags == self.bound_tags, \
+                f"load tags {self.packet_tags[:8]}... differ from the bound tags {self.bound_tags[:8]}..."
+            n = self.p["tags"]
+            out_of_turn = sum(t != k % n for k, t in enumerate(self.packet_tags))
+            self.dut._log.info(f"any_tag: {out_of_turn} of {len(self.packet_tags)} loads took a tag out of turn")
+            assert out_of_turn or len(self.packet_tags) <= n, "every load took the next tag in turn"
 
     def send_aux(self, pkt: Packet):
         self.sb.expect("aux", pkt)
@@ -149,7 +174,9 @@ class GenEnv:
         pkt = Packet.from_flits(flits)
         assert not flits[-1].poison, f"cycle {cycle}: the generator sent a poisoned packet"
         key = "aux" if pkt.header.opcode in (Opcode.READ_RESP.value, Opcode.RED_READ_RESP.value) else "gen"
-        self.sb.observe(key, pkt, cycle=cycle)
+        if key == "gen" and pkt.header.opcode in _TAGGED:
+            self.packet_tags.append(pkt.header.tag)
+        self.sb.observe(key, self._untagged(pkt) if key == "gen" else pkt, cycle=cycle)
 
     def errors(self):
         bits = int(self.dut.err_count.value)
@@ -160,6 +187,7 @@ class GenEnv:
                                 timeout=timeout, what=f"all packets ({self.sb.outstanding} outstanding)")
         await self.cycler.cycles(30)
         self.sb.finish()
+        self.check_tags()
         got = self.errors()
         want = {e.name: self.expected_errors.get(e.name, 0) for e in DescError}
         assert got == want, f"err_count {got}, expected {want}"
@@ -255,3 +283,50 @@ async def test_bad_descriptors(dut):
     env.send(good())
     await env.drain(timeout=50000)
     assert env.errors() == {e.name: (2 if e.name in kinds else 0) for e in DescError}
+
+
+@cocotb.test()
+async def test_tag_wait(dut):
+    """A reduction load whose tag is busy holds ``desc``: the store offered behind it waits until the tag is
+    free. ``stalls`` counts exactly the cycles the load waited (``TAG_WAIT``), those with a store waiting
+    behind it (``TAG_BLOCKED``) and those with another tag free (``TAG_WAIT_FREE``), all known from the
+    cycle the load was taken and the cycle its tag was freed; ``tag_ready`` (a load offered now would find
+    its tag free) is low until the tag is free and high after, when the next tag is free."""
+    p = tbenv.params()
+    hold = tbenv.settings().get("hold", 50)
+    env = GenEnv(dut, unicast=False, latency=4, stall=0.0, hold=1)
+    accepted = []
+    env.descs.on_accept = lambda payload, cycle: accepted.append(cycle)
+    ready = []
+    env.cycler.add(_Watch(lambda c: ready.append((c, int(dut.tag_ready.value)))))
+    env.tags.busy_until[0] = hold        # tag 0, the first load's, busy until cycle `hold`
+    rng = tbenv.rng("wait")
+    await env.start()
+    ld = Desc(op=DescOp.LD_REDUCE.value, mask=0b0110, index=7, group=1, addr=rng.getrandbits(40) << 4,
+              length=p["max_payload"], etype=EType.BF16.value, redop=RedOp.ADD.value)
+    st = Desc(op=DescOp.STORE.value, mask=0b0011, index=9, group=1, addr=rng.getrandbits(40) << 4, length=5)
+    env.send(ld)
+    env.send(st)
+    await env.drain(timeout=20000)
+    t_ld, t_st = accepted
+    # The load is walked from the cycle after it was taken; it leaves in the first cycle its tag reads free.
+    wait = hold - (t_ld + 1)
+    assert wait > 10 and t_st == hold, f"load taken at {t_ld}, store at {t_st}, tag free at {hold}"
+    bits = int(dut.stalls.value)
+    got = {s.name: (bits >> (32 * s.value)) & 0xFFFFFFFF for s in GenStall}
+    assert got == {"TAG_WAIT": wait, "TAG_BLOCKED": wait, "TAG_WAIT_FREE": wait}, \
+        f"stalls {got}, expected {wait} each (load taken at {t_ld}, tag free at {hold})"
+    low = [c for c, r in ready if not r]
+    assert low and max(low) == hold - 1 and all(r for c, r in ready if c >= hold), \
+        f"tag_ready low at cycles {low[:3]}..{low[-3:]}, expected up to {hold - 1} and high after"
+    dut._log.info(f"load taken at {t_ld}, waited {wait} cycles for tag 0 (free at {hold}), store taken at {t_st}")
+
+
+class _Watch(Agent):
+    """Calls ``fn(cycle)`` at every sample."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def sample(self, cycle):
+        self.fn(cycle)

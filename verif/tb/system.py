@@ -57,11 +57,12 @@ from amaranth.lib import data
 
 from hw.gpu_nic.memory_manager import MmCommand, MmCounter
 from hw.gpu_nic.receive_path import N_REMOTE_CODES, RxError, rx_config_layout, unpack_token_meta
-from hw.gpu_nic.request_gen import DescError, gen_config_layout
+from hw.gpu_nic.request_gen import DescError, DescOp, GenStall, gen_config_layout
 from hw.gpu_nic.token_tracker import TileCmdOp, TileCommand, TileReady, TokenRelease, TrackerError
 from hw.packet import Header, Opcode
 from hw.switch.al_tlb import TlbCounter
 from hw.switch.dysharp_switch import DySharpSwitch, errors_in, port_status_layout, status_layout, switch_config_layout
+from hw.switch.egress_translator import EgressCounter
 from hw.system import NIC_CFG, LinkProbe, nic_cfg_layout
 from sim_models.gemm_engine import GemmEngine
 
@@ -161,26 +162,51 @@ class Occupancy(Agent):
             self.next = self.t0 + ((cycle - self.t0) // self.bin + 1) * self.bin
 
 
-class Feeder(Agent):
-    """Keeps one descriptor offered on ``desc[g]``: a ready combine first, else the next queued one."""
+_LD_REDUCE = DescOp.LD_REDUCE.value
+#: How the SMs offer a ready reduction load (:class:`Feeder`): ``plain`` (the default), always first;
+#: ``tags``, only while the NIC's next combine tag is free (``gen_tag_ready``) when other descriptors wait.
+FEEDERS = ("plain", "tags")
 
-    def __init__(self, driver, ports=None):
-        self.driver, self.ports = driver, ports
+
+class Feeder(Agent):
+    """Keeps one descriptor offered on ``desc[g]``: a ready combine first, else the next queued one.
+
+    With ``tag_ready`` (the NIC's ``gen_tag_ready[g]``, sampled each cycle) a ready reduction load goes
+    first only while the NIC can take it at once: a load waiting for its tag holds ``desc``, and every
+    descriptor behind it, the dispatch's stores included, would wait for a combine answer. So while the
+    NIC has no tag free, the next queued descriptor goes instead (the load still goes when nothing else
+    is queued). The hint sampled while a load was offered told of that load's tag: the feeder then waits a
+    cycle for a fresh one before it chooses between a load and a store."""
+
+    def __init__(self, driver, ports=None, tag_ready=None):
+        self.driver, self.ports, self.tag_ready = driver, ports, tag_ready
         self.queue = collections.deque()      # dispatch / phase descriptors, in order
         self.ready = []                       # heap of (ready cycle, planned, token, Desc)
         self.issued = 0
+        self.tags = False                     # the NIC's hint, as sampled last cycle
+        self.stale = False                    # ... when a load was offered then (the hint told of its tag)
+        self.offered_red = False              # the descriptor offered is a reduction load
 
     def drive(self, cycle):
         if not self.driver.idle:
             return
-        if self.ready and self.ready[0][0] <= cycle:
+        gated = self.tag_ready is not None and self.queue and self.ready and self.ready[0][3].op == _LD_REDUCE
+        if gated and self.stale:
+            return                            # wait a cycle for the hint of the load just taken
+        if self.ready and self.ready[0][0] <= cycle and not (gated and not self.tags):
             d = heapq.heappop(self.ready)[3]
         elif self.queue:
             d = self.queue.popleft()
         else:
             return
         self.driver.send(d.pack(self.ports))
+        self.offered_red = d.op == _LD_REDUCE
         self.issued += 1
+
+    def sample(self, cycle):
+        if self.tag_ready is not None:
+            self.stale = self.offered_red and self.driver.current is not None
+            self.tags = self.tag_ready.high()
 
     def push_ready(self, entry):
         """A descriptor that may go from ``entry[0]`` on: (ready cycle, planned, token, Desc)."""
@@ -247,7 +273,8 @@ class GpuSide(Agent):
         self.rd_tx = MemReadPort(dut, f"mem_rd_tx__{g}", self.mem, rng, latency=lat, stall=stall)
         self.rd_rx = MemReadPort(dut, f"mem_rd_rx__{g}", self.mem, rng, latency=lat, stall=stall)
         self.desc = StreamDriver(dut, f"desc__{g}", rng)
-        self.feeder = Feeder(self.desc, env.L.G)
+        self.feeder = Feeder(self.desc, env.L.G,
+                             Port(getattr(dut, f"gen_tag_ready__{g}")) if env.tag_gate else None)
         self.cmd = StreamDriver(dut, f"cmd__{g}", rng)
         self.mm_cfg = StreamDriver(dut, f"mm_cfg__{g}", rng)
         self.ready_mon = StreamMonitor(dut, f"ready__{g}", rng, on_item=self._on_ready)
@@ -399,6 +426,10 @@ class SystemEnv:
             f"the system top has {p.get('flit_width', 128)}-bit flits, the layer {L.flit_width}-bit ones"
         self.sp = L.scheduler_params()
         self.work = L.work(self.scheme)
+        feeder = s.get("feeder", "plain")
+        if feeder not in FEEDERS:
+            raise ValueError(f"feeder must be one of {', '.join(FEEDERS)}, got {feeder!r}")
+        self.tag_gate = feeder == "tags"
         self.cycler = self._cycler(dut)
         self.gpus = [self.gpu_class(self, g) for g in range(L.G)]
         self._connect(dut)
@@ -688,11 +719,17 @@ def layer_figures(env, t0: int, total: int, wall0: float) -> dict:
     hits, misses = tlb[TlbCounter.HITS], tlb[TlbCounter.MISSES]
     fig = {"scheme": env.scheme, "layer": L.describe(), "cycles": env.phase, "flits": total_f, "fills": fills,
            "predicted": pred, "tlb": {"hits": hits, "misses": misses,
-                                      "hit_rate": hits / (hits + misses) if hits + misses else None},
+                                      "hit_rate": hits / (hits + misses) if hits + misses else None,
+                                      "recirculated": tlb[TlbCounter.RECIRCULATED],
+                                      "coalesced": tlb[TlbCounter.COALESCED]},
+           "egress_max_occupancy": [st[f"port.{g}.egress.{EgressCounter.MAX_OCCUPANCY.value}"] for g in range(L.G)],
            "engine": {k.split(".")[-1]: v for k, v in st.items() if k.startswith("total.engine.")},
            "red_buffer_in_use": {"bin": env.occupancy.bin, "series": env.occupancy.series,
                                  "max": max((v for _, v in env.occupancy.series), default=0)},
            "mm_allocated": [env.counters("mm_counters", g, len(MmCounter))[MmCounter.ALLOCATED] for g in range(L.G)],
+           "gen_stalls": {c.name.lower(): [env.counters("gen_stalls", g, len(GenStall))[c] for g in range(L.G)]
+                          for c in GenStall},
+           "rx_read_waits": [env.counters("rx_read_waits", g, 1)[0] for g in range(L.G)],
            "utilization": {"bin": env.links.bin, **{d: [env.links.series[(g, d)] for g in range(L.G)]
                                                      for d in ("up", "down")}},
            "tiles_ready": len(env.ready_cycles), "ready_cycles": env.ready_cycles,

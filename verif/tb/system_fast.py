@@ -227,7 +227,7 @@ def run_layer(lib_path: Path, names: list[str], params: dict, settings: dict) ->
     L, s = env.L, env.s
     so = lib.so
     cb = _CALLBACK(env.callback)
-    roles = lib.roles()
+    roles = lib.roles(env.tag_gate)
     cfg = _library_config(env)
     so.sys_init(cb, (ctypes.c_int32 * len(roles))(*roles), (ctypes.c_int64 * len(cfg))(*cfg))
     stride = 1 << (L.row_shift - L.flit_shift)

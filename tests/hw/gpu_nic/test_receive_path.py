@@ -40,3 +40,11 @@ def test_credit_overflow(seed, sim):
 
 def test_line_rate(seed, sim):
     run_cocotb("receive_path", SMALL, test_module=TB, testcase="test_line_rate", seed=seed, sim=sim)
+
+
+@pytest.mark.parametrize("read_queue", [0, 8])
+def test_writes_pass_reads(read_queue, seed, sim):
+    """Reads whose answers cannot leave hold the writes behind them without a read queue, not with one
+    (``read_queue`` entries >= the reads); memory and answers equal the model's either way."""
+    run_cocotb("receive_path", dict(SMALL, read_queue=read_queue), test_module=TB,
+               testcase="test_writes_pass_reads", seed=seed, sim=sim, env={"reads": 6, "writes": 8})

@@ -44,3 +44,18 @@ def test_static_line_rate_and_bad_descriptors(seed, sim):
                env={"unicast": 0, "static": 1, "descs": 4})
     run_cocotb("request_gen", {"ports": 8}, test_module=TB, testcase="test_bad_descriptors", seed=seed,
                sim=sim, env={"unicast": 0, "static": 1})
+
+
+def test_tag_wait(seed, sim):
+    """A reduction load waiting for its tag holds the store behind it; the stall counters and the
+    ``tag_ready`` hint count and show it cycle for cycle."""
+    run_cocotb("request_gen", {"ports": 8, "tags": 4}, test_module=TB, testcase="test_tag_wait", seed=seed,
+               sim=sim, env={"hold": 60})
+
+
+@pytest.mark.parametrize("unicast", [0, 1])
+def test_traffic_any_tag(unicast, seed, sim):
+    """``any_tag``: a reduction load takes the lowest free tag (not the next in turn); never one still busy,
+    the loads' tags in order are the bound ones, everything else as in ``test_traffic``."""
+    run_cocotb("request_gen", {"ports": 8, "tags": 4, "fetch_depth": 24, "any_tag": True}, test_module=TB,
+               testcase="test_traffic", seed=seed, sim=sim, env={"unicast": unicast, "descs": 40})

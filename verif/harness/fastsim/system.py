@@ -226,8 +226,9 @@ class SystemLib:
             raise ValueError(f"value {value:#x} does not fit port {name} ({w} bits)")
         self.so.sys_port_write(i, _words(value, max(2, -(-w // 32))))
 
-    def roles(self) -> list[int]:
-        """The port indices ``sys_init`` takes (system_main.cpp)."""
+    def roles(self, tag_gate: bool = False) -> list[int]:
+        """The port indices ``sys_init`` takes (system_main.cpp); ``tag_gate``: the feeders offer a ready
+        reduction load first only while the NIC's ``gen_tag_ready`` is high (:class:`verif.tb.system.Feeder`)."""
         ix, r = self.index, []
         for g in range(self.gpus):
             r += [ix[f"mem_wr__{g}__{s}"] for s in _VRP]
@@ -237,6 +238,7 @@ class SystemLib:
                 r += [ix[f"{st}__{g}__{s}"] for s in _VRP]
         r += [ix[f"switch_cfg__{s}"] for s in _VRP] + [ix["probe"], ix["switch_status__total"], ix["clk"], ix["rst"]]
         r += [ix.get(f"nic_cfg__{s}", -1) for s in _VRP]          # hw.system's nic_cfg="stream" form
+        r += [ix[f"gen_tag_ready__{g}"] if tag_gate else -1 for g in range(self.gpus)]
         return r
 
 

@@ -204,11 +204,14 @@ struct Gpu {
     std::deque<Pay> fq;                                                    // feeder queue
     std::priority_queue<Ready, std::vector<Ready>, std::greater<Ready>> fr;   // feeder ready heap
     int64_t issued = 0, wake = NEVER, silence_at = -1;
+    int tag_ready = -1;                    // gen_tag_ready's port (-1: the feeder ignores the NIC's tags)
+    bool tags = false, stale = false, offered_red = false;   // Feeder.tags / .stale / .offered_red
     int64_t win0 = 0, win_end = 0, stride = 1, meta = 0, out0 = 0, part0 = 0, out_land = 0, part_land = 0, full = 0;
     std::vector<uint32_t> landed[2];       // flits written per result (out) / partial (part) row
 };
 
 static Gpu gpus[G];
+static inline bool is_red(const Pay& d) { return d.w[0] & 1; }     // the descriptor's op: LD_REDUCE
 static Driver swcfg, niccfg;            // niccfg: the nic_cfg stream, where the top has one (else ports -1)
 static int probe = -1, total = -1, clk = -1, rst = -1;
 static int addr_off = 0, addr_w = 0, data_off = 0;        // mem_wr payload layout
@@ -350,9 +353,15 @@ static void drive() {
         x.rtx.drive(cycle);
         x.rrx.drive(cycle);
         if (x.desc.idle()) {                 // Feeder.drive: a ready combine first, else the queue
-            if (!x.fr.empty() && x.fr.top().cycle <= cycle) {
+            // (with the NIC's tag hint: a reduction load first only while its tag is free, if others wait)
+            bool gated = x.tag_ready >= 0 && !x.fq.empty() && !x.fr.empty() && is_red(x.fr.top().d);
+            if (gated && x.stale) {
+                // wait a cycle for the hint of the load just taken
+            } else if (!x.fr.empty() && x.fr.top().cycle <= cycle && !(gated && !x.tags)) {
+                x.offered_red = is_red(x.fr.top().d);
                 x.desc.q.push_back(x.fr.top().d); x.fr.pop(); x.issued++;
             } else if (!x.fq.empty()) {
+                x.offered_red = is_red(x.fq.front());
                 x.desc.q.push_back(x.fq.front()); x.fq.pop_front(); x.issued++;
             }
         }
@@ -392,6 +401,10 @@ static void sample() {
         }
         x.rtx.sample(cycle, x.mem);
         x.rrx.sample(cycle, x.mem);
+        if (x.tag_ready >= 0) {                                         // Feeder.sample
+            x.stale = x.offered_red && x.desc.cur;
+            x.tags = phigh(x.tag_ready);
+        }
         x.desc.sample();
         x.cmd.sample();
         x.mmcfg.sample();
@@ -490,7 +503,8 @@ void sys_port_write(int i, const uint32_t* in) { pset(P[i], in); }
 
 // roles: per GPU 27 port indices (wr v/r/p, rd_tx req v/r/p resp v/r/p, rd_rx the same, desc v/r/p,
 // cmd v/r/p, mm_cfg v/r/p, ready v/r/p, release v/r/p), then switch_cfg v/r/p, probe, total, clk, rst,
-// nic_cfg v/r/p (-1 where the top has the NICs' configuration as ports).
+// nic_cfg v/r/p (-1 where the top has the NICs' configuration as ports), gen_tag_ready per GPU (-1: the
+// feeder does not gate reduction loads on the NIC's tags).
 // cfg: addr_off, addr_w, data_off, in_use_off, in_use_w, link_w, vo, co, lo, oo, ow, fill_a, fill_b,
 // latency, addr_mask, drop_k, bin, quiet_min.
 int sys_init(callback_t callback, const int32_t* roles, const int64_t* cfg) {
@@ -515,6 +529,7 @@ int sys_init(callback_t callback, const int32_t* roles, const int64_t* cfg) {
     swcfg.valid = *r++; swcfg.ready = *r++; swcfg.payload = *r++;
     probe = *r++; total = *r++; clk = *r++; rst = *r++;
     niccfg.valid = *r++; niccfg.ready = *r++; niccfg.payload = *r++;
+    for (int g = 0; g < G; g++) gpus[g].tag_ready = *r++;       // -1: the plain feeder
     addr_off = int(cfg[0]); addr_w = int(cfg[1]); data_off = int(cfg[2]); in_use_off = int(cfg[3]);
     in_use_w = int(cfg[4]); link_w = int(cfg[5]); vo = int(cfg[6]); co = int(cfg[7]); lo = int(cfg[8]);
     oo = int(cfg[9]); ow = int(cfg[10]); fill_a = int(cfg[11]); fill_b = int(cfg[12]);
