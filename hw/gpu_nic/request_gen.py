@@ -191,33 +191,7 @@ class _Planner(wiring.Component):
         land = Signal(BYTE_ADDR_BITS)
         m.d.comb += land.eq(Mux(unicast, copy_base, d.addr) + (off << fsh))
 
-        hdr = Signal(header_format(self.ports).layout)
-        m.d.comb += [hdr.src.eq(self.cfg.port), hdr.length.eq(n)]
-        with m.If(unicast):
-            m.d.comb += [
-                hdr.opcode.eq(Mux(is_st, Opcode.WRITE, Opcode.READ)),
-                hdr.route.uni.dst.eq(dst),
-                hdr.route.uni.addr.eq(remote),
-                hdr.tag.eq(Mux(is_st, 0, next_tag)),
-            ]
-        with m.Elif(static):
-            m.d.comb += [
-                hdr.opcode.eq(Mux(is_st, Opcode.MM_ST, Opcode.MM_LD_REDUCE)),
-                hdr.route.mm.group.eq(d.group),
-                hdr.route.mm.addr.eq(remote),
-            ]
-            with m.If(~is_st):
-                m.d.comb += [hdr.tag.eq(next_tag), hdr.etype.eq(d.etype), hdr.redop.eq(d.redop)]
-        with m.Else():
-            m.d.comb += [
-                hdr.opcode.eq(Mux(is_st, Opcode.DYN_ST, Opcode.DYN_LD_REDUCE)),
-                hdr.route.dyn.group.eq(d.group),
-                hdr.route.dyn.mask.eq(d.mask),
-                hdr.route.dyn.index.eq(d.index),
-                hdr.route.dyn.offset.eq(off),
-            ]
-            with m.If(~is_st):
-                m.d.comb += [hdr.tag.eq(next_tag), hdr.etype.eq(d.etype), hdr.redop.eq(d.redop)]
+        hdr = self._header(m, d, n=n, off=off, dst=dst, remote=remote, tag=next_tag, static=static)
 
         # One packet command per cycle when everything it needs has room.
         if self.any_tag:
@@ -264,19 +238,8 @@ class _Planner(wiring.Component):
         # Descriptor intake.
         nd = self.desc.payload
         m.d.comb += self.desc.ready.eq(~busy | (can & final))
-        bad_mask = ~static & ((nd.mask == 0) | ((nd.mask >> self.ports) != 0))
-        bad_len = (nd.length == 0) | (nd.length > MAX_ROW_FLITS)
-        bad_type = (nd.op == DescOp.LD_REDUCE) & (
-            (nd.etype.as_value() > max(e.value for e in EType)) | (nd.redop.as_value() > max(r.value for r in RedOp)))
-        bad_group = (unicast | static) & (nd.group >= self.groups)
         take = self.desc.valid & self.desc.ready
-        errs = {DescError.BAD_MASK: bad_mask, DescError.BAD_LENGTH: ~bad_mask & bad_len,
-                DescError.BAD_TYPE: ~bad_mask & ~bad_len & bad_type,
-                DescError.BAD_GROUP: ~bad_mask & ~bad_len & ~bad_type & bad_group}
-        ok = ~(bad_mask | bad_len | bad_type | bad_group)
-        m.submodules.errors = errors = EventCounters(len(DescError))
-        m.d.comb += [errors.strobe[code].eq(take & cond) for code, cond in errs.items()]
-        m.d.comb += self.err_count.eq(errors.count)
+        ok = self._check_descriptor(m, nd, take, static)
         tag_wait = busy & ~is_st & ~tag_free
         # The tag the next reduction-load descriptor will take first: next_tag, or the one after it while the
         # descriptor being walked is a reduction load whose tag is not bound yet.
@@ -294,6 +257,55 @@ class _Planner(wiring.Component):
         with m.If(take & ok):
             m.d.sync += [busy.eq(1), d.eq(nd), rem.eq(nd.mask[:self.ports]), off.eq(0), copy_base.eq(nd.addr)]
         return m
+
+    def _header(self, m, d, *, n, off, dst, remote, tag, static):
+        """The header of the next packet of descriptor ``d``: ``n`` flits at row offset ``off``, to ``dst``
+        (unicast) at ``remote``; a reduction load's carries ``tag``."""
+        is_st = d.op == DescOp.STORE
+        hdr = Signal(header_format(self.ports).layout)
+        m.d.comb += [hdr.src.eq(self.cfg.port), hdr.length.eq(n)]
+        with m.If(self.cfg.unicast):
+            m.d.comb += [
+                hdr.opcode.eq(Mux(is_st, Opcode.WRITE, Opcode.READ)),
+                hdr.route.uni.dst.eq(dst),
+                hdr.route.uni.addr.eq(remote),
+                hdr.tag.eq(Mux(is_st, 0, tag)),
+            ]
+        with m.Elif(static):
+            m.d.comb += [
+                hdr.opcode.eq(Mux(is_st, Opcode.MM_ST, Opcode.MM_LD_REDUCE)),
+                hdr.route.mm.group.eq(d.group),
+                hdr.route.mm.addr.eq(remote),
+            ]
+            with m.If(~is_st):
+                m.d.comb += [hdr.tag.eq(tag), hdr.etype.eq(d.etype), hdr.redop.eq(d.redop)]
+        with m.Else():
+            m.d.comb += [
+                hdr.opcode.eq(Mux(is_st, Opcode.DYN_ST, Opcode.DYN_LD_REDUCE)),
+                hdr.route.dyn.group.eq(d.group),
+                hdr.route.dyn.mask.eq(d.mask),
+                hdr.route.dyn.index.eq(d.index),
+                hdr.route.dyn.offset.eq(off),
+            ]
+            with m.If(~is_st):
+                m.d.comb += [hdr.tag.eq(tag), hdr.etype.eq(d.etype), hdr.redop.eq(d.redop)]
+        return hdr
+
+    def _check_descriptor(self, m, nd, take, static):
+        """Whether the offered descriptor ``nd`` is well-formed; each refused one (``take``) is counted in
+        ``err_count`` under its first error, in :class:`DescError` order."""
+        bad_mask = ~static & ((nd.mask == 0) | ((nd.mask >> self.ports) != 0))
+        bad_len = (nd.length == 0) | (nd.length > MAX_ROW_FLITS)
+        bad_type = (nd.op == DescOp.LD_REDUCE) & (
+            (nd.etype.as_value() > max(e.value for e in EType)) | (nd.redop.as_value() > max(r.value for r in RedOp)))
+        bad_group = (self.cfg.unicast | static) & (nd.group >= self.groups)
+        errs = {DescError.BAD_MASK: bad_mask, DescError.BAD_LENGTH: ~bad_mask & bad_len,
+                DescError.BAD_TYPE: ~bad_mask & ~bad_len & bad_type,
+                DescError.BAD_GROUP: ~bad_mask & ~bad_len & ~bad_type & bad_group}
+        m.submodules.errors = errors = EventCounters(len(DescError))
+        m.d.comb += [errors.strobe[code].eq(take & cond) for code, cond in errs.items()]
+        m.d.comb += self.err_count.eq(errors.count)
+        return ~(bad_mask | bad_len | bad_type | bad_group)
 
 
 class _UplinkMerge(wiring.Component):
