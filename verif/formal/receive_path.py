@@ -93,7 +93,7 @@ from amaranth.lib.wiring import In
 
 from hw.gpu_nic.memory_if import BYTE_ADDR_BITS
 from hw.gpu_nic.receive_path import ReceivePath, RxError
-from hw.packet import HEADER_BITS, HeaderLayout, Opcode, rtl_payload_flits
+from hw.packet import HEADER_BITS, PORT_BITS, HeaderLayout, Opcode, rtl_payload_flits
 
 from .observe import elaborate_now, observe_queue
 from .runner import YICES_BMC, Properties
@@ -153,7 +153,7 @@ class ReceivePathHarness(wiring.Component):
             "wr_ready": In(1), "rsp_ready": In(1), "arr_ready": In(1), "fill_ready": In(1),
             "rd_req_ready": In(1), "rd_resp_valid": In(1),
             "tag_valid": In(1), "tag_tag": In(8), "tag_addr": In(BYTE_ADDR_BITS), "clear": In(1),
-            "port": In(6), "dyn_base": In(BYTE_ADDR_BITS),
+            "port": In(PORT_BITS), "dyn_base": In(BYTE_ADDR_BITS),
         })
 
     def _judge(self, bits):

@@ -143,7 +143,7 @@ from amaranth.hdl import Assume, Cat, Const, Module, Mux, ResetSignal, Signal, V
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In
 
-from hw.packet import HEADER_BITS, EType, ErrorCode, HeaderLayout, Opcode, RedOp, flit_layout
+from hw.packet import HEADER_BITS, PORT_BITS, EType, ErrorCode, HeaderLayout, Opcode, RedOp, flit_layout
 from hw.switch import reduction_buffer as _rb
 from hw.switch import reduction_engine as _re
 from hw.switch.reduce_alu import ReduceALU
@@ -339,7 +339,7 @@ class ReductionBufferHarness(wiring.Component):
                                            allocator=allocator, events=events, drain=drain)
         self.props = Properties()
         super().__init__({
-            "alloc_valid": In(1), "alloc_src": In(6), "alloc_length": In(5), "alloc_expected": In(COUNT_BITS),
+            "alloc_valid": In(1), "alloc_src": In(PORT_BITS), "alloc_length": In(5), "alloc_expected": In(COUNT_BITS),
             "alloc_etype": In(EType), "grant_ready": In(1),
             "c_valid": In(1), "c_rtag": In(RTAG_BITS), "c_flit": In(5), "c_length": In(5), "c_etype": In(3),
             "c_abort": In(1), "c_code": In(8), "out_ready": In(1), "pick": In(1),
@@ -918,7 +918,8 @@ class ReductionBufferHarness(wiring.Component):
             in_k = Mux(is_h, resp & (hd.tag == 1), in_k)
             rem = Mux(~live, rem, Mux(is_h, Mux(fl.last, 0, hd.length), rem - 1))[0:5]
         p_resp = dr.pend_hdr.opcode == Opcode.RED_RESP
-        terms += [~(pend.valid & pend.header & p_resp & (dr.pend_hdr.tag == 1)) | (done & (dr.pend_hdr.length == req_len)),
+        terms += [~(pend.valid & pend.header & p_resp & (dr.pend_hdr.tag == 1)) |
+                  (done & (dr.pend_hdr.length == req_len)),
                   ~(pend.valid & ~pend.header & in_k) | (dr.part_rd.data.acc[0:32] == req_exp)]
         # The packet still open after pend is cur's.
         in_k = Mux(pend.valid & pend.header, p_resp & (dr.pend_hdr.tag == 1), in_k)
