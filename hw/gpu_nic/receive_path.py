@@ -661,6 +661,40 @@ class _ArrivalReporter(wiring.Component):
         return m
 
 
+class _ReadQueue(wiring.Component):
+    """Read answers queued between the commit and the response builder, ``depth`` of them: a read's row
+    fetch and its response header, which :class:`_Commit` offers together (each valid only with both
+    readies), enter as one entry and leave together once the builder takes both."""
+
+    def __init__(self, *, flit_width: int, ports: int | None, depth: int):
+        fetch, emit = fetch_layout(flit_width), emit_layout(ports)
+        self._entry = data.StructLayout({"fetch": fetch, "emit": emit})
+        self.depth = depth
+        super().__init__({
+            "fetch_in": In(stream.Signature(fetch)), "emit_in": In(stream.Signature(emit)),
+            "fetch_out": Out(stream.Signature(fetch)), "emit_out": Out(stream.Signature(emit)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.fifo = q = fifo.SyncFIFO(width=self._entry.size, depth=self.depth)
+        w, r = data.View(self._entry, q.w_stream.payload), data.View(self._entry, q.r_stream.payload)
+        both = self.fetch_out.ready & self.emit_out.ready
+        m.d.comb += [
+            q.w_stream.valid.eq(self.fetch_in.valid),
+            w.fetch.eq(self.fetch_in.payload),
+            w.emit.eq(self.emit_in.payload),
+            self.fetch_in.ready.eq(q.w_stream.ready),
+            self.emit_in.ready.eq(q.w_stream.ready),
+            self.fetch_out.valid.eq(q.r_stream.valid & both),
+            self.emit_out.valid.eq(q.r_stream.valid & both),
+            self.fetch_out.payload.eq(r.fetch),
+            self.emit_out.payload.eq(r.emit),
+            q.r_stream.ready.eq(both),
+        ]
+        return m
+
+
 class ReceivePath(wiring.Component):
     """GPU receive path: downlink packets staged into memory, read responses, token-arrival reports.
 
@@ -765,20 +799,11 @@ class ReceivePath(wiring.Component):
         if self.read_queue:
             # Read requests queue here, so that the writes behind them go on while the answers wait for the
             # response channel (posted writes pass non-posted reads; nothing orders a read with a write).
-            fl, el = data.Layout.cast(fetch_layout(W)), data.Layout.cast(emit_layout(self.ports))
-            m.submodules.readq = readq = fifo.SyncFIFO(width=fl.size + el.size, depth=self.read_queue)
-            both = builder.fetch.ready & builder.emit.ready
-            m.d.comb += [
-                readq.w_en.eq(commit.fetch.valid),
-                readq.w_data.eq(Cat(commit.fetch.payload, commit.emit.payload)),
-                commit.fetch.ready.eq(readq.w_rdy),
-                commit.emit.ready.eq(readq.w_rdy),
-                builder.fetch.valid.eq(readq.r_rdy & both),
-                builder.emit.valid.eq(readq.r_rdy & both),
-                builder.fetch.payload.eq(readq.r_data[:fl.size]),
-                builder.emit.payload.eq(readq.r_data[fl.size:]),
-                readq.r_en.eq(both),
-            ]
+            m.submodules.readq = readq = _ReadQueue(flit_width=W, ports=self.ports, depth=self.read_queue)
+            connect(m, commit.fetch, readq.fetch_in)
+            connect(m, commit.emit, readq.emit_in)
+            connect(m, readq.fetch_out, builder.fetch)
+            connect(m, readq.emit_out, builder.emit)
         else:
             connect(m, commit.fetch, builder.fetch)
             connect(m, commit.emit, builder.emit)
