@@ -135,13 +135,17 @@ class GemmModel:
             return 0.0
         return (2 * self.block_m * self.block_n * 2 / SMEM_BYTES_PER_CLK + L2_HIT_CLK) / SM_CLOCK_HZ
 
+    def _launch_sms(self, sm_fraction: float) -> int:
+        """The whole SMs a launch on ``sm_fraction`` of the GPU's SMs gets (at least one)."""
+        return max(1, int(math.floor(self.sms * sm_fraction + 1e-9)))
+
     def prologue(self, sm_fraction: float = 1.0) -> float:
         """Seconds from a launch's start to its first MMA: one HBM round trip, then the first stage (``block_m +
         block_n`` rows of ``BLOCK_K`` inputs) of every SM of the launch at the HBM rate. 0 without ``block_m``/``sms``
         or with ``pipeline_costs`` off."""
         if self.block_m is None or not self.sms or not self.pipeline_costs:
             return 0.0
-        s = max(1, int(math.floor(self.sms * sm_fraction + 1e-9)))
+        s = self._launch_sms(sm_fraction)
         stage = (self.block_m * self.act_bytes + self.block_n * self.weight_bytes) * BLOCK_K
         return HBM_CLK / SM_CLOCK_HZ + s * stage / (self.hbm_bytes_per_s * self.mem_efficiency)
 
@@ -227,7 +231,7 @@ class GemmModel:
     def _launch(self, blocks, nbytes, k: int, sm_fraction: float = 1.0):
         """Seconds of a launch of ``blocks`` CTA blocks of depth ``k`` moving ``nbytes`` from/to HBM: its
         prologue, then waves of blocks (each with its epilogue), against the bytes at the HBM rate."""
-        s = max(1, int(math.floor(self.sms * sm_fraction + 1e-9)))
+        s = self._launch_sms(sm_fraction)
         blocks = np.asarray(blocks, dtype=np.float64)
         comp = np.where(blocks > 0, np.ceil(blocks / s - 1e-9) * self.block_time(k) + self.prologue(sm_fraction), 0.0)
         return np.maximum(comp, np.asarray(nbytes, dtype=np.float64) / (self.hbm_bytes_per_s * self.mem_efficiency))
