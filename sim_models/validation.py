@@ -242,6 +242,14 @@ SETUPS: list[Setup] = [
           "GB/s a ring reaches)",
           kind="nvls_allreduce_busbw", system="hgx-h200", model=_shape("allreduce-probe", 7168, 8, 1),
           tokens=8192, dtype="bf16", note="as for 8x H100: H200 has H100's NVLink4 and NVSwitch"),
+    Setup("nccl-nvls-allreduce-h800", "NVLS (NCCL)", "8x H800, NVLink4 (8 x 25 GB/s) + NVSwitch SHARP",
+          "allreduce busbw", 215.0, "GB/s",
+          "github.com/NVIDIA/nccl issue #1374 (2024-07-24), the reporter's comment: \"a test on H800 * 8 node, ... "
+          "the reported allreduce busBW is 215 GB/s, which is bigger than unidirectional peak BW 200GB/s\" (a "
+          "user's measurement; NVLS is NCCL's default all-reduce on one NVLink4 node)",
+          kind="nvls_allreduce_busbw", system="hgx-h800", model=_shape("allreduce-probe", 7168, 8, 1),
+          tokens=8192, dtype="bf16", note="as for 8x H100, on H800's 8 NVLink4 links (200 GB/s per direction): "
+          "the system of the COMET rows"),
     Setup("nccl-nvls-allgather", "NVLS (NCCL)", "8 NVLink4 GPUs (the same report's NVLS all-reduce: 470 GB/s), "
           "1 GB, NCCL_ALGO=NVLS", "allgather busbw", 300.0, "GB/s",
           "github.com/NVIDIA/nccl issue #1506 (2024-11-07), the report's figures (a user's measurement; ring "
