@@ -48,7 +48,7 @@ from .pipeline import PipelineInputs, run_pipeline
 from .routing import expected_distinct_gpus
 from .schedule import list_schedule
 from .system_config import SystemConfig
-from .traffic import DTYPES, SchemeTraffic, account, dispatch_row_bytes, payload_bytes
+from .traffic import DTYPES, SchemeTraffic, TokenDestinations, account, dispatch_row_bytes, payload_bytes
 from .workload import Workload, build_workload
 
 __all__ = ["MODES", "COMBINES", "SCHEMES", "BASELINES", "ABLATIONS", "FULL", "UNFUSED_KERNELS", "Params", "SchemeResult", "Estimate",
@@ -66,8 +66,8 @@ WEIGHT_REUSE = ("l2", "expert")
 COMBINES = ("auto", "pull", "push")
 HBM_SPLITS = ("sms", "equal")
 MAX_PAYLOAD = 256          # bytes of payload per packet (hw.packet's default max_payload_bytes)
-# The schemes that run DeepEP's kernels (its copy protocol: sim_models.deepep). Megatron's sequential MoE layer
-# in the COMET validation rows is timed as this scheme too (sim_models.published_comet).
+# The schemes that run DeepEP's kernels (its copy protocol: sim_models.deepep). Megatron's MoE layer in the COMET
+# validation rows (its all-gather token dispatcher) is timed as the nvls scheme (sim_models.published_comet).
 DEEPEP_SCHEMES = ("deepep",)
 
 
@@ -168,6 +168,11 @@ class Params:
     #                                          SM a bounded number of loads in flight) or "equal"; assumption, tornado
     comm_sm_duty: bool = True                # overlapped schemes reserve ceil(pool x phi) comm SMs (COMET-style
     #                                          adaptive sizing); False: the whole pool; assumption, tornado
+    allgather_dispatch: tuple = ()           # unicast schemes whose dispatch is an all-gather: every token to
+    #                                          every other GPU, whatever its experts (flux's AllGather+scatter
+    #                                          as COMET's artifact runs it); their combine still sends one
+    #                                          partial per (token, GPU) pair. (): every scheme sends each token
+    #                                          only to the GPUs of its experts. Not varied (a workload fact)
 
     def validate(self):
         def bad(field, what):
@@ -215,6 +220,10 @@ class Params:
             bad("slots", "must be >= 20")
         if not self.tutel_degrees or any(d < 1 for d in self.tutel_degrees):
             bad("tutel_degrees", "must be positive integers")
+        for n in self.allgather_dispatch:
+            if n not in SCHEMES or SCHEMES[n].traffic != "unicast" or SCHEMES[n].engine not in ("comet", "fused"):
+                bad("allgather_dispatch", f"{n!r} is not a tile-level unicast scheme; valid: "
+                    f"{', '.join(k for k, v in SCHEMES.items() if v.traffic == 'unicast' and v.engine in ('comet', 'fused'))}")
 
     def gemm_efficiency_of(self, dtype: str, system) -> float:
         """The GEMM efficiency of ``dtype`` on ``system`` (:func:`gemm.dtype_efficiency`)."""
@@ -427,8 +436,8 @@ def _kernel_passes(ctx: _Context, name: str, ps: "_Pass"):
     receives (every token for nvls, whose ReduceScatter takes the whole zero-filled output): permute 2 n
     s_d (read + write a dispatched row); act n f (4 + 2 w): GEMM-1's 2f-wide BF16 output written, read back
     and written f wide in GEMM-2's input dtype (w bytes), which GEMM-2 reads, against the fused GEMM model's
-    f-wide BF16 intermediate; unpermute n s_c + R s_c (read each expert output row, write one partial per
-    pair)."""
+    f-wide BF16 intermediate (a non-gated expert's GEMM-1 output is f wide: act n f 2 w); unpermute n s_c +
+    R s_c (read each expert output row, write one partial per pair)."""
     names = UNFUSED_KERNELS.get(name, ()) if ctx.p.unfused_kernels else ()
     if not names:
         return None
@@ -438,7 +447,8 @@ def _kernel_passes(ctx: _Context, name: str, ps: "_Pass"):
     pairs = (np.full(G, float(G * wl.tokens_per_gpu)) if name == "nvls"
              else np.bincount(wl.pair_gpu, minlength=G).astype(float))
     rate = ctx.s.hbm_tbps * 1e12 * ctx.p.mem_efficiency
-    per_row = (("permute" in names) * 2.0 * ps.s_d + ("act" in names) * f * (4.0 + 2.0 * w)
+    act = f * (4.0 * (ctx.gemm.up // f - 1) + 2.0 * w)          # f (4 + 2w) gated, f 2w not
+    per_row = (("permute" in names) * 2.0 * ps.s_d + ("act" in names) * act
                + ("unpermute" in names) * ps.s_c)
 
     def passes(rows):
@@ -533,7 +543,7 @@ def _weight_reads(ctx: _Context) -> tuple[np.ndarray, np.ndarray]:
         n = np.maximum(-(-wl.inst_rows // wl.tile), 1)
         r = np.where(valid, 1.0 / n[np.maximum(inst, 0)], 0.0)
         return r, r
-    wbytes = 3 * gm.hidden * gm.ffn * gm.weight_bytes          # GEMM-1 (h x 2f) + GEMM-2 (f x h)
+    wbytes = (gm.up + gm.ffn) * gm.hidden * gm.weight_bytes    # GEMM-1 (h x 2f, or h x f) + GEMM-2 (f x h)
     slots = int(ctx.s.l2_mb * 1e6 // wbytes)                    # whole experts L2 holds
     r = valid.astype(float)
     if slots >= 1:
@@ -558,7 +568,9 @@ def _chains(disp, gemm, comb, ko):
 
 
 def _pipeline_inputs(ctx: _Context, tr: SchemeTraffic, kind: str, ps: _Pass, f1: float, f2: float,
-                     barrier: bool) -> PipelineInputs:
+                     barrier: bool, allgather: bool = False) -> PipelineInputs:
+    """The tile pipeline's inputs; ``allgather``: the dispatch sends every token to all G-1 other GPUs
+    (``Params.allgather_dispatch``), the tiles and the combine's pairs stay the routing's."""
     wl, G, c = ctx.wl, ctx.G, tr.costs
     T = wl.tokens_per_gpu
     q = max(1, math.ceil(T / 256))
@@ -567,13 +579,14 @@ def _pipeline_inputs(ctx: _Context, tr: SchemeTraffic, kind: str, ps: _Pass, f1:
     K = len(knots) - 1
     d = wl.dest.d_remote
     b = knots[:-1].astype(np.int64)                  # knot k covers token indices [knots[k], knots[k+1])
-    up_tok = (c.disp_up(d).astype(float) * ctx.tlb_mult(kind, d)).reshape(G, T)
+    dd = np.full_like(d, G - 1) if allgather else d  # dispatch copies per token
+    up_tok = (c.disp_up(dd).astype(float) * ctx.tlb_mult(kind, dd)).reshape(G, T)
     up_cum = np.zeros((G, K + 1))
     up_cum[:, 1:] = np.cumsum(np.add.reduceat(up_tok, b, axis=1), axis=1)
     dn_mult = ctx.tracker_mult if kind != "unicast" else 1.0
     dn_cum = np.zeros((G, K + 1))
-    dn_cum[:, 1:] = np.cumsum(np.add.reduceat(wl.remote_pairs_by_j, b, axis=1) * (float(c.disp_copy) * dn_mult),
-                              axis=1)
+    landing = np.full((G, T), float(G - 1)) if allgather else wl.remote_pairs_by_j
+    dn_cum[:, 1:] = np.cumsum(np.add.reduceat(landing, b, axis=1) * (float(c.disp_copy) * dn_mult), axis=1)
     rem = wl.pair_remote
     # Tiles: per-tile GEMM times on the SMs each stage has.
     inst = wl.tile_inst
@@ -613,7 +626,7 @@ def _pipeline_inputs(ctx: _Context, tr: SchemeTraffic, kind: str, ps: _Pass, f1:
 
 
 def _run_pass(ctx: _Context, spec: SchemeSpec, ps: _Pass, tr: SchemeTraffic, sms: int,
-              kind: str | None = None) -> SchemeResult:
+              kind: str | None = None, allgather: bool = False) -> SchemeResult:
     kind, engine = kind or spec.traffic, spec.engine
     disp, comb = _standalone(ctx, tr, kind)
     extra = {}
@@ -661,7 +674,7 @@ def _run_pass(ctx: _Context, spec: SchemeSpec, ps: _Pass, tr: SchemeTraffic, sms
         share = ctx.w1_total / max(ctx.w1_total + ctx.w2_total, 1e-30)
         f1, f2 = frac * share, frac * (1 - share)
         barrier = False
-    res = run_pipeline(_pipeline_inputs(ctx, tr, kind, ps, f1, f2, barrier))
+    res = run_pipeline(_pipeline_inputs(ctx, tr, kind, ps, f1, f2, barrier, allgather))
     # GEMM busy time: the roofline of the tiles' total work on the SMs the scheme leaves to GEMMs (their
     # compute on those SMs, or their HBM traffic, whichever is longer; busiest GPU).
     valid = ctx.wl.tile_inst >= 0
@@ -722,6 +735,14 @@ def estimate(model: ModelConfig, system: SystemConfig, params: Params = Params()
     traffic = {ps.name: {k: account(wl.dest, k, ps.s_d, ps.s_c, flit, MAX_PAYLOAD,
                                     issuer_in_group=params.nvls_issuer_in_group and k == "nvls") for k in kinds}
                for ps in passes}
+    ag = set(params.allgather_dispatch) & set(schemes)
+    if ag:
+        n_tok = wl.gpus * wl.tokens_per_gpu
+        every = TokenDestinations(wl.gpus, wl.tokens_per_gpu, np.tile(np.arange(wl.gpus), (n_tok, 1)))
+        for ps in passes:
+            full = account(every, "unicast", ps.s_d, ps.s_c, flit, MAX_PAYLOAD)
+            traffic[ps.name]["unicast-ag"] = SchemeTraffic("unicast", full.dispatch,
+                                                           traffic[ps.name]["unicast"].combine, full.costs)
     deepep_on = params.deepep_protocol and any(s in DEEPEP_SCHEMES for s in schemes)
     if deepep_on:
         for ps in passes:
@@ -732,6 +753,8 @@ def estimate(model: ModelConfig, system: SystemConfig, params: Params = Params()
         spec = SCHEMES[name]
         base = params.dualpipe_sms if spec.engine == "dualpipe" else params.comm_sms
         tkey = "deepep" if (deepep_on and name in DEEPEP_SCHEMES) else spec.traffic
+        if name in ag:
+            tkey = "unicast-ag"
         fwd_tr = traffic["forward"][tkey]
         sms = 0 if spec.engine == "sequential" else _comm_sms(ctx, fwd_tr, spec.traffic, base)
         if spec.engine == "dualpipe" and params.mode == "training":
@@ -740,8 +763,8 @@ def estimate(model: ModelConfig, system: SystemConfig, params: Params = Params()
         if name == FULL:
             results[name] = _dysharp_full(ctx, spec, passes, traffic, sms, base)
             continue
-        results[name] = _sum([_run_pass(ctx, spec, ps, traffic[ps.name][tkey], sms, kind=spec.traffic)
-                              for ps in passes])
+        results[name] = _sum([_run_pass(ctx, spec, ps, traffic[ps.name][tkey], sms, kind=spec.traffic,
+                                        allgather=name in ag) for ps in passes])
     compute_only = sum(float(np.max(ctx.gpu_gemm)) * ps.gemm_factor for ps in passes)
     k = model.top_k
     closed = expected_distinct_gpus(model.routed_experts, ep, k)

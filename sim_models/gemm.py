@@ -1,7 +1,7 @@
 """Expert GEMM time: a roofline with efficiency parameters, at tile granularity.
 
-An expert FFN is GEMM-1 (gate and up projections, ``hidden x 2*ffn``) then GEMM-2 (down projection,
-``ffn x hidden``). For ``rows`` tokens on one expert with ``tile`` rows per tile, both GEMMs run on
+An expert FFN is GEMM-1 (gate and up projections, ``hidden x 2*ffn``; ``hidden x ffn`` for a non-gated
+expert, ``gated=False``) then GEMM-2 (down projection, ``ffn x hidden``). For ``rows`` tokens on one expert with ``tile`` rows per tile, both GEMMs run on
 ``ceil(rows / tile) * tile`` rows (a partial tile costs a full one on the tensor cores) and take
 
     time = max(flops / (peak * gemm_efficiency * sm_fraction), bytes / (hbm * mem_efficiency))
@@ -99,6 +99,12 @@ class GemmModel:
     block_n: int = 128             # CTA block N (output columns): DeepGEMM's usual BLOCK_N
     sms: int = 0                   # SMs of the GPU (wave quantisation of launches); 0: no waves
     pipeline_costs: bool = True    # the tile-aware model's per-block epilogue and per-launch prologue (above)
+    gated: bool = True             # GEMM-1 is hidden x 2*ffn (gated: SwiGLU); False: hidden x ffn (plain MLP)
+
+    @property
+    def up(self) -> int:
+        """GEMM-1's output columns: 2 x ffn (gate and up projections) for a gated expert, else ffn."""
+        return 2 * self.ffn if self.gated else self.ffn
 
     def __post_init__(self):
         for f in ("gemm_efficiency", "mem_efficiency"):
@@ -157,15 +163,15 @@ class GemmModel:
         expert, with all SMs and all of HBM (the two roofline terms, before taking the max)."""
         rows = np.asarray(rows, dtype=np.float64)
         padded = self.padded(rows)
-        h, f = self.hidden, self.ffn
+        h, f, u = self.hidden, self.ffn, self.up
         comp = self.peak_flops * self.gemm_efficiency
         mem = self.hbm_bytes_per_s * self.mem_efficiency
         wr = np.asarray(weight_reads, dtype=np.float64)
         busy = rows > 0
         # Each block's epilogue on its SM, fluid over the SMs (0 without block_m / sms)
         epi = self.epilogue() / self.sms if self.sms else 0.0
-        c1 = np.where(busy, 2.0 * padded * h * 2 * f / comp + self.blocks(rows, 2 * f) * epi, 0.0)
-        m1 = np.where(busy, (wr * h * 2 * f * self.weight_bytes + rows * (h * self.act_bytes + f * 2)) / mem, 0.0)
+        c1 = np.where(busy, 2.0 * padded * h * u / comp + self.blocks(rows, u) * epi, 0.0)
+        m1 = np.where(busy, (wr * h * u * self.weight_bytes + rows * (h * self.act_bytes + f * 2)) / mem, 0.0)
         c2 = np.where(busy, 2.0 * padded * f * h / comp + self.blocks(rows, h) * epi, 0.0)
         m2 = np.where(busy, (wr * f * h * self.weight_bytes + rows * (f * 2 + h * 2)) / mem, 0.0)
         return c1, m1, c2, m2
@@ -218,13 +224,13 @@ class GemmModel:
         h, f = self.hidden, self.ffn
         busy = rows > 0
         out = []
-        for n, k, out_b in ((2 * f, h, 2), (h, f, 2)):
+        for stage, (n, k) in enumerate(((self.up, h), (h, f))):
             blocks = np.bincount(group, weights=np.where(busy, self.blocks(rows, n), 0).astype(np.float64),
                                  minlength=n_groups)
             wts = np.bincount(group, weights=busy.astype(np.float64), minlength=n_groups)
             act = np.bincount(group, weights=rows, minlength=n_groups)
-            in_b = self.act_bytes if n == 2 * f else 2          # GEMM-2 reads the BF16 intermediate
-            out.append(self._launch(blocks, wts * n * k * self.weight_bytes + act * (k * in_b + n * out_b),
+            in_b = self.act_bytes if stage == 0 else 2          # GEMM-2 reads the BF16 intermediate
+            out.append(self._launch(blocks, wts * n * k * self.weight_bytes + act * (k * in_b + n * 2),
                                     k, sm_fraction))
         return out[0], out[1]
 
@@ -249,7 +255,8 @@ class GemmModel:
     def for_model(cls, model, system, dtype: str, **kw) -> "GemmModel":
         peak = (system.fp8_tflops if dtype == "fp8" else system.bf16_tflops) * 1e12
         wb = 1 if dtype == "fp8" else 2
-        return cls(model.hidden, model.expert_ffn, peak, system.hbm_tbps * 1e12, wb, wb, **kw)
+        return cls(model.hidden, model.expert_ffn, peak, system.hbm_tbps * 1e12, wb, wb,
+                   **dict(dict(gated=getattr(model, "gated", True)), **kw))
 
 
 

@@ -42,6 +42,8 @@ class ModelConfig:
     vocab: int
     n_group: int = 0       # DeepSeek group-limited routing: expert groups (0 = unrestricted)
     topk_group: int = 0    # groups a token may pick from
+    gated: bool = True     # expert FFN: True = gated (SwiGLU: GEMM-1 is hidden x 2*ffn, the gate and up
+    #                        projections); False = a plain two-GEMM MLP (hidden x ffn, activation, ffn x hidden)
 
     def __post_init__(self):
         def need(cond, field, what):
@@ -53,6 +55,7 @@ class ModelConfig:
         need(self.top_k <= self.routed_experts, "top_k", "must not exceed routed_experts")
         need(self.moe_layers <= self.layers, "moe_layers", "must not exceed layers")
         need(self.n_group >= 0 and self.topk_group >= 0, "n_group", "must be non-negative")
+        need(isinstance(self.gated, bool), "gated", "must be true or false")
         if self.n_group:
             need(self.routed_experts % self.n_group == 0, "n_group", "must divide routed_experts")
             need(0 < self.topk_group <= self.n_group, "topk_group", "must be in 1..n_group")

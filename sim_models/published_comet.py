@@ -26,36 +26,59 @@ import numpy as np
 
 from .bar_reader import find_frames, load_rgb, read_panel
 
-__all__ = ["SOURCE", "MODELS", "SYSTEMS", "READINGS", "COLOURS", "PANELS", "moe_ms", "layer_ms", "speedup",
+__all__ = ["SOURCE", "MODELS", "SYSTEMS", "PARAMS", "READINGS", "COLOURS", "PANELS", "moe_ms", "layer_ms", "speedup",
            "read_figure"]
 
 SOURCE = "github.com/bytedance/flux docs/performance.md, Figure 1, panel M={m} (TP,EP)=(1,8), read off the bars"
 
 # The models' MoE layers as the artifact's launch scripts configure them (hidden, experts, top-k, expert FFN,
-# layers). Mixtral-8x7B is models.toml's entry; the other two are benchmark shapes, not added to models.toml.
+# layers): Mixtral-8x7B's shape is models.toml's entry; the other two are benchmark shapes, not added to
+# models.toml. Every expert is a plain two-GEMM MLP, not gated (``gated=False``): the launch scripts pass no
+# ``--swiglu`` (Megatron's TransformerConfig.gated_linear_unit defaults to False, activation GeLU), COMET's flux
+# layer holds one ``(experts, ffn, hidden)`` GEMM-1 weight and applies the activation between its two ops
+# (megatron/core/transformer/moe/moe_layer.py, MoELayer_flux_uniform_distribution), Tutel's experts are its
+# ``'type': 'ffn'`` (fc1, activation, fc2) and FastMoE's FMoETransformerMLP experts htoh4, activation, h4toh.
 # Validation times the MoE layer only; ModelConfig also asks for the attention fields, given here from the
 # models' public config.json (Qwen1.5-MoE-A2.7B, Phi-3.5-MoE-instruct) and not used by these rows.
 GQA_NO_EXTRAS = dict(attention="gqa", q_lora_rank=0, kv_lora_rank=0, qk_nope_head_dim=0, qk_rope_head_dim=0,
                      v_head_dim=0, local_window=0, local_kind="none", local_layers=0, dense_ffn=0, shared_ffn=0)
 MODELS = {
-    "Mixtral": "mixtral-8x7b",
+    "Mixtral": dict(name="comet-mixtral", hidden=4096, routed_experts=8, top_k=2, expert_ffn=14336, shared=0,
+                    moe_layers=32, layers=32, heads=32, kv_heads=8, head_dim=128, vocab=32000, gated=False,
+                    **GQA_NO_EXTRAS),
     "Qwen2-MoE": dict(name="comet-qwen2-moe", hidden=2048, routed_experts=64, top_k=4, expert_ffn=1408,
                       shared=0, moe_layers=24, layers=24, heads=16, kv_heads=16, head_dim=128, vocab=151936,
-                      **GQA_NO_EXTRAS),
+                      gated=False, **GQA_NO_EXTRAS),
     "Phi-3.5-MoE": dict(name="comet-phi-3.5-moe", hidden=4096, routed_experts=16, top_k=2, expert_ffn=6400,
                         shared=0, moe_layers=32, layers=32, heads=32, kv_heads=8, head_dim=128, vocab=32064,
-                        **GQA_NO_EXTRAS),
+                        gated=False, **GQA_NO_EXTRAS),
 }
 MOE_LAYERS = {"Mixtral": 32, "Qwen2-MoE": 24, "Phi-3.5-MoE": 32}
 
-# The systems of the figure and the estimator scheme each one's mechanism corresponds to.
+# The systems of the figure and the estimator scheme each one's mechanism corresponds to, as the artifact runs
+# them (megatron/core/transformer/moe/moe_layer.py):
+# * Megatron (MoELayer_uniform_distribution): Megatron's default token dispatcher, "allgather" (the launch
+#   scripts set none; TransformerConfig.moe_token_dispatcher_type): an all-gather of every GPU's tokens to
+#   every GPU, the grouped GEMMs on the local experts' rows, the outputs scattered into a zero-filled buffer
+#   of all G x M tokens and reduce-scattered. The estimator's nvls scheme has this schedule and these volumes
+#   (every token to the G-1 other GPUs, the whole zero-filled output back; the busiest link direction carries
+#   (G-1) M rows in each phase, as NCCL's all-gather and reduce-scatter do), and the same separate kernels.
+# * COMET (MoELayer_flux_uniform_distribution): flux's GemmGroupedV3AGScatter fetches every other GPU's whole
+#   token shard (all_gather_all2all, nvshmemx_getmem_on_stream per source rank) under the grouped GEMM, whose
+#   tiles wait on each shard's flag; GemmGroupedV3GatherRS sums each token's rows and sends the partials home.
+#   The estimator's comet scheme with Params.allgather_dispatch.
+# * Tutel (MoELayer_tutel): tutel's MOELayer with its default a2a_ffn_overlap_degree = 1: all-to-all, the
+#   experts, all-to-all, one after the other: the tutel scheme with one chunk (Params.tutel_degrees = (1,)).
+# * FasterMoE (MoELayer_fastermoe): FastMoE's FMoETransformerMLP: the fastermoe scheme.
 SYSTEMS = {
-    "Megatron-TE": "deepep",         # sequential: all-to-all, grouped GEMM (Transformer Engine), all-to-all
-    "Megatron-Cutlass": "deepep",    # the same with CUTLASS grouped GEMM
+    "Megatron-TE": "nvls",           # sequential: all-gather, grouped GEMM (Transformer Engine), reduce-scatter
+    "Megatron-Cutlass": "nvls",      # the same with the grouped_gemm library's CUTLASS grouped GEMM
     "FasterMoE": "fastermoe",
     "Tutel": "tutel",
     "COMET": "comet",
 }
+# The estimator's Params for the artifact's runs (see SYSTEMS).
+PARAMS = dict(allgather_dispatch=("comet",), tutel_degrees=(1,))
 
 # Forward latency of the whole model, ms, per (model, M): each system's bar and the attention-only bar, as
 # read_figure() reads them from the image (python -m sim_models.published_comet e2e_latency.png).

@@ -151,6 +151,7 @@ class Setup:
     routing: str = "uniform"
     dtype: str = "fp8"
     extra: dict = dataclasses.field(default_factory=dict)
+    params: dict = dataclasses.field(default_factory=dict)    # estimate()'s Params beyond tokens, dtype, routing
     note: str = ""
     tolerance: float = TOLERANCE
     reason: str = ""
@@ -241,6 +242,14 @@ SETUPS: list[Setup] = [
           "GB/s a ring reaches)",
           kind="nvls_allreduce_busbw", system="hgx-h200", model=_shape("allreduce-probe", 7168, 8, 1),
           tokens=8192, dtype="bf16", note="as for 8x H100: H200 has H100's NVLink4 and NVSwitch"),
+    Setup("nccl-nvls-allreduce-h800", "NVLS (NCCL)", "8x H800, NVLink4 (8 x 25 GB/s) + NVSwitch SHARP",
+          "allreduce busbw", 215.0, "GB/s",
+          "github.com/NVIDIA/nccl issue #1374 (2024-07-24), the reporter's comment: \"a test on H800 * 8 node, ... "
+          "the reported allreduce busBW is 215 GB/s, which is bigger than unidirectional peak BW 200GB/s\" (a "
+          "user's measurement; NVLS is NCCL's default all-reduce on one NVLink4 node)",
+          kind="nvls_allreduce_busbw", system="hgx-h800", model=_shape("allreduce-probe", 7168, 8, 1),
+          tokens=8192, dtype="bf16", note="as for 8x H100, on H800's 8 NVLink4 links (200 GB/s per direction): "
+          "the system of the COMET rows"),
     Setup("nccl-nvls-allgather", "NVLS (NCCL)", "8 NVLink4 GPUs (the same report's NVLS all-reduce: 470 GB/s), "
           "1 GB, NCCL_ALGO=NVLS", "allgather busbw", 300.0, "GB/s",
           "github.com/NVIDIA/nccl issue #1506 (2024-11-07), the report's figures (a user's measurement; ring "
@@ -309,50 +318,53 @@ SETUPS: list[Setup] = [
 ]
 
 
-# COMET's artifact (github.com/ZSL98/Megatron-LM at fd11ea94), as its (TP, EP) = (1, 8) runs use it: every MoE
-# layer routes synthetic tokens by generate_scatter_index (megatron/test_forward/utils.py: each token takes the k
-# experts with the most quota left, so every expert gets exactly G M k / E rows); the Megatron baselines
-# (MoELayer_uniform_distribution) use Megatron's default token dispatcher, "allgather" (the launch scripts set
-# none): every GPU gathers all 8 GPUs' tokens and reduce-scatters the outputs, as COMET's flux ops do
-# (GemmGroupedV3AGScatter, GemmGroupedV3GatherRS over all 8 GPUs).
-ARTIFACT = ("the artifact's MoE layers move every token to every GPU (Megatron's default allgather dispatcher, "
-            "and flux's AllGather+scatter / gather+ReduceScatter for COMET), on synthetic routing balanced by "
-            "construction (megatron/test_forward/utils.py, generate_scatter_index); the estimator's schemes send "
-            "each token only to the GPUs of its experts, on a uniform random draw. With the all-gather volume "
-            "the sequential estimate is -25% to +48% on hgx-h800 (the nvls scheme's sequential timing moves the "
-            "same (G-1)/G of the tokens per direction), so the traffic alone does not explain the rows either")
-WHY_MEGATRON = ("Megatron's MoE layer costs beyond those the estimator charges its deepep scheme (transfers at the "
-                "link rate, one grouped GEMM per stage, and the permutation, activation and unpermutation "
-                "kernels at HBM speed, 0.18-0.98 ms per layer here): the router and its top-k kernels, the "
-                "grouped GEMM's per-expert costs on small experts and NCCL's collectives (no published figure "
-                "isolates them). Largest with several small experts per GPU (Qwen2-MoE, Phi-3.5-MoE). Also: "
-                + ARTIFACT)
-WHY_COMET_SMALL = ("COMET's costs on many small experts: GEMM-bound, the published time would put eight 2,048 x 1,408 "
-                   "experts per GPU at 0.22-0.24 of BF16 peak, far below the 0.50-0.52 DeepGEMM's dense tables give "
-                   "for K = 1,536-2,048, so the GEMM efficiency alone does not explain it; the candidates are the "
-                   "fused kernels' per-tile costs on small experts and the all-gather volume: " + ARTIFACT)
-WHY_TUTEL = ("Tutel's implementation costs per expert beyond its encode/decode kernels (charged as the "
-             "permutation, activation and unpermutation kernels at HBM speed): capacity padding of every expert "
-             "to the largest one's rows, on top of Megatron's costs the estimator lacks; the estimator has "
-             "Tutel's overlap policy (token chunks) and those kernels, not the padding")
-WHY_FASTERMOE = ("FasterMoE's implementation costs beyond its scatter/gather kernels (charged as the permutation, "
-                 "activation and unpermutation kernels at HBM speed): one GEMM launch per local expert in "
-                 "FastMoE, the synchronisation of its per-peer exchange steps, on top of Megatron's costs the "
-                 "estimator lacks; the estimator has its overlap policy (per-peer chunks) and those kernels")
-WHY_COMET_OVER = ("COMET's published lead over Megatron-Cutlass per layer (1.4-3.6 ms) exceeds the estimator's "
-                  "whole dispatch + combine (0.6-1.5 ms) plus Megatron's permutation, activation and "
-                  "unpermutation kernels (0.2-1.0 ms), all of which COMET's fused kernels hide or fold into its "
-                  "GEMMs, so the rest is in the baseline's other costs: " + WHY_MEGATRON)
+# COMET's artifact (github.com/ZSL98/Megatron-LM at fd11ea94), as its (TP, EP) = (1, 8) runs use it
+# (published_comet.SYSTEMS, .PARAMS): every MoE layer routes synthetic tokens by generate_scatter_index
+# (megatron/test_forward/utils.py: each token takes the k experts with the most quota left, so every expert gets
+# G M k / E rows; the forks of Tutel and FastMoE the artifact installs use the same indices), its experts are
+# plain two-GEMM MLPs, Megatron all-gathers every token and reduce-scatters the whole output, flux's COMET
+# fetches every other GPU's whole token shard under its GEMM-1, Tutel runs all-to-all, experts, all-to-all one
+# after the other. The figure's Qwen2-MoE bars agree with the fork's e2e_timing_results.csv (its EP 8, TP 1
+# rows, recorded after --swiglu left the launch scripts) within 1 ms at M = 4,096 and 2 ms at 8,192 (a pixel is
+# 1.2 and 2.2 ms): the figure is that code's measurement.
+WHY_MIXTRAL = ("Mixtral (one 4,096 x 14,336 expert per GPU): the published layer times do not fit the artifact's "
+               "traffic at H800's link rate with one GEMM efficiency: Megatron's all-gather and reduce-scatter of "
+               "every token (2 x 1.43 ms at 4,096 tokens/GPU, 164 GB/s) and its separate kernels (0.38 ms) leave "
+               "its GEMMs 2.2 ms of the published 5.47 ms, 0.88 of BF16 peak, while COMET's 4.08 ms (GEMM-bound, "
+               "its all-gather under GEMM-1) puts the same GEMMs at 0.5 or less. Missing: the machine's link rate "
+               "(the figure names no GPU; the H800 is the team's announcement's, flux's artifact guide names 8x "
+               "H100 and 8x L20) and the BF16 efficiency of flux's grouped GEMM on gathered rows against the "
+               "grouped_gemm library's; no published figure isolates either")
+WHY_MEGATRON = ("Megatron's costs on eight small (2,048 x 1,408) experts per GPU beyond those the nvls scheme "
+                "charges (the all-gather and reduce-scatter at the link rate, one grouped GEMM per stage, the "
+                "permutation, activation and unpermutation kernels at HBM speed): the router and its top-k, the "
+                "host synchronisation on the token counts (token_dispatcher.py: tokens_per_expert.cpu()) and the "
+                "grouped GEMM's per-expert costs; no published figure isolates them")
+WHY_COMET_SMALL = ("COMET's costs on eight small (2,048 x 1,408) experts per GPU beyond those the comet scheme "
+                   "charges (the all-gather of every token under GEMM-1, the partials under GEMM-2): flux's sort "
+                   "and gather-index kernels and the host synchronisation on the split counts before its GEMM "
+                   "(gemm_grouped_v3_ag_scatter.cc: stream_synchronize), the tiles' waits on the shards' flags and "
+                   "the separate activation kernel between its two ops (moe_layer.py); no published figure "
+                   "isolates them")
+WHY_TUTEL = ("Tutel's costs beyond those the tutel scheme charges (all-to-all, experts, all-to-all in sequence, "
+             "the artifact's a2a_ffn_overlap_degree = 1, and its encode/decode kernels at HBM speed): the "
+             "published Tutel layer is 1.3-2.6 ms longer than the estimate in every setup, about as much at "
+             "8,192 tokens/GPU as at 4,096: a per-layer cost, not a per-byte one (its routing and all-to-all "
+             "setup per layer); no published figure isolates it")
+WHY_FASTERMOE = ("FastMoE's costs beyond those the fastermoe scheme charges: the published FasterMoE layer is "
+                 "2.0-2.9 ms (Mixtral, Phi-3.5-MoE) and 6.4-7.0 ms (Qwen2-MoE, eight local experts) longer than "
+                 "the estimate, about as much at 8,192 tokens/GPU as at 4,096: per-layer and per-expert costs, not "
+                 "per-byte ones. FastMoE runs its experts one by one from Python (fmoe/layers.py expert_fn: the "
+                 "counts copied to the host, one module call per local expert), each FMoELinear call synchronises "
+                 "the host with its streams twice (cuda/parallel_linear.cuh, cuda/stream_manager.cpp: "
+                 "cudaStreamSynchronize); no published figure isolates their times")
 # The COMET rows outside their tolerance and the mechanism each points to, by (model, M, quantity).
 _COMET_WHY = {
-    ("Qwen2-MoE", 4096, "COMET"): WHY_COMET_SMALL, ("Qwen2-MoE", 8192, "COMET"): WHY_COMET_SMALL,
-    ("Qwen2-MoE", 4096, "Megatron-Cutlass"): WHY_MEGATRON, ("Qwen2-MoE", 8192, "Megatron-Cutlass"): WHY_MEGATRON,
-    ("Phi-3.5-MoE", 4096, "Megatron-Cutlass"): WHY_MEGATRON, ("Phi-3.5-MoE", 8192, "Megatron-Cutlass"): WHY_MEGATRON,
-    ("Qwen2-MoE", 4096, "over-Megatron-Cutlass"): WHY_COMET_OVER,
-    ("Phi-3.5-MoE", 4096, "over-Megatron-Cutlass"): WHY_COMET_OVER,
-    ("Phi-3.5-MoE", 8192, "over-Megatron-Cutlass"): WHY_COMET_OVER,
-    ("Qwen2-MoE", 4096, "over-Tutel"): WHY_TUTEL, ("Phi-3.5-MoE", 4096, "over-Tutel"): WHY_TUTEL,
-    ("Qwen2-MoE", 8192, "over-Tutel"): WHY_TUTEL,
+    **{("Mixtral", m, q): WHY_MIXTRAL for m in (4096, 8192) for q in ("COMET", "over-Megatron-Cutlass")},
+    ("Mixtral", 8192, "Megatron-Cutlass"): WHY_MIXTRAL,
+    ("Qwen2-MoE", 4096, "Megatron-Cutlass"): WHY_MEGATRON, ("Qwen2-MoE", 4096, "over-Megatron-Cutlass"): WHY_MEGATRON,
+    ("Qwen2-MoE", 8192, "COMET"): WHY_COMET_SMALL,
+    **{(model, m, "over-Tutel"): WHY_TUTEL for model in ("Qwen2-MoE", "Phi-3.5-MoE") for m in (4096, 8192)},
     **{(model, m, "over-FasterMoE"): WHY_FASTERMOE for model in comet_fig.MODELS for m in (4096, 8192)
        if (model, m) != ("Mixtral", 8192)},
 }
@@ -367,7 +379,7 @@ def _comet_setups() -> list[Setup]:
         for model, spec in comet_fig.MODELS.items():
             where = f"8x H800 EP8, {model}, {m} tokens/GPU, BF16"
             src = comet_fig.SOURCE.format(m=m)
-            common = dict(kind=None, system="hgx-h800", model=spec, tokens=m, dtype="bf16")
+            common = dict(kind=None, system="hgx-h800", model=spec, tokens=m, dtype="bf16", params=comet_fig.PARAMS)
             first = not out
             for sysname in ("Megatron-Cutlass", "COMET"):
                 out.append(Setup(
@@ -376,9 +388,12 @@ def _comet_setups() -> list[Setup]:
                     **dict(common, kind="layer_time"), extra=dict(scheme=comet_fig.SYSTEMS[sysname]),
                     reason=_COMET_WHY.get((model, m, sysname), ""),
                     note=("(forward latency - attention-only latency) / MoE layers, bars read off the figure "
-                          "(1 px = 1.2 ms at M=4096, 2.2 ms at M=8192); the artifact's shapes (published_comet.py). "
-                          "Estimate: the estimator's layer time of the matching scheme (Megatron-Cutlass: "
-                          "deepep, the sequential all-to-all + grouped GEMM + all-to-all; COMET: comet)")
+                          "(1 px = 1.2 ms at M=4096, 2.2 ms at M=8192); the artifact's shapes, non-gated experts "
+                          "(published_comet.py). Estimate: the estimator's layer time of the scheme with the "
+                          "artifact's schedule and traffic (published_comet.SYSTEMS, .PARAMS): Megatron-Cutlass: "
+                          "nvls, the sequential all-gather of every token + grouped GEMM + reduce-scatter (Megatron's "
+                          "allgather dispatcher); COMET: comet, its dispatch an all-gather of every token (flux's "
+                          "AllGather+scatter)")
                     if first and sysname == "Megatron-Cutlass" else ""))
             for over in ("Megatron-Cutlass", "Tutel", "FasterMoE"):
                 out.append(Setup(
@@ -388,8 +403,10 @@ def _comet_setups() -> list[Setup]:
                     extra=dict(scheme="comet", over=comet_fig.SYSTEMS[over]),
                     reason=_COMET_WHY.get((model, m, "over-" + over), ""),
                     note=("MoE-layer time of the baseline / COMET's (attention excluded). Estimate: the "
-                          "ratio of the estimator's layer times, deepep / comet, tutel / comet, "
-                          "fastermoe / comet (one estimate() per setup)") if first and over == "Megatron-Cutlass"
+                          "ratio of the estimator's layer times, nvls / comet, tutel / comet, "
+                          "fastermoe / comet (one estimate() per setup; tutel with one chunk, the artifact's "
+                          "a2a_ffn_overlap_degree = 1, which also batches fastermoe's remote peers into one "
+                          "exchange, FastMoE's plain schedule)") if first and over == "Megatron-Cutlass"
                     else ""))
     return out
 
@@ -442,12 +459,12 @@ def _phases(st: Setup, kind: str, cal: Calibration, params: Params):
 def _estimate(st: Setup, cal: Calibration, cache: dict | None):
     """``estimate()`` of the setup's layer (prefill, its tokens, dtype and routing), shared through ``cache``
     by the rows of one setup."""
-    key = (repr(st.model), st.system, st.gpus, st.tokens, st.dtype, st.routing)
+    key = (repr(st.model), st.system, st.gpus, st.tokens, st.dtype, st.routing, repr(st.params))
     if cache is not None and key in cache:
         return cache[key]
-    params = Params(tokens_per_gpu=st.tokens, dtype=st.dtype, routing=st.routing, gpus=st.gpus)
+    params = Params(tokens_per_gpu=st.tokens, dtype=st.dtype, routing=st.routing, gpus=st.gpus, **st.params)
     e = estimate(_model(st.model), load_system(st.system), params, calibration=cal,
-                 schemes=["deepep", "tutel", "fastermoe", "comet"])
+                 schemes=["deepep", "nvls", "tutel", "fastermoe", "comet"])
     if cache is not None:
         cache[key] = e
     return e

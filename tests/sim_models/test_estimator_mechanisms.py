@@ -2,9 +2,12 @@
 GEMM (tensor-core tile and wave quantisation, per-tile weight traffic with L2 reuse), against hand-computed
 cases, the fixed-duration policy they extend, and DeepGEMM's published grouped-GEMM figures."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
+from hw.packet import wire_flits
 from sim_models import estimator as E
 from sim_models.calibration import load_calibration
 from sim_models.gemm import GemmModel, deepgemm_validation
@@ -324,3 +327,52 @@ def test_bad_combine_and_new_knobs_are_named():
                     (dict(combine_link_share=1.0), "combine_link_share")):
         with pytest.raises(ValueError, match=msg):
             E.Params(**kw).validate()
+
+
+# ------------------------------------------------------------------------------------------ the expert's shape
+
+def test_a_non_gated_expert_has_half_the_gemm1_work():
+    """A gated (SwiGLU) expert's GEMM-1 is hidden x 2 ffn, a plain MLP's hidden x ffn: half the MMA work, half
+    the N-blocks and half the weight bytes; GEMM-2 is the same. By hand at 640 rows, h = 2048, f = 1408, BF16,
+    no pipeline costs: GEMM-1 compute 2 * 640 * 2048 * f / (989e12 * 0.6)."""
+    kw = dict(hidden=2048, ffn=1408, peak_flops=989e12, hbm_bytes_per_s=3.35e12, weight_bytes=2, act_bytes=2,
+              block_m=64, block_n=128, sms=132, pipeline_costs=False)
+    g, p = GemmModel(**kw), GemmModel(**kw, gated=False)
+    assert (g.up, p.up) == (2 * 1408, 1408)
+    cg, mg, c2g, m2g = g.parts(640)
+    cp, mp, c2p, m2p = p.parts(640)
+    assert float(cp) == pytest.approx(2 * 640 * 2048 * 1408 / (989e12 * 0.6))
+    assert float(cg) == pytest.approx(2 * float(cp))
+    assert float(mg - mp) == pytest.approx(2048 * 1408 * 2 / (3.35e12 * 0.75))     # one f x h weight less
+    assert (float(c2g), float(m2g)) == pytest.approx((float(c2p), float(m2p)))
+    assert int(g.blocks(640, g.up)) == 2 * int(p.blocks(640, p.up)) == 2 * 10 * 11
+    # a model's flag reaches its GEMM model
+    sysx = load_system("hgx-h800")
+    m = load_model("mixtral-8x7b")
+    assert GemmModel.for_model(m, sysx, "bf16").gated
+    assert not GemmModel.for_model(dataclasses.replace(m, gated=False), sysx, "bf16").gated
+    with pytest.raises(ValueError, match="gated"):
+        dataclasses.replace(m, gated=1)
+
+
+def test_allgather_dispatch_moves_every_token_to_every_gpu():
+    """``Params.allgather_dispatch``: the comet scheme's dispatch carries every token to the G-1 other GPUs
+    (an all-gather), whatever its experts: its bulk dispatch is (G-1) T rows on the busiest link at the link
+    rate plus one traversal; the combine's partials stay the routing's pairs; the layer takes at least the
+    dispatch; the schemes not listed are unchanged. By hand on 8x H800, hidden 2048, BF16, 1,024 tokens/GPU."""
+    model = load_model("mixtral-8x7b")
+    model = dataclasses.replace(model, hidden=2048, routed_experts=64, top_k=4, expert_ffn=1408, gated=False)
+    sysx = load_system("hgx-h800")
+    base = E.Params(tokens_per_gpu=1024, dtype="bf16")
+    e0 = E.estimate(model, sysx, base, schemes=["comet", "tutel"])
+    e1 = E.estimate(model, sysx, dataclasses.replace(base, allgather_dispatch=("comet",)), schemes=["comet", "tutel"])
+    ctx = E._Context(model, sysx, base, load_calibration(), build_workload(64, 4, 8, 1024, seed=0))
+    row = wire_flits(2 * 2048, scheme="unicast", flit_bytes=sysx.port_bytes_per_cycle,
+                     max_payload_bytes=E.MAX_PAYLOAD) * sysx.port_bytes_per_cycle
+    assert e1.results["comet"].dispatch == pytest.approx(7 * 1024 * row / ctx.rate + ctx.l_trav)
+    assert e1.results["comet"].combine == pytest.approx(e0.results["comet"].combine)
+    assert e1.results["comet"].total >= e1.results["comet"].dispatch
+    assert e1.results["comet"].total > e0.results["comet"].total
+    assert e1.results["tutel"].total == pytest.approx(e0.results["tutel"].total)
+    with pytest.raises(ValueError, match="not a tile-level unicast scheme"):
+        E.Params(allgather_dispatch=("tutel",)).validate()

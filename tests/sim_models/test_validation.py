@@ -177,18 +177,21 @@ def test_comet_estimates_are_the_estimators_own_ratios(rows):
     """A speedup row is the ratio of two layer times of one estimate() on the figure's setup (8x H800, EP8,
     BF16, the artifact's shape, M tokens per GPU); a layer-time row is one of them."""
     spec = comet_fig.MODELS["Qwen2-MoE"]
-    e = estimate(ModelConfig(**spec), load_system("hgx-h800"), Params(tokens_per_gpu=4096, dtype="bf16"),
-                 schemes=["deepep", "tutel", "fastermoe", "comet"])
+    e = estimate(ModelConfig(**spec), load_system("hgx-h800"),
+                 Params(tokens_per_gpu=4096, dtype="bf16", **comet_fig.PARAMS),
+                 schemes=["nvls", "tutel", "fastermoe", "comet"])
     got = {r["key"]: r["estimate"] for r in _comet_rows(rows)}
     t = {k: v.total for k, v in e.results.items()}
-    assert got["comet-e2e-Qwen2-MoE-4096-over-Megatron-Cutlass"] == pytest.approx(t["deepep"] / t["comet"])
+    assert got["comet-e2e-Qwen2-MoE-4096-over-Megatron-Cutlass"] == pytest.approx(t["nvls"] / t["comet"])
     assert got["comet-e2e-Qwen2-MoE-4096-over-Tutel"] == pytest.approx(t["tutel"] / t["comet"])
     assert got["comet-e2e-Qwen2-MoE-4096-over-FasterMoE"] == pytest.approx(t["fastermoe"] / t["comet"])
     assert got["comet-e2e-Qwen2-MoE-4096-COMET-layer"] == pytest.approx(t["comet"] * 1e3)
-    assert got["comet-e2e-Qwen2-MoE-4096-Megatron-Cutlass-layer"] == pytest.approx(t["deepep"] * 1e3)
-    # Mixtral is models.toml's entry, the shape the artifact runs.
-    mix = load_model(comet_fig.MODELS["Mixtral"])
-    assert (mix.hidden, mix.routed_experts, mix.top_k, mix.expert_ffn, mix.moe_layers) == (4096, 8, 2, 14336, 32)
+    assert got["comet-e2e-Qwen2-MoE-4096-Megatron-Cutlass-layer"] == pytest.approx(t["nvls"] * 1e3)
+    # Mixtral is models.toml's shape, with the artifact's non-gated experts.
+    mix, toml = ModelConfig(**comet_fig.MODELS["Mixtral"]), load_model("mixtral-8x7b")
+    assert (mix.hidden, mix.routed_experts, mix.top_k, mix.expert_ffn, mix.moe_layers) == \
+        (toml.hidden, toml.routed_experts, toml.top_k, toml.expert_ffn, toml.moe_layers) == (4096, 8, 2, 14336, 32)
+    assert toml.gated and not any(ModelConfig(**m).gated for m in comet_fig.MODELS.values())
 
 
 def test_summary_means():
