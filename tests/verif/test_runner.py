@@ -5,6 +5,7 @@ ports behave (a CAM write then a hit), and writes the names it saw to the file g
 """
 
 import json
+import sys
 
 import cocotb
 import pytest
@@ -40,6 +41,30 @@ def test_ports_config_keeps_repeated_blocks_apart(tmp_path):
     assert lines[0] == "`verilator_config" and lines.count("`verilator_config") == 1
     assert [x for x in lines if x.startswith("public_flat_rw")] == ['public_flat_rw -module "t" -var "a"']
     assert [x for x in lines if x.startswith("no_inline")] == ['no_inline -module "rep"']
+
+
+def test_rewritten_modules_are_cached_where_bytecode_is_not_written(tmp_path, monkeypatch):
+    """``cache_rewritten_modules`` writes pytest's rewritten bytecode of every module of the packages, a module
+    that fails on import included, though the process does not write bytecode; nothing with the rewriting off."""
+    pkg = tmp_path / "verif" / "tbpkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "good.py").write_text("def f(x):\n    assert x == 1\n")
+    (pkg / "bad.py").write_text("import os\nSETTING = os.environ['NO_SUCH_SETTING']\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "verif"))
+    monkeypatch.setattr("sys.dont_write_bytecode", True)
+    monkeypatch.setenv("COCOTB_REWRITE_ASSERTION_FILES", "")
+    assert runner.cache_rewritten_modules(("tbpkg",)) == 0
+    monkeypatch.delenv("COCOTB_REWRITE_ASSERTION_FILES")
+    hooks = list(sys.meta_path)
+    try:
+        assert runner.cache_rewritten_modules(("tbpkg",)) == 1          # bad.py raised on import
+        cached = sorted(p.name.split(".")[0] for p in (pkg / "__pycache__").glob("*-pytest-*.pyc"))
+        assert cached == ["__init__", "bad", "good"]
+        assert sys.dont_write_bytecode and sys.meta_path == hooks
+    finally:
+        for name in ("tbpkg", "tbpkg.good", "tbpkg.bad"):
+            sys.modules.pop(name, None)
 
 
 @pytest.mark.parametrize("public", ["ports", "flat"])

@@ -315,6 +315,48 @@ def sim_build(module: "str | registry.DesignPoint", params: dict | None = None, 
 ASSERTION_REWRITE_ENV = {"COCOTB_REWRITE_ASSERTION_FILES": "verif/*.py tests/*.py",
                          "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
+#: The packages whose modules the simulator processes import (testbenches, their harness and models).
+SIM_PACKAGES = ("verif.tb", "verif.harness", "verif.models", "verif.faults", "verif.bench")
+
+
+def cache_rewritten_modules(packages=SIM_PACKAGES) -> int:
+    """Write the bytecode of ``packages``' modules as cocotb's assertion rewriting makes it (pytest's own
+    ``__pycache__/*-pytest-*.pyc`` files, which it reads back while the source is unchanged) and return how
+    many modules were imported. Where the environment forbids writing bytecode (``PYTHONDONTWRITEBYTECODE``)
+    every simulator process would rewrite and compile each testbench module it imports again: 0.07-0.09
+    CPU-s a run of the integrated switch's testbench. ``./run test`` calls this once, as it compiles the
+    project's bytecode. A module that needs its run's settings to import (:mod:`verif.harness.scenarios`) is
+    cached all the same: pytest writes the file before it runs the module; its error is ignored here."""
+    import importlib
+    import pkgutil
+
+    from _pytest.assertion import install_importhook
+    from _pytest.config import Config
+
+    files = os.environ.get("COCOTB_REWRITE_ASSERTION_FILES", ASSERTION_REWRITE_ENV["COCOTB_REWRITE_ASSERTION_FILES"])
+    if not files.strip():
+        return 0
+    # cocotb's configuration of the hook (cocotb/regression.py, setup_pytest_assertion_rewriting); pytest's
+    # Config installs one hook of its own, which goes too.
+    finders = list(sys.meta_path)
+    install_importhook(Config.fromdictargs({}, ["--capture=no", "-o", f"python_files={files}"]))
+    saved, sys.dont_write_bytecode = sys.dont_write_bytecode, False
+    n = 0
+    try:
+        for package in packages:
+            for info in pkgutil.iter_modules(importlib.import_module(package).__path__, package + "."):
+                if info.ispkg:
+                    continue
+                try:
+                    importlib.import_module(info.name)
+                    n += 1
+                except Exception:
+                    pass
+    finally:
+        sys.dont_write_bytecode = saved
+        sys.meta_path[:] = [f for f in sys.meta_path if f in finders or type(f).__name__ != "AssertionRewritingHook"]
+    return n
+
 
 def run_cocotb(module: "str | registry.DesignPoint", params: dict | None = None, *, test_module: str,
                testcase: str | None = None,
