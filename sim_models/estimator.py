@@ -40,7 +40,7 @@ import numpy as np
 
 from hw.packet import payload_efficiency, wire_flits
 
-from . import deepep
+from . import deepep, impl_costs
 from .calibration import Calibration, load_calibration
 from .gemm import GemmModel, dtype_efficiency
 from .moe_config import ModelConfig
@@ -173,6 +173,12 @@ class Params:
     #                                          as COMET's artifact runs it); their combine still sends one
     #                                          partial per (token, GPU) pair. (): every scheme sends each token
     #                                          only to the GPUs of its experts. Not varied (a workload fact)
+    impl_costs: tuple = ()                   # schemes charged their reference code's own costs as COMET's
+    #                                          artifact runs it (sim_models.impl_costs: Tutel's FP32 encode/
+    #                                          decode, slots on the links, layout copies and bias additions;
+    #                                          FastMoE's plain sequential layer, host syncs, a GEMM launch and an
+    #                                          NCCL group per expert). (): the optimised schedules. Not varied
+    #                                          (a workload fact of the validation rows)
 
     def validate(self):
         def bad(field, what):
@@ -224,6 +230,12 @@ class Params:
             if n not in SCHEMES or SCHEMES[n].traffic != "unicast" or SCHEMES[n].engine not in ("comet", "fused"):
                 bad("allgather_dispatch", f"{n!r} is not a tile-level unicast scheme; valid: "
                     f"{', '.join(k for k, v in SCHEMES.items() if v.traffic == 'unicast' and v.engine in ('comet', 'fused'))}")
+        for n in self.impl_costs:
+            if n not in impl_costs.IMPL_SCHEMES:
+                bad("impl_costs", f"{n!r} has no reference-code model; valid: {', '.join(impl_costs.IMPL_SCHEMES)}")
+        if self.impl_costs and self.dtype != "bf16":
+            bad("impl_costs", f"models the reference code's BF16 layers (as COMET's artifact runs them); needs "
+                f"dtype='bf16', not {self.dtype!r}")
 
     def gemm_efficiency_of(self, dtype: str, system) -> float:
         """The GEMM efficiency of ``dtype`` on ``system`` (:func:`gemm.dtype_efficiency`)."""
@@ -441,6 +453,8 @@ def _kernel_passes(ctx: _Context, name: str, ps: "_Pass"):
     names = UNFUSED_KERNELS.get(name, ()) if ctx.p.unfused_kernels else ()
     if not names:
         return None
+    if name == "tutel" and "tutel" in ctx.p.impl_costs:
+        return _tutel_kernel_passes(ctx)
     wl, G = ctx.wl, ctx.G
     f, w = ctx.m.expert_ffn, ctx.gemm.weight_bytes
     inst_total = np.bincount(wl.inst_gpu, weights=wl.inst_rows.astype(float), minlength=G)
@@ -459,19 +473,46 @@ def _kernel_passes(ctx: _Context, name: str, ps: "_Pass"):
     return passes
 
 
+def _tutel_kernel_passes(ctx: _Context):
+    """Tutel's own kernels (``Params.impl_costs``, :mod:`impl_costs`): FP32 encode and decode, layout copies
+    and bias additions, plus the activation (n f 2w bytes, the scheme's own), at ``hbm x mem_efficiency``,
+    one kernel overhead each; a chunk's share in proportion to its rows."""
+    wl, G, m = ctx.wl, ctx.G, ctx.m
+    rate = ctx.s.hbm_tbps * 1e12 * ctx.p.mem_efficiency
+    E, k = m.routed_experts, m.top_k
+    el = max(1, E // G)
+    inst_total = np.bincount(wl.inst_gpu, weights=wl.inst_rows.astype(float), minlength=G)
+    act = m.expert_ffn * (4.0 * (ctx.gemm.up // m.expert_ffn - 1) + 2.0 * ctx.gemm.weight_bytes)
+    full = np.array([sum(impl_costs.tutel_kernel_bytes(wl.tokens_per_gpu, E, el, k, m.hidden, m.expert_ffn,
+                                                       r).values()) + r * act for r in inst_total])
+    kernels = impl_costs.tutel_kernels(k, el) + 1
+
+    def passes(rows):
+        n = np.bincount(wl.inst_gpu, weights=np.asarray(rows, dtype=float), minlength=G)
+        share = np.divide(n, inst_total, out=np.zeros(G), where=inst_total > 0)
+        return np.where(n > 0, full * share / rate + kernels * ctx.ko, 0.0)
+    return passes
+
+
 def _bounds(T: int, n: int) -> np.ndarray:
     """Start token index of each of ``n`` chunks of ``T`` tokens (token j is in chunk j * n // T)."""
     return np.searchsorted(np.arange(T) * n // T, np.arange(n), side="left")
 
 
-def _token_chunks(ctx: _Context, tr: SchemeTraffic, n: int, sm_fraction: float, factor: float, kern=None):
+def _token_chunks(ctx: _Context, tr: SchemeTraffic, n: int, sm_fraction: float, factor: float, kern=None,
+                  slots: bool = False):
     """Per-chunk (dispatch, GEMM, combine) times when every GPU splits its tokens into ``n`` index ranges
-    (unicast traffic; each chunk's GEMMs are their own grouped GEMM, so weights are read per chunk)."""
+    (unicast traffic; each chunk's GEMMs are their own grouped GEMM, so weights are read per chunk).
+    ``slots``: Tutel's all-to-all of its whole capacity-slot buffer (``Params.impl_costs``)."""
     wl, c = ctx.wl, tr.costs
     b = _bounds(wl.tokens_per_gpu, n)
     copies = np.add.reduceat(wl.d_remote_by_j, b, axis=1).astype(float)      # (G, n) copies sent by home g
     hosted = np.add.reduceat(wl.remote_pairs_by_j, b, axis=1).astype(float)  # (G, n) copies landing on h
     ld, lc = ctx.latencies("unicast", tiled=False)
+    if slots:                             # Tutel's all-to-all: the whole slot buffer, split over the chunks
+        out, inn = impl_costs.tutel_exchange(wl.tokens_per_gpu, ctx.m.routed_experts, ctx.G, ctx.m.top_k)
+        copies = np.full((ctx.G, n), out / n)
+        hosted = np.full((ctx.G, n), inn / n)
     disp = np.maximum(copies * c.disp_copy, hosted * c.disp_copy).max(axis=0) / ctx.rate + ld
     comb = np.maximum(hosted * c.comb_copy, copies * c.comb_copy).max(axis=0) / ctx.rate + lc
     rows = np.add.reduceat(wl.inst_rows_by_j, b, axis=1)
@@ -651,12 +692,19 @@ def _run_pass(ctx: _Context, spec: SchemeSpec, ps: _Pass, tr: SchemeTraffic, sms
         for n in degrees:
             n = min(n, ctx.wl.tokens_per_gpu)
             f = frac if n > 1 else 1.0          # one chunk overlaps nothing: GEMMs keep every SM
-            dch, (kch, gch), cch = _token_chunks(ctx, tr, n, f, ps.gemm_factor, kern)
+            dch, (kch, gch), cch = _token_chunks(ctx, tr, n, f, ps.gemm_factor, kern,
+                                                 slots=spec.name == "tutel" and "tutel" in ctx.p.impl_costs)
             total, busy = list_schedule(_chains(dch, kch, cch, ctx.ko))
             if best is None or total < best[0]:
                 best = (total, float(gch.sum()), n)
         total, gemm, n = best
         return SchemeResult(spec.name, total, disp, gemm, comb, max(0.0, total - gemm), sms, {"chunks": n})
+    if engine == "fastermoe" and "fastermoe" in ctx.p.impl_costs:
+        # FastMoE's plain layer as the artifact runs it (impl_costs.fastmoe_layer): no overlap.
+        x = impl_costs.fastmoe_layer(ctx, tr.costs, ctx.latencies(kind, tiled=False), ps.gemm_factor)
+        total = x.pop("total")
+        return SchemeResult(spec.name, total, x["dispatch"], x["gemm"], x["combine"], max(0.0, total - x["gemm"]),
+                            0, {"chunks": 1, **x})
     if engine == "fastermoe":
         best = None
         for groups in sorted({min(d, ctx.G - 1) for d in ctx.p.tutel_degrees}):

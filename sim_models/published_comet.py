@@ -78,7 +78,7 @@ SYSTEMS = {
     "COMET": "comet",
 }
 # The estimator's Params for the artifact's runs (see SYSTEMS).
-PARAMS = dict(allgather_dispatch=("comet",), tutel_degrees=(1,))
+PARAMS = dict(allgather_dispatch=("comet",), tutel_degrees=(1,), impl_costs=("tutel", "fastermoe"))
 
 # Forward latency of the whole model, ms, per (model, M): each system's bar and the attention-only bar, as
 # read_figure() reads them from the image (python -m sim_models.published_comet e2e_latency.png).

@@ -376,3 +376,84 @@ def test_allgather_dispatch_moves_every_token_to_every_gpu():
     assert e1.results["tutel"].total == pytest.approx(e0.results["tutel"].total)
     with pytest.raises(ValueError, match="not a tile-level unicast scheme"):
         E.Params(allgather_dispatch=("tutel",)).validate()
+
+
+# ------------------------------------------------------------------------------------------ reference code costs
+
+def _qwen2_like():
+    model = load_model("mixtral-8x7b")
+    return dataclasses.replace(model, hidden=2048, routed_experts=64, top_k=4, expert_ffn=1408, gated=False)
+
+
+def test_tutel_code_costs_by_hand():
+    """Tutel's own code (``Params.impl_costs``, sim_models/impl_costs.py) at T = 1,024 tokens/GPU, 64 experts
+    on 8 GPUs, top-4, hidden 2,048: capacity 4 x 16 = 64, S = 4,096 slots = T k. By hand: encode H (6 T + 4 S
+    + 8 k T + 6 S) = 2,048 x 79,872 B, decode H (6 S + 8 k T + 12 (k - 1) T + 6 T) = 2,048 x 100,352 B (44 k T H
+    together), two layout copies 8 S H, bias additions 4 n (f + H); each all-to-all sends and receives 3,584
+    slots (7/8 of S); 20 kernels besides the GEMMs and the activation. The layer (one chunk): dispatch, the
+    busiest GPU's GEMMs + kernels, combine, one kernel overhead each."""
+    from sim_models import impl_costs as I
+    assert I.tutel_slots(1024, 64, 4) == 4096
+    b = I.tutel_kernel_bytes(1024, 64, 8, 4, 2048, 1408, rows=4096.0)
+    assert (b["encode"], b["decode"]) == (2048 * 79872, 2048 * 100352)
+    assert b["encode"] + b["decode"] == 44 * 4 * 1024 * 2048
+    assert b["layout"] == 8 * 4096 * 2048 and b["bias"] == 4 * 4096 * (1408 + 2048)
+    assert I.tutel_kernel_bytes(1024, 8, 1, 2, 2048, 1408, rows=1.0)["layout"] == 0     # one local expert
+    assert I.tutel_exchange(1024, 64, 8, 4) == (3584.0, 3584.0)
+    assert I.tutel_kernels(4, 8) == 20 and I.tutel_kernels(2, 1) == 5 + 5 + 2
+    model, sysx = _qwen2_like(), load_system("hgx-h800")
+    p = E.Params(tokens_per_gpu=1024, dtype="bf16", tutel_degrees=(1,), impl_costs=("tutel",))
+    e = E.estimate(model, sysx, p, schemes=["tutel"])
+    wl = build_workload(64, 4, 8, 1024, seed=0)
+    ctx = E._Context(model, sysx, p, load_calibration(), wl)
+    row = wire_flits(2 * 2048, scheme="unicast", flit_bytes=sysx.port_bytes_per_cycle,
+                     max_payload_bytes=E.MAX_PAYLOAD) * sysx.port_bytes_per_cycle
+    n = np.bincount(wl.inst_gpu, weights=wl.inst_rows.astype(float), minlength=8)
+    act = 1408 * 2 * 2
+    kern = np.array([44 * 4 * 1024 * 2048 + 8 * 4096 * 2048 + 4 * r * (1408 + 2048) + r * act for r in n])
+    comp = np.max(ctx.gpu_gemm + kern / (3.35e12 * 0.75) + 21 * ctx.ko)
+    a2a = 3584 * row / ctx.rate + ctx.l_trav
+    assert e.results["tutel"].total == pytest.approx(2 * a2a + comp + 3 * ctx.ko)
+
+
+def test_fastmoe_code_costs_by_hand():
+    """FastMoE's plain layer (``Params.impl_costs``): sequential; the exchanges carry one row per remote pick;
+    each local expert its own GEMM launches, its NCCL group in each exchange (a launch and a traversal each,
+    one more for the counts) and 6 host synchronisations (5 more per layer), :data:`impl_costs.HOST_SYNC_US`
+    each. By hand on the busiest GPU from the workload."""
+    from sim_models import impl_costs as I
+    model, sysx = _qwen2_like(), load_system("hgx-h800")
+    p = E.Params(tokens_per_gpu=1024, dtype="bf16", impl_costs=("fastermoe",))
+    e = E.estimate(model, sysx, p, schemes=["fastermoe"])
+    r = e.results["fastermoe"]
+    wl = build_workload(64, 4, 8, 1024, seed=0)
+    ctx = E._Context(model, sysx, p, load_calibration(), wl)
+    row = wire_flits(2 * 2048, scheme="unicast", flit_bytes=sysx.port_bytes_per_cycle,
+                     max_payload_bytes=E.MAX_PAYLOAD) * sysx.port_bytes_per_cycle
+    d = wl.dest
+    remote = d.expert_gpu != d.src[:, None]
+    busiest = max(np.bincount(d.src, weights=remote.sum(axis=1), minlength=8).max(),
+                  np.bincount(d.expert_gpu[remote], minlength=8).max())
+    link = busiest * row / ctx.rate
+    t1, t2 = ctx.gemm.launch_times(wl.inst_rows, np.arange(len(wl.inst_gpu)), len(wl.inst_gpu))
+    gemm = np.bincount(wl.inst_gpu, weights=t1 + t2, minlength=8)
+    n = np.bincount(wl.inst_gpu, weights=wl.inst_rows.astype(float), minlength=8)
+    mem = (2048 * (14 * 4096 + 2 * 1024) + n * (4 * (1408 + 2048) + 4 * 1408 + 4 * 2048)) / (3.35e12 * 0.75)
+    groups = 8 * 2 * (ctx.ko + ctx.l_trav) + ctx.ko + ctx.l_trav
+    per_gpu = gemm + mem + (14 + 9 * 8) * ctx.ko + groups + (5 + 6 * 8) * 5.8e-6
+    assert r.detail["host_syncs"] == 53
+    assert r.total == pytest.approx(2 * link + per_gpu.max())       # the groups carry the traversals
+    assert r.comm_sms == 0 and r.detail["chunks"] == 1
+    # the optimised schedule (the default) overlaps and has none of these costs
+    e0 = E.estimate(model, sysx, dataclasses.replace(p, impl_costs=()), schemes=["fastermoe", "tutel"])
+    assert e0.results["fastermoe"].total < r.total
+    e1 = E.estimate(model, sysx, p, schemes=["fastermoe", "tutel"])
+    assert e1.results["tutel"].total == pytest.approx(e0.results["tutel"].total)   # tutel not listed
+    with pytest.raises(ValueError, match="impl_costs.*valid: tutel, fastermoe"):
+        E.Params(impl_costs=("comet",)).validate()
+    with pytest.raises(ValueError, match="impl_costs.*needs dtype='bf16'"):
+        E.Params(impl_costs=("tutel",)).validate()                     # FP8 by default
+    # dualpipe, which shares tutel's chunk engine, is not touched by tutel's costs
+    e2 = E.estimate(model, sysx, dataclasses.replace(p, impl_costs=("tutel",)), schemes=["dualpipe"])
+    e3 = E.estimate(model, sysx, dataclasses.replace(p, impl_costs=()), schemes=["dualpipe"])
+    assert e2.results["dualpipe"].total == pytest.approx(e3.results["dualpipe"].total)
