@@ -35,8 +35,8 @@ from .files import (SimLog, Traffic, VcLog, VcTraffic, flag_bits, flit_words, re
                     write_traffic, write_vc_traffic)
 
 __all__ = ["build", "build_vc", "registered_reset", "registered_inputs", "SIM_RST", "FastSim", "VcFastSim",
-           "FastsimBuildError", "FastsimRunError", "VERILATOR_FLAGS", "INLINE_ALL", "pgo_enabled",
-           "keep_apart_config"]   # keep_apart_config: from the runner
+           "FastsimBuildError", "FastsimRunError", "VERILATOR_FLAGS", "INLINE_ALL", "INLINE_MAX_PORTS",
+           "pgo_enabled", "keep_apart_config"]   # keep_apart_config: from the runner
 
 # The C++ is compiled at g++ -O1: on the plain switch's fast path it builds a third faster than -O3 and
 # simulates as fast (8 ports: 15.8 against 22.6 s, 161,274 against 160,973 cycles/s; 16 ports: 38.9
@@ -286,8 +286,12 @@ PGO_GENERATE = ["-CFLAGS", "-fprofile-generate -fno-profile-values", "-LDFLAGS",
 PGO_USE = ["-CFLAGS", "-fprofile-use -fno-profile-values -fprofile-partial-training -Wno-missing-profile"]
 
 #: Verilator's flag that inlines every module into the one model whatever its size (the two-VC build's
-#: profile-guided default, :func:`build_vc` ``inline``).
+#: profile-guided default up to :data:`INLINE_MAX_PORTS` ports, :func:`build_vc` ``inline``).
 INLINE_ALL = ["--inline-mult", "0"]
+
+#: The largest port count whose profile-guided two-VC build inlines every block by default. At 16 ports
+#: (no profile) inlining gained 3.6% per CPU second for 1.6 times the build's CPU time (docs/performance.md).
+INLINE_MAX_PORTS = 8
 
 
 def pgo_enabled() -> bool:
@@ -603,11 +607,12 @@ def build_vc(module: "str | registry.DesignPoint", params: dict | None = None, *
     where that workload spends its time. A training run that fails (a design point the workload does
     not fit) leaves the profile it wrote; with none, the objects are compiled as without a profile.
 
-    ``inline`` (default: with the profile) compiles every block into one model (:data:`INLINE_ALL`, no
-    :func:`keep_apart_config`): Verilator then optimizes across the blocks' boundaries (a block's inputs
-    are its parent's signals, unused outputs go), and the model simulates faster, but its C++ takes
-    about 2.4 times the compile time; ``False`` keeps the repeated blocks apart, each compiled once (the
-    default without a profile: the test suite's builds serve a few thousand cycles each)."""
+    ``inline`` compiles every block into one model (:data:`INLINE_ALL`, no :func:`keep_apart_config`):
+    Verilator then orders and optimizes the blocks' logic together (a kept-apart copy reads its
+    neighbours' signals through pointers), and the model simulates faster, but its C++ takes about 2.4
+    times the compile time; ``False`` keeps the repeated blocks apart, each compiled once. The default
+    inlines a profile-guided build of at most :data:`INLINE_MAX_PORTS` ports, and keeps the blocks apart
+    otherwise (the test suite's builds, without a profile, serve a few thousand cycles each)."""
     if inputs_at_rise and not latch_inputs:
         raise ValueError("inputs_at_rise=True needs latch_inputs=True: a main that drives the inputs before "
                          "the rising edge needs the register stage in front of the design")
@@ -654,7 +659,7 @@ def build_vc(module: "str | registry.DesignPoint", params: dict | None = None, *
                 pass                 # the profile it wrote before it stopped still serves
         train = (key, run_training)
     if inline is None:
-        inline = train is not None
+        inline = train is not None and n <= INLINE_MAX_PORTS
     flags = list(flags or VERILATOR_FLAGS) + (INLINE_ALL if inline else [])
     binary, build_s = _compile(module, params, vpath, main, build_root, flags=flags,
                                latch_reset=latch_reset, keep_apart=not inline, latch_inputs=latch_inputs,
