@@ -13,9 +13,11 @@ three harnesses side by side in one run, on the same traffic:
 (``direct``), with its reset latched (``latched_rst``), with every input latched on the falling edge
 (``latched_inputs``, :func:`verif.harness.fastsim.registered_inputs`) and with every input registered at
 the rising edge, the main driving each cycle's inputs before it (``inputs_at_rise``), all four without a
-profile; ``pgo`` is the default build (inputs at the rising edge, profile-guided:
-:func:`verif.harness.fastsim.build_vc` ``pgo``), and ``pgo_o2``, ``pgo_native``, ``pgo_threads2`` add g++
-``-O2``, ``-march=native`` or Verilator's ``--threads 2`` to it. All run under the dispatch bench's full-load
+profile and with the repeated blocks kept apart; ``inlined`` is ``inputs_at_rise`` with every block inlined
+into one model; ``pgo`` is the default build (inputs at the rising edge, every block inlined,
+profile-guided: :func:`verif.harness.fastsim.build_vc` ``pgo`` and ``inline``), ``pgo_apart`` the same with
+the repeated blocks kept apart, and ``pgo_o2``, ``pgo_native``, ``pgo_threads2`` add g++ ``-O2``,
+``-march=native`` or Verilator's ``--threads 2`` to the default. All run under the dispatch bench's full-load
 traffic (fanout 4, warm AL-TLB); every log must equal the first build's.
 
 Full load is uniform unicast at 1.0 flits/cycle/port (1..16-flit payloads). The cocotb runs simulate the
@@ -124,7 +126,9 @@ DYSHARP_HARNESSES = {
     "latched_rst": {"latch_reset": True, "latch_inputs": False, "inputs_at_rise": False, "pgo": False},
     "latched_inputs": {"latch_reset": True, "latch_inputs": True, "inputs_at_rise": False, "pgo": False},
     "inputs_at_rise": {"latch_reset": True, "latch_inputs": True, "inputs_at_rise": True, "pgo": False},
-    "pgo": {},                                                         # the default: profile-guided, g++ -O1
+    "inlined": {"pgo": False, "inline": True},                         # no profile, every block inlined
+    "pgo": {},                                     # the default: profile-guided, every block inlined, g++ -O1
+    "pgo_apart": {"inline": False},                                    # profile-guided, repeated blocks apart
     "pgo_o2": {"opt": "-O2"},                                          # profile-guided, g++ -O2
     "pgo_native": {"cflags": ["-march=native"]},                       # profile-guided, -march=native
     "pgo_threads2": {"more": ["--threads", "2", "--threads-dpi", "none"]},  # profile-guided, 2 threads

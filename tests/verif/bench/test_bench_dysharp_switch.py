@@ -144,6 +144,24 @@ def test_loopback_credits_and_backpressure(loop_sim):
     assert set(np.unique(both)) <= {0, SENT_VC0, SENT_VC1}     # one flit per cycle per link
 
 
+def test_inlined_build_simulates_the_same(loop_sim, tmp_path):
+    """``build_vc(inline=True)`` (the profile-guided default) compiles every module into one model with
+    Verilator's ``--inline-mult 0`` and no keep-apart config; a build without a profile keeps the repeated
+    blocks apart by default. Both simulate the same traffic to the same log, array for array."""
+    verilog = loop_sim.binary.parents[2] / "vc_loop.v"          # the fixture's build root holds the source
+    inlined = fsbuild.build_vc("vc_loop", {"ports": 4}, build_root=tmp_path, verilog=verilog, link_credits=4,
+                               gpu_credits=4, inline=True)
+    assert inlined.binary != loop_sim.binary
+    log_text = (inlined.binary.parent / "build.log").read_text()
+    assert " ".join(fsbuild.INLINE_ALL) in log_text and not (inlined.binary.parent / "keep_apart.vlt").exists()
+    assert " ".join(fsbuild.INLINE_ALL) not in (loop_sim.binary.parent / "build.log").read_text()
+    items = [(1 + k, k % 4, k % 2, Packet(Header(opcode=Opcode.WRITE, src=k % 4, tag=k, length=4, dst=(k + 1) % 4,
+                                                  addr=k << 8), list(range(k, k + 4)))) for k in range(24)]
+    a, b = (sim.run(_traffic(items, 600, stall=10000, seed=3)) for sim in (loop_sim, inlined))
+    arrays = [k for k, v in vars(a).items() if isinstance(v, np.ndarray)]
+    assert arrays and all(np.array_equal(getattr(a, k), getattr(b, k)) for k in arrays)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The bench on the DySHARP switch (N = 4)
 

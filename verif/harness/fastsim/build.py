@@ -35,7 +35,8 @@ from .files import (SimLog, Traffic, VcLog, VcTraffic, flag_bits, flit_words, re
                     write_traffic, write_vc_traffic)
 
 __all__ = ["build", "build_vc", "registered_reset", "registered_inputs", "SIM_RST", "FastSim", "VcFastSim",
-           "FastsimBuildError", "FastsimRunError", "VERILATOR_FLAGS", "keep_apart_config"]   # keep_apart_config: from the runner
+           "FastsimBuildError", "FastsimRunError", "VERILATOR_FLAGS", "INLINE_ALL", "INLINE_MAX_PORTS",
+           "pgo_enabled", "keep_apart_config"]   # keep_apart_config: from the runner
 
 # The C++ is compiled at g++ -O1: on the plain switch's fast path it builds a third faster than -O3 and
 # simulates as fast (8 ports: 15.8 against 22.6 s, 161,274 against 160,973 cycles/s; 16 ports: 38.9
@@ -284,6 +285,20 @@ def _run_binary(sim, traffic, workdir, tag, write, read, exts, extra=()):
 PGO_GENERATE = ["-CFLAGS", "-fprofile-generate -fno-profile-values", "-LDFLAGS", "-fprofile-generate"]
 PGO_USE = ["-CFLAGS", "-fprofile-use -fno-profile-values -fprofile-partial-training -Wno-missing-profile"]
 
+#: Verilator's flag that inlines every module into the one model whatever its size (the two-VC build's
+#: profile-guided default up to :data:`INLINE_MAX_PORTS` ports, :func:`build_vc` ``inline``).
+INLINE_ALL = ["--inline-mult", "0"]
+
+#: The largest port count whose profile-guided two-VC build inlines every block by default. At 16 ports
+#: (no profile) inlining gained 3.6% per CPU second for 1.6 times the build's CPU time (docs/performance.md).
+INLINE_MAX_PORTS = 8
+
+
+def pgo_enabled() -> bool:
+    """False when ``DYSHARP_PGO=0`` in the environment: every build is then compiled without a profile."""
+    return os.environ.get("DYSHARP_PGO", "1") != "0"
+
+
 #: Registered two-VC designs with a training workload for the profile-guided build (:func:`build_vc`):
 #: module name -> ``"python.module:function"``, ``function(ports)`` giving ``(key, VcTraffic)``.
 PGO_TRAINING = {"dysharp_switch": "verif.bench.dysharp_switch:pgo_training"}
@@ -313,7 +328,7 @@ def _compile(module: str, params: dict, vpath: Path, main: str, build_root: Path
     cycles, fewer than the second compile would save)."""
     from verif.harness.runner import verilator_env
 
-    if os.environ.get("DYSHARP_PGO", "1") == "0":
+    if not pgo_enabled():
         train = None
 
     verilog = vpath.read_text()
@@ -572,7 +587,7 @@ def build_vc(module: "str | registry.DesignPoint", params: dict | None = None, *
              verilog: str | os.PathLike | None = None, link_credits: int | None = None,
              gpu_credits: int | None = None, emission: str = "auto",
              latch_reset: bool = True, latch_inputs: bool = True, inputs_at_rise: bool = True,
-             flags: list[str] | None = None, pgo: bool = True) -> VcFastSim:
+             flags: list[str] | None = None, pgo: bool = True, inline: bool | None = None) -> VcFastSim:
     """Build (or reuse) the two-VC fast-path binary of a design point (``module``: a
     :class:`~hw.registry.DesignPoint`, or a registered module name with ``params``; its
     ``link_credits``/``gpu_credits`` parameters are the GPU sender's and receiver's credits per VC), from
@@ -590,7 +605,14 @@ def build_vc(module: "str | registry.DesignPoint", params: dict | None = None, *
     ``pgo`` (the default) makes a registered design that has a training workload (:data:`PGO_TRAINING`)
     a profile-guided build (:func:`_compile` ``train``): g++ lays out and inlines the model's code by
     where that workload spends its time. A training run that fails (a design point the workload does
-    not fit) leaves the profile it wrote; with none, the objects are compiled as without a profile."""
+    not fit) leaves the profile it wrote; with none, the objects are compiled as without a profile.
+
+    ``inline`` compiles every block into one model (:data:`INLINE_ALL`, no :func:`keep_apart_config`):
+    Verilator then orders and optimizes the blocks' logic together (a kept-apart copy reads its
+    neighbours' signals through pointers), and the model simulates faster, but its C++ takes about 2.4
+    times the compile time; ``False`` keeps the repeated blocks apart, each compiled once. The default
+    inlines a profile-guided build of at most :data:`INLINE_MAX_PORTS` ports, and keeps the blocks apart
+    otherwise (the test suite's builds, without a profile, serve a few thousand cycles each)."""
     if inputs_at_rise and not latch_inputs:
         raise ValueError("inputs_at_rise=True needs latch_inputs=True: a main that drives the inputs before "
                          "the rising edge needs the register stage in front of the design")
@@ -624,7 +646,7 @@ def build_vc(module: "str | registry.DesignPoint", params: dict | None = None, *
     main = render_vc_main(module, ports, n, flit_width, link_credits, gpu_credits, status_ports=sp,
                           inputs_at_rise=inputs_at_rise)
     train = None
-    if pgo and verilog is None and module in PGO_TRAINING:
+    if pgo and verilog is None and module in PGO_TRAINING and pgo_enabled():
         where, name = PGO_TRAINING[module].split(":")
         key, traffic = getattr(importlib.import_module(where), name)(n)
 
@@ -636,8 +658,11 @@ def build_vc(module: "str | registry.DesignPoint", params: dict | None = None, *
             except (FastsimRunError, OSError, ValueError):
                 pass                 # the profile it wrote before it stopped still serves
         train = (key, run_training)
-    binary, build_s = _compile(module, params, vpath, main, build_root, flags=flags or VERILATOR_FLAGS,
-                               latch_reset=latch_reset, keep_apart=True, latch_inputs=latch_inputs,
+    if inline is None:
+        inline = train is not None and n <= INLINE_MAX_PORTS
+    flags = list(flags or VERILATOR_FLAGS) + (INLINE_ALL if inline else [])
+    binary, build_s = _compile(module, params, vpath, main, build_root, flags=flags,
+                               latch_reset=latch_reset, keep_apart=not inline, latch_inputs=latch_inputs,
                                inputs_edge="posedge" if inputs_at_rise else "negedge", train=train)
     cfg_words = -(-ports["cfg__payload"][1] // 32) if "cfg__payload" in ports else 0
     status_words = -(-status_members(ports, sp)[1] // 32)
