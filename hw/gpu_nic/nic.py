@@ -46,8 +46,8 @@ request path for room for its answer), ``rx_errors`` (request path),
 the ``TLB_FILL_RESP`` former are combinational).
 """
 
-from amaranth.hdl import Module, Mux, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.hdl import Module, Mux, Shape, Signal
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from ..packet import DEFAULT_FLIT_WIDTH, N_VCS, Opcode, header_format
@@ -70,8 +70,10 @@ class GpuNic(wiring.Component):
     ``gpu_credits``), ``fetch_depth``, ``read_depth``, ``groups``, ``tags``, ``experts``, ``tiles``,
     ``tile_size`` (``tiles * tile_size`` <= 65536), and the memory manager's ``mm_groups``,
     ``mm_layouts``, ``mm_index_bits``, ``mm_slots``, ``mm_epoch_bits``, the request path's ``read_queue``
-    (:class:`~hw.gpu_nic.receive_path.ReceivePath`) and the generator's ``any_tag``
-    (:class:`~hw.gpu_nic.request_gen.RequestGenerator`); validated by the blocks.
+    (:class:`~hw.gpu_nic.receive_path.ReceivePath`), the generator's ``any_tag``
+    (:class:`~hw.gpu_nic.request_gen.RequestGenerator`); validated by the blocks; and ``fill_queue``
+    (0..64, default 0): TLB fill answers queued apart from the read answers and sent first on VC 1 (0: one
+    answer held in the manager, the two taken in turn packet by packet).
 
     ``experts`` is the number of experts this GPU hosts (1..256, ``rx_cfg.expert_base`` .. ``+ experts -
     1``): the receive paths report arrivals for exactly those. It need not be a power of two (Kimi-K2 on 8
@@ -83,11 +85,14 @@ class GpuNic(wiring.Component):
                  credits: int = 8, rx_credits: int = 32, fetch_depth: int = 48, read_depth: int = 48,
                  groups: int = 4, tags: int = 32, experts: int = 32, tiles: int = 16, tile_size: int = 128,
                  mm_groups: int = 16, mm_layouts: int = 4, mm_index_bits: int = 10, mm_slots: int = 1024,
-                 mm_epoch_bits: int = 8, read_queue: int = 0, any_tag: bool = False):
+                 mm_epoch_bits: int = 8, read_queue: int = 0, any_tag: bool = False, fill_queue: int = 0):
         if not isinstance(tiles, int) or not isinstance(tile_size, int) or tiles * tile_size > 65536:
             raise ValueError(f"tiles * tile_size must be at most 65536 slots per expert, got {tiles} x {tile_size}")
         if not isinstance(credits, int) or isinstance(credits, bool) or not 1 <= credits <= 4096:
             raise ValueError(f"credits (uplink credits per VC) must be an integer in 1..4096, got {credits!r}")
+        if not isinstance(fill_queue, int) or isinstance(fill_queue, bool) or not 0 <= fill_queue <= 64:
+            raise ValueError(f"fill_queue must be an integer in 0..64 (0: none), got {fill_queue!r}")
+        self.fill_queue = fill_queue
         self.flit_width = flit_width
         self.credits = credits
         self.rx_credits = rx_credits
@@ -141,28 +146,40 @@ class GpuNic(wiring.Component):
         m.submodules.tracker = tr
         m.submodules.mm = mm
         m.submodules.sender = sender = VcSender(credits=(self.credits,) * N_VCS, flit_width=self.flit_width)
-        m.submodules.rsp_merge = rsp_merge = PacketMerge(flit_width=self.flit_width, n_in=2)
+        fq = self.fill_queue
+        m.submodules.rsp_merge = rsp_merge = PacketMerge(flit_width=self.flit_width, n_in=2, priority=bool(fq))
+        # VC 1 merge inputs: read answers and TLB fill answers. With a fill queue the manager's answers queue
+        # apart and go first (fixed priority): the manager keeps answering while a read answer is on the link.
+        rd_in, fr = (rsp_merge.i[1], rsp_merge.i[0]) if fq else (rsp_merge.i[0], rsp_merge.i[1])
 
         # ---- uplink: requests on VC 0, responses (read answers, TLB fill answers) on VC 1
         connect(m, flipped(self.desc), gen.desc)
         connect(m, gen.mem_rd, flipped(self.mem_rd_tx))
         connect(m, gen.tx, sender.i[0])
-        connect(m, rq.rsp, rsp_merge.i[0])
+        connect(m, rq.rsp, rd_in)
         connect(m, rsp_merge.o, sender.i[1])
         connect(m, sender.link, flipped(self.tx))
 
         # ---- TLB fills: request path -> memory manager -> header-only TLB_FILL_RESP
         connect(m, rq.fill, mm.mem.req)
         connect(m, flipped(self.mm_cfg), mm.cfg)
-        ans = mm.mem.resp.payload
-        fr = rsp_merge.i[1]
+        answers = mm.mem.resp
+        if fq:
+            m.submodules.fill_q = fill_q = fifo.SyncFIFOBuffered(
+                width=Shape.cast(mm.mem.resp.payload.shape()).width, depth=fq)
+            m.d.comb += [fill_q.w_en.eq(mm.mem.resp.valid), fill_q.w_data.eq(mm.mem.resp.payload),
+                         mm.mem.resp.ready.eq(fill_q.w_rdy)]
+            answers = stream.Signature(mm.mem.resp.payload.shape()).create()
+            m.d.comb += [answers.valid.eq(fill_q.r_rdy), answers.payload.eq(fill_q.r_data),
+                         fill_q.r_en.eq(answers.ready)]
+        ans = answers.payload
         port = self.rx_cfg.port
         m.d.comb += [
-            fr.valid.eq(mm.mem.resp.valid),
+            fr.valid.eq(answers.valid),
             fr.payload.data.eq(header_value(self.fmt, opcode=Opcode.TLB_FILL_RESP.value, src=port, dst=port,
                                             tag=ans.tag, addr=ans.addr, code=ans.code.as_value())),
             fr.payload.last.eq(1),
-            mm.mem.resp.ready.eq(fr.ready),
+            answers.ready.eq(fr.ready),
         ]
 
         # ---- downlink: each VC straight into its own receive path (its buffer, its credits)

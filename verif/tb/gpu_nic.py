@@ -581,3 +581,53 @@ async def test_translated_dispatch(dut):
     errors = env.errors()
     assert not any(any(v) for v in errors.values()), f"error counters moved: {errors}"
     dut._log.info(f"{n_tokens} tokens translated by the memory manager and landed; {len(expected_tiles)} tiles ready")
+
+
+# ----------------------------------------------------------------------------------------------- fill answers first
+
+@cocotb.test()
+async def test_fill_answers_first(dut):
+    """TLB fill answers against read answers on VC 1. Both wait while the NIC's VC 1 uplink credits are
+    held: a first read answer spends them, then three ``RED_READ``s (their answers fill the read-answer
+    buffer) and ``fills`` ``TLB_FILL``s arrive. Released, every answer is checked bit for bit against
+    :class:`NicModel` and, with ``fill_queue`` >= ``fills``, every fill answer leaves before the three read
+    answers (the manager answered them all into the queue meanwhile, and the queue goes first); without it
+    (round robin, one answer held in the manager) the read answers and the fill answers alternate."""
+    s = tbenv.settings()
+    env = ServeEnv(dut, stall=0.0)
+    p = env.p
+    P = p["max_payload"]
+    order = []
+    on_up = env.on_uplink
+    env.on_uplink = lambda vc, flits, cycle: (order.append(Header.decode(flits[0].data).opcode) if vc == 1
+                                              else None, on_up(vc, flits, cycle))
+    await env.cycler.start()
+    env.mm_command(SET_GROUP, group=0, valid=1, alloc=1, layout=0, base=MM_BASE[0], stride=32)
+    await env.cycler.until(lambda: env.mm_cfg.idle, timeout=200, what="memory-manager configuration")
+    env.up.withhold(1)
+    # A read answer of exactly the VC 1 credits spends them all.
+    env.send(0, Packet(Header(opcode=Opcode.READ, src=5, tag=0, length=p["credits"] - 1, dst=PORT, addr=OTHER), []),
+             "read")
+    await env.cycler.until(lambda: env.up.flits[1] == p["credits"], timeout=500, what="the VC 1 credits spent")
+    fills = s.get("fills", 6)
+    for i in range(3):
+        env.send(0, Packet(Header(opcode=Opcode.RED_READ, src=3, tag=i + 1, xtag=0, length=P, dst=PORT,
+                                  addr=OTHER + (i + 1) * 0x400, etype=EType.BF16.value, redop=RedOp.ADD.value), []),
+                 "red_read")
+    for i in range(fills):
+        env.send(0, Packet(Header(opcode=Opcode.TLB_FILL, src=1, tag=i, group=0, mask=1 << PORT, index=i), []),
+                 "tlb_fill")
+    await env.cycler.until(lambda: env.down.idle, timeout=500, what="the requests delivered")
+    await env.cycler.cycles(40 * fills + 100)
+    env.up.withhold(1, on=False)
+    m = env.model
+    await env.cycler.until(lambda: len(env.read_resp) == len(m.read_responses) and
+                           len(env.fill_resp) == len(m.fill_responses), timeout=4000, what="every answer")
+    await env.cycler.cycles(20)
+    env.check_model()
+    F, R = Opcode.TLB_FILL_RESP.value, Opcode.RED_READ_RESP.value
+    got = "".join("F" if op == F else "R" if op == R else "-" for op in order)
+    if p.get("fill_queue", 0) >= fills:
+        assert got == "-" + "F" * fills + "RRR", f"VC 1 answers in the order {got}: a read answer went before a " \
+            f"queued fill answer"
+    dut._log.info(f"VC 1 answers in the order {got} (fill_queue {p.get('fill_queue', 0)})")

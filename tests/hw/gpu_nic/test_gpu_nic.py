@@ -36,3 +36,11 @@ def test_translated_dispatch_uneven_share(seed, sim):
     Table has 8 expert rows, yet only its own 6 experts' tokens are reported and become tiles."""
     run_cocotb("gpu_nic", {**PARAMS, "experts": 6}, test_module="verif.tb.gpu_nic",
                testcase="test_translated_dispatch", seed=seed, sim=sim, env={"tokens": 24})
+
+
+@pytest.mark.parametrize("fill_queue", [0, 8])
+def test_fill_answers_first(fill_queue, seed, sim):
+    """TLB fill answers and read answers waiting together on VC 1: every answer against the model; with a
+    fill queue, every queued fill answer leaves before the waiting read answers."""
+    run_cocotb("gpu_nic", {**PARAMS, "fill_queue": fill_queue}, test_module="verif.tb.gpu_nic",
+               testcase="test_fill_answers_first", seed=seed, sim=sim, env={"fills": 6})

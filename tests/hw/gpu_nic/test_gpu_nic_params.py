@@ -30,6 +30,8 @@ BAD = [
     (ReceivePath, {"read_queue": True}, "read_queue must be an integer"),
     (GpuNic, {"any_tag": "yes"}, "any_tag must be a bool"),
     (GpuNic, {"read_queue": -1}, "read_queue must be an integer"),
+    (GpuNic, {"fill_queue": 65}, "fill_queue must be an integer in 0..64"),
+    (GpuNic, {"fill_queue": True}, "fill_queue must be an integer"),
     (GpuNic, {"credits": 0}, "credits"),
     (GpuNic, {"rx_credits": 16}, "credits"),
     (GpuNic, {"mm_index_bits": 2}, "index_bits"),
