@@ -163,16 +163,12 @@ class GpuNic(wiring.Component):
         # ---- TLB fills: request path -> memory manager -> header-only TLB_FILL_RESP
         connect(m, rq.fill, mm.mem.req)
         connect(m, flipped(self.mm_cfg), mm.cfg)
-        answers = mm.mem.resp
+        answers, layout = mm.mem.resp, mm.mem.resp.payload.shape()
         if fq:
-            m.submodules.fill_q = fill_q = fifo.SyncFIFOBuffered(
-                width=Shape.cast(mm.mem.resp.payload.shape()).width, depth=fq)
-            m.d.comb += [fill_q.w_en.eq(mm.mem.resp.valid), fill_q.w_data.eq(mm.mem.resp.payload),
-                         mm.mem.resp.ready.eq(fill_q.w_rdy)]
-            answers = stream.Signature(mm.mem.resp.payload.shape()).create()
-            m.d.comb += [answers.valid.eq(fill_q.r_rdy), answers.payload.eq(fill_q.r_data),
-                         fill_q.r_en.eq(answers.ready)]
-        ans = answers.payload
+            m.submodules.fill_q = fill_q = fifo.SyncFIFOBuffered(width=Shape.cast(layout).width, depth=fq)
+            connect(m, answers, fill_q.w_stream)
+            answers = fill_q.r_stream
+        ans = data.View(layout, answers.payload)
         port = self.rx_cfg.port
         m.d.comb += [
             fr.valid.eq(answers.valid),
