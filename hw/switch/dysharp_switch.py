@@ -324,8 +324,12 @@ class DySharpSwitch(wiring.Component):
         self.reqnet = NVSwitch(credits=credits, groups=groups, isolate_static=True, **net)
         # The response network routes by dst only (multicast=False: it needs no whole packet of credits); its
         # group table is idle (2 entries: a 1-entry table has a zero-width address).
-        self.respnet = NVSwitch(credits=resp_credits, groups=2, iterations=resp_iterations, multicast=False,
-                                **net)
+        try:
+            self.respnet = NVSwitch(credits=resp_credits, groups=2, iterations=resp_iterations, multicast=False,
+                                    **net)
+        except ValueError as e:      # its parameters are resp_credits and resp_iterations here
+            raise ValueError(f"the response network (resp_credits={resp_credits!r}, "
+                             f"resp_iterations={resp_iterations!r}): {e}") from None
         self.tlbs = [AlTlb(ports=ports, groups=groups, entries=tlb_entries, mshrs=tlb_mshrs,
                            timeout=tlb_timeout) for _ in range(ports)]
         self.engines = [ReductionEngine(ports=ports, entries=red_entries, max_length=max_payload,

@@ -117,6 +117,12 @@ def test_forced_short_timeouts_and_bad_values():
     gc.collect()
 
 
+def test_response_network_values_are_refused_by_their_own_names():
+    with pytest.raises(ValueError, match=r"response network \(resp_credits=2048, resp_iterations=1\): "
+                                         r"credits must be an integer in 4\.\.1024, got 2048"):
+        DySharpSwitch(ports=4, resp_credits=2048)
+
+
 def test_soak_refuses_short_timeouts_and_slow_gpus():
     from verif.bench.soak import SoakConfig
 
