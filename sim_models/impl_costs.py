@@ -134,9 +134,8 @@ def fastmoe_layer(ctx, costs, lat: tuple[float, float], gemm_factor: float) -> d
     el = np.bincount(wl.inst_gpu, minlength=G)                        # local experts per GPU
     # Exchanges: one row per pick, one NCCL group per local expert (and one for the counts).
     sent, recv = _pick_rows(wl.dest, G)
-    c = costs
-    disp = float(np.max(np.maximum(sent, recv))) * c.disp_copy / ctx.rate
-    comb = float(np.max(np.maximum(sent, recv))) * c.comb_copy / ctx.rate
+    busiest = float(np.max(np.maximum(sent, recv)))                  # rows on the busiest GPU's link
+    disp, comb = busiest * costs.disp_copy / ctx.rate, busiest * costs.comb_copy / ctx.rate
     groups = el.astype(float) * (ko + lat[0]) + el * (ko + lat[1]) + (ko + lat[0])
     # Experts: one GEMM launch per expert.
     t1, t2 = ctx.gemm.launch_times(wl.inst_rows, np.arange(n_inst), n_inst)
