@@ -43,6 +43,11 @@ from verif.models.moe_layer import build_layer
     (["--design", "tags=64"], "--design 'tags=64': expected BLOCK.PARAM=VALUE with BLOCK one of nic, switch"),
     (["--design", "nic.ports=4"], "--design 'nic.ports=4': nic has no settable parameter 'ports'; valid: fetch_depth"),
     (["--design", "switch.resp_iterations=four"], "the value must be an integer or true/false"),
+    # the blocks' own range checks, before the build (and before --predict-only's table)
+    (["--design", "switch.resp_credits=2048", "--predict-only"],
+     "--design switch.resp_credits=2048: the response network (resp_credits=2048, resp_iterations=1): credits "
+     "must be an integer in 4..1024, got 2048"),
+    (["--design", "nic.fill_queue=65", "--predict-only"], "--design nic.fill_queue=65: "),
     # refused before the build: the rows do not fit the testbench's address map
     (["--gpus", "4", "--tokens", "1025", "--hidden", "7168", "--scheme", "dysharp"],
      "dysharp: 4100 rows of 16384 B from WIN_BASE = 0x4000000 run past 0x8000000"),

@@ -279,6 +279,20 @@ def parse_design(text: str | None) -> tuple:
     return tuple(out)
 
 
+def check_design(point: Point, schemes) -> None:
+    """``ValueError`` naming ``--design``'s overrides when the system top refuses its parameters: its
+    blocks' ``__init__`` check the values (no elaboration), so a bad value is refused before the estimator,
+    the build or ``--predict-only``'s table."""
+    from hw import registry
+    if not point.design:
+        return
+    try:
+        registry.point("system", point.system_params(schemes)).component()
+    except ValueError as e:
+        items = ",".join(f"{b}.{k}={str(v).lower() if isinstance(v, bool) else v}" for b, k, v in point.design)
+        raise ValueError(f"--design {items}: {e}") from None
+
+
 def check_harness(harness: str, sim: str | None) -> str:
     """``harness``, or ``ValueError`` naming the valid ones (the fast harness is Verilator's only)."""
     if harness not in HARNESSES:
@@ -473,6 +487,7 @@ def run(args) -> int:
     L = point.layer()
     for scheme in schemes:         # a point the work lists cannot represent is refused before the build
         L.check_scheme(scheme)
+    check_design(point, schemes)
     # The prediction uses the block benchmarks' calibration, not a previous run's system figures.
     cal0 = load_calibration(["build/bench"], exclude=("system",))
     pred = predict_cycles(L, schemes, calibration=cal0)
