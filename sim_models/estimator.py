@@ -114,7 +114,7 @@ class Params:
     #                                          tornado 0.45..0.75
     bf16_gemm_efficiency: float | None = None  # BF16 GEMMs; None: gemm_efficiency x 2 / 1.75 (cuBLAS 12.9: block-
     #                                          scaled FP8 1.75x BF16 on large matmuls; gemm.dtype_efficiency)
-    mem_efficiency: float = 0.75             # DeepGEMM README: memory-bound shapes 2.2-2.6 of 3.35 TB/s; tornado 0.6..0.9
+    mem_efficiency: float = 0.75             # DeepGEMM README: memory-bound 2.2-2.6 of 3.35 TB/s, L2-warm; tornado 0.6..0.9
     comm_sms: int = 24                       # SMs a DeepEP-like kernel needs to keep the links busy: DeepEP
     #                                          README (24 of 132 on H800; MISSION.md 20-24); tornado 0..48
     deepep_sms: int = 24                     # SMs the deepep scheme's DeepEP kernels run on (sim_models.deepep):

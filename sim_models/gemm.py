@@ -92,7 +92,7 @@ class GemmModel:
     weight_bytes: int          # bytes per weight element (1 for FP8, 2 for BF16)
     act_bytes: int             # bytes per input activation element
     gemm_efficiency: float = 0.6   # DeepGEMM README: 0.55-0.66 of FP8 peak on MoE shapes (Params; tornado 0.45..0.75)
-    mem_efficiency: float = 0.75   # DeepGEMM README: 2.2-2.6 of 3.35 TB/s memory-bound (Params; tornado 0.6..0.9)
+    mem_efficiency: float = 0.75   # DeepGEMM README: 2.2-2.6 of 3.35 TB/s memory-bound, L2-warm (Params; tornado 0.6..0.9)
     tile: int = 128                # MISSION.md's 128-token tile
     block_m: int | None = None     # tensor-core M block (rows); None: pad to ``tile`` (the earlier model);
     #                                the estimator passes 64 (Hopper wgmma: 64 rows per warpgroup)

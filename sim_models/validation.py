@@ -71,14 +71,21 @@ WHY_NVLS_B300 = ("NCCL's NVLS all-reduce, pipelined as NCCL runs it (both link d
                  "all-reduce (845 / 695 GB/s), on 8x H100 1.30x (480 / 370). Missing: what caps NVLS below the "
                  "full-duplex pipeline on NVLink5 (the NVLink5 switch's multicast and reduction rate, NCCL's 24 "
                  "NVLS channels' loads in flight); no published figure isolates it")
-WHY_DEEPGEMM = ("near the ridge the kernel overlaps its loads and MMAs less than the roofline max(compute, memory) "
-                "assumes: at 4 groups of 256 rows the model's compute (waves of blocks with their epilogues, after "
-                "the launch's prologue) and memory (HBM at 0.75) are within 4% of each other (55.1 and 53.0 us at "
-                "N = 4,096, K = 7,168; 29.8 and 30.0 us at N = 7,168, K = 2,048) and the published times (64.5, "
-                "36.9 us) exceed both, the kernel reaching 0.61-0.62 of HBM against 0.66-0.74 on DeepGEMM's "
-                "memory-bound M = 64 and 128 shapes. Missing: the overlap near the ridge, for which no published "
-                "figure isolates a cause (the candidates: the power limit when tensor cores and HBM both run near "
-                "full rate, and the 5-6 pipeline stages of a 128 x 128 block against HBM's latency under load)")
+WHY_DEEPGEMM = ("the model's HBM rate, 0.75 of 3.35 TB/s, comes from DeepGEMM's memory-bound dense M = 64 and 128 "
+                "rows, run by a benchmark (tests/test_core.py at a6d97a1) that rebuilt its inputs before every run "
+                "without flushing L2, which \"effectively put them in the L2\" (DeepGEMM commit 6cbff57, merged pull "
+                "request #68): those rows and the 1- and 2-group launches read the weights built last (15-29 MB) "
+                "partly from L2, while a 4-group launch streams its other three groups (57 MB at N = 7,168, K = "
+                "2,048; 100 MB at N = 4,096, K = 7,168: weights, activations, outputs) through the 50 MB L2 before "
+                "and while it reads them. These two are the table's only memory-heavy launches on cold weights, and "
+                "reach 2.05-2.06 TB/s (0.61-0.62 of HBM): the published 64.5 and 36.9 us against the model's memory "
+                "term of 53.0 and 30.0 us. Not the cause: DeepGEMM launches them as its 2 x 512 rows (+5%, +10% "
+                "here): 128 x 128 blocks at N = 4,096 and 128 x 112 at N = 7,168, 256 and 512 blocks in 2 and 4 waves"
+                " on 132 SMs, no TMA multicast (it multicasts only single-group launches of M >= 1,024), every "
+                "group's mask at its full 256 rows; only the bytes differ (133 against 74 MB, 75 against 46 MB). "
+                "Missing: an HBM efficiency for a cold weight stream from a source other than these rows (a later "
+                "release with L2 flushed measures 1,569-1,665 GB/s for the dense M = 128 rows on an H800, 25-31% "
+                "below the first release's: github.com/deepseek-ai/DeepGEMM pull request #168)")
 
 
 # NCCL's NVLS all-reduce on one node (github.com/NVIDIA/nccl, src/device/all_reduce.h,
