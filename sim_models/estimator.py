@@ -162,6 +162,12 @@ class Params:
     combine: str = "auto"                    # DySHARP-full's combine (COMBINES): pull (ld_reduce), push (partials
     #                                          stored at the home) or auto (the faster per layer: docs/estimator.md);
     #                                          tornado: pull / push
+    combine_window: int | None = None        # ld_reduce requests (packets) a home GPU keeps in flight in a pull
+    #                                          combine (pull_window_rate): None, unbounded (full size: the
+    #                                          issuing SMs' loads, docs/estimator_engines.md); the RTL-scaled
+    #                                          prediction passes the NIC's tags (sim_models.rtl_scale)
+    read_latency_ns: float = 0.0             # an expert GPU's read of its partial before its answer leaves; enters
+    #                                          only the window's round trip (the RTL's memory model: 10 cycles)
     combine_link_share: float = 0.5          # the least share of a link the tile engines give the combine while
     #                                          dispatch has backlog (0.5: max-min fair); assumption, tornado 0.25..0.75
     hbm_split: str = "sms"                   # fused stages' HBM split when both saturate: "sms" (by SM count, each
@@ -196,6 +202,13 @@ class Params:
                 bad(f, "must be in (0, 1]")
         if self.bf16_gemm_efficiency is not None and not 0 < self.bf16_gemm_efficiency <= 1:
             bad("bf16_gemm_efficiency", "must be in (0, 1], or None (derived from gemm_efficiency)")
+        if self.combine_window is not None and not (isinstance(self.combine_window, int)
+                                                    and not isinstance(self.combine_window, bool)
+                                                    and self.combine_window >= 1):
+            bad("combine_window", "must be an integer >= 1 (ld_reduce requests in flight per GPU), or None "
+                "(unbounded)")
+        if not (isinstance(self.read_latency_ns, (int, float)) and self.read_latency_ns >= 0):
+            bad("read_latency_ns", "must be a number >= 0")
         if not 0 < self.combine_link_share < 1:
             bad("combine_link_share", "must be in (0, 1)")
         if self.hbm_split not in HBM_SPLITS:
@@ -361,6 +374,34 @@ class _Context:
         return np.maximum(1.0, np.asarray(d) / (self.tlb_tpc * self.packet_flits))
 
 
+def pull_window_rate(window: int, latency, answer, fanout) -> np.ndarray:
+    """Requests per second a home GPU completes with at most ``window`` ``ld_reduce`` requests in flight,
+    every home alike (Little's law on a closed loop; arrays broadcast, one entry per home).
+
+    A request's round trip at zero load is ``latency + answer`` seconds: ``latency`` is the path's fixed
+    latencies and every serialization on it but its answers'; ``answer`` is one answer's serialization on
+    its destination's uplink (its ``fanout`` = d answers go up d uplinks in parallel). Under load an answer
+    also waits behind the answers its uplink owes: with every home keeping ``n`` requests in flight, each
+    uplink serves ``X d`` answers per second per home and holds ``Q = X d R`` of them (Little), ``R`` being
+    an answer's time there. Mean-value analysis (an arriving answer finds the queue of one request fewer in
+    flight): ``R(n) = answer (1 + Q(n-1))``, ``X(n) = n / (latency + R(n))``, ``Q(n) = X(n) d R(n)``, from
+    ``Q(0) = 0``. So ``X(1)`` is one request per zero-load round trip, ``X(n)`` never exceeds ``n`` per
+    zero-load round trip, and it is capped at ``1 / (d answer)``, the rate at which the uplinks carry the
+    answers: the window binds only where ``window / round trip`` is below that. (The max over the d
+    branches' waits is not modelled; one branch's mean wait stands for it.)"""
+    latency, answer, fanout = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64)
+                                                    for a in (latency, answer, fanout)))
+    q = np.zeros(latency.shape)
+    x = np.zeros(latency.shape)
+    for n in range(1, int(window) + 1):
+        r = answer * (1 + q)
+        x = n / (latency + r)
+        q = x * fanout * r
+    with np.errstate(divide="ignore"):
+        bound = np.where(fanout * answer > 0, 1.0 / (fanout * answer), np.inf)
+    return np.minimum(x, bound)
+
+
 @dataclasses.dataclass
 class _Pass:
     name: str
@@ -377,6 +418,54 @@ def _push(dyn: SchemeTraffic, uni: SchemeTraffic) -> SchemeTraffic:
         dyn.costs, comb_copy=uni.costs.comb_copy, comb_request=0))
 
 
+def _pull_window(ctx: _Context, tr: SchemeTraffic, kind: str):
+    """The ``ld_reduce`` window of a pull combine (``Params.combine_window``): None when the combine is not a
+    pull or the window is unbounded, else ``(rate, burst, alone)``, arrays of G:
+
+    * ``rate``, ``burst``: the tile pipeline's bound on each home's results, in result wire bytes: at most
+      ``window`` requests per zero-load round trip (Little's law with the shortest round trip: no request
+      completes sooner), at most ``window`` requests' results at once. The queueing under load is the
+      pipeline's own: its links carry the answers and the results.
+    * ``alone``: seconds each home's requests take when every home pulls at once (a sequential combine), at
+      :func:`pull_window_rate`'s mean-value rate (the round trip plus the answers' queueing on the uplinks).
+
+    A home issues one request per packet of a combined row (``MAX_PAYLOAD`` bytes each) for every token it
+    pulls (``dynamic``, ``explicit``: the tokens with a remote expert, from their d remote GPUs; ``nvls``:
+    every token, from the static group); each request costs its request packet up the home's uplink, a
+    ``RED_READ`` down each destination's downlink, one answer up each destination's uplink and the result
+    down the home's downlink, at the link rate, plus the pull's latency (:meth:`_Context.latencies`) and the
+    destination's read of its partial (``Params.read_latency_ns``)."""
+    W = ctx.p.combine_window
+    if W is None or kind not in ("dynamic", "explicit", "nvls"):
+        return None
+    c, wl, G = tr.costs, ctx.wl, ctx.G
+    packets = max(1, math.ceil(c.comb_payload / c.max_payload_bytes))
+    result = float(c.comb_copy) / packets                              # one answer (or result) packet, bytes
+    per = result / ctx.rate
+    if kind == "nvls":
+        fan = float(G if ctx.p.nvls_issuer_in_group else G - 1)
+        toks = np.full(G, float(wl.tokens_per_gpu))
+        d_mean = np.full(G, fan)
+        req_up = np.full(G, float(c.comb_request))
+    else:
+        d = wl.dest.d_remote
+        pulled = d > 0
+        toks = np.bincount(wl.dest.src, weights=pulled.astype(float), minlength=G)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            d_mean = np.bincount(wl.dest.src, weights=np.where(pulled, d, 0).astype(float), minlength=G) / toks
+            req_up = np.bincount(wl.dest.src, weights=c.comb_request_up(d).astype(float), minlength=G) / toks
+        d_mean = np.nan_to_num(d_mean)
+        req_up = np.nan_to_num(req_up)
+    red_read = float(c.comb_request) / packets / ctx.rate              # one RED_READ down a destination
+    latency = (ctx.latencies(kind, tiled=False)[1] + ctx.p.read_latency_ns * 1e-9 * ctx.p.latency_scale
+               + req_up / packets / ctx.rate + red_read + per)          # all but the answer: the result's
+    x = pull_window_rate(W, latency, per, d_mean)                      # requests/s per home, all pulling
+    n = toks * packets
+    with np.errstate(divide="ignore", invalid="ignore"):
+        alone = np.where(n > 0, n / x, 0.0)
+    return W / (latency + per) * result, np.full(G, W * result), alone
+
+
 def _standalone(ctx: _Context, tr: SchemeTraffic, kind: str) -> tuple[float, float]:
     """Bulk dispatch and combine times of a traffic pattern: the busiest link direction (and, for in-switch
     reduction, the busiest home's reduction engines) plus the latency of one traversal."""
@@ -388,8 +477,10 @@ def _standalone(ctx: _Context, tr: SchemeTraffic, kind: str) -> tuple[float, flo
         per_tok = tr.costs.disp_up(wl.dest.d_remote) * mult
         up_d = np.bincount(wl.dest.src, weights=per_tok, minlength=ctx.G)
     disp = max(float(np.max(up_d)), float(np.max(tr.dispatch.down_wire))) / ctx.rate + ld
+    win = _pull_window(ctx, tr, kind)
     comb = max(float(np.max(tr.combine.up_wire)) / ctx.rate, float(np.max(tr.combine.down_wire)) / ctx.rate,
-               float(np.max(tr.combine.reduce_in)) / ctx.reduce_rate if ctx.reduce_rate > 0 else 0.0) + lc
+               float(np.max(tr.combine.reduce_in)) / ctx.reduce_rate if ctx.reduce_rate > 0 else 0.0,
+               float(np.max(win[2])) if win is not None else 0.0) + lc
     return disp, comb
 
 
@@ -649,6 +740,7 @@ def _pipeline_inputs(ctx: _Context, tr: SchemeTraffic, kind: str, ps: _Pass, f1:
         hbm = dict(tile_c1=z(c1 / f1), tile_m1=z(m1), tile_c2=z(c2 / f2), tile_m2=z(m2),
                    tile_c2_tail=z(c2 / both), hbm_share1=f1 / both if ctx.p.hbm_split == "sms" else 0.5)
     reduced = kind not in ("unicast", "push")
+    win = _pull_window(ctx, tr, kind)
     pr = rem.astype(float)
     ld, lc = ctx.latencies(kind, tiled=True)
     home = wl.dest.src
@@ -661,6 +753,7 @@ def _pipeline_inputs(ctx: _Context, tr: SchemeTraffic, kind: str, ps: _Pass, f1:
         token_result=np.where((d > 0) & reduced, float(c.comb_copy), 0.0),
         token_req_up=c.comb_request_up(d).astype(float) if reduced else np.zeros(len(d)),
         up_rate=np.full(G, ctx.rate), dn_rate=np.full(G, ctx.rate), reduce_rate=np.full(G, ctx.reduce_rate),
+        result_rate=None if win is None else win[0], result_burst=None if win is None else win[1],
         reduced=reduced, barrier=barrier, latency_dispatch=ld, latency_combine=lc,
         start_overhead=ctx.ko * (2 if barrier else 1), slots=ctx.p.slots,
         combine_share=ctx.p.combine_link_share, **hbm)

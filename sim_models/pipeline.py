@@ -86,6 +86,10 @@ class PipelineInputs:
     tile_c2_tail: np.ndarray | None = None
     hbm_share1: float = 0.5      # GEMM-1's weight in the HBM split while both stages want more than they get
     #                              (the estimator passes GEMM-1's SM share; 0.5 is only the bare default)
+    result_rate: np.ndarray | None = None  # (G,) result bytes/s each home's ld_reduce window allows over
+    #                              time, and result_burst (G,) the bytes it allows at once (None: unbounded;
+    #                              estimator._pull_window)
+    result_burst: np.ndarray | None = None
 
 
 @dataclasses.dataclass
@@ -172,6 +176,14 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
                + np.bincount(x.token_home, weights=x.token_result, minlength=G))
     comm = max(float(np.max((x.disp_up_cum[:, -1] + comb_up) / x.up_rate)),
                float(np.max((x.disp_dn_cum[:, -1] + comb_dn) / x.dn_rate)))
+    win = x.reduced and x.result_rate is not None
+    if win:
+        # The ld_reduce window's bound on each home's results (estimator._pull_window) sets the scale too
+        # when it is the longest.
+        res_rate = np.asarray(x.result_rate, dtype=np.float64)
+        res_burst = np.asarray(x.result_burst, dtype=np.float64)
+        res_home = np.bincount(x.token_home, weights=x.token_result, minlength=G)
+        comm = max(comm, float(np.max(np.where(res_home > 0, res_home / res_rate, 0.0))))
     comp = float(np.max(w1.sum(axis=1) + w2.sum(axis=1)))
     dt = max(comm, comp, 1e-12) / x.slots
     eps = dt * 1e-6            # time comparisons tolerate rounding (a jump lands exactly on a completion)
@@ -202,6 +214,8 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
     done_tok = np.zeros(len(cnt), dtype=bool)
     mark = np.zeros(len(cnt), dtype=np.int64)
     barrier_at = np.full(G, np.inf)
+    res_q = np.zeros(G)          # result bytes waiting for the home's downlink (the window's share of dn_q)
+    budget = res_burst.copy() if win else None      # result bytes the window lets through now
     policy = TilePolicy(w1, w2, None if x.barrier else x.tile_w2_tail)
     hbm = None
     if x.tile_c1 is not None and not x.barrier:
@@ -224,6 +238,11 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
         part_q = up_cum[rows, released] - up_served
         qu = part_q + req_q
         qd = dn_q.copy()
+        if win:
+            # At most ``window`` requests per zero-load round trip, ``window`` results at once: the RED_READs
+            # in dn_q go on, the results only within the budget.
+            budget = np.minimum(budget + res_rate * dt, np.maximum(res_burst, res_rate * dt))
+            qd = np.maximum(qd - res_q, 0.0) + np.minimum(res_q, budget)
         if p < T:
             base_up = _interp_rows(x.disp_up_cum, knots, p)
             base_dn = _interp_rows(x.disp_dn_cum, knots, p)
@@ -298,11 +317,17 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
         served_part = np.minimum(a_up, part_q)
         up_served += served_part
         req_q -= np.minimum(a_up - served_part, req_q)
+        if win:
+            res_served = np.clip(a_dn - np.maximum(dn_q - res_q, 0.0), 0.0, res_q)
+            res_q -= res_served
+            budget -= res_served
         dn_q -= a_dn
         up_busy += a_up / x.up_rate
         dn_busy += a_dn / x.dn_rate
         if np.any(a_up > 0) or np.any(a_dn > 0):
             frac = max(float(np.max(a_up / cap_up)), float(np.max(a_dn / cap_dn)))
+            if win:         # results the window let through take their share of its slot too
+                frac = max(frac, float(np.max(res_served / (res_rate * dt))))
             last_activity = max(last_activity, t + dt * min(frac, 1.0))
         # Tiles whose GEMM-2 ended by the slot end release their combine.
         new_rel = np.minimum((f2 <= t_end + eps).sum(axis=1), ntiles)
@@ -329,6 +354,8 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
                 done_tok[fin] = True
                 home = x.token_home[fin]
                 dn_q += np.bincount(home, weights=x.token_result[fin], minlength=G)
+                if win:
+                    res_q += np.bincount(home, weights=x.token_result[fin], minlength=G)
                 req_q += np.bincount(home, weights=x.token_req_up[fin], minlength=G)
             else:
                 dn_q += np.bincount(x.pair_home[idx], weights=x.pair_down[idx], minlength=G)

@@ -28,6 +28,9 @@ states the same configuration to the estimator:
 * ``nvls`` over a static group of all G GPUs, the issuer included (``Params.nvls_issuer_in_group``): the
   RTL switch multicasts an ``MM_ST`` to every member of the group and an ``MM_LD_REDUCE`` reads every
   member, so each GPU's own rows cross its link too;
+* each NIC's combine tags as the ``ld_reduce`` window of every pull (``Params.combine_window``: the NIC's
+  ``tags``, :func:`nic_tags`, or ``--design nic.tags=N``) and the testbench memory's read latency in its
+  round trip (:data:`RTL_READ_LATENCY`);
 * none of the separate-kernel baselines' permutation, activation and unpermutation kernels
   (``Params.unfused_kernels=False``: the RTL GPUs run GEMM tiles only, so a scheme's time there is its
   transfers and tiles), and one GEMM efficiency for FP8 and BF16 (``bf16_gemm_efficiency`` = FP8's), as
@@ -73,7 +76,8 @@ from .moe_config import load_model
 from .system_config import load_system
 from .workload import workload_from_routing
 
-__all__ = ["scaled_configs", "gemm_configs", "predict_cycles", "push_combine_cycles", "fused_push_cycles", "full_size",
+__all__ = ["scaled_configs", "gemm_configs", "predict_cycles", "nic_tags", "RTL_READ_LATENCY", "push_combine_cycles",
+           "fused_push_cycles", "full_size",
            "full_size_system", "ESTIMATOR_SCHEME", "FULL_SIZE_SYSTEMS", "SWITCH_INPUT_CELLS", "NIC_LOOKAHEAD_PACKETS"]
 
 
@@ -111,10 +115,25 @@ def gemm_configs(model: str, hidden: int, system: str = "hgx-h100", rtl_links: i
 ESTIMATOR_SCHEME = {"fused-unicast": "ccfuser"}
 
 
-def predict_cycles(layer, schemes, calibration=None) -> dict:
+def nic_tags() -> int:
+    """The system top's NICs' combine tags by default (:class:`hw.gpu_nic.nic.GpuNic`'s ``tags``): each
+    ``ld_reduce`` request packet holds one until its result lands, so a GPU keeps at most this many in flight."""
+    import inspect
+
+    from hw.gpu_nic.nic import GpuNic
+    return int(inspect.signature(GpuNic.__init__).parameters["tags"].default)
+
+
+# The layer testbench's GPU memory read latency in cycles (verif.tb.system's ``lat`` default, the compiled
+# harness's too): a RED_READ's partial is read this long before its answer leaves the expert GPU.
+RTL_READ_LATENCY = 10
+
+
+def predict_cycles(layer, schemes, calibration=None, tags: int | None = None) -> dict:
     """``{scheme: {"total", "dispatch", "gemm", "combine"}}`` in cycles for a
     :class:`verif.models.moe_layer.MoeLayer` (its model, G, tokens, hidden, dtype, tile and routing), keyed
-    by the RTL schemes' names (:data:`ESTIMATOR_SCHEME` maps them)."""
+    by the RTL schemes' names (:data:`ESTIMATOR_SCHEME` maps them). ``tags``: the NICs' combine tags, the
+    ``ld_reduce`` window of every pull (``--design nic.tags=N``; None: the NIC's default, :func:`nic_tags`)."""
     p = layer.p
     scale = sum(layer.gemm_tile_cycles()) / sum(layer.derived_gemm_tile_cycles())
     ms, ss = scaled_configs(p.model, layer.G, layer.hidden, p.system, p.rtl_links, p.switch_latency, scale)
@@ -129,11 +148,15 @@ def predict_cycles(layer, schemes, calibration=None) -> dict:
     # comm_sms=0: the RTL NICs issue every transfer from descriptors, so no SMs are kept from the GEMMs.
     # nvls_issuer_in_group: the RTL's static group holds every GPU, the issuer included.
     # row_meta_bytes: the RTL's dispatched row carries its gate and metadata flits after the hidden vector.
+    # combine_window: each NIC's tags bound its ld_reduce (and MM_LD_REDUCE) requests in flight; the
+    # partial's read in GPU memory is the testbench memory's latency.
     est = estimate(ms, ss, Params(tokens_per_gpu=layer.T, dtype=p.dtype, tile=p.tile_size, gpus=layer.G,
                                   seed=p.seed, block_m=None, bf16_gemm_efficiency=Params.gemm_efficiency,
                                   unfused_kernels=False, combine="pull", comm_sms=0,
                                   deepep_protocol=False, nvls_issuer_in_group=True,
-                                  row_meta_bytes=layer.row_meta_bytes),
+                                  row_meta_bytes=layer.row_meta_bytes,
+                                  combine_window=nic_tags() if tags is None else tags,
+                                  read_latency_ns=RTL_READ_LATENCY / ss.switch_clock_ghz),
                    calibration=calibration,
                    schemes=[ESTIMATOR_SCHEME.get(s, s) for s in schemes], workload=wl,
                    gemm_on=gemm_configs(p.model, layer.hidden, p.system, p.rtl_links, scale))

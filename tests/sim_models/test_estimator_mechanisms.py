@@ -356,6 +356,108 @@ def test_bad_combine_and_new_knobs_are_named():
             E.Params(**kw).validate()
 
 
+# ------------------------------------------------------------------------------------------ the ld_reduce window
+
+def test_window_rate_by_hand():
+    """pull_window_rate: one request per zero-load round trip at a window of 1; at 2, the second request's
+    answer waits behind the answers the first left queued (mean-value analysis, by hand); never more than
+    the window per zero-load round trip nor the uplinks' rate, never less with a wider window, and the
+    uplinks' rate once the window covers the round trip many times over."""
+    lat, a, d = 100.0, 17.0, 4.0
+    assert E.pull_window_rate(1, lat, a, d) == pytest.approx(1 / (lat + a))
+    x1 = 1 / (lat + a)
+    q1 = x1 * d * a
+    assert E.pull_window_rate(2, lat, a, d) == pytest.approx(min(2 / (lat + a * (1 + q1)), 1 / (d * a)))
+    for lat_, a_, d_ in ((100.0, 17.0, 4.0), (2000.0, 17.0, 4.668), (500.0, 1.0, 1.0), (10.0, 100.0, 31.0)):
+        xs = [float(E.pull_window_rate(w, lat_, a_, d_)) for w in range(1, 200)]
+        for w, x in enumerate(xs, 1):
+            assert x <= w / (lat_ + a_) * (1 + 1e-12) and x <= 1 / (d_ * a_) * (1 + 1e-12)
+        assert all(x0 <= x1_ * (1 + 1e-12) for x0, x1_ in zip(xs, xs[1:]))
+    assert E.pull_window_rate(1000, 100.0, 17.0, 4.0) == pytest.approx(1 / (4 * 17.0), rel=1e-9)
+    # arrays: one rate per home
+    assert E.pull_window_rate(1, np.array([100.0, 200.0]), 17.0, np.array([4.0, 2.0])).tolist() == \
+        pytest.approx([1 / 117, 1 / 217])
+
+
+def _window_layer(window, cal, schemes=("dysharp-basic", "dysharp", "nvls")):
+    p = E.Params(tokens_per_gpu=256, gpus=8, combine="pull", combine_window=window)
+    return E.estimate(load_model("deepseek-v3"), load_system("hgx-h100"), p, cal, schemes=list(schemes))
+
+
+def test_window_binds_only_below_the_link_rate():
+    """DeepSeek-V3 on an HGX H100 (8 GPUs, 256 tokens/GPU), pull combine. A home's requests (one per 256-B
+    packet of its 14,336-B BF16 rows: 56) each cost one 17-flit answer on each of d uplinks, so the uplinks
+    carry d x 272 B per request; the zero-load round trip is two traversals, the AL-TLB and the engine plus
+    the request, the RED_READ, one answer and the result on the wire (about 2 us). A window of 1 binds: the
+    sequential combine is each home's requests one round trip apart, by hand; windows of many round trips'
+    worth of uplink time change nothing, in either engine."""
+    cal = load_calibration(None)
+    free = _window_layer(None, cal)
+    one = _window_layer(1, cal)
+    wide = _window_layer(4096, cal)
+    m = load_model("deepseek-v3")
+    wl = build_workload(m.routed_experts, m.top_k, 8, 256, routing="group", seed=0, tile=128, n_group=m.n_group,
+                        topk_group=m.topk_group)                       # the estimate's own routing
+    ctx = E._Context(m, load_system("hgx-h100"), E.Params(tokens_per_gpu=256, gpus=8), cal, wl)
+    trav = 2 * 400e-9 + 100e-9
+    lc = 2 * trav + (2 + 0.1 * 300) / 1.5625e9 + 24 / 1.5625e9         # two traversals, AL-TLB, engine
+    per = 17 * 16 / ctx.rate                                            # an answer or result packet
+    r0 = lc + 16 / ctx.rate + 16 / ctx.rate + 2 * per                   # + request, RED_READ, answer, result
+    pulled = np.bincount(wl.dest.src, weights=(wl.dest.d_remote > 0).astype(float), minlength=8)
+    assert one.results["dysharp-basic"].combine == pytest.approx(56 * pulled.max() * r0 + lc, rel=1e-9)
+    assert one.results["dysharp-basic"].combine > 50 * free.results["dysharp-basic"].combine
+    assert one.results["dysharp"].total > 10 * free.results["dysharp"].total
+    assert one.results["nvls"].total > free.results["nvls"].total
+    # the window needed for the uplinks' rate: a round trip over one request's uplink time (about 650 here,
+    # so 4,096 covers it)
+    d_max = max(float(np.mean(wl.dest.d_remote[(wl.dest.src == g) & (wl.dest.d_remote > 0)])) for g in range(8))
+    assert 100 < r0 / (d_max * per) < 4096 / 4
+    for s in ("dysharp-basic", "dysharp", "nvls"):
+        assert wide.results[s].total == pytest.approx(free.results[s].total, rel=1e-9)
+        assert wide.results[s].combine == pytest.approx(free.results[s].combine, rel=1e-9)
+
+
+def test_rtl_prediction_takes_the_nic_tags():
+    """The RTL-scaled prediction bounds every pull by the NICs' combine tags (GpuNic's default, 32, or
+    ``--design nic.tags=N``): at the default no scheme of a small layer moves (its round trip is about 124
+    cycles against 80 cycles of uplink per request: 2 tags would do), with one tag the pulls slow down and
+    the push does not."""
+    from sim_models.rtl_scale import nic_tags, predict_cycles
+    from verif.models import moe_layer as ml
+    assert nic_tags() == 32
+    L = ml.build_layer(model="deepseek-v3", gpus=4, tokens=64, hidden=128, seed=1, tile_size=128)
+    schemes = ["deepep", "nvls", "dysharp-basic", "dysharp"]
+    base = predict_cycles(L, schemes)
+    assert predict_cycles(L, schemes, tags=32) == base
+    one = predict_cycles(L, schemes, tags=1)
+    assert one["deepep"] == base["deepep"]
+    for s in ("nvls", "dysharp-basic", "dysharp"):
+        assert one[s]["total"] > base[s]["total"]
+
+
+def test_design_tags_reach_the_prediction(capsys):
+    """``dysharp system --predict-only --design nic.tags=N``: the prediction's window is the NICs' tags."""
+    from dysharp.cli import main
+
+    def totals(*design):
+        assert main(["system", "--gpus", "4", "--tokens", "64", "--scheme", "deepep,dysharp-basic",
+                     "--predict-only", *design]) == 0
+        rows = [r.split("|") for r in capsys.readouterr().out.splitlines() if r.startswith("| d")]
+        return {r[1].strip(): r[5].strip() for r in rows}
+    base, one = totals(), totals("--design", "nic.tags=1")
+    assert totals("--design", "nic.tags=32") == base
+    assert one["deepep"] == base["deepep"]
+    assert int(one["dysharp-basic"].replace(",", "")) > int(base["dysharp-basic"].replace(",", ""))
+
+
+def test_bad_window_is_named():
+    for kw, msg in ((dict(combine_window=0), "combine_window=0: must be an integer >= 1"),
+                    (dict(combine_window=2.5), "combine_window"), (dict(combine_window=True), "combine_window"),
+                    (dict(read_latency_ns=-1.0), "read_latency_ns")):
+        with pytest.raises(ValueError, match=msg):
+            E.Params(**kw).validate()
+
+
 # ------------------------------------------------------------------------------------------ the expert's shape
 
 def test_a_non_gated_expert_has_half_the_gemm1_work():

@@ -490,7 +490,8 @@ def run(args) -> int:
     check_design(point, schemes)
     # The prediction uses the block benchmarks' calibration, not a previous run's system figures.
     cal0 = load_calibration(["build/bench"], exclude=("system",))
-    pred = predict_cycles(L, schemes, calibration=cal0)
+    tags = {(b, k): v for b, k, v in point.design}.get(("nic", "tags"))     # the ld_reduce window
+    pred = predict_cycles(L, schemes, calibration=cal0, tags=tags)
     full = full_size(L, schemes, calibration=cal0)
     if args.predict_only:
         print(f"{point_line(point, L.describe())}; the estimator's prediction of the scaled run:")
