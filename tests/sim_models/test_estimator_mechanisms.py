@@ -435,19 +435,25 @@ def test_rtl_prediction_takes_the_nic_tags():
         assert one[s]["total"] > base[s]["total"]
 
 
-def test_design_tags_reach_the_prediction(capsys):
-    """``dysharp system --predict-only --design nic.tags=N``: the prediction's window is the NICs' tags."""
+def test_design_tags_reach_the_prediction(capsys, monkeypatch):
+    """``dysharp system --predict-only --design nic.tags=N``: the prediction's window is the NICs' tags (the
+    NIC's legal 4..256; 4 tags do not bind at this point, the window's effect is tested above), and a tag
+    count the NIC refuses is refused before the prediction."""
+    import sim_models.rtl_scale as rs
     from dysharp.cli import main
+    seen, real = [], rs.predict_cycles
 
-    def totals(*design):
-        assert main(["system", "--gpus", "4", "--tokens", "64", "--scheme", "deepep,dysharp-basic",
-                     "--predict-only", *design]) == 0
-        rows = [r.split("|") for r in capsys.readouterr().out.splitlines() if r.startswith("| d")]
-        return {r[1].strip(): r[5].strip() for r in rows}
-    base, one = totals(), totals("--design", "nic.tags=1")
-    assert totals("--design", "nic.tags=32") == base
-    assert one["deepep"] == base["deepep"]
-    assert int(one["dysharp-basic"].replace(",", "")) > int(base["dysharp-basic"].replace(",", ""))
+    def spy(*a, tags=None, **k):
+        seen.append(tags)
+        return real(*a, tags=tags, **k)
+    monkeypatch.setattr(rs, "predict_cycles", spy)
+    argv = ["system", "--gpus", "4", "--tokens", "64", "--scheme", "deepep,dysharp-basic", "--predict-only"]
+    assert main(argv) == 0 and main([*argv, "--design", "nic.tags=4"]) == 0
+    assert seen == [None, 4]
+    capsys.readouterr()
+    assert main([*argv, "--design", "nic.tags=1"]) == 2
+    assert "--design nic.tags=1: tags must be a power of two in 4..256, got 1" in capsys.readouterr().err
+    assert seen == [None, 4]
 
 
 def test_bad_window_is_named():
