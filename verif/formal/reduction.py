@@ -163,8 +163,7 @@ PROPERTY_KEYS = ("once", "exact", "cause", "timeout", "stale", "answered", "fram
 SAFETY_KEYS = ("once", "exact", "cause", "timeout", "stale", "framing")     # proven by k-induction
 LIVENESS_KEYS = ("answered",)      # needs 3 entries (at 2 the completion FIFO loses an event)
 ENGINE_KEYS = ("exact", "once", "early")         # the engine harness's properties
-ENGINE_INDUCTIVE_KEYS = ("once",)                # its invariant (invariant=True) is stated for these (all three
-                                                 # with up to 2 requests)
+ENGINE_INDUCTIVE_KEYS = ("once",)                # its invariant (invariant=True): these; all three to 2 requests
 INDUCTIVE_KEYS = SAFETY_KEYS       # the invariant (invariant=True) is stated for these
 SEQ_BITS = 8          # the engine harness's request sequence numbers (the requester tag field)
 
