@@ -29,6 +29,8 @@ BLOCKS = {
                          lambda: ReductionEngineHarness(answers_after_reads=False), 20, 20),
     "reduction_engine_once": ("reduction engine's at-most-once by k-induction (timeout 4, else as reduction_engine; with the buffer's invariant and the engine's)",
                               lambda: ReductionEngineHarness(answers_after_reads=False, only=("once",), invariant=True, timeout=4), 10, 16),
+    "reduction_engine_two": ("reduction engine by k-induction with 2 requests (else as reduction_engine; reset once, at the start; with the buffer's invariant and the engine's)",
+                             lambda: ReductionEngineHarness(answers_after_reads=False, invariant=True), 10, 20),
     "reduction_engine_one": ("reduction engine by k-induction with 1 request (else as reduction_engine; reset once, at the start; with the buffer's invariant and the engine's)",
                              lambda: ReductionEngineHarness(answers_after_reads=False, requests=1, invariant=True), 12, 20),
     "receive_path": ("GPU receive path (3 credits, max_payload 2): a poisoned or misframed packet commits nothing",

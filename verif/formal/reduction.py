@@ -137,6 +137,7 @@ test_formal_reduction.py``): an allocator that does not bump the generation fail
 16 (checked without the invariant, which names the real allocator's stages).
 """
 
+import sys
 from types import SimpleNamespace
 
 from amaranth.hdl import Assume, Cat, Const, Module, Mux, ResetSignal, Signal, Value
@@ -162,7 +163,7 @@ PROPERTY_KEYS = ("once", "exact", "cause", "timeout", "stale", "answered", "fram
 SAFETY_KEYS = ("once", "exact", "cause", "timeout", "stale", "framing")     # proven by k-induction
 LIVENESS_KEYS = ("answered",)      # needs 3 entries (at 2 the completion FIFO loses an event)
 ENGINE_KEYS = ("exact", "once", "early")         # the engine harness's properties
-ENGINE_INDUCTIVE_KEYS = ("once",)                # its invariant (invariant=True) is stated for these
+ENGINE_INDUCTIVE_KEYS = ("once",)                # its invariant (invariant=True): these; all three to 2 requests
 INDUCTIVE_KEYS = SAFETY_KEYS       # the invariant (invariant=True) is stated for these
 SEQ_BITS = 8          # the engine harness's request sequence numbers (the requester tag field)
 
@@ -262,6 +263,26 @@ class SmallReductionBuffer(ReductionBuffer):
         return outstanding
 
 
+class _Lined(list):
+    """A list of invariant terms that remembers the source line each was added at: the harnesses name each
+    term's signal ``<prefix>_<index>_L<line>``, so that a failed induction step's trace says which one
+    broke."""
+
+    def __init__(self, items=()):
+        super().__init__(items)
+        self.lines = [sys._getframe(1).f_lineno] * len(self)
+
+    def append(self, t):
+        super().append(t)
+        self.lines.append(sys._getframe(1).f_lineno)
+
+    def __iadd__(self, ts):
+        line = sys._getframe(1).f_lineno
+        super().__iadd__(ts)
+        self.lines += ts.lines if isinstance(ts, _Lined) else [line] * len(ts)
+        return self
+
+
 def _memory_rows(m, mem, name: str, plain: bool = False) -> list:
     """Every row of memory ``mem`` as a signal (``name`` + row index), read combinationally; ``plain``
     gives bare-width signals instead of signals of the memory's shape."""
@@ -322,6 +343,7 @@ class ReductionBufferHarness(wiring.Component):
         self.invariant = invariant
         self.max_expected = 3       # the largest ``expected`` an allocation asks (the engine's: its ports)
         self.counts = invariant and "exact" in (only or PROPERTY_KEYS)     # part (6) of the invariant
+        self.count_bound = False
         self.live = invariant and "answered" in (only or PROPERTY_KEYS)    # part (7)
         if self.counts and entries != 2:
             raise ValueError(f"the per-flit count invariant (\"exact\") is written for 2 entries, got {entries}")
@@ -607,8 +629,8 @@ class ReductionBufferHarness(wiring.Component):
             return ((length >= 1) & (length <= self.max_length) & (expected <= self.max_expected) &
                     ((etype == EType.S32.value) | (etype == EType.U32.value)))
 
-        terms = [~picked | legal(req_len, req_exp, req_etype),
-                 ~al1.valid | legal(al1.req.length, al1.req.expected, al1.req.etype.as_value())]
+        terms = _Lined([~picked | legal(req_len, req_exp, req_etype),
+                        ~al1.valid | legal(al1.req.length, al1.req.expected, al1.req.etype.as_value())])
         for j in range(N):      # every entry past its row writes holds a legal request
             written = busy[j] & ~(al1.valid & (al1.entry == j))
             terms.append(~written | legal(meta[j].length, meta[j].expected, meta[j].etype.as_value()))
@@ -666,7 +688,7 @@ class ReductionBufferHarness(wiring.Component):
             terms += self._liveness(dr, evq, meta, at, active, known, answers, holds_k, age, outq)
         sigs = []
         for i, t in enumerate(terms):
-            sigs.append(Signal(name=f"inv_{i}"))
+            sigs.append(Signal(name=f"inv_{i}_L{terms.lines[i]}"))
             m.d.comb += sigs[-1].eq(t)
         return Cat(*sigs).all()
 
@@ -747,7 +769,7 @@ class ReductionBufferHarness(wiring.Component):
         grant."""
         EB, ML = self.buffer.entry_bits, self.max_length
         W = 128
-        terms = []
+        terms = _Lined()
         pre, cur, pend, pend_hdr = dr.pre, dr.cur, dr.pend, dr.pend_hdr
         # The drain read the meta row of the entry in pre (it does not change while the entry is busy).
         terms.append(~pre.valid | (dr.meta_rd.data.as_value() == at(meta, pre.entry).as_value()))
@@ -813,7 +835,9 @@ class ReductionBufferHarness(wiring.Component):
         """(6) The per-flit counts: the ALU's stages mirror the row tracker's shadows and each operation's
         lane-0 sum is its count; a touched row without an operation in flight holds sum = count; where an
         entry's operations may still be in flight; k's counts against the reference model's, less the
-        contribution at stage b; k's result rows and payload flits on the answer path."""
+        contribution at stage b; k's result rows and payload flits on the answer path. With
+        ``count_bound`` (the engine harness at two requests) every entry's counts too: at most its
+        ``expected``, and while active at most its answered destinations (``count_limit``)."""
         buf, N, ML = self.buffer, self.entries, self.max_length
         EB, SB = buf.entry_bits, buf.slot_bits
         req_len, req_exp, req_etype = req
@@ -824,7 +848,7 @@ class ReductionBufferHarness(wiring.Component):
         sh = rt_blk.sh
         L = len(sh) - 1
         pre, cur, pend = dr.pre, dr.cur, dr.pend
-        terms = []
+        terms = _Lined()
         for j in range(1, L + 1):
             v, a = alu.stages[j - 1]
             terms += [sh[j].valid == v, ~sh[j].valid | (a == sh[j].count)]
@@ -864,6 +888,18 @@ class ReductionBufferHarness(wiring.Component):
                 in_flight, n_count, n_sum, touched, count, total = newest(Const(e, EB), f)
                 terms += [~written | ~in_flight | touched,
                           ~(written & touched & ~in_flight) | ((total == count) & (count != 0))]
+                if self.count_bound:
+                    # Every entry's count, with the contribution at stage b and the one its sender still
+                    # holds, is at most its destinations that answered its generation (``count_limit``:
+                    # the engine harness's signals per entry, that number and the one still to send).
+                    w_pop, w_pend = self.count_limit
+                    at_b = (ac.b_valid & (ac.b.rtag == Cat(Const(e, EB), meta[e].gen)) & ~ac.b.stale &
+                            ~ac.b.abort & (ac.b.flit == f))
+                    terms += [~written | (n_count <= meta[e].expected),
+                              ~bit(active, e) | ((n_count + at_b + w_pend[e]) <= w_pop[e])]
+        if self.count_bound:      # every entry (not only k's) gets at most expected contributions per flit
+            for j in range(1, L + 1):
+                terms.append(~sh[j].valid | (sh[j].count <= at(meta, sh[j].addr[SB:]).expected))
         # k's counts while its entry holds it: the reference model's, less the contribution at stage b.
         k_flit = []
         for f in range(ML):
@@ -946,6 +982,9 @@ class BufferView:
         self.buffer, self.entries, self.max_length, self.timeout = buffer, entries, max_length, timeout
         self.max_expected, self.invariant, self.flit_limit, self.live = max_expected, True, False, False
         self.counts = "exact" in only
+        # Set by the engine harness with two requests: a count bound for every entry, against
+        # ``count_limit`` (per entry: its destinations that answered its generation, a live answer to come).
+        self.count_bound, self.count_limit = False, None
         self.liveness_slack = 4 + (entries - 1) * (1 + max_length) + 1      # (its counter is not checked)
 
 
@@ -1029,11 +1068,13 @@ class ReductionEngineHarness(wiring.Component):
     reference model of k built from the buffer's ports; contributions the response filter marks
     ``stale`` are not k's), the engine's from the request to ``out`` and the generations that keep k's
     rtag from being granted again (:meth:`_no_alias`: what the buffer harness assumes is proven here
-    from the bounded number of requests). With one request (``requests=1``), all three properties are
-    proven (block ``reduction_engine_one``: timeout 8, k = 12): the invariant adds the buffer's per-flit
-    counts (part 6) and the engine's read side and response filter (:meth:`_counts`), and the harness
-    then resets the engine once, at the start. At 2 requests the other two properties are checked bounded
-    (block ``reduction_engine``, depth 20).
+    from the bounded number of requests). With the engine reset once, at the start, all three properties
+    are proven: with one request (``requests=1``, block ``reduction_engine_one``: timeout 8, k = 12) the
+    invariant adds the buffer's per-flit counts (part 6) and the engine's read side and response filter
+    for k alone (:meth:`_counts`); with two (block ``reduction_engine_two``: timeout 8, k = 10) it states
+    the rows of both requests' entries, a ghost of k's answered destinations, and the buffer's count bound
+    for every entry (:meth:`_counts_two`). With resets free the three are checked bounded (block
+    ``reduction_engine``, 2 requests, depth 20).
     """
 
     # A bounded check with yices; ``invariant=True``: k-induction.
@@ -1046,7 +1087,7 @@ class ReductionEngineHarness(wiring.Component):
         unknown = set(only or ()) - set(ENGINE_KEYS)
         if unknown:
             raise ValueError(f"unknown property {', '.join(sorted(unknown))}; valid: {', '.join(ENGINE_KEYS)}")
-        inductive = ENGINE_INDUCTIVE_KEYS + (("exact", "early") if requests == 1 else ())
+        inductive = ENGINE_INDUCTIVE_KEYS + (("exact", "early") if requests <= 2 else ())
         bad = set(only or ENGINE_KEYS) - set(inductive) if invariant else set()
         if bad:
             raise ValueError(f"no invariant is stated for {', '.join(sorted(bad))}; "
@@ -1125,13 +1166,13 @@ class ReductionEngineHarness(wiring.Component):
         with m.If(resp_take):
             m.d.sync += in_pkt.eq(~self.r_last)
         hdr_t = resp_take & ~in_pkt & (self.r_rtag == t) & (read_tags >> slot(t))[0]
+        started = Signal(len(read_tags))       # the tags whose fan-out has started
+        with m.If(e.start_valid):
+            m.d.sync += started.eq(started | (Const(1, len(started)) << slot(e.start_rtag)))
         if self.answers_after_reads:
             m.d.comb += Assume(~(self.r_valid & ~in_pkt) | (read_tags >> slot(self.r_rtag))[0])
         else:
             # Early answers: a tag whose fan-out has not started yet (in an earlier cycle) is free too.
-            started = Signal(len(read_tags))
-            with m.If(e.start_valid):
-                m.d.sync += started.eq(started | (Const(1, len(started)) << slot(e.start_rtag)))
             m.d.comb += Assume(~(self.r_valid & ~in_pkt) | (read_tags >> slot(self.r_rtag))[0] |
                                ~(started >> slot(self.r_rtag))[0])
             early = Signal(len(read_tags))     # tags that got a good-looking answer before their fan-out
@@ -1170,12 +1211,12 @@ class ReductionEngineHarness(wiring.Component):
             inv = self._invariant(m, platform, n_req=n_req, k=k, o_in=o_in, n_ans=n_ans, o_k=o_k,
                                   ex=SimpleNamespace(mask_k=mask_k, t=t, read_tags=read_tags, in_pkt=in_pkt,
                                                      answered=answered, slot=slot,
-                                                     started=None if self.answers_after_reads else started))
+                                                     started=started))
         p = self.props
         want = lambda key: self.only is None or key in self.only    # noqa: E731
         if want("exact"):
             p.check(m, "a RED_RESP only after every asked destination answered, one contribution each",
-                    (~resp_k | ((mask_k & ~answered) == 0)) & (~pay_k | (o.payload.data[0:32] == expected)),
+                    (~resp_k | ((mask_k & ~answered) == 0)) & (~pay_k | (o.payload.data[0:32] == expected)) & inv,
                     pay_k & (expected == 2) & dup_seen)
         if want("once"):
             p.check(m, "every request is answered at most once", (n_ans <= 1) & inv, hdr_k & (expected == 2))
@@ -1183,7 +1224,7 @@ class ReductionEngineHarness(wiring.Component):
             early_k = (early >> slot(t))[0] & (read_tags >> slot(t))[0]
             p.check(m, "an answer before its entry's fan-out starts changes nothing (stale)",
                     ~early_k | ((~resp_k | ((mask_k & ~answered) == 0)) &
-                                (~pay_k | (o.payload.data[0:32] == expected))),
+                                (~pay_k | (o.payload.data[0:32] == expected))) & inv,
                     pay_k & early_k & (expected == 2))
         return m
 
@@ -1208,12 +1249,16 @@ class ReductionEngineHarness(wiring.Component):
         counts = self.only is None or bool({"exact", "early"} & self.only)
         view = BufferView(buf, entries=self.entries, max_length=1, timeout=self.timeout, max_expected=P,
                           only=("once", "exact") if counts else ("once",))
+        view.count_bound = counts and R > 1
+        w_pop = [Signal(3, name=f"ex_wpop{e}") for e in range(self.entries)]
+        w_pend = [Signal(name=f"ex_wpend{e}") for e in range(self.entries)]
+        view.count_limit = self._count_limit = (w_pop, w_pend)
         picked = Signal()
         a = buf.alloc.payload
         g = view._observe(m, platform, buf, picked, a.tag == 1, (a.length, a.expected, a.etype),
                           stale_mark=True, assume_alias=self.assume_alias)
         W = self.engine.flit_width
-        terms = [n_req <= R, ~reqs.skip]
+        terms = _Lined([n_req <= R, ~reqs.skip])
         # k's request error: the ERROR with tag 1 written into the error FIFO.
         bad_k = Signal()
         with m.If(errq.w_en & errq.w_rdy & (HeaderLayout(errq.w_data[0:HEADER_BITS]).tag == 1)):
@@ -1247,7 +1292,7 @@ class ReductionEngineHarness(wiring.Component):
         terms.append((n_ans + sum(q_k) + sum(err_k))[0:3] == g.answers + bad_k)
         terms += self._no_alias(m, platform, buf, g, k, n_req)
         if counts:
-            terms += self._counts(m, platform, em, g, k, o_in, o_k, ex, q_slots, q_rptr, outq, merge)
+            terms += self._counts(m, platform, em, g, k, o_in, o_k, ex, q_slots, q_rptr, outq, merge, n_req)
             # Reset once, at the start: a reset clears the registers, not the rows (see _counts).
             m.d.comb += Assume(~ResetSignal("sync"))
         # The buffer's contract: an abort carries a nonzero code.
@@ -1256,7 +1301,7 @@ class ReductionEngineHarness(wiring.Component):
         terms.append(g.inv)
         sigs = []
         for i, t in enumerate(terms):
-            sigs.append(Signal(name=f"einv_{i}"))
+            sigs.append(Signal(name=f"einv_{i}_L{terms.lines[i]}"))
             m.d.comb += sigs[-1].eq(t)
         return Cat(*sigs).all()
 
@@ -1291,6 +1336,7 @@ class ReductionEngineHarness(wiring.Component):
         with m.If(al.w_en & (al.w_entry == g.rt[0:EB]) & k_taken_now & (w_after != 3)):
             m.d.sync += w_after.eq(w_after + 1)
         al1_k = al1.valid & (al1.entry == e_k)
+        self._w_after, self._gen_of = w_after, gen_of
         return [
             ~g.picked | ((allocs_after + k + 1) <= n_req),
             g.picked | ~g.k_taken,
@@ -1302,7 +1348,7 @@ class ReductionEngineHarness(wiring.Component):
             ~(g.k_taken & al2.valid & (al2.entry == e_k)) | (w_after != 0),
         ]
 
-    def _counts(self, m, platform, em, g, k, o_in, o_k, ex, q_slots, q_rptr, outq, merge):
+    def _counts(self, m, platform, em, g, k, o_in, o_k, ex, q_slots, q_rptr, outq, merge, n_req):
         """The invariant of "one contribution each" and the early answer, with one request (k) and one
         reset (at the start: a reset clears the registers, not the ``meta``, ``asked`` and ``answered``
         rows, and across resets an entry's rows could alias once its generation wraps): every allocation
@@ -1320,6 +1366,8 @@ class ReductionEngineHarness(wiring.Component):
         buffer its contract (at most ``expected`` contributions, here proven, not assumed). On ``out``:
         k's result packets in the output queue and on ``out`` come from an entry the reference model
         ended complete, and their payload flits carry the expected count."""
+        if self.requests > 1:
+            return self._counts_two(m, platform, em, g, k, o_in, o_k, ex, q_slots, q_rptr, outq, merge, n_req)
         P, N = self.ports, self.entries
         buf = em.submodules.buf
         EB = buf.entry_bits
@@ -1376,7 +1424,7 @@ class ReductionEngineHarness(wiring.Component):
         s_k = ex.slot(rt)
         terms += [Mux(read_tags != 0, g.k_taken & (t == rt) & (read_tags == (Const(1, len(read_tags)) << s_k)),
                       Const(1))]
-        if ex.started is not None:
+        if not self.answers_after_reads:
             terms.append(ex.started == Mux(g.k_taken, Const(1, len(ex.started)) << s_k, 0))
         # The response filter: in step with the harness's framing; its registered rows are the rows.
         terms.append(ex.in_pkt == (rs.in_payload | rs.dropping))
@@ -1400,7 +1448,170 @@ class ReductionEngineHarness(wiring.Component):
         terms.append(g.known | ((g.cnt[0] == 0) & (both == 0)))
         # The buffer's contract, here the engine's: at most ``expected`` contributions to k's flit.
         terms.append(~(g.good & (g.c.flit == 0)) | (g.cnt[0] != g.req_exp))
-        # k's result flits: the output queue's payload flits of k's packet carry the expected count.
+        return terms + self._result_terms(g, o_in, o_k, q_slots, q_rptr, outq, merge)
+
+    def _counts_two(self, m, platform, em, g, k, o_in, o_k, ex, q_slots, q_rptr, outq, merge, n_req):
+        """The invariant of "one contribution each" and the early answer with two requests (k and another;
+        reset once, at the start), stated for both requests' entries, not k's alone:
+
+        * generations: each allocator write bumps its entry's, the ``meta`` rows' generations add up to the
+          writes (at most the requests), the allocator's offered grant is of generation 1 or more; only
+          k's ``meta`` row carries tag 1;
+        * ``asked``: an entry's row is its latest started fan-out, the generation before its ``meta`` row's
+          while the allocator still offers the grant (empty at generation 0), with as many destinations as
+          the entry's ``expected``; the harness's record of started tags (``started``) agrees, and a tag
+          was read (``read_tags``) only once started; k's row, while it has k's generation, is k's mask;
+        * ``answered``: an entry's row is of an older generation than its ``asked`` row, or of the same one
+          within its mask; for k a ghost ``A`` (the destinations marked with k's rtag) replaces the row,
+          which equals it while it holds k's generation (the other request overwrites it once k's entry is
+          reused);
+        * the read side: the read-descriptor FIFO holds the descriptors of the allocations not yet granted,
+          in the allocator's order (k's with k's mask, each with as many destinations as its allocation's
+          ``expected``); the fan-out and the ``rd`` queue carry started tags, k's exactly when their source
+          is k;
+        * the response filter: its framing is the harness's; a verdict's registered ``answered`` read is the
+          row, its ``asked`` read the row or an older one (then the ``answered`` row is no newer than it);
+          a response past its verdict, neither dropped nor stale, carries a started tag, and k's comes from
+          a destination in ``A`` and in the harness's record of good answers;
+        * the count: k's contributions so far (the buffer's reference model) plus the first payload flit
+          still to come are at most the destinations in both records; and for every entry (the buffer's
+          ``count_bound``), its newest count plus the contribution at stage b and the live answer still to
+          send its first payload flit are at most the destinations that answered its generation (the
+          engine's rows give the buffer its contract for the other request too).
+
+        On ``out``, as with one request (:meth:`_result_terms`)."""
+        P, N, R = self.ports, self.entries, self.requests
+        buf = em.submodules.buf
+        EB = buf.entry_bits
+        GB = RTAG_BITS - EB
+        rs = em.submodules.responses
+        rm = elaborate_now(rs, platform)
+        fo = em.submodules.fanout
+        elaborate_now(fo, platform)
+        info, rdq = em.submodules.info, em.submodules.rdq
+        i_rptr, i_wptr, i_slots = observe_queue(info, "storage", "inv_info")
+        r_rptr, r_wptr, r_slots = observe_queue(rdq, "storage", "inv_rdq")
+        bm = elaborate_now(buf, platform)
+        at = _select
+        asked_mem, answered_mem = rm.submodules.asked, rm.submodules.answered
+        asked, answered, meta = (_memory_rows(m, mem, f"ex_{name}", plain=True) for mem, name in
+                                 ((asked_mem, "asked"), (answered_mem, "answered"), (bm.submodules.meta, "meta")))
+        popcount = lambda v: sum(v[i] for i in range(len(v)))       # noqa: E731
+        gen = lambda row: Value.cast(row)[0:GB]                       # noqa: E731
+        msk = lambda row: Value.cast(row)[GB:]                        # noqa: E731
+        mask_k, t, read_tags, h_ans, started = ex.mask_k, ex.t, ex.read_tags, ex.answered, ex.started
+        slot = ex.slot
+        bit_at = lambda v, rtag: (v >> slot(rtag))[0]               # noqa: E731
+        rt = g.rt_reg
+        e_k, g_k = rt[0:EB], rt[EB:]
+        al = bm.submodules.allocator
+        al1, al2 = al.al1, al.al2
+        meta_v = [data.View(bm.submodules.meta.shape, v) for v in meta]
+        kt = g.k_taken
+        terms = _Lined([~g.picked | ((popcount(mask_k) == g.req_exp) & (mask_k != 0))])
+        # Generations: every allocator write bumps its entry's; the rows start at 0 (reset once).
+        n_acc, n_w = Signal(2, name="ex_n_acc"), Signal(2, name="ex_n_w")
+        with m.If(buf.alloc.valid & buf.alloc.ready & (n_acc != 3)):
+            m.d.sync += n_acc.eq(n_acc + 1)
+        with m.If(al.w_en & (n_w != 3)):
+            m.d.sync += n_w.eq(n_w + 1)
+        terms += [n_acc <= n_req, (n_w + al1.valid) == n_acc,
+                  sum(meta_v[e].gen for e in range(N)) == n_w, g.picked | ~g.known_now,
+                  ~al2.valid | (self._gen_of(al2.entry) >= 1)]
+        terms += [~g.known | ((g_k >= 1) & (g_k <= R))]
+        # Only k's rows carry tag 1 (the harness tags k's request alone).
+        terms += [(meta_v[e].tag == 1) == (g.known_now & (g.rt[0:EB] == e) & (meta_v[e].gen == g.rt[EB:]))
+                  for e in range(N)]
+        terms += [(meta_v[e].tag == 0) | (meta_v[e].tag == 1) for e in range(N)]
+        # asked: an entry's row is its latest started fan-out (the generation before the meta row's while
+        # the allocator still offers its grant); the harness's record of starts says the same.
+        A = Signal(P, name="ex_A")       # k's destinations marked in answered with k's rtag (a ghost)
+        aw = answered_mem.write_ports[0]
+        aw_k = aw.en & kt & (aw.addr == e_k) & (gen(aw.data) == g_k)
+        with m.If(aw_k):
+            m.d.sync += A.eq(A | msk(aw.data))
+        for e in range(N):
+            pend_e = al2.valid & (al2.entry == e)
+            ag, am = gen(asked[e]), msk(asked[e])
+            wg, wm = gen(answered[e]), msk(answered[e])
+            terms += [ag == (meta_v[e].gen - pend_e)[0:GB], (am == 0) == (ag == 0),
+                      wg <= ag, (wm == 0) == (wg == 0), (wg != ag) | ((wm & ~am) == 0),
+                      (ag != meta_v[e].gen) | (ag == 0) | (popcount(am) == meta_v[e].expected)]
+            for gg in range(4):
+                terms.append(((started >> (e | (gg << EB)))[0]) == ((gg >= 1) & (ag >= gg)))
+                terms.append(~(read_tags >> (e | (gg << EB)))[0] | ((started >> (e | (gg << EB)))[0]))
+        ag_k, am_k = gen(at(asked, e_k)), msk(at(asked, e_k))
+        wg_k, wm_k = gen(at(answered, e_k)), msk(at(answered, e_k))
+        terms += [~(kt & (ag_k == g_k)) | (am_k == mask_k),
+                  ~kt | (ag_k >= g_k),
+                  ~(kt & (self._w_after == 0)) | (ag_k == g_k),
+                  kt | (A == 0), (A & ~mask_k) == 0,
+                  ~(kt & (wg_k == g_k)) | (wm_k == A),
+                  ~(kt & (wg_k < g_k)) | (A == 0),
+                  ~(kt & bit_at(read_tags, rt)) | (t == rt)]
+        # The read side: the descriptors of the allocations not yet granted wait in the FIFO, in order.
+        terms.append((info.level <= info.depth) & ((i_rptr + info.level)[0:len(i_wptr)] == i_wptr))
+        terms.append(info.level == (g.n_alloc - g.n_grant)[0:2])
+        k_pos = (g.k_seq - g.n_grant)[0:2]
+        exp_of = [Mux(al2.valid, data.View(bm.submodules.meta.shape, _select(meta, al2.entry)).expected,
+                      al1.req.expected), al1.req.expected, 0, 0]       # the pending allocations', in order
+        for j in range(info.depth):
+            idx = (i_rptr + j)[0:len(i_rptr)]
+            row = data.View(read_info_layout(P), _select(i_slots, idx))
+            live = info.level > j
+            is_k = g.picked & ~kt & (k_pos == j)
+            terms.append(~live | (~row.static & (row.length == 1) & (row.src < n_req) & ((row.src == k) == is_k) &
+                                  (row.mask != 0) & (popcount(row.mask) == exp_of[j]) &
+                                  (~is_k | (row.mask == mask_k))))
+        terms.append(~fo.fo_valid | (bit_at(started, fo.fo_rtag) & (fo.fo_rtag[EB:] < 4) & (fo.fo.src < n_req) &
+                                     ~fo.fo.static &
+                                     (fo.fo.mask != 0) &
+                                     (fo.fo.length == 1) & ((fo.fo.src == k) == (kt & (fo.fo_rtag == rt))) &
+                                     ((fo.fo.src != k) | ((fo.fo.mask & ~mask_k) == 0))))
+        terms.append((rdq.level <= rdq.depth) & ((r_rptr + rdq.level)[0:len(r_wptr)] == r_wptr))
+        for j in range(rdq.depth):
+            fl, hd = _queued_flit(r_slots, r_rptr, j, self.engine.flit_width)
+            q_rt = Cat(hd.tag, hd.route.uni.xtag)
+            terms.append(~(rdq.level > j) | (bit_at(started, q_rt) & (q_rt[EB:] < 4) & (hd.src < n_req) &
+                                             ((hd.src == k) == (kt & (q_rt == rt)))))
+        # The response filter: in step with the harness's framing; its registered rows.
+        terms.append(ex.in_pkt == (rs.in_payload | rs.dropping))
+        r_e = rs.r_rtag[0:EB]
+        ask_d = rs.ask_d.as_value()
+        dg, dm = gen(ask_d), msk(ask_d)
+        terms += [~rs.vcyc | (rs.ans_d.as_value() == at(answered, r_e)),
+                  ~rs.vcyc | (dg <= gen(at(asked, r_e))),
+                  ~rs.vcyc | ((dm == 0) == (dg == 0)),
+                  ~rs.vcyc | (ask_d == at(asked, r_e)) | (dg < gen(at(asked, r_e))),
+                  ~(rs.vcyc & (ask_d != at(asked, r_e))) | (gen(at(answered, r_e)) <= dg),
+                  ~(rs.vcyc & kt & (r_e == e_k) & (dg == g_k)) | (dm == mask_k),
+                  ~rs.vcyc | ~rs.dropping]
+        src_bit = Mux(rs.r_src < P, Const(1, P) << rs.r_src[0:2], 0)
+        live_resp = rs.in_payload & ~rs.vcyc & ~rs.r_drop & ~rs.r_stale
+        live_k = live_resp & (rs.r_rtag == rt) & g.known
+        # Each entry's destinations that answered its current generation, and a live answer to it whose
+        # first payload flit is still to come (the buffer's count bound, ``count_limit``).
+        w_pop, w_pend = self._count_limit
+        for e in range(N):
+            wg, wm = gen(answered[e]), msk(answered[e])
+            m.d.comb += [w_pop[e].eq(Mux(wg == meta_v[e].gen, popcount(wm), 0)),
+                         w_pend[e].eq(live_resp & (rs.r_k == 0) & (rs.r_rtag == Cat(Const(e, EB), meta_v[e].gen)))]
+        terms += [rs.r_rtag[EB:] < 4, ~live_resp | bit_at(started, rs.r_rtag)]
+        terms.append(~live_k | (kt & ((A & h_ans & src_bit) != 0) & (rs.r_code == 0)))
+        tracked_k = rs.vcyc & g.known & (rs.r_rtag == rt) & (dg == g_k) & (dm != 0)
+        terms.append(~tracked_k | (kt & bit_at(read_tags, rt)))
+        pend = live_k & (rs.r_k == 0)
+        both = A & h_ans
+        terms.append(~g.known | ((g.cnt[0] + (pend & ~g.ended)) <= popcount(both)))
+        terms.append(g.known | ((g.cnt[0] == 0) & (A == 0)))
+        terms.append(~(g.good & (g.c.flit == 0)) | (g.cnt[0] != g.req_exp))
+        terms += self._result_terms(g, o_in, o_k, q_slots, q_rptr, outq, merge)
+        return terms
+
+    def _result_terms(self, g, o_in, o_k, q_slots, q_rptr, outq, merge):
+        """k's result flits: the output queue's payload flits of k's packet carry the expected count, and
+        k's packets there and on ``out`` come from an entry the reference model ended complete."""
+        terms = []
         in_k = o_in & o_k
         rem = o_in
         for j in range(outq.depth):

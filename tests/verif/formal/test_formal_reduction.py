@@ -317,9 +317,11 @@ def test_engine_whose_buffer_keeps_a_timed_out_entry_answers_twice(tmp_path):
     assert res[0].proof.startswith("FAILS"), res[0]
 
 
-def test_engine_invariant_is_stated_for_every_property_with_one_request():
+def test_engine_invariant_is_stated_for_every_property_up_to_two_requests():
+    for requests in (1, 2):
+        ReductionEngineHarness(invariant=True, requests=requests)
     with pytest.raises(ValueError, match="no invariant is stated for early, exact"):
-        ReductionEngineHarness(invariant=True)      # 2 requests: at most once only (all three with 1)
+        ReductionEngineHarness(invariant=True, requests=3)      # 3 requests: at most once only
     with pytest.raises(ValueError, match="unknown property nope"):
         ReductionEngineHarness(only=("nope",))
 
@@ -330,6 +332,7 @@ def test_engine_invariant_is_stated_for_every_property_with_one_request():
                                            ("reduction_buffer_live", "proven (k-induction, k = 12)", 1),
                                            ("reduction_engine", "holds to depth 20 (bounded model check)", 3),
                                            ("reduction_engine_once", "proven (k-induction, k = 10)", 1),
+                                           ("reduction_engine_two", "proven (k-induction, k = 10)", 3),
                                            ("reduction_engine_one", "proven (k-induction, k = 12)", 3)])
 def test_reduction_buffer_blocks_hold_and_every_property_is_covered(block, proof, n, tmp_path, capsys):
     assert main(["formal", block, "--out", str(tmp_path)]) == 0
