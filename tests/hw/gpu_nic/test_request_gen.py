@@ -8,10 +8,19 @@ from verif.harness.runner import run_cocotb
 TB = "verif.tb.request_gen"
 
 
+TRAFFIC = {"ports": 8, "tags": 4, "fetch_depth": 24}
+
+
+# The tests of one design point share one simulator run (tests/conftest.py: shared_run), each a scenario
+# from reset with its own seed and result.
+def at(params, testcase, env=None):
+    return pytest.mark.shared_run("request_gen", params, TB, testcase, env=env)
+
+
 @pytest.mark.parametrize("unicast", [0, 1])
-def test_traffic(unicast, seed, sim):
-    run_cocotb("request_gen", {"ports": 8, "tags": 4, "fetch_depth": 24}, test_module=TB,
-               testcase="test_traffic", seed=seed, sim=sim, env={"unicast": unicast, "descs": 40})
+@at(TRAFFIC, "test_traffic", env=lambda unicast: {"unicast": unicast, "descs": 40})
+def test_traffic(unicast, shared_run):
+    shared_run()
 
 
 def test_traffic_small_packets(seed, sim):
@@ -21,29 +30,32 @@ def test_traffic_small_packets(seed, sim):
 
 
 @pytest.mark.parametrize("unicast", [0, 1])
-def test_line_rate(unicast, seed, sim):
-    run_cocotb("request_gen", {"ports": 8}, test_module=TB, testcase="test_line_rate", seed=seed, sim=sim,
-               env={"unicast": unicast, "descs": 4})
+@at({"ports": 8}, "test_line_rate", env=lambda unicast: {"unicast": unicast, "descs": 4})
+def test_line_rate(unicast, shared_run):
+    shared_run()
 
 
 @pytest.mark.parametrize("unicast", [0, 1])
-def test_bad_descriptors(unicast, seed, sim):
-    run_cocotb("request_gen", {"ports": 8}, test_module=TB, testcase="test_bad_descriptors", seed=seed,
-               sim=sim, env={"unicast": unicast})
+@at({"ports": 8}, "test_bad_descriptors", env=lambda unicast: {"unicast": unicast})
+def test_bad_descriptors(unicast, shared_run):
+    shared_run()
 
 
-def test_static_traffic(seed, sim):
+@at(TRAFFIC, "test_traffic", env={"unicast": 0, "static": 1, "descs": 40})
+def test_static_traffic(shared_run):
     """Static multimem (NVLS): MM_ST / MM_LD_REDUCE at the symmetric address under the group handle, random
     stalls and tag reuse, bad descriptors (BAD_GROUP, BAD_LENGTH, BAD_TYPE) dropped and counted."""
-    run_cocotb("request_gen", {"ports": 8, "tags": 4, "fetch_depth": 24}, test_module=TB,
-               testcase="test_traffic", seed=seed, sim=sim, env={"unicast": 0, "static": 1, "descs": 40})
+    shared_run()
 
 
-def test_static_line_rate_and_bad_descriptors(seed, sim):
-    run_cocotb("request_gen", {"ports": 8}, test_module=TB, testcase="test_line_rate", seed=seed, sim=sim,
-               env={"unicast": 0, "static": 1, "descs": 4})
-    run_cocotb("request_gen", {"ports": 8}, test_module=TB, testcase="test_bad_descriptors", seed=seed,
-               sim=sim, env={"unicast": 0, "static": 1})
+@at({"ports": 8}, "test_line_rate", env={"unicast": 0, "static": 1, "descs": 4})
+def test_static_line_rate(shared_run):
+    shared_run()
+
+
+@at({"ports": 8}, "test_bad_descriptors", env={"unicast": 0, "static": 1})
+def test_static_bad_descriptors(shared_run):
+    shared_run()
 
 
 def test_tag_wait(seed, sim):
@@ -54,8 +66,8 @@ def test_tag_wait(seed, sim):
 
 
 @pytest.mark.parametrize("unicast", [0, 1])
-def test_traffic_any_tag(unicast, seed, sim):
+@at({**TRAFFIC, "any_tag": True}, "test_traffic", env=lambda unicast: {"unicast": unicast, "descs": 40})
+def test_traffic_any_tag(unicast, shared_run):
     """``any_tag``: a reduction load takes the lowest free tag (not the next in turn); never one still busy,
     the loads' tags in order are the bound ones, everything else as in ``test_traffic``."""
-    run_cocotb("request_gen", {"ports": 8, "tags": 4, "fetch_depth": 24, "any_tag": True}, test_module=TB,
-               testcase="test_traffic", seed=seed, sim=sim, env={"unicast": unicast, "descs": 40})
+    shared_run()

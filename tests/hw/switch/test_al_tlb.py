@@ -11,10 +11,16 @@ TB = "verif.tb.al_tlb"
 SMALL = {"entries": 16, "mshrs": 4, "ports": 8, "groups": 8}
 
 
-def test_random_small(seed, sim):
+# The tests of one design point share one simulator run (tests/conftest.py: shared_run), each a scenario
+# from reset with its own seed and result.
+def at(params, testcase, env=None):
+    return pytest.mark.shared_run("al_tlb", params, TB, testcase, env=env)
+
+
+@at(SMALL, "test_random", env={"requests": 1500})
+def test_random_small(shared_run):
     """16-entry CAM, 4 MSHRs: evictions, coalescing, MSHR exhaustion (recirculation), flushes."""
-    run_cocotb("al_tlb", SMALL, test_module=TB, testcase="test_random", seed=seed, sim=sim,
-               env={"requests": 1500})
+    shared_run()
 
 
 def test_random_more_mshrs(seed, sim):
@@ -27,17 +33,19 @@ def test_random_more_mshrs(seed, sim):
                     "late_by": 400})
 
 
-def test_hostile(seed, sim):
-    run_cocotb("al_tlb", SMALL, test_module=TB, testcase="test_hostile", seed=seed, sim=sim)
+@at(SMALL, "test_hostile")
+def test_hostile(shared_run):
+    shared_run()
 
 
-def test_latency(seed, sim):
-    run_cocotb("al_tlb", SMALL, test_module=TB, testcase="test_latency", seed=seed, sim=sim,
-               env={"latency": 40})
+@at(SMALL, "test_latency", env={"latency": 40})
+def test_latency(shared_run):
+    shared_run()
 
 
-def test_flush(seed, sim):
-    run_cocotb("al_tlb", SMALL, test_module=TB, testcase="test_flush", seed=seed, sim=sim)
+@at(SMALL, "test_flush")
+def test_flush(shared_run):
+    shared_run()
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
@@ -73,12 +81,14 @@ def test_moe_deepseek_v3(seed, sim):
 TIMEOUT_SMALL = {**SMALL, "timeout": 64}
 
 
-def test_timeout(seed, sim):
+@at(TIMEOUT_SMALL, "test_timeout")
+def test_timeout(shared_run):
     """A withheld backing response: TIMEOUT for all coalesced waiters, hit-under-miss continues; its late
     response is stale and does not confuse the MSHR's next read."""
-    run_cocotb("al_tlb", TIMEOUT_SMALL, test_module=TB, testcase="test_timeout", seed=seed, sim=sim)
+    shared_run()
 
 
-def test_stuck_backing(seed, sim):
+@at(TIMEOUT_SMALL, "test_stuck_backing")
+def test_stuck_backing(shared_run):
     """mem.req never ready: reads time out from queueing, the full read queue backpressures new misses."""
-    run_cocotb("al_tlb", TIMEOUT_SMALL, test_module=TB, testcase="test_stuck_backing", seed=seed, sim=sim)
+    shared_run()

@@ -46,21 +46,24 @@ def run(testcase, seed, sim, params=None, **env):
 
 # ---- the switch ---------------------------------------------------------------------------------------------
 
+# The 4-port switch's tests below share one simulator run (tests/conftest.py: shared_run; each scenario a
+# cocotb test of its own, from reset): the design's load and cocotb's start, 2.4 CPU-s of an Icarus run of
+# this switch, are paid once; a failure names its test and scenario.
+def at_p4(scenarios, fails=False):
+    return pytest.mark.shared_run("dysharp_switch", P4, TB, scenarios, fails=fails)
+
+
 @needs_top
-def test_traffic_reductions_fills_and_deadlock(seed, sim):
+@at_p4([("test_traffic", {"packets": 10}), ("test_reduce_types", {}), ("test_tlb", {"storm": 4}),
+        ("test_fill_timeout", {"packets": 3, "reduce": False}), ("test_fill_timeout", {"packets": 2}),
+        ("test_deadlock", {"reductions": 10})])
+def test_traffic_reductions_fills_and_deadlock(shared_run):
     """Random traffic (stores, multicasts, ld_reduce) against the reference model; every reduction type; a
     storm of TLB misses that coalesce; stores whose translation needs the silent GPU's fill (TIMEOUT from
     its port; the rest flows), then ld_reduce reads that need it (the requester gets TIMEOUT: the
     destination's egress answers the read with an error-coded RED_READ_RESP; the other contributions are
-    dropped); full-rate reductions that must not deadlock. The six scenarios share one simulator run (each
-    a cocotb test of its own, from reset): the design's load and cocotb's start, 2.4 CPU-s of an Icarus
-    run of this switch, are paid once; a failure names its scenario."""
-    from verif.harness.runner import run_scenarios
-    failed = run_scenarios("dysharp_switch", P4, test_module=TB, sim=sim, scenarios=[
-        ("test_traffic", {"packets": 10}, seed), ("test_reduce_types", {}, seed), ("test_tlb", {"storm": 4}, seed),
-        ("test_fill_timeout", {"packets": 3, "reduce": False}, seed), ("test_fill_timeout", {"packets": 2}, seed),
-        ("test_deadlock", {"reductions": 10}, seed)])
-    assert not failed, "\n".join(failed)
+    dropped); full-rate reductions that must not deadlock. Six scenarios."""
+    shared_run()
 
 
 @needs_top
@@ -75,21 +78,17 @@ BAD_KINDS_LD_REDUCE = ["foreign", "bounds", "fault", "static_foreign"]
 
 
 @needs_top
-def test_bad_input(seed, sim):
+@at_p4([("test_bad_input", {"kind": k, "rounds": 2, "reduce": False}) for k in BAD_KINDS]
+       + [("test_bad_input", {"kind": k, "rounds": 2}) for k in BAD_KINDS_LD_REDUCE])
+def test_bad_input(shared_run):
     """Each bad input alone among good traffic on every port (foreign group, index out of bounds, TLB fault:
     on dymultimem.st; a RED_READ destination that never answers; a contribution for a freed entry; a
     duplicate contribution; ld_reduce requests poisoned, followed by a flit, or of length 0: each answered
     once, POISONED / LENGTH_MISMATCH / BAD_LENGTH, and counted in the engine's bad_requests; multimem.st to a
     static group the source is not a member of: ISOLATION, counted by the request network); then the same
     bad inputs on dymultimem.ld_reduce (static_foreign: multimem.ld_reduce over a group the source is not a
-    member of, refused by its engine) as well: the requester gets the error. The 12 scenarios share one
-    simulator run (each a cocotb test of its own, from reset): the design's load and cocotb's start, 2.4
-    CPU-s of an Icarus run of this switch, are paid once."""
-    from verif.harness.runner import run_scenarios
-    scenarios = ([("test_bad_input", {"kind": k, "rounds": 2, "reduce": False}, seed) for k in BAD_KINDS]
-                 + [("test_bad_input", {"kind": k, "rounds": 2}, seed) for k in BAD_KINDS_LD_REDUCE])
-    failed = run_scenarios("dysharp_switch", P4, test_module=TB, scenarios=scenarios, sim=sim)
-    assert not failed, "\n".join(failed)
+    member of, refused by its engine) as well: the requester gets the error. Twelve scenarios."""
+    shared_run()
 
 
 @needs_top
@@ -100,13 +99,12 @@ def test_deadlock_8_ports(seed, sim):
 
 @needs_top
 @pytest.mark.parametrize("sabotage", ["row", pytest.param("data", marks=pytest.mark.slow)])
-def test_scoreboard_catches_a_wrong_reference(sabotage, seed, sim):
+@pytest.mark.shared_run("dysharp_switch", P4, TB, "test_traffic",
+                        env=lambda sabotage: {"packets": 4, "sabotage": sabotage}, fails=True)
+def test_scoreboard_catches_a_wrong_reference(sabotage, shared_run):
     """The same traffic against a reference made wrong on purpose (translated rows one flit off; one bit of
     the GPUs' data flipped): the scoreboard must fail the run."""
-    from verif.harness.runner import run_cocotb
-    r = run_cocotb("dysharp_switch", P4, test_module=TB, testcase="test_traffic", seed=seed, sim=sim,
-                   env={"packets": 4, "sabotage": sabotage}, check=False, quiet=True)
-    assert (r.tests, r.failed) == (1, 1)
+    shared_run()
 
 
 # ---- the link agents on a loopback --------------------------------------------------------------------------

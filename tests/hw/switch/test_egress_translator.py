@@ -12,11 +12,17 @@ TB = "verif.tb.egress_translator"
 PARAMS = {"port": 5, "ports": 8}
 
 
-def test_random(seed, sim):
+# The tests of one design point share one simulator run (tests/conftest.py: shared_run), each a scenario
+# from reset with its own seed and result.
+def at(params, testcase, env=None):
+    return pytest.mark.shared_run("egress_translator", params, TB, testcase, env=env)
+
+
+@at(PARAMS, "test_random", env={"packets": 400})
+def test_random(shared_run):
     """Mixed traffic, 70 % hits / 30 % misses (20..200 cycles) out of order, 8 % errors, 5 % poisoned,
     stalls on every interface: every packet bit-exact, per-source order, nothing lost or duplicated."""
-    run_cocotb("egress_translator", PARAMS, test_module=TB, testcase="test_random", seed=seed, sim=sim,
-               env={"packets": 400})
+    shared_run()
 
 
 def test_random_wide_small(seed, sim):
@@ -27,14 +33,15 @@ def test_random_wide_small(seed, sim):
 
 
 @pytest.mark.parametrize("kinds", [["rr"], ["st"], ["st", "rr"]], ids=["header_only", "dyn_st", "mixed"])
-def test_line_rate(seed, sim, kinds):
+@at(PARAMS, "test_line_rate", env=lambda kinds: {"k": 64, "kinds": kinds})
+def test_line_rate(kinds, shared_run):
     """All hits at 3 cycles, no stalls: one flit per cycle in and out, every header 5 cycles later."""
-    run_cocotb("egress_translator", PARAMS, test_module=TB, testcase="test_line_rate", seed=seed, sim=sim,
-               env={"k": 64, "kinds": kinds})
+    shared_run()
 
 
-def test_oldest_first(seed, sim):
-    run_cocotb("egress_translator", PARAMS, test_module=TB, testcase="test_oldest_first", seed=seed, sim=sim)
+@at(PARAMS, "test_oldest_first")
+def test_oldest_first(shared_run):
+    shared_run()
 
 
 def test_line_rate_slots(seed, sim):
@@ -52,21 +59,23 @@ def test_overflow(seed, sim):
                seed=seed, sim=sim)
 
 
-def test_hit_under_miss(seed, sim):
-    run_cocotb("egress_translator", PARAMS, test_module=TB, testcase="test_hit_under_miss", seed=seed,
-               sim=sim)
+@at(PARAMS, "test_hit_under_miss")
+def test_hit_under_miss(shared_run):
+    shared_run()
 
 
-def test_errors(seed, sim):
-    run_cocotb("egress_translator", PARAMS, test_module=TB, testcase="test_errors", seed=seed, sim=sim)
+@at(PARAMS, "test_errors")
+def test_errors(shared_run):
+    shared_run()
 
 
 @pytest.mark.parametrize("params", [PARAMS, {**PARAMS, "flit_width": 256, "row_bytes": 1000, "max_payload": 8}],
                          ids=["default_row", "short_row_wide"])
-def test_row_bound(seed, sim, params):
+@at(lambda params: params, "test_row_bound")
+def test_row_bound(params, shared_run):
     """Issue 16 defect 3: an access past ``row_bytes`` is OUT_OF_BOUNDS on ``err``, never a rewrite into
     the next row; one that ends at the row's end is translated (fails on a translator without the check)."""
-    run_cocotb("egress_translator", params, test_module=TB, testcase="test_row_bound", seed=seed, sim=sim)
+    shared_run()
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")

@@ -13,21 +13,30 @@ def skip_unless_slow_selected(request):
         pytest.skip("slow test: run with -m slow")
 
 
-def test_special_matrix(seed, sim):
-    run_cocotb("reduce_alu", {}, test_module=TB, testcase="test_special_matrix", seed=seed, sim=sim)
+# The tests of one parameter point share one simulator run (tests/conftest.py: shared_run), each a scenario
+# from reset with its own seed and result.
+def at(params, testcase, **env):
+    return pytest.mark.shared_run("reduce_alu", params, TB, testcase, env=env)
 
 
-def test_random(seed, sim):
-    run_cocotb("reduce_alu", {}, test_module=TB, testcase="test_random", seed=seed, sim=sim,
-               env={"pairs": 10000, "gap": 0.05, "stall": 0.05})
+@at({}, "test_special_matrix")
+def test_special_matrix(shared_run):
+    shared_run()
 
 
-def test_chain(seed, sim):
-    run_cocotb("reduce_alu", {}, test_module=TB, testcase="test_chain", seed=seed, sim=sim)
+@at({}, "test_random", pairs=10000, gap=0.05, stall=0.05)
+def test_random(shared_run):
+    shared_run()
 
 
-def test_latency(seed, sim):
-    run_cocotb("reduce_alu", {}, test_module=TB, testcase="test_latency", seed=seed, sim=sim)
+@at({}, "test_chain")
+def test_chain(shared_run):
+    shared_run()
+
+
+@at({}, "test_latency")
+def test_latency(shared_run):
+    shared_run()
 
 
 @pytest.mark.slow
@@ -43,34 +52,38 @@ def test_random_million(seed, request):
 PIPELINED = {"acc_stages": 3}
 
 
-def test_pipelined_special_matrix(seed, sim):
-    run_cocotb("reduce_alu", PIPELINED, test_module=TB, testcase="test_special_matrix", seed=seed, sim=sim)
+@at(PIPELINED, "test_special_matrix")
+def test_pipelined_special_matrix(shared_run):
+    shared_run()
 
 
-def test_pipelined_random(seed, sim):
-    run_cocotb("reduce_alu", PIPELINED, test_module=TB, testcase="test_random", seed=seed, sim=sim,
-               env={"pairs": 4000, "gap": 0.05, "stall": 0.05})
+@at(PIPELINED, "test_random", pairs=4000, gap=0.05, stall=0.05)
+def test_pipelined_random(shared_run):
+    shared_run()
 
 
-def test_pipelined_chain(seed, sim):
-    run_cocotb("reduce_alu", PIPELINED, test_module=TB, testcase="test_chain", seed=seed, sim=sim)
+@at(PIPELINED, "test_chain")
+def test_pipelined_chain(shared_run):
+    shared_run()
 
 
-def test_pipelined_latency(seed, sim):
-    run_cocotb("reduce_alu", PIPELINED, test_module=TB, testcase="test_latency", seed=seed, sim=sim)
+@at(PIPELINED, "test_latency")
+def test_pipelined_latency(shared_run):
+    shared_run()
 
 
 # The reduction buffer's form: the data operand given already widened to fp32 (alu_operands).
 WIDE = {"acc_stages": 3, "wide_data": True}
 
 
-def test_wide_data_special_matrix(seed, sim):
-    run_cocotb("reduce_alu", WIDE, test_module=TB, testcase="test_special_matrix", seed=seed, sim=sim)
+@at(WIDE, "test_special_matrix")
+def test_wide_data_special_matrix(shared_run):
+    shared_run()
 
 
-def test_wide_data_random(seed, sim):
-    run_cocotb("reduce_alu", WIDE, test_module=TB, testcase="test_random", seed=seed, sim=sim,
-               env={"pairs": 4000, "gap": 0.05, "stall": 0.05})
+@at(WIDE, "test_random", pairs=4000, gap=0.05, stall=0.05)
+def test_wide_data_random(shared_run):
+    shared_run()
 
 
 def test_bad_acc_stages():

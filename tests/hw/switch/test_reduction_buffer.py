@@ -11,11 +11,18 @@ def _run(testcase, params, seed, sim, **env):
     run_cocotb("reduction_buffer", params, test_module=TB, testcase=testcase, seed=seed, sim=sim, env=env)
 
 
+# The tests of one design point share one simulator run (tests/conftest.py: shared_run), each a scenario
+# from reset with its own seed and result.
+def at(params, testcase, env=None):
+    return pytest.mark.shared_run("reduction_buffer", params, TB, testcase, env=env)
+
+
 @pytest.mark.parametrize("params,requests", [({"entries": 32}, 32), ({"entries": 16, "max_length": 31}, 12),
                                              ({"entries": 48, "max_length": 5, "flit_width": 256}, 16)],
                          ids=["e32", "e16-len31", "e48-w256"])
-def test_traffic(params, requests, seed, sim):
-    _run("test_traffic", params, seed, sim, requests=requests, max_fanout=6)
+@at(lambda params: params, "test_traffic", env=lambda requests: {"requests": requests, "max_fanout": 6})
+def test_traffic(params, requests, shared_run):
+    shared_run()
 
 
 @pytest.mark.slow
@@ -28,32 +35,38 @@ def test_traffic_soak(seed, sim, request):
 @pytest.mark.parametrize("params,min_length", [({"entries": 32}, 1), ({"entries": 32}, 3),
                                                ({"entries": 32, "acc_stages": 1}, 1)],
                          ids=["single-flit", "3-flit", "one-cycle-alu"])
-def test_back_to_back(params, min_length, seed, sim):
-    _run("test_back_to_back", params, seed, sim, requests=8, min_length=min_length)
+@at(lambda params: params, "test_back_to_back", env=lambda min_length: {"requests": 8, "min_length": min_length})
+def test_back_to_back(params, min_length, shared_run):
+    shared_run()
 
 
 # At the 32-entry points that the back-to-back and latency tests build.
 @pytest.mark.parametrize("params", [{"entries": 32}, {"entries": 32, "acc_stages": 1}], ids=["acc3", "acc1"])
-def test_same_row_hazard(params, seed, sim):
-    _run("test_same_row_hazard", params, seed, sim, requests=24)
+@at(lambda params: params, "test_same_row_hazard", env={"requests": 24})
+def test_same_row_hazard(params, shared_run):
+    shared_run()
 
 
 @pytest.mark.parametrize("params", [{"entries": 16}, {"entries": 32, "outstanding": 1}],
                          ids=["full16", "one-at-a-time"])
-def test_full(params, seed, sim):
-    _run("test_full", params, seed, sim, extra=12 if params.get("outstanding") != 1 else 3)
+@at(lambda params: params, "test_full", env=lambda params: {"extra": 12 if params.get("outstanding") != 1 else 3})
+def test_full(params, shared_run):
+    shared_run()
 
 
-def test_stale(seed, sim):
-    _run("test_stale", {"entries": 16}, seed, sim)
+@at({"entries": 16}, "test_stale")
+def test_stale(shared_run):
+    shared_run()
 
 
-def test_mismatch(seed, sim):
-    _run("test_mismatch", {"entries": 32}, seed, sim)
+@at({"entries": 32}, "test_mismatch")
+def test_mismatch(shared_run):
+    shared_run()
 
 
-def test_abort(seed, sim):
-    _run("test_abort", {"entries": 32}, seed, sim)
+@at({"entries": 32}, "test_abort")
+def test_abort(shared_run):
+    shared_run()
 
 
 def test_timeout(seed, sim):
@@ -61,5 +74,6 @@ def test_timeout(seed, sim):
 
 
 @pytest.mark.parametrize("params", [{"entries": 32}, {"entries": 32, "acc_stages": 1}], ids=["acc3", "acc1"])
-def test_latency(params, seed, sim):
-    _run("test_latency", params, seed, sim)
+@at(lambda params: params, "test_latency")
+def test_latency(params, shared_run):
+    shared_run()

@@ -12,20 +12,35 @@ def _run(module, testcase, params, seed, sim, **env):
     run_cocotb(module, params, test_module=TB, testcase=testcase, seed=seed, sim=sim, env=env)
 
 
-def test_traffic_engine(seed, sim):
-    _run("reduction_engine", "test_traffic", {"ports": 8, "entries": 32}, seed, sim, requests=30)
+# The tests of one design point share one simulator run (tests/conftest.py: shared_run), each a scenario
+# from reset with its own seed and result. The reduction tags' generations live in a memory that reset does
+# not clear, so the tests that depend on the first tags after power-up (the early answers guess them; the
+# unit's error rounds) have runs of their own.
+def at(module, params, testcase, env=None):
+    return pytest.mark.shared_run(module, params, TB, testcase, env=env)
 
 
-def test_traffic_unit(seed, sim):
-    _run("ld_reduce_unit", "test_traffic", {"ports": 4, "entries": 16, "rows": 4096}, seed, sim, requests=30)
+ENGINE = {"ports": 8, "entries": 32}
+UNIT = {"ports": 4, "entries": 16, "rows": 4096}
 
 
-def test_errors_engine(seed, sim):
-    _run("reduction_engine", "test_errors", {"ports": 8, "entries": 32}, seed, sim)
+@at("reduction_engine", ENGINE, "test_traffic", env={"requests": 30})
+def test_traffic_engine(shared_run):
+    shared_run()
+
+
+@at("ld_reduce_unit", UNIT, "test_traffic", env={"requests": 30})
+def test_traffic_unit(shared_run):
+    shared_run()
+
+
+@at("reduction_engine", ENGINE, "test_errors")
+def test_errors_engine(shared_run):
+    shared_run()
 
 
 def test_errors_unit(seed, sim):
-    _run("ld_reduce_unit", "test_errors", {"ports": 4, "entries": 16, "rows": 4096}, seed, sim, rounds=1)
+    _run("ld_reduce_unit", "test_errors", UNIT, seed, sim, rounds=1)
 
 
 def test_timeout(seed, sim):
@@ -34,34 +49,35 @@ def test_timeout(seed, sim):
 
 @pytest.mark.parametrize("params", [{"entries": 16}, {"entries": 16, "outstanding": 1}],
                          ids=["full16", "one-at-a-time"])
-def test_full(params, seed, sim):
-    _run("ld_reduce_unit", "test_full", dict(params, ports=4, rows=4096), seed, sim,
-         extra=8 if params.get("outstanding") != 1 else 3)
+@at("ld_reduce_unit", lambda params: dict(params, ports=4, rows=4096), "test_full",
+    env=lambda params: {"extra": 8 if params.get("outstanding") != 1 else 3})
+def test_full(params, shared_run):
+    shared_run()
 
 
 DEFER = {"ports": 8, "entries": 32, "defer_translation": True}
 
 
-def test_traffic_deferred(seed, sim):
+@at("reduction_engine", DEFER, "test_traffic", env={"requests": 30})
+def test_traffic_deferred(shared_run):
     """defer_translation: every read is a bit-checked DYN_RED_READ (or RED_READ for static groups), the
     translate port is never used, results bit-exact."""
-    _run("reduction_engine", "test_traffic", DEFER, seed, sim, requests=30)
+    shared_run()
 
 
-def test_errors_deferred(seed, sim):
+@at("reduction_engine", DEFER, "test_errors", env={"rounds": 1})
+def test_errors_deferred(shared_run):
     """defer_translation: translation failures come back as error-coded RED_READ_RESPs from the
     destinations' egress."""
-    _run("reduction_engine", "test_errors", DEFER, seed, sim, rounds=1)
+    shared_run()
 
 
-@pytest.mark.parametrize("module,params", [
-    ("reduction_engine", {"ports": 8, "entries": 32}),
-    ("reduction_engine", DEFER),
-    ("ld_reduce_unit", {"ports": 4, "entries": 16, "rows": 4096}),
-], ids=["engine", "deferred", "unit"])
-def test_bad_answers(module, params, seed, sim):
+@pytest.mark.parametrize("module,params", [("reduction_engine", ENGINE), ("reduction_engine", DEFER),
+                                           ("ld_reduce_unit", UNIT)], ids=["engine", "deferred", "unit"])
+@at(lambda module: module, lambda params: params, "test_bad_answers")
+def test_bad_answers(module, params, shared_run):
     """Error-coded answers, duplicated answers, answers from ports that were not asked."""
-    _run(module, "test_bad_answers", params, seed, sim)
+    shared_run()
 
 
 @pytest.mark.parametrize("value", [1, 0, "yes", None])
@@ -90,8 +106,8 @@ def test_row_bytes_must_be_a_positive_int(value):
         DySharpSwitch(ports=4, row_bytes=value)
 
 
-@pytest.mark.parametrize("module,params", [("reduction_engine", {"ports": 8, "entries": 32}),
-                                           ("reduction_engine", DEFER)], ids=["engine", "deferred"])
+@pytest.mark.parametrize("module,params", [("reduction_engine", ENGINE), ("reduction_engine", DEFER)],
+                         ids=["engine", "deferred"])
 def test_early_answers(module, params, seed, sim):
     """Answers that guess an allocated entry's tag before its fan-out: stale, the result bit-exact. The
     testbench takes the tag's entry and generation bits from ``entries``: it runs at the traffic tests' points."""

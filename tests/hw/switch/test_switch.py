@@ -7,29 +7,35 @@ from verif.harness.runner import run_cocotb
 TB = "verif.tb.switch"
 
 
+# The tests of one design point share one simulator run (tests/conftest.py: shared_run), each a scenario
+# from reset with its own seed and result.
+def at(params, testcase, env=None):
+    return pytest.mark.shared_run("switch", params, TB, testcase, env=env)
+
+
 @pytest.mark.parametrize("ports", [4, 8, 16])
-def test_traffic(ports, seed, sim):
-    packets = {4: 40, 8: 25, 16: 12}[ports]
-    run_cocotb("switch", {"ports": ports}, test_module=TB, testcase="test_traffic", seed=seed, sim=sim,
-               env={"packets": packets})
+@at(lambda ports: {"ports": ports}, "test_traffic", env=lambda ports: {"packets": {4: 40, 8: 25, 16: 12}[ports]})
+def test_traffic(ports, shared_run):
+    shared_run()
 
 
 # The registered-request form (the default from 32 ports) at small port counts: the same scoreboards, every
 # input also ignored while its grant is on the way, and one more cycle of zero-load latency.
 @pytest.mark.parametrize("ports,extra", [(4, {}), (8, {"mc_frac": 1.0, "gap": 0.0, "stall": 0.0})])
-def test_traffic_registered_requests(ports, extra, seed, sim):
-    run_cocotb("switch", {"ports": ports, "req_stage": True}, test_module=TB, testcase="test_traffic", seed=seed,
-               sim=sim, env={"packets": 30 if ports == 4 else 20, **extra})
+@at(lambda ports: {"ports": ports, "req_stage": True}, "test_traffic",
+    env=lambda ports, extra: {"packets": 30 if ports == 4 else 20, **extra})
+def test_traffic_registered_requests(ports, extra, shared_run):
+    shared_run()
 
 
-def test_bad_input_registered_requests(seed, sim):
-    run_cocotb("switch", {"ports": 4, "req_stage": True}, test_module=TB, testcase="test_bad_input", seed=seed,
-               sim=sim)
+@at({"ports": 4, "req_stage": True}, "test_bad_input")
+def test_bad_input_registered_requests(shared_run):
+    shared_run()
 
 
-def test_zero_load_latency_registered_requests(seed, sim):
-    run_cocotb("switch", {"ports": 4, "req_stage": True}, test_module=TB, testcase="test_zero_load_latency",
-               seed=seed, sim=sim)
+@at({"ports": 4, "req_stage": True}, "test_zero_load_latency")
+def test_zero_load_latency_registered_requests(shared_run):
+    shared_run()
 
 
 def test_traffic_fifo_variant(seed, sim):
@@ -37,9 +43,9 @@ def test_traffic_fifo_variant(seed, sim):
                env={"packets": 20})
 
 
-def test_traffic_no_stalls_all_multicast(seed, sim):
-    run_cocotb("switch", {"ports": 8}, test_module=TB, testcase="test_traffic", seed=seed, sim=sim,
-               env={"packets": 20, "mc_frac": 1.0, "gap": 0.0, "stall": 0.0})
+@at({"ports": 8}, "test_traffic", env={"packets": 20, "mc_frac": 1.0, "gap": 0.0, "stall": 0.0})
+def test_traffic_no_stalls_all_multicast(shared_run):
+    shared_run()
 
 
 def test_traffic_small_credits(seed, sim):
@@ -70,8 +76,9 @@ def test_traffic_counted_transfers(max_payload, seed, sim):
 
 
 @pytest.mark.parametrize("ports", [4, 8])
-def test_bad_input(ports, seed, sim):
-    run_cocotb("switch", {"ports": ports}, test_module=TB, testcase="test_bad_input", seed=seed, sim=sim)
+@at(lambda ports: {"ports": ports}, "test_bad_input")
+def test_bad_input(ports, shared_run):
+    shared_run()
 
 
 # One scenario per kind of bad input (the names of verif.tb.switch.bad_packets), each alone among good
@@ -82,18 +89,16 @@ BAD_KINDS = ["unknown opcode", "unknown opcode with payload", "too short", "too 
              "unconfigured group", "bad dst", "bad reduction type"]
 
 
-def test_bad_input_kind(seed, sim):
-    """The 11 kinds share one simulator run (each a cocotb test of its own, from reset): it starts once."""
-    from verif.harness.runner import run_scenarios
-    failed = run_scenarios("switch", {"ports": 4}, test_module=TB, sim=sim,
-                           scenarios=[("test_bad_input", {"kind": k, "rounds": 2}, seed) for k in BAD_KINDS])
-    assert not failed, "\n".join(failed)
+@at({"ports": 4}, [("test_bad_input", {"kind": k, "rounds": 2}) for k in BAD_KINDS])
+def test_bad_input_kind(shared_run):
+    """The 11 kinds, each a scenario of the 4-port switch's shared run."""
+    shared_run()
 
 
 @pytest.mark.parametrize("ports", [4, 16])
-def test_zero_load_latency(ports, seed, sim):
-    run_cocotb("switch", {"ports": ports}, test_module=TB, testcase="test_zero_load_latency", seed=seed,
-               sim=sim)
+@at(lambda ports: {"ports": ports}, "test_zero_load_latency")
+def test_zero_load_latency(ports, shared_run):
+    shared_run()
 
 
 def test_credit_overflow(seed, sim):
@@ -102,6 +107,8 @@ def test_credit_overflow(seed, sim):
 
 
 def test_group_config(seed, sim):
+    # A run of its own: the group table is a memory that reset does not clear, and this test reads it
+    # from power-up.
     run_cocotb("switch", {"ports": 8}, test_module=TB, testcase="test_group_config", seed=seed, sim=sim)
 
 
