@@ -348,6 +348,7 @@ register("packet_merge", "hw.packet_stream:PacketMerge", defaults={"n_in": 3}, p
 register("packet_split", "hw.packet_stream:VcClassSplit", points=[{}],
          doc="PacketSplit with a fixed example select: requests to o[0], responses to o[1]")
 register("tlb_fill_bridge", "hw.switch.tlb_fill_bridge:TlbFillBridge", points=[{}])
+register("fill_bypass_receiver", "hw.switch.fill_bypass:FillBypassReceiver", points=[{}])
 register("egress_translator", "hw.switch.egress_translator:EgressTranslator", points=[{"ports": 8}, {"ports": 64}])
 register("dysharp_switch", "hw.switch.dysharp_switch:DySharpSwitch", dedup_from_ports=4,
          points=[{"ports": n} for n in (4, 8, 16, 32, 64)], area_grid=[{"ports": 4}, {"ports": 8}],

@@ -132,7 +132,9 @@ def dysharp_parts(params: dict) -> list[tuple[str, str, dict, int]]:
         ("egress", "hw.switch.egress_translator:EgressTranslator",
          {"port": 0, "ports": N, "flit_width": W, "max_payload": P, "slots": params["egress_slots"]}, N),
         ("fill", "hw.switch.tlb_fill_bridge:TlbFillBridge", {"port": 0, "ports": N, "flit_width": W}, N),
-        ("vc_rx", "synth.hierarchical:_VcReceiver", {"credits": L, "flit_width": W}, N),
+        ("vc_rx", "hw.switch.fill_bypass:FillBypassReceiver",
+         {"credits": L, "flit_width": W, **({"ports": N} if N > NARROW.max_ports else {})}, N)
+        if params.get("fill_bypass") else ("vc_rx", "synth.hierarchical:_VcReceiver", {"credits": L, "flit_width": W}, N),
         ("vc_tx", "synth.hierarchical:_VcSender", {"credits": G, "flit_width": W}, N),
         ("net_rx", "hw.credit:CreditReceiver", {"depth": _NET_OUT_DEPTH, "flit_width": W}, 2 * N),
         ("req_tx", "hw.credit:CreditSender", {"credits": params["credits"], "flit_width": W}, N),

@@ -12,6 +12,9 @@ Per port ``i`` (see ``docs/architecture.md`` for the picture and the cycles per 
     respnet.tx[i] -> CreditReceiver -> PacketSplit --RED_READ_RESP--> engine[i].resp
                                              \\-others-> PacketMerge(+ engine[i].out, errors) -VC1-> tx[i]
 
+With ``fill_bypass`` the ``VcReceiver`` is a :class:`~hw.switch.fill_bypass.FillBypassReceiver`, whose own fill
+lane feeds ``fill[i]``; VC 1's IngressCheck then sees only the other responses and goes straight to the merge.
+
 What each request does
 ----------------------
 * Unicast, static ``multimem.st``: routed by the request network (``dst``, or the static group table) and
@@ -88,6 +91,7 @@ from ..packet_stream import PacketMerge, PacketSplit
 from ..vc_link import VcReceiver, VcSender, vc_link_signature
 from .al_tlb import N_COUNTERS as N_TLB_COUNTERS, AlTlb, TlbConfig, TlbCounter, tlb_config_layout
 from .egress_translator import EgressCounter, EgressTranslator
+from .fill_bypass import FillBypassReceiver
 from .group_table import GroupWrite, group_write_layout
 from .ingress_check import IngressCheck
 from .nvswitch import N_ERROR_CODES, NVSwitch
@@ -279,7 +283,11 @@ class DySharpSwitch(wiring.Component):
     ``red_timeout``, ``egress_slots``, ``resp_iterations`` (iSLIP iterations per cycle of the response
     network, 1..4: combine converges every contribution of a request onto its requester's port),
     ``row_bytes`` (the longest row of any GPU's buffers: a ``dymultimem`` access past it is answered
-    ``OUT_OF_BOUNDS`` by the egress; default: the reach of the 10-bit flit offset, 16 KB at 16-B flits).
+    ``OUT_OF_BOUNDS`` by the egress; default: the reach of the 10-bit flit offset, 16 KB at 16-B flits),
+    ``fill_bypass`` (default False: each link's VC 1 receive FIFO holds fill answers and read answers alike;
+    True: :class:`~hw.switch.fill_bypass.FillBypassReceiver`, the ``TLB_FILL_RESP`` packets split off as they
+    arrive into a FIFO of their own, so a fill never waits behind a response that cannot enter the response
+    network; the link protocol and credits are unchanged).
 
     Timeouts (:mod:`hw.switch.timeouts`, ``docs/timeouts.md``): ``gpu_latency`` (cycles within which every
     GPU answers a request it has taken, 1..2**20; default 1000) and the buffer sizes above bound the longest
@@ -297,7 +305,9 @@ class DySharpSwitch(wiring.Component):
                  groups: int = 16, tlb_entries: int = 64, tlb_mshrs: int = 8, tlb_timeout: int | None = None,
                  red_entries: int = 64, red_timeout: int | None = None, egress_slots: int = 8,
                  resp_iterations: int = 1, row_bytes: int | None = None, gpu_latency: int = DEFAULT_GPU_LATENCY,
-                 allow_short_timeouts: bool = False):
+                 allow_short_timeouts: bool = False, fill_bypass: bool = False):
+        if not isinstance(fill_bypass, bool):
+            raise ValueError(f"fill_bypass must be True or False (true/false with --design), got {fill_bypass!r}")
         if not isinstance(ports, int) or not 4 <= ports <= MAX_SWITCH_PORTS:
             raise ValueError(f"ports must be an integer in 4..{MAX_SWITCH_PORTS}, got {ports!r}")
         flit_layout(flit_width)      # validates flit_width
@@ -319,6 +329,7 @@ class DySharpSwitch(wiring.Component):
         self.gpu_credits = gpu_credits
         self.credits = credits
         self.resp_credits = resp_credits
+        self.fill_bypass = fill_bypass
         # Build the parts now: their constructors validate the remaining parameters.
         net = dict(ports=ports, out_credits=_NET_OUT_DEPTH, flit_width=flit_width, max_payload=max_payload)
         self.reqnet = NVSwitch(credits=credits, groups=groups, isolate_static=True, **net)
@@ -397,7 +408,10 @@ class DySharpSwitch(wiring.Component):
         connect(m, egr.tr, tlb.tr)
 
         # ---- from the GPU
-        sub[f"rxl{i}"] = rxl = VcReceiver(credits=(self.link_credits,) * N_VCS, flit_width=W)
+        if self.fill_bypass:      # VC 1's fills get a FIFO of their own, split off as they arrive
+            sub[f"rxl{i}"] = rxl = FillBypassReceiver(credits=self.link_credits, flit_width=W, ports=self.ports)
+        else:
+            sub[f"rxl{i}"] = rxl = VcReceiver(credits=(self.link_credits,) * N_VCS, flit_width=W)
         connect(m, flipped(self.rx[i]), rxl.link)
         sub[f"chk_req{i}"] = chk_req = IngressCheck(port=None, vc=VC_REQ, flit_width=W, ports=P)
         sub[f"chk_resp{i}"] = chk_resp = IngressCheck(port=None, vc=VC_RESP, flit_width=W, ports=P)
@@ -416,11 +430,17 @@ class DySharpSwitch(wiring.Component):
         connect(m, into_req.o, send_req.i)
         connect(m, send_req.link, reqnet.rx[i])
 
-        sub[f"split_resp{i}"] = split_resp = PacketSplit(flit_width=W, n_out=2, ports=P, select=_is(Opcode.TLB_FILL_RESP))
-        connect(m, chk_resp.o, split_resp.i)
-        connect(m, split_resp.o[1], fill.rx)
+        if self.fill_bypass:      # the fills never reach chk_resp: only other responses follow it
+            connect(m, rxl.fill, fill.rx)
+            resp_in = chk_resp.o
+        else:
+            sub[f"split_resp{i}"] = split_resp = PacketSplit(flit_width=W, n_out=2, ports=P,
+                                                             select=_is(Opcode.TLB_FILL_RESP))
+            connect(m, chk_resp.o, split_resp.i)
+            connect(m, split_resp.o[1], fill.rx)
+            resp_in = split_resp.o[0]
         sub[f"into_resp{i}"] = into_resp = PacketMerge(flit_width=W, n_in=2)
-        connect(m, split_resp.o[0], into_resp.i[0])
+        connect(m, resp_in, into_resp.i[0])
         connect(m, egr.err, into_resp.i[1])
         sub[f"send_resp{i}"] = send_resp = CreditSender(credits=self.resp_credits, flit_width=W)
         connect(m, into_resp.o, send_resp.i)

@@ -43,6 +43,8 @@ from verif.models.moe_layer import build_layer
     (["--design", "tags=64"], "--design 'tags=64': expected BLOCK.PARAM=VALUE with BLOCK one of nic, switch"),
     (["--design", "nic.ports=4"], "--design 'nic.ports=4': nic has no settable parameter 'ports'; valid: fetch_depth"),
     (["--design", "switch.resp_iterations=four"], "the value must be an integer or true/false"),
+    (["--design", "switch.fill_bypass=2"],
+     "--design switch.fill_bypass=2: fill_bypass must be True or False (true/false with --design), got 2"),
     # the blocks' own range checks, before the build (and before --predict-only's table)
     (["--design", "switch.resp_credits=2048", "--predict-only"],
      "--design switch.resp_credits=2048: the response network (resp_credits=2048, resp_iterations=1): credits "

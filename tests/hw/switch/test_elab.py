@@ -133,15 +133,19 @@ def test_hierarchical_parts_cover_the_switch():
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
-def test_dysharp_parts_build_with_a_constant_port():
+@pytest.mark.parametrize("fill_bypass", [False, True])
+def test_dysharp_parts_build_with_a_constant_port(fill_bypass):
     """The integrated switch's parts build from the registry; its per-port blocks are synthesized with the
     index 0 baked in (no strap input left for synthesis to keep), as the strapped copies are after the
-    flat synthesis propagates their tied constants."""
+    flat synthesis propagates their tied constants. With ``fill_bypass`` the link receiver is the one with
+    the fill lane."""
     from hw import registry
     from synth import hierarchical
 
-    params = registry.get("dysharp_switch").resolve({"ports": 8})
+    params = registry.get("dysharp_switch").resolve({"ports": 8, "fill_bypass": fill_bypass})
     plist = hierarchical.dysharp_parts(params)
+    rx = next(f for n, f, _p, _c in plist if n == "vc_rx")
+    assert rx.endswith("FillBypassReceiver" if fill_bypass else "_VcReceiver"), rx
     with hierarchical.part_modules("dysharp_switch", plist) as names:
         for name, _f, prm, _c in plist:
             comp = registry.get(names[name]).build(**prm)
