@@ -12,9 +12,9 @@ The harness plays the input's two other sides, free within the unit's contract:
   ``next_cell`` unless it is the packet's last, which is marked ``last``;
 * the *reader* (the unit's cell reader, one lane): when idle it may dequeue any non-empty queue's head
   (``sel``/``deq``), then reads the packet's chain one written cell per cycle when it chooses, freeing
-  each cell it reads, until a last cell; ``n_freed`` is its count of the last cycle's frees. The mask
-  queue is read as a VOQ is (its partial multicast passes, which read the head without dequeuing or
-  freeing it, are not modelled); packet masks and read-cycle counts are written but not checked.
+  each cell it reads, until a last cell; ``n_freed`` is its count of the last cycle's frees. With
+  ``r_peek`` it reads the mask queue's head without dequeuing or freeing it instead (a partial multicast
+  pass). Packet masks and read-cycle counts are written but not checked.
 
 Each flit is written with what the harness knows of it: its queue, the packet's sequence number in that
 queue, its index in the packet, the packet's length and its arrival number (per cell, in harness
@@ -32,8 +32,9 @@ on:
   next packet's header and carries its arrival number (``pseq``); each cell in use that is not its
   packet's last links (next-cell table) to its packet's next cell, or to the next-write cell while that
   flit has not arrived; every cell in use belongs to a queued packet or to the reader's, no two hold the
-  same flit; the reader's cell is its packet's next flit (or the next-write cell, the flit not yet
-  written); the writer's packet is its queue's newest;
+  same flit; the reader's packet is the last one dequeued from its queue (in a partial pass, the mask
+  queue's head) and its cell that packet's next flit (or the next-write cell, the flit not yet written);
+  the writer's packet is its queue's newest;
 * **the head-order flags give the heads' arrival order**: while VOQ ``j`` and the mask queue both hold a
   packet, ``older[j]`` says whether VOQ ``j``'s head arrived first (with the heads' arrival numbers, the
   queue's arrival counter and the packets' ages as its invariant). The flags compare arrival numbers
@@ -86,7 +87,8 @@ class _Conj:
 
 class SwitchQueuesHarness(wiring.Component):
     """Free inputs: the writer's ``w_go``/``w_q``/``w_len`` (write a flit; a header's queue and length) and
-    the reader's ``r_go``/``r_q``/``r_rd`` (dequeue queue ``r_q``'s head when idle; read a cell).
+    the reader's ``r_go``/``r_q``/``r_peek``/``r_rd`` (dequeue queue ``r_q``'s head when idle, or read the
+    mask queue's head without dequeuing it; read a cell).
     ``pool``/``queues`` may be replaced (mutants); ``invariant=False`` states the properties alone, ``only``
     some of them (``"pool"``, ``"read"``, ``"order"``)."""
 
@@ -104,7 +106,7 @@ class SwitchQueuesHarness(wiring.Component):
         self.queues = queues if queues is not None else PacketQueues(n_uc=n_uc, n_cells=n_cells, ports=max(1, n_uc))
         self.props = Properties()
         super().__init__({"w_go": In(1), "w_q": In(range(self.n_q)), "w_len": In(range(max_payload + 1)),
-                          "r_go": In(1), "r_q": In(range(self.n_q)), "r_rd": In(1)})
+                          "r_go": In(1), "r_q": In(range(self.n_q)), "r_peek": In(1), "r_rd": In(1)})
 
     def elaborate(self, platform):
         m = Module()
@@ -195,22 +197,25 @@ class SwitchQueuesHarness(wiring.Component):
         r_idx = Signal(range(P + 1))
         r_cell = Signal(cw)
         count = pq.count
+        r_free = Signal()        # the pass frees the cells it reads (a dequeued packet), else a partial pass
         start = ~r_act & self.r_go & (sel(list(count), self.r_q) != 0)
-        m.d.comb += [pq.sel.eq(self.r_q), pq.deq.eq(Mux(start, 1 << self.r_q, 0))]
+        peek = self.r_peek & (self.r_q == MQ)       # a partial multicast pass: no dequeue, nothing freed
+        m.d.comb += [pq.sel.eq(self.r_q), pq.deq.eq(Mux(start & ~peek, 1 << self.r_q, 0))]
         with m.If(start):
             m.d.sync += [r_act.eq(1), r_qr.eq(self.r_q), r_seq.eq(sel(deq_n, self.r_q)), r_idx.eq(0),
-                         r_cell.eq(pq.sel_head)]
+                         r_cell.eq(pq.sel_head), r_free.eq(~peek)]
             for q in range(n_q):
-                with m.If(self.r_q == q):
+                with m.If((self.r_q == q) & ~peek):
                     m.d.sync += deq_n[q].eq(deq_n[q] + 1)
         read = r_act & self.r_rd & at(r_cell, lambda c: pool.written[c])
         r_last = at(r_cell, lambda c: pool.clast[c])
         freed = Signal()
-        m.d.sync += freed.eq(read)
-        m.d.comb += [pool.free_bits.eq(Mux(read, Cat(r_cell == c for c in range(C)), 0)), pool.n_freed.eq(freed)]
+        m.d.sync += freed.eq(read & r_free)
+        m.d.comb += [pool.free_bits.eq(Mux(read & r_free, Cat(r_cell == c for c in range(C)), 0)),
+                     pool.n_freed.eq(freed)]
         with m.If(read):
             for c in range(C):
-                with m.If(r_cell == c):
+                with m.If((r_cell == c) & r_free):
                     m.d.sync += g_used[c].eq(0)
             with m.If(r_last):
                 m.d.sync += r_act.eq(0)
@@ -255,7 +260,7 @@ class SwitchQueuesHarness(wiring.Component):
             chain &= aseq == arr
             for c in range(C):
                 chain.tag = f"_c{c}"
-                in_reader = r_act & (g_q[c] == r_qr) & (g_seq[c] == r_seq) & (g_idx[c] >= r_idx)
+                in_reader = r_act & r_free & (g_q[c] == r_qr) & (g_seq[c] == r_seq) & (g_idx[c] >= r_idx)
                 chain &= ~g_used[c] | queued(c) | in_reader
                 chain &= ~g_used[c] | ((g_idx[c] <= g_len[c]) & (pool.clast[c] == (g_idx[c] == g_len[c])))
                 chain &= ~g_used[c] | (((arr - g_arr[c])[:S] != 0) & ((arr - g_arr[c])[:S] <= age_bound))
@@ -279,7 +284,10 @@ class SwitchQueuesHarness(wiring.Component):
             # The reader: its packet is the last dequeued of its queue, its cell that packet's next flit.
             r_writer = r_act & (r_cell == pool.new_cell) & wr_pkt & (wr_q == r_qr) & (wr_seq == r_seq) & \
                 (wr_idx == r_idx)
-            chain &= ~r_act | (((r_seq + 1)[:SEQ_BITS] == sel(deq_n, r_qr)) & (r_writer | at(
+            # (A partial pass reads the mask queue's head, still queued.)
+            chain &= ~r_act | r_free | ((r_qr == MQ) & (r_seq == deq_n[MQ]) & (count[MQ] != 0))
+            chain &= ~r_act | ~r_free | ((r_seq + 1)[:SEQ_BITS] == sel(deq_n, r_qr))
+            chain &= ~r_act | ((r_writer | at(
                 r_cell, lambda c: g_used[c] & flit_is(c, r_qr, r_seq, r_idx))))
             # The writer: its packet is its queue's newest, its last flit written links to the next-write cell.
             w_prev = Cat(g_used[c] & flit_is(c, wr_q, wr_seq, wr_idx - 1) for c in range(C)).any()
@@ -304,6 +312,8 @@ class SwitchQueuesHarness(wiring.Component):
         m.d.sync += full.eq(full | (n_used == C - 2))
         two_pkts = Signal()
         m.d.sync += two_pkts.eq(two_pkts | (count[0] >= 2))
+        peeked = Signal()       # a partial pass has read a packet's last cell
+        m.d.sync += peeked.eq(peeked | (read & ~r_free & r_last))
         older_seen = Signal()
         m.d.sync += older_seen.eq(older_seen | ((count[0] != 0) & (count[MQ] != 0) & pq.older[0]))
 
@@ -313,7 +323,7 @@ class SwitchQueuesHarness(wiring.Component):
                     read & full & hdr)
         if "read" in only:
             p.check(m, "every packet is read whole, in order per queue, framing kept", read_ok.all() & chain.all(),
-                    read & r_last & (r_idx == P) & two_pkts)
+                    read & r_free & r_last & (r_idx == P) & two_pkts & peeked)
         if "order" in only:
             p.check(m, "the head-order flags give the heads' arrival order", order_ok.all() & chain.all(),
                     older_seen & start & (self.r_q == MQ) & (count[0] != 0))
