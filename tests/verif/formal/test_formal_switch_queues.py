@@ -1,7 +1,8 @@
 """Formal proof of a switch input's packet store (``dysharp formal switch_queues``): the cell pool and the
 packet queues of one input, proven by k-induction against their contract (``verif/formal/switch_queues.py``),
-each property with a reached ``Cover``; a pool that shares a cell, queues that repeat a packet and head-order
-flags that miss the mask queue's dequeue must fail them, so the proof can fail."""
+each property with a reached ``Cover``; a pool that shares a cell or counts a freed cell twice, queues that
+repeat or lose a packet and head-order flags that miss the mask queue's dequeue must fail them, so the proof
+can fail."""
 
 import pytest
 from amaranth.hdl import Module
@@ -31,6 +32,15 @@ class SharingPool(CellPool):
         return m
 
 
+class DoubleCountingPool(CellPool):
+    """A broken pool: its ``used`` count takes each freed cell off twice."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        m.d.sync += self.used.eq(self.used + self.write - 2 * self.n_freed)
+        return m
+
+
 class RepeatingQueues(PacketQueues):
     """Broken queues: a dequeue of VOQ 0 leaves its head in place, so its first packet is read again."""
 
@@ -38,6 +48,18 @@ class RepeatingQueues(PacketQueues):
         m = super().elaborate(platform)
         with m.If(self.deq[0]):
             m.d.sync += self.head[0].eq(self.head[0])
+        return m
+
+
+class LosingQueues(PacketQueues):
+    """Broken queues: an enqueue into a non-empty VOQ 0 leaves its tail in place, so the next enqueue links
+    past the packet just queued and loses it."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        tail = driven(m, "q0_tail")
+        with m.If(self.enq & (self.enq_q == 0) & (self.count[0] != 0)):
+            m.d.sync += tail.eq(tail)
         return m
 
 
@@ -89,7 +111,9 @@ def test_switch_queues_is_proven(tmp_path, capsys):
 
 @pytest.mark.parametrize("key,prop,pool,queues", [
     ("pool", POOL, SharingPool, None),
+    ("pool", POOL, DoubleCountingPool, None),
     ("read", READ, None, RepeatingQueues),
+    ("read", READ, None, LosingQueues),
     ("order", ORDER, None, BlindOrderQueues)])
 def test_switch_queues_mutant_fails(key, prop, pool, queues, tmp_path):
     """The property alone (no invariant), bounded from reset: what fails is the property itself."""
