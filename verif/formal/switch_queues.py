@@ -64,9 +64,6 @@ from .runner import Properties
 
 __all__ = ["SwitchQueuesHarness"]
 
-SEQ_BITS = 3      # a packet's number in its queue (at most n_cells packets alive: no wrap)
-
-
 class _Conj:
     """A conjunction built with ``&=``, each term a signal named after its source line (``inv_<kind>_L<line>_<n>``,
     so that a counterexample's trace shows which term broke)."""
@@ -92,7 +89,7 @@ class SwitchQueuesHarness(wiring.Component):
     ``pool``/``queues`` may be replaced (mutants); ``invariant=False`` states the properties alone, ``only``
     some of them (``"pool"``, ``"read"``, ``"order"``)."""
 
-    #: Proof and covers on yices (z3 did not finish the induction step in 10 minutes).
+    #: Proof and covers on yices (z3 gave no answer to the 5-cell instance's induction step in 16 minutes).
     formal_options = {"engine": "smtbmc yices"}
 
     def __init__(self, *, n_cells: int = 4, n_uc: int = 1, max_payload: int = 1, pool=None, queues=None,
@@ -115,6 +112,8 @@ class SwitchQueuesHarness(wiring.Component):
         cw = len(pool.new_cell)
         S = pq.seq_bits
         age_bound = 2 ** (S - 1) - 1
+        # A packet's number in its queue: the queued ones (at most C) and the reader's stay apart modulo this.
+        SEQ_BITS = (C + 1).bit_length()
 
         # ------------------------------------------------------------ the blocks and their hidden state
         pm = elaborate_now(pool, platform)
