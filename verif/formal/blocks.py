@@ -11,6 +11,7 @@ from .reduction import LIVENESS_KEYS, SAFETY_KEYS, ReductionBufferHarness, Reduc
 from .receive_path import ReceivePathHarness
 from .switch import SwitchHarness
 from .switch_egress import SwitchEgressHarness
+from .switch_queues import SwitchQueuesHarness
 
 BLOCKS = {
     "credit_link": ("credit link: CreditSender -> CreditReceiver (4 credits), any traffic and stalls",
@@ -45,4 +46,6 @@ BLOCKS = {
                       lambda: SwitchHarness(errors=True), 9, 13),
     "switch_egress": ("NVSwitch output: output queue (4 flits, 2 lanes) -> credit sender (2 credits) -> receiver",
                       lambda: SwitchEgressHarness(lanes=2), 2, 10),
+    "switch_queues": ("NVSwitch input's packet store by k-induction: cell pool (4 cells), packet queues (2 VOQs + mask queue), max_payload 1; any writes within credits, any dequeues and reads",
+                      lambda: SwitchQueuesHarness(n_cells=4, n_uc=2), 2, 12),
 }

@@ -2,7 +2,7 @@
 
 from amaranth.hdl import Signal
 
-__all__ = ["observe_queue", "elaborate_now"]
+__all__ = ["observe_queue", "elaborate_now", "driven"]
 
 
 def observe_queue(q, storage: str, prefix: str):
@@ -35,3 +35,12 @@ def elaborate_now(block, platform):
     built = block.elaborate(platform)
     block.elaborate = lambda platform: built
     return built
+
+
+def driven(module, name: str):
+    """The signal named ``name`` that elaborated ``module`` drives (a register or wire its ``elaborate`` keeps
+    local), so that a harness can state an invariant over it without a port added to the block."""
+    found = [s for s in module._driving.keys() if s.name == name]
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} signals named {name!r} driven by {type(module).__name__}")
+    return found[0]

@@ -1,0 +1,126 @@
+"""Formal proof of a switch input's packet store (``dysharp formal switch_queues``): the cell pool and the
+packet queues of one input, proven by k-induction against their contract (``verif/formal/switch_queues.py``),
+each property with a reached ``Cover``; a pool that shares a cell or counts a freed cell twice, queues that
+repeat or lose a packet and head-order flags that miss the mask queue's dequeue must fail them, so the proof
+can fail."""
+
+import pytest
+from amaranth.hdl import Module
+
+import hw.switch.packet_queues as packet_queues
+from dysharp.cli import main
+from hw.switch.cell_pool import CellPool
+from hw.switch.head_order import HeadOrder
+from hw.switch.packet_queues import PacketQueues
+from verif.formal.observe import driven
+from verif.formal.runner import run_formal
+from verif.formal.switch_queues import SwitchQueuesHarness
+
+POOL = "the pool neither loses nor shares a cell"
+READ = "every packet is read whole, in order per queue, framing kept"
+ORDER = "the head-order flags give the heads' arrival order"
+
+
+class SharingPool(CellPool):
+    """A broken pool: cell 1, once free, stays in the free set when it is taken as the next-write cell, so it
+    can be handed out again while it holds a flit."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        free = driven(m, "free")
+        m.d.sync += free[1].eq(free[1] | self.free_bits[1])
+        return m
+
+
+class DoubleCountingPool(CellPool):
+    """A broken pool: its ``used`` count takes each freed cell off twice."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        m.d.sync += self.used.eq(self.used + self.write - 2 * self.n_freed)
+        return m
+
+
+class RepeatingQueues(PacketQueues):
+    """Broken queues: a dequeue of VOQ 0 leaves its head in place, so its first packet is read again."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        with m.If(self.deq[0]):
+            m.d.sync += self.head[0].eq(self.head[0])
+        return m
+
+
+class LosingQueues(PacketQueues):
+    """Broken queues: an enqueue into a non-empty VOQ 0 leaves its tail in place, so the next enqueue links
+    past the packet just queued and loses it."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        tail = driven(m, "q0_tail")
+        with m.If(self.enq & (self.enq_q == 0) & (self.count[0] != 0)):
+            m.d.sync += tail.eq(tail)
+        return m
+
+
+class BlindHeadOrder(HeadOrder):
+    """Broken head-order flags: a mask-queue dequeue does not update them."""
+
+    def elaborate(self, platform):
+        m = Module()
+        MQ = self.n_voq
+        for j in range(self.n_voq):
+            with m.If(self.takes_new[j]):
+                m.d.sync += self.older[j].eq(0)
+            with m.Elif(self.takes_new[MQ]):
+                m.d.sync += self.older[j].eq(1)
+            with m.Elif(self.deq[j]):
+                d = (self.head_seq[MQ] - self.next_seq)[:self.seq_bits]
+                m.d.sync += self.older[j].eq((d != 0) & ~d[self.seq_bits - 1])
+        return m
+
+
+class BlindOrderQueues(PacketQueues):
+    """The real queues with :class:`BlindHeadOrder` as their head-order flags."""
+
+    def elaborate(self, platform):
+        saved = packet_queues.HeadOrder
+        packet_queues.HeadOrder = BlindHeadOrder
+        try:
+            return super().elaborate(platform)
+        finally:
+            packet_queues.HeadOrder = saved
+
+
+def test_switch_queues_one_voq_is_proven(tmp_path):
+    """The smallest instance (4 cells, 1 VOQ and the mask queue): the three properties by k-induction."""
+    h = SwitchQueuesHarness(n_cells=4, n_uc=1)
+    res, _ = run_formal("swq1", h, h.props, depth=2, cover_depth=12, workdir=tmp_path, **h.formal_options)
+    assert [r.name for r in res] == [POOL, READ, ORDER]
+    assert all(r.ok and r.proof == "proven (k-induction, k = 2)" for r in res), res
+
+
+@pytest.mark.slow
+def test_switch_queues_is_proven(tmp_path, capsys):
+    """The registered block (2 VOQs, about a minute)."""
+    assert main(["formal", "switch_queues", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("proven (k-induction, k = 2)") == 3 and "holds to depth" not in out, out
+    assert out.count("reached at step") == 3 and "NOT REACHED" not in out, out
+
+
+@pytest.mark.parametrize("key,prop,pool,queues", [
+    ("pool", POOL, SharingPool, None),
+    ("pool", POOL, DoubleCountingPool, None),
+    ("read", READ, None, RepeatingQueues),
+    ("read", READ, None, LosingQueues),
+    ("order", ORDER, None, BlindOrderQueues)])
+def test_switch_queues_mutant_fails(key, prop, pool, queues, tmp_path):
+    """The property alone (no invariant), bounded from reset: what fails is the property itself."""
+    C, n_uc = 4, 1
+    h = SwitchQueuesHarness(n_cells=C, n_uc=n_uc, pool=pool and pool(n_cells=C, max_freed=1),
+                             queues=queues and queues(n_uc=n_uc, n_cells=C, ports=n_uc), invariant=False,
+                             only=(key,))
+    res, _ = run_formal("swin_mutant", h, h.props, depth=8, cover_depth=None, workdir=tmp_path,
+                        engine="smtbmc yices", induction=False)
+    assert [r.name for r in res] == [prop] and res[0].proof.startswith("FAILS"), res
