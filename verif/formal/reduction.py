@@ -1348,6 +1348,25 @@ class ReductionEngineHarness(wiring.Component):
             ~(g.k_taken & al2.valid & (al2.entry == e_k)) | (w_after != 0),
         ]
 
+    def _observed_parts(self, m, platform, em):
+        """The engine's sub-blocks the count invariants read, elaborated once, with the harness's views of
+        them: (buf, responses, its module, fanout, info, rdq, the two queues' read pointers, write pointers
+        and slots, the buffer's module, and the rows of the asked, answered and meta memories)."""
+        buf = em.submodules.buf
+        rs = em.submodules.responses
+        rm = elaborate_now(rs, platform)
+        fo = em.submodules.fanout
+        elaborate_now(fo, platform)
+        info, rdq = em.submodules.info, em.submodules.rdq
+        i_rptr, i_wptr, i_slots = observe_queue(info, "storage", "inv_info")
+        r_rptr, r_wptr, r_slots = observe_queue(rdq, "storage", "inv_rdq")
+        bm = elaborate_now(buf, platform)
+        asked, answered, meta = (_memory_rows(m, mem, f"ex_{name}", plain=True) for mem, name in
+                                 ((rm.submodules.asked, "asked"), (rm.submodules.answered, "answered"),
+                                  (bm.submodules.meta, "meta")))
+        return (buf, rs, rm, fo, info, rdq, i_rptr, i_wptr, i_slots, r_rptr, r_wptr, r_slots, bm, asked,
+                answered, meta)
+
     def _counts(self, m, platform, em, g, k, o_in, o_k, ex, q_slots, q_rptr, outq, merge, n_req):
         """The invariant of "one contribution each" and the early answer, with one request (k) and one
         reset (at the start: a reset clears the registers, not the ``meta``, ``asked`` and ``answered``
@@ -1369,21 +1388,11 @@ class ReductionEngineHarness(wiring.Component):
         if self.requests > 1:
             return self._counts_two(m, platform, em, g, k, o_in, o_k, ex, q_slots, q_rptr, outq, merge, n_req)
         P, N = self.ports, self.entries
-        buf = em.submodules.buf
+        (buf, rs, rm, fo, info, rdq, i_rptr, i_wptr, i_slots, r_rptr, r_wptr, r_slots, bm, asked, answered,
+         meta) = self._observed_parts(m, platform, em)
         EB = buf.entry_bits
-        rs = em.submodules.responses
-        rm = elaborate_now(rs, platform)
-        fo = em.submodules.fanout
-        elaborate_now(fo, platform)
-        info, rdq = em.submodules.info, em.submodules.rdq
-        i_rptr, i_wptr, i_slots = observe_queue(info, "storage", "inv_info")
-        r_rptr, r_wptr, r_slots = observe_queue(rdq, "storage", "inv_rdq")
-        bm = elaborate_now(buf, platform)
 
         at = _select
-        asked, answered, meta = (_memory_rows(m, mem, f"ex_{name}", plain=True) for mem, name in
-                                 ((rm.submodules.asked, "asked"), (rm.submodules.answered, "answered"),
-                                  (bm.submodules.meta, "meta")))
         popcount = lambda v: sum(v[i] for i in range(len(v)))       # noqa: E731
         mask_k, t, read_tags, h_ans = ex.mask_k, ex.t, ex.read_tags, ex.answered
         rt = g.rt_reg
@@ -1481,21 +1490,12 @@ class ReductionEngineHarness(wiring.Component):
 
         On ``out``, as with one request (:meth:`_result_terms`)."""
         P, N, R = self.ports, self.entries, self.requests
-        buf = em.submodules.buf
+        (buf, rs, rm, fo, info, rdq, i_rptr, i_wptr, i_slots, r_rptr, r_wptr, r_slots, bm, asked, answered,
+         meta) = self._observed_parts(m, platform, em)
         EB = buf.entry_bits
         GB = RTAG_BITS - EB
-        rs = em.submodules.responses
-        rm = elaborate_now(rs, platform)
-        fo = em.submodules.fanout
-        elaborate_now(fo, platform)
-        info, rdq = em.submodules.info, em.submodules.rdq
-        i_rptr, i_wptr, i_slots = observe_queue(info, "storage", "inv_info")
-        r_rptr, r_wptr, r_slots = observe_queue(rdq, "storage", "inv_rdq")
-        bm = elaborate_now(buf, platform)
         at = _select
         asked_mem, answered_mem = rm.submodules.asked, rm.submodules.answered
-        asked, answered, meta = (_memory_rows(m, mem, f"ex_{name}", plain=True) for mem, name in
-                                 ((asked_mem, "asked"), (answered_mem, "answered"), (bm.submodules.meta, "meta")))
         popcount = lambda v: sum(v[i] for i in range(len(v)))       # noqa: E731
         gen = lambda row: Value.cast(row)[0:GB]                       # noqa: E731
         msk = lambda row: Value.cast(row)[GB:]                        # noqa: E731
