@@ -319,14 +319,16 @@ async def test_pair_order_lapped(dut):
     """Per-(source, destination) order while an input's arrival numbers lap a waiting VOQ head.
 
     Output ``A``'s receiver returns no credits and input 1 fills ``A``'s output queue, so input 0's
-    unicast ``P`` to ``A`` waits at the head of its VOQ, asking for ``A``. Input 0 then sends ``rounds``
+    unicast ``P`` to ``A`` waits at the head of its VOQ, asking for ``A``, with a second one, ``Q``, behind
+    it. Input 0 then sends ``rounds``
     rounds of a header-only unicast to ``C`` and a header-only multicast to ``B``: they flow, because each
     unicast grant lets the input's next request be the mask queue's (an input asking only for a stalled
     output and a multicast would not ask for the multicast at all). The last round's multicast is followed
     at once by one to ``{A, B}``, so the mask queue holds both, and the first one's dequeue orders the
-    second against ``P`` by their arrival numbers (``2 * rounds + 1`` apart). Then ``A`` is released; the
-    (0, ``A``) scoreboard wants ``P`` before the multicast. Settings: ``rounds`` (default ``2**(seq_bits -
-    2)``, which puts the multicast one arrival past half the arrival numbers' range)."""
+    second against ``P`` by their arrival numbers (``2 * rounds + 2`` apart); ``P``'s dequeue orders ``Q``
+    against it (``2 * rounds + 1`` apart). Then ``A`` is released; the (0, ``A``) scoreboard wants ``P``,
+    ``Q``, then the multicast. Settings: ``rounds`` (default ``2**(seq_bits - 2)``, which puts the
+    multicast one arrival past half the arrival numbers' range after ``Q``)."""
     from hw.switch.packet_queues import PacketQueues
     s = tbenv.settings()
     env = SwitchEnv(dut)
@@ -360,9 +362,10 @@ async def test_pair_order_lapped(dut):
         env.inject(1, unicast_packet(rng, 1, A, mp, tag=0x80 + k))
     await env.cycler.cycles(8 * fill)
     env.inject(0, unicast_packet(rng, 0, A, 0, tag=0))                                  # P, arrival 0
+    env.inject(0, unicast_packet(rng, 0, A, 0, tag=255))                                # Q, arrival 1
     for r in range(rounds):
-        env.inject(0, unicast_packet(rng, 0, C, 0, tag=2 + r % 254))
-        env.inject(0, _tagged(dynamic_packet(rng, 0, 1 << B, 0), 2 + r % 254))
+        env.inject(0, unicast_packet(rng, 0, C, 0, tag=2 + r % 253))
+        env.inject(0, _tagged(dynamic_packet(rng, 0, 1 << B, 0), 2 + r % 253))
         if r == rounds - 1:
             env.inject(0, _tagged(dynamic_packet(rng, 0, (1 << A) | (1 << B), 0), 1))              # M
         await env.cycler.until(lambda: env.sources[0].idle, timeout=200, what="input 0's packets sent")
@@ -376,7 +379,7 @@ async def test_pair_order_lapped(dut):
     try:
         await env.drain()
     finally:
-        names = {0: "P", 1: f"M (multicast to A and B, {2 * rounds + 1} arrivals after P)"}
+        names = {0: "P", 255: "Q", 1: f"M (multicast to A and B, {2 * rounds + 2} arrivals after P)"}
         order = [(c, names.get(t, t)) for c, src, t in seen if src == 0]
         dut._log.info(f"arrival numbers {seq_bits} bits; input 0 sent P at cycle {sent.get(0)} and M at cycle "
                       f"{sent.get(1)}; A released at cycle {released}; input 0's packets at A (cycle, packet): "
