@@ -300,3 +300,87 @@ async def test_group_config(dut):
         env.inject(port, static_packet(rng, port, 3, 1))   # unconfigured -> BAD_GROUP
         env.inject(port, static_packet(rng, port, 1, 2))   # refused write -> still unconfigured
     await env.drain()
+
+
+def _tagged(packet, tag):
+    packet.header.tag = tag
+    return packet
+
+
+class _Shut:
+    """A sink gate that stays closed: the receiver returns no credits (a stalled downstream)."""
+
+    def open(self) -> bool:
+        return False
+
+
+@cocotb.test()
+async def test_pair_order_lapped(dut):
+    """Per-(source, destination) order while an input's arrival numbers lap a waiting VOQ head.
+
+    Output ``A``'s receiver returns no credits and input 1 fills ``A``'s output queue, so input 0's
+    unicast ``P`` to ``A`` waits at the head of its VOQ, asking for ``A``, with a second one, ``Q``, behind
+    it. Input 0 then sends ``rounds``
+    rounds of a header-only unicast to ``C`` and a header-only multicast to ``B``: they flow, because each
+    unicast grant lets the input's next request be the mask queue's (an input asking only for a stalled
+    output and a multicast would not ask for the multicast at all). The last round's multicast is followed
+    at once by one to ``{A, B}``, so the mask queue holds both, and the first one's dequeue orders the
+    second against ``P`` by their arrival numbers (``2 * rounds + 2`` apart); ``P``'s dequeue orders ``Q``
+    against it (``2 * rounds + 1`` apart). Then ``A`` is released; the (0, ``A``) scoreboard wants ``P``,
+    ``Q``, then the multicast. Settings: ``rounds`` (default ``2**(seq_bits - 2)``, which puts the
+    multicast one arrival past half the arrival numbers' range after ``Q``)."""
+    from hw.switch.packet_queues import PacketQueues
+    s = tbenv.settings()
+    env = SwitchEnv(dut)
+    rng = tbenv.rng("lap")
+    A, B, C = 1, 2, 3
+    mp = env.p["max_payload"]
+    assert env.n >= 4 and env.p["multicast"], "the scenario needs 4 ports and multicast"
+    # An input has credits + 1 cells (InputUnit); its packet queues number arrivals in seq_bits bits.
+    seq_bits = PacketQueues(n_uc=env.n, n_cells=env.p["credits"] + 1, ports=env.n).seq_bits
+    rounds = s.get("rounds", 2 ** (seq_bits - 2))
+    seen = []
+    on_a = env.sinks[A].on_packet
+
+    def log_a(flits, cycle):
+        h = Header.decode(flits[0].data)
+        seen.append((cycle, h.src, h.tag))
+        on_a(flits, cycle)
+    env.sinks[A].on_packet = log_a
+    sent = {}
+    on_sent = env.sources[0].on_sent
+
+    def log_sent(pid, cycle):
+        sent[pid[1]] = cycle
+        on_sent(pid, cycle)
+    env.sources[0].on_sent = log_sent
+    await env.start()
+    env.sinks[A].gate = _Shut()
+    depth = env.p["egress_depth"] or (4 if env.p["speedup"] == 1 else 2 * (mp + 1))
+    fill = (env.p["out_credits"] or env.p["credits"]) + depth + 2 * (mp + 1)
+    for k in range(-(-fill // (mp + 1))):           # more flits than A's receiver and output queue hold
+        env.inject(1, unicast_packet(rng, 1, A, mp, tag=0x80 + k))
+    await env.cycler.cycles(8 * fill)
+    env.inject(0, unicast_packet(rng, 0, A, 0, tag=0))                                  # P, arrival 0
+    env.inject(0, unicast_packet(rng, 0, A, 0, tag=255))                                # Q, arrival 1
+    for r in range(rounds):
+        env.inject(0, unicast_packet(rng, 0, C, 0, tag=2 + r % 253))
+        env.inject(0, _tagged(dynamic_packet(rng, 0, 1 << B, 0), 2 + r % 253))
+        if r == rounds - 1:
+            env.inject(0, _tagged(dynamic_packet(rng, 0, (1 << A) | (1 << B), 0), 1))              # M
+        await env.cycler.until(lambda: env.sources[0].idle, timeout=200, what="input 0's packets sent")
+        await env.cycler.cycles(12)
+    dut._log.info(f"before A's release: input 0's packets delivered to C {env.sb.count[(0, C)]}, to B "
+                  f"{env.sb.count[(0, B)]}")
+    assert env.sb.count[(0, C)] == rounds and env.sb.count[(0, B)] >= rounds, "the rounds did not flow"
+    assert not any(src == 0 for _, src, _ in seen), f"input 0 reached A while A was stalled: {seen}"
+    env.sinks[A].gate = Gate(tbenv.rng("open"))
+    released = env.cycler.cycle
+    try:
+        await env.drain()
+    finally:
+        names = {0: "P", 255: "Q", 1: f"M (multicast to A and B, {2 * rounds + 2} arrivals after P)"}
+        order = [(c, names.get(t, t)) for c, src, t in seen if src == 0]
+        dut._log.info(f"arrival numbers {seq_bits} bits; input 0 sent P at cycle {sent.get(0)} and M at cycle "
+                      f"{sent.get(1)}; A released at cycle {released}; input 0's packets at A (cycle, packet): "
+                      f"{order}")
