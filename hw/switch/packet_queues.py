@@ -29,8 +29,10 @@ class PacketQueues(wiring.Component):
 
     Each packet gets an arrival number at its enqueue. ``older[j]`` (:class:`HeadOrder`, registered): VOQ
     ``j``'s head arrived before the mask queue's head, so that packets of one (source, destination) pair
-    never overtake each other across the two kinds of queue. At most ``n_cells`` packets are alive, so
-    two more bits than a cell index keep the modular ages from wrapping.
+    never overtake each other across the two kinds of queue. The numbers are two bits wider than a cell
+    index and compared modulo ``2**seq_bits``: exact only while every live packet is less than
+    ``2**(seq_bits - 1)`` arrivals old, which nothing here bounds (a VOQ head waiting for a stalled output
+    while mask-queue packets pass is lapped; docs/verification.md, a known defect).
     """
 
     def __init__(self, *, n_uc: int, n_cells: int, ports: int, max_rc: int = 1):
