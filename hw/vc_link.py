@@ -98,6 +98,25 @@ class VcSender(wiring.Component):
         return m
 
 
+def receive_lane(m, flit, arrive, out, depth: int, *, fifo_name: str, tag) -> tuple:
+    """One lane of a link receiver, added to module ``m``: a FIFO of ``depth`` flits written with ``flit``
+    when ``arrive``, read out on stream ``out``. A flit that arrives at a full FIFO (its sender had no credit)
+    is dropped, and the lane's later flits are poisoned up to the next ``last``. Returns (a flit leaves
+    ``out`` this cycle: one credit back, a flit is dropped this cycle)."""
+    q = fifo.SyncFIFO(width=len(flit.as_value()), depth=depth)
+    m.submodules[fifo_name] = q
+    spoil = Signal(name=f"spoil{tag}")      # a flit of this lane was dropped: poison until `last`
+    w_flit = Signal.like(flit, name=f"w_flit{tag}")
+    m.d.comb += [w_flit.eq(flit), w_flit.poison.eq(flit.poison | spoil)]
+    with m.If(arrive & ~q.w_rdy):
+        m.d.sync += spoil.eq(1)
+    with m.Elif(arrive & flit.last):
+        m.d.sync += spoil.eq(0)
+    m.d.comb += [q.w_en.eq(arrive), q.w_data.eq(w_flit.as_value()),
+                 out.valid.eq(q.r_rdy), out.payload.eq(q.r_data), q.r_en.eq(out.ready)]
+    return q.r_rdy & out.ready, arrive & ~q.w_rdy
+
+
 class VcReceiver(wiring.Component):
     """The receiving end of a VC link: one FIFO of ``credits[v]`` flits per VC, each a stream ``o[v]``.
 
@@ -128,27 +147,13 @@ class VcReceiver(wiring.Component):
         m = Module()
         overflow = Signal()
         for v in range(N_VCS):
-            q = fifo.SyncFIFO(width=self._width, depth=self.credits[v])
-            m.submodules[f"fifo{v}"] = q
             arrive = Signal(name=f"arrive{v}")
-            spoil = Signal(name=f"spoil{v}")      # a flit of this VC was dropped: poison until `last`
-            w_flit = Signal.like(self.link.flit, name=f"w_flit{v}")
-            m.d.comb += [w_flit.eq(self.link.flit), w_flit.poison.eq(self.link.flit.poison | spoil)]
-            with m.If(arrive & ~q.w_rdy):
-                m.d.sync += spoil.eq(1)
-            with m.Elif(arrive & self.link.flit.last):
-                m.d.sync += spoil.eq(0)
-            m.d.comb += [
-                arrive.eq(self.link.valid & (self.link.vc == v)),
-                q.w_en.eq(arrive),
-                q.w_data.eq(w_flit.as_value()),
-                self.o[v].valid.eq(q.r_rdy),
-                self.o[v].payload.eq(q.r_data),
-                q.r_en.eq(self.o[v].ready),
-                self.link.credit[v].eq(q.r_rdy & self.o[v].ready),
-            ]
+            m.d.comb += arrive.eq(self.link.valid & (self.link.vc == v))
+            left, dropped = receive_lane(m, self.link.flit, arrive, self.o[v], self.credits[v],
+                                         fifo_name=f"fifo{v}", tag=v)
+            m.d.comb += self.link.credit[v].eq(left)
             # As in CreditReceiver: a sender holding a credit never finds its FIFO full.
-            with m.If(arrive & ~q.w_rdy):
+            with m.If(dropped):
                 m.d.comb += overflow.eq(1)
         with m.If(overflow):
             m.d.sync += self.overflows.eq(self.overflows + 1)

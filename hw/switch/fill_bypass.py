@@ -28,7 +28,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..packet import DEFAULT_FLIT_WIDTH, N_VCS, VC_REQ, VC_RESP, Opcode, flit_layout, header_format
-from ..vc_link import vc_link_signature
+from ..vc_link import receive_lane, vc_link_signature
 
 __all__ = ["FillBypassReceiver"]
 
@@ -76,20 +76,9 @@ class FillBypassReceiver(wiring.Component):
         left = []
         overflow = Signal()
         for k, (out, arrive) in enumerate(lanes):
-            q = fifo.SyncFIFO(width=len(link.flit.as_value()), depth=self.credits)
-            m.submodules[f"lane{k}"] = q
-            spoil = Signal(name=f"spoil{k}")      # a flit of this lane was dropped: poison until `last`
-            w_flit = Signal.like(link.flit, name=f"w_flit{k}")
-            m.d.comb += [w_flit.eq(link.flit), w_flit.poison.eq(link.flit.poison | spoil),
-                         q.w_en.eq(arrive), q.w_data.eq(w_flit.as_value())]
-            with m.If(arrive & ~q.w_rdy):        # the sender had no credit: dropped
-                m.d.sync += spoil.eq(1)
+            gone, dropped = receive_lane(m, link.flit, arrive, out, self.credits, fifo_name=f"lane{k}", tag=k)
+            with m.If(dropped):                  # the sender had no credit
                 m.d.comb += overflow.eq(1)
-            with m.Elif(arrive & link.flit.last):
-                m.d.sync += spoil.eq(0)
-            gone = Signal(name=f"left{k}")
-            m.d.comb += [out.valid.eq(q.r_rdy), out.payload.eq(q.r_data), q.r_en.eq(out.ready),
-                         gone.eq(q.r_rdy & out.ready)]
             left.append(gone)
         m.d.comb += [link.credit[VC_REQ].eq(left[0]), link.credit[VC_RESP].eq(left[1] + left[2])]
         with m.If(overflow):
