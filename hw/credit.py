@@ -116,8 +116,9 @@ class CreditReturn(wiring.Component):
     """The credits a receiver owes its sender, returned ``CREDIT_RETURN_MAX`` at most per cycle.
 
     Ports: ``gain`` (credits freed this cycle), ``loss`` (credits taken back this cycle: buffer entries that
-    hold no sender credit, e.g. a queued error response), ``credit`` (to the link, combinational from the
-    register only), ``pending`` (the signed balance still owed, for the receiver's own credit accounting).
+    hold no sender credit, e.g. a queued error response), ``hold`` (return nothing this cycle: the receiver
+    stops its sender once the credits out run dry), ``credit`` (to the link, combinational from the register
+    and ``hold`` only), ``pending`` (the signed balance still owed, for the receiver's own credit accounting).
 
     ``pending`` starts at zero and moves by ``gain - loss - credit`` each cycle. It may go negative (an
     entry taken back before a credit was freed); nothing is returned then. ``bound`` sizes the register:
@@ -132,13 +133,16 @@ class CreditReturn(wiring.Component):
         super().__init__({
             "gain": In(range(max_gain + 1)),
             "loss": In(range(max_loss + 1)),
+            "hold": In(1),
             "credit": Out(range(CREDIT_RETURN_MAX + 1)),
             "pending": Out(range(-bound, bound)),
         })
 
     def elaborate(self, platform):
         m = Module()
-        with m.If(self.pending >= CREDIT_RETURN_MAX):
+        with m.If(self.hold):
+            pass
+        with m.Elif(self.pending >= CREDIT_RETURN_MAX):
             m.d.comb += self.credit.eq(CREDIT_RETURN_MAX)
         with m.Elif(self.pending > 0):
             m.d.comb += self.credit.eq(self.pending)

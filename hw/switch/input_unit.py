@@ -35,7 +35,10 @@ credit until it departs, so the error queue (depth ``credits + 1``) can never ov
 
 Credits: the upstream sender starts with ``credits`` credits. The buffer has ``credits + 1`` cells; the
 spare cell lets the unit terminate (with poison) a packet whose sender broke the credit protocol
-mid-packet, instead of leaving it unterminated.
+mid-packet, instead of leaving it unterminated. While a queue head has waited through about
+``7 * (credits + 1)`` arrivals (:class:`~hw.switch.packet_queues.PacketQueues`' ``near_lap``) no credit is
+returned, so the head-order flags' arrival numbers never lap a queued packet; the input then waits for that
+head's output, as it would with its buffer full of packets behind it.
 
 Blocks (each a component with its own contract): :class:`~hw.switch.ingress.Ingress` (framing, header
 checks, routing, the write decision per flit), :class:`~hw.switch.cell_pool.CellPool` (free, written and
@@ -258,6 +261,9 @@ class InputUnit(wiring.Component):
             pool.free_bits.eq(rd.free_bits), pool.n_freed.eq(rd.n_freed),
             credit.gain.eq(rd.n_freed + ing.discard + rd.err_pop),
             credit.loss.eq(ing.err_push + ing.terminate),
+            # A queue head about to be lapped by the arrival numbers stops the sender (PacketQueues' contract:
+            # its credits, at most credits < n_cells packets, are all that arrive until the head leaves).
+            credit.hold.eq(pq.near_lap),
             self.rx.credit.eq(credit.credit),
         ]
         return m

@@ -29,17 +29,28 @@ class PacketQueues(wiring.Component):
 
     Each packet gets an arrival number at its enqueue. ``older[j]`` (:class:`HeadOrder`, registered): VOQ
     ``j``'s head arrived before the mask queue's head, so that packets of one (source, destination) pair
-    never overtake each other across the two kinds of queue. The numbers are two bits wider than a cell
-    index and compared modulo ``2**seq_bits``: exact only while every live packet is less than
-    ``2**(seq_bits - 1)`` arrivals old, which nothing here bounds (a VOQ head waiting for a stalled output
-    while mask-queue packets pass is lapped; docs/verification.md, a known defect).
+    never overtake each other across the two kinds of queue. The numbers are ``seq_bits`` wide (four bits
+    wider than a cell index) and compared modulo ``2**seq_bits``, exact while every queued packet is less than
+    ``2**(seq_bits - 1)`` arrivals old. A queue head can wait any number of arrivals (its output stalled while
+    other queues flow), so ``near_lap`` (registered) rises while some head is ``lap_threshold`` arrivals old
+    or older, and the unit's contract is that at most ``lap_margin`` packets (default ``n_cells``: the credits
+    a sender can hold) are enqueued while it is high: the input withholds its credit returns then. The
+    threshold leaves the margin and the register's cycle below ``2**(seq_bits - 1)``, about ``7 * n_cells``
+    arrivals, so the hold costs nothing unless an output stalls that long.
     """
 
-    def __init__(self, *, n_uc: int, n_cells: int, ports: int, max_rc: int = 1):
+    def __init__(self, *, n_uc: int, n_cells: int, ports: int, max_rc: int = 1, lap_margin: int | None = None):
         self.n_uc, self.n_cells, self.ports, self.max_rc = n_uc, n_cells, ports, max_rc
         n_q, C = n_uc + 1, n_cells
         cell_shape = unsigned(max(1, (C - 1).bit_length()))
-        self.seq_bits = cell_shape.width + 2
+        self.seq_bits = cell_shape.width + 4
+        self.lap_margin = C if lap_margin is None else lap_margin
+        # The oldest head is T + 1 arrivals old when near_lap rises (one more enqueue in the cycle it is
+        # registered), then at most lap_margin more: T + 1 + lap_margin <= 2**(seq_bits - 1) - 1.
+        self.lap_threshold = 2 ** (self.seq_bits - 1) - 2 - self.lap_margin
+        if not 1 <= self.lap_threshold:
+            raise ValueError(f"lap_margin {self.lap_margin} leaves no room below 2**(seq_bits - 1) = "
+                             f"{2 ** (self.seq_bits - 1)} arrivals at {n_cells} cells")
         super().__init__({
             "enq": In(1),
             "enq_q": In(range(max(2, n_q))),
@@ -56,6 +67,7 @@ class PacketQueues(wiring.Component):
             "next_rc": Out(range(max_rc + 1)).array(n_q),
             "sel_rc": Out(range(max_rc + 1)),
             "older": Out(max(1, n_uc)),
+            "near_lap": Out(1),
         })
 
     def elaborate(self, platform):
@@ -134,4 +146,7 @@ class PacketQueues(wiring.Component):
                 self.older.eq(head_order.older),
             ]
             m.d.comb += [head_order.head_seq[q].eq(q_hseq[q]) for q in range(n_q)]
+            # The oldest queued packet is some queue's head; an empty queue's head number is stale.
+            m.d.sync += self.near_lap.eq(Cat((self.count[q] != 0) & ((aseq - q_hseq[q])[:S] >= self.lap_threshold)
+                                             for q in range(n_q)).any())
         return m

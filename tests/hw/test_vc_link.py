@@ -43,15 +43,16 @@ def test_bad_parameters(make):
 
 
 def test_credit_return_matches_its_model():
-    """Random gains and losses: each cycle returns min(owed, CREDIT_RETURN_MAX) of the balance still owed
-    (nothing while it is negative), and ``pending`` is that balance; every gained credit is returned."""
+    """Random gains, losses and holds: each cycle returns min(owed, CREDIT_RETURN_MAX) of the balance still
+    owed (nothing while it is negative or ``hold`` is set), and ``pending`` is that balance; every gained
+    credit is returned."""
     import random
 
     from amaranth.sim import Simulator
 
     dut = CreditReturn(max_gain=4, max_loss=2, bound=40)
     rng = random.Random(5)
-    seen = {"max": 0, "neg": 0, "returned": 0, "gained": 0, "lost": 0}
+    seen = {"max": 0, "neg": 0, "returned": 0, "gained": 0, "lost": 0, "held": 0}
 
     async def tb(ctx):
         pending = 0
@@ -60,8 +61,11 @@ def test_credit_return_matches_its_model():
             gain = 0 if drain else rng.choice([0, 0, 1, 2, 3, 4])
             loss = 0 if drain else rng.choice([0, 0, 0, 1, 2])
             ctx.set(dut.gain, gain)
+            hold = not drain and rng.random() < 0.2
             ctx.set(dut.loss, loss)
-            want = min(max(pending, 0), CREDIT_RETURN_MAX)
+            ctx.set(dut.hold, hold)
+            want = 0 if hold else min(max(pending, 0), CREDIT_RETURN_MAX)
+            seen["held"] += hold and pending > 0
             assert ctx.get(dut.pending) == pending and ctx.get(dut.credit) == want, cycle
             seen["max"] += want == CREDIT_RETURN_MAX
             seen["neg"] += pending < 0
@@ -75,5 +79,6 @@ def test_credit_return_matches_its_model():
     sim.add_clock(1e-9)
     sim.add_testbench(tb)
     sim.run()
-    assert seen["max"] > 100 and seen["neg"] > 10          # the clamp and the negative balance were exercised
+    # the clamp, the negative balance and a hold of credits owed were exercised
+    assert seen["max"] > 100 and seen["neg"] > 10 and seen["held"] > 100
     assert seen["returned"] == seen["gained"] - seen["lost"]

@@ -316,19 +316,20 @@ class _Shut:
 
 @cocotb.test()
 async def test_pair_order_lapped(dut):
-    """Per-(source, destination) order while an input's arrival numbers lap a waiting VOQ head.
+    """Per-(source, destination) order while a VOQ head waits through more arrivals than its input's arrival
+    numbers can order.
 
     Output ``A``'s receiver returns no credits and input 1 fills ``A``'s output queue, so input 0's
     unicast ``P`` to ``A`` waits at the head of its VOQ, asking for ``A``, with a second one, ``Q``, behind
-    it. Input 0 then sends ``rounds``
-    rounds of a header-only unicast to ``C`` and a header-only multicast to ``B``: they flow, because each
-    unicast grant lets the input's next request be the mask queue's (an input asking only for a stalled
-    output and a multicast would not ask for the multicast at all). The last round's multicast is followed
-    at once by one to ``{A, B}``, so the mask queue holds both, and the first one's dequeue orders the
-    second against ``P`` by their arrival numbers (``2 * rounds + 2`` apart); ``P``'s dequeue orders ``Q``
-    against it (``2 * rounds + 1`` apart). Then ``A`` is released; the (0, ``A``) scoreboard wants ``P``,
-    ``Q``, then the multicast. Settings: ``rounds`` (default ``2**(seq_bits - 2)``, which puts the
-    multicast one arrival past half the arrival numbers' range after ``Q``)."""
+    it. Input 0 then sends ``rounds`` rounds of a header-only unicast to ``C`` and a header-only multicast
+    to ``B``: they flow, because each unicast grant lets the input's next request be the mask queue's (an
+    input asking only for a stalled output and a multicast would not ask for the multicast at all). The
+    last round's multicast is followed at once by one, ``M``, to ``{A, B}``, ``2 * rounds + 2`` arrivals
+    after ``P``. Past ``PacketQueues.lap_threshold`` arrivals the input must stop taking packets (its
+    credit returns held) until ``P`` leaves, so that the arrival numbers never lap ``P``; within it every
+    round flows. Then ``A`` is released; the (0, ``A``) scoreboard wants ``P``, ``Q``, then ``M``, and every
+    packet delivered. Settings: ``rounds`` (default ``2**(seq_bits - 2)``: ``M`` one arrival past half the
+    arrival numbers' range after ``Q``)."""
     from hw.switch.packet_queues import PacketQueues
     s = tbenv.settings()
     env = SwitchEnv(dut)
@@ -337,8 +338,10 @@ async def test_pair_order_lapped(dut):
     mp = env.p["max_payload"]
     assert env.n >= 4 and env.p["multicast"], "the scenario needs 4 ports and multicast"
     # An input has credits + 1 cells (InputUnit); its packet queues number arrivals in seq_bits bits.
-    seq_bits = PacketQueues(n_uc=env.n, n_cells=env.p["credits"] + 1, ports=env.n).seq_bits
+    pq = PacketQueues(n_uc=env.n, n_cells=env.p["credits"] + 1, ports=env.n)
+    seq_bits = pq.seq_bits
     rounds = s.get("rounds", 2 ** (seq_bits - 2))
+    guarded = 2 * rounds + 2 > pq.lap_threshold
     seen = []
     on_a = env.sinks[A].on_packet
 
@@ -347,11 +350,12 @@ async def test_pair_order_lapped(dut):
         seen.append((cycle, h.src, h.tag))
         on_a(flits, cycle)
     env.sinks[A].on_packet = log_a
-    sent = {}
+    sent, n_sent = {}, [0]
     on_sent = env.sources[0].on_sent
 
     def log_sent(pid, cycle):
         sent[pid[1]] = cycle
+        n_sent[0] += 1
         on_sent(pid, cycle)
     env.sources[0].on_sent = log_sent
     await env.start()
@@ -363,17 +367,28 @@ async def test_pair_order_lapped(dut):
     await env.cycler.cycles(8 * fill)
     env.inject(0, unicast_packet(rng, 0, A, 0, tag=0))                                  # P, arrival 0
     env.inject(0, unicast_packet(rng, 0, A, 0, tag=255))                                # Q, arrival 1
+    held_at = None
     for r in range(rounds):
         env.inject(0, unicast_packet(rng, 0, C, 0, tag=2 + r % 253))
         env.inject(0, _tagged(dynamic_packet(rng, 0, 1 << B, 0), 2 + r % 253))
         if r == rounds - 1:
             env.inject(0, _tagged(dynamic_packet(rng, 0, (1 << A) | (1 << B), 0), 1))              # M
-        await env.cycler.until(lambda: env.sources[0].idle, timeout=200, what="input 0's packets sent")
-        await env.cycler.cycles(12)
-    dut._log.info(f"before A's release: input 0's packets delivered to C {env.sb.count[(0, C)]}, to B "
-                  f"{env.sb.count[(0, B)]}")
-    assert env.sb.count[(0, C)] == rounds and env.sb.count[(0, B)] >= rounds, "the rounds did not flow"
+        if held_at is None:
+            await env.cycler.cycles(12)
+            if not env.sources[0].idle:
+                await env.cycler.cycles(200)
+                if not env.sources[0].idle:         # the input holds its credits: stop waiting per round
+                    held_at = r
+    dut._log.info(f"before A's release: input 0 sent {n_sent[0]} packets, delivered to C {env.sb.count[(0, C)]}, "
+                  f"to B {env.sb.count[(0, B)]}; input held from round {held_at}")
     assert not any(src == 0 for _, src, _ in seen), f"input 0 reached A while A was stalled: {seen}"
+    if guarded:
+        # P's arrival numbers would be lapped: the input stops before 2**(seq_bits - 1) packets pass P.
+        assert held_at is not None, f"input 0 took all {2 * rounds + 3} packets while P waited"
+        assert n_sent[0] < 2 ** (seq_bits - 1), f"input 0 took {n_sent[0]} packets while P waited: P was lapped"
+    else:
+        assert held_at is None and env.sb.count[(0, C)] == rounds and env.sb.count[(0, B)] >= rounds, \
+            "the rounds did not flow"
     env.sinks[A].gate = Gate(tbenv.rng("open"))
     released = env.cycler.cycle
     try:
