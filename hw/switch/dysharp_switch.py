@@ -59,7 +59,9 @@ inside the switch they use two separate datapaths, the request network and the r
    silent GPU. They are sized from the buffers and ``gpu_latency`` so that a request whose GPUs all answer
    never times out (:mod:`hw.switch.timeouts`). A multicast head still arriving is sent to all its
    destinations at once, so ``credits`` must hold a whole packet: two such heads whose grants cross would
-   otherwise wait for each other.
+   otherwise wait for each other. A switch input that stops returning credits while a queue head is about
+   to be lapped by its arrival numbers (:class:`~hw.switch.packet_queues.PacketQueues`' ``near_lap``) waits
+   only on that head's output, a wait a full input buffer already has, so it adds no edge to the argument.
 
 Ordering guarantee
 ------------------
