@@ -36,7 +36,7 @@ class AllocRequest(wiring.Component):
 
     Unicast heads go to the allocator unless ordered behind the mask-queue head; the mask-queue head goes
     with fanout splitting, all at once while it is still arriving; an error response goes first. Mask
-    and unicast requests alternate when both can go.
+    and unicast requests alternate when both can go, granted or not.
     """
 
     def __init__(self, *, ports: int, n_uc: int, n_cells: int, port: int | None, grant_delay: int,
@@ -151,11 +151,12 @@ class AllocRequest(wiring.Component):
         # The grant answers the request of ``grant_delay`` cycles ago, whose class is kept here; the queues
         # it names cannot have changed meanwhile (only a start dequeues, enqueues only append, and the
         # switch drops the requests made while a grant is on its way). A grant starts a transfer next cycle.
+        asked = Signal()         # the request ``grant`` answers was not empty
         if self.grant_delay == 1:
-            m.d.sync += req_cls.eq(cls)
+            m.d.sync += [req_cls.eq(cls), asked.eq(self.req.any())]
         else:
-            cls_d = Signal(2)
-            m.d.sync += [cls_d.eq(cls), req_cls.eq(cls_d)]
+            cls_d, asked_d = Signal(2), Signal()
+            m.d.sync += [cls_d.eq(cls), req_cls.eq(cls_d), asked_d.eq(self.req.any()), asked.eq(asked_d)]
         start = self.grant.any()
         with m.If(start):
             m.d.sync += self.cur_cd.eq(grant_cd)
@@ -171,6 +172,8 @@ class AllocRequest(wiring.Component):
                             Mux(rleft == 3, self.rd_dests, 0)),
             self.reads_next.eq(Mux(rleft >= 2, self.rd_dests, 0)),
         ]
-        with m.If(start & (req_cls != REQ_ERR)):
+        # Mask and unicast requests take turns whether or not they are granted: an input whose unicast heads
+        # wait for stalled outputs still asks for its mask-queue head, and the other way round.
+        with m.If(asked & (req_cls != REQ_ERR)):
             m.d.sync += prefer_mask.eq(req_cls == REQ_UC)
         return m

@@ -322,8 +322,7 @@ async def test_pair_order_lapped(dut):
     Output ``A``'s receiver returns no credits and input 1 fills ``A``'s output queue, so input 0's
     unicast ``P`` to ``A`` waits at the head of its VOQ, asking for ``A``, with a second one, ``Q``, behind
     it. Input 0 then sends ``rounds`` rounds of a header-only unicast to ``C`` and a header-only multicast
-    to ``B``: they flow, because each unicast grant lets the input's next request be the mask queue's (an
-    input asking only for a stalled output and a multicast would not ask for the multicast at all). The
+    to ``B``: they flow, because the input asks for its unicast and mask-queue heads in turns. The
     last round's multicast is followed at once by one, ``M``, to ``{A, B}``, ``2 * rounds + 2`` arrivals
     after ``P``. Past ``PacketQueues.lap_threshold`` arrivals the input must stop taking packets (its
     credit returns held) until ``P`` leaves, so that the arrival numbers never lap ``P``; within it every
@@ -399,3 +398,35 @@ async def test_pair_order_lapped(dut):
         dut._log.info(f"arrival numbers {seq_bits} bits; input 0 sent P at cycle {sent.get(0)} and M at cycle "
                       f"{sent.get(1)}; A released at cycle {released}; input 0's packets at A (cycle, packet): "
                       f"{order}")
+
+
+@cocotb.test()
+async def test_mask_past_stalled_unicast(dut):
+    """An input's multicast goes while its unicast waits for a stalled output.
+
+    Output ``A``'s receiver returns no credits and input 1 fills ``A``'s output queue; input 0 then sends a
+    header-only unicast ``P`` to ``A`` (matched only with room at ``A``) and a multicast ``M`` to ``B`` and
+    ``C``. ``P`` cannot be granted, and the input asks for its unicast and mask-queue heads in turns, so
+    ``M`` reaches ``B`` and ``C`` within ``patience`` cycles while ``A`` is still stalled; then ``A`` is
+    released and everything is delivered (the scoreboard checks per-pair order and delivery)."""
+    s = tbenv.settings()
+    env = SwitchEnv(dut)
+    rng = tbenv.rng("turn")
+    A, B, C = 1, 2, 3
+    mp = env.p["max_payload"]
+    assert env.n >= 4 and env.p["multicast"], "the scenario needs 4 ports and multicast"
+    await env.start()
+    env.sinks[A].gate = _Shut()
+    depth = env.p["egress_depth"] or (4 if env.p["speedup"] == 1 else 2 * (mp + 1))
+    fill = (env.p["out_credits"] or env.p["credits"]) + depth + 2 * (mp + 1)
+    for k in range(-(-fill // (mp + 1))):           # more flits than A's receiver and output queue hold
+        env.inject(1, unicast_packet(rng, 1, A, mp, tag=0x80 + k))
+    await env.cycler.cycles(8 * fill)
+    env.inject(0, unicast_packet(rng, 0, A, 0, tag=0))                                  # P, header only
+    env.inject(0, _tagged(dynamic_packet(rng, 0, (1 << B) | (1 << C), mp), 1))         # M
+    patience = s.get("patience", 100)
+    await env.cycler.until(lambda: env.sb.count[(0, B)] == 1 and env.sb.count[(0, C)] == 1, timeout=patience,
+                           what="input 0's multicast delivered to B and C while its unicast waits for A")
+    assert env.sb.count[(0, A)] == 0, "input 0 reached A while A was stalled"
+    env.sinks[A].gate = Gate(tbenv.rng("open"))
+    await env.drain()

@@ -76,6 +76,13 @@ def test_pair_order_past_arrival_window(seed, sim):
     run_cocotb("switch", LAP_POINT, test_module=TB, testcase="test_pair_order_lapped", seed=seed, sim=sim)
 
 
+@pytest.mark.parametrize("speedup", [1, 2])
+def test_mask_past_stalled_unicast(speedup, seed, sim):
+    """A multicast goes while the same input's unicast waits for a stalled output."""
+    run_cocotb("switch", {**LAP_POINT, "speedup": speedup}, test_module=TB,
+               testcase="test_mask_past_stalled_unicast", seed=seed, sim=sim)
+
+
 # Every unicast packet short (at most 2 flits): inputs and outputs start a packet every cycle, each read
 # in one cycle; heavy output stalls keep the output queues near their admission limit. A short transfer
 # that stalled would be overrun by the next one and the scoreboard would see it lost or interleaved.
