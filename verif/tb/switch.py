@@ -307,6 +307,18 @@ def _tagged(packet, tag):
     return packet
 
 
+async def _stall_output(env, rng, out: int) -> None:
+    """Stall output ``out``: its receiver returns no credits and input 1 fills its output queue, so a
+    packet to it cannot be matched until the receiver's gate opens again."""
+    mp = env.p["max_payload"]
+    env.sinks[out].gate = _Shut()
+    depth = env.p["egress_depth"] or (4 if env.p["speedup"] == 1 else 2 * (mp + 1))
+    fill = (env.p["out_credits"] or env.p["credits"]) + depth + 2 * (mp + 1)
+    for k in range(-(-fill // (mp + 1))):           # more flits than the receiver and output queue hold
+        env.inject(1, unicast_packet(rng, 1, out, mp, tag=0x80 + k))
+    await env.cycler.cycles(8 * fill)
+
+
 class _Shut:
     """A sink gate that stays closed: the receiver returns no credits (a stalled downstream)."""
 
@@ -334,7 +346,6 @@ async def test_pair_order_lapped(dut):
     env = SwitchEnv(dut)
     rng = tbenv.rng("lap")
     A, B, C = 1, 2, 3
-    mp = env.p["max_payload"]
     assert env.n >= 4 and env.p["multicast"], "the scenario needs 4 ports and multicast"
     # An input has credits + 1 cells (InputUnit); its packet queues number arrivals in seq_bits bits.
     pq = PacketQueues(n_uc=env.n, n_cells=env.p["credits"] + 1, ports=env.n)
@@ -358,12 +369,7 @@ async def test_pair_order_lapped(dut):
         on_sent(pid, cycle)
     env.sources[0].on_sent = log_sent
     await env.start()
-    env.sinks[A].gate = _Shut()
-    depth = env.p["egress_depth"] or (4 if env.p["speedup"] == 1 else 2 * (mp + 1))
-    fill = (env.p["out_credits"] or env.p["credits"]) + depth + 2 * (mp + 1)
-    for k in range(-(-fill // (mp + 1))):           # more flits than A's receiver and output queue hold
-        env.inject(1, unicast_packet(rng, 1, A, mp, tag=0x80 + k))
-    await env.cycler.cycles(8 * fill)
+    await _stall_output(env, rng, A)
     env.inject(0, unicast_packet(rng, 0, A, 0, tag=0))                                  # P, arrival 0
     env.inject(0, unicast_packet(rng, 0, A, 0, tag=255))                                # Q, arrival 1
     held_at = None
@@ -416,12 +422,7 @@ async def test_mask_past_stalled_unicast(dut):
     mp = env.p["max_payload"]
     assert env.n >= 4 and env.p["multicast"], "the scenario needs 4 ports and multicast"
     await env.start()
-    env.sinks[A].gate = _Shut()
-    depth = env.p["egress_depth"] or (4 if env.p["speedup"] == 1 else 2 * (mp + 1))
-    fill = (env.p["out_credits"] or env.p["credits"]) + depth + 2 * (mp + 1)
-    for k in range(-(-fill // (mp + 1))):           # more flits than A's receiver and output queue hold
-        env.inject(1, unicast_packet(rng, 1, A, mp, tag=0x80 + k))
-    await env.cycler.cycles(8 * fill)
+    await _stall_output(env, rng, A)
     env.inject(0, unicast_packet(rng, 0, A, 0, tag=0))                                  # P, header only
     env.inject(0, _tagged(dynamic_packet(rng, 0, (1 << B) | (1 << C), mp), 1))         # M
     patience = s.get("patience", 100)
