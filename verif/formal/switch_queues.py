@@ -299,9 +299,10 @@ class SwitchQueuesHarness(wiring.Component):
                 qhdr = g_used[c] & (g_idx[c] == 0) & queued(c)
                 chain &= ~qhdr | (ps[c] == g_arr[c])
                 not_tail = pos(c) + 1 < sel(list(count), g_q[c])
-                # (that packet arrived later: near_lap looks at the heads alone)
                 chain &= ~qhdr | ~not_tail | at(pn[c], lambda d: g_used[d] &
-                                                 flit_is(d, g_q[c], g_seq[c] + 1, 0) & (age(d) < age(c)))
+                                                 flit_is(d, g_q[c], g_seq[c] + 1, 0))
+                # (that packet arrived later: near_lap looks at the heads alone)
+                chain &= ~qhdr | ~not_tail | (sel([age(d) for d in range(C)], pn[c]) < age(c))
                 for d in range(c + 1, C):
                     chain.tag = f"_c{c}_d{d}"
                     same_pkt = g_used[c] & g_used[d] & (g_q[c] == g_q[d]) & (g_seq[c] == g_seq[d])

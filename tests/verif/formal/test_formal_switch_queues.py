@@ -125,9 +125,10 @@ def test_switch_queues_one_voq_is_proven(tmp_path):
     assert all(r.ok and r.proof == "proven (k-induction, k = 2)" for r in res), res
 
 
+@pytest.mark.slow
 def test_switch_queues_unit_margin_is_proven(tmp_path):
     """The same at the unit's own ``lap_margin`` (4, the cells; ``near_lap`` at 26 arrivals, past a cover's
-    reach): the proof alone."""
+    reach): the proof alone (about a minute)."""
     h = SwitchQueuesHarness(n_cells=4, n_uc=1)
     assert h.queues.lap_threshold == 26
     res, _ = run_formal("swq1u", h, h.props, depth=2, cover_depth=None, workdir=tmp_path, **h.formal_options)
@@ -137,7 +138,7 @@ def test_switch_queues_unit_margin_is_proven(tmp_path):
 
 @pytest.mark.slow
 def test_switch_queues_is_proven(tmp_path, capsys):
-    """The registered block (2 VOQs, about a minute)."""
+    """The registered block (2 VOQs, about 3.5 CPU-minutes)."""
     assert main(["formal", "switch_queues", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert out.count("proven (k-induction, k = 2)") == 4 and "holds to depth" not in out, out
