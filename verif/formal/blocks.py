@@ -46,6 +46,6 @@ BLOCKS = {
                       lambda: SwitchHarness(errors=True), 9, 13),
     "switch_egress": ("NVSwitch output: output queue (4 flits, 2 lanes) -> credit sender (2 credits) -> receiver",
                       lambda: SwitchEgressHarness(lanes=2), 2, 10),
-    "switch_queues": ("NVSwitch input's packet store by k-induction: cell pool (4 cells), packet queues (2 VOQs + mask queue), max_payload 1; any writes within credits, any dequeues and reads",
-                      lambda: SwitchQueuesHarness(n_cells=4, n_uc=2), 2, 12),
+    "switch_queues": ("NVSwitch input's packet store by k-induction: cell pool (4 cells), packet queues (2 VOQs + mask queue, lap margin 28: near_lap at 2 arrivals), max_payload 1; any writes within credits and the lap contract, any dequeues and reads",
+                      lambda: SwitchQueuesHarness(n_cells=4, n_uc=2, lap_margin=28), 2, 12),
 }

@@ -7,9 +7,10 @@ The harness plays the input's two other sides, free within the unit's contract:
 
 * the *writer* (the ingress): one flit per cycle when it chooses, only while the pool holds at most
   ``n_cells - 2`` cells in use (the credit contract: a sender has ``n_cells - 1`` credits and the unit
-  counts a freed cell until the cycle after); a header names its queue and its length (0..``max_payload``)
-  and enqueues the packet; each flit goes to the pool's next-write cell, its next-cell link to the pool's
-  ``next_cell`` unless it is the packet's last, which is marked ``last``;
+  counts a freed cell until the cycle after) and within the queues' lap contract (below); a header names its
+  queue and its length (0..``max_payload``) and enqueues the packet; each flit goes to the pool's next-write
+  cell, its next-cell link to the pool's ``next_cell`` unless it is the packet's last, which is marked
+  ``last``;
 * the *reader* (the unit's cell reader, one lane): when idle it may dequeue any non-empty queue's head
   (``sel``/``deq``), then reads the packet's chain one written cell per cycle when it chooses, freeing
   each cell it reads, until a last cell; ``n_freed`` is its count of the last cycle's frees. With
@@ -37,12 +38,20 @@ on:
   the writer's packet is its queue's newest;
 * **the head-order flags give the heads' arrival order**: while VOQ ``j`` and the mask queue both hold a
   packet, ``older[j]`` says whether VOQ ``j``'s head arrived first (with the heads' arrival numbers, the
-  queue's arrival counter and the packets' ages as its invariant). The flags compare arrival numbers
-  modulo ``2**seq_bits``, exact while live packets are less than ``2**(seq_bits - 1)`` arrivals apart
-  (:class:`~hw.switch.head_order.HeadOrder`'s contract), so the writer starts a packet only while every
-  packet alive is younger than ``2**(seq_bits - 1) - 1`` arrivals (``age_bound``). The input unit does not
-  keep that bound (a VOQ head may wait while any number of mask-queue packets pass): see
-  ``docs/verification.md``.
+  queue's arrival counter and the queued packets' ages as its invariant). The flags compare arrival numbers
+  modulo ``2**seq_bits``, exact while queued packets are less than ``2**(seq_bits - 1)`` arrivals apart
+  (:class:`~hw.switch.head_order.HeadOrder`'s contract): the queues' lap guard keeps that bound, as the
+  next property states;
+* **no queued packet is ``2**(seq_bits - 1)`` arrivals old**, however long a head waits while other queues
+  flow: the writer keeps the contract of :class:`~hw.switch.packet_queues.PacketQueues`, starting packets
+  freely while ``near_lap`` is low and at most ``lap_margin`` while it is high (``lap_n`` counts them since
+  it rose; the input withholds its credits then). The invariant: while ``near_lap`` is low every queued
+  packet is 1 to ``lap_threshold`` arrivals old (the flag rises the cycle after a head is that old); while
+  it is high, 1 to ``lap_threshold + 1 + lap_n`` (one arrival in its register's cycle, then those started
+  since it rose), with ``lap_n <= lap_margin``; and each queued packet arrived after the one ahead of it in
+  its queue (the flag looks at the heads alone). Ages are taken modulo ``2**seq_bits`` and grow by one per
+  arrival from 1, so no packet passes the bound unseen. The reader's packet, dequeued, is not bounded:
+  nothing compares its arrival number (its cells' numbers are only checked equal to one another).
 
 Internal state with no port is read without changing the blocks: the pool's free set and the queues'
 tails, head arrival numbers and arrival counter are the signals their ``elaborate`` drives (found by name
@@ -86,21 +95,23 @@ class SwitchQueuesHarness(wiring.Component):
     """Free inputs: the writer's ``w_go``/``w_q``/``w_len`` (write a flit; a header's queue and length) and
     the reader's ``r_go``/``r_q``/``r_peek``/``r_rd`` (dequeue queue ``r_q``'s head when idle, or read the
     mask queue's head without dequeuing it; read a cell).
-    ``pool``/``queues`` may be replaced (mutants); ``invariant=False`` states the properties alone, ``only``
-    some of them (``"pool"``, ``"read"``, ``"order"``)."""
+    ``pool``/``queues`` may be replaced (mutants); ``lap_margin`` is the default queues' (their default:
+    ``n_cells``); ``invariant=False`` states the properties alone, ``only`` some of them (``"pool"``,
+    ``"read"``, ``"order"``, ``"age"``)."""
 
     #: Proof and covers on yices (z3 gave no answer to the 5-cell instance's induction step in 16 minutes).
     formal_options = {"engine": "smtbmc yices"}
 
     def __init__(self, *, n_cells: int = 4, n_uc: int = 1, max_payload: int = 1, pool=None, queues=None,
-                 invariant: bool = True, only=("pool", "read", "order")):
+                 lap_margin: int | None = None, invariant: bool = True, only=("pool", "read", "order", "age")):
         if not n_uc:
             raise ValueError("n_uc must be at least 1 (the head-order flags compare a VOQ with the mask queue)")
         self.n_cells, self.n_uc, self.max_payload, self.invariant = n_cells, n_uc, max_payload, invariant
         self.only = only
         self.n_q = n_uc + 1
         self.pool = pool if pool is not None else CellPool(n_cells=n_cells, max_freed=1)
-        self.queues = queues if queues is not None else PacketQueues(n_uc=n_uc, n_cells=n_cells, ports=max(1, n_uc))
+        self.queues = queues if queues is not None else PacketQueues(n_uc=n_uc, n_cells=n_cells, ports=max(1, n_uc),
+                                                                     lap_margin=lap_margin)
         self.props = Properties()
         super().__init__({"w_go": In(1), "w_q": In(range(self.n_q)), "w_len": In(range(max_payload + 1)),
                           "r_go": In(1), "r_q": In(range(self.n_q)), "r_peek": In(1), "r_rd": In(1)})
@@ -111,7 +122,7 @@ class SwitchQueuesHarness(wiring.Component):
         pool, pq = self.pool, self.queues
         cw = len(pool.new_cell)
         S = pq.seq_bits
-        age_bound = 2 ** (S - 1) - 1
+        T, LM = pq.lap_threshold, pq.lap_margin
         # A packet's number in its queue: the queued ones (at most C) and the reader's stay apart modulo this.
         SEQ_BITS = (C + 1).bit_length()
 
@@ -159,10 +170,17 @@ class SwitchQueuesHarness(wiring.Component):
         wr_idx = Signal(range(P + 1))           # index of the next flit
         wr_len = Signal(range(P + 1))
         wr_arr = Signal(S)
-        ages_ok = Cat(~g_used[c] | ((arr - g_arr[c])[:S] < age_bound) for c in range(C)).all()
+        # The lap contract: at most lap_margin packets start while near_lap is high (lap_n counts them).
+        near = pq.near_lap
+        lap_n = Signal(range(LM + 1))
         write = Signal()
-        m.d.comb += write.eq(self.w_go & (pool.used <= C - 2) & (wr_pkt | (ages_ok & (self.w_q < n_q))))
+        m.d.comb += write.eq(self.w_go & (pool.used <= C - 2) &
+                             (wr_pkt | ((~near | (lap_n < LM)) & (self.w_q < n_q))))
         hdr = write & ~wr_pkt
+        with m.If(~near):
+            m.d.sync += lap_n.eq(0)
+        with m.Elif(hdr):
+            m.d.sync += lap_n.eq(lap_n + 1)
         f_q = Mux(wr_pkt, wr_q, self.w_q)
         f_seq = Mux(wr_pkt, wr_seq, sel(enq_n, self.w_q))
         f_idx = Mux(wr_pkt, wr_idx, 0)
@@ -242,14 +260,22 @@ class SwitchQueuesHarness(wiring.Component):
         read_ok = _Conj(m, "read")
         read_ok &= ~read | at(r_cell, lambda c: g_used[c] & flit_is(c, r_qr, r_seq, r_idx) &
                              (pool.clast[c] == (g_idx[c] == g_len[c])))
+        def queued(c):       # cell c belongs to a packet still in its queue (position < count)
+            return sel([(g_seq[c] - deq_n[q])[:SEQ_BITS] < count[q] for q in range(n_q)], g_q[c])
+
+        def pos(c):
+            return sel([(g_seq[c] - deq_n[q])[:SEQ_BITS] for q in range(n_q)], g_q[c])
+
+        def age(c):          # arrivals since cell c's packet arrived, modulo 2**seq_bits
+            return (arr - g_arr[c])[:S]
+
         chain = _Conj(m, "chain")
         if inv:
-            def queued(c):       # cell c belongs to a packet still in its queue (position < count)
-                return sel([(g_seq[c] - deq_n[q])[:SEQ_BITS] < count[q] for q in range(n_q)], g_q[c])
-
-            def pos(c):
-                return sel([(g_seq[c] - deq_n[q])[:SEQ_BITS] for q in range(n_q)], g_q[c])
-
+            # The lap guard: near_lap low, every queued packet is at most lap_threshold arrivals old (the flag
+            # rises the cycle after a head is); high, at most one more (an arrival in its register's cycle)
+            # plus the packets started since it rose.
+            chain &= ~near | (lap_n <= LM)
+            age_max = Mux(near, T + 1 + lap_n, T)
             for q in range(n_q):
                 has = count[q] != 0
                 chain &= (count[q] == (enq_n[q] - deq_n[q])[:SEQ_BITS]) & (count[q] <= C)
@@ -262,7 +288,7 @@ class SwitchQueuesHarness(wiring.Component):
                 in_reader = r_act & r_free & (g_q[c] == r_qr) & (g_seq[c] == r_seq) & (g_idx[c] >= r_idx)
                 chain &= ~g_used[c] | queued(c) | in_reader
                 chain &= ~g_used[c] | ((g_idx[c] <= g_len[c]) & (pool.clast[c] == (g_idx[c] == g_len[c])))
-                chain &= ~g_used[c] | (((arr - g_arr[c])[:S] != 0) & ((arr - g_arr[c])[:S] <= age_bound))
+                chain &= ~g_used[c] | ~queued(c) | ((age(c) != 0) & (age(c) <= age_max))
                 # The next cell of a flit that is not its packet's last.
                 writer_next = (cnext[c] == pool.new_cell) & wr_pkt & (wr_q == g_q[c]) & (wr_seq == g_seq[c]) & \
                     (wr_idx == g_idx[c] + 1)
@@ -275,6 +301,8 @@ class SwitchQueuesHarness(wiring.Component):
                 not_tail = pos(c) + 1 < sel(list(count), g_q[c])
                 chain &= ~qhdr | ~not_tail | at(pn[c], lambda d: g_used[d] &
                                                  flit_is(d, g_q[c], g_seq[c] + 1, 0))
+                # (that packet arrived later: near_lap looks at the heads alone)
+                chain &= ~qhdr | ~not_tail | (sel([age(d) for d in range(C)], pn[c]) < age(c))
                 for d in range(c + 1, C):
                     chain.tag = f"_c{c}_d{d}"
                     same_pkt = g_used[c] & g_used[d] & (g_q[c] == g_q[d]) & (g_seq[c] == g_seq[d])
@@ -306,6 +334,12 @@ class SwitchQueuesHarness(wiring.Component):
             age_m = sum(Mux(pq.head[MQ] == c, (arr - g_arr[c])[:S], 0) for c in range(C))
             order_ok &= ~both | (pq.older[j] == (age_j > age_m))
 
+        # The lap guard: no queued packet is 2**(seq_bits - 1) arrivals old (its age, modulo 2**seq_bits, grows
+        # by one per arrival from 1, so it cannot pass that age unseen).
+        age_ok = _Conj(m, "age")
+        for c in range(C):
+            age_ok &= ~g_used[c] | ~queued(c) | ((age(c) != 0) & ~age(c)[S - 1])
+
         # Covers.
         full = Signal()
         m.d.sync += full.eq(full | (n_used == C - 2))
@@ -326,4 +360,7 @@ class SwitchQueuesHarness(wiring.Component):
         if "order" in only:
             p.check(m, "the head-order flags give the heads' arrival order", order_ok.all() & chain.all(),
                     older_seen & start & (self.r_q == MQ) & (count[0] != 0))
+        if "age" in only:
+            p.check(m, "no queued packet is 2^(seq_bits - 1) arrivals old", age_ok.all() & chain.all(),
+                    near & hdr & (lap_n != 0))
         return m
