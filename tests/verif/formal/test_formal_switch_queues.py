@@ -117,10 +117,23 @@ class LateLapQueues(NarrowQueues):
 
 
 def test_switch_queues_one_voq_is_proven(tmp_path):
-    """The smallest instance (4 cells, 1 VOQ and the mask queue) at ``lap_margin`` 28 (``near_lap`` at 2
-    arrivals, so that its cover is reached): the four properties by k-induction."""
+    """The smallest instance that reaches every cover (3 cells, so a two-cell packet and a header-only one
+    fill it and the cell pointers wrap at a count that is not a power of two; 1 VOQ and the mask queue) at
+    ``lap_margin`` 28 (``near_lap`` at 2 arrivals, so that its cover is reached): the four properties by
+    k-induction (seconds; the 4-cell instance below takes about a minute)."""
+    h = SwitchQueuesHarness(n_cells=3, n_uc=1, lap_margin=28)
+    assert h.queues.lap_threshold == 2
+    res, _ = run_formal("swq1", h, h.props, depth=2, cover_depth=14, workdir=tmp_path, **h.formal_options)
+    assert [r.name for r in res] == [POOL, READ, ORDER, AGE]
+    assert all(r.ok and r.proof == "proven (k-induction, k = 2)" for r in res), res
+
+
+@pytest.mark.slow
+def test_switch_queues_four_cells_is_proven(tmp_path):
+    """The 4-cell instance (a power of two, 1 VOQ and the mask queue) at ``lap_margin`` 28: the four
+    properties by k-induction, every cover reached (about 50 s)."""
     h = SwitchQueuesHarness(n_cells=4, n_uc=1, lap_margin=28)
-    res, _ = run_formal("swq1", h, h.props, depth=2, cover_depth=12, workdir=tmp_path, **h.formal_options)
+    res, _ = run_formal("swq1c4", h, h.props, depth=2, cover_depth=12, workdir=tmp_path, **h.formal_options)
     assert [r.name for r in res] == [POOL, READ, ORDER, AGE]
     assert all(r.ok and r.proof == "proven (k-induction, k = 2)" for r in res), res
 
