@@ -149,20 +149,20 @@ def test_dysharp_switch_dedup_equals_flat(tmp_path):
     n = 4
     rng = np.random.default_rng(11)
     rows = b.combine_rows(n)
-    pkts = (b.dispatch_packets(n, 2, "miss", load=0.5, arrival_cycles=500, rng=rng)
-            + b.combine_packets(n, 2, load=0.6, arrival_cycles=500, rng=rng, rows=rows))
-    # The last packet arrives by cycle 500 and the last flit reaches a GPU by about cycle 1,080: 1,400 cycles
-    # leave a margin, and ``complete`` below says that everything was delivered and answered within them.
-    vt, _ = b.assemble(n, pkts, 1400, rng, fill_latency=40, read_latency=60, preloads=b.combine_preloads(n, rows),
+    pkts = (b.dispatch_packets(n, 2, "miss", load=0.5, arrival_cycles=300, rng=rng)
+            + b.combine_packets(n, 2, load=0.6, arrival_cycles=300, rng=rng, rows=rows))
+    # The last packet arrives by cycle 300 and the last flit reaches a GPU at cycle 754: 1,000 cycles leave a
+    # margin, and ``complete`` below says that everything was delivered and answered within them.
+    vt, _ = b.assemble(n, pkts, 1000, rng, fill_latency=40, read_latency=60, preloads=b.combine_preloads(n, rows),
                        seed=3)
     # The deduplicated build is the one the benches and the short soak share. The flat model serves this
-    # comparison alone: on Icarus (its compile and these cycles about 15 CPU-s) instead of a Verilator build
+    # comparison alone: on Icarus (its compile and these cycles about 11 s) instead of a Verilator build
     # of its own (about 56 CPU-s of Verilator and C++).
     point = registry.point("dysharp_switch", {"ports": n})
     dedup = locked_verilog(point, emission="dedup")
     log = build_vc(point, emission="dedup").run(vt, tag="emission-dedup", trace=tmp_path / "trace.txt")
     rep = check_vc(vt, log, complete=True)
-    assert rep.stores > 50 and rep.results > 10 and sum(rep.fills) > 10, (rep.stores, rep.results, rep.fills)
+    assert rep.stores > 30 and rep.results > 10 and sum(rep.fills) > 30, (rep.stores, rep.results, rep.fills)
     # Every port received translated stores (dst = its own strap) and reduction results.
     assert set(log.rx["port"]) == set(range(n))
     flat = locked_verilog(point, emission="flat")
