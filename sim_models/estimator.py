@@ -672,7 +672,8 @@ def _weight_reads(ctx: _Context) -> tuple[np.ndarray, np.ndarray]:
         one = valid.astype(float)
         return one, one
     if ctx.p.weight_reuse == "expert":
-        n = np.maximum(-(-wl.inst_rows // wl.tile), 1)
+        # the instance's tiles (ceil(rows / tile), or more when its own GPU's rows fill tiles apart)
+        n = np.maximum(np.bincount(inst[valid], minlength=len(wl.inst_gpu)), 1)
         r = np.where(valid, 1.0 / n[np.maximum(inst, 0)], 0.0)
         return r, r
     wbytes = (gm.up + gm.ffn) * gm.hidden * gm.weight_bytes    # GEMM-1 (h x 2f, or h x f) + GEMM-2 (f x h)

@@ -22,7 +22,8 @@ Model (a fluid simulation in fixed time slots of ``dt``):
   The cumulative wire bytes each link carries up to progress ``p`` are piecewise linear between knots.
 * **Tiles.** On each GPU, the rows for one expert fill tiles of ``tile`` tokens in arrival order; a tile
   is ready (the token tracker's event) when its last row has arrived, plus the dispatch latency (which
-  includes the tracker's ready latency). The scheduler's policy then runs the tiles in ready order through
+  includes the tracker's ready latency); a tile of ready progress 0 (the GPU's own tokens in tiles of their
+  own) is ready at time 0. The scheduler's policy then runs the tiles in ready order through
   GEMM-1 on the stage-1 SMs and GEMM-2 on the stage-2 SMs, one tile at a time per stage (``w1``/``w2``:
   per-tile times on the SMs each stage has); once a GPU has no GEMM-1 left (all its tiles ready and the
   last GEMM-1 ended), its GEMM-2 tiles that start from then run at ``w2_tail`` (the stage-1 SMs join
@@ -201,6 +202,8 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
 
     pad = np.arange(NT)[None, :] >= ntiles[:, None]
     ready = np.full((G, NT), np.inf)
+    # A tile ready at progress 0 waits for no row (the GPU's own tokens: workload ``local_apart``).
+    ready[x.tile_ready_p <= 0] = 0.0
     f1 = np.full((G, NT), np.inf)
     f2 = np.full((G, NT), np.inf)
     released = np.zeros(G, dtype=np.int64)
@@ -224,7 +227,7 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
     p, t = 0.0, 0.0
     dispatch_end = 0.0 if T == 0 else None
     last_activity = 0.0
-    dirty = False
+    dirty = bool(np.any(ready == 0.0))
     slots_run = 0
     max_slots = 50 * x.slots + 1000
     cap_up = x.up_rate * dt

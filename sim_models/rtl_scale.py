@@ -37,7 +37,14 @@ states the same configuration to the estimator:
   ``MoeLayer``'s derived tile cycles use;
 
 and :func:`predict_cycles` runs :func:`sim_models.estimator.estimate` on the RTL run's own routing and
-placement (:func:`sim_models.workload.workload_from_routing`), converting seconds to cycles.
+placement (:func:`sim_models.workload.workload_from_routing`), converting seconds to cycles, with the tiles
+the RTL's GEMM workers compute: under every scheme whose work lists give a GPU local tiles (all but
+``nvls``), a GPU computes its own tokens in tiles of their own, per local expert, ready at cycle 0, and the
+rows that arrive in the others (``local_apart``); each tile is padded to a full tile's compute, so the
+fused engines pay for the extra partial tiles as the RTL's pool does (the sequential engines' grouped
+GEMMs take each expert's rows together either way). The real DySHARP's schedule, the estimator's own and
+:func:`full_size`'s, fills tiles with local and remote rows together: that is a choice of the RTL layer's
+work lists (its own rows never reach its Tile Status Table), not of the design.
 
 One RTL mechanism the estimator's bulk terms do not have is added to ``deepep``'s combine: its pushes
 (:func:`push_combine_cycles`). Each NIC sends its partial rows in its work list's order, one row after the
@@ -134,10 +141,45 @@ def predict_cycles(layer, schemes, calibration=None, tags: int | None = None) ->
     :class:`verif.models.moe_layer.MoeLayer` (its model, G, tokens, hidden, dtype, tile and routing), keyed
     by the RTL schemes' names (:data:`ESTIMATOR_SCHEME` maps them). ``tags``: the NICs' combine tags, the
     ``ld_reduce`` window of every pull (``--design nic.tags=N``; None: the NIC's default, :func:`nic_tags`)."""
+    # The tiles the RTL's GEMM workers compute: a GPU's own tokens in tiles of their own, ready at cycle 0,
+    # under every scheme whose work lists give it local tiles (all but nvls, whose own rows come back through
+    # the switch into its Tile Status Table), the arriving rows in the others. The full-size figure
+    # (full_size) keeps the estimator's own schedule, local and remote rows sharing tiles (module docstring).
+    apart = {s: _rtl_local_apart(layer, s) for s in schemes}
+    out = {}
+    for a in sorted(set(apart.values())):
+        out.update(_estimate_cycles(layer, [s for s in schemes if apart[s] == a], a, calibration, tags))
+    out = {s: out[s] for s in schemes}
+    if "deepep" in out:
+        # The pushes on the switch's finite buffers (module docstring) in place of the busiest link's flits.
+        fl = layer.predicted_flits("deepep")["combine"]
+        extra = push_combine_cycles(layer) - max(max(fl["up"]), max(fl["down"]))
+        out["deepep"]["combine"] += extra
+        out["deepep"]["total"] += extra
+    if "fused-unicast" in out:
+        # The same buffers under the fused pipeline (module docstring): what they add to the layer's time in
+        # the flit-level model, on top of the estimator's engine (whose switch never fills). The second run
+        # is needed only if an input was ever full: otherwise the two runs are the same.
+        work = layer.work("fused-unicast")
+        bounded, stalled = _fused_push(layer, SWITCH_INPUT_CELLS, work)
+        out["fused-unicast"]["total"] += bounded - _fused_push(layer, None, work)[0] if stalled else 0
+    return out
+
+
+def _rtl_local_apart(layer, scheme: str) -> bool:
+    """Whether the RTL's GPUs compute their own tokens in tiles of their own under ``scheme``: its work lists
+    give some GPU local tiles (:meth:`verif.models.moe_layer.MoeLayer.local_tiles`)."""
+    return any(layer.local_tiles(g, scheme) for g in range(layer.G))
+
+
+def _estimate_cycles(layer, schemes, local_apart: bool, calibration, tags) -> dict:
+    """The estimator's ``{scheme: {"total", "dispatch", "gemm", "combine"}}`` in cycles of the scaled run
+    (:func:`predict_cycles`) on the workload of the run's routing, the GPUs' own tokens in tiles apart
+    (``local_apart``) or sharing tiles with the arriving rows."""
     p = layer.p
     scale = sum(layer.gemm_tile_cycles()) / sum(layer.derived_gemm_tile_cycles())
     ms, ss = scaled_configs(p.model, layer.G, layer.hidden, p.system, p.rtl_links, p.switch_latency, scale)
-    wl = workload_from_routing(layer.routing, layer.placement, layer.G, tile=p.tile_size)
+    wl = workload_from_routing(layer.routing, layer.placement, layer.G, tile=p.tile_size, local_apart=local_apart)
     # block_m=None: the GEMM model the RTL run's tile cycles come from (MoeLayer.derived_gemm_tile_cycles),
     # so that measured and predicted differ by the communication and the overlap, not by two GEMM models.
     # bf16_gemm_efficiency = the FP8 one: MoeLayer's tile cycles use one efficiency for either dtype. No
@@ -161,22 +203,8 @@ def predict_cycles(layer, schemes, calibration=None, tags: int | None = None) ->
                    schemes=[ESTIMATOR_SCHEME.get(s, s) for s in schemes], workload=wl,
                    gemm_on=gemm_configs(p.model, layer.hidden, p.system, p.rtl_links, scale))
     f = ss.switch_clock_ghz * 1e9
-    out = {s: {k: getattr(est.results[ESTIMATOR_SCHEME.get(s, s)], k) * f
-               for k in ("total", "dispatch", "gemm", "combine")} for s in schemes}
-    if "deepep" in out:
-        # The pushes on the switch's finite buffers (module docstring) in place of the busiest link's flits.
-        fl = layer.predicted_flits("deepep")["combine"]
-        extra = push_combine_cycles(layer) - max(max(fl["up"]), max(fl["down"]))
-        out["deepep"]["combine"] += extra
-        out["deepep"]["total"] += extra
-    if "fused-unicast" in out:
-        # The same buffers under the fused pipeline (module docstring): what they add to the layer's time in
-        # the flit-level model, on top of the estimator's engine (whose switch never fills). The second run
-        # is needed only if an input was ever full: otherwise the two runs are the same.
-        work = layer.work("fused-unicast")
-        bounded, stalled = _fused_push(layer, SWITCH_INPUT_CELLS, work)
-        out["fused-unicast"]["total"] += bounded - _fused_push(layer, None, work)[0] if stalled else 0
-    return out
+    return {s: {k: getattr(est.results[ESTIMATOR_SCHEME.get(s, s)], k) * f
+                for k in ("total", "dispatch", "gemm", "combine")} for s in schemes}
 
 
 # The DySHARP switch's request network as the RTL system builds it (hw.switch.dysharp_switch.DySharpSwitch's
@@ -435,6 +463,7 @@ def full_size(layer, schemes, calibration=None) -> dict:
     "speedup": {scheme: its time / dysharp's}}``, keyed by the RTL schemes' names."""
     p = layer.p
     system = full_size_system(layer.G, p.system)
+    # the estimator's own schedule: a GPU's own tokens share tiles with the rows that arrive (not local_apart)
     wl = workload_from_routing(layer.routing, layer.placement, layer.G, tile=p.tile_size)
     est = estimate(load_model(p.model), load_system(system),
                    Params(tokens_per_gpu=layer.T, dtype=p.dtype, tile=p.tile_size, gpus=layer.G, seed=p.seed),

@@ -8,6 +8,10 @@ replicated hot experts) and builds the tile structure the tile-level engines nee
 * on each GPU, an instance's rows fill tiles of ``tile`` rows in arrival order, arrival order being the
   source's token index (dispatch progresses in lock-step through token indices) then the source GPU;
 * a tile is ready at progress ``p`` = (last row's token index + 1); each GPU runs its tiles in ready order;
+* with ``local_apart`` (:func:`workload_from_routing`), an instance's rows of its own GPU's tokens fill tiles
+  of their own, in token order, ready at progress 0 (they are on the GPU before dispatch starts), and its
+  rows from other GPUs fill its other tiles in arrival order (as the RTL layer's GPUs compute their own
+  tokens, ``verif.models.moe_layer.MoeLayer.local_tiles``);
 * a *pair* is a (token, GPU) with at least one row: one dispatch copy in, one combine partial out. Its
   partial can leave after the GPU's last tile holding one of its rows.
 """
@@ -173,19 +177,22 @@ def _build_workload(experts, k, gpus, tokens_per_gpu, routing, placement, seed, 
     return _structure(ids, pl, dest, gpus, tokens_per_gpu, tile)
 
 
-def workload_from_routing(ids: np.ndarray, placement, gpus: int, tile: int = 128) -> Workload:
+def workload_from_routing(ids: np.ndarray, placement, gpus: int, tile: int = 128,
+                          local_apart: bool = False) -> Workload:
     """The workload of a given routing (``ids``: (tokens, k) global expert ids, token ``t`` at home
     ``t // (tokens / gpus)``) under a given placement (an :class:`~sim_models.routing.ExpertPlacement` or
-    the expert -> GPU array of a one-instance placement): what an RTL run drew, for the estimator."""
+    the expert -> GPU array of a one-instance placement): what an RTL run drew, for the estimator.
+    ``local_apart``: each instance's rows of its own GPU's tokens in tiles of their own, ready at progress 0
+    (module docstring); otherwise they share tiles with the rows that arrive."""
     ids = np.asarray(ids)
     if ids.ndim != 2 or ids.shape[0] % gpus:
         raise ValueError(f"routing must be (tokens, k) with tokens a multiple of {gpus} GPUs, got {ids.shape}")
     pl = placement if isinstance(placement, rt.ExpertPlacement) else rt.ExpertPlacement(np.asarray(placement), gpus)
     dest = TokenDestinations.from_routing(ids, pl, gpus)
-    return _structure(ids, pl, dest, gpus, ids.shape[0] // gpus, tile)
+    return _structure(ids, pl, dest, gpus, ids.shape[0] // gpus, tile, local_apart)
 
 
-def _structure(ids, pl, dest, gpus, tpg, tile) -> Workload:
+def _structure(ids, pl, dest, gpus, tpg, tile, local_apart=False) -> Workload:
     n, k = ids.shape
     # Instances: (GPU, expert) -> id.
     inst_of = np.full((gpus, pl.experts), -1, dtype=np.int64)
@@ -200,25 +207,33 @@ def _structure(ids, pl, dest, gpus, tpg, tile) -> Workload:
     row_inst = inst_of[eg, ids].ravel()
     row_token = np.repeat(np.arange(n), k)
     j = row_token % tpg
-    # Arrival order within an instance: token index j, then source GPU. Visit the rows in (j, source)
-    # order and sort stably by instance alone (a radix sort on small integers).
+    inst_rows = np.bincount(row_inst, minlength=n_inst)
+    # Tile groups: an instance's rows fill its tiles, or with local_apart its own GPU's rows (group 2i) and
+    # the arriving ones (2i + 1) fill tiles apart.
+    if local_apart:
+        local = inst_gpu[row_inst] == row_token // tpg
+        row_grp, n_grp = 2 * row_inst + (~local), 2 * n_inst
+    else:
+        local, row_grp, n_grp = np.zeros(n * k, dtype=bool), row_inst, n_inst
+    # Arrival order within a group: token index j, then source GPU. Visit the rows in (j, source)
+    # order and sort stably by group alone (a radix sort on small integers).
     visit = (np.arange(tpg)[:, None] + np.arange(gpus)[None, :] * tpg).ravel()          # tokens by (j, src)
     rows_visit = (visit[:, None] * k + np.arange(k)[None, :]).ravel()
-    order = rows_visit[np.argsort(_small(row_inst[rows_visit]), kind="stable")]
-    s_inst = row_inst[order]
-    inst_rows = np.bincount(row_inst, minlength=n_inst)
-    inst_start = np.concatenate([[0], np.cumsum(inst_rows)])
-    rank = np.arange(n * k) - inst_start[s_inst]
-    inst_tiles = -(-inst_rows // tile)
-    tile_off = np.concatenate([[0], np.cumsum(inst_tiles)])
+    order = rows_visit[np.argsort(_small(row_grp[rows_visit]), kind="stable")]
+    s_grp = row_grp[order]
+    grp_rows = np.bincount(row_grp, minlength=n_grp)
+    grp_start = np.concatenate([[0], np.cumsum(grp_rows)])
+    rank = np.arange(n * k) - grp_start[s_grp]
+    grp_tiles = -(-grp_rows // tile)
+    tile_off = np.concatenate([[0], np.cumsum(grp_tiles)])
     row_tile = np.empty(n * k, dtype=np.int64)
-    row_tile[order] = tile_off[s_inst] + rank // tile
+    row_tile[order] = tile_off[s_grp] + rank // tile
     n_tiles = int(tile_off[-1])
-    # Tile ready progress = last row's token index + 1; rows per tile.
+    # Tile ready progress = last row's token index + 1 (a local tile's rows: 0); rows per tile.
     t_p = np.zeros(n_tiles)
-    np.maximum.at(t_p, row_tile, (j + 1).astype(np.float64))
+    np.maximum.at(t_p, row_tile, np.where(local, 0.0, (j + 1).astype(np.float64)))
     t_rows = np.bincount(row_tile, minlength=n_tiles)
-    t_inst = np.repeat(np.arange(n_inst), inst_tiles)
+    t_inst = np.repeat(np.arange(n_grp), grp_tiles) // (2 if local_apart else 1)
     t_gpu = inst_gpu[t_inst]
     # Per GPU run order: ready progress, then instance.
     t_order = np.lexsort((t_inst, t_p, t_gpu))

@@ -90,6 +90,50 @@ def test_prediction_charges_the_rtl_rows(dtype, hidden):
         assert p[s]["dispatch"] == pytest.approx(max(max(f["up"]), max(f["down"])) + L.p.switch_latency, abs=1e-6)
 
 
+def test_prediction_runs_the_tiles_the_rtl_computes(monkeypatch):
+    """The scaled prediction times the GEMM tiles the RTL's work lists give its GPUs' GEMM workers: per GPU
+    and expert, its own tokens' tiles (``MoeLayer.local_tiles``, ready at cycle 0: progress 0) and the tiles
+    its Tile Status Table fills from the rows that arrive (``tracked_counts``, ``tile_size`` rows each),
+    so the estimator's engines pad the same tiles; nvls, whose own rows come back through the switch, has
+    none of its own. The full-size figure keeps the estimator's own schedule (local and remote rows share
+    tiles)."""
+    import collections
+
+    import numpy as np
+
+    import sim_models.rtl_scale as rs
+    from verif.models.moe_layer import SCHEMES
+    L = build_layer(model="deepseek-v3", gpus=4, tokens=64, hidden=128, seed=1, gemm_cycles=(64, 32))
+    ts = L.p.tile_size
+    seen, real = {}, rs.estimate
+
+    def spy(*a, schemes, workload, **k):
+        for s in schemes:
+            seen[s] = workload
+        return real(*a, schemes=schemes, workload=workload, **k)
+
+    monkeypatch.setattr(rs, "estimate", spy)
+    rs.predict_cycles(L, list(SCHEMES))
+    inst_expert = np.concatenate([np.nonzero(L.placement == g)[0] for g in range(L.G)])   # instance -> expert
+    shared = lambda wl: int(np.sum(-(-wl.inst_rows // ts)))      # tiles with local and remote rows together
+    for scheme in SCHEMES:
+        wl = seen[rs.ESTIMATOR_SCHEME.get(scheme, scheme)]
+        for g in range(L.G):
+            rtl = collections.Counter(e for e, _ in L.local_tiles(g, scheme))
+            lo = L.local_expert_range(g)[0]
+            for e, n in enumerate(L.tracked_counts(g, scheme)):
+                rtl[lo + e] += -(-n // ts)
+            row = wl.tile_inst[g][wl.tile_inst[g] >= 0]
+            assert collections.Counter(inst_expert[row].tolist()) == +rtl, (scheme, g)
+            local = sum(len(toks) for _, toks in L.local_tiles(g, scheme))
+            assert wl.tile_rows[g][wl.tile_ready_p[g] == 0].sum() == local, (scheme, g)
+    assert (seen["dysharp"].tile_inst >= 0).sum() > shared(seen["dysharp"])     # the layer has local tiles
+    assert (seen["nvls"].tile_inst >= 0).sum() == shared(seen["nvls"])
+    seen.clear()
+    rs.full_size(L, ["dysharp"])
+    assert (seen["dysharp"].tile_inst >= 0).sum() == shared(seen["dysharp"])
+
+
 def test_push_combine_on_the_switch_buffers():
     """deepep's combine pushes on the switch's finite buffers (rtl_scale.push_combine_cycles): with unbounded
     buffers the model gives the busiest link's flits, the estimator's bulk term; with the RTL's, rows of one
@@ -118,13 +162,13 @@ def test_fused_push_on_the_switch_buffers():
     the closed loop of NIC order, tiles, GEMMs and releases): rows of one packet never fill an input, so the
     RTL's buffers and unbounded ones give the same time; DeepSeek-V3's real rows (464-flit dispatch rows,
     952-flit pushes) fill the inputs and stall the uplinks, 14,920 cycles over unbounded buffers, which the
-    prediction adds to the estimator's fused engine (69,427 cycles there, 84,347 with them; the RTL
+    prediction adds to the estimator's fused engine (69,738 cycles there, 84,658 with them; the RTL
     measures 83,080). The NIC's lookahead is the request generator's."""
     import inspect
     from hw.gpu_nic.packet_builder import PacketBuilder
     from sim_models.rtl_scale import NIC_LOOKAHEAD_PACKETS, fused_push_cycles, predict_cycles
     assert inspect.signature(PacketBuilder.__init__).parameters["cmd_depth"].default == NIC_LOOKAHEAD_PACKETS
-    for hidden, bounded, unbounded, total in ((128, 2_766, 2_766, 2_844), (7168, 80_082, 65_162, 84_347)):
+    for hidden, bounded, unbounded, total in ((128, 2_766, 2_766, 2_771), (7168, 80_082, 65_162, 84_658)):
         L = build_layer(model="deepseek-v3", gpus=4, tokens=16, hidden=hidden, seed=1, gemm_cycles=(64, 32))
         assert fused_push_cycles(L) == bounded
         assert fused_push_cycles(L, None) == unbounded

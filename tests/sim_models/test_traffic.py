@@ -8,7 +8,7 @@ from sim_models.pipeline import PipelineInputs, run_pipeline
 from sim_models.schedule import list_schedule
 from sim_models.scheduler import maxplus_scan
 from sim_models.traffic import SCHEMES, TokenDestinations, account, dispatch_row_bytes, payload_bytes
-from sim_models.workload import build_workload
+from sim_models.workload import build_workload, workload_from_routing
 
 # Wire sizes with 16-B flits and 256-B packet payloads (hw.packet.wire_flits): a 100-B payload is
 # 7 data flits + 1 header = 128 B; 200 B is 13 + 1 = 224 B; a request is the header only, 16 B; an
@@ -171,6 +171,45 @@ def test_pipeline_core_exact_without_combine():
     # twice the bandwidth: dispatch halves
     r2 = run_pipeline(_inputs(up_rate=np.full(2, 200.0), dn_rate=np.full(2, 200.0)))
     assert r2.total == pytest.approx(r.total - 2.0)
+
+
+def test_pipeline_tile_of_progress_zero_is_ready_at_once():
+    """A tile of ready progress 0 (a GPU's own tokens in tiles apart: the workload's ``local_apart``) is ready at
+    time 0 and runs during the dispatch, ahead of the arriving rows' tile; with shared HBM as without."""
+    two = lambda a, b: np.array([[a, b]] * 2, dtype=float)
+    kw = dict(tile_ready_p=two(0, 4), tile_w1=two(1, 1), tile_w2=two(2, 2), tile_w2_tail=two(2, 2),
+              pair_start=np.array([[0, 0, 1], [1, 1, 2]]))
+    hbm = dict(tile_c1=two(1, 1), tile_m1=two(0, 0), tile_c2=two(2, 2), tile_m2=two(0, 0), tile_c2_tail=two(2, 2))
+    for extra in ({}, hbm):
+        r = run_pipeline(_inputs(**kw, **extra))
+        assert r.ready.ravel().tolist() == pytest.approx([0.0, 4.5] * 2)
+        assert r.gemm2_end.ravel().tolist() == pytest.approx([3.0, 7.5] * 2)
+        assert r.total == pytest.approx(0.1 + 7.5 + 0.25)
+
+
+def test_workload_local_apart():
+    """``local_apart``: an instance's rows of its own GPU's tokens fill tiles of their own, in token order, ready
+    at progress 0 and first in the GPU's run order; the arriving rows fill the others as without it."""
+    rng = np.random.default_rng(5)
+    ids = np.stack([rng.permutation(16)[:4] for _ in range(4 * 40)])
+    pl = rt.place_experts(16, 4)
+    m = workload_from_routing(ids, pl, 4, tile=8)
+    a = workload_from_routing(ids, pl, 4, tile=8, local_apart=True)
+    assert np.array_equal(a.inst_rows, m.inst_rows) and len(a.pair_token) == len(m.pair_token)
+    home = np.arange(len(ids)) // 40
+    for g in range(4):
+        va = a.tile_inst[g] >= 0
+        for e in np.nonzero(pl == g)[0]:
+            own = int(((ids == e) & (home == g)[:, None]).sum())
+            rest = int(((ids == e) & (home != g)[:, None]).sum())
+            i = a.tile_inst[g] == e
+            assert sorted(a.tile_rows[g][i & (a.tile_ready_p[g] == 0)].tolist()) == \
+                sorted([min(8, own - j) for j in range(0, own, 8)])
+            assert sorted(a.tile_rows[g][i & (a.tile_ready_p[g] > 0)].tolist()) == \
+                sorted([min(8, rest - j) for j in range(0, rest, 8)])
+        assert np.all(np.diff(a.tile_ready_p[g][va]) >= 0)
+    assert (a.tile_inst >= 0).sum() > (m.tile_inst >= 0).sum() == np.sum(-(-m.inst_rows // 8))
+    assert not (m.tile_ready_p == 0).any()
 
 
 def test_pipeline_core_combine_uses_links():
