@@ -1,0 +1,313 @@
+"""Formal harness of the switch's output allocation: who holds each output while a packet is read.
+
+The real blocks, one set per input, wired as in :class:`~hw.switch.input_unit.InputUnit` and
+:class:`~hw.switch.nvswitch.NVSwitch`: each input's :class:`~hw.switch.alloc_request.AllocRequest` (its
+request, the class and shortness of the request a grant answers), :class:`~hw.switch.grant_start.GrantStart`
+(what a grant starts) and :class:`~hw.switch.cell_reader.CellReader` (the transfer, its hold and release of
+its outputs), with ``req_stage`` its :class:`~hw.switch.request_stage.RequestStage`; the switch's
+:class:`~hw.switch.allocator.ISlipAllocator` (one iteration). The switch-level registers that
+``NVSwitch.elaborate`` keeps inline (no block of their own) are built here as it builds them, for speedup 1:
+the registered match, the output-busy flags (set by a held match, cleared the cycle after the holder's
+release), the read-ahead registers of short transfers (``granted_cd``, ``reads_now``), the egress room
+``space`` and the admission ``admit`` (room for a short transfer's flit beside those in flight).
+
+Free inputs stand for the rest of each input, under the contracts the store guarantees:
+
+* the packet store's queue state (``count``, ``older``, read-cycle counts, the mask-queue head, the packet
+  arriving, ``cut_ok``, the enqueue and the mask behind the mask-queue head, the error queue's ``err_rdy``)
+  is free: any request the store could make is allowed, so the properties hold whatever the store holds;
+* a short transfer (read-cycle count 1: a header-only unicast packet, ``AllocRequest`` asks for it short
+  only when it is not arriving) finds its cell written and marked last: the harness shows the reader
+  ``written`` and ``clast`` set while that transfer is active (the store's "every packet is read whole,
+  framing kept" and the pool's "written" bits, proven by ``switch_queues``); any other transfer's cells
+  are written and last when the free inputs say so (a held transfer may wait or run on);
+* each output queue's level is the flits written into it less those it sent, at most its depth, and it
+  sends one flit when the free ``o_ready`` says so (``switch_egress``'s "the output queue delivers every
+  flit written into it once, in order"); the crossbar writes each reader's flit into the outputs named by
+  its ``out_dests``, one cycle after the read.
+
+Properties, proven by k-induction with the invariant below:
+
+* **no output is read by two readers at once, and the crossbar never brings two flits to one output**;
+* **output-busy agrees with the holders**: an output is busy exactly while a held (not short) match to it
+  is starting or a reader holding it has not released it;
+* **the registered match and the read-ahead registers agree with the readers**: a match starts only on an
+  input whose reader is idle or ends its short transfer now; ``granted_cd`` is the outputs of the short
+  matches starting, ``reads_now`` those of the short transfers reading now, and a short transfer reads
+  its one cell in the cycle after its grant (so it never holds its output);
+* **no output queue overflows**: the flits in an output queue and those on their way to it never exceed
+  its depth (the room ``switch_egress`` assumes of the crossbar).
+
+The invariant: per output, no two matches at once, a match beside another input's reader only when that
+reader's short transfer reads now; an input's match and its shortness (``short_d``, ``cd_d`` of
+``AllocRequest``: one output when short, and equal at speedup 1) and its reader's short transfer (not an
+error response, one output); with ``req_stage``, a request on its way (``RequestStage``'s register) only
+from an input with no match and an idle reader, and the class the allocator sees the one the input keeps;
+per output, with a short transfer pending (granted or reading) the queue's level, the flit on its way and
+the pending short flits leave room for one more.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In
+
+from hw.switch.alloc_request import REQ_UC, AllocRequest
+from hw.switch.allocator import ISlipAllocator
+from hw.switch.cell_reader import CellReader
+from hw.switch.grant_start import GrantStart
+from hw.switch.request_stage import RequestStage
+
+from .observe import driven, elaborate_now
+from .runner import Properties
+from .switch_queues import _Conj
+
+__all__ = ["SwitchAllocHarness", "ONE", "BUSY", "AHEAD", "ROOM"]
+
+FLIT_WIDTH = 128
+ONE = "no output is read by two readers at once; the crossbar brings one flit per output"
+BUSY = "output-busy agrees with the holders"
+AHEAD = "the registered match and the read-ahead registers agree with the readers"
+ROOM = "no output queue overflows"
+
+
+def _at_most_one(bits):
+    bits = list(bits)
+    return Cat(bits[a] & bits[b] for a in range(len(bits)) for b in range(a + 1, len(bits))).any() == 0 \
+        if len(bits) > 1 else Const(1)
+
+
+class SwitchAllocHarness(wiring.Component):
+    """``ports`` inputs and outputs (every input sends), ``n_cells`` cells per input (the widths of the cell
+    indices), output queues of ``egress_depth`` flits, speedup 1, VOQ mode; ``req_stage`` registers the
+    requests (then no transfer is short and every output is admitted). ``allocator``/``reader``/``request``
+    (factories, ``port -> block`` for the per-input ones) replace the real blocks (mutants); ``glue`` names a
+    broken switch-level register (mutants: ``"busy_kept"``, the busy flag never cleared; ``"busy_dropped"``,
+    a held match does not set it; ``"admit_blind"``, a short transfer admitted without the room of those in
+    flight). ``invariant=False`` states the properties alone, ``only`` some of them (``"one"``, ``"busy"``,
+    ``"ahead"``, ``"room"``)."""
+
+    #: Proof and covers on yices; the design flattened and optimised (the flit datapath is unobserved).
+    formal_options = {"engine": "smtbmc yices", "script_extra": "flatten\nopt -full"}
+
+    def __init__(self, *, ports: int = 3, n_cells: int = 3, egress_depth: int = 4, req_stage: bool = False,
+                 allocator=None, reader=None, request=None, glue: str | None = None, invariant: bool = True,
+                 only=("one", "busy", "ahead", "room")):
+        if glue not in (None, "busy_kept", "busy_dropped", "admit_blind"):
+            raise ValueError(f"unknown glue mutant {glue!r}")
+        self.ports, self.n_cells, self.depth, self.req_stage = ports, n_cells, egress_depth, req_stage
+        self.glue, self.invariant, self.only = glue, invariant, only
+        N, C = ports, n_cells
+        self.short = not req_stage          # InputUnit: counted (here short) transfers need grant_delay 1
+        gd = 2 if req_stage else 1
+        self.alloc = allocator(N) if allocator is not None else ISlipAllocator(N, 1)
+        self.requests = [request(i) if request is not None else
+                         AllocRequest(ports=N, n_uc=N, n_cells=C, port=i, grant_delay=gd, short=self.short,
+                                      max_rc=1) for i in range(N)]
+        self.starts = [GrantStart(ports=N, n_uc=N, n_cells=C) for _ in range(N)]
+        self.readers = [reader(i) if reader is not None else
+                        CellReader(ports=N, n_cells=C, flit_width=FLIT_WIDTH, lanes=1) for i in range(N)]
+        self.stages = [RequestStage(ports=N) for _ in range(N)] if req_stage else []
+        self.props = Properties()
+        n_q = N + 1
+        cell = range(C)
+        super().__init__({
+            # per input: the packet store's state as the request sees it
+            "count": In(range(C + 1)).array(n_q).array(N),
+            "older": In(N).array(N),
+            "head_rc": In(range(2)).array(n_q).array(N),
+            "next_rc": In(range(2)).array(n_q).array(N),
+            "grant_rc": In(range(2)).array(N),
+            "mq_head": In(cell).array(N),
+            "in_pkt": In(1).array(N),
+            "cur_q": In(range(n_q)).array(N),
+            "cur_hdr": In(cell).array(N),
+            "cut_ok": In(1).array(N),
+            "err_rdy": In(1).array(N),
+            # per input: the queues' side of a grant
+            "enq": In(1).array(N),
+            "enq_q": In(range(n_q)).array(N),
+            "enq_mask": In(N).array(N),
+            "next_mask": In(N).array(N),
+            "head": In(cell).array(N),
+            # per input: the cells the reader sees
+            "written": In(C).array(N),
+            "clast": In(C).array(N),
+            "cnext": In(cell).array(N),
+            # per output: the output queue sends a flit
+            "o_ready": In(N),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        N, D, MQ = self.ports, self.depth, self.ports
+        al = self.alloc
+        m.submodules.alloc = al
+        rqs, gss, rds = self.requests, self.starts, self.readers
+
+        # ------------------------------------------------------------ the blocks and their hidden state
+        short_d, cd_d, rd_err, rd_cell, rd_hot = [], [], [], [], []
+        for i in range(N):
+            rm = elaborate_now(rqs[i], platform)
+            short_d.append(driven(rm, "short_d") if self.short else Const(0, N))
+            cd_d.append(driven(rm, "cd_d") if self.short else Const(0, N))
+            dm = elaborate_now(rds[i], platform)
+            rd_err.append(driven(dm, "rd_err"))
+            rd_cell.append(driven(dm, "rd_cell"))
+            rd_hot.append(driven(dm, "lane0_hot"))
+
+        # ------------------------------------------------------------ the inputs
+        match = [Signal(N, name=f"match{i}") for i in range(N)]
+        m.d.sync += [match[i].eq(al.accept[i]) for i in range(N)]
+        space = Signal(N)
+        C = self.n_cells
+        ones = Const((1 << C) - 1, C)
+
+        def valid_cell(c):       # the store names cells that exist
+            return Mux(c < C, c, 0)
+        for i in range(N):
+            rq, gs, rd = rqs[i], gss[i], rds[i]
+            m.submodules[f"request{i}"], m.submodules[f"start{i}"], m.submodules[f"reader{i}"] = rq, gs, rd
+            for q in range(N + 1):
+                m.d.comb += [rq.count[q].eq(self.count[i][q]), rq.head_rc[q].eq(self.head_rc[i][q]),
+                             rq.next_rc[q].eq(self.next_rc[i][q])]
+            m.d.comb += [
+                rq.older.eq(self.older[i]), rq.mq_head.eq(self.mq_head[i]), rq.in_pkt.eq(self.in_pkt[i]),
+                rq.cur_q.eq(self.cur_q[i]), rq.cur_hdr.eq(self.cur_hdr[i]), rq.cut_ok.eq(self.cut_ok[i]),
+                rq.mc_res.eq(gs.mc_res), rq.mc_pend.eq(gs.mc_pend), rq.err_rdy.eq(self.err_rdy[i]),
+                rq.rd_active.eq(rd.active), rq.rd_dests.eq(rd.dests), rq.grant.eq(match[i]),
+                rq.grant_rc.eq(self.grant_rc[i]),
+                gs.grant.eq(match[i]), gs.grant_class.eq(rq.grant_class), gs.enq.eq(self.enq[i]),
+                gs.enq_q.eq(self.enq_q[i]), gs.enq_mask.eq(self.enq_mask[i]), gs.mq_count.eq(self.count[i][MQ]),
+                gs.next_mask.eq(self.next_mask[i]), gs.head.eq(valid_cell(self.head[i])),
+                rd.space.eq(space), rd.port.eq(i), rd.cnext_data[0].eq(valid_cell(self.cnext[i])),
+            ]
+            wiring.connect(m, gs.start, rd.start)
+            # A short transfer's one cell is written and last (the store's contract); other cells as the
+            # free inputs say.
+            short_now = rd.active & rq.cur_cd
+            m.d.comb += [rd.written.eq(Mux(short_now, ones, self.written[i])),
+                         rd.clast.eq(Mux(short_now, ones, self.clast[i]))]
+            if self.req_stage:
+                rs = self.stages[i]
+                m.submodules[f"stage{i}"] = rs
+                m.d.comb += [rs.req.eq(rq.req), rs.req_class.eq(rq.req_class), rs.accept.eq(al.accept[i]),
+                             al.req[i].eq(rs.alloc_req), al.req_class[i].eq(rs.alloc_class)]
+            else:
+                m.d.comb += [al.req[i].eq(rq.req), al.req_class[i].eq(rq.req_class)]
+
+        # ------------------------------------------------------------ output ownership (as NVSwitch)
+        def orr(vals):
+            vals = list(vals)
+            acc = vals[0]
+            for v in vals[1:]:
+                acc = acc | v
+            return acc
+
+        in_release = [Mux(rds[i].release & ~rqs[i].cur_cd, rds[i].dests, 0) | rqs[i].release for i in range(N)]
+        release = Signal(N)
+        m.d.comb += release.eq(orr(in_release))
+        out_busy = Signal(N)
+        admit = Signal(N)
+        m.d.comb += al.out_free.eq(~out_busy & admit)
+        newly = orr([al.accept[i] & ~rqs[i].req_short for i in range(N)])
+        granted_cd = Signal(N)
+        m.d.sync += granted_cd.eq(orr([al.accept[i] & rqs[i].req_cd for i in range(N)]))
+        reads_next, reads_now = Signal(N), Signal(N)
+        m.d.comb += reads_next.eq(granted_cd | orr([rq.reads_next for rq in rqs]))
+        if self.glue == "busy_kept":
+            m.d.sync += out_busy.eq(out_busy | newly)
+        elif self.glue == "busy_dropped":
+            m.d.sync += out_busy.eq(out_busy & ~release)
+        else:
+            m.d.sync += out_busy.eq((out_busy & ~release) | newly)
+        m.d.sync += reads_now.eq(reads_next)
+
+        # ------------------------------------------------------------ the crossbar and the output queues
+        level = [Signal(range(D + 1), name=f"level{j}") for j in range(N)]
+        n_in = [Signal(range(N + 1), name=f"n_in{j}") for j in range(N)]
+        for j in range(N):
+            m.d.comb += n_in[j].eq(sum(rds[i].out_valid[0] & rds[i].out_dests[j] for i in range(N)))
+            pop = self.o_ready[j] & (level[j] != 0)
+            m.d.sync += level[j].eq(level[j] + n_in[j] - pop)
+            m.d.comb += space[j].eq(level[j] + n_in[j] + 1 <= D)
+            coming = 0 if self.glue == "admit_blind" else reads_now[j] + reads_next[j]
+            if self.req_stage:
+                m.d.comb += admit[j].eq(1)
+            else:
+                m.d.comb += admit[j].eq(level[j] + n_in[j] + coming + 1 <= D)
+
+        # ------------------------------------------------------------ properties and their invariant
+        act = [rds[i].active for i in range(N)]
+        dst = [rds[i].dests for i in range(N)]
+        cd = [rqs[i].cur_cd for i in range(N)]
+        gsh = [rqs[i].grant_short for i in range(N)]
+
+        def onehot(v):
+            return (v != 0) & ((v & (v - 1)) == 0)
+
+        one_ok = _Conj(m, "one")
+        busy_ok = _Conj(m, "busy")
+        ahead_ok = _Conj(m, "ahead")
+        room_ok = _Conj(m, "room")
+        for j in range(N):
+            one_ok &= _at_most_one(act[i] & dst[i][j] for i in range(N))
+            one_ok &= n_in[j] <= 1
+            busy_ok &= out_busy[j] == orr([(match[i][j] & ~gsh[i]) | (act[i] & ~cd[i] & dst[i][j])
+                                           for i in range(N)])
+            if self.short:
+                ahead_ok &= granted_cd[j] == orr([match[i][j] & short_d[i][j] for i in range(N)])
+                ahead_ok &= reads_now[j] == orr([act[i] & cd[i] & dst[i][j] for i in range(N)])
+            room_ok &= level[j] + n_in[j] <= D
+        for i in range(N):
+            ahead_ok &= (match[i] == 0) | ~act[i] | (cd[i] & rds[i].release)
+            ahead_ok &= ~(act[i] & cd[i]) | rds[i].release
+
+        inv = _Conj(m, "inv")
+        if self.invariant:
+            for j in range(N):
+                inv.tag = f"_o{j}"
+                inv &= _at_most_one(match[i][j] for i in range(N))
+                for i in range(N):
+                    for k in range(N):
+                        if k != i:
+                            inv &= ~(match[i][j] & act[k] & dst[k][j]) | (cd[k] & rds[k].release)
+                inv &= level[j] + n_in[j] + reads_now[j] + granted_cd[j] <= D
+            for i in range(N):
+                inv.tag = f"_i{i}"
+                inv &= ((match[i] & short_d[i]) == 0) | onehot(match[i])
+                inv &= cd_d[i] == short_d[i]
+                inv &= (short_d[i] == 0) | (rqs[i].grant_class == REQ_UC)
+                inv &= ~(act[i] & cd[i]) | (~rd_err[i] & onehot(dst[i]))
+                inv &= (rd_cell[i] < C) & (rd_hot[i] == (Const(1, C) << rd_cell[i])[:C])
+                if self.req_stage:
+                    inv &= (self.stages[i].alloc_req == 0) | ((match[i] == 0) & ~act[i])
+            inv.tag = ""
+
+        # Covers.
+        held_now = sum(act[i] & ~cd[i] for i in range(N))
+        two_held = Signal()         # two readers have held an output each at once
+        m.d.sync += two_held.eq(two_held | (held_now >= 2))
+        rel_d = [Signal(N, name=f"rel_d{i}") for i in range(N)]
+        m.d.sync += [rel_d[i].eq(in_release[i]) for i in range(N)]
+        # An output released by one input's reader is matched to another input in the next cycle.
+        handover = Cat((al.accept[i] & orr([rel_d[k] for k in range(N) if k != i])) != 0
+                       for i in range(N)).any()
+        handed = Signal()
+        m.d.sync += handed.eq(handed | handover)
+        back_to_back = Cat((match[i] != 0) & act[i] & cd[i] for i in range(N)).any()
+
+        # With the invariant, each property is proven together with the others (they rest on one another);
+        # without it (a mutant's bounded check) each is stated alone.
+        every = Cat(one_ok.all(), busy_ok.all(), ahead_ok.all(), room_ok.all(), inv.all()).all() \
+            if self.invariant else Const(1)
+        p, only = self.props, self.only
+        if "one" in only:
+            p.check(m, ONE, one_ok.all() & every, two_held & handed & (sum(n_in) >= 2))
+        if "busy" in only:
+            p.check(m, BUSY, busy_ok.all() & every, handover & (release != 0))
+        if "ahead" in only:
+            p.check(m, AHEAD, ahead_ok.all() & every,
+                    back_to_back if self.short else handed & (sum(match[i] != 0 for i in range(N)) >= 2))
+        if "room" in only:
+            p.check(m, ROOM, room_ok.all() & every, Cat(level[j] + n_in[j] == D for j in range(N)).any())
+        return m
