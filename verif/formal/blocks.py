@@ -49,8 +49,8 @@ BLOCKS = {
                       lambda: SwitchEgressHarness(lanes=2), 2, 10),
     "switch_queues": ("NVSwitch input's packet store by k-induction: cell pool (4 cells), packet queues (2 VOQs + mask queue, lap margin 28: near_lap at 2 arrivals), max_payload 1; any writes within credits and the lap contract, any dequeues and reads",
                       lambda: SwitchQueuesHarness(n_cells=4, n_uc=2, lap_margin=28), 2, 12),
-    "switch_alloc": ("NVSwitch output allocation by k-induction: 3 inputs' requests, grant starts and readers, the iSLIP allocator, output-busy, match and read-ahead registers (speedup 1, 3 cells, 4-flit output queues); any packet-store state within its contract",
-                     lambda: SwitchAllocHarness(ports=3), 2, 14),
+    "switch_alloc": ("NVSwitch output allocation and multicast service by k-induction: 4 inputs' requests, grant starts and readers, the iSLIP allocator, output-busy, match and read-ahead registers (speedup 1, 5 cells, 4-flit output queues); any packet-store state within its contract",
+                     lambda: SwitchAllocHarness(ports=4, n_cells=5), 2, 14),
     "switch_alloc_req_stage": ("as switch_alloc, with registered requests (RequestStage; no short transfers)",
-                               lambda: SwitchAllocHarness(ports=3, req_stage=True), 2, 14),
+                               lambda: SwitchAllocHarness(ports=4, n_cells=5, req_stage=True), 2, 14),
 }

@@ -1,30 +1,37 @@
-"""Formal harness of the switch's output allocation: who holds each output while a packet is read.
+"""Formal harness of the switch's output allocation: who holds each output while a packet is read, and how a
+multicast packet is served.
 
 The real blocks, one set per input, wired as in :class:`~hw.switch.input_unit.InputUnit` and
 :class:`~hw.switch.nvswitch.NVSwitch`: each input's :class:`~hw.switch.alloc_request.AllocRequest` (its
 request, the class and shortness of the request a grant answers), :class:`~hw.switch.grant_start.GrantStart`
-(what a grant starts) and :class:`~hw.switch.cell_reader.CellReader` (the transfer, its hold and release of
+(what a grant starts; the mask-queue head's remaining destinations and the per-output counts of pending
+multicast packets) and :class:`~hw.switch.cell_reader.CellReader` (the transfer, its hold and release of
 its outputs), with ``req_stage`` its :class:`~hw.switch.request_stage.RequestStage`; the switch's
 :class:`~hw.switch.allocator.ISlipAllocator` (one iteration). The switch-level registers that
-``NVSwitch.elaborate`` keeps inline (no block of their own) are built here as it builds them, for speedup 1:
-the registered match, the output-busy flags (set by a held match, cleared the cycle after the holder's
-release), the read-ahead registers of short transfers (``granted_cd``, ``reads_now``), the egress room
-``space`` and the admission ``admit`` (room for a short transfer's flit beside those in flight).
+``NVSwitch.elaborate`` keeps inline (no block of their own) are built here as it builds them, for speedup 1
+in VOQ mode: the registered match, the output-busy flags (set by a held match, cleared the cycle after the
+holder's release), the read-ahead registers of short transfers (``granted_cd``, ``reads_now``), the egress
+room ``space`` and the admission ``admit`` (room for a short transfer's flit beside those in flight).
 
 Free inputs stand for the rest of each input, under the contracts the store guarantees:
 
-* the packet store's queue state (``count``, ``older``, read-cycle counts, the mask-queue head, the packet
-  arriving, ``cut_ok``, the enqueue and the mask behind the mask-queue head, the error queue's ``err_rdy``)
-  is free: any request the store could make is allowed, so the properties hold whatever the store holds;
-* a short transfer (read-cycle count 1: a header-only unicast packet, ``AllocRequest`` asks for it short
-  only when it is not arriving) finds its cell written and marked last: the harness shows the reader
+* the VOQs' state as the request sees it (``count``, ``older``, read-cycle counts, the mask-queue head's
+  cell, the packet arriving, ``cut_ok``, the error queue's ``err_rdy``) is free: any request the store
+  could make is allowed;
+* the mask queue is kept here as the store keeps it (``switch_queues``: every packet read whole, in order
+  per queue): its length and its packets' destination masks, from its head on; the ingress queues a mask
+  packet only with a destination (a zero mask is refused at the header) and within the cells; it leaves
+  on ``GrantStart``'s dequeue. Its length and the mask behind its head are what the blocks see;
+* a short transfer (read-cycle count 1: a header-only unicast packet, which ``AllocRequest`` asks for short
+  only once it is not arriving) finds its cell written and marked last: the harness shows the reader
   ``written`` and ``clast`` set while that transfer is active (the store's "every packet is read whole,
-  framing kept" and the pool's "written" bits, proven by ``switch_queues``); any other transfer's cells
-  are written and last when the free inputs say so (a held transfer may wait or run on);
+  framing kept" and the pool's written cells, proven by ``switch_queues``); any other transfer's cells
+  are written and last when the free inputs say so (a held transfer may wait or run on); cell indices
+  name cells that exist;
 * each output queue's level is the flits written into it less those it sent, at most its depth, and it
-  sends one flit when the free ``o_ready`` says so (``switch_egress``'s "the output queue delivers every
-  flit written into it once, in order"); the crossbar writes each reader's flit into the outputs named by
-  its ``out_dests``, one cycle after the read.
+  sends one flit when the free ``o_ready`` says so (``switch_egress``: the output queue delivers every flit
+  written into it once, in order); the crossbar writes each reader's flit into the outputs its
+  ``out_dests`` names, one cycle after the read.
 
 Properties, proven by k-induction with the invariant below:
 
@@ -36,22 +43,33 @@ Properties, proven by k-induction with the invariant below:
   matches starting, ``reads_now`` those of the short transfers reading now, and a short transfer reads
   its one cell in the cycle after its grant (so it never holds its output);
 * **no output queue overflows**: the flits in an output queue and those on their way to it never exceed
-  its depth (the room ``switch_egress`` assumes of the crossbar).
+  its depth (the room ``switch_egress`` assumes of the crossbar);
+* **a multicast is served once per destination**: while the mask queue holds a packet, ``GrantStart``'s
+  remaining destinations are its head's mask less the outputs granted to it so far; a multicast grant
+  goes only to remaining destinations; the head is dequeued exactly on the round that serves its last;
+* **the per-output counts of pending multicast packets match the mask queue**: ``GrantStart``'s count for
+  output j is the number of queued mask packets that still have to go to j (the head's remaining
+  destinations, the others' masks);
+* **the reader's transfer is its grant's**: its outputs are the grant, it is an error response exactly
+  when the grant answered one, and it frees the packet's cells exactly on the packet's last pass (a
+  unicast packet's, a multicast's last round).
 
 The invariant: per output, no two matches at once, a match beside another input's reader only when that
-reader's short transfer reads now; an input's match and its shortness (``short_d``, ``cd_d`` of
-``AllocRequest``: one output when short, and equal at speedup 1) and its reader's short transfer (not an
-error response, one output); with ``req_stage``, a request on its way (``RequestStage``'s register) only
-from an input with no match and an idle reader, and the class the allocator sees the one the input keeps;
-per output, with a short transfer pending (granted or reading) the queue's level, the flit on its way and
-the pending short flits leave room for one more.
+reader's short transfer reads now, and the output queue's level, the flit on its way and the pending short
+flits within its depth; per input, a short match is to one output and answers a unicast request
+(``short_d``, ``cd_d`` of ``AllocRequest``: equal at speedup 1), the short transfer's reader is not an
+error response and holds one output, the reader's cell and its one-hot agree, the class the allocator
+answered is the one the input kept; with ``req_stage`` a request on its way (``RequestStage``'s register)
+only from an input with no match and an idle reader, and a multicast one only to remaining destinations;
+the mask queue within the cells, every queued mask non-zero, the head's served outputs within its mask
+(none while the queue is empty) and at least one destination left.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
-from hw.switch.alloc_request import REQ_UC, AllocRequest
+from hw.switch.alloc_request import REQ_ERR, REQ_UC, AllocRequest
 from hw.switch.allocator import ISlipAllocator
 from hw.switch.cell_reader import CellReader
 from hw.switch.grant_start import GrantStart
@@ -61,13 +79,16 @@ from .observe import driven, elaborate_now
 from .runner import Properties
 from .switch_queues import _Conj
 
-__all__ = ["SwitchAllocHarness", "ONE", "BUSY", "AHEAD", "ROOM"]
+__all__ = ["SwitchAllocHarness", "ONE", "BUSY", "AHEAD", "ROOM", "MC", "PEND", "PASS"]
 
 FLIT_WIDTH = 128
 ONE = "no output is read by two readers at once; the crossbar brings one flit per output"
 BUSY = "output-busy agrees with the holders"
 AHEAD = "the registered match and the read-ahead registers agree with the readers"
 ROOM = "no output queue overflows"
+MC = "a multicast is served once per destination: grants only to its remaining destinations, dequeued on its last round"
+PEND = "the per-output counts of pending multicast packets match the mask queue"
+PASS = "the reader's transfer is its grant's: its outputs, and its cells freed only on the packet's last pass"
 
 
 def _at_most_one(bits):
@@ -90,8 +111,8 @@ class SwitchAllocHarness(wiring.Component):
     formal_options = {"engine": "smtbmc yices", "script_extra": "flatten\nopt -full"}
 
     def __init__(self, *, ports: int = 3, n_cells: int = 3, egress_depth: int = 4, req_stage: bool = False,
-                 allocator=None, reader=None, request=None, glue: str | None = None, invariant: bool = True,
-                 only=("one", "busy", "ahead", "room")):
+                 allocator=None, reader=None, request=None, start=None, glue: str | None = None, invariant: bool = True,
+                 only=("one", "busy", "ahead", "room", "mc", "pend", "pass")):
         if glue not in (None, "busy_kept", "busy_dropped", "admit_blind"):
             raise ValueError(f"unknown glue mutant {glue!r}")
         self.ports, self.n_cells, self.depth, self.req_stage = ports, n_cells, egress_depth, req_stage
@@ -103,7 +124,7 @@ class SwitchAllocHarness(wiring.Component):
         self.requests = [request(i) if request is not None else
                          AllocRequest(ports=N, n_uc=N, n_cells=C, port=i, grant_delay=gd, short=self.short,
                                       max_rc=1) for i in range(N)]
-        self.starts = [GrantStart(ports=N, n_uc=N, n_cells=C) for _ in range(N)]
+        self.starts = [start(i) if start is not None else GrantStart(ports=N, n_uc=N, n_cells=C) for i in range(N)]
         self.readers = [reader(i) if reader is not None else
                         CellReader(ports=N, n_cells=C, flit_width=FLIT_WIDTH, lanes=1) for i in range(N)]
         self.stages = [RequestStage(ports=N) for _ in range(N)] if req_stage else []
@@ -112,7 +133,7 @@ class SwitchAllocHarness(wiring.Component):
         cell = range(C)
         super().__init__({
             # per input: the packet store's state as the request sees it
-            "count": In(range(C + 1)).array(n_q).array(N),
+            "count": In(range(C + 1)).array(N).array(N),
             "older": In(N).array(N),
             "head_rc": In(range(2)).array(n_q).array(N),
             "next_rc": In(range(2)).array(n_q).array(N),
@@ -127,7 +148,6 @@ class SwitchAllocHarness(wiring.Component):
             "enq": In(1).array(N),
             "enq_q": In(range(n_q)).array(N),
             "enq_mask": In(N).array(N),
-            "next_mask": In(N).array(N),
             "head": In(cell).array(N),
             # per input: the cells the reader sees
             "written": In(C).array(N),
@@ -145,15 +165,18 @@ class SwitchAllocHarness(wiring.Component):
         rqs, gss, rds = self.requests, self.starts, self.readers
 
         # ------------------------------------------------------------ the blocks and their hidden state
-        short_d, cd_d, rd_err, rd_cell, rd_hot = [], [], [], [], []
+        short_d, cd_d, rd_err, rd_cell, rd_hot, rd_free, mc_cnt = [], [], [], [], [], [], []
         for i in range(N):
-            rm = elaborate_now(rqs[i], platform)
+            rm = rqs[i]._formal_m = elaborate_now(rqs[i], platform)
             short_d.append(driven(rm, "short_d") if self.short else Const(0, N))
             cd_d.append(driven(rm, "cd_d") if self.short else Const(0, N))
             dm = elaborate_now(rds[i], platform)
             rd_err.append(driven(dm, "rd_err"))
             rd_cell.append(driven(dm, "rd_cell"))
             rd_hot.append(driven(dm, "lane0_hot"))
+            rd_free.append(driven(dm, "rd_free"))
+            gm = elaborate_now(gss[i], platform)
+            mc_cnt.append([driven(gm, f"mc_pend{j}") for j in range(N)])
 
         # ------------------------------------------------------------ the inputs
         match = [Signal(N, name=f"match{i}") for i in range(N)]
@@ -164,21 +187,40 @@ class SwitchAllocHarness(wiring.Component):
 
         def valid_cell(c):       # the store names cells that exist
             return Mux(c < C, c, 0)
+        # The mask queue of each input, as the store keeps it (switch_queues: every packet read whole, in order per
+        # queue): its packets' destination masks from its head (position 0) on.
+        mq_n = [Signal(range(C + 1), name=f"mq_n{i}") for i in range(N)]
+        mq_mask = [[Signal(N, name=f"mq_mask{i}_{k}") for k in range(C)] for i in range(N)]
+        e_mq = [Signal(name=f"e_mq{i}") for i in range(N)]
         for i in range(N):
             rq, gs, rd = rqs[i], gss[i], rds[i]
             m.submodules[f"request{i}"], m.submodules[f"start{i}"], m.submodules[f"reader{i}"] = rq, gs, rd
+            for q in range(N):
+                m.d.comb += rq.count[q].eq(self.count[i][q])
+            m.d.comb += rq.count[MQ].eq(mq_n[i])
             for q in range(N + 1):
-                m.d.comb += [rq.count[q].eq(self.count[i][q]), rq.head_rc[q].eq(self.head_rc[i][q]),
-                             rq.next_rc[q].eq(self.next_rc[i][q])]
+                m.d.comb += [rq.head_rc[q].eq(self.head_rc[i][q]), rq.next_rc[q].eq(self.next_rc[i][q])]
+            # The ingress queues a mask packet with a destination (a zero mask is refused) and within the cells.
+            enq = self.enq[i] & ((self.enq_q[i] != MQ) | ((self.enq_mask[i] != 0) & (mq_n[i] < C)))
+            m.d.comb += e_mq[i].eq(enq & (self.enq_q[i] == MQ))
+            pop = gs.deq[MQ]
+            m.d.sync += mq_n[i].eq(mq_n[i] + e_mq[i] - pop)
+            for k in range(C):
+                # after the pop (if any), the packet enqueued goes to the first free position
+                shifted = Mux(pop, mq_mask[i][k + 1] if k + 1 < C else 0, mq_mask[i][k])
+                with m.If(e_mq[i] & ((mq_n[i] - pop) == k)):
+                    m.d.sync += mq_mask[i][k].eq(self.enq_mask[i])
+                with m.Else():
+                    m.d.sync += mq_mask[i][k].eq(shifted)
             m.d.comb += [
                 rq.older.eq(self.older[i]), rq.mq_head.eq(self.mq_head[i]), rq.in_pkt.eq(self.in_pkt[i]),
                 rq.cur_q.eq(self.cur_q[i]), rq.cur_hdr.eq(self.cur_hdr[i]), rq.cut_ok.eq(self.cut_ok[i]),
                 rq.mc_res.eq(gs.mc_res), rq.mc_pend.eq(gs.mc_pend), rq.err_rdy.eq(self.err_rdy[i]),
                 rq.rd_active.eq(rd.active), rq.rd_dests.eq(rd.dests), rq.grant.eq(match[i]),
                 rq.grant_rc.eq(self.grant_rc[i]),
-                gs.grant.eq(match[i]), gs.grant_class.eq(rq.grant_class), gs.enq.eq(self.enq[i]),
-                gs.enq_q.eq(self.enq_q[i]), gs.enq_mask.eq(self.enq_mask[i]), gs.mq_count.eq(self.count[i][MQ]),
-                gs.next_mask.eq(self.next_mask[i]), gs.head.eq(valid_cell(self.head[i])),
+                gs.grant.eq(match[i]), gs.grant_class.eq(rq.grant_class), gs.enq.eq(enq),
+                gs.enq_q.eq(self.enq_q[i]), gs.enq_mask.eq(self.enq_mask[i]), gs.mq_count.eq(mq_n[i]),
+                gs.next_mask.eq(mq_mask[i][1] if C > 1 else 0), gs.head.eq(valid_cell(self.head[i])),
                 rd.space.eq(space), rd.port.eq(i), rd.cnext_data[0].eq(valid_cell(self.cnext[i])),
             ]
             wiring.connect(m, gs.start, rd.start)
@@ -283,6 +325,72 @@ class SwitchAllocHarness(wiring.Component):
                     inv &= (self.stages[i].alloc_req == 0) | ((match[i] == 0) & ~act[i])
             inv.tag = ""
 
+        # ------------------------------------------------------------ multicast: the spec of the mask-queue head
+        # ``served``: the outputs the mask-queue head has been granted so far (its destinations left: its mask
+        # less those); ``acc_cls``: the class of the request the allocator answered, as it saw it.
+        mc_ok = _Conj(m, "mc")
+        pend_ok = _Conj(m, "pend")
+        pass_ok = _Conj(m, "pass")
+        partial_done = Signal()     # a head was granted a round that was not its last
+        two_pending = Signal()
+        last_after_partial = Signal()     # a head left on a round after one that was not its last
+        lap_terms = []
+        partial_pass = Signal()
+        for i in range(N):
+            gs, rq, rd = gss[i], rqs[i], rds[i]
+            served = Signal(N, name=f"served{i}")
+            acc_cls = Signal(2, name=f"acc_cls{i}")
+            m.d.sync += acc_cls.eq(al.req_class[i])
+            head_mask = mq_mask[i][0]
+            rem = head_mask & ~served
+            granted = match[i] != 0
+            mask_grant = granted & acc_cls[0]
+            final = (rem & ~match[i]) == 0
+            pop = gs.deq[MQ]
+            with m.If(pop):
+                m.d.sync += served.eq(0)
+            with m.Elif(mask_grant):
+                m.d.sync += served.eq(served | match[i])
+            has = mq_n[i] != 0
+            # Each grant goes to destinations the head still has (each served once); the head leaves on the
+            # round that serves its last ones, and GrantStart's remaining destinations are the head's.
+            mc_ok &= ~has | (gs.mc_res == rem)
+            mc_ok &= ~mask_grant | (has & ((match[i] & ~rem) == 0))
+            mc_ok &= pop == (mask_grant & final)
+            # The per-output counts: the queued packets that still have to go there.
+            for j in range(N):
+                want = sum((mq_n[i] > k) & (rem[j] if k == 0 else mq_mask[i][k][j]) for k in range(C))
+                pend_ok &= mc_cnt[i][j] == want
+            # The reader's transfer is its grant's: its outputs; an error response or a packet; the packet's
+            # cells freed only on its last pass (a unicast packet's only one, a multicast's last round).
+            exp_dests = Signal(N, name=f"exp_dests{i}")
+            exp_err = Signal(name=f"exp_err{i}")
+            exp_free = Signal(name=f"exp_free{i}")
+            with m.If(granted):
+                m.d.sync += [exp_dests.eq(match[i]), exp_err.eq(acc_cls == REQ_ERR),
+                             exp_free.eq((acc_cls == REQ_UC) | (acc_cls[0] & final))]
+            pass_ok &= ~rd.active | ((rd.dests == exp_dests) & (rd_err[i] == exp_err) &
+                                     (exp_err | (rd_free[i] == exp_free)))
+            if self.invariant:
+                inv.tag = f"_m{i}"
+                inv &= mq_n[i] <= C
+                inv &= acc_cls == rq.grant_class
+                inv &= ~has | (rem != 0)
+                inv &= has | (served == 0)
+                inv &= (served & ~head_mask) == 0
+                for k in range(1, C):
+                    inv &= (mq_n[i] <= k) | (mq_mask[i][k] != 0)
+                if self.req_stage:
+                    st = self.stages[i]
+                    inv &= ~((st.alloc_req != 0) & st.alloc_class[0]) | (has & ((st.alloc_req & ~rem) == 0))
+                inv.tag = ""
+            m.d.sync += [partial_done.eq(partial_done | (mask_grant & ~final)),
+                         two_pending.eq(two_pending | Cat(mc_cnt[i][j] >= 2 for j in range(N)).any()),
+                         partial_pass.eq(partial_pass | (rd.active & ~rd_err[i] & ~rd_free[i]))]
+            lap_terms.append(pop & (served != 0))
+
+        m.d.comb += last_after_partial.eq(Cat(lap_terms).any())
+
         # Covers.
         held_now = sum(act[i] & ~cd[i] for i in range(N))
         two_held = Signal()         # two readers have held an output each at once
@@ -298,8 +406,8 @@ class SwitchAllocHarness(wiring.Component):
 
         # With the invariant, each property is proven together with the others (they rest on one another);
         # without it (a mutant's bounded check) each is stated alone.
-        every = Cat(one_ok.all(), busy_ok.all(), ahead_ok.all(), room_ok.all(), inv.all()).all() \
-            if self.invariant else Const(1)
+        every = Cat(one_ok.all(), busy_ok.all(), ahead_ok.all(), room_ok.all(), mc_ok.all(), pend_ok.all(),
+                    pass_ok.all(), inv.all()).all() if self.invariant else Const(1)
         p, only = self.props, self.only
         if "one" in only:
             p.check(m, ONE, one_ok.all() & every, two_held & handed & (sum(n_in) >= 2))
@@ -310,4 +418,10 @@ class SwitchAllocHarness(wiring.Component):
                     back_to_back if self.short else handed & (sum(match[i] != 0 for i in range(N)) >= 2))
         if "room" in only:
             p.check(m, ROOM, room_ok.all() & every, Cat(level[j] + n_in[j] == D for j in range(N)).any())
+        if "mc" in only:
+            p.check(m, MC, mc_ok.all() & every, last_after_partial & partial_done)
+        if "pend" in only:
+            p.check(m, PEND, pend_ok.all() & every, two_pending)
+        if "pass" in only:
+            p.check(m, PASS, pass_ok.all() & every, partial_pass & last_after_partial)
         return m

@@ -3,8 +3,9 @@ each input's request, grant start and reader with the iSLIP allocator and the sw
 match and read-ahead registers, proven by k-induction against the packet store's and the output queue's
 contracts (``verif/formal/switch_alloc.py``), each property with a reached ``Cover``; an allocator that
 grants a busy output, a reader that reports its release early or never, an input that asks while its
-reader holds an output, a busy flag never cleared or never set and an admission blind to the flits in
-flight must fail them, so the proof can fail."""
+reader holds an output, a busy flag never cleared or never set, an admission blind to the flits in
+flight, and a grant start that forgets a multicast's served outputs, does not count its grants or frees a
+multicast's cells on a partial round must fail them, so the proof can fail."""
 
 import pytest
 from amaranth.hdl import Signal
@@ -13,11 +14,12 @@ from dysharp.cli import main
 from hw.switch.alloc_request import AllocRequest
 from hw.switch.allocator import ISlipAllocator
 from hw.switch.cell_reader import CellReader
+from hw.switch.grant_start import GrantStart
 from verif.formal.observe import driven
 from verif.formal.runner import run_formal
-from verif.formal.switch_alloc import AHEAD, BUSY, ONE, ROOM, SwitchAllocHarness
+from verif.formal.switch_alloc import AHEAD, BUSY, MC, ONE, PASS, PEND, ROOM, SwitchAllocHarness
 
-PROPS = [ONE, BUSY, AHEAD, ROOM]
+PROPS = [ONE, BUSY, AHEAD, ROOM, MC, PEND, PASS]
 
 
 class BusyGrantingAllocator(ISlipAllocator):
@@ -72,42 +74,79 @@ class EagerRequest(AllocRequest):
             self.rd_active = real
 
 
+class ForgetfulStart(GrantStart):
+    """A broken grant start: a multicast round that is not the last leaves the head's remaining destinations
+    as they were, so the outputs it served are asked for again."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        with m.If(self.grant.any() & self.grant_class[0] & ~self.deq[self.n_uc]):
+            m.d.sync += self.mc_res.eq(self.mc_res)
+        return m
+
+
+class UncountingStart(GrantStart):
+    """A broken grant start: its per-output counts of pending multicast packets ignore the grants."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        e_mq = self.enq & (self.enq_q == self.n_uc)
+        for j in range(self.ports):
+            cnt = driven(m, f"mc_pend{j}")
+            m.d.sync += cnt.eq(cnt + (e_mq & self.enq_mask[j]))
+        return m
+
+
+class FreeingStart(GrantStart):
+    """A broken grant start: every multicast round frees the packet's cells, the partial ones too."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        m.d.comb += self.start.free.eq(1)
+        return m
+
+
 def test_switch_alloc_is_proven(tmp_path, capsys):
-    """The registered block (3 ports): the four properties by k-induction, every cover reached (seconds)."""
+    """The registered block (4 ports, 5 cells): the seven properties by k-induction, every cover reached
+    (about 10 s)."""
     assert main(["formal", "switch_alloc", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert out.count("proven (k-induction, k = 2)") == 4 and "holds to depth" not in out, out
-    assert out.count("reached at step") == 4 and "NOT REACHED" not in out, out
+    assert out.count("proven (k-induction, k = 2)") == 7 and "holds to depth" not in out, out
+    assert out.count("reached at step") == 7 and "NOT REACHED" not in out, out
 
 
 def test_switch_alloc_req_stage_is_proven(tmp_path, capsys):
-    """With registered requests (3 ports; no transfer is short there): the same."""
+    """With registered requests (no transfer is short there): the same."""
     assert main(["formal", "switch_alloc_req_stage", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert out.count("proven (k-induction, k = 2)") == 4 and "holds to depth" not in out, out
-    assert out.count("reached at step") == 4 and "NOT REACHED" not in out, out
+    assert out.count("proven (k-induction, k = 2)") == 7 and "holds to depth" not in out, out
+    assert out.count("reached at step") == 7 and "NOT REACHED" not in out, out
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("req_stage", [False, True])
-def test_switch_alloc_four_ports_is_proven(req_stage, tmp_path):
-    """The switch formal harness's size: 4 ports, 5 cells (4 credits)."""
-    h = SwitchAllocHarness(ports=4, n_cells=5, req_stage=req_stage)
-    res, _ = run_formal("sa4", h, h.props, depth=2, cover_depth=14, workdir=tmp_path, **h.formal_options)
+def test_switch_alloc_eight_ports_is_proven(req_stage, tmp_path):
+    """8 ports, 9 cells (8 credits; about two minutes each)."""
+    h = SwitchAllocHarness(ports=8, n_cells=9, req_stage=req_stage)
+    res, _ = run_formal("sa8", h, h.props, depth=2, cover_depth=14, workdir=tmp_path, **h.formal_options)
     assert [r.name for r in res] == PROPS
     assert all(r.ok and r.proof == "proven (k-induction, k = 2)" for r in res), res
 
 
+# One mutant per property in the default suite; the others are slow.
 @pytest.mark.parametrize("key,prop,kw", [
     ("one", ONE, {"allocator": BusyGrantingAllocator}),
     ("busy", BUSY, {"reader": lambda i: EarlyReleaseReader(ports=3, n_cells=3)}),
-    ("busy", BUSY, {"reader": lambda i: SilentReader(ports=3, n_cells=3)}),
-    ("busy", BUSY, {"request": lambda i: EagerRequest(ports=3, n_uc=3, n_cells=3, port=i, grant_delay=1,
-                                                      short=True)}),
-    ("busy", BUSY, {"glue": "busy_kept"}),
-    ("one", ONE, {"glue": "busy_dropped"}),
+    pytest.param("busy", BUSY, {"reader": lambda i: SilentReader(ports=3, n_cells=3)}, marks=pytest.mark.slow),
+    pytest.param("busy", BUSY, {"request": lambda i: EagerRequest(ports=3, n_uc=3, n_cells=3, port=i, grant_delay=1,
+                                                                  short=True)}, marks=pytest.mark.slow),
+    pytest.param("busy", BUSY, {"glue": "busy_kept"}, marks=pytest.mark.slow),
+    pytest.param("one", ONE, {"glue": "busy_dropped"}, marks=pytest.mark.slow),
     ("room", ROOM, {"glue": "admit_blind"}),
-    ("ahead", AHEAD, {"glue": "admit_blind"})])
+    ("ahead", AHEAD, {"glue": "admit_blind"}),
+    ("mc", MC, {"start": lambda i: ForgetfulStart(ports=3, n_uc=3, n_cells=3)}),
+    ("pend", PEND, {"start": lambda i: UncountingStart(ports=3, n_uc=3, n_cells=3)}),
+    ("pass", PASS, {"start": lambda i: FreeingStart(ports=3, n_uc=3, n_cells=3)})])
 def test_switch_alloc_mutant_fails(key, prop, kw, tmp_path):
     """The property alone (no invariant), bounded from reset: what fails is the property itself."""
     h = SwitchAllocHarness(invariant=False, only=(key,), **kw)
@@ -116,11 +155,11 @@ def test_switch_alloc_mutant_fails(key, prop, kw, tmp_path):
     assert [r.name for r in res] == [prop] and res[0].proof.startswith("FAILS"), res
 
 
-@pytest.mark.parametrize("key,prop", [("one", ONE), ("busy", BUSY), ("ahead", AHEAD), ("room", ROOM)])
-def test_switch_alloc_unbroken_holds_as_mutants_are_checked(key, prop, tmp_path):
-    """The real blocks, checked as the mutants are (the property alone, bounded from reset): they hold, so the
+def test_switch_alloc_unbroken_holds_as_mutants_are_checked(tmp_path):
+    """The real blocks, checked as the mutants are (each property alone, bounded from reset): they hold, so the
     mutants' failures come from what each breaks."""
-    h = SwitchAllocHarness(invariant=False, only=(key,))
+    h = SwitchAllocHarness(invariant=False)
     res, _ = run_formal("sa_real", h, h.props, depth=10, cover_depth=None, workdir=tmp_path,
                         engine="smtbmc yices", induction=False, script_extra=h.formal_options["script_extra"])
-    assert [r.name for r in res] == [prop] and res[0].proof == "bounded: holds to depth 10 (bounded model check)", res
+    assert [r.name for r in res] == PROPS
+    assert all(r.proof == "bounded: holds to depth 10 (bounded model check)" for r in res), res
