@@ -8,7 +8,7 @@ flight, and a grant start that forgets a multicast's served outputs, does not co
 multicast's cells on a partial round must fail them, so the proof can fail."""
 
 import pytest
-from amaranth.hdl import Signal
+from amaranth.hdl import Mux, Signal
 
 from dysharp.cli import main
 from hw.switch.alloc_request import AllocRequest
@@ -72,6 +72,17 @@ class EagerRequest(AllocRequest):
             return super().elaborate(platform)
         finally:
             self.rd_active = real
+
+
+class EarlyCountedRequest(AllocRequest):
+    """A broken request: a counted transfer of three read cycles releases its outputs at its grant, as one of
+    two does, a cycle early (the next transfer's first read then meets its last)."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        grant_cd = driven(m, "grant_cd")
+        m.d.comb += self.release.eq(Mux(self.grant.any() & grant_cd & (self.grant_rc >= 2), self.grant, 0))
+        return m
 
 
 class ForgetfulStart(GrantStart):
@@ -151,6 +162,52 @@ def test_switch_alloc_mutant_fails(key, prop, kw, tmp_path):
     """The property alone (no invariant), bounded from reset: what fails is the property itself."""
     h = SwitchAllocHarness(invariant=False, only=(key,), **kw)
     res, _ = run_formal("sa_mutant", h, h.props, depth=10, cover_depth=None, workdir=tmp_path,
+                        engine="smtbmc yices", induction=False, script_extra=h.formal_options["script_extra"])
+    assert [r.name for r in res] == [prop] and res[0].proof.startswith("FAILS"), res
+
+
+#: The speedup-2 instance of the default suite: 2 ports, up to 6-flit packets (three read cycles), 7 cells,
+#: 16-flit output queues (so that a counted transfer's output can be handed over before its end).
+S2 = dict(speedup=2, ports=2, n_cells=7, max_payload=5, egress_depth=16)
+
+
+def test_switch_alloc_speedup2_is_proven(tmp_path):
+    """Speedup 2 (two lanes, counted transfers of one to three read cycles released ahead of their end): the
+    seven properties by k-induction, every cover reached (about 7 s)."""
+    h = SwitchAllocHarness(**S2)
+    res, _ = run_formal("sa_s2", h, h.props, depth=2, cover_depth=16, workdir=tmp_path, **h.formal_options)
+    assert [r.name for r in res] == PROPS
+    assert all(r.ok and r.proof == "proven (k-induction, k = 2)" for r in res), res
+
+
+@pytest.mark.slow
+def test_switch_alloc_speedup2_block_is_proven(tmp_path, capsys):
+    """The registered speedup-2 block (3 ports; about 25 s)."""
+    assert main(["formal", "switch_alloc_speedup2", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("proven (k-induction, k = 2)") == 7 and "holds to depth" not in out, out
+    assert out.count("reached at step") == 7 and "NOT REACHED" not in out, out
+
+
+@pytest.mark.slow
+def test_switch_alloc_speedup2_four_ports_is_proven(tmp_path):
+    """Speedup 2 at 4 ports (about 100 s)."""
+    h = SwitchAllocHarness(**{**S2, "ports": 4})
+    res, _ = run_formal("sa_s2_4", h, h.props, depth=2, cover_depth=16, workdir=tmp_path, **h.formal_options)
+    assert [r.name for r in res] == PROPS
+    assert all(r.ok and r.proof == "proven (k-induction, k = 2)" for r in res), res
+
+
+@pytest.mark.parametrize("key,prop,kw", [
+    ("one", ONE, {"request": lambda i: EarlyCountedRequest(ports=2, n_uc=2, n_cells=7, port=i, grant_delay=1,
+                                                           short=True, max_rc=3)}),
+    ("ahead", AHEAD, {"glue": "admit_packet_blind", "egress_depth": 12})])
+def test_switch_alloc_speedup2_mutant_fails(key, prop, kw, tmp_path):
+    """As the mutants above, at speedup 2: an input that releases a counted transfer a cycle early, an admission
+    that asks no room for the packet's flits (its reader then stalls; 14 cycles from reset, at the default
+    12-flit output queues)."""
+    h = SwitchAllocHarness(invariant=False, only=(key,), **{**S2, **kw})
+    res, _ = run_formal("sa_s2_mutant", h, h.props, depth=14, cover_depth=None, workdir=tmp_path,
                         engine="smtbmc yices", induction=False, script_extra=h.formal_options["script_extra"])
     assert [r.name for r in res] == [prop] and res[0].proof.startswith("FAILS"), res
 
