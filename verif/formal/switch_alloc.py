@@ -112,13 +112,16 @@ def _at_most_one(bits):
 
 class SwitchAllocHarness(wiring.Component):
     """``ports`` inputs and outputs (every input sends), ``n_cells`` cells per input (the widths of the cell
-    indices), output queues of ``egress_depth`` flits, speedup 1, VOQ mode; ``req_stage`` registers the
-    requests (then no transfer is short and every output is admitted). ``allocator``/``reader``/``request``
-    (factories, ``port -> block`` for the per-input ones) replace the real blocks (mutants); ``glue`` names a
-    broken switch-level register (mutants: ``"busy_kept"``, the busy flag never cleared; ``"busy_dropped"``,
-    a held match does not set it; ``"admit_blind"``, a short transfer admitted without the room of those in
-    flight; ``"admit_packet_blind"``, at speedup 2 a packet admitted without room for all of it). ``invariant=False`` states the properties alone, ``only`` some of them (``"one"``, ``"busy"``,
-    ``"ahead"``, ``"room"``)."""
+    indices; at speedup 2 at least ``max_payload + 2``), VOQ mode at ``speedup`` 1 or 2, packets of up to
+    ``max_payload + 1`` flits (default 2 at speedup 1, 4 at speedup 2), output queues of ``egress_depth``
+    flits (default as ``NVSwitch``: 4, or two maximal packets); ``req_stage`` registers the requests (then
+    no transfer is counted and, at speedup 1, every output is admitted). ``allocator``/``reader``/
+    ``request``/``start`` (factories, ``port -> block`` for the per-input ones) replace the real blocks
+    (mutants); ``glue`` names a broken switch-level register (mutants: ``"busy_kept"``, the busy flag never
+    cleared; ``"busy_dropped"``, a held match does not set it; ``"admit_blind"``, an output admitted without
+    the room of the flits in flight; ``"admit_packet_blind"``, at speedup 2 without room for a whole packet).
+    ``invariant=False`` states the properties alone, ``only`` some of them (``"one"``, ``"busy"``,
+    ``"ahead"``, ``"room"``, ``"mc"``, ``"pend"``, ``"pass"``)."""
 
     #: Proof and covers on yices; the design flattened and optimised (the flit datapath is unobserved).
     formal_options = {"engine": "smtbmc yices", "script_extra": "flatten\nopt -full"}

@@ -137,7 +137,7 @@ def test_switch_alloc_req_stage_is_proven(tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.parametrize("req_stage", [False, True])
 def test_switch_alloc_eight_ports_is_proven(req_stage, tmp_path):
-    """8 ports, 9 cells (8 credits; about two minutes each)."""
+    """8 ports, 9 cells (8 credits; about 80 s each)."""
     h = SwitchAllocHarness(ports=8, n_cells=9, req_stage=req_stage)
     res, _ = run_formal("sa8", h, h.props, depth=2, cover_depth=14, workdir=tmp_path, **h.formal_options)
     assert [r.name for r in res] == PROPS
@@ -182,7 +182,7 @@ def test_switch_alloc_speedup2_is_proven(tmp_path):
 
 @pytest.mark.slow
 def test_switch_alloc_speedup2_block_is_proven(tmp_path, capsys):
-    """The registered speedup-2 block (3 ports; about 25 s)."""
+    """The registered speedup-2 block (3 ports; about 35 s)."""
     assert main(["formal", "switch_alloc_speedup2", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert out.count("proven (k-induction, k = 2)") == 7 and "holds to depth" not in out, out
@@ -191,7 +191,7 @@ def test_switch_alloc_speedup2_block_is_proven(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_switch_alloc_speedup2_four_ports_is_proven(tmp_path):
-    """Speedup 2 at 4 ports (about 100 s)."""
+    """Speedup 2 at 4 ports (about 105 s)."""
     h = SwitchAllocHarness(**{**S2, "ports": 4})
     res, _ = run_formal("sa_s2_4", h, h.props, depth=2, cover_depth=16, workdir=tmp_path, **h.formal_options)
     assert [r.name for r in res] == PROPS
