@@ -114,7 +114,8 @@ class SwitchAllocHarness(wiring.Component):
     """``ports`` inputs and outputs (every input sends), ``n_cells`` cells per input (the widths of the cell
     indices; at speedup 2 at least ``max_payload + 2``), VOQ mode at ``speedup`` 1 or 2, packets of up to
     ``max_payload + 1`` flits (default 2 at speedup 1, 4 at speedup 2), output queues of ``egress_depth``
-    flits (default as ``NVSwitch``: 4, or two maximal packets); ``req_stage`` registers the requests (then
+    flits (default as ``NVSwitch``: 4, or two maximal packets), ``iterations`` of iSLIP per cycle;
+    ``req_stage`` registers the requests (then
     no transfer is counted and, at speedup 1, every output is admitted). ``allocator``/``reader``/
     ``request``/``start`` (factories, ``port -> block`` for the per-input ones) replace the real blocks
     (mutants); ``glue`` names a broken switch-level register (mutants: ``"busy_kept"``, the busy flag never
@@ -127,7 +128,7 @@ class SwitchAllocHarness(wiring.Component):
     formal_options = {"engine": "smtbmc yices", "script_extra": "flatten\nopt -full"}
 
     def __init__(self, *, ports: int = 3, n_cells: int = 3, speedup: int = 1, max_payload: int | None = None,
-                 egress_depth: int | None = None, req_stage: bool = False,
+                 egress_depth: int | None = None, req_stage: bool = False, iterations: int = 1,
                  allocator=None, reader=None, request=None, start=None, glue: str | None = None, invariant: bool = True,
                  only=("one", "busy", "ahead", "room", "mc", "pend", "pass")):
         if glue not in (None, "busy_kept", "busy_dropped", "admit_blind", "admit_packet_blind"):
@@ -148,7 +149,7 @@ class SwitchAllocHarness(wiring.Component):
         N, C = ports, n_cells
         self.short = not req_stage          # InputUnit: counted transfers need grant_delay 1
         gd = 2 if req_stage else 1
-        self.alloc = allocator(N) if allocator is not None else ISlipAllocator(N, 1)
+        self.alloc = allocator(N) if allocator is not None else ISlipAllocator(N, iterations)
         self.requests = [request(i) if request is not None else
                          AllocRequest(ports=N, n_uc=N, n_cells=C, port=i, grant_delay=gd, short=self.short,
                                       max_rc=self.max_rc) for i in range(N)]

@@ -181,6 +181,17 @@ def test_switch_alloc_speedup2_is_proven(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("kw", [dict(ports=4, n_cells=5, iterations=2), dict(ports=4, n_cells=5, iterations=4),
+                                {**S2, "ports": 3, "iterations": 2}])
+def test_switch_alloc_iterations_are_proven(kw, tmp_path):
+    """More iSLIP iterations per cycle (4 ports at speedup 1: about 10 s each; 3 ports at speedup 2: 30 s)."""
+    h = SwitchAllocHarness(**kw)
+    res, _ = run_formal("sa_it", h, h.props, depth=2, cover_depth=16, workdir=tmp_path, **h.formal_options)
+    assert [r.name for r in res] == PROPS
+    assert all(r.ok and r.proof == "proven (k-induction, k = 2)" for r in res), res
+
+
+@pytest.mark.slow
 def test_switch_alloc_speedup2_block_is_proven(tmp_path, capsys):
     """The registered speedup-2 block (3 ports; about 35 s)."""
     assert main(["formal", "switch_alloc_speedup2", "--out", str(tmp_path)]) == 0
