@@ -53,6 +53,8 @@ BLOCKS = {
                      lambda: SwitchAllocHarness(ports=4, n_cells=5), 2, 14),
     "switch_alloc_req_stage": ("as switch_alloc, with registered requests (RequestStage; no short transfers)",
                                lambda: SwitchAllocHarness(ports=4, n_cells=5, req_stage=True), 2, 14),
+    "switch_alloc_fifo": ("as switch_alloc in FIFO mode (every packet in one queue per input, sent as a multicast; no counted transfers)",
+                          lambda: SwitchAllocHarness(ports=4, n_cells=5, queueing="fifo"), 2, 14),
     "switch_alloc_speedup2": ("as switch_alloc at speedup 2: 3 ports, 2 lanes, packets of up to 6 flits (counted transfers of 1 to 3 read cycles, released ahead of their end), 7 cells, 16-flit output queues",
                               lambda: SwitchAllocHarness(ports=3, n_cells=7, speedup=2, max_payload=5, egress_depth=16), 2, 16),
 }

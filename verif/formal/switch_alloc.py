@@ -8,8 +8,8 @@ request, the class and shortness of the request a grant answers), :class:`~hw.sw
 multicast packets) and :class:`~hw.switch.cell_reader.CellReader` (the transfer, its hold and release of
 its outputs), with ``req_stage`` its :class:`~hw.switch.request_stage.RequestStage`; the switch's
 :class:`~hw.switch.allocator.ISlipAllocator` (one iteration). The switch-level registers that
-``NVSwitch.elaborate`` keeps inline (no block of their own) are built here as it builds them, in VOQ mode at
-speedup 1 or 2: the registered match, the output-busy flags (set by a held match, cleared the cycle after
+``NVSwitch.elaborate`` keeps inline (no block of their own) are built here as it builds them, in VOQ mode
+(or ``queueing="fifo"``: no VOQs, every packet in the mask queue) at speedup 1 or 2: the registered match, the output-busy flags (set by a held match, cleared the cycle after
 its release), the read-ahead registers of counted transfers (``granted_cd``, ``reads_now``), the egress
 room ``space`` and the admission ``admit`` (room for the flits in flight and, at speedup 2, for a whole
 packet). A counted transfer (``InputUnit``: a unicast packet fully written, read in exactly its read-cycle
@@ -78,7 +78,7 @@ the mask queue within the cells, every queued mask non-zero, the head's served o
 (none while the queue is empty) and at least one destination left.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
@@ -112,9 +112,10 @@ def _at_most_one(bits):
 
 class SwitchAllocHarness(wiring.Component):
     """``ports`` inputs and outputs (every input sends), ``n_cells`` cells per input (the widths of the cell
-    indices; at speedup 2 at least ``max_payload + 2``), VOQ mode at ``speedup`` 1 or 2, packets of up to
+    indices; at speedup 2 at least ``max_payload + 2``), at ``speedup`` 1 or 2, packets of up to
     ``max_payload + 1`` flits (default 2 at speedup 1, 4 at speedup 2), output queues of ``egress_depth``
-    flits (default as ``NVSwitch``: 4, or two maximal packets), ``iterations`` of iSLIP per cycle;
+    flits (default as ``NVSwitch``: 4, or two maximal packets), ``iterations`` of iSLIP per cycle,
+    ``queueing`` ``"voq"`` or ``"fifo"`` (no VOQs: no counted transfers);
     ``req_stage`` registers the requests (then
     no transfer is counted and, at speedup 1, every output is admitted). ``allocator``/``reader``/
     ``request``/``start`` (factories, ``port -> block`` for the per-input ones) replace the real blocks
@@ -128,11 +129,13 @@ class SwitchAllocHarness(wiring.Component):
     formal_options = {"engine": "smtbmc yices", "script_extra": "flatten\nopt -full"}
 
     def __init__(self, *, ports: int = 3, n_cells: int = 3, speedup: int = 1, max_payload: int | None = None,
-                 egress_depth: int | None = None, req_stage: bool = False, iterations: int = 1,
+                 egress_depth: int | None = None, req_stage: bool = False, iterations: int = 1, queueing: str = "voq",
                  allocator=None, reader=None, request=None, start=None, glue: str | None = None, invariant: bool = True,
                  only=("one", "busy", "ahead", "room", "mc", "pend", "pass")):
         if glue not in (None, "busy_kept", "busy_dropped", "admit_blind", "admit_packet_blind"):
             raise ValueError(f"unknown glue mutant {glue!r}")
+        if queueing not in ("voq", "fifo"):
+            raise ValueError(f"queueing must be 'voq' or 'fifo', got {queueing!r}")
         if speedup not in (1, 2):
             raise ValueError(f"speedup must be 1 or 2, got {speedup!r}")
         L = self.lanes = speedup
@@ -147,22 +150,24 @@ class SwitchAllocHarness(wiring.Component):
         self.ports, self.n_cells, self.depth, self.req_stage = ports, n_cells, egress_depth, req_stage
         self.glue, self.invariant, self.only = glue, invariant, only
         N, C = ports, n_cells
-        self.short = not req_stage          # InputUnit: counted transfers need grant_delay 1
+        self.queueing = queueing
+        NU = self.n_uc = N if queueing == "voq" else 0      # VOQs (fifo: every packet in the mask queue)
+        self.short = not req_stage and NU > 0   # InputUnit: counted transfers need grant_delay 1 and VOQs
         gd = 2 if req_stage else 1
         self.alloc = allocator(N) if allocator is not None else ISlipAllocator(N, iterations)
         self.requests = [request(i) if request is not None else
-                         AllocRequest(ports=N, n_uc=N, n_cells=C, port=i, grant_delay=gd, short=self.short,
+                         AllocRequest(ports=N, n_uc=NU, n_cells=C, port=i, grant_delay=gd, short=self.short,
                                       max_rc=self.max_rc) for i in range(N)]
-        self.starts = [start(i) if start is not None else GrantStart(ports=N, n_uc=N, n_cells=C) for i in range(N)]
+        self.starts = [start(i) if start is not None else GrantStart(ports=N, n_uc=NU, n_cells=C) for i in range(N)]
         self.readers = [reader(i) if reader is not None else
                         CellReader(ports=N, n_cells=C, flit_width=FLIT_WIDTH, lanes=L) for i in range(N)]
         self.stages = [RequestStage(ports=N) for _ in range(N)] if req_stage else []
         self.props = Properties()
-        n_q = N + 1
+        n_q = NU + 1
         cell = range(C)
         super().__init__({
             # per input: the packet store's state as the request sees it
-            "count": In(range(C + 1)).array(N).array(N),
+            "count": In(range(C + 1)).array(max(1, NU)).array(N),
             "older": In(N).array(N),
             "head_rc": In(range(2)).array(n_q).array(N),
             "next_rc": In(range(2)).array(n_q).array(N),
@@ -172,13 +177,13 @@ class SwitchAllocHarness(wiring.Component):
             "fill_len": In(range(P + 2)).array(N).array(N),
             "mq_head": In(cell).array(N),
             "in_pkt": In(1).array(N),
-            "cur_q": In(range(n_q)).array(N),
+            "cur_q": In(range(max(2, n_q))).array(N),
             "cur_hdr": In(cell).array(N),
             "cut_ok": In(1).array(N),
             "err_rdy": In(1).array(N),
             # per input: the queues' side of a grant
             "enq": In(1).array(N),
-            "enq_q": In(range(n_q)).array(N),
+            "enq_q": In(range(max(2, n_q))).array(N),
             "enq_mask": In(N).array(N),
             "head": In(cell).array(N),
             # per input: the cells the reader sees
@@ -191,7 +196,8 @@ class SwitchAllocHarness(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        N, D, MQ, L, P = self.ports, self.depth, self.ports, self.lanes, self.max_payload
+        N, D, L, P, NU = self.ports, self.depth, self.lanes, self.max_payload, self.n_uc
+        MQ = NU
         al = self.alloc
         m.submodules.alloc = al
         rqs, gss, rds = self.requests, self.starts, self.readers
@@ -231,9 +237,9 @@ class SwitchAllocHarness(wiring.Component):
         # of its head and of the packet behind it (a packet's read-cycle count is ceil(flits / 2)); the one
         # behind those is any length. A counted transfer's packet, fully written, is read from its header cell
         # on through consecutive cells to its last (``last_cell``).
-        vn = [[Signal(range(C + 1), name=f"vn{i}_{j}") for j in range(N)] for i in range(N)]
-        hlen = [[Signal(range(P + 2), init=1, name=f"hlen{i}_{j}") for j in range(N)] for i in range(N)]
-        nlen = [[Signal(range(P + 2), init=1, name=f"nlen{i}_{j}") for j in range(N)] for i in range(N)]
+        vn = [[Signal(range(C + 1), name=f"vn{i}_{j}") for j in range(NU)] for i in range(N)]
+        hlen = [[Signal(range(P + 2), init=1, name=f"hlen{i}_{j}") for j in range(NU)] for i in range(N)]
+        nlen = [[Signal(range(P + 2), init=1, name=f"nlen{i}_{j}") for j in range(NU)] for i in range(N)]
         last_cell = [Signal(range(C), name=f"last_cell{i}") for i in range(N)]
 
         def flits(v):            # a packet's flits: 1..max_payload + 1
@@ -249,25 +255,25 @@ class SwitchAllocHarness(wiring.Component):
             m.submodules[f"request{i}"], m.submodules[f"start{i}"], m.submodules[f"reader{i}"] = rq, gs, rd
             m.d.comb += rq.count[MQ].eq(mq_n[i])
             if L == 1:
-                for q in range(N):
+                for q in range(NU):
                     m.d.comb += rq.count[q].eq(self.count[i][q])
-                for q in range(N + 1):
+                for q in range(NU + 1):
                     m.d.comb += [rq.head_rc[q].eq(self.head_rc[i][q]), rq.next_rc[q].eq(self.next_rc[i][q])]
                 m.d.comb += rq.grant_rc.eq(self.grant_rc[i])
-                enq_uc_ok = 1
+                enq_uc_ok = Const(1)
             else:
-                for q in range(N):
+                for q in range(NU):
                     m.d.comb += [rq.count[q].eq(vn[i][q]), rq.head_rc[q].eq(rc(hlen[i][q])),
                                  rq.next_rc[q].eq(rc(nlen[i][q]))]
-                m.d.comb += rq.grant_rc.eq(sum(Mux(gs.sel == q, rc(hlen[i][q]), 0) for q in range(N)))
-                enq_uc_ok = sum(Mux(self.enq_q[i] == q, vn[i][q], 0) for q in range(N)) < C
+                m.d.comb += rq.grant_rc.eq(sum(Mux(gs.sel == q, rc(hlen[i][q]), 0) for q in range(NU)))
+                enq_uc_ok = Value.cast(sum(Mux(self.enq_q[i] == q, vn[i][q], 0) for q in range(NU))) < C
             # The ingress queues a mask packet with a destination (a zero mask is refused), and any packet within
             # the cells.
             enq = self.enq[i] & Mux(self.enq_q[i] == MQ, (self.enq_mask[i] != 0) & (mq_n[i] < C),
                                     (self.enq_q[i] < MQ) & enq_uc_ok)
             if L > 1:
                 nf = flits(self.enq_len[i])
-                for q in range(N):
+                for q in range(NU):
                     pop_q, e_q = gs.deq[q], enq & (self.enq_q[i] == q)
                     after = vn[i][q] - pop_q
                     h_after = Mux(pop_q, nlen[i][q], hlen[i][q])
@@ -277,7 +283,7 @@ class SwitchAllocHarness(wiring.Component):
                                  nlen[i][q].eq(Mux(e_q & (after == 1), nf, n_after))]
                 with m.If(gs.start.valid & ((match[i] & cd_d[i]) != 0)):      # a counted transfer starts
                     m.d.sync += last_cell[i].eq(cell_after(gs.start.cell, sum(Mux(gs.sel == q, hlen[i][q], 0)
-                                                                              for q in range(N)) - 1))
+                                                                              for q in range(NU)) - 1))
             m.d.comb += e_mq[i].eq(enq & (self.enq_q[i] == MQ))
             pop = gs.deq[MQ]
             m.d.sync += mq_n[i].eq(mq_n[i] + e_mq[i] - pop)
@@ -359,7 +365,7 @@ class SwitchAllocHarness(wiring.Component):
             if L > 1:
                 whole = 0 if self.glue == "admit_packet_blind" else P + 1
                 m.d.comb += admit[j].eq(level[j] + n_in[j] + coming + L + whole <= D)
-            elif not self.req_stage:
+            elif NU and not self.req_stage:
                 m.d.comb += admit[j].eq(level[j] + n_in[j] + coming + L <= D)
             else:
                 m.d.comb += admit[j].eq(1)
@@ -408,7 +414,7 @@ class SwitchAllocHarness(wiring.Component):
                 else:       # the flits on their way, and two per read cycle of the counted transfers to come
                     inv &= level[j] + n_in[j] + L * sum(
                         Mux(act[i] & cd[i] & dst[i][j], rleft[i], 0) +
-                        Mux(match[i][j] & cd_d[i][j], rc(hlen[i][j]), 0) for i in range(N)) <= D
+                        (Mux(match[i][j] & cd_d[i][j], rc(hlen[i][j]), 0) if NU else 0) for i in range(N)) <= D
             for i in range(N):
                 inv.tag = f"_i{i}"
                 inv &= ((match[i] & cd_d[i]) == 0) | onehot(match[i])
@@ -424,7 +430,7 @@ class SwitchAllocHarness(wiring.Component):
                     inv &= last_cell[i] < C
                     inv &= Mux(act[i] & cd[i], (rleft[i] >= 1) & (rleft[i] <= self.max_rc) &
                                ((left == 2 * rleft[i]) | (left + 1 == 2 * rleft[i])), rleft[i] == 0)
-                    for q in range(N):
+                    for q in range(NU):
                         inv &= (hlen[i][q] >= 1) & (hlen[i][q] <= P + 1) & (nlen[i][q] >= 1) & (nlen[i][q] <= P + 1)
                         inv &= vn[i][q] <= C
                         inv &= ~(match[i][q] & (rqs[i].grant_class == REQ_UC)) | (vn[i][q] != 0)

@@ -135,6 +135,15 @@ def test_switch_alloc_req_stage_is_proven(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_switch_alloc_fifo_is_proven(tmp_path, capsys):
+    """The FIFO-mode block (4 ports; about 10 s)."""
+    assert main(["formal", "switch_alloc_fifo", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("proven (k-induction, k = 2)") == 7 and "holds to depth" not in out, out
+    assert out.count("reached at step") == 7 and "NOT REACHED" not in out, out
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("req_stage", [False, True])
 def test_switch_alloc_eight_ports_is_proven(req_stage, tmp_path):
     """8 ports, 9 cells (8 credits; about 80 s each)."""
