@@ -10,6 +10,7 @@ from .token_tracker import TokenTrackerHarness
 from .reduction import LIVENESS_KEYS, SAFETY_KEYS, ReductionBufferHarness, ReductionEngineHarness
 from .receive_path import ReceivePathHarness
 from .switch import SwitchHarness
+from .switch_alloc import SwitchAllocHarness
 from .switch_egress import SwitchEgressHarness
 from .switch_queues import SwitchQueuesHarness
 
@@ -48,4 +49,12 @@ BLOCKS = {
                       lambda: SwitchEgressHarness(lanes=2), 2, 10),
     "switch_queues": ("NVSwitch input's packet store by k-induction: cell pool (4 cells), packet queues (2 VOQs + mask queue, lap margin 28: near_lap at 2 arrivals), max_payload 1; any writes within credits and the lap contract, any dequeues and reads",
                       lambda: SwitchQueuesHarness(n_cells=4, n_uc=2, lap_margin=28), 2, 12),
+    "switch_alloc": ("NVSwitch output allocation and multicast service by k-induction: 4 inputs' requests, grant starts and readers, the iSLIP allocator, output-busy, match and read-ahead registers (speedup 1, 5 cells, 4-flit output queues); any packet-store state within its contract",
+                     lambda: SwitchAllocHarness(ports=4, n_cells=5), 2, 14),
+    "switch_alloc_req_stage": ("as switch_alloc, with registered requests (RequestStage; no short transfers)",
+                               lambda: SwitchAllocHarness(ports=4, n_cells=5, req_stage=True), 2, 14),
+    "switch_alloc_fifo": ("as switch_alloc in FIFO mode (every packet in one queue per input, sent as a multicast; no counted transfers)",
+                          lambda: SwitchAllocHarness(ports=4, n_cells=5, queueing="fifo"), 2, 14),
+    "switch_alloc_speedup2": ("as switch_alloc at speedup 2: 3 ports, 2 lanes, packets of up to 6 flits (counted transfers of 1 to 3 read cycles, released ahead of their end), 7 cells, 16-flit output queues",
+                              lambda: SwitchAllocHarness(ports=3, n_cells=7, speedup=2, max_payload=5, egress_depth=16), 2, 16),
 }
