@@ -38,11 +38,10 @@ Contract
   builds the head-of-line-blocking baseline (one FIFO per input).
 """
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out, connect
 
-from ..arbiter import or_reduce
 from ..credit import CreditSender, credit_link_signature
 from ..packet import DEFAULT_FLIT_WIDTH, MAX_LENGTH, MAX_SWITCH_PORTS, ErrorCode, flit_layout, header_format
 from .allocator import ISlipAllocator
@@ -50,6 +49,7 @@ from .crossbar import Crossbar
 from .egress_queue import EgressQueue
 from .group_table import GroupTable, group_write_layout
 from .input_unit import InputUnit
+from .output_ownership import OutputOwnership
 from .request_stage import RequestStage
 
 __all__ = ["NVSwitch", "N_ERROR_CODES", "REQ_STAGE_PORTS", "uses_req_stage", "zero_load_latency"]
@@ -157,10 +157,11 @@ class NVSwitch(wiring.Component):
         m.d.comb += self.cfg_errors.eq(groups.cfg_errors)
 
         m.submodules.alloc = alloc = ISlipAllocator(N, self.iterations)
-        # The match is registered: an input dequeues and starts reading the cycle after its request, so
-        # request -> grant -> accept and accept -> dequeue are separate register-to-register paths.
-        match = [Signal(N, name=f"match{i}") for i in range(N)]
-        m.d.sync += [match[i].eq(alloc.accept[i]) for i in range(N)]
+        S = self.speedup
+        admit = "packet" if S > 1 else "in_flight" if self.queueing == "voq" and not self.req_stage else "any"
+        m.submodules.owner = owner = OutputOwnership(ports=N, lanes=S, egress_depth=self.egress_depth,
+                                                     max_payload=self.max_payload, admit=admit)
+        m.d.comb += alloc.out_free.eq(owner.out_free)
         inputs = []
         for i in range(N):
             # The index is a strap input, so the N input units are one Verilog module (hw.emission).
@@ -175,7 +176,12 @@ class NVSwitch(wiring.Component):
                 iu.port.eq(i),
                 groups.lookup_handle[i].eq(iu.group_handle),
                 iu.group_mask.eq(groups.lookup_mask[i]),
-                iu.grant.eq(match[i]),
+                iu.grant.eq(owner.match[i]),
+                owner.accept[i].eq(alloc.accept[i]),
+                owner.short[i].eq(iu.req_short),
+                owner.counted[i].eq(iu.req_cd),
+                owner.release[i].eq(iu.release),
+                owner.reads_next[i].eq(iu.reads_next),
             ]
             if self.req_stage:
                 # Registered requests, one cycle old (see RequestStage): no input is matched twice.
@@ -185,55 +191,19 @@ class NVSwitch(wiring.Component):
             else:
                 m.d.comb += [alloc.req[i].eq(iu.req), alloc.req_class[i].eq(iu.req_class)]
 
-        # Output ownership: a held transfer's output is busy from its match until the cycle after its
-        # packet's last flit is read (the release is registered, so no reader logic feeds the allocator). A
-        # counted transfer (see InputUnit) releases its output so that the next one is read right after its
-        # last read; a short one (read whole in one cycle) never holds it.
-        out_busy = Signal(N)
-        release = Signal(N)
-        m.d.comb += release.eq(or_reduce([iu.release for iu in inputs]))
-        admit = Signal(N)   # the output queue can take a whole new packet (speedup 2), see below
-        m.d.comb += alloc.out_free.eq(~out_busy & admit)
-        newly = or_reduce([alloc.accept[i] & ~inputs[i].req_short for i in range(N)])
-        # Flits of counted transfers not in the output queue yet: reads in this cycle and the next. A
-        # transfer matched in the last cycle reads next cycle (registered here from the match, like the match
-        # itself); the inputs report their transfers in progress. All from registers.
-        granted_cd = Signal(N)
-        m.d.sync += granted_cd.eq(or_reduce([alloc.accept[i] & inputs[i].req_cd for i in range(N)]))
-        reads_next, reads_now = Signal(N), Signal(N)
-        m.d.comb += reads_next.eq(granted_cd | or_reduce([iu.reads_next for iu in inputs]))
-        m.d.sync += [out_busy.eq((out_busy & ~release) | newly), reads_now.eq(reads_next)]
-
         # Crossbar (each output selects its one sending input by an encoded index, see
         # hw.switch.crossbar) and an output queue + credit sender per output.
-        S = self.speedup
         m.submodules.xbar = xbar = Crossbar(n_in=N, n_out=N, width=flit_w, lanes=S)
         for i, iu in enumerate(inputs):
             m.d.comb += [xbar.in_valid[i].eq(iu.out_valid), xbar.in_dests[i].eq(iu.out_dests)]
             m.d.comb += [xbar.in_data[i][k].eq(iu.out_flit[k].as_value()) for k in range(S)]
-        space = Signal(N)
         for j in range(N):
             q = EgressQueue(width=flit_w, depth=self.egress_depth, lanes=S)
             m.submodules[f"egress{j}"] = q
-            n_in = [xbar.out_valid[j][k] for k in range(S)]
             m.d.comb += [q.w_valid.eq(xbar.out_valid[j])]
             m.d.comb += [q.w_data[k].eq(xbar.out_data[j][k]) for k in range(S)]
-            # Room for S more flits after this cycle's writes (a read issued now lands next cycle).
-            m.d.comb += space[j].eq(q.level + sum(n_in) + S <= self.egress_depth)
-            # A new packet is only matched to an output whose queue can take all of it at full speed (the
-            # reads of counted transfers in this cycle and the next included, whose flits are not in the
-            # queue yet): otherwise its input would stall at the drain rate, busy but unable to serve other
-            # outputs, and a counted transfer could not end on time. The queue holds enough backlog
-            # meanwhile to keep the link busy until the next match. At speedup 1 only the room for a short
-            # transfer is asked (a longer one may stall on space), and nothing where no transfer is short.
-            coming = S * (reads_now[j] + reads_next[j])
-            if S > 1:
-                m.d.comb += admit[j].eq(q.level + sum(n_in) + coming + S + self.max_payload + 1
-                                        <= self.egress_depth)
-            elif self.queueing == "voq" and not self.req_stage:
-                m.d.comb += admit[j].eq(q.level + sum(n_in) + coming + S <= self.egress_depth)
-            else:
-                m.d.comb += admit[j].eq(1)
+            m.d.comb += [owner.level[j].eq(q.level),
+                         owner.written[j].eq(sum(xbar.out_valid[j][k] for k in range(S)))]
             tx = CreditSender(credits=self.out_credits, flit_width=self.flit_width)
             m.submodules[f"tx{j}"] = tx
             m.d.comb += [
@@ -243,7 +213,7 @@ class NVSwitch(wiring.Component):
             ]
             connect(m, tx.link, wiring.flipped(self.tx[j]))
         for iu in inputs:
-            m.d.comb += iu.space.eq(space)
+            m.d.comb += iu.space.eq(owner.space)
 
         # Status: one counter per error code, summed over ports.
         for c in range(N_ERROR_CODES):
