@@ -7,12 +7,13 @@ request, the class and shortness of the request a grant answers), :class:`~hw.sw
 (what a grant starts; the mask-queue head's remaining destinations and the per-output counts of pending
 multicast packets) and :class:`~hw.switch.cell_reader.CellReader` (the transfer, its hold and release of
 its outputs), with ``req_stage`` its :class:`~hw.switch.request_stage.RequestStage`; the switch's
-:class:`~hw.switch.allocator.ISlipAllocator` (one iteration). The switch-level registers that
-``NVSwitch.elaborate`` keeps inline (no block of their own) are built here as it builds them, in VOQ mode
-(or ``queueing="fifo"``: no VOQs, every packet in the mask queue) at speedup 1 or 2: the registered match, the output-busy flags (set by a held match, cleared the cycle after
-its release), the read-ahead registers of counted transfers (``granted_cd``, ``reads_now``), the egress
-room ``space`` and the admission ``admit`` (room for the flits in flight and, at speedup 2, for a whole
-packet). A counted transfer (``InputUnit``: a unicast packet fully written, read in exactly its read-cycle
+:class:`~hw.switch.allocator.ISlipAllocator` and its
+:class:`~hw.switch.output_ownership.OutputOwnership`, in VOQ mode (or ``queueing="fifo"``: no VOQs, every
+packet in the mask queue) at speedup 1 or 2: the registered match, the output-busy flags (set by a held
+match, cleared the cycle after its release), the read-ahead registers of counted transfers
+(``granted_cd``, ``reads_now``), the egress room ``space`` and the admission (room for the flits in
+flight and, at speedup 2, for a whole packet). Each input's release (its reader's release of a held
+transfer's outputs, or its request's of a counted one) is formed here as ``InputUnit`` forms it. A counted transfer (``InputUnit``: a unicast packet fully written, read in exactly its read-cycle
 count R = ceil(flits / lanes); at speedup 1 only R = 1, a short transfer) holds no output once released:
 short ones never hold it, at speedup 2 one of R = 2 releases it in its grant cycle and one of R >= 3 two
 reads before its end.
@@ -86,6 +87,7 @@ from hw.switch.alloc_request import REQ_ERR, REQ_UC, AllocRequest
 from hw.switch.allocator import ISlipAllocator
 from hw.switch.cell_reader import CellReader
 from hw.switch.grant_start import GrantStart
+from hw.switch.output_ownership import OutputOwnership
 from hw.switch.request_stage import RequestStage
 
 from .observe import driven, elaborate_now
@@ -104,6 +106,31 @@ PEND = "the per-output counts of pending multicast packets match the mask queue"
 PASS = "the reader's transfer is its grant's: its outputs, and its cells freed only on the packet's last pass"
 
 
+class _BusyKept(OutputOwnership):
+    def next_busy(self, busy, release, newly):
+        return busy | newly
+
+
+class _BusyDropped(OutputOwnership):
+    def next_busy(self, busy, release, newly):
+        return busy & ~release
+
+
+class _AdmitBlind(OutputOwnership):
+    def coming(self, j, reads_next):
+        return 0
+
+
+class _AdmitPacketBlind(OutputOwnership):
+    def whole_packet(self):
+        return 0
+
+
+#: Broken output ownerships (``SwitchAllocHarness(glue=...)``).
+GLUE_MUTANTS = {"busy_kept": _BusyKept, "busy_dropped": _BusyDropped, "admit_blind": _AdmitBlind,
+                "admit_packet_blind": _AdmitPacketBlind}
+
+
 def _at_most_one(bits):
     bits = list(bits)
     return Cat(bits[a] & bits[b] for a in range(len(bits)) for b in range(a + 1, len(bits))).any() == 0 \
@@ -119,9 +146,10 @@ class SwitchAllocHarness(wiring.Component):
     ``req_stage`` registers the requests (then
     no transfer is counted and, at speedup 1, every output is admitted). ``allocator``/``reader``/
     ``request``/``start`` (factories, ``port -> block`` for the per-input ones) replace the real blocks
-    (mutants); ``glue`` names a broken switch-level register (mutants: ``"busy_kept"``, the busy flag never
-    cleared; ``"busy_dropped"``, a held match does not set it; ``"admit_blind"``, an output admitted without
-    the room of the flits in flight; ``"admit_packet_blind"``, at speedup 2 without room for a whole packet).
+    (mutants); ``glue`` names a broken :class:`OutputOwnership` (:data:`GLUE_MUTANTS`: ``"busy_kept"``, the
+    busy flag never cleared; ``"busy_dropped"``, a held match does not set it; ``"admit_blind"``, an output
+    admitted without the room of the flits in flight; ``"admit_packet_blind"``, at speedup 2 without room for
+    a whole packet).
     ``invariant=False`` states the properties alone, ``only`` some of them (``"one"``, ``"busy"``,
     ``"ahead"``, ``"room"``, ``"mc"``, ``"pend"``, ``"pass"``)."""
 
@@ -132,8 +160,8 @@ class SwitchAllocHarness(wiring.Component):
                  egress_depth: int | None = None, req_stage: bool = False, iterations: int = 1, queueing: str = "voq",
                  allocator=None, reader=None, request=None, start=None, glue: str | None = None, invariant: bool = True,
                  only=("one", "busy", "ahead", "room", "mc", "pend", "pass")):
-        if glue not in (None, "busy_kept", "busy_dropped", "admit_blind", "admit_packet_blind"):
-            raise ValueError(f"unknown glue mutant {glue!r}")
+        if glue is not None and glue not in GLUE_MUTANTS:
+            raise ValueError(f"unknown glue mutant {glue!r}; valid: {', '.join(GLUE_MUTANTS)}")
         if queueing not in ("voq", "fifo"):
             raise ValueError(f"queueing must be 'voq' or 'fifo', got {queueing!r}")
         if speedup not in (1, 2):
@@ -162,6 +190,9 @@ class SwitchAllocHarness(wiring.Component):
         self.readers = [reader(i) if reader is not None else
                         CellReader(ports=N, n_cells=C, flit_width=FLIT_WIDTH, lanes=L) for i in range(N)]
         self.stages = [RequestStage(ports=N) for _ in range(N)] if req_stage else []
+        admit = "packet" if L > 1 else "in_flight" if NU and not req_stage else "any"      # as NVSwitch
+        self.owner = GLUE_MUTANTS.get(glue, OutputOwnership)(ports=N, lanes=L, egress_depth=egress_depth,
+                                                             max_payload=P, admit=admit)
         self.props = Properties()
         n_q = NU + 1
         cell = range(C)
@@ -220,9 +251,9 @@ class SwitchAllocHarness(wiring.Component):
             mc_cnt.append([driven(gm, f"mc_pend{j}") for j in range(N)])
 
         # ------------------------------------------------------------ the inputs
-        match = [Signal(N, name=f"match{i}") for i in range(N)]
-        m.d.sync += [match[i].eq(al.accept[i]) for i in range(N)]
-        space = Signal(N)
+        m.submodules.owner = ow = self.owner
+        match = [ow.match[i] for i in range(N)]
+        space = ow.space
         C = self.n_cells
         ones = Const((1 << C) - 1, C)
 
@@ -335,23 +366,13 @@ class SwitchAllocHarness(wiring.Component):
             return acc
 
         in_release = [Mux(rds[i].release & ~rqs[i].cur_cd, rds[i].dests, 0) | rqs[i].release for i in range(N)]
-        release = Signal(N)
-        m.d.comb += release.eq(orr(in_release))
-        out_busy = Signal(N)
-        admit = Signal(N)
-        m.d.comb += al.out_free.eq(~out_busy & admit)
-        newly = orr([al.accept[i] & ~rqs[i].req_short for i in range(N)])
-        granted_cd = Signal(N)
-        m.d.sync += granted_cd.eq(orr([al.accept[i] & rqs[i].req_cd for i in range(N)]))
-        reads_next, reads_now = Signal(N), Signal(N)
-        m.d.comb += reads_next.eq(granted_cd | orr([rq.reads_next for rq in rqs]))
-        if self.glue == "busy_kept":
-            m.d.sync += out_busy.eq(out_busy | newly)
-        elif self.glue == "busy_dropped":
-            m.d.sync += out_busy.eq(out_busy & ~release)
-        else:
-            m.d.sync += out_busy.eq((out_busy & ~release) | newly)
-        m.d.sync += reads_now.eq(reads_next)
+        # The switch's output ownership, the real block (NVSwitch's ``owner``), wired as NVSwitch wires it.
+        for i in range(N):
+            m.d.comb += [ow.accept[i].eq(al.accept[i]), ow.short[i].eq(rqs[i].req_short),
+                         ow.counted[i].eq(rqs[i].req_cd), ow.release[i].eq(in_release[i]),
+                         ow.reads_next[i].eq(rqs[i].reads_next)]
+        m.d.comb += al.out_free.eq(ow.out_free)
+        out_busy, granted_cd, reads_now = ow.busy, ow.granted_cd, ow.reads_now
 
         # ------------------------------------------------------------ the crossbar and the output queues
         level = [Signal(range(D + 1), name=f"level{j}") for j in range(N)]
@@ -360,15 +381,7 @@ class SwitchAllocHarness(wiring.Component):
             m.d.comb += n_in[j].eq(sum(rds[i].out_valid[k] & rds[i].out_dests[j] for i in range(N) for k in range(L)))
             pop = self.o_ready[j] & (level[j] != 0)
             m.d.sync += level[j].eq(level[j] + n_in[j] - pop)
-            m.d.comb += space[j].eq(level[j] + n_in[j] + L <= D)
-            coming = 0 if self.glue == "admit_blind" else L * (reads_now[j] + reads_next[j])
-            if L > 1:
-                whole = 0 if self.glue == "admit_packet_blind" else P + 1
-                m.d.comb += admit[j].eq(level[j] + n_in[j] + coming + L + whole <= D)
-            elif NU and not self.req_stage:
-                m.d.comb += admit[j].eq(level[j] + n_in[j] + coming + L <= D)
-            else:
-                m.d.comb += admit[j].eq(1)
+            m.d.comb += [ow.level[j].eq(level[j]), ow.written[j].eq(n_in[j])]
 
         # ------------------------------------------------------------ properties and their invariant
         act = [rds[i].active for i in range(N)]
@@ -515,7 +528,7 @@ class SwitchAllocHarness(wiring.Component):
         handed = Signal()
         m.d.sync += handed.eq(handed | handover)
         back_to_back = Cat((match[i] != 0) & act[i] & cd[i] for i in range(N)).any()
-        busy_cover = handover & (release != 0)
+        busy_cover = handover & (orr(in_release) != 0)
         if L > 1:
             # A counted transfer of the most read cycles ends while another input's match to its output starts:
             # the output was released ahead of the transfer's end and handed over with no idle read cycle.
