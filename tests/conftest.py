@@ -157,7 +157,6 @@ def pytest_runtest_makereport(item, call):
 FIRST = [
     "tests/hw/test_emission.py::test_dysharp_switch_dedup_equals_flat",                      # 130 s
     "tests/verif/test_system_fast.py::test_fast_harness_nvls",                               # 85 (the G = 4 build)
-    "tests/verif/test_system.py::test_layer_dysharp_basic",                                  # 42
     "tests/hw/switch/test_dysharp_switch.py::test_traffic_reductions_fills_and_deadlock",    # 33 CPU-s (19 scenarios)
     "tests/hw/test_emission.py::test_switch_dedup_equals_flat",                              # 40
     "tests/verif/formal/test_formal_reduction.py::test_stale_is_proved_by_k_induction",     # 35

@@ -4,8 +4,9 @@ run's JSON (cycles per phase, flits per link and direction, fills, AL-TLB hits, 
 reduction-buffer occupancy, link utilization, tile ready cycles and latencies, simulated, skipped and
 dropped cycles) is the same on both, each run having passed the same checks (numpy bit for bit, error
 counters, flits against the traffic model). Both need Verilator builds of the system top (a few minutes
-each when not cached), so the comparisons are marked slow; the default suite runs the nvls scheme and the
-quiet-cycle drop on the compiled harness and checks the harness's port table and its refusals without building."""
+each when not cached), so the comparisons are marked slow; the default suite runs the dysharp-basic and nvls
+schemes and the quiet-cycle drop on the compiled harness and checks the harness's port table and its refusals
+without building."""
 
 import json
 
@@ -57,6 +58,19 @@ def test_inputs_at_rise_equal_the_falling_edge_latch(scheme):
     skipped stretch's last inputs loaded with no clock edge) gives every figure of the build that latches
     them on the falling edge."""
     assert figures(fast_run(scheme)) == figures(fast_run(scheme, inputs_at_rise=False))
+
+
+@needs_verilator
+def test_fast_harness_dysharp_basic():
+    """DySHARP without fusion at the smallest layer on the compiled harness: the dispatch by ``dymultimem.st``
+    (one copy per token up, every key's first translation a miss filled over the links), the GEMMs once every
+    tile is ready, then the combine by ``ld_reduce``; every check of the run passed (numpy bit for bit, error
+    counters, flits against the traffic model), and its cycles are the documented ones."""
+    fig = fast_run("dysharp-basic")
+    assert fig["cycles"]["total"] == 4164 and "combine" in fig["cycles"]
+    assert fig["flits"] == fig["predicted"]["total"]
+    assert fig["tlb"]["misses"] == sum(fig["fills"]["down"]) > 0         # one fill per translated key
+    assert fig["engine"]["completed"] == 4 * 16 and fig["tiles_ready"] > 0
 
 
 @needs_verilator

@@ -32,10 +32,12 @@ def test_without_the_bypass_the_fill_waits(seed, sim):
            "answer (0 of" in log, failed[0]
 
 
+@pytest.mark.slow
 def test_switch_traffic_with_the_bypass(seed, sim):
     """The integrated switch's own random scenarios against its reference model (verif/tb/dysharp_switch.py)
     with the bypass on: mixed traffic, a storm of TLB misses, fills from a silent GPU timing out, full-rate
-    reductions that must not deadlock; fill answers that report a fault, and accesses out of bounds."""
+    reductions that must not deadlock; fill answers that report a fault, and accesses out of bounds (slow:
+    about 25 s; the bypass is off by default, and the two scenarios above run it in the default suite)."""
     failed = run_scenarios("dysharp_switch", {"ports": 4, "tlb_timeout": 512, "red_timeout": 1024,
                                               "allow_short_timeouts": True, "fill_bypass": True},
                            test_module="verif.tb.dysharp_switch", sim=sim, scenarios=[
