@@ -172,7 +172,6 @@ FIRST = [
     "tests/hw/switch/test_reduction_engine.py::test_traffic_engine",                         # 12
     "tests/hw/switch/test_reduction_engine.py::test_traffic_deferred",                       # 9 CPU-s (shared run)
     "tests/sim_models/test_sensitivity.py::test_cli_writes_files",                           # 9
-    "tests/verif/formal/test_formal_switch.py::test_switch_with_an_output_queue_that_repeats_flits_fails",  # 8
 ]
 
 

@@ -21,9 +21,10 @@ def test_fill_overtakes_a_blocked_read_answer(seed, sim):
     assert not failed, "\n".join(failed)
 
 
+@pytest.mark.slow
 def test_without_the_bypass_the_fill_waits(seed, sim):
     """The same scenario on the default switch: the fill answer waits behind the read answer (the test
-    can fail)."""
+    can fail; slow: a build of its own, about 9 s)."""
     failed = run_scenarios("dysharp_switch", POINT, test_module=TB, sim=sim,
                            scenarios=[("test_fill_behind_blocked_read", {}, seed)])
     assert len(failed) == 1, "the scenario passed without the bypass"

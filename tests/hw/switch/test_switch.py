@@ -13,7 +13,7 @@ def at(params, testcase, env=None):
     return pytest.mark.shared_run("switch", params, TB, testcase, env=env)
 
 
-@pytest.mark.parametrize("ports", [4, 8, 16])
+@pytest.mark.parametrize("ports", [4, 8, pytest.param(16, marks=pytest.mark.slow)])    # 16 ports: 9 s more
 @at(lambda ports: {"ports": ports}, "test_traffic", env=lambda ports: {"packets": {4: 40, 8: 25, 16: 12}[ports]})
 def test_traffic(ports, shared_run):
     shared_run()

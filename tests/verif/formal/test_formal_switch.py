@@ -135,7 +135,11 @@ def test_switch_cli_table(tmp_path, capsys):
     _assert_all_hold(capsys.readouterr().out, 4, 9)
 
 
+@pytest.mark.slow
 def test_switch_with_an_output_queue_that_repeats_flits_fails(tmp_path, monkeypatch):
+    """The whole switch's bounded check fails with an output queue that repeats its first flit (about 10 s;
+    the same queue fails the output stage's proof, ``test_switch_egress_mutant_fails``, in the default
+    suite)."""
     monkeypatch.setattr(nvswitch, "EgressQueue", StuckEgressQueue)
     h = SwitchHarness()
     # Depth 8: the first flit reaches an output queue a cycle later since the match is registered.

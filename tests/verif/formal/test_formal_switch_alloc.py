@@ -117,7 +117,25 @@ class FreeingStart(GrantStart):
         return m
 
 
-def test_switch_alloc_is_proven(tmp_path, capsys):
+def test_switch_alloc_is_proven(tmp_path):
+    """3 ports, 3 cells (the harness's default): the seven properties by k-induction, every cover reached
+    (about 5 s)."""
+    h = SwitchAllocHarness()
+    res, _ = run_formal("sa3", h, h.props, depth=2, cover_depth=14, workdir=tmp_path, **h.formal_options)
+    assert [r.name for r in res] == PROPS
+    assert all(r.ok and r.proof == "proven (k-induction, k = 2)" for r in res), res
+
+
+def test_switch_alloc_req_stage_is_proven(tmp_path):
+    """The same with registered requests (``RequestStage``; no transfer is short there)."""
+    h = SwitchAllocHarness(req_stage=True)
+    res, _ = run_formal("sa3_rs", h, h.props, depth=2, cover_depth=14, workdir=tmp_path, **h.formal_options)
+    assert [r.name for r in res] == PROPS
+    assert all(r.ok and r.proof == "proven (k-induction, k = 2)" for r in res), res
+
+
+@pytest.mark.slow
+def test_switch_alloc_block_is_proven(tmp_path, capsys):
     """The registered block (4 ports, 5 cells): the seven properties by k-induction, every cover reached
     (about 10 s)."""
     assert main(["formal", "switch_alloc", "--out", str(tmp_path)]) == 0
@@ -126,8 +144,9 @@ def test_switch_alloc_is_proven(tmp_path, capsys):
     assert out.count("reached at step") == 7 and "NOT REACHED" not in out, out
 
 
-def test_switch_alloc_req_stage_is_proven(tmp_path, capsys):
-    """With registered requests (no transfer is short there): the same."""
+@pytest.mark.slow
+def test_switch_alloc_req_stage_block_is_proven(tmp_path, capsys):
+    """The registered block with registered requests: the same (about 10 s)."""
     assert main(["formal", "switch_alloc_req_stage", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert out.count("proven (k-induction, k = 2)") == 7 and "holds to depth" not in out, out

@@ -83,9 +83,10 @@ def test_al_tlb_mshrs_are_answered_in_time(tmp_path, capsys):
     _ok(capsys.readouterr().out, 1)
 
 
+@pytest.mark.slow
 def test_a_tighter_mshr_bound_fails(tmp_path):
     """The answer bound is a real claim: an MSHR is not always answered within 2 cycles (a miss waits for
-    its backing read), and the base case finds it."""
+    its backing read), and the base case finds it (slow, with the bound's proof above: about 13 s)."""
     h = AlTlbHarness(check="mshr", bound=2)
     res, _ = run_formal("tlb_bound", h, h.props, depth=8, cover_depth=None, workdir=tmp_path)
     assert res[0].proof.startswith("FAILS"), res
