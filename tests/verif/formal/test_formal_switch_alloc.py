@@ -117,21 +117,24 @@ class FreeingStart(GrantStart):
         return m
 
 
+def assert_proven(h, name, cover_depth, tmp_path):
+    """Every property of ``h`` proven by k-induction at k = 2, every cover reached within ``cover_depth``."""
+    res, _ = run_formal(name, h, h.props, depth=2, cover_depth=cover_depth, workdir=tmp_path, **h.formal_options)
+    assert [r.name for r in res] == PROPS
+    assert all(r.ok and r.proof == "proven (k-induction, k = 2)" for r in res), res
+
+
 def test_switch_alloc_is_proven(tmp_path):
     """3 ports, 3 cells (the harness's default): the seven properties by k-induction, every cover reached
     (about 5 s)."""
     h = SwitchAllocHarness()
-    res, _ = run_formal("sa3", h, h.props, depth=2, cover_depth=14, workdir=tmp_path, **h.formal_options)
-    assert [r.name for r in res] == PROPS
-    assert all(r.ok and r.proof == "proven (k-induction, k = 2)" for r in res), res
+    assert_proven(h, "sa3", 14, tmp_path)
 
 
 def test_switch_alloc_req_stage_is_proven(tmp_path):
     """The same with registered requests (``RequestStage``; no transfer is short there)."""
     h = SwitchAllocHarness(req_stage=True)
-    res, _ = run_formal("sa3_rs", h, h.props, depth=2, cover_depth=14, workdir=tmp_path, **h.formal_options)
-    assert [r.name for r in res] == PROPS
-    assert all(r.ok and r.proof == "proven (k-induction, k = 2)" for r in res), res
+    assert_proven(h, "sa3_rs", 14, tmp_path)
 
 
 @pytest.mark.slow
@@ -167,9 +170,7 @@ def test_switch_alloc_fifo_is_proven(tmp_path, capsys):
 def test_switch_alloc_eight_ports_is_proven(req_stage, tmp_path):
     """8 ports, 9 cells (8 credits; about 80 s each)."""
     h = SwitchAllocHarness(ports=8, n_cells=9, req_stage=req_stage)
-    res, _ = run_formal("sa8", h, h.props, depth=2, cover_depth=14, workdir=tmp_path, **h.formal_options)
-    assert [r.name for r in res] == PROPS
-    assert all(r.ok and r.proof == "proven (k-induction, k = 2)" for r in res), res
+    assert_proven(h, "sa8", 14, tmp_path)
 
 
 # One mutant per property in the default suite; the others are slow.
@@ -203,9 +204,7 @@ def test_switch_alloc_speedup2_is_proven(tmp_path):
     """Speedup 2 (two lanes, counted transfers of one to three read cycles released ahead of their end): the
     seven properties by k-induction, every cover reached (about 7 s)."""
     h = SwitchAllocHarness(**S2)
-    res, _ = run_formal("sa_s2", h, h.props, depth=2, cover_depth=16, workdir=tmp_path, **h.formal_options)
-    assert [r.name for r in res] == PROPS
-    assert all(r.ok and r.proof == "proven (k-induction, k = 2)" for r in res), res
+    assert_proven(h, "sa_s2", 16, tmp_path)
 
 
 @pytest.mark.slow
@@ -214,9 +213,7 @@ def test_switch_alloc_speedup2_is_proven(tmp_path):
 def test_switch_alloc_iterations_are_proven(kw, tmp_path):
     """More iSLIP iterations per cycle (4 ports at speedup 1: about 10 s each; 3 ports at speedup 2: 30 s)."""
     h = SwitchAllocHarness(**kw)
-    res, _ = run_formal("sa_it", h, h.props, depth=2, cover_depth=16, workdir=tmp_path, **h.formal_options)
-    assert [r.name for r in res] == PROPS
-    assert all(r.ok and r.proof == "proven (k-induction, k = 2)" for r in res), res
+    assert_proven(h, "sa_it", 16, tmp_path)
 
 
 @pytest.mark.slow
@@ -232,9 +229,7 @@ def test_switch_alloc_speedup2_block_is_proven(tmp_path, capsys):
 def test_switch_alloc_speedup2_four_ports_is_proven(tmp_path):
     """Speedup 2 at 4 ports (about 105 s)."""
     h = SwitchAllocHarness(**{**S2, "ports": 4})
-    res, _ = run_formal("sa_s2_4", h, h.props, depth=2, cover_depth=16, workdir=tmp_path, **h.formal_options)
-    assert [r.name for r in res] == PROPS
-    assert all(r.ok and r.proof == "proven (k-induction, k = 2)" for r in res), res
+    assert_proven(h, "sa_s2_4", 16, tmp_path)
 
 
 @pytest.mark.parametrize("key,prop,kw", [
