@@ -3,6 +3,7 @@ suite's longest tests run first."""
 
 import json
 import os
+import pickle
 import random
 import resource
 import time
@@ -98,16 +99,35 @@ def pytest_configure(config):
                             "testbench in one simulator run (the shared_run fixture)")
 
 
+def _session_dir(tmp_path_factory):
+    """The session's temporary folder, which the xdist workers share (each has its own folder below it)."""
+    root = tmp_path_factory.getbasetemp()
+    return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+
+
+@pytest.fixture(scope="session")
+def once(tmp_path_factory):
+    """``once(key, fn)``: ``fn()``, computed by the first xdist worker that asks and read back (pickled) by the
+    other, for module fixtures that take seconds and would otherwise be computed once per worker."""
+    root = _session_dir(tmp_path_factory)
+
+    def get(key: str, fn):
+        from verif.harness.runner import file_lock
+        path = root / f"once-{key}.pickle"
+        with file_lock(path.with_suffix(".lock")):
+            if not path.exists():
+                path.write_bytes(pickle.dumps(fn()))
+        return pickle.loads(path.read_bytes())
+    return get
+
+
 @pytest.fixture
 def shared_run(request, sim, tmp_path_factory):
     """Checks the test's scenarios of its group's shared simulator run (see _SHARED above): call it."""
     item = request.node
     key = _shared_scenarios(item)[0]
     members = request.config.stash[_SHARED][key]
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent                      # the session's folder, above each worker's own
-    path = root / f"shared-run-{zlib.crc32((key + sim).encode()):08x}.json"
+    path = _session_dir(tmp_path_factory) / f"shared-run-{zlib.crc32((key + sim).encode()):08x}.json"
 
     def check():
         from verif.harness.runner import CocotbFailure, file_lock, scenario_failures

@@ -126,9 +126,30 @@ def _cli_args(command: str, argv: list[str]):
     return p.parse_args(argv)
 
 
+#: ``once`` of tests/conftest.py while this module's tests run: the estimates below are then computed by one
+#: xdist worker for both.
+_once = None
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _share_estimates(once):
+    global _once
+    _once = once
+    yield
+    _once = None
+
+
+def _shared(key: str, fn):
+    return _once(key, fn) if _once is not None else fn()
+
+
 @functools.lru_cache(maxsize=None)
 def _estimate():
     """``dysharp estimate`` at its defaults (prefill, DeepSeek-V3 on GH200 NVL32), uncalibrated."""
+    return _shared("readme-estimate", _estimate_now)
+
+
+def _estimate_now():
     from dysharp.commands.estimate import params_from_args
     from sim_models.calibration import load_calibration
     from sim_models.estimator import estimate
@@ -143,6 +164,10 @@ def _estimate():
 @functools.lru_cache(maxsize=None)
 def _end_to_end(mode: str):
     """``dysharp estimate --end-to-end --mode MODE`` at its defaults, uncalibrated."""
+    return _shared(f"readme-end-to-end-{mode}", lambda: _end_to_end_now(mode))
+
+
+def _end_to_end_now(mode: str):
     from dysharp.commands.estimate import params_from_args
     from dysharp.commands.estimate_e2e import e2e_params_from_args
     from sim_models.calibration import load_calibration

@@ -29,8 +29,9 @@ def cal():
 
 
 @pytest.fixture(scope="module")
-def result(cal):
-    return tornado(MODEL, SYSTEM, PARAMS, cal, baselines=TORNADO_BASELINES + ("dysharp-explicit",))
+def result(cal, once):
+    return once("tornado", lambda: tornado(MODEL, SYSTEM, PARAMS, cal,
+                                           baselines=TORNADO_BASELINES + ("dysharp-explicit",)))
 
 
 def _at(key, end, cal):

@@ -18,8 +18,8 @@ BASELINES = ("DeepEP", "NVLS", "Tutel", "FasterMoE", "COMET", "CCFuser", "DualPi
 
 
 @pytest.fixture(scope="module")
-def rows():
-    return validate()
+def rows(once):
+    return once("validation", validate)
 
 
 def test_table_builds_with_every_baseline_and_a_source_per_row(rows):

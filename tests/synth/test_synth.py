@@ -105,9 +105,9 @@ def test_large_flip_flop_array_is_a_scaled_column_slice(lib_path, tmp_path, monk
     columns, an overstatement of the shared decoders only, so the figure stays an upper bound, close."""
     from synth import yosys_flow
     lib = liberty.load(lib_path)
-    geom = {"rows": 64, "width": 32, "read_ports": 2, "write_ports": 1, "sync_reads": 2}
+    geom = {"rows": 32, "width": 32, "read_ports": 2, "write_ports": 1, "sync_reads": 2}
     whole = yosys_flow.synthesize_ff_array(geom, lib, lib_path, period_ps=640, workdir=tmp_path / "whole")
-    monkeypatch.setattr(yosys_flow, "FF_ARRAY_MAX_BITS", 64 * 8)
+    monkeypatch.setattr(yosys_flow, "FF_ARRAY_MAX_BITS", 32 * 8)
     part = yosys_flow.synthesize_ff_array(geom, lib, lib_path, period_ps=640, workdir=tmp_path / "slice")
     assert "width_synthesized" not in whole and part["width_synthesized"] == 8
     assert part["area_seq_um2"] == pytest.approx(whole["area_seq_um2"])
@@ -373,10 +373,10 @@ def test_large_flip_flop_array_is_the_line_through_two_column_slices(lib_path, t
     wide): the columns are independent copies, the decoders shared, so it lands on the whole array's."""
     from synth import yosys_flow
     lib = liberty.load(lib_path)
-    geom = {"rows": 64, "width": 40, "read_ports": 2, "write_ports": 1, "sync_reads": 2}
+    geom = {"rows": 32, "width": 40, "read_ports": 2, "write_ports": 1, "sync_reads": 2}
     whole = yosys_flow.synthesize_ff_array(geom, lib, lib_path, period_ps=640, workdir=tmp_path / "whole")
-    monkeypatch.setattr(yosys_flow, "FF_LINE_MIN_BITS", 64 * 8)
-    monkeypatch.setattr(yosys_flow, "FF_SLICE_BITS", 64 * 4)
+    monkeypatch.setattr(yosys_flow, "FF_LINE_MIN_BITS", 32 * 8)
+    monkeypatch.setattr(yosys_flow, "FF_SLICE_BITS", 32 * 4)
     line = yosys_flow.synthesize_ff_array(geom, lib, lib_path, period_ps=640, workdir=tmp_path / "line")
     assert "line_widths" not in whole and line["line_widths"] == [4, 8]
     assert line["area_seq_um2"] == pytest.approx(whole["area_seq_um2"], rel=0.01)
