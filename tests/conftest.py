@@ -171,11 +171,11 @@ def pytest_runtest_makereport(item, call):
 # The longest tests of the default suite, longest first (seconds under the suite's two workers, from a fresh
 # clone). They start first, each worker taking the next test when it is free (`./run test` passes
 # --maxschedchunk 1), so the two workers end together instead of one running a long test alone at the end.
-# The emission check builds the 4-port integrated switch's fast path that the bench and the short soak
-# reuse: it goes first so that they find it built; likewise the compiled layer's nvls run builds the system top
-# that the quiet-cycle drop check then reuses. A name that no longer matches is only not moved.
+# The 4-port bench builds the integrated switch's fast path that the other benches and the short soak reuse:
+# it goes first so that they find it built; likewise the compiled layer's nvls run builds the system top that
+# the quiet-cycle drop check then reuses. A name that no longer matches is only not moved.
 FIRST = [
-    "tests/hw/test_emission.py::test_dysharp_switch_dedup_equals_flat",                      # 130 s
+    "tests/verif/bench/test_bench_dysharp_switch.py::test_bench_dispatch_n4_matches_plain_switch",  # 70
     "tests/verif/test_system_fast.py::test_fast_harness_nvls",                               # 85 (the G = 4 build)
     "tests/hw/switch/test_dysharp_switch.py::test_traffic_reductions_fills_and_deadlock",    # 33 CPU-s (19 scenarios)
     "tests/hw/test_emission.py::test_switch_dedup_equals_flat",                              # 40
@@ -184,7 +184,6 @@ FIRST = [
     "tests/verif/formal/test_formal_switch.py::test_switch_packets_atomic_and_conserved",    # 22
     "tests/verif/faults/test_faults.py::test_fault_classes",                                 # 30-67 CPU-s (6 classes)
     "tests/dysharp/test_cli.py::test_every_registered_module_builds_at_its_points",          # 20
-    "tests/verif/bench/test_bench_dysharp_switch.py::test_bench_dispatch_n4_matches_plain_switch",  # 20
     "tests/synth/test_synth.py::test_deep_cam_flip_flop_bound_is_extrapolated_from_two_slices",  # 20
     "tests/verif/test_runner.py::test_verilator_variant_exposes",                            # 2 x 15
     "tests/hw/switch/test_al_tlb.py::test_moe_deepseek_v3",                                  # 15

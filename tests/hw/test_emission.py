@@ -129,7 +129,11 @@ def test_switch_dedup_equals_flat(tmp_path):
     assert bad.total == 1 and bad.mismatches[0].startswith("MISMATCH cycle 100 "), bad.mismatches
 
 
+# Slow: its flat Verilog and the replay cost about 30 CPU-s for this check alone. In the default suite the plain
+# switch's check above covers the deduplicated emission, and the integrated switch's cocotb scoreboards run on
+# its deduplicated Verilog, where a strap tied to the wrong port would change the flits they check.
 @needs_verilator
+@pytest.mark.slow
 def test_dysharp_switch_dedup_equals_flat(tmp_path):
     """The integrated 4-port switch: dynamic multicast stores that miss (TLB fills over the links, egress
     translation) and ld_reduce combines (engines, reads, contributions), under the GPU models' random

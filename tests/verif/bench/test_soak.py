@@ -22,7 +22,7 @@ from verif.harness.runner import SIMULATORS
 pytestmark = pytest.mark.skipif("verilator" not in SIMULATORS, reason="the fast path needs Verilator")
 
 SHORT = 20_000
-# The default suite soaks the 4-port switch, the build the 4-port benches and the emission check already
+# The default suite soaks the 4-port switch, the build the 4-port benches already
 # make (an 8-port build costs about a minute of compile); the slow soak is the 8-port, 10^6-cycle run.
 SMALL = dict(ports=4, fanouts=(1, 2, 4), contributors=(1, 2, 4))
 SMALL_ARGS = ["--ports", "4", "--fanouts", "1,2,4", "--contributors", "1,2,4"]
