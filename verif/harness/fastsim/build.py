@@ -286,8 +286,8 @@ def _run_binary(sim, traffic, workdir, tag, write, read, exts, extra=()):
 PGO_GENERATE = ["-CFLAGS", "-fprofile-generate -fno-profile-values", "-LDFLAGS", "-fprofile-generate"]
 PGO_USE = ["-CFLAGS", "-fprofile-use -fno-profile-values -fprofile-partial-training -Wno-missing-profile"]
 
-#: Verilator flags that keep a combinational process's conditions (the default of the profile-guided,
-#: inlined two-VC build, :func:`build_vc` ``keep_conditions``). Verilator's data-flow pass (DFG) turns a
+#: Verilator flags that keep a combinational process's conditions (the default of the profile-guided
+#: two-VC build, :func:`build_vc` ``keep_conditions``). Verilator's data-flow pass (DFG) turns a
 #: value assigned under a condition, ``if (c) x = f(...); else x = 0``, into a mask, ``x = -c & f(...)``,
 #: and ``f`` is then computed every cycle. These seven of its rewrites are what removes the condition: a select with a
 #: constant branch (zero or all ones, either side) into an AND or an OR, and a NOT, a reduction or a
@@ -634,9 +634,9 @@ def build_vc(module: "str | registry.DesignPoint", params: dict | None = None, *
 
     ``keep_conditions`` adds :data:`KEEP_CONDITIONS` to the flags: logic the RTL computes under a
     condition is then evaluated only in the cycles the condition holds. The default keeps them in a
-    profile-guided build with every block inlined, where they were measured (15.6% fewer instructions
-    per simulated cycle at 8 ports); the kept-apart model without a profile ran 3-8% slower with them,
-    though it executed 14% fewer instructions."""
+    profile-guided build (at 8 ports 15.6% fewer instructions per simulated cycle inlined, 16.5% kept
+    apart); the kept-apart model without a profile ran 3-8% slower with them, though it executed 14%
+    fewer instructions."""
     if inputs_at_rise and not latch_inputs:
         raise ValueError("inputs_at_rise=True needs latch_inputs=True: a main that drives the inputs before "
                          "the rising edge needs the register stage in front of the design")
@@ -685,7 +685,7 @@ def build_vc(module: "str | registry.DesignPoint", params: dict | None = None, *
     if inline is None:
         inline = train is not None and n <= INLINE_MAX_PORTS
     if keep_conditions is None:
-        keep_conditions = train is not None and inline
+        keep_conditions = train is not None
     flags = (list(flags or VERILATOR_FLAGS) + (INLINE_ALL if inline else [])
              + (KEEP_CONDITIONS if keep_conditions else []))
     binary, build_s = _compile(module, params, vpath, main, build_root, flags=flags,
