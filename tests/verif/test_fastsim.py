@@ -392,6 +392,65 @@ def test_profile_guided_build_trains_then_simulates_the_same(tmp_path, monkeypat
     assert len(trained) == 1      # cached: no second training
 
 
+_COND_VERILOG = """module cond(clk, en, a, b, q);
+  input clk;
+  input en;
+  input [31:0] a;
+  input [31:0] b;
+  output reg [31:0] q;
+  reg [31:0] x;
+  wire [31:0] p = a * b;
+  wire [31:0] s = (a ^ b) + 32'd7;
+  always @* begin
+    x = 32'h0;
+    if (en) x = p ^ s;
+  end
+  always @(posedge clk) q <= x;
+endmodule
+"""
+
+_COND_MAIN = r"""#include <verilated.h>
+#include "Vcond.h"
+#include <cstdio>
+int main(int argc, char** argv) {
+    Vcond* t = new Vcond;
+    FILE* f = std::fopen(argv[1], "w");
+    unsigned x = 7;
+    t->clk = 0; t->eval();
+    for (int c = 0; c < 1000; c++) {
+        x = x * 1103515245u + 12345u;
+        t->en = (x >> 30) == 0; t->a = x; t->b = x >> 7;
+        t->clk = 1; t->eval(); t->clk = 0; t->eval();
+        std::fprintf(f, "%u\n", unsigned(t->q));
+    }
+    std::fclose(f);
+    delete t;
+    return 0;
+}
+"""
+
+
+@needs_verilator
+def test_keep_conditions_leaves_the_condition_in_the_model(tmp_path):
+    """With :data:`KEEP_CONDITIONS` Verilator keeps a value computed under a condition as a select on it
+    (evaluated only when the condition holds), where its data-flow pass writes a mask otherwise (the
+    value computed every cycle); both models simulate the same."""
+    from verif.harness.fastsim.build import KEEP_CONDITIONS, VERILATOR_FLAGS, _compile
+
+    v = tmp_path / "cond.v"
+    v.write_text(_COND_VERILOG)
+    outs, code = [], []
+    for flags in (VERILATOR_FLAGS, VERILATOR_FLAGS + KEEP_CONDITIONS):
+        binary, _ = _compile("cond", {}, v, _COND_MAIN, tmp_path / "build", flags=flags)
+        code.append("".join(p.read_text() for p in sorted((binary.parent / "obj").glob("Vcond___024root*.cpp"))))
+        subprocess.run([str(binary), str(tmp_path / "out.txt")], check=True)
+        outs.append((tmp_path / "out.txt").read_text())
+    mask = "& (- (IData)((IData)(vlSelfRef.en)))"
+    assert mask in code[0] and mask not in code[1]
+    assert "(IData)(vlSelfRef.en) ?" in code[1]
+    assert outs[0] == outs[1] and len(set(outs[0].split())) > 100
+
+
 @needs_verilator
 def test_build_runs_the_front_end_then_make(tmp_path):
     """``--build`` is run as two commands, so the front end has exited before the compilers start:

@@ -17,8 +17,11 @@ profile and with the repeated blocks kept apart; ``inlined`` is ``inputs_at_rise
 into one model; ``pgo`` is the default build (inputs at the rising edge, every block inlined,
 profile-guided: :func:`verif.harness.fastsim.build_vc` ``pgo`` and ``inline``), ``pgo_apart`` the same with
 the repeated blocks kept apart, and ``pgo_o2``, ``pgo_native``, ``pgo_threads2`` add g++ ``-O2``,
-``-march=native`` or Verilator's ``--threads 2`` to the default. All run under the dispatch bench's full-load
-traffic (fanout 4, warm AL-TLB); every log must equal the first build's.
+``-march=native`` or Verilator's ``--threads 2`` to the default. The profile-guided builds keep the
+conditions of combinational processes (:data:`verif.harness.fastsim.build.KEEP_CONDITIONS`) but
+``pgo_dfg_all`` and ``pgo_apart_dfg_all``, ``pgo`` and ``pgo_apart`` with all of Verilator's data-flow
+rewrites; ``inputs_at_rise_keep`` is ``inputs_at_rise`` with the conditions kept. All run under the dispatch bench's full-load traffic
+(fanout 4, warm AL-TLB); every log must equal the first build's.
 
 Full load is uniform unicast at 1.0 flits/cycle/port (1..16-flit payloads). The cocotb runs simulate the
 first ``--cocotb-cycles`` cycles of the fast path's traffic; the fast path also runs that prefix, and its
@@ -132,6 +135,11 @@ DYSHARP_HARNESSES = {
     "pgo_o2": {"opt": "-O2"},                                          # profile-guided, g++ -O2
     "pgo_native": {"cflags": ["-march=native"]},                       # profile-guided, -march=native
     "pgo_threads2": {"more": ["--threads", "2", "--threads-dpi", "none"]},  # profile-guided, 2 threads
+    "pgo_dfg_all": {"keep_conditions": False},      # profile-guided, every rewrite of Verilator's DFG pass
+    "pgo_apart_dfg_all": {"inline": False, "keep_conditions": False},  # pgo_apart, every DFG rewrite
+    # without a profile, the conditions kept (KEEP_CONDITIONS)
+    "inputs_at_rise_keep": {"latch_reset": True, "latch_inputs": True, "inputs_at_rise": True, "pgo": False,
+                            "keep_conditions": True},
 }
 
 
