@@ -72,7 +72,7 @@ from hw.switch.packet_queues import PacketQueues
 from .observe import driven, elaborate_now
 from .runner import Properties
 
-__all__ = ["SwitchQueuesHarness", "pool_partition", "store_chain"]
+__all__ = ["SwitchQueuesHarness", "pool_partition", "store_chain", "store_head_order"]
 
 class _Conj:
     """A conjunction built with ``&=``, each term a signal named after its source line (``inv_<kind>_L<line>_<n>``,
@@ -223,6 +223,17 @@ def store_chain(chain, st):
     chain &= ~wr_pkt | (((wr_seq + 1)[:SEQ_BITS] == sel(enq_n, wr_q)) & ((wr_arr + 1)[:S] == arr) &
                        (wr_idx >= 1) & (wr_idx <= wr_len) & (w_prev | r_writer))
 
+
+
+def store_head_order(conj, st, older):
+    """The head-order flags' property, added to ``conj``: while VOQ ``j`` and the mask queue both hold a packet,
+    ``older[j]`` says whether VOQ ``j``'s head arrived first."""
+    C, MQ, S = st.C, st.MQ, st.S
+    for j in range(MQ):
+        both = (st.count[j] != 0) & (st.count[MQ] != 0)
+        age_j = sum(Mux(st.head[j] == c, (st.arr - st.g_arr[c])[:S], 0) for c in range(C))
+        age_m = sum(Mux(st.head[MQ] == c, (st.arr - st.g_arr[c])[:S], 0) for c in range(C))
+        conj &= ~both | (older[j] == (age_j > age_m))
 
 class SwitchQueuesHarness(wiring.Component):
     """Free inputs: the writer's ``w_go``/``w_q``/``w_len`` (write a flit; a header's queue and length) and
@@ -401,11 +412,7 @@ class SwitchQueuesHarness(wiring.Component):
 
         # The head order: VOQ j's head older than the mask-queue head.
         order_ok = _Conj(m, "order")
-        for j in range(self.n_uc):
-            both = (count[j] != 0) & (count[MQ] != 0)
-            age_j = sum(Mux(pq.head[j] == c, (arr - g_arr[c])[:S], 0) for c in range(C))
-            age_m = sum(Mux(pq.head[MQ] == c, (arr - g_arr[c])[:S], 0) for c in range(C))
-            order_ok &= ~both | (pq.older[j] == (age_j > age_m))
+        store_head_order(order_ok, st, pq.older)
 
         # The lap guard: no queued packet is 2**(seq_bits - 1) arrivals old (its age, modulo 2**seq_bits, grows
         # by one per arrival from 1, so it cannot pass that age unseen).
