@@ -4,14 +4,16 @@ the module registry under their own names, so the cocotb runner builds them like
 
 import contextlib
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import memory
 
 from hw import registry
 from hw.credit import CreditSender
+from hw.switch.egress_queue import EgressQueue
 from hw.switch import reduction_buffer as _rb
 from hw.switch import reduction_engine as _re
 
-__all__ = ["AllStaleEvents", "AllStaleBuffer", "AllStaleEngine", "GreedySender", "register"]
+__all__ = ["AllStaleEvents", "AllStaleBuffer", "AllStaleEngine", "GreedySender", "StuckEgressQueue", "register"]
 
 
 @contextlib.contextmanager
@@ -32,6 +34,24 @@ class GreedySender(CreditSender):
         m = Module()
         m.d.comb += [self.i.ready.eq(1), self.link.valid.eq(self.i.valid), self.link.flit.eq(self.i.payload)]
         m.d.sync += self.credits_left.eq(self.credits_left - self.link.valid + self.link.credit)
+        return m
+
+
+class StuckEgressQueue(EgressQueue):
+    """A broken output queue: its read pointer never advances, so it repeats its first flit."""
+
+    def elaborate(self, platform):
+        m = Module()
+        D = self.depth
+        m.submodules.mem = mem = memory.Memory(shape=self.width, depth=D, init=[])
+        wptr = Signal(range(D))
+        wp = mem.write_port()
+        m.d.comb += [wp.addr.eq(wptr), wp.data.eq(self.w_data[0]), wp.en.eq(self.w_valid[0])]
+        rp = mem.read_port(domain="comb")
+        pop = self.r.valid & self.r.ready
+        m.d.comb += [rp.addr.eq(0), self.r.payload.eq(rp.data), self.r.valid.eq(self.level != 0)]
+        m.d.sync += [wptr.eq(Mux(wptr == D - 1, 0, wptr + self.w_valid[0])),
+                     self.level.eq(self.level + self.w_valid[0] - pop)]
         return m
 
 

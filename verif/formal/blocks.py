@@ -12,6 +12,7 @@ from .receive_path import ReceivePathHarness
 from .switch import SwitchHarness
 from .switch_alloc import SwitchAllocHarness
 from .switch_egress import SwitchEgressHarness
+from .switch_induct import SwitchInductHarness
 from .switch_queues import SwitchQueuesHarness
 
 BLOCKS = {
@@ -45,6 +46,8 @@ BLOCKS = {
                     lambda: SwitchHarness(queueing="fifo"), 9, 13),
     "switch_errors": ("NVSwitch datapath with bad packets: bad length, misframed, poisoned (else as switch)",
                       lambda: SwitchHarness(errors=True), 9, 13),
+    "switch_induct": ("NVSwitch datapath with its composed invariant (2 ports, both sending; 3 credits: 4 cells per input; max_payload 1, speedup 1, VOQ): the four properties of switch, each asserted with the invariant the part proofs state, over the switch's own signals",
+                      lambda: SwitchInductHarness(), 8, 13),
     "switch_egress": ("NVSwitch output: output queue (4 flits, 2 lanes) -> credit sender (2 credits) -> receiver",
                       lambda: SwitchEgressHarness(lanes=2), 2, 10),
     "switch_queues": ("NVSwitch input's packet store by k-induction: cell pool (4 cells), packet queues (2 VOQs + mask queue, lap margin 28: near_lap at 2 arrivals), max_payload 1; any writes within credits and the lap contract, any dequeues and reads",

@@ -94,7 +94,7 @@ from .observe import driven, elaborate_now
 from .runner import Properties
 from .switch_queues import _Conj
 
-__all__ = ["SwitchAllocHarness", "ONE", "BUSY", "AHEAD", "ROOM", "MC", "PEND", "PASS"]
+__all__ = ["SwitchAllocHarness", "ownership_terms", "ONE", "BUSY", "AHEAD", "ROOM", "MC", "PEND", "PASS"]
 
 FLIT_WIDTH = 128
 ONE = "no output is read by two readers at once, nor fed by two inputs in one cycle"
@@ -135,6 +135,66 @@ def _at_most_one(bits):
     bits = list(bits)
     return Cat(bits[a] & bits[b] for a in range(len(bits)) for b in range(a + 1, len(bits))).any() == 0 \
         if len(bits) > 1 else Const(1)
+
+
+def _orr(vals):
+    vals = list(vals)
+    acc = vals[0]
+    for v in vals[1:]:
+        acc = acc | v
+    return acc
+
+
+def _onehot(v):
+    return (v != 0) & ((v & (v - 1)) == 0)
+
+
+def ownership_terms(one_ok, busy_ok, ahead_ok, room_ok, inv, *, match, act, dst, cd, readers, gsh, rleft, out_busy,
+                    granted_cd, reads_now, level, n_in, depth, lanes, short, cd_d, short_d, grant_class, rd_err,
+                    rd_cell, rd_hot, rd_issue, n_cells, to_come=None):
+    """The output allocation's properties and the invariant they rest on, over the blocks' signals (per input
+    ``i``: its match, its reader's activity, outputs and count of reads left, its request's counted and short
+    flags; per output ``j``: output-busy, the read-ahead registers, the output queue's level and this cycle's
+    writes), added to the conjunctions ``one_ok``... and ``inv`` (None: the properties alone).
+    ``to_come`` (speedup 2): per output, the flits of the counted transfers still to be read to it."""
+    N, D, L, C = len(match), depth, lanes, n_cells
+    for j in range(N):
+        one_ok &= _at_most_one(act[i] & dst[i][j] for i in range(N))
+        one_ok &= _at_most_one(readers[i].out_valid.any() & readers[i].out_dests[j] for i in range(N))
+        # A counted transfer of three read cycles or more is released two reads before its end.
+        busy_ok &= out_busy[j] == _orr([(match[i][j] & ~gsh[i]) | (act[i] & ~cd[i] & dst[i][j]) |
+                                        (act[i] & cd[i] & (rleft[i] >= 3) & dst[i][j]) for i in range(N)])
+        if short:
+            ahead_ok &= granted_cd[j] == _orr([match[i][j] & cd_d[i][j] for i in range(N)])
+            ahead_ok &= reads_now[j] == _orr([act[i] & cd[i] & dst[i][j] for i in range(N)])
+        room_ok &= level[j] + n_in[j] <= D
+    for i in range(N):
+        ahead_ok &= (match[i] == 0) | ~act[i] | (cd[i] & readers[i].release)
+        if L == 1:      # a short transfer reads its one cell in the cycle after its grant
+            ahead_ok &= ~(act[i] & cd[i]) | readers[i].release
+        else:           # a counted one reads in each of the rleft cycles after its grant, its last in the last
+            ahead_ok &= ~(act[i] & cd[i]) | (rd_issue[i] & (readers[i].release == (rleft[i] == 1)))
+    if inv is None:
+        return
+    for j in range(N):
+        inv.tag = f"_o{j}"
+        inv &= _at_most_one(match[i][j] for i in range(N))
+        for i in range(N):
+            for k in range(N):
+                if k != i:
+                    inv &= ~(match[i][j] & act[k] & dst[k][j]) | (cd[k] & readers[k].release)
+        if L == 1:
+            inv &= level[j] + n_in[j] + reads_now[j] + granted_cd[j] <= D
+        else:
+            inv &= level[j] + n_in[j] + to_come[j] <= D
+    for i in range(N):
+        inv.tag = f"_i{i}"
+        inv &= ((match[i] & cd_d[i]) == 0) | _onehot(match[i])
+        inv &= (cd_d[i] == short_d[i]) if L == 1 else ((short_d[i] & ~cd_d[i]) == 0)
+        inv &= (cd_d[i] == 0) | (grant_class[i] == REQ_UC)
+        inv &= ~(act[i] & cd[i]) | (~rd_err[i] & _onehot(dst[i]))
+        inv &= (rd_cell[i] < C) & (rd_hot[i] == (Const(1, C) << rd_cell[i])[:C])
+    inv.tag = ""
 
 
 class SwitchAllocHarness(wiring.Component):
@@ -389,52 +449,27 @@ class SwitchAllocHarness(wiring.Component):
         cd = [rqs[i].cur_cd for i in range(N)]
         gsh = [rqs[i].grant_short for i in range(N)]
 
-        def onehot(v):
-            return (v != 0) & ((v & (v - 1)) == 0)
-
         one_ok = _Conj(m, "one")
         busy_ok = _Conj(m, "busy")
         ahead_ok = _Conj(m, "ahead")
         room_ok = _Conj(m, "room")
-        for j in range(N):
-            one_ok &= _at_most_one(act[i] & dst[i][j] for i in range(N))
-            one_ok &= _at_most_one(rds[i].out_valid.any() & rds[i].out_dests[j] for i in range(N))
-            # A counted transfer of three read cycles or more is released two reads before its end.
-            busy_ok &= out_busy[j] == orr([(match[i][j] & ~gsh[i]) | (act[i] & ~cd[i] & dst[i][j]) |
-                                           (act[i] & cd[i] & (rleft[i] >= 3) & dst[i][j]) for i in range(N)])
-            if self.short:
-                ahead_ok &= granted_cd[j] == orr([match[i][j] & cd_d[i][j] for i in range(N)])
-                ahead_ok &= reads_now[j] == orr([act[i] & cd[i] & dst[i][j] for i in range(N)])
-            room_ok &= level[j] + n_in[j] <= D
-        for i in range(N):
-            ahead_ok &= (match[i] == 0) | ~act[i] | (cd[i] & rds[i].release)
-            if L == 1:      # a short transfer reads its one cell in the cycle after its grant
-                ahead_ok &= ~(act[i] & cd[i]) | rds[i].release
-            else:           # a counted one reads in each of the rleft cycles after its grant, its last in the last
-                ahead_ok &= ~(act[i] & cd[i]) | (rd_issue[i] & (rds[i].release == (rleft[i] == 1)))
-
         inv = _Conj(m, "inv")
+        if L > 1:
+            # The flits on their way, and two per read cycle of the counted transfers to come.
+            to_come = [L * sum(Mux(act[i] & cd[i] & dst[i][j], rleft[i], 0) +
+                               (Mux(match[i][j] & cd_d[i][j], rc(hlen[i][j]), 0) if NU else 0) for i in range(N))
+                       for j in range(N)]
+        else:
+            to_come = None
+        ownership_terms(one_ok, busy_ok, ahead_ok, room_ok, inv if self.invariant else None, match=match,
+                        act=act, dst=dst, cd=cd, readers=rds, gsh=gsh, rleft=rleft, out_busy=out_busy,
+                        granted_cd=granted_cd, reads_now=reads_now, level=level, n_in=n_in, depth=D, lanes=L,
+                        short=self.short, cd_d=cd_d, short_d=short_d, grant_class=[rq.grant_class for rq in rqs],
+                        rd_err=rd_err, rd_cell=rd_cell, rd_hot=rd_hot, rd_issue=rd_issue, n_cells=self.n_cells,
+                        to_come=to_come)
         if self.invariant:
-            for j in range(N):
-                inv.tag = f"_o{j}"
-                inv &= _at_most_one(match[i][j] for i in range(N))
-                for i in range(N):
-                    for k in range(N):
-                        if k != i:
-                            inv &= ~(match[i][j] & act[k] & dst[k][j]) | (cd[k] & rds[k].release)
-                if L == 1:
-                    inv &= level[j] + n_in[j] + reads_now[j] + granted_cd[j] <= D
-                else:       # the flits on their way, and two per read cycle of the counted transfers to come
-                    inv &= level[j] + n_in[j] + L * sum(
-                        Mux(act[i] & cd[i] & dst[i][j], rleft[i], 0) +
-                        (Mux(match[i][j] & cd_d[i][j], rc(hlen[i][j]), 0) if NU else 0) for i in range(N)) <= D
             for i in range(N):
                 inv.tag = f"_i{i}"
-                inv &= ((match[i] & cd_d[i]) == 0) | onehot(match[i])
-                inv &= (cd_d[i] == short_d[i]) if L == 1 else ((short_d[i] & ~cd_d[i]) == 0)
-                inv &= (cd_d[i] == 0) | (rqs[i].grant_class == REQ_UC)
-                inv &= ~(act[i] & cd[i]) | (~rd_err[i] & onehot(dst[i]))
-                inv &= (rd_cell[i] < C) & (rd_hot[i] == (Const(1, C) << rd_cell[i])[:C])
                 if self.req_stage:
                     inv &= (self.stages[i].alloc_req == 0) | ((match[i] == 0) & ~act[i])
                 if L > 1:

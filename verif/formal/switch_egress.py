@@ -30,10 +30,28 @@ from hw.switch.egress_queue import EgressQueue
 from .observe import observe_queue
 from .runner import Properties
 
-__all__ = ["SwitchEgressHarness"]
+__all__ = ["SwitchEgressHarness", "egress_credit_ok", "egress_pointers_ok", "slot_position"]
 
 COUNT_BITS = 8
 WIDTH = 128
+
+
+def egress_credit_ok(*, send, credits_left, dlevel, out_credits):
+    """An output's credit invariant (the credit link's): it sends only with a credit, and its sender's
+    credits plus the downstream receiver's buffered flits (``dlevel``) are ``out_credits``."""
+    return (~send | (credits_left != 0)) & (credits_left + dlevel == out_credits)
+
+
+def egress_pointers_ok(*, level, rptr, wptr, depth):
+    """An output queue's pointers: its level within its depth, its write pointer ``level`` slots past its read
+    pointer."""
+    wrapped = rptr + level
+    return (level <= depth) & (wptr == Mux(wrapped >= depth, wrapped - depth, wrapped))
+
+
+def slot_position(j, rptr, depth):
+    """How many slots from the read pointer memory slot ``j`` of a queue of ``depth`` slots is."""
+    return Mux(rptr <= j, j - rptr, j + depth - rptr)
 
 
 class SwitchEgressHarness(wiring.Component):
@@ -77,13 +95,12 @@ class SwitchEgressHarness(wiring.Component):
         m.d.sync += [written.eq(written + n_in), sent.eq(sent + send), dlevel.eq(dlevel + send - pop)]
 
         # The invariants (k-induction assumes them all for k cycles).
-        credit_ok = (~send | (tx.credits_left != 0)) & (tx.credits_left + dlevel == K)
+        credit_ok = egress_credit_ok(send=send, credits_left=tx.credits_left, dlevel=dlevel, out_credits=K)
         level = q.level
-        wrapped = rptr + level
-        in_order = ((written - sent)[:COUNT_BITS] == level) & (level <= D) & \
-            (wptr == Mux(wrapped >= D, wrapped - D, wrapped))
+        in_order = ((written - sent)[:COUNT_BITS] == level) & egress_pointers_ok(level=level, rptr=rptr, wptr=wptr,
+                                                                                 depth=D)
         for j, slot in enumerate(slots):
-            k = Mux(rptr <= j, j - rptr, j + D - rptr)
+            k = slot_position(j, rptr, D)
             in_order = in_order & ((k >= level) | (slot[:COUNT_BITS] == (sent + k)[:COUNT_BITS]))
         flit = tx.link.flit.as_value()
         in_order = in_order & (~send | (flit[:COUNT_BITS] == sent))

@@ -60,6 +60,7 @@ read port per cell on each memory.
 """
 
 import inspect
+from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
@@ -71,7 +72,7 @@ from hw.switch.packet_queues import PacketQueues
 from .observe import driven, elaborate_now
 from .runner import Properties
 
-__all__ = ["SwitchQueuesHarness"]
+__all__ = ["SwitchQueuesHarness", "pool_partition", "store_chain", "store_head_order"]
 
 class _Conj:
     """A conjunction built with ``&=``, each term a signal named after its source line (``inv_<kind>_L<line>_<n>``,
@@ -90,6 +91,149 @@ class _Conj:
     def all(self):
         return Cat(self.terms).all() if self.terms else Const(1)
 
+
+
+def pool_partition(conj, pool, free, in_use, freed):
+    """The cell pool's invariant, added to ``conj``: every cell is exactly one of free (``free``, the pool's own
+    register), the next-write cell (which exists and is unwritten) or in use (``in_use``: written and not yet
+    freed), and the pool's ``used`` is the cells in use plus those freed last cycle (``freed``)."""
+    C = len(free)
+    conj &= pool.new_ok & (pool.new_cell < C) & (pool.used == sum(in_use[c] for c in range(C)) + freed)
+    for c in range(C):
+        nw = pool.new_cell == c
+        conj &= (free[c] + nw + in_use[c]) == 1
+        conj &= ~in_use[c] | pool.written[c]
+        conj &= ~nw | ~pool.written[c]
+
+def _sel(vals, q):
+    """``vals[q]``."""
+    return sum(Mux(q == i, v, 0) for i, v in enumerate(vals))
+
+
+def _at(st, cell, pred):
+    """``pred(c)`` of the cell ``cell`` names (false for a value past the last cell)."""
+    return Cat((cell == c) & pred(c) for c in range(st.C)).any()
+
+
+def store_flit_is(st, c, q, seq, idx):
+    """Cell ``c`` holds flit ``idx`` of packet ``seq`` of queue ``q``."""
+    return (st.g_q[c] == q) & (st.g_seq[c] == Value.cast(seq)[:st.SEQ_BITS]) & (st.g_idx[c] == idx)
+
+
+def store_queued(st, c):
+    """Cell ``c`` belongs to a packet still in its queue (its position below the queue's count)."""
+    return _sel([(st.g_seq[c] - st.deq_n[q])[:st.SEQ_BITS] < st.count[q] for q in range(st.n_q)], st.g_q[c])
+
+
+def store_pos(st, c):
+    """The position in its queue of cell ``c``'s packet."""
+    return _sel([(st.g_seq[c] - st.deq_n[q])[:st.SEQ_BITS] for q in range(st.n_q)], st.g_q[c])
+
+
+def store_age(st, c):
+    """Arrivals since cell ``c``'s packet arrived, modulo ``2**seq_bits``."""
+    return (st.arr - st.g_arr[c])[:st.S]
+
+
+def store_chain(chain, st):
+    """The packet store's chain invariant (see the module docstring), added to ``chain``, over ``st``: the
+    pool and queues (``pool``, ``count``, ``head``, ``q_tail``, ``q_hseq``, ``aseq``, the next-packet and
+    arrival-number tables ``pn``/``ps``, the next-cell table ``cnext``, ``near``), what each cell holds
+    (``g_used``, ``g_q``, ``g_seq``, ``g_idx``, ``g_len``, ``g_arr``), the packets enqueued and dequeued per
+    queue and arrived (``enq_n``, ``deq_n``, ``arr``), ``lap_n``, the reader's packet (``r_act``, ``r_free``,
+    ``r_qr``, ``r_seq``, ``r_idx``, ``r_cell``) and the writer's (``wr_pkt``, ``wr_q``, ``wr_seq``, ``wr_idx``,
+    ``wr_len``, ``wr_arr``); sizes ``C``, ``n_q``, ``MQ``, ``S``, ``T`` (lap threshold), ``LM`` (lap margin),
+    ``SEQ_BITS``."""
+    C, n_q, MQ, S, T, LM, SEQ_BITS = st.C, st.n_q, st.MQ, st.S, st.T, st.LM, st.SEQ_BITS
+    pool, count, q_tail, q_hseq, aseq, pn, ps, cnext = st.pool, st.count, st.q_tail, st.q_hseq, st.aseq, st.pn, \
+        st.ps, st.cnext
+    g_used, g_q, g_seq, g_idx, g_len, g_arr = st.g_used, st.g_q, st.g_seq, st.g_idx, st.g_len, st.g_arr
+    enq_n, deq_n, arr, near, lap_n = st.enq_n, st.deq_n, st.arr, st.near, st.lap_n
+    r_act, r_free, r_qr, r_seq, r_idx, r_cell = st.r_act, st.r_free, st.r_qr, st.r_seq, st.r_idx, st.r_cell
+    wr_pkt, wr_q, wr_seq, wr_idx, wr_len, wr_arr = st.wr_pkt, st.wr_q, st.wr_seq, st.wr_idx, st.wr_len, st.wr_arr
+    sel = _sel
+
+    def at(cell, pred):
+        return _at(st, cell, pred)
+
+    def flit_is(c, q, seq, idx):
+        return store_flit_is(st, c, q, seq, idx)
+
+    def queued(c):
+        return store_queued(st, c)
+
+    def pos(c):
+        return store_pos(st, c)
+
+    def age(c):
+        return store_age(st, c)
+
+    # The lap guard: near_lap low, every queued packet is at most lap_threshold arrivals old (the flag
+    # rises the cycle after a head is); high, at most one more (an arrival in its register's cycle)
+    # plus the packets started since it rose.
+    chain &= ~near | (lap_n <= LM)
+    age_max = Mux(near, T + 1 + lap_n, T)
+    for q in range(n_q):
+        has = count[q] != 0
+        chain &= (count[q] == (enq_n[q] - deq_n[q])[:SEQ_BITS]) & (count[q] <= C)
+        chain &= ~has | at(st.head[q], lambda c: g_used[c] & flit_is(c, q, deq_n[q], 0) &
+                           (q_hseq[q] == g_arr[c]))
+        chain &= ~has | at(q_tail[q], lambda c: g_used[c] & flit_is(c, q, enq_n[q] - 1, 0))
+    chain &= aseq == arr
+    for c in range(C):
+        chain.tag = f"_c{c}"
+        in_reader = r_act & r_free & (g_q[c] == r_qr) & (g_seq[c] == r_seq) & (g_idx[c] >= r_idx)
+        chain &= ~g_used[c] | queued(c) | in_reader
+        chain &= ~g_used[c] | ((g_idx[c] <= g_len[c]) & (pool.clast[c] == (g_idx[c] == g_len[c])))
+        chain &= ~g_used[c] | ~queued(c) | ((age(c) != 0) & (age(c) <= age_max))
+        # The next cell of a flit that is not its packet's last.
+        writer_next = (cnext[c] == pool.new_cell) & wr_pkt & (wr_q == g_q[c]) & (wr_seq == g_seq[c]) & \
+            (wr_idx == g_idx[c] + 1)
+        chain &= ~g_used[c] | (g_idx[c] == g_len[c]) | writer_next | \
+            at(cnext[c], lambda d: g_used[d] & flit_is(d, g_q[c], g_seq[c], g_idx[c] + 1) &
+               (g_len[d] == g_len[c]) & (g_arr[d] == g_arr[c]))
+        # A queued header: its arrival number, and its link to the next packet of its queue.
+        qhdr = g_used[c] & (g_idx[c] == 0) & queued(c)
+        chain &= ~qhdr | (ps[c] == g_arr[c])
+        not_tail = pos(c) + 1 < sel(list(count), g_q[c])
+        chain &= ~qhdr | ~not_tail | at(pn[c], lambda d: g_used[d] &
+                                         flit_is(d, g_q[c], g_seq[c] + 1, 0))
+        # (that packet arrived later: near_lap looks at the heads alone)
+        chain &= ~qhdr | ~not_tail | (sel([age(d) for d in range(C)], pn[c]) < age(c))
+        for d in range(c + 1, C):
+            chain.tag = f"_c{c}_d{d}"
+            same_pkt = g_used[c] & g_used[d] & (g_q[c] == g_q[d]) & (g_seq[c] == g_seq[d])
+            chain &= ~same_pkt | ((g_idx[c] != g_idx[d]) & (g_len[c] == g_len[d]) & (g_arr[c] == g_arr[d]))
+    chain.tag = ""
+    # The reader: its packet is the last dequeued of its queue, its cell that packet's next flit.
+    r_writer = r_act & (r_cell == pool.new_cell) & wr_pkt & (wr_q == r_qr) & (wr_seq == r_seq) & \
+        (wr_idx == r_idx)
+    # (A partial pass reads the mask queue's head, still queued.)
+    chain &= ~r_act | r_free | ((r_qr == MQ) & (r_seq == deq_n[MQ]) & (count[MQ] != 0))
+    chain &= ~r_act | ~r_free | ((r_seq + 1)[:SEQ_BITS] == sel(deq_n, r_qr))
+    chain &= ~r_act | ((r_writer | at(
+        r_cell, lambda c: g_used[c] & flit_is(c, r_qr, r_seq, r_idx))))
+    # The writer: its packet is its queue's newest, its last flit written links to the next-write cell.
+    w_prev = Cat(g_used[c] & flit_is(c, wr_q, wr_seq, wr_idx - 1) for c in range(C)).any()
+    for c in range(C):
+        chain.tag = f"_w{c}"
+        chain &= ~(wr_pkt & g_used[c] & (g_q[c] == wr_q) & (g_seq[c] == wr_seq)) | \
+            ((g_idx[c] < wr_idx) & (g_len[c] == wr_len) & (g_arr[c] == wr_arr))
+    chain.tag = ""
+    chain &= ~wr_pkt | (((wr_seq + 1)[:SEQ_BITS] == sel(enq_n, wr_q)) & ((wr_arr + 1)[:S] == arr) &
+                       (wr_idx >= 1) & (wr_idx <= wr_len) & (w_prev | r_writer))
+
+
+
+def store_head_order(conj, st, older):
+    """The head-order flags' property, added to ``conj``: while VOQ ``j`` and the mask queue both hold a packet,
+    ``older[j]`` says whether VOQ ``j``'s head arrived first."""
+    C, MQ, S = st.C, st.MQ, st.S
+    for j in range(MQ):
+        both = (st.count[j] != 0) & (st.count[MQ] != 0)
+        age_j = sum(Mux(st.head[j] == c, (st.arr - st.g_arr[c])[:S], 0) for c in range(C))
+        age_m = sum(Mux(st.head[MQ] == c, (st.arr - st.g_arr[c])[:S], 0) for c in range(C))
+        conj &= ~both | (older[j] == (age_j > age_m))
 
 class SwitchQueuesHarness(wiring.Component):
     """Free inputs: the writer's ``w_go``/``w_q``/``w_len`` (write a flit; a header's queue and length) and
@@ -249,90 +393,26 @@ class SwitchQueuesHarness(wiring.Component):
 
         # The pool: a partition of the cells; the next-write cell exists, is unwritten.
         pool_ok = _Conj(m, "pool")
-        pool_ok &= pool.new_ok & (pool.new_cell < C) & (pool.used == n_used + freed)
-        for c in range(C):
-            nw = pool.new_cell == c
-            pool_ok &= (free[c] + nw + g_used[c]) == 1
-            pool_ok &= ~g_used[c] | pool.written[c]
-            pool_ok &= ~nw | ~pool.written[c]
+        pool_partition(pool_ok, pool, free, g_used, freed)
 
         # Reading: the cell read holds the reader's packet's next flit; its last bit ends the packet.
         read_ok = _Conj(m, "read")
         read_ok &= ~read | at(r_cell, lambda c: g_used[c] & flit_is(c, r_qr, r_seq, r_idx) &
                              (pool.clast[c] == (g_idx[c] == g_len[c])))
-        def queued(c):       # cell c belongs to a packet still in its queue (position < count)
-            return sel([(g_seq[c] - deq_n[q])[:SEQ_BITS] < count[q] for q in range(n_q)], g_q[c])
-
-        def pos(c):
-            return sel([(g_seq[c] - deq_n[q])[:SEQ_BITS] for q in range(n_q)], g_q[c])
-
-        def age(c):          # arrivals since cell c's packet arrived, modulo 2**seq_bits
-            return (arr - g_arr[c])[:S]
-
+        st = SimpleNamespace(C=C, n_q=n_q, MQ=MQ, S=S, T=T, LM=LM, SEQ_BITS=SEQ_BITS, pool=pool, count=list(count),
+                             head=list(pq.head), q_tail=q_tail, q_hseq=q_hseq, aseq=aseq, pn=pn, ps=ps, cnext=cnext,
+                             g_used=g_used, g_q=g_q, g_seq=g_seq, g_idx=g_idx, g_len=g_len, g_arr=g_arr, enq_n=enq_n,
+                             deq_n=deq_n, arr=arr, near=near, lap_n=lap_n, r_act=r_act, r_free=r_free, r_qr=r_qr,
+                             r_seq=r_seq, r_idx=r_idx, r_cell=r_cell, wr_pkt=wr_pkt, wr_q=wr_q, wr_seq=wr_seq,
+                             wr_idx=wr_idx, wr_len=wr_len, wr_arr=wr_arr)
+        queued, pos, age = (lambda c: store_queued(st, c)), (lambda c: store_pos(st, c)), (lambda c: store_age(st, c))
         chain = _Conj(m, "chain")
         if inv:
-            # The lap guard: near_lap low, every queued packet is at most lap_threshold arrivals old (the flag
-            # rises the cycle after a head is); high, at most one more (an arrival in its register's cycle)
-            # plus the packets started since it rose.
-            chain &= ~near | (lap_n <= LM)
-            age_max = Mux(near, T + 1 + lap_n, T)
-            for q in range(n_q):
-                has = count[q] != 0
-                chain &= (count[q] == (enq_n[q] - deq_n[q])[:SEQ_BITS]) & (count[q] <= C)
-                chain &= ~has | at(pq.head[q], lambda c: g_used[c] & flit_is(c, q, deq_n[q], 0) &
-                                   (q_hseq[q] == g_arr[c]))
-                chain &= ~has | at(q_tail[q], lambda c: g_used[c] & flit_is(c, q, enq_n[q] - 1, 0))
-            chain &= aseq == arr
-            for c in range(C):
-                chain.tag = f"_c{c}"
-                in_reader = r_act & r_free & (g_q[c] == r_qr) & (g_seq[c] == r_seq) & (g_idx[c] >= r_idx)
-                chain &= ~g_used[c] | queued(c) | in_reader
-                chain &= ~g_used[c] | ((g_idx[c] <= g_len[c]) & (pool.clast[c] == (g_idx[c] == g_len[c])))
-                chain &= ~g_used[c] | ~queued(c) | ((age(c) != 0) & (age(c) <= age_max))
-                # The next cell of a flit that is not its packet's last.
-                writer_next = (cnext[c] == pool.new_cell) & wr_pkt & (wr_q == g_q[c]) & (wr_seq == g_seq[c]) & \
-                    (wr_idx == g_idx[c] + 1)
-                chain &= ~g_used[c] | (g_idx[c] == g_len[c]) | writer_next | \
-                    at(cnext[c], lambda d: g_used[d] & flit_is(d, g_q[c], g_seq[c], g_idx[c] + 1) &
-                       (g_len[d] == g_len[c]) & (g_arr[d] == g_arr[c]))
-                # A queued header: its arrival number, and its link to the next packet of its queue.
-                qhdr = g_used[c] & (g_idx[c] == 0) & queued(c)
-                chain &= ~qhdr | (ps[c] == g_arr[c])
-                not_tail = pos(c) + 1 < sel(list(count), g_q[c])
-                chain &= ~qhdr | ~not_tail | at(pn[c], lambda d: g_used[d] &
-                                                 flit_is(d, g_q[c], g_seq[c] + 1, 0))
-                # (that packet arrived later: near_lap looks at the heads alone)
-                chain &= ~qhdr | ~not_tail | (sel([age(d) for d in range(C)], pn[c]) < age(c))
-                for d in range(c + 1, C):
-                    chain.tag = f"_c{c}_d{d}"
-                    same_pkt = g_used[c] & g_used[d] & (g_q[c] == g_q[d]) & (g_seq[c] == g_seq[d])
-                    chain &= ~same_pkt | ((g_idx[c] != g_idx[d]) & (g_len[c] == g_len[d]) & (g_arr[c] == g_arr[d]))
-            chain.tag = ""
-            # The reader: its packet is the last dequeued of its queue, its cell that packet's next flit.
-            r_writer = r_act & (r_cell == pool.new_cell) & wr_pkt & (wr_q == r_qr) & (wr_seq == r_seq) & \
-                (wr_idx == r_idx)
-            # (A partial pass reads the mask queue's head, still queued.)
-            chain &= ~r_act | r_free | ((r_qr == MQ) & (r_seq == deq_n[MQ]) & (count[MQ] != 0))
-            chain &= ~r_act | ~r_free | ((r_seq + 1)[:SEQ_BITS] == sel(deq_n, r_qr))
-            chain &= ~r_act | ((r_writer | at(
-                r_cell, lambda c: g_used[c] & flit_is(c, r_qr, r_seq, r_idx))))
-            # The writer: its packet is its queue's newest, its last flit written links to the next-write cell.
-            w_prev = Cat(g_used[c] & flit_is(c, wr_q, wr_seq, wr_idx - 1) for c in range(C)).any()
-            for c in range(C):
-                chain.tag = f"_w{c}"
-                chain &= ~(wr_pkt & g_used[c] & (g_q[c] == wr_q) & (g_seq[c] == wr_seq)) | \
-                    ((g_idx[c] < wr_idx) & (g_len[c] == wr_len) & (g_arr[c] == wr_arr))
-            chain.tag = ""
-            chain &= ~wr_pkt | (((wr_seq + 1)[:SEQ_BITS] == sel(enq_n, wr_q)) & ((wr_arr + 1)[:S] == arr) &
-                               (wr_idx >= 1) & (wr_idx <= wr_len) & (w_prev | r_writer))
+            store_chain(chain, st)
 
         # The head order: VOQ j's head older than the mask-queue head.
         order_ok = _Conj(m, "order")
-        for j in range(self.n_uc):
-            both = (count[j] != 0) & (count[MQ] != 0)
-            age_j = sum(Mux(pq.head[j] == c, (arr - g_arr[c])[:S], 0) for c in range(C))
-            age_m = sum(Mux(pq.head[MQ] == c, (arr - g_arr[c])[:S], 0) for c in range(C))
-            order_ok &= ~both | (pq.older[j] == (age_j > age_m))
+        store_head_order(order_ok, st, pq.older)
 
         # The lap guard: no queued packet is 2**(seq_bits - 1) arrivals old (its age, modulo 2**seq_bits, grows
         # by one per arrival from 1, so it cannot pass that age unseen).

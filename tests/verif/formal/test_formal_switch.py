@@ -7,7 +7,7 @@ forwards bad headers or drops the poison bit) must fail them, so the proofs can 
 ignores its credits or a queue that repeats flits fails it."""
 
 import pytest
-from amaranth.hdl import Const, Module, Mux
+from amaranth.hdl import Const
 
 import hw.gpu_nic.receive_path as receive_path
 import hw.switch.ingress as ingress
@@ -15,12 +15,11 @@ import hw.switch.input_unit as input_unit
 import hw.switch.nvswitch as nvswitch
 from dysharp.cli import main
 from hw.packet import HEADER_BITS, ErrorCode, HeaderLayout, rtl_payload_flits
-from hw.switch.egress_queue import EgressQueue
 from verif.formal.receive_path import ReceivePathHarness
 from verif.formal.runner import run_formal
 from verif.formal.switch import SwitchHarness
 from verif.formal.switch_egress import SwitchEgressHarness
-from verif.mutants import GreedySender
+from verif.mutants import GreedySender, StuckEgressQueue
 
 
 def _assert_all_hold(out: str, n: int, depth: int):
@@ -103,26 +102,6 @@ def test_receive_path_mutant_fails_its_property(name, mutant, prop, tmp_path, mo
     res = _rp_mutant(ReceivePathHarness(only=prop, invariant=False), "rp_mutant_" + name, tmp_path, depth=9)
     assert [r.name for r in res] == [prop]
     assert res[0].proof.startswith("FAILS"), res
-
-
-class StuckEgressQueue(EgressQueue):
-    """A broken output queue: its read pointer never advances, so it repeats its first flit."""
-
-    def elaborate(self, platform):
-        from amaranth.hdl import Signal
-        from amaranth.lib import memory
-        m = Module()
-        D = self.depth
-        m.submodules.mem = mem = memory.Memory(shape=self.width, depth=D, init=[])
-        wptr = Signal(range(D))
-        wp = mem.write_port()
-        m.d.comb += [wp.addr.eq(wptr), wp.data.eq(self.w_data[0]), wp.en.eq(self.w_valid[0])]
-        rp = mem.read_port(domain="comb")
-        pop = self.r.valid & self.r.ready
-        m.d.comb += [rp.addr.eq(0), self.r.payload.eq(rp.data), self.r.valid.eq(self.level != 0)]
-        m.d.sync += [wptr.eq(Mux(wptr == D - 1, 0, wptr + self.w_valid[0])),
-                     self.level.eq(self.level + self.w_valid[0] - pop)]
-        return m
 
 
 def test_switch_packets_atomic_and_conserved(tmp_path):
