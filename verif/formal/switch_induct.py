@@ -33,7 +33,7 @@ header's number.
 
 Proof: a bounded check from reset (``dysharp formal switch_induct``, depth 8). The induction step at
 k = 2 (``run_formal(..., induction=True, depth=2)``) gave a counterexample for each term above until it
-was stated; with all of them it gives no answer in 15 minutes on yices.
+was stated; with all of them it gives no answer in 30 minutes on yices.
 """
 
 from types import SimpleNamespace
@@ -72,7 +72,7 @@ class SwitchInductHarness(SwitchHarness):
         super().__init__(credits=credits, out_credits=out_credits,
                          switch=switch if switch is not None else
                          small_switch(credits=credits, out_credits=out_credits))
-        # A bounded check (the induction step gives no answer in 15 minutes, see the module docstring): yices,
+        # A bounded check (the induction step gives no answer in 30 minutes, see the module docstring): yices,
         # flattened, memories mapped to registers (as YICES_BMC; without opt_dff -sat, which gains nothing here).
         self.formal_options = {"engine": "smtbmc yices", "induction": False,
                                "script_extra": "flatten\nmemory_map\nopt -full"}
