@@ -418,13 +418,6 @@ class SwitchAllocHarness(wiring.Component):
                 m.d.comb += [al.req[i].eq(rq.req), al.req_class[i].eq(rq.req_class)]
 
         # ------------------------------------------------------------ output ownership (as NVSwitch)
-        def orr(vals):
-            vals = list(vals)
-            acc = vals[0]
-            for v in vals[1:]:
-                acc = acc | v
-            return acc
-
         in_release = [Mux(rds[i].release & ~rqs[i].cur_cd, rds[i].dests, 0) | rqs[i].release for i in range(N)]
         # The switch's output ownership, the real block (NVSwitch's ``owner``), wired as NVSwitch wires it.
         for i in range(N):
@@ -558,12 +551,12 @@ class SwitchAllocHarness(wiring.Component):
         rel_d = [Signal(N, name=f"rel_d{i}") for i in range(N)]
         m.d.sync += [rel_d[i].eq(in_release[i]) for i in range(N)]
         # An output released by one input's reader is matched to another input in the next cycle.
-        handover = Cat((al.accept[i] & orr([rel_d[k] for k in range(N) if k != i])) != 0
+        handover = Cat((al.accept[i] & _orr([rel_d[k] for k in range(N) if k != i])) != 0
                        for i in range(N)).any()
         handed = Signal()
         m.d.sync += handed.eq(handed | handover)
         back_to_back = Cat((match[i] != 0) & act[i] & cd[i] for i in range(N)).any()
-        busy_cover = handover & (orr(in_release) != 0)
+        busy_cover = handover & (_orr(in_release) != 0)
         if L > 1:
             # A counted transfer of the most read cycles ends while another input's match to its output starts:
             # the output was released ahead of the transfer's end and handed over with no idle read cycle.
@@ -576,7 +569,7 @@ class SwitchAllocHarness(wiring.Component):
                                for i in range(N) for k in range(N) if k != i for j in range(N)).any()
             early_d = [Signal(N, name=f"early_d{i}") for i in range(N)]
             m.d.sync += [early_d[i].eq(rqs[i].release) for i in range(N)]
-            busy_cover = Cat((al.accept[i] & orr([early_d[k] for k in range(N) if k != i])) != 0
+            busy_cover = Cat((al.accept[i] & _orr([early_d[k] for k in range(N) if k != i])) != 0
                              for i in range(N)).any()
 
         # With the invariant, each property is proven together with the others (they rest on one another);
