@@ -10,10 +10,12 @@ from amaranth.lib import memory
 from hw import registry
 from hw.credit import CreditSender
 from hw.switch.egress_queue import EgressQueue
+from hw.switch.packet_queues import PacketQueues
 from hw.switch import reduction_buffer as _rb
 from hw.switch import reduction_engine as _re
 
-__all__ = ["AllStaleEvents", "AllStaleBuffer", "AllStaleEngine", "GreedySender", "StuckEgressQueue", "register"]
+__all__ = ["AllStaleEvents", "AllStaleBuffer", "AllStaleEngine", "GreedySender", "RepeatingQueues", "StuckEgressQueue",
+           "register"]
 
 
 @contextlib.contextmanager
@@ -34,6 +36,16 @@ class GreedySender(CreditSender):
         m = Module()
         m.d.comb += [self.i.ready.eq(1), self.link.valid.eq(self.i.valid), self.link.flit.eq(self.i.payload)]
         m.d.sync += self.credits_left.eq(self.credits_left - self.link.valid + self.link.credit)
+        return m
+
+
+class RepeatingQueues(PacketQueues):
+    """Broken queues: a dequeue of VOQ 0 leaves its head in place, so its first packet is read again."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        with m.If(self.deq[0]):
+            m.d.sync += self.head[0].eq(self.head[0])
         return m
 
 

@@ -10,9 +10,7 @@ import hw.switch.input_unit as input_unit
 from dysharp.cli import main
 from verif.formal.runner import run_formal
 from verif.formal.switch_induct import SwitchInductHarness
-
-# The packet store's mutant of test_formal_switch_queues.py (same folder, on the test path).
-from test_formal_switch_queues import RepeatingQueues  # noqa: E402
+from verif.mutants import RepeatingQueues
 
 
 @pytest.mark.slow

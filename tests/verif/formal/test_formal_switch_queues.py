@@ -15,6 +15,7 @@ from hw.switch.packet_queues import PacketQueues
 from verif.formal.observe import driven
 from verif.formal.runner import run_formal
 from verif.formal.switch_queues import SwitchQueuesHarness
+from verif.mutants import RepeatingQueues
 
 POOL = "the pool neither loses nor shares a cell"
 READ = "every packet is read whole, in order per queue, framing kept"
@@ -39,16 +40,6 @@ class DoubleCountingPool(CellPool):
     def elaborate(self, platform):
         m = super().elaborate(platform)
         m.d.sync += self.used.eq(self.used + self.write - 2 * self.n_freed)
-        return m
-
-
-class RepeatingQueues(PacketQueues):
-    """Broken queues: a dequeue of VOQ 0 leaves its head in place, so its first packet is read again."""
-
-    def elaborate(self, platform):
-        m = super().elaborate(platform)
-        with m.If(self.deq[0]):
-            m.d.sync += self.head[0].eq(self.head[0])
         return m
 
 
