@@ -140,11 +140,10 @@ class CreditReturn(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        with m.If(self.hold):
-            pass
-        with m.Elif(self.pending >= CREDIT_RETURN_MAX):
-            m.d.comb += self.credit.eq(CREDIT_RETURN_MAX)
-        with m.Elif(self.pending > 0):
-            m.d.comb += self.credit.eq(self.pending)
+        with m.If(~self.hold):
+            with m.If(self.pending >= CREDIT_RETURN_MAX):
+                m.d.comb += self.credit.eq(CREDIT_RETURN_MAX)
+            with m.Elif(self.pending > 0):
+                m.d.comb += self.credit.eq(self.pending)
         m.d.sync += self.pending.eq(self.pending + self.gain - self.loss - self.credit)
         return m
