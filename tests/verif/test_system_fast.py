@@ -28,11 +28,11 @@ def figures(fig):
     return {**fig, "sim": {k: v for k, v in fig["sim"].items() if k not in WALL}}
 
 
-def fast_run(scheme, inputs_at_rise=True, **extra):
+def fast_run(scheme, inputs_at_rise=True, keep_conditions=None, **extra):
     from hw import registry
     from verif.harness.fastsim.system import build_system
     from verif.tb.system_fast import run_layer
-    lib, names, _ = build_system(PARAMS, inputs_at_rise=inputs_at_rise)
+    lib, names, _ = build_system(PARAMS, inputs_at_rise=inputs_at_rise, keep_conditions=keep_conditions)
     return run_layer(lib, names, registry.get("system").resolve(PARAMS), {**LAYER, "scheme": scheme, **extra})
 
 
@@ -58,6 +58,37 @@ def test_inputs_at_rise_equal_the_falling_edge_latch(scheme):
     skipped stretch's last inputs loaded with no clock edge) gives every figure of the build that latches
     them on the falling edge."""
     assert figures(fast_run(scheme)) == figures(fast_run(scheme, inputs_at_rise=False))
+
+
+@needs_verilator
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", ["dysharp", "nvls"])
+def test_keep_conditions_equal_every_rewrite(scheme):
+    """A build with the RTL's conditions kept (``keep_conditions``, :data:`KEEP_CONDITIONS`: the default of
+    the profile-guided build) gives every figure of the build with every rewrite of Verilator's DFG pass."""
+    assert figures(fast_run(scheme, keep_conditions=True)) == figures(fast_run(scheme))
+
+
+@needs_verilator
+def test_system_build_keeps_conditions_when_profile_guided(monkeypatch):
+    """``build_system`` compiles with :data:`KEEP_CONDITIONS` when asked and, by default, when the build is
+    profile-guided (``train``), not otherwise (their effect on the model: ``tests/verif/test_fastsim.py``'s
+    ``test_keep_conditions_leaves_the_condition_in_the_model``)."""
+    from pathlib import Path
+
+    from verif.harness.fastsim import system as fs
+    from verif.harness.fastsim.build import KEEP_CONDITIONS
+    seen = []
+
+    def compile_(module, params, vpath, main, build_root, flags, keep_apart, train):
+        seen.append((flags, train is not None))
+        return Path("sim"), 0.0
+    monkeypatch.setattr(fs, "_compile", compile_)
+    for kw in ({}, {"keep_conditions": True}, {"train": LAYER}, {"train": LAYER, "keep_conditions": False}):
+        fs.build_system(PARAMS, **kw)
+    kept = [all(f in flags for f in KEEP_CONDITIONS) for flags, _ in seen]
+    assert kept == [False, True, True, False] and [t for _, t in seen] == [False, False, True, True]
+    assert not any(f in seen[0][0] for f in KEEP_CONDITIONS)
 
 
 @needs_verilator

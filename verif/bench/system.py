@@ -42,12 +42,15 @@ from verif.bench.common import table
 from verif.models.moe_layer import SCHEMES, TRAFFIC_SCHEME
 from infra.scope import scope_of
 DEFAULTS = {"model": "deepseek-v3", "gpus": 8, "tokens": 256, "hidden": 128, "seed": 1, "redundant_experts": 0}
-HARNESSES = ("fast", "cocotb", "fast-noprofile", "fast-fall")
-#: The compiled harness's builds: name -> (build_system's inputs_at_rise, profile-guided). ``fast`` (the
-#: default) is profile-guided (:func:`fast_build`); ``fast-noprofile`` is the same build without the
-#: profile and ``fast-fall`` latches the inputs on the falling edge, kept for side-by-side measurements
-#: (same figures, slower).
-FAST_HARNESSES = {"fast": (True, True), "fast-noprofile": (True, False), "fast-fall": (False, False)}
+HARNESSES = ("fast", "cocotb", "fast-noprofile", "fast-dfg-all", "fast-fall")
+#: The compiled harness's builds: name -> (build_system's inputs_at_rise, profile-guided, keep_conditions).
+#: ``fast`` (the default) is profile-guided (:func:`fast_build`) and keeps the RTL's conditions
+#: (:data:`~verif.harness.fastsim.build.KEEP_CONDITIONS`); ``fast-noprofile`` is the same build without the
+#: profile, ``fast-dfg-all`` profile-guided with every rewrite of Verilator's data-flow pass, and
+#: ``fast-fall`` latches the inputs on the falling edge, kept for side-by-side measurements (same figures,
+#: slower).
+FAST_HARNESSES = {"fast": (True, True, None), "fast-noprofile": (True, False, None),
+                  "fast-dfg-all": (True, True, False), "fast-fall": (False, False, None)}
 
 
 def fast_build(point: "Point", schemes, harness: str, timeout: int, bin_cycles: int,
@@ -59,13 +62,13 @@ def fast_build(point: "Point", schemes, harness: str, timeout: int, bin_cycles: 
     from verif.harness.fastsim.system import build_system
 
     design = registry.point("system", point.system_params(schemes))
-    inputs_at_rise, pgo = FAST_HARNESSES[harness]
+    inputs_at_rise, pgo, keep_conditions = FAST_HARNESSES[harness]
     train = None
     if pgo:
         from verif.models.moe_layer import FUSED_SCHEMES
         scheme = train_scheme or next((s for s in schemes if s in FUSED_SCHEMES), schemes[0])
         train = layer_settings(point, scheme, None, timeout, bin_cycles, None)
-    return build_system(design, inputs_at_rise=inputs_at_rise, train=train)[:2]
+    return build_system(design, inputs_at_rise=inputs_at_rise, train=train, keep_conditions=keep_conditions)[:2]
 
 
 def layer_settings(point: "Point", scheme: str, out: "Path | None", timeout: int, bin_cycles: int,

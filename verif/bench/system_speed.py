@@ -23,7 +23,7 @@ from pathlib import Path
 
 from verif.bench.common import table
 
-HARNESSES = ("cocotb", "fast", "fast-noprofile", "fast-fall")
+HARNESSES = ("cocotb", "fast", "fast-noprofile", "fast-dfg-all", "fast-fall")
 WALL = ("wall_s", "cycles_per_s", "run_wall_s", "harness", "loop_s", "python_s", "eval_s")
 
 

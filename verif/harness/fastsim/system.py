@@ -31,7 +31,7 @@ from pathlib import Path
 
 from hw import registry
 
-from .build import VERILATOR_FLAGS, FastsimBuildError, _compile, cxx_name, registered_inputs, top_ports
+from .build import KEEP_CONDITIONS, VERILATOR_FLAGS, FastsimBuildError, _compile, cxx_name, registered_inputs, top_ports
 
 __all__ = ["build_system", "render_system_main", "SystemLib", "FastDut"]
 
@@ -122,7 +122,8 @@ def _train(lib: Path, names: list[str], params: dict, settings: dict) -> None:
 
 
 def build_system(params: "dict | registry.DesignPoint", *, build_root: str | os.PathLike = "build",
-                 inputs_at_rise: bool = True, train: dict | None = None) -> tuple[Path, list[str], float]:
+                 inputs_at_rise: bool = True, train: dict | None = None,
+                 keep_conditions: bool | None = None) -> tuple[Path, list[str], float]:
     """Build (or reuse) the harness library of the system top at ``params`` (its overrides, or its
     :class:`~hw.registry.DesignPoint`): (library, port names, build seconds, 0 when reused). The
     library's copy of the Verilog has every input registered at the rising edge, the harness writing each
@@ -135,7 +136,11 @@ def build_system(params: "dict | registry.DesignPoint", *, build_root: str | os.
     profile-guided (``_compile``'s ``train`` in :mod:`verif.harness.fastsim.build`): an instrumented
     library first runs that layer for at most :data:`TRAIN_CYCLES` cycles. The profile changes the machine
     code only, never what is simulated, so the cache key names the training method, not the layer: a
-    later layer on the same design reuses the library trained on the first."""
+    later layer on the same design reuses the library trained on the first.
+
+    ``keep_conditions`` adds :data:`~verif.harness.fastsim.build.KEEP_CONDITIONS` to the flags (logic the
+    RTL computes under a condition evaluated only in the cycles it holds); the default keeps them in a
+    profile-guided build (docs/performance.md, "The layer's compiled harness")."""
     from verif.harness.runner import locked_verilog, require_simulator
 
     require_simulator("verilator")
@@ -156,7 +161,10 @@ def build_system(params: "dict | registry.DesignPoint", *, build_root: str | os.
     trainer = None
     if train is not None:
         trainer = (f"layer-{TRAIN_CYCLES}", lambda lib: _train(lib, names, dict(full), train))
-    lib, build_s = _compile("system", params, latched, main, build_root, flags=system_flags(text), keep_apart=True,
+    if keep_conditions is None:
+        keep_conditions = train is not None
+    flags = system_flags(text) + (KEEP_CONDITIONS if keep_conditions else [])
+    lib, build_s = _compile("system", params, latched, main, build_root, flags=flags, keep_apart=True,
                             train=trainer)
     return lib, names, build_s
 
