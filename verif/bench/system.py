@@ -111,8 +111,9 @@ def add_arguments(p) -> None:
                         "wide header)")
     p.add_argument("--harness", default="fast",
                    help=f"fast (compiled, Verilator, profile-guided; default) or cocotb (fast-noprofile: the "
-                        f"compiled harness without the profile; fast-fall: also with its inputs latched on the "
-                        f"falling edge; both slower); valid: {', '.join(HARNESSES)}")
+                        f"compiled harness without the profile; fast-dfg-all: profile-guided with every rewrite of "
+                        f"Verilator's DFG pass; fast-fall: also with its inputs latched on the falling edge; all "
+                        f"slower); valid: {', '.join(HARNESSES)}")
     p.add_argument("--sim", default=None, help="simulator of the cocotb harness: verilator (default when installed) "
                                               "or icarus")
     p.add_argument("--gemm", default=None, metavar="G1,G2",

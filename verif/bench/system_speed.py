@@ -9,8 +9,9 @@ speed): ``stepped_per_s = (cycles - skipped) / wall_s``, where ``wall_s`` is the
 layer's set-up, the cycle loop and the end-of-run checks; the build and the simulator's start excluded).
 The compiled harness also reports the seconds inside the Verilated model's ``eval()`` (``eval_s``) and
 in its Python callbacks (``python_s``). ``fast`` is the default, profile-guided build
-(:func:`verif.bench.system.fast_build`); ``fast-noprofile`` is the same build without the profile, and
-``fast-fall`` is also built with its inputs latched on the falling edge
+(:func:`verif.bench.system.fast_build`, the RTL's conditions kept); ``fast-noprofile`` is the same build
+without the profile, ``fast-dfg-all`` the profile-guided build with every rewrite of Verilator's DFG pass,
+and ``fast-fall`` is also built with its inputs latched on the falling edge
 (:func:`verif.harness.fastsim.system.build_system` ``inputs_at_rise=False``), for measuring them beside
 the default build. The runs' figures must be equal (``equal``: every figure of the
 JSON but the wall-clock ones). Writes ``build/bench/system_speed.json``.
@@ -38,7 +39,8 @@ def add_arguments(p) -> None:
     p.add_argument("--scheme", default="dysharp", help="one scheme (default: dysharp)")
     p.add_argument("--harnesses", default="cocotb,fast",
                    help="comma-separated harnesses to time (default: cocotb,fast; fast-noprofile is the compiled "
-                        "harness without its profile, fast-fall also with its inputs latched on the falling edge); "
+                        "harness without its profile, fast-dfg-all profile-guided with every DFG rewrite, fast-fall "
+                        "also with its inputs latched on the falling edge); "
                         f"valid: {', '.join(HARNESSES)}")
     p.add_argument("--out", default="build/bench", help="output folder (default: build/bench)")
 
