@@ -102,6 +102,24 @@ def test_bf16_dispatch_rows():
     assert np.array_equal(x, L.x[5]) and e == L.routing[5].tolist()
 
 
+@pytest.mark.parametrize("dtype", ["fp8", "bf16"])
+def test_rows_decoded_and_encoded_at_once_equal_one_by_one(dtype):
+    """The testbench's per-tile forms (:func:`decode_rows_bytes`, :func:`encode_bf16_rows_bytes`) give what
+    the one-row forms give row by row; FP8 bytes of a value outside the layer's data are refused."""
+    L = ml.build_layer(model="qwen3-30b-a3b", gpus=4, tokens=8, hidden=64, dtype=dtype)
+    fb = L.flit_bytes
+    rows = [ml._from_flits(L.row(t), fb) for t in (3, 0, 17, 31)]
+    x, g, e = ml.decode_rows_bytes(b"".join(rows), len(rows), L.hidden, dtype, fb)
+    for k, raw in enumerate(rows):
+        x1, g1, e1 = ml.decode_row_bytes(raw, L.hidden, dtype, fb)
+        assert np.array_equal(x[k], x1) and np.array_equal(g[k], g1) and e[k] == e1
+    v = L.reference()[[3, 0, 17]]
+    assert ml.encode_bf16_rows_bytes(v, fb) == b"".join(ml.encode_bf16_bytes(r, fb) for r in v)
+    assert ml.fp8_bytes([2.0, -1, 0]) == bytes([0x40, 0xB8, 0x00])
+    with pytest.raises(ValueError, match="no FP8 byte"):
+        ml.fp8_bytes([1, 3])
+
+
 def pair_set(L):
     return collections.Counter((t, int(e)) for t in range(L.N) for e in L.routing[t])
 

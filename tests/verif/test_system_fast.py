@@ -28,11 +28,12 @@ def figures(fig):
     return {**fig, "sim": {k: v for k, v in fig["sim"].items() if k not in WALL}}
 
 
-def fast_run(scheme, inputs_at_rise=True, **extra):
+def fast_run(scheme, inputs_at_rise=True, keep_conditions=None, inline=None, **extra):
     from hw import registry
     from verif.harness.fastsim.system import build_system
     from verif.tb.system_fast import run_layer
-    lib, names, _ = build_system(PARAMS, inputs_at_rise=inputs_at_rise)
+    lib, names, _ = build_system(PARAMS, inputs_at_rise=inputs_at_rise, keep_conditions=keep_conditions,
+                                 inline=inline)
     return run_layer(lib, names, registry.get("system").resolve(PARAMS), {**LAYER, "scheme": scheme, **extra})
 
 
@@ -58,6 +59,51 @@ def test_inputs_at_rise_equal_the_falling_edge_latch(scheme):
     skipped stretch's last inputs loaded with no clock edge) gives every figure of the build that latches
     them on the falling edge."""
     assert figures(fast_run(scheme)) == figures(fast_run(scheme, inputs_at_rise=False))
+
+
+@needs_verilator
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", ["dysharp", "nvls"])
+def test_keep_conditions_equal_every_rewrite(scheme):
+    """A build with the RTL's conditions kept (``keep_conditions``, :data:`KEEP_CONDITIONS`: the default of
+    the profile-guided build) gives every figure of the build with every rewrite of Verilator's DFG pass."""
+    assert figures(fast_run(scheme, keep_conditions=True)) == figures(fast_run(scheme))
+
+
+@needs_verilator
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", ["dysharp", "nvls"])
+def test_inlined_build_equals_blocks_kept_apart(scheme):
+    """Every block inlined into one model (``inline``, the default of a profile-guided build up to
+    ``INLINE_MAX_GPUS``) gives every figure of the build that keeps the repeated blocks apart."""
+    assert figures(fast_run(scheme, inline=True, keep_conditions=True)) == figures(fast_run(scheme))
+
+
+@needs_verilator
+def test_system_build_keeps_conditions_and_inlines_when_profile_guided(monkeypatch):
+    """``build_system`` compiles with :data:`KEEP_CONDITIONS` when asked and, by default, when the build is
+    profile-guided (``train``), not otherwise (their effect on the model: ``tests/verif/test_fastsim.py``'s
+    ``test_keep_conditions_leaves_the_condition_in_the_model``); it inlines every block (:data:`INLINE_ALL`,
+    no ``keep_apart``) when asked and, by default, in a profile-guided build of at most
+    :data:`INLINE_MAX_GPUS` GPUs."""
+    from pathlib import Path
+
+    from verif.harness.fastsim import system as fs
+    from verif.harness.fastsim.build import INLINE_ALL, KEEP_CONDITIONS
+    seen = []
+
+    def compile_(module, params, vpath, main, build_root, flags, keep_apart, train):
+        seen.append((all(f in flags for f in KEEP_CONDITIONS), INLINE_ALL[0] in flags, keep_apart, train is not None))
+        return Path("sim"), 0.0
+    monkeypatch.setattr(fs, "_compile", compile_)
+    for kw in ({}, {"keep_conditions": True}, {"train": LAYER}, {"train": LAYER, "keep_conditions": False},
+               {"inline": True}, {"train": LAYER, "inline": False}):
+        fs.build_system(PARAMS, **kw)
+    monkeypatch.setattr(fs, "INLINE_MAX_GPUS", 2)           # a top of more GPUs keeps its blocks apart
+    fs.build_system(PARAMS, train=LAYER)
+    assert seen == [(False, False, True, False), (True, False, True, False), (True, True, False, True),
+                    (False, True, False, True), (False, True, False, False), (True, False, True, True),
+                    (True, False, True, True)]
 
 
 @needs_verilator

@@ -42,12 +42,19 @@ from verif.bench.common import table
 from verif.models.moe_layer import SCHEMES, TRAFFIC_SCHEME
 from infra.scope import scope_of
 DEFAULTS = {"model": "deepseek-v3", "gpus": 8, "tokens": 256, "hidden": 128, "seed": 1, "redundant_experts": 0}
-HARNESSES = ("fast", "cocotb", "fast-noprofile", "fast-fall")
-#: The compiled harness's builds: name -> (build_system's inputs_at_rise, profile-guided). ``fast`` (the
-#: default) is profile-guided (:func:`fast_build`); ``fast-noprofile`` is the same build without the
-#: profile and ``fast-fall`` latches the inputs on the falling edge, kept for side-by-side measurements
-#: (same figures, slower).
-FAST_HARNESSES = {"fast": (True, True), "fast-noprofile": (True, False), "fast-fall": (False, False)}
+HARNESSES = ("fast", "cocotb", "fast-noprofile", "fast-dfg-all", "fast-apart", "fast-apart-dfg-all", "fast-fall")
+#: The compiled harness's builds: name -> (build_system's inputs_at_rise, profile-guided, its other
+#: arguments). ``fast`` (the default) is profile-guided (:func:`fast_build`), keeps the RTL's conditions
+#: (:data:`~verif.harness.fastsim.build.KEEP_CONDITIONS`) and, up to 8 GPUs, inlines every block;
+#: ``fast-noprofile`` is the same build without the profile, ``fast-dfg-all`` with every rewrite of
+#: Verilator's DFG pass, ``fast-apart`` with the repeated blocks kept apart (``fast-apart-dfg-all``: and
+#: every rewrite), and ``fast-fall`` latches the inputs on the falling edge, without the profile; kept
+#: for side-by-side measurements (same figures, slower).
+FAST_HARNESSES = {"fast": (True, True, {}), "fast-noprofile": (True, False, {}),
+                  "fast-dfg-all": (True, True, {"keep_conditions": False}),
+                  "fast-apart": (True, True, {"inline": False}),
+                  "fast-apart-dfg-all": (True, True, {"inline": False, "keep_conditions": False}),
+                  "fast-fall": (False, False, {})}
 
 
 def fast_build(point: "Point", schemes, harness: str, timeout: int, bin_cycles: int,
@@ -59,13 +66,13 @@ def fast_build(point: "Point", schemes, harness: str, timeout: int, bin_cycles: 
     from verif.harness.fastsim.system import build_system
 
     design = registry.point("system", point.system_params(schemes))
-    inputs_at_rise, pgo = FAST_HARNESSES[harness]
+    inputs_at_rise, pgo, more = FAST_HARNESSES[harness]
     train = None
     if pgo:
         from verif.models.moe_layer import FUSED_SCHEMES
         scheme = train_scheme or next((s for s in schemes if s in FUSED_SCHEMES), schemes[0])
         train = layer_settings(point, scheme, None, timeout, bin_cycles, None)
-    return build_system(design, inputs_at_rise=inputs_at_rise, train=train)[:2]
+    return build_system(design, inputs_at_rise=inputs_at_rise, train=train, **more)[:2]
 
 
 def layer_settings(point: "Point", scheme: str, out: "Path | None", timeout: int, bin_cycles: int,
@@ -108,8 +115,10 @@ def add_arguments(p) -> None:
                         "wide header)")
     p.add_argument("--harness", default="fast",
                    help=f"fast (compiled, Verilator, profile-guided; default) or cocotb (fast-noprofile: the "
-                        f"compiled harness without the profile; fast-fall: also with its inputs latched on the "
-                        f"falling edge; both slower); valid: {', '.join(HARNESSES)}")
+                        f"compiled harness without the profile; fast-dfg-all: with every rewrite of Verilator's "
+                        f"DFG pass; fast-apart: its repeated blocks kept apart (fast-apart-dfg-all: and every "
+                        f"rewrite); fast-fall: its inputs latched on the falling edge, without the profile; all "
+                        f"slower); valid: {', '.join(HARNESSES)}")
     p.add_argument("--sim", default=None, help="simulator of the cocotb harness: verilator (default when installed) "
                                               "or icarus")
     p.add_argument("--gemm", default=None, metavar="G1,G2",

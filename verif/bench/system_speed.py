@@ -9,8 +9,10 @@ speed): ``stepped_per_s = (cycles - skipped) / wall_s``, where ``wall_s`` is the
 layer's set-up, the cycle loop and the end-of-run checks; the build and the simulator's start excluded).
 The compiled harness also reports the seconds inside the Verilated model's ``eval()`` (``eval_s``) and
 in its Python callbacks (``python_s``). ``fast`` is the default, profile-guided build
-(:func:`verif.bench.system.fast_build`); ``fast-noprofile`` is the same build without the profile, and
-``fast-fall`` is also built with its inputs latched on the falling edge
+(:func:`verif.bench.system.fast_build`: the RTL's conditions kept, every block inlined up to 8 GPUs);
+``fast-noprofile`` is the same build without the profile, ``fast-dfg-all`` with every rewrite of
+Verilator's DFG pass, ``fast-apart`` with the repeated blocks kept apart (``fast-apart-dfg-all``: and
+every rewrite), and ``fast-fall`` is built without the profile with its inputs latched on the falling edge
 (:func:`verif.harness.fastsim.system.build_system` ``inputs_at_rise=False``), for measuring them beside
 the default build. The runs' figures must be equal (``equal``: every figure of the
 JSON but the wall-clock ones). Writes ``build/bench/system_speed.json``.
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from verif.bench.common import table
 
-HARNESSES = ("cocotb", "fast", "fast-noprofile", "fast-fall")
+HARNESSES = ("cocotb", "fast", "fast-noprofile", "fast-dfg-all", "fast-apart", "fast-apart-dfg-all", "fast-fall")
 WALL = ("wall_s", "cycles_per_s", "run_wall_s", "harness", "loop_s", "python_s", "eval_s")
 
 
@@ -38,7 +40,9 @@ def add_arguments(p) -> None:
     p.add_argument("--scheme", default="dysharp", help="one scheme (default: dysharp)")
     p.add_argument("--harnesses", default="cocotb,fast",
                    help="comma-separated harnesses to time (default: cocotb,fast; fast-noprofile is the compiled "
-                        "harness without its profile, fast-fall also with its inputs latched on the falling edge); "
+                        "harness without its profile, fast-dfg-all with every DFG rewrite, fast-apart with its "
+                        "blocks kept apart, fast-apart-dfg-all both, fast-fall without the profile and with its "
+                        "inputs latched on the falling edge); "
                         f"valid: {', '.join(HARNESSES)}")
     p.add_argument("--out", default="build/bench", help="output folder (default: build/bench)")
 

@@ -119,8 +119,8 @@ from verif.models.gpu_nic import Desc
 
 __all__ = ["SCHEMES", "TRAFFIC_SCHEME", "UNICAST_SCHEMES", "STATIC_SCHEMES", "FUSED_SCHEMES",
            "LayerParams", "MoeLayer", "GpuWork", "CombineItem", "ReturnItem",
-           "build_layer", "encode_row", "decode_row", "decode_row_bytes", "encode_bf16_row",
-           "encode_bf16_bytes", "decode_bf16_row", "expert_ffn",
+           "build_layer", "encode_row", "decode_row", "decode_row_bytes", "decode_rows_bytes", "encode_bf16_row",
+           "encode_bf16_bytes", "encode_bf16_rows_bytes", "decode_bf16_row", "expert_ffn",
            "G_DISP", "G_COMB", "G_PART", "X_BASE", "WIN_BASE", "COMB_BASE", "OUT_BASE", "PART_BASE",
            "LOCAL_BASE", "FLIT_BYTES", "plane_system", "replica_choices", "expert_split"]
 
@@ -271,8 +271,17 @@ class GpuWork:
     home_tokens: list           # global ids of the tokens at home here
 
 
+_FP8_LO = min(_FP8)
+_FP8_BYTE = np.array([_FP8[v] for v in range(_FP8_LO, max(_FP8) + 1)], dtype=np.uint8)   # value - _FP8_LO -> byte
+
+
 def fp8_bytes(values) -> bytes:
-    return bytes(_FP8[int(v)] for v in values)
+    """FP8 bytes of ``values`` (each truncated to an integer, which must be one of :data:`X_VALUES`)."""
+    i = np.asarray(values).astype(np.int64) - _FP8_LO
+    if i.size and (i.min() < 0 or i.max() >= len(_FP8_BYTE)):
+        bad = sorted({int(v) for v in i.ravel() + _FP8_LO} - set(_FP8))
+        raise ValueError(f"values {bad} have no FP8 byte in the layer's data ({', '.join(map(str, _FP8))})")
+    return _FP8_BYTE[i].tobytes()
 
 
 def bf16_bits(values) -> np.ndarray:
@@ -336,6 +345,24 @@ def decode_row_bytes(raw: bytes, hidden: int, dtype: str, fb: int = FLIT_BYTES):
     return x, g.astype(np.float64), experts
 
 
+def decode_rows_bytes(raw: bytes, n: int, hidden: int, dtype: str, fb: int = FLIT_BYTES):
+    """:func:`decode_row_bytes` of ``n`` rows of equal size laid end to end in ``raw``, at once: (x as an
+    (n, hidden) float64 array, the rows' gate weights, the rows' global expert ids)."""
+    nx = x_flits(hidden, dtype, fb)
+    a = np.frombuffer(raw, dtype=np.uint8).reshape(n, len(raw) // n)
+    if dtype == "fp8":
+        x = _FP8_VALUE[a[:, :hidden]]
+        if np.isnan(x).any():
+            raise ValueError(f"row bytes {sorted(set(a[:, :hidden].ravel().tolist()) - set(_FP8_INV))} are not FP8 "
+                             f"values of the layer's data ({', '.join(map(str, _FP8))})")
+    else:
+        x = bf16_values(np.ascontiguousarray(a[:, :2 * hidden]).view("<u2")).astype(np.float64)
+    g = bf16_values(np.ascontiguousarray(a[:, nx * fb:(nx + 1) * fb]).view("<u2")).astype(np.float64)
+    meta = a[:, (nx + 1) * fb:(nx + 2) * fb].tobytes()
+    experts = [unpack_token_meta(int.from_bytes(meta[r * fb:(r + 1) * fb], "little")) for r in range(n)]
+    return x, [g[r, :len(e)] for r, e in enumerate(experts)], experts
+
+
 def encode_bf16_row(v, fb: int = FLIT_BYTES) -> list[int]:
     return _to_flits(encode_bf16_bytes(v, fb), math.ceil(2 * len(v) / fb), fb)
 
@@ -344,6 +371,14 @@ def encode_bf16_bytes(v, fb: int = FLIT_BYTES) -> bytes:
     """:func:`encode_bf16_row`'s flits as little-endian bytes (the last flit zero-padded)."""
     raw = bf16_bits(v).astype("<u2").tobytes()
     return raw.ljust(math.ceil(len(raw) / fb) * fb, b"\0")
+
+
+def encode_bf16_rows_bytes(v, fb: int = FLIT_BYTES) -> bytes:
+    """:func:`encode_bf16_bytes` of each row of the 2-D ``v``, laid end to end."""
+    b = bf16_bits(v).astype("<u2").view(np.uint8)
+    out = np.zeros((b.shape[0], math.ceil(b.shape[1] / fb) * fb), dtype=np.uint8)
+    out[:, :b.shape[1]] = b
+    return out.tobytes()
 
 
 def decode_bf16_row(flits, hidden: int, fb: int = FLIT_BYTES) -> np.ndarray:

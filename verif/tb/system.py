@@ -325,11 +325,19 @@ class GpuSide(Agent):
         for i in range(len(raw) // fb):
             self.mem.write(flit_addr + i, int.from_bytes(raw[fb * i:fb * (i + 1)], "little"))
 
-    def add_partial(self, flit_addr, v):
-        acc = self.acc.get(flit_addr)
-        acc = v.copy() if acc is None else acc + v
-        self.acc[flit_addr] = acc
-        self.write_row_bytes(flit_addr, ml.encode_bf16_bytes(acc, self.L.flit_bytes))
+    def add_partials(self, flit_addrs, vs):
+        """Add each row of ``vs`` into the partial row at the matching flit address (float64, in ``acc``)
+        and write the sums into memory as BF16 rows."""
+        sums = np.array(vs, dtype=np.float64)
+        for k, a in enumerate(flit_addrs):
+            acc = self.acc.get(a)
+            if acc is not None:
+                sums[k] += acc
+            self.acc[a] = sums[k]
+        raw = ml.encode_bf16_rows_bytes(sums, self.L.flit_bytes)
+        n = len(raw) // len(sums)
+        for k, a in enumerate(flit_addrs):
+            self.write_row_bytes(a, raw[k * n:(k + 1) * n])
 
     # ---------------------------------------------------------------------------- tracker and GEMM
     def _add_tile(self, tile):
@@ -377,21 +385,23 @@ class GpuSide(Agent):
     def _finish(self, tile, cycle):
         L, F, st = self.L, self.L.flit_bytes, self.stride
         e = tile["expert"]
+        # the tile's rows (local: the GPU's own token rows; else the window rows), decoded and run through the
+        # expert together, each output written back where it is summed
         if tile["kind"] == "local":
-            for t in tile["tokens"]:
-                i = t - self.g * L.T
-                x, gates, ids = ml.decode_row_bytes(self.row_bytes(ml.X_BASE // F + i * st, L.row_flits),
-                                                    L.hidden, L.p.dtype, F)
-                self.add_partial(ml.LOCAL_BASE // F + i * st, gates[ids.index(e)] * L.expert_out(e, x))
+            rows = [t - self.g * L.T for t in tile["tokens"]]
+            src, dst = ml.X_BASE // F, ml.LOCAL_BASE // F
         else:
-            for row in tile["rows"]:
-                x, gates, ids = ml.decode_row_bytes(self.row_bytes(self.win0 + row * self.stride, L.row_flits),
-                                                    L.hidden, L.p.dtype, F)
-                v = gates[ids.index(e)] * L.expert_out(e, x)
-                if self.env.sabotage:             # test the test: one wrong expert output, the run must fail
-                    self.env.sabotage = False
-                    v[0] += 0.25
-                self.add_partial(ml.COMB_BASE // F + row * self.stride, v)
+            rows = tile["rows"]
+            src, dst = self.win0, ml.COMB_BASE // F
+        if rows:
+            raw = b"".join(self.row_bytes(src + r * st, L.row_flits) for r in rows)
+            x, gates, ids = ml.decode_rows_bytes(raw, len(rows), L.hidden, L.p.dtype, F)
+            v = np.array([g[i.index(e)] for g, i in zip(gates, ids)])[:, None] * L.expert_out(e, x)
+            if tile["kind"] != "local" and self.env.sabotage:   # test the test: one wrong expert output, the
+                self.env.sabotage = False                        # run must fail
+                v[0, 0] += 0.25
+            self.add_partials([dst + r * st for r in rows], v)
+        if tile["kind"] != "local":
             le, t = tile["key"]
             self.cmd.send(pack(TileCommand, op=TileCmdOp.DONE, expert=le, tile=t))
         tile["done"] = cycle

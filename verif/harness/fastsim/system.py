@@ -31,7 +31,7 @@ from pathlib import Path
 
 from hw import registry
 
-from .build import VERILATOR_FLAGS, FastsimBuildError, _compile, cxx_name, registered_inputs, top_ports
+from .build import INLINE_ALL, KEEP_CONDITIONS, VERILATOR_FLAGS, FastsimBuildError, _compile, cxx_name, registered_inputs, top_ports
 
 __all__ = ["build_system", "render_system_main", "SystemLib", "FastDut"]
 
@@ -102,6 +102,10 @@ def render_system_main(top: str, ports: dict, gpus: int, inputs_at_rise: bool = 
     return text, names
 
 
+#: The most GPUs of a top whose profile-guided build inlines every block by default (:func:`build_system`
+#: ``inline``; measured at 8; a larger top's inlined C++ was not tried).
+INLINE_MAX_GPUS = 8
+
 #: The most cycles of a profile-guided build's training layer (:func:`build_system` ``train``).
 TRAIN_CYCLES = 40_000
 
@@ -122,7 +126,8 @@ def _train(lib: Path, names: list[str], params: dict, settings: dict) -> None:
 
 
 def build_system(params: "dict | registry.DesignPoint", *, build_root: str | os.PathLike = "build",
-                 inputs_at_rise: bool = True, train: dict | None = None) -> tuple[Path, list[str], float]:
+                 inputs_at_rise: bool = True, train: dict | None = None,
+                 keep_conditions: bool | None = None, inline: bool | None = None) -> tuple[Path, list[str], float]:
     """Build (or reuse) the harness library of the system top at ``params`` (its overrides, or its
     :class:`~hw.registry.DesignPoint`): (library, port names, build seconds, 0 when reused). The
     library's copy of the Verilog has every input registered at the rising edge, the harness writing each
@@ -135,7 +140,15 @@ def build_system(params: "dict | registry.DesignPoint", *, build_root: str | os.
     profile-guided (``_compile``'s ``train`` in :mod:`verif.harness.fastsim.build`): an instrumented
     library first runs that layer for at most :data:`TRAIN_CYCLES` cycles. The profile changes the machine
     code only, never what is simulated, so the cache key names the training method, not the layer: a
-    later layer on the same design reuses the library trained on the first."""
+    later layer on the same design reuses the library trained on the first.
+
+    ``keep_conditions`` adds :data:`~verif.harness.fastsim.build.KEEP_CONDITIONS` to the flags (logic the
+    RTL computes under a condition evaluated only in the cycles it holds); the default keeps them in a
+    profile-guided build. ``inline`` compiles every block into one model
+    (:data:`~verif.harness.fastsim.build.INLINE_ALL`, no ``keep_apart``): the model simulates faster, for
+    about 1.7 times the build's CPU time; the default inlines a profile-guided build of at most
+    :data:`INLINE_MAX_GPUS` GPUs and keeps the repeated blocks apart otherwise (docs/performance.md, "The
+    layer's compiled harness")."""
     from verif.harness.runner import locked_verilog, require_simulator
 
     require_simulator("verilator")
@@ -156,7 +169,12 @@ def build_system(params: "dict | registry.DesignPoint", *, build_root: str | os.
     trainer = None
     if train is not None:
         trainer = (f"layer-{TRAIN_CYCLES}", lambda lib: _train(lib, names, dict(full), train))
-    lib, build_s = _compile("system", params, latched, main, build_root, flags=system_flags(text), keep_apart=True,
+    if keep_conditions is None:
+        keep_conditions = train is not None
+    if inline is None:
+        inline = train is not None and full["gpus"] <= INLINE_MAX_GPUS
+    flags = system_flags(text) + (KEEP_CONDITIONS if keep_conditions else []) + (INLINE_ALL if inline else [])
+    lib, build_s = _compile("system", params, latched, main, build_root, flags=flags, keep_apart=not inline,
                             train=trainer)
     return lib, names, build_s
 
