@@ -1,6 +1,7 @@
 """The PDR (IC3) engine of the formal runner (``engine="abc pdr"``: ABC's ``pdr`` through SymbiYosys):
 it proves a block's properties for all time where they hold, finds the counterexample of a mutant and
-names the property it breaks with its step, and refuses what it cannot do with a clear message."""
+names the property it breaks with its step, and refuses what it cannot do with a clear message. The default
+suite runs the credit link's proof and mutant; the switch allocation's and the whole switch's are slow."""
 
 import pytest
 
@@ -30,6 +31,7 @@ def test_pdr_fails_a_mutant_and_names_its_property(tmp_path):
     assert all(r.proof.startswith(("FAILS", "not proven")) and not r.ok for r in res), res
 
 
+@pytest.mark.slow
 def test_pdr_proves_the_switch_allocation_without_its_invariant(tmp_path):
     """``switch_alloc``'s seven properties stated alone (``invariant=False``), where k-induction needs the
     invariant the harness states: PDR finds a strengthening itself (3 ports, about 7 CPU-s)."""
@@ -38,6 +40,7 @@ def test_pdr_proves_the_switch_allocation_without_its_invariant(tmp_path):
     assert len(res) == 7 and all(r.proof == "proven (PDR, unbounded)" for r in res), res
 
 
+@pytest.mark.slow
 def test_pdr_fails_the_switch_allocation_with_a_blind_admission(tmp_path):
     """The same, with an admission blind to the flits in flight: a counterexample from reset (PDR's is not
     always the shortest, nor always for the same property: the read-ahead one at step 7 in one run)."""
