@@ -6,19 +6,25 @@ suite runs the credit link's proof and mutant; the switch allocation's and the w
 import pytest
 
 import verif.formal.runner as runner
+from dysharp.cli import main
 from verif.formal.credit_link import CreditLinkHarness
 from verif.formal.runner import run_formal
 from verif.formal.switch_alloc import SwitchAllocHarness
 from verif.mutants import GreedySender
 
 
-def test_pdr_proves_the_credit_link(tmp_path):
-    """The credit link's four properties by PDR, unbounded (about 5 CPU-s), the covers by smtbmc."""
-    h = CreditLinkHarness(4)
-    res, _ = run_formal("cl_pdr", h, h.props, depth=2, cover_depth=12, workdir=tmp_path, engine="abc pdr",
-                        cover_engine="smtbmc yices")
-    assert len(res) == 4
-    assert all(r.proof == "proven (PDR, unbounded)" and r.ok and r.engine == "abc pdr" for r in res), res
+def test_pdr_proves_the_credit_link(tmp_path, capsys):
+    """``dysharp formal credit_link --engine 'abc pdr'``: the credit link's four properties by PDR, unbounded
+    (about 5 CPU-s), each cover reached by smtbmc."""
+    assert main(["formal", "credit_link", "--engine", "abc pdr", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("proven (PDR, unbounded)") == 4 and out.count("| abc pdr ") == 4, out
+    assert out.count("reached at step") == 4 and "NOT REACHED" not in out and "FAILS" not in out
+
+
+def test_formal_rejects_an_unknown_engine(capsys):
+    assert main(["formal", "credit_link", "--engine", "pdr"]) == 2
+    assert "--engine 'pdr': valid: 'smtbmc z3', 'smtbmc yices', 'abc pdr'" in capsys.readouterr().err
 
 
 def test_pdr_fails_a_mutant_and_names_its_property(tmp_path):
