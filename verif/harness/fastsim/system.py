@@ -31,7 +31,8 @@ from pathlib import Path
 
 from hw import registry
 
-from .build import INLINE_ALL, KEEP_CONDITIONS, VERILATOR_FLAGS, FastsimBuildError, _compile, cxx_name, registered_inputs, top_ports
+from .build import (INLINE_ALL, KEEP_CONDITIONS, VERILATOR_FLAGS, FastsimBuildError, _compile, cxx_name,
+                    registered_inputs, top_ports)
 
 __all__ = ["build_system", "render_system_main", "SystemLib", "FastDut"]
 
