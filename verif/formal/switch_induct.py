@@ -276,223 +276,258 @@ class SwitchInductHarness(SwitchHarness):
         the pair's next numbers, a partial tail packet only the one whose reader holds the output."""
         C = ins[0]["pool"].n_cells
         MQ = ins[0]["pq"].n_uc
-
-        def sig(expr, name):
-            """``expr`` as a named wire (an expression used many times is built once)."""
-            v = Signal(len(Value.cast(expr)), name=name)
-            m.d.comb += v.eq(expr)
-            return v
-
-        def fields(d):
-            h = HeaderLayout(d[:HEADER_BITS])
-            return SimpleNamespace(mark=d[MARK], h=h, hlen=rtl_payload_flits(h)[:2], src=h.src, tag=h.tag,
-                                   seq=[d[SEQ_LO + SEQ_BITS * j:SEQ_LO + SEQ_BITS * (j + 1)] for j in range(N)],
-                                   kind=d[KIND_HDR:KIND_HDR + 2], p_src=d[0:6], p_num=d[8:16], p_idx=d[16:18],
-                                   d=d)
-
-        def payload_is(f, src, num, idx):
-            """The payload flit the sender sends (switch harness): source, packet number, index, a good kind."""
-            def fit(v, n):
-                return Cat(v, Const(0, n))[:n]
-            return f.d == Cat(fit(src, 6), Const(0, 2), fit(num, 8), fit(idx, 2), Const(0, 6),
-                              Const(0, 128 - 1 - 24), Const(1, 1))
-
-        def header_ok(f, j):
-            """A good header's own bits (switch harness): its kind good, its opcode one the harness sends, and
-            output ``j`` one of its destinations."""
-            op = f.h.opcode
-            return (f.kind == 0) & ((op == Opcode.WRITE) | (op == Opcode.READ) | (op == Opcode.DYN_ST)) & \
-                Mux(op == Opcode.DYN_ST, f.h.route.dyn.mask[j] & ((f.h.route.dyn.mask >> N) == 0),
-                    f.h.route.uni.dst == j)
-
-        # ------------------------------------------------------------ per input: cell contents, pending flits
         pend, now, hdr = [], [], []
         for i in range(N):
-            b, st, s = ins[i], ins[i]["store"], t.senders[i]
-            rd, gs = b["rd"], b["gs"]
             inv.tag = f"_cells{i}"
-            for c in range(C):
-                d = b["cells"][c]
-                f = fields(d[:128])
-                last, poison = d[128], d[129]
-                is_h = st.g_idx[c] == 0
-                dests_ok = Cat(~st.g_dst[c][j] | header_ok(f, j) for j in range(N)).all() & \
-                    Mux(f.h.opcode == Opcode.DYN_ST, f.h.route.dyn.mask[:N] == st.g_dst[c],
-                        st.g_dst[c] == (Const(1, N) << f.h.route.uni.dst)[:N])
-                inv &= ~st.g_used[c] | ((f.mark == ~is_h) & (last == (st.g_idx[c] == st.g_len[c])) & ~poison &
-                                        Mux(is_h, (f.src == i) & (f.tag == st.g_tag[c]) & (f.hlen == st.g_len[c]) &
-                                            (st.g_dst[c] != 0) & ((st.g_dst[c] >> N) == 0) & dests_ok &
-                                            Mux(st.g_q[c] == MQ, f.h.opcode == Opcode.DYN_ST,
-                                                (f.h.opcode != Opcode.DYN_ST) &
-                                                (st.g_dst[c] == (Const(1, N) << st.g_q[c])[:N])),
-                                            payload_is(f, i, st.g_tag[c], st.g_idx[c])))
-                for e in range(c + 1, C):
-                    same = st.g_used[c] & st.g_used[e] & (st.g_q[c] == st.g_q[e]) & (st.g_seq[c] == st.g_seq[e])
-                    inv &= ~same | ((st.g_tag[c] == st.g_tag[e]) & (st.g_dst[c] == st.g_dst[e]))
-            inv &= ~st.wr_pkt | ((s.pnum == st.wr_tag) & (s.dests == st.wr_dst) & (s.idx + 1 == st.wr_idx) &
-                                 (st.wr_dst != 0) & ((st.wr_q == MQ) | (st.wr_dst == (Const(1, N) << st.wr_q)[:N])))
-            for c in range(C):
-                inv &= ~(st.wr_pkt & st.g_used[c] & (st.g_q[c] == st.wr_q) & (st.g_seq[c] == st.wr_seq)) | \
-                    ((st.g_tag[c] == st.wr_tag) & (st.g_dst[c] == st.wr_dst))
-            # The reader's packet: its tag; its header cell, while unread, holds it.
-            inv &= ~rd.active | ~Cat(st.g_used[c] & (st.g_q[c] == st.r_qr) & (st.g_seq[c] == st.r_seq) &
-                                     (st.g_tag[c] != st.r_tag) for c in range(C)).any()
-            inv &= ~(rd.active & st.wr_pkt & (st.wr_q == st.r_qr) & (st.wr_seq == st.r_seq)) | (st.wr_tag == st.r_tag)
-            inv &= (~rd.active | (rd.dests != 0)) & (~rd.out_valid[0] | (rd.out_dests != 0))
-            # The reader's outputs are its packet's: a unicast one's output, some of a multicast one's.
-            inv &= ~rd.active | (st.r_qr == MQ) | (rd.dests == (Const(1, N) << st.r_qr)[:N])
-            for c in range(C):
-                inv &= ~(rd.active & st.g_used[c] & (st.g_q[c] == st.r_qr) & (st.g_seq[c] == st.r_seq)) | \
-                    ((rd.dests & ~st.g_dst[c]) == 0)
-            # (a packet still arriving is read to all its destinations at once)
-            inv &= ~(rd.active & st.wr_pkt & (st.wr_q == st.r_qr) & (st.wr_seq == st.r_seq)) | (rd.dests == st.wr_dst)
-            # A match answers a request: to a unicast packet queued for that output, or to the mask queue's head.
-            grant = b["rq"].grant
-            uc = b["rq"].grant_class == REQ_UC
-            inv &= ~uc | ((grant & (grant - 1))[:N] == 0)       # the allocator accepts one unicast grant
-            for q in range(MQ):
-                inv &= ~(grant[q] & uc) | (st.count[q] != 0)
-            inv &= ~((grant != 0) & ~uc) | ((st.count[MQ] != 0) & ((grant & ~gs.mc_res) == 0))
-            # (a head still arriving is granted all its destinations at once; a fanout-split one has arrived)
-            head_arriving = st.wr_pkt & (st.wr_q == MQ) & (st.wr_seq == st.deq_n[MQ])
-            inv &= ~((grant != 0) & (b["rq"].grant_class == REQ_MASK)) | ~head_arriving
-            inv &= ~((grant != 0) & (b["rq"].grant_class == REQ_MASK_ALL)) | (grant == gs.mc_res)
-            # The mask-queue head's remaining destinations and the per-output counts of pending mask packets.
-            mqh = [sig(st.g_used[c] & (st.g_idx[c] == 0) & (st.g_q[c] == MQ) & store_queued(st, c) &
-                       (store_pos(st, c) == 0), f"x_mqh{i}_{c}") for c in range(C)]
-            head_dst = _sel(st.g_dst, st.head[MQ])
-            has = st.count[MQ] != 0
-            # (``served``: the outputs the mask-queue head has been granted so far, as switch_alloc keeps it.)
-            served = Signal(N, name=f"served{i}")
-            with m.If(gs.deq[MQ]):
-                m.d.sync += served.eq(0)
-            with m.Elif((gs.grant != 0) & gs.grant_class[0]):
-                m.d.sync += served.eq(served | gs.grant)
-            inv &= ~has | ((gs.mc_res != 0) & (gs.mc_res == (head_dst & ~served)))
-            inv &= has | (served == 0)
-            # A partial pass serves the mask queue's head to outputs already counted as served.
-            inv &= ~(rd.active & ~b["rd_free"]) | ((st.r_qr == MQ) & ((rd.dests & ~served) == 0))
-            # A mask-queue head still arriving is sent to all its destinations at once: none served before.
-            inv &= ~(has & st.wr_pkt & (st.wr_q == MQ) & (st.wr_seq == st.deq_n[MQ])) | (served == 0)
-            pend_i, now_i, hdr_i, q_i = [], [], [], []
-            for c in range(C):
-                rdr = sig(rd.active & (st.g_q[c] == st.r_qr) & (st.g_seq[c] == st.r_seq), f"x_rdr{i}_{c}")
-                unread = st.g_idx[c] >= st.r_idx
-                queued_c = sig(store_queued(st, c), f"x_queued{i}_{c}")
-                q_i.append(queued_c)
-                is_head = sig(st.g_used[c] & (st.g_q[c] == MQ) & queued_c & (store_pos(st, c) == 0), f"x_mqp{i}_{c}")
-                now_c = [sig(rdr & rd.dests[j] & unread, f"x_now{i}_{c}_o{j}") for j in range(N)]
-                pend_c = [sig(st.g_used[c] & st.g_dst[c][j] &
-                              Mux(is_head, gs.mc_res[j] | now_c[j], Mux(rdr, now_c[j], queued_c)),
-                              f"x_pend{i}_{c}_o{j}") for j in range(N)]
-                pend_i.append(pend_c)
-                now_i.append(now_c)
-                hdr_i.append(sig(st.g_used[c] & (st.g_idx[c] == 0), f"x_hdr{i}_{c}"))
+            _cell_contents(inv, ins[i], t.senders[i], i, N, C, MQ)
+            mqh = _matches(m, inv, ins[i], i, N, C, MQ)
+            pend_i, now_i, hdr_i, q_i = _pending(m, ins[i], i, N, C, MQ)
             pend.append(pend_i)
             now.append(now_i)
             hdr.append(hdr_i)
-            gm = b["gs_m"]
-            for j in range(N):
-                want = sum(hdr_i[c] & (st.g_q[c] == MQ) & q_i[c] & Mux(mqh[c], gs.mc_res[j], st.g_dst[c][j])
-                           for c in range(C))
-                inv &= driven(gm, f"mc_pend{j}") == want
-            store_head_order(inv, st, b["pq"].older)
-            # Read-cycle counts (1: a header-only packet, a short transfer; else 0): the queues' head and next
-            # registers and the table beside the next-packet links agree with the packets.
-            pq = b["pq"]
-            for q in range(MQ + 1):
-                for c in range(C):
-                    rc_c = st.g_len[c] == 0
-                    at_pos = hdr_i[c] & (st.g_q[c] == q) & q_i[c]
-                    inv &= ~(at_pos & (store_pos(st, c) == 0)) | (pq.head_rc[q] == rc_c)
-                    inv &= ~(at_pos & (store_pos(st, c) == 1)) | (pq.next_rc[q] == rc_c)
-                    for e in range(C):
-                        if e != c:
-                            nxt = hdr_i[e] & (st.g_q[e] == q) & q_i[e] & (store_pos(st, e) == store_pos(st, c) + 1)
-                            inv &= ~(at_pos & nxt) | (st.prc[c] == (st.g_len[e] == 0))
-            # A counted (short) match is to a VOQ whose head is a header-only packet.
-            for q in range(MQ):
-                inv &= ~(b["rq"].grant[q] & b["cd_d"][q]) | ((st.count[q] != 0) & (pq.head_rc[q] == 1))
-            # A match keeps each pair's order: a unicast one to output j is to a VOQ head older than every queued
-            # mask packet still to go to j; a mask one to j only while VOQ j's head (if any) is younger than the
-            # mask queue's head.
-            grant = b["rq"].grant
-            uc = b["rq"].grant_class == REQ_UC
-            for j in range(N):
-                for h in range(C):
-                    voq_head = hdr_i[h] & (st.g_q[h] == j) & q_i[h] & (store_pos(st, h) == 0)
-                    for e in range(C):
-                        if e == h:
-                            continue
-                        mq_pend = hdr_i[e] & (st.g_q[e] == MQ) & q_i[e] & Mux(mqh[e], gs.mc_res[j], st.g_dst[e][j])
-                        inv &= ~(grant[j] & uc & voq_head & mq_pend) | (store_age(st, e) < store_age(st, h))
-                        inv &= ~(grant[j] & ~uc & voq_head & mqh[e]) | (store_age(st, h) < store_age(st, e))
-            # A queued header's destinations in the mask table; queued packets arrived one at a time.
-            for c in range(C):
-                inv &= ~(hdr_i[c] & q_i[c]) | (st.pmask[c] == st.g_dst[c])
-                for e in range(c + 1, C):
-                    inv &= ~(hdr_i[c] & q_i[c] & hdr_i[e] & q_i[e]) | (st.g_arr[c] != st.g_arr[e])
+            _queue_order(inv, ins[i], mqh, hdr_i, q_i, N, C, MQ)
+        inv.tag = ""
+        for j in range(N):
+            inv.tag = f"_out{j}"
+            _output_stream(m, t, inv, ins, egress[j].level, slots_of[j], j, N, D, C, pend, now, hdr)
         inv.tag = ""
 
-        # ------------------------------------------------------------ per output: the stream to its receiver
-        for j in range(N):
-            r = t.receivers[j]
-            rptr, slots = slots_of[j]
-            level = egress[j].level
-            inv.tag = f"_out{j}"
-            # The receiver's packet in progress: a good one's, its payload flit still to come.
-            inv &= (r.kind == 0) & (~r.in_pkt | ((r.src < N) & (r.len == 1) & (r.idx == 0)))
-            in_pkt, src, num, idx, ln = r.in_pkt, r.src, r.num, r.idx, r.len
-            seen_h = [Const(0, 4) for _ in range(N)]     # headers of input i ahead in the stream
-            seen_n = [Const(0, 4) for _ in range(N)]     # flits of input i ahead in the stream
-            flits = []
-            for k in range(D):
-                at_k = Mux(rptr + k >= D, rptr + k - D, rptr + k)
-                slot = sig(sum(Mux(at_k == a, slots[a], 0) for a in range(D)), f"x_slot{j}_{k}")
-                flits.append((sig(k < level, f"x_valid{j}_{k}"), slot[:128], slot[128], slot[129]))
-            for i in range(N):
-                rd = ins[i]["rd"]
-                flits.append((rd.out_valid[0] & rd.out_dests[j], rd.out_flit[0].data, rd.out_flit[0].last,
-                              rd.out_flit[0].poison))
-            for n, (valid, d, last, poison) in enumerate(flits):
-                f = fields(d)
-                src_now = Mux(in_pkt, src, f.src)
-                ok_h = ~f.mark & (f.src < N) & (last == (f.hlen == 0)) & header_ok(f, j)
-                ok_p = payload_is(f, src, num, idx + 1) & (last == (idx + 1 == ln))
-                inv &= ~valid | (~poison & Mux(in_pkt, ok_p, ok_h))
-                for i in range(N):
-                    is_i = valid & (src_now == i)
-                    # a header: the pair's next number, to an addressed output
-                    inv &= ~(is_i & ~in_pkt) | (f.seq[j] == (t.exp[i][j] + seen_h[i])[:4])
-                    seen_h[i] = sig((seen_h[i] + (is_i & ~in_pkt))[:4], f"x_seen_h{j}_{n}_{i}")
-                    seen_n[i] = sig((seen_n[i] + is_i)[:4], f"x_seen_n{j}_{n}_{i}")
-                n_in_pkt = sig(Mux(valid, ~last, in_pkt), f"x_in_pkt{j}_{n}")
-                src, num, idx, ln = (sig(Mux(valid & ~in_pkt, f.src, src)[:6], f"x_src{j}_{n}"),
-                                     sig(Mux(valid & ~in_pkt, f.tag, num)[:8], f"x_num{j}_{n}"),
-                                     sig(Mux(valid, Mux(in_pkt, f.p_idx, 0), idx)[:2], f"x_idx{j}_{n}"),
-                                     sig(Mux(valid & ~in_pkt, f.hlen, ln)[:2], f"x_len{j}_{n}"))
-                in_pkt = n_in_pkt
-            # The tail: a partial packet is the one whose reader holds the output, at its next flit.
-            inv &= ~in_pkt | Cat(ins[i]["rd"].active & ins[i]["rd"].dests[j] & (ins[i]["store"].r_idx != 0)
-                                 for i in range(N)).any()
-            for i in range(N):
-                b, st = ins[i], ins[i]["store"]
-                rd = b["rd"]
-                holds = rd.active & rd.dests[j]
-                mid = holds & (st.r_idx != 0)
-                inv &= ~mid | (in_pkt & (src == i) & (num == st.r_tag) & (idx + 1 == st.r_idx))
-                inv &= ~(holds & (st.r_idx == 0)) | ~in_pkt
-                # the pair's flits and headers: in the stream, then in the cells, in order
-                cells_n = sum(pend[i][c][j] for c in range(C))
-                cells_h = sum(pend[i][c][j] & hdr[i][c] for c in range(C))
-                inv &= (t.acc[i][j] - t.dlv[i][j])[:8] == seen_n[i] + cells_n
-                inv &= (t.sq[i][j] - t.exp[i][j])[:4] == (seen_h[i] + cells_h)[:4]
-                for c in range(C):
-                    d = b["cells"][c]
-                    f = fields(d[:128])
-                    ahead = sum(pend[i][e][j] & hdr[i][e] &
-                                ((now[i][e][j] & ~now[i][c][j]) |
-                                 (~now[i][e][j] & ~now[i][c][j] & (store_age(st, e) > store_age(st, c))))
-                                for e in range(C) if e != c)
-                    inv &= ~(pend[i][c][j] & hdr[i][c]) | (f.seq[j] == (t.exp[i][j] + seen_h[i] + ahead)[:4])
-            inv.tag = ""
+
+def _wire(m, expr, name):
+    """``expr`` as a named wire (an expression used many times is built once)."""
+    v = Signal(len(Value.cast(expr)), name=name)
+    m.d.comb += v.eq(expr)
+    return v
+
+
+def _fields(d, N):
+    """A flit's fields as the switch harness's sender writes them."""
+    h = HeaderLayout(d[:HEADER_BITS])
+    return SimpleNamespace(mark=d[MARK], h=h, hlen=rtl_payload_flits(h)[:2], src=h.src, tag=h.tag,
+                           seq=[d[SEQ_LO + SEQ_BITS * j:SEQ_LO + SEQ_BITS * (j + 1)] for j in range(N)],
+                           kind=d[KIND_HDR:KIND_HDR + 2], p_src=d[0:6], p_num=d[8:16], p_idx=d[16:18],
+                           d=d)
+
+
+def _payload_is(f, src, num, idx):
+    """The payload flit the sender sends (switch harness): source, packet number, index, a good kind."""
+    def fit(v, n):
+        return Cat(v, Const(0, n))[:n]
+    return f.d == Cat(fit(src, 6), Const(0, 2), fit(num, 8), fit(idx, 2), Const(0, 6),
+                      Const(0, 128 - 1 - 24), Const(1, 1))
+
+
+def _header_ok(f, j, N):
+    """A good header's own bits (switch harness): its kind good, its opcode one the harness sends, and
+    output ``j`` one of its destinations."""
+    op = f.h.opcode
+    return (f.kind == 0) & ((op == Opcode.WRITE) | (op == Opcode.READ) | (op == Opcode.DYN_ST)) & \
+        Mux(op == Opcode.DYN_ST, f.h.route.dyn.mask[j] & ((f.h.route.dyn.mask >> N) == 0),
+            f.h.route.uni.dst == j)
+
+
+def _cell_contents(inv, b, s, i, N, C, MQ):
+    """Input ``i``: each cell in use holds its flit bit for bit, cells of one packet agree, the writer's and
+    the reader's packets are those of their cells, the reader's outputs are its packet's."""
+    st, rd = b["store"], b["rd"]
+    for c in range(C):
+        d = b["cells"][c]
+        f = _fields(d[:128], N)
+        last, poison = d[128], d[129]
+        is_h = st.g_idx[c] == 0
+        dests_ok = Cat(~st.g_dst[c][j] | _header_ok(f, j, N) for j in range(N)).all() & \
+            Mux(f.h.opcode == Opcode.DYN_ST, f.h.route.dyn.mask[:N] == st.g_dst[c],
+                st.g_dst[c] == (Const(1, N) << f.h.route.uni.dst)[:N])
+        inv &= ~st.g_used[c] | ((f.mark == ~is_h) & (last == (st.g_idx[c] == st.g_len[c])) & ~poison &
+                                Mux(is_h, (f.src == i) & (f.tag == st.g_tag[c]) & (f.hlen == st.g_len[c]) &
+                                    (st.g_dst[c] != 0) & ((st.g_dst[c] >> N) == 0) & dests_ok &
+                                    Mux(st.g_q[c] == MQ, f.h.opcode == Opcode.DYN_ST,
+                                        (f.h.opcode != Opcode.DYN_ST) &
+                                        (st.g_dst[c] == (Const(1, N) << st.g_q[c])[:N])),
+                                    _payload_is(f, i, st.g_tag[c], st.g_idx[c])))
+        for e in range(c + 1, C):
+            same = st.g_used[c] & st.g_used[e] & (st.g_q[c] == st.g_q[e]) & (st.g_seq[c] == st.g_seq[e])
+            inv &= ~same | ((st.g_tag[c] == st.g_tag[e]) & (st.g_dst[c] == st.g_dst[e]))
+    inv &= ~st.wr_pkt | ((s.pnum == st.wr_tag) & (s.dests == st.wr_dst) & (s.idx + 1 == st.wr_idx) &
+                         (st.wr_dst != 0) & ((st.wr_q == MQ) | (st.wr_dst == (Const(1, N) << st.wr_q)[:N])))
+    for c in range(C):
+        inv &= ~(st.wr_pkt & st.g_used[c] & (st.g_q[c] == st.wr_q) & (st.g_seq[c] == st.wr_seq)) | \
+            ((st.g_tag[c] == st.wr_tag) & (st.g_dst[c] == st.wr_dst))
+    # The reader's packet: its tag; its header cell, while unread, holds it.
+    inv &= ~rd.active | ~Cat(st.g_used[c] & (st.g_q[c] == st.r_qr) & (st.g_seq[c] == st.r_seq) &
+                             (st.g_tag[c] != st.r_tag) for c in range(C)).any()
+    inv &= ~(rd.active & st.wr_pkt & (st.wr_q == st.r_qr) & (st.wr_seq == st.r_seq)) | (st.wr_tag == st.r_tag)
+    inv &= (~rd.active | (rd.dests != 0)) & (~rd.out_valid[0] | (rd.out_dests != 0))
+    # The reader's outputs are its packet's: a unicast one's output, some of a multicast one's.
+    inv &= ~rd.active | (st.r_qr == MQ) | (rd.dests == (Const(1, N) << st.r_qr)[:N])
+    for c in range(C):
+        inv &= ~(rd.active & st.g_used[c] & (st.g_q[c] == st.r_qr) & (st.g_seq[c] == st.r_seq)) | \
+            ((rd.dests & ~st.g_dst[c]) == 0)
+    # (a packet still arriving is read to all its destinations at once)
+    inv &= ~(rd.active & st.wr_pkt & (st.wr_q == st.r_qr) & (st.wr_seq == st.r_seq)) | (rd.dests == st.wr_dst)
+
+
+def _matches(m, inv, b, i, N, C, MQ):
+    """Input ``i``'s matches answer its requests; the mask-queue head's remaining destinations (``served``:
+    the outputs the head has been granted so far, as switch_alloc keeps it). Returns the flags of the cells
+    that hold the mask queue's head (``mqh``)."""
+    st, rd, gs = b["store"], b["rd"], b["gs"]
+    # A match answers a request: to a unicast packet queued for that output, or to the mask queue's head.
+    grant = b["rq"].grant
+    uc = b["rq"].grant_class == REQ_UC
+    inv &= ~uc | ((grant & (grant - 1))[:N] == 0)       # the allocator accepts one unicast grant
+    for q in range(MQ):
+        inv &= ~(grant[q] & uc) | (st.count[q] != 0)
+    inv &= ~((grant != 0) & ~uc) | ((st.count[MQ] != 0) & ((grant & ~gs.mc_res) == 0))
+    # (a head still arriving is granted all its destinations at once; a fanout-split one has arrived)
+    head_arriving = st.wr_pkt & (st.wr_q == MQ) & (st.wr_seq == st.deq_n[MQ])
+    inv &= ~((grant != 0) & (b["rq"].grant_class == REQ_MASK)) | ~head_arriving
+    inv &= ~((grant != 0) & (b["rq"].grant_class == REQ_MASK_ALL)) | (grant == gs.mc_res)
+    # The mask-queue head's remaining destinations and the per-output counts of pending mask packets.
+    mqh = [_wire(m, st.g_used[c] & (st.g_idx[c] == 0) & (st.g_q[c] == MQ) & store_queued(st, c) &
+                 (store_pos(st, c) == 0), f"x_mqh{i}_{c}") for c in range(C)]
+    head_dst = _sel(st.g_dst, st.head[MQ])
+    has = st.count[MQ] != 0
+    served = Signal(N, name=f"served{i}")
+    with m.If(gs.deq[MQ]):
+        m.d.sync += served.eq(0)
+    with m.Elif((gs.grant != 0) & gs.grant_class[0]):
+        m.d.sync += served.eq(served | gs.grant)
+    inv &= ~has | ((gs.mc_res != 0) & (gs.mc_res == (head_dst & ~served)))
+    inv &= has | (served == 0)
+    # A partial pass serves the mask queue's head to outputs already counted as served.
+    inv &= ~(rd.active & ~b["rd_free"]) | ((st.r_qr == MQ) & ((rd.dests & ~served) == 0))
+    # A mask-queue head still arriving is sent to all its destinations at once: none served before.
+    inv &= ~(has & st.wr_pkt & (st.wr_q == MQ) & (st.wr_seq == st.deq_n[MQ])) | (served == 0)
+    return mqh
+
+
+def _pending(m, b, i, N, C, MQ):
+    """Per cell of input ``i`` and output: whether its flit is still to go there (``pend``), in the reader's
+    pass now (``now``); whether the cell is a header (``hdr``) and queued (``q``)."""
+    st, rd, gs = b["store"], b["rd"], b["gs"]
+    pend_i, now_i, hdr_i, q_i = [], [], [], []
+    for c in range(C):
+        rdr = _wire(m, rd.active & (st.g_q[c] == st.r_qr) & (st.g_seq[c] == st.r_seq), f"x_rdr{i}_{c}")
+        unread = st.g_idx[c] >= st.r_idx
+        queued_c = _wire(m, store_queued(st, c), f"x_queued{i}_{c}")
+        q_i.append(queued_c)
+        is_head = _wire(m, st.g_used[c] & (st.g_q[c] == MQ) & queued_c & (store_pos(st, c) == 0), f"x_mqp{i}_{c}")
+        now_c = [_wire(m, rdr & rd.dests[j] & unread, f"x_now{i}_{c}_o{j}") for j in range(N)]
+        pend_c = [_wire(m, st.g_used[c] & st.g_dst[c][j] &
+                        Mux(is_head, gs.mc_res[j] | now_c[j], Mux(rdr, now_c[j], queued_c)),
+                        f"x_pend{i}_{c}_o{j}") for j in range(N)]
+        pend_i.append(pend_c)
+        now_i.append(now_c)
+        hdr_i.append(_wire(m, st.g_used[c] & (st.g_idx[c] == 0), f"x_hdr{i}_{c}"))
+    return pend_i, now_i, hdr_i, q_i
+
+
+def _queue_order(inv, b, mqh, hdr_i, q_i, N, C, MQ):
+    """Input ``i``'s queues in order: the per-output counts of pending mask packets, the head order, the
+    read-cycle counts beside queued headers, matches that keep each pair's order, the mask table."""
+    st, gs = b["store"], b["gs"]
+    gm = b["gs_m"]
+    for j in range(N):
+        want = sum(hdr_i[c] & (st.g_q[c] == MQ) & q_i[c] & Mux(mqh[c], gs.mc_res[j], st.g_dst[c][j])
+                   for c in range(C))
+        inv &= driven(gm, f"mc_pend{j}") == want
+    store_head_order(inv, st, b["pq"].older)
+    # Read-cycle counts (1: a header-only packet, a short transfer; else 0): the queues' head and next
+    # registers and the table beside the next-packet links agree with the packets.
+    pq = b["pq"]
+    for q in range(MQ + 1):
+        for c in range(C):
+            rc_c = st.g_len[c] == 0
+            at_pos = hdr_i[c] & (st.g_q[c] == q) & q_i[c]
+            inv &= ~(at_pos & (store_pos(st, c) == 0)) | (pq.head_rc[q] == rc_c)
+            inv &= ~(at_pos & (store_pos(st, c) == 1)) | (pq.next_rc[q] == rc_c)
+            for e in range(C):
+                if e != c:
+                    nxt = hdr_i[e] & (st.g_q[e] == q) & q_i[e] & (store_pos(st, e) == store_pos(st, c) + 1)
+                    inv &= ~(at_pos & nxt) | (st.prc[c] == (st.g_len[e] == 0))
+    # A counted (short) match is to a VOQ whose head is a header-only packet.
+    for q in range(MQ):
+        inv &= ~(b["rq"].grant[q] & b["cd_d"][q]) | ((st.count[q] != 0) & (pq.head_rc[q] == 1))
+    # A match keeps each pair's order: a unicast one to output j is to a VOQ head older than every queued
+    # mask packet still to go to j; a mask one to j only while VOQ j's head (if any) is younger than the
+    # mask queue's head.
+    grant = b["rq"].grant
+    uc = b["rq"].grant_class == REQ_UC
+    for j in range(N):
+        for h in range(C):
+            voq_head = hdr_i[h] & (st.g_q[h] == j) & q_i[h] & (store_pos(st, h) == 0)
+            for e in range(C):
+                if e == h:
+                    continue
+                mq_pend = hdr_i[e] & (st.g_q[e] == MQ) & q_i[e] & Mux(mqh[e], gs.mc_res[j], st.g_dst[e][j])
+                inv &= ~(grant[j] & uc & voq_head & mq_pend) | (store_age(st, e) < store_age(st, h))
+                inv &= ~(grant[j] & ~uc & voq_head & mqh[e]) | (store_age(st, h) < store_age(st, e))
+    # A queued header's destinations in the mask table; queued packets arrived one at a time.
+    for c in range(C):
+        inv &= ~(hdr_i[c] & q_i[c]) | (st.pmask[c] == st.g_dst[c])
+        for e in range(c + 1, C):
+            inv &= ~(hdr_i[c] & q_i[c] & hdr_i[e] & q_i[e]) | (st.g_arr[c] != st.g_arr[e])
+
+
+def _output_stream(m, t, inv, ins, level, slots_of_j, j, N, D, C, pend, now, hdr):
+    """Output ``j``: the flits in its queue and in the crossbar register, from the receiver's state on,
+    framed packet after packet, their headers the pair's next numbers; a partial tail packet only the one
+    whose reader holds the output; per pair, the flits and headers accepted less delivered."""
+    r = t.receivers[j]
+    rptr, slots = slots_of_j
+    # The receiver's packet in progress: a good one's, its payload flit still to come.
+    inv &= (r.kind == 0) & (~r.in_pkt | ((r.src < N) & (r.len == 1) & (r.idx == 0)))
+    in_pkt, src, num, idx, ln = r.in_pkt, r.src, r.num, r.idx, r.len
+    seen_h = [Const(0, 4) for _ in range(N)]     # headers of input i ahead in the stream
+    seen_n = [Const(0, 4) for _ in range(N)]     # flits of input i ahead in the stream
+    flits = []
+    for k in range(D):
+        at_k = Mux(rptr + k >= D, rptr + k - D, rptr + k)
+        slot = _wire(m, sum(Mux(at_k == a, slots[a], 0) for a in range(D)), f"x_slot{j}_{k}")
+        flits.append((_wire(m, k < level, f"x_valid{j}_{k}"), slot[:128], slot[128], slot[129]))
+    for i in range(N):
+        rd = ins[i]["rd"]
+        flits.append((rd.out_valid[0] & rd.out_dests[j], rd.out_flit[0].data, rd.out_flit[0].last,
+                      rd.out_flit[0].poison))
+    for n, (valid, d, last, poison) in enumerate(flits):
+        f = _fields(d, N)
+        src_now = Mux(in_pkt, src, f.src)
+        ok_h = ~f.mark & (f.src < N) & (last == (f.hlen == 0)) & _header_ok(f, j, N)
+        ok_p = _payload_is(f, src, num, idx + 1) & (last == (idx + 1 == ln))
+        inv &= ~valid | (~poison & Mux(in_pkt, ok_p, ok_h))
+        for i in range(N):
+            is_i = valid & (src_now == i)
+            # a header: the pair's next number, to an addressed output
+            inv &= ~(is_i & ~in_pkt) | (f.seq[j] == (t.exp[i][j] + seen_h[i])[:4])
+            seen_h[i] = _wire(m, (seen_h[i] + (is_i & ~in_pkt))[:4], f"x_seen_h{j}_{n}_{i}")
+            seen_n[i] = _wire(m, (seen_n[i] + is_i)[:4], f"x_seen_n{j}_{n}_{i}")
+        n_in_pkt = _wire(m, Mux(valid, ~last, in_pkt), f"x_in_pkt{j}_{n}")
+        src, num, idx, ln = (_wire(m, Mux(valid & ~in_pkt, f.src, src)[:6], f"x_src{j}_{n}"),
+                             _wire(m, Mux(valid & ~in_pkt, f.tag, num)[:8], f"x_num{j}_{n}"),
+                             _wire(m, Mux(valid, Mux(in_pkt, f.p_idx, 0), idx)[:2], f"x_idx{j}_{n}"),
+                             _wire(m, Mux(valid & ~in_pkt, f.hlen, ln)[:2], f"x_len{j}_{n}"))
+        in_pkt = n_in_pkt
+    # The tail: a partial packet is the one whose reader holds the output, at its next flit.
+    inv &= ~in_pkt | Cat(ins[i]["rd"].active & ins[i]["rd"].dests[j] & (ins[i]["store"].r_idx != 0)
+                         for i in range(N)).any()
+    for i in range(N):
+        b, st = ins[i], ins[i]["store"]
+        rd = b["rd"]
+        holds = rd.active & rd.dests[j]
+        mid = holds & (st.r_idx != 0)
+        inv &= ~mid | (in_pkt & (src == i) & (num == st.r_tag) & (idx + 1 == st.r_idx))
+        inv &= ~(holds & (st.r_idx == 0)) | ~in_pkt
+        # the pair's flits and headers: in the stream, then in the cells, in order
+        cells_n = sum(pend[i][c][j] for c in range(C))
+        cells_h = sum(pend[i][c][j] & hdr[i][c] for c in range(C))
+        inv &= (t.acc[i][j] - t.dlv[i][j])[:8] == seen_n[i] + cells_n
+        inv &= (t.sq[i][j] - t.exp[i][j])[:4] == (seen_h[i] + cells_h)[:4]
+        for c in range(C):
+            d = b["cells"][c]
+            f = _fields(d[:128], N)
+            ahead = sum(pend[i][e][j] & hdr[i][e] &
+                        ((now[i][e][j] & ~now[i][c][j]) |
+                         (~now[i][e][j] & ~now[i][c][j] & (store_age(st, e) > store_age(st, c))))
+                        for e in range(C) if e != c)
+            inv &= ~(pend[i][c][j] & hdr[i][c]) | (f.seq[j] == (t.exp[i][j] + seen_h[i] + ahead)[:4])
