@@ -31,8 +31,6 @@ to the end it pops). Each query simulates only up to the next GEMM-2 end, so a l
 its tiles. :attr:`gemm1_end` / :attr:`gemm2_end`: the committed ends (``inf``: not yet reached).
 """
 
-import copy
-
 import numpy as np
 
 from .pipeline import SharedHbmGemm
@@ -109,8 +107,7 @@ class GemmEngine:
         if np.isfinite(self._hbm.gemm2_end[0, i]):
             return float(self._hbm.gemm2_end[0, i]), i
         if self._trial is None:
-            self._trial = copy.copy(self._hbm)     # a deep copy: its state is arrays and numbers
-            self._trial.__dict__.update({k: v.copy() for k, v in vars(self._hbm).items() if isinstance(v, np.ndarray)})
+            self._trial = self._hbm.clone()
             self._trial.advance(self.ready, np.inf, stop_at_gemm2=True)
         t = self._trial.gemm2_end[0, i]
         return (float(t), i) if np.isfinite(t) else None

@@ -36,6 +36,7 @@ Model (a fluid simulation in fixed time slots of ``dt``):
   reduction engines (``reduce_rate``), and its ld_reduce request loads the home's uplink.
 """
 
+import copy
 import dataclasses
 
 import numpy as np
@@ -431,6 +432,12 @@ class SharedHbmGemm:
         b1 = np.where(both, np.where(fit, d1, np.where(d1 <= w1, d1, np.where(d2 <= w2, 1.0 - np.minimum(d2, 1.0), w1))), 1.0)
         b2 = np.where(both, np.where(fit, d2, np.where(d2 <= w2, d2, np.where(d1 <= w1, 1.0 - np.minimum(d1, 1.0), w2))), 1.0)
         return np.where(act1, b1, 0.0), np.where(act2, b2, 0.0)
+
+    def clone(self) -> "SharedHbmGemm":
+        """An independent copy (the state is arrays and numbers: each array copied)."""
+        other = copy.copy(self)
+        other.__dict__.update({k: v.copy() for k, v in vars(self).items() if isinstance(v, np.ndarray)})
+        return other
 
     def advance(self, ready, t_limit: float, stop_at_gemm2: bool = False):
         """Commit every start and completion up to ``t_limit`` (``inf``: to the end of the known tiles);

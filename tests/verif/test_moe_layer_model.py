@@ -113,8 +113,14 @@ def test_rows_decoded_and_encoded_at_once_equal_one_by_one(dtype):
     for k, raw in enumerate(rows):
         x1, g1, e1 = ml.decode_row_bytes(raw, L.hidden, dtype, fb)
         assert np.array_equal(x[k], x1) and np.array_equal(g[k], g1) and e[k] == e1
+    assert np.array_equal(x, L.x[[3, 0, 17, 31]]) and e == [L.routing[t].tolist() for t in (3, 0, 17, 31)]
     v = L.reference()[[3, 0, 17]]
     assert ml.encode_bf16_rows_bytes(v, fb) == b"".join(ml.encode_bf16_bytes(r, fb) for r in v)
+    raw = ml.encode_bf16_rows_bytes(v, fb)
+    n = len(raw) // len(v)
+    for k, r in enumerate(v):       # each row reads back as its BF16 rounding
+        back = ml.decode_bf16_row(ml._to_flits(raw[k * n:(k + 1) * n], n // fb, fb), L.hidden, fb)
+        assert np.array_equal(back, ml.bf16_values(ml.bf16_bits(r)).astype(np.float64))
     assert ml.fp8_bytes([2.0, -1, 0]) == bytes([0x40, 0xB8, 0x00])
     with pytest.raises(ValueError, match="no FP8 byte"):
         ml.fp8_bytes([1, 3])

@@ -331,18 +331,8 @@ def decode_row(flits, hidden: int, dtype: str, fb: int = FLIT_BYTES):
 
 def decode_row_bytes(raw: bytes, hidden: int, dtype: str, fb: int = FLIT_BYTES):
     """:func:`decode_row` of the row's flits as little-endian bytes (``fb`` per flit)."""
-    n = x_flits(hidden, dtype, fb)
-    body = raw[:n * fb]
-    if dtype == "fp8":
-        x = _FP8_VALUE[np.frombuffer(body[:hidden], dtype=np.uint8)]
-        if np.isnan(x).any():
-            raise ValueError(f"row bytes {sorted(set(body[:hidden]) - set(_FP8_INV))} are not FP8 values of the "
-                             f"layer's data ({', '.join(map(str, _FP8))})")
-    else:
-        x = bf16_values(np.frombuffer(body[:2 * hidden], dtype="<u2")).astype(np.float64)
-    experts = unpack_token_meta(int.from_bytes(raw[(n + 1) * fb:(n + 2) * fb], "little"))
-    g = bf16_values(np.frombuffer(raw[n * fb:(n + 1) * fb], dtype="<u2"))[:len(experts)]
-    return x, g.astype(np.float64), experts
+    x, gates, experts = decode_rows_bytes(raw, 1, hidden, dtype, fb)
+    return x[0], gates[0], experts[0]
 
 
 def decode_rows_bytes(raw: bytes, n: int, hidden: int, dtype: str, fb: int = FLIT_BYTES):
@@ -369,8 +359,7 @@ def encode_bf16_row(v, fb: int = FLIT_BYTES) -> list[int]:
 
 def encode_bf16_bytes(v, fb: int = FLIT_BYTES) -> bytes:
     """:func:`encode_bf16_row`'s flits as little-endian bytes (the last flit zero-padded)."""
-    raw = bf16_bits(v).astype("<u2").tobytes()
-    return raw.ljust(math.ceil(len(raw) / fb) * fb, b"\0")
+    return encode_bf16_rows_bytes(np.asarray(v)[None], fb)
 
 
 def encode_bf16_rows_bytes(v, fb: int = FLIT_BYTES) -> bytes:
