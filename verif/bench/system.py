@@ -42,7 +42,6 @@ from verif.bench.common import table
 from verif.models.moe_layer import SCHEMES, TRAFFIC_SCHEME
 from infra.scope import scope_of
 DEFAULTS = {"model": "deepseek-v3", "gpus": 8, "tokens": 256, "hidden": 128, "seed": 1, "redundant_experts": 0}
-HARNESSES = ("fast", "cocotb", "fast-noprofile", "fast-dfg-all", "fast-apart", "fast-apart-dfg-all", "fast-fall")
 #: The compiled harness's builds: name -> (build_system's inputs_at_rise, profile-guided, its other
 #: arguments). ``fast`` (the default) is profile-guided (:func:`fast_build`), keeps the RTL's conditions
 #: (:data:`~verif.harness.fastsim.build.KEEP_CONDITIONS`) and, up to 8 GPUs, inlines every block;
@@ -55,6 +54,8 @@ FAST_HARNESSES = {"fast": (True, True, {}), "fast-noprofile": (True, False, {}),
                   "fast-apart": (True, True, {"inline": False}),
                   "fast-apart-dfg-all": (True, True, {"inline": False, "keep_conditions": False}),
                   "fast-fall": (False, False, {})}
+#: Every harness of ``dysharp system --harness``: the compiled builds, ``cocotb`` second.
+HARNESSES = ("fast", "cocotb", *(h for h in FAST_HARNESSES if h != "fast"))
 
 
 def fast_build(point: "Point", schemes, harness: str, timeout: int, bin_cycles: int,

@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 
 from verif.bench.common import table
+from verif.bench.system import FAST_HARNESSES
 
-HARNESSES = ("cocotb", "fast", "fast-noprofile", "fast-dfg-all", "fast-apart", "fast-apart-dfg-all", "fast-fall")
+HARNESSES = ("cocotb", *FAST_HARNESSES)
 WALL = ("wall_s", "cycles_per_s", "run_wall_s", "harness", "loop_s", "python_s", "eval_s")
 
 
