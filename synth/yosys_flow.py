@@ -184,9 +184,10 @@ def _run_yosys(ys_text: str, workdir: Path, what: str, inputs: dict | None = Non
         raise ToolError(f"cannot run yosys ({cmd[0]}): {e}") from None
     text = log.read_text(errors="replace") if log.exists() else ""
     native = tools.native_yosys_command()
-    if r.returncode and "Wasm" in r.stderr and "yowasp" in cmd[0] and native:
+    if r.returncode and "wasm" in r.stderr.lower() and "yowasp" in cmd[0] and native:
         # YoWASP's yosys has a 4-GB WebAssembly memory; a design past it traps (the integrated switch flat
-        # at 8 ports). A native yosys runs the same script without that limit: pyosys, the same release
+        # at 8 ports), as a thrown Wasm exception or, when an allocation fails, as "wasm trap: wasm
+        # `unreachable` instruction executed" (any case: wasmtime words its traps both ways). A native yosys runs the same script without that limit: pyosys, the same release
         # (else Debian's 0.23, slower; the two agree within ~2% in area), so the point is not lost.
         name = "pyosys" if native[-1] == "synth.native_yosys" else native[0]
         print(f"[yosys] {what}: YoWASP's yosys trapped (WebAssembly memory); re-running with {name}",
