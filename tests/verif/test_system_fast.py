@@ -5,7 +5,8 @@ reduction-buffer occupancy, link utilization, tile ready cycles and latencies, s
 dropped cycles) is the same on both, each run having passed the same checks (numpy bit for bit, error
 counters, flits against the traffic model). Both need Verilator builds of the system top (a few minutes
 each when not cached), so the comparisons are marked slow; the default suite runs the dysharp-basic and nvls
-schemes and the quiet-cycle drop on the compiled harness and checks the harness's port table and its refusals
+schemes and the quiet-cycle drop on the compiled harness, the library's token releases (read back, and
+refusing a release the testbench would refuse) and checks the harness's port table and its refusals
 without building."""
 
 import json
@@ -154,6 +155,67 @@ def test_fast_harness_fails_a_wrong_result():
     """Test the test: one expert output made wrong on purpose fails the run's bit-for-bit check."""
     with pytest.raises(AssertionError, match="tokens differ from the reference"):
         fast_run("dysharp", sabotage="partial")
+
+
+def _with_tables(monkeypatch, change):
+    """Run ``change(env)`` on the testbench's release tables just before the library is given them; returns
+    a list that gets the run's env."""
+    import verif.tb.system_fast as sf
+    seen, install = [], sf.install_releases
+
+    def patched(env):
+        change(env)
+        seen.append(env)
+        install(env)
+    monkeypatch.setattr(sf, "install_releases", patched)
+    return seen
+
+
+@needs_verilator
+def test_fast_harness_releases_every_token_in_the_library(monkeypatch):
+    """The library's release reaction, read back: every token with pairs to release was released, each
+    pair exactly once (``left`` 0, no pair pending), after its first arrival and by the layer's end."""
+    seen = _with_tables(monkeypatch, lambda env: None)
+    fig = fast_run("dysharp")
+    env = seen[0]
+    tracked = [t for t in range(env.L.N) if env.L.tracked_pairs(t, "dysharp")]
+    assert env.left == 0 and tracked and sorted(env.released_at) == tracked
+    assert not any(+env.pending[t] for t in range(env.L.N))
+    assert all(0 < c <= env.cycler.cycle for c in env.released_at.values()) and fig["cycles"]["total"] == 2931
+
+
+@needs_verilator
+def test_fast_harness_silent_gpu_times_out_naming_tokens():
+    """A GPU that stops answering reads mid-run ends the run with a timeout naming the tokens not yet
+    released, as the library has them: token 1 was released before the fault, so it is not named."""
+    with pytest.raises(AssertionError, match=r"GPU 1 stopped answering at cycle 1000\): 62 unfinished tokens, "
+                                             r"first \[0, 2, 3, "):
+        fast_run("dysharp", silent=[1, 1000], timeout=1500)
+
+
+@needs_verilator
+def test_fast_harness_fails_a_release_not_pending(monkeypatch):
+    """Test the test: a token whose pairs the testbench does not expect fails the run at its first release,
+    with the testbench's message, as its ``SystemEnv.released`` assert does."""
+    def forget(env):
+        t = next(t for t in range(env.L.N) if +env.pending[t])
+        env.pending[t].clear()
+    _with_tables(monkeypatch, forget)
+    with pytest.raises(AssertionError, match=r"release of \(\d+, \d+\) for token \d+, which is not pending"):
+        fast_run("dysharp")
+
+
+@needs_verilator
+def test_fast_harness_fails_a_released_row_of_no_token(monkeypatch):
+    """Test the test: a released window row whose bytes are no dispatched token's row fails the run (one
+    token's row changed by one bit in the library's table, so its row as it lands matches none)."""
+    def corrupt(env):
+        raw, t = next((k, v) for k, v in env.rows.items() if +env.pending[v])
+        del env.rows[raw]
+        env.rows[bytes([raw[0] ^ 1]) + raw[1:]] = t
+    _with_tables(monkeypatch, corrupt)
+    with pytest.raises(AssertionError, match="holds no dispatched token's row"):
+        fast_run("dysharp")
 
 
 def test_port_table_covers_the_system_top():

@@ -356,10 +356,16 @@ class GpuSide(Agent):
         r = unpack(TileReady, payload)
         e, t, n = r["expert"], r["tile"], r["count"]
         ts = self.L.p.tile_size
-        rows = self.slot_rows[e][t * ts:t * ts + n]
+        rows, arrived = self.tile_rows(e, t * ts, n)
         assert len(rows) == n, f"GPU {self.g}: tile ({e}, {t}) ready with {n} tokens, {len(rows)} rows seen"
         self._add_tile(dict(kind="rtl", expert=self.lo + e, rows=rows, ready=cycle, key=(e, t)))
-        self.env.ready_cycles.append((self.g, e, t, n, cycle, cycle - max(self.arrived[r] for r in rows)))
+        self.env.ready_cycles.append((self.g, e, t, n, cycle, cycle - max(arrived)))
+
+    def tile_rows(self, e, start, n):
+        """The window rows of local expert ``e``'s slots ``start`` .. ``start + n - 1`` (fewer where fewer
+        have arrived), in arrival order, and the cycles their metadata flits landed."""
+        rows = self.slot_rows[e][start:start + n]
+        return rows, [self.arrived[r] for r in rows]
 
     def _on_release(self, payload, cycle):
         r = unpack(TokenRelease, payload)

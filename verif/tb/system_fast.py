@@ -4,11 +4,21 @@ returns the same figures, after the same checks, as the cocotb test ``test_layer
 
 The testbench's models stay the single source of truth: :class:`FastEnv` and :class:`FastGpu` are
 :class:`~verif.tb.system.SystemEnv` and :class:`~verif.tb.system.GpuSide` with the library's agents in
-place of cocotb's (the tile policy, the numpy expert compute, the token releases, the descriptors they
-make ready and the end-of-run checks are theirs, unchanged), driven from the library's callback: a GPU's
-GEMM ends (:meth:`GpuSide.drive`), window metadata flits and landed rows (:meth:`GpuSide._on_write`'s
-bookkeeping), TileReady / TokenRelease outputs, and the phase's predicate, asked after each cycle with an
-event, as ``Cycler.until`` asks it at each edge. The phases follow ``test_layer`` step by step.
+place of cocotb's (the tile policy, the numpy expert compute and the end-of-run checks are theirs,
+unchanged), driven from the library's callback: a GPU's GEMM ends (:meth:`GpuSide.drive`), landed rows
+(:meth:`GpuSide._on_write`'s bookkeeping), TileReady outputs, and the phase's predicate, asked after each
+cycle with an event, as ``Cycler.until`` asks it at each edge. The phases follow ``test_layer`` step by step.
+
+The window's bookkeeping and the token releases run in the library, per event as the testbench's
+:meth:`GpuSide._on_write` (a metadata flit), :meth:`GpuSide._on_release` and :meth:`SystemEnv.released` do,
+on the testbench's own tables, given once at set-up (:func:`install_releases`): every dispatched row's
+bytes and its token (``SystemEnv.rows``: a release's row must be exactly a token's), each token's pending
+(GPU, expert) pairs, its combine descriptor and home GPU (dysharp) and the expert GPUs' pushes with their
+own pairs (fused-unicast), all packed as the feeders send them. ``left`` is the library's count, read live
+by the phase's predicate; ``pending`` and ``released_at`` are read back after every wait; a release the
+testbench would refuse (a slot with no row, a row that is no token's, a pair not pending) fails the run with
+the testbench's message (:meth:`FastEnv.release_error`). :meth:`FastGpu.tile_rows` reads a ready tile's
+rows from the library.
 """
 
 import collections
@@ -19,19 +29,21 @@ from pathlib import Path
 from amaranth.lib import data
 
 from hw.gpu_nic.memory_if import flit_addr_bits, mem_write_layout
+from hw.gpu_nic.receive_path import META_ENTRIES
+from hw.gpu_nic.token_tracker import TokenRelease
 from hw.switch.dysharp_switch import port_status_layout
 from hw.system import LinkProbe
 
 from verif.harness.fastsim.build import FastsimBuildError
-from verif.harness.fastsim.system import (_CALLBACK, EV_LANDED, EV_POLL, EV_READY, EV_RELEASE, EV_WAKE, EV_WRITE,
-                                          FastDut, SystemLib, _Cycler, _Feeder, _Memory, _Stream, _words)
+from verif.harness.fastsim.system import (_CALLBACK, EV_LANDED, EV_POLL, EV_READY, EV_WAKE, FastDut, SystemLib,
+                                          _Cycler, _Feeder, _Memory, _Stream, _words)
 from verif.harness.structs import fields
 from verif.models import moe_layer as ml
 
 from . import system as tb
 from .system import LinkCounters, layer_figures, queue_dispatch, start_combine
 
-__all__ = ["run_layer", "FastEnv", "FastGpu"]
+__all__ = ["run_layer", "FastEnv", "FastGpu", "install_releases"]
 
 
 class _Links:
@@ -105,6 +117,15 @@ class FastGpu(tb.GpuSide):
     def silence(self):
         pass            # the library's (sys_silence): at the same cycle, at the same point of it
 
+    def tile_rows(self, e, start, n):
+        """The library's slots of local expert ``e`` (its window bookkeeping)."""
+        rows, arrived = (ctypes.c_int64 * max(n, 1))(), (ctypes.c_int64 * max(n, 1))()
+        k = self.mem.so.sys_tile_rows(self.g, e, start, n, rows, arrived)
+        return list(rows[:k]), list(arrived[:k])
+
+    def _on_release(self, payload, cycle):
+        raise AssertionError("the compiled harness reacts to token releases itself (install_releases)")
+
 
 class FastEnv(tb.SystemEnv):
     """The testbench's state on the library: its callback, the phases' waits (``Cycler.until``'s semantics)."""
@@ -116,7 +137,19 @@ class FastEnv(tb.SystemEnv):
         self.error = None
         self.predicate = None
         self.loop_s = self.python_s = 0.0        # in the library's cycle loop; of that, in Python
+        self._releases = None                     # install_releases: each token's pairs in the library's order
         super().__init__(FastDut(lib), params, settings)
+
+    @property
+    def left(self):
+        """Tokens not yet released: the library's count once its release tables are installed."""
+        return self.lib.so.sys_rel_left() if self._releases is not None else self._left
+
+    @left.setter
+    def left(self, value):
+        if self._releases is not None:
+            raise AttributeError("left is the library's once its release tables are installed")
+        self._left = value
 
     def _cycler(self, dut):
         return _Cycler()
@@ -148,8 +181,6 @@ class FastEnv(tb.SystemEnv):
             if kind == EV_WAKE:
                 gs.drive(cycle)
                 self.wake(gs)
-            elif kind == EV_WRITE:
-                gs._on_write(int(arg), int.from_bytes(ctypes.string_at(words, 4 * self.lib.so.flit_words), "little"))
             elif kind == EV_LANDED:
                 (out0, out_size), (part0, _) = gs.landing
                 base = out0 if 0 <= arg - out0 < out_size else part0
@@ -157,8 +188,6 @@ class FastEnv(tb.SystemEnv):
             elif kind == EV_READY:
                 gs._on_ready(int(arg), cycle)
                 self.wake(gs)
-            elif kind == EV_RELEASE:
-                gs._on_release(int(arg), cycle)
             return 0
         except BaseException as e:      # noqa: BLE001 -- re-raised by run() once the library returns
             self.error = e
@@ -172,8 +201,9 @@ class FastEnv(tb.SystemEnv):
         r = self.lib.so.sys_run(mode, arg, timeout, ctypes.byref(seen))
         self.loop_s += time.perf_counter() - c0
         self.cycler.cycle = seen.value
+        self.read_releases()
         if r == 2:
-            raise self.error
+            raise self.error or self.release_error()
         if r == 1:
             raise AssertionError(f"timeout: {what} did not happen within {timeout} cycles "
                                  f"(cycle {seen.value})")
@@ -195,6 +225,35 @@ class FastEnv(tb.SystemEnv):
             silent = f" (GPU {self.silent[0]} stopped answering at cycle {self.silent[1]})" if self.silent else ""
             raise AssertionError(f"{e}{silent}: {len(toks)} unfinished tokens, first {toks[:20]}") from None
 
+    def read_releases(self):
+        """``pending`` and ``released_at`` as the library has them."""
+        if self._releases is None:
+            return
+        so, N = self.lib.so, self.L.N
+        at = (ctypes.c_int64 * max(N, 1))()
+        counts = (ctypes.c_int64 * max(len(self._releases), 1))()
+        so.sys_rel_read(at, counts)
+        for (t, pair), n in zip(self._releases, counts):
+            self.pending[t][pair] = n
+        self.released_at = {t: at[t] for t in range(N) if at[t] >= 0}
+
+    def release_error(self) -> AssertionError:
+        """The release the library refused, with the testbench's message."""
+        v = (ctypes.c_int64 * 8)()
+        self.lib.so.sys_rel_error(v)
+        code, g, a, b, c, d, cycle = v[:7]
+        if code == 1:
+            return AssertionError(f"GPU {g}: release of slot {c} of tile ({a}, {b}) at cycle {cycle}, "
+                                  f"with {d} window rows of expert {a} seen")
+        if code == 2:
+            return AssertionError(f"GPU {g}: release of slot {c} of tile ({a}, {b}) at cycle {cycle}: its window "
+                                  f"row {d} holds no dispatched token's row")
+        if code == 3:
+            return AssertionError(f"release of ({g}, {a}) for token {b}, which is not pending (cycle {cycle})")
+        if code == 4:
+            return AssertionError(f"token {b} released (cycle {cycle}) with no combine descriptor")
+        return AssertionError(f"the compiled harness stopped the run (code {code}) with no error")
+
     def state(self):
         a = (ctypes.c_int64 * (4 + self.L.G))()
         self.lib.so.sys_state(a)
@@ -213,6 +272,37 @@ def _library_config(env) -> list[int]:
     return [wl["addr"][0], wl["addr"][1], wl["data"][0], occ[0], occ[1], lw, lp["valid"][0], lp["vc"][0],
             lp["last"][0], lp["opcode"][0], lp["opcode"][1], *LinkCounters.FILLS, env.s.get("lat", 10),
             (1 << flit_addr_bits(fw)) - 1, env.drop_k or 0, env.s.get("bin", 64), env.QUIET]
+
+
+def install_releases(env) -> None:
+    """Give the library the testbench's release tables (``sys_rel_*``, system_main.cpp): from then on it
+    keeps the windows' slots and reacts to every TokenRelease, and ``env.left`` is its count."""
+    so, L = env.lib.so, env.L
+    tr = fields(TokenRelease)
+    so.sys_rel_setup((ctypes.c_int64 * 13)(META_ENTRIES, L.p.tile_size, L.row_flits, *tr["expert"], *tr["tile"],
+                                            *tr["slot"], env.sp.notify_cycles, L.N, env.scheme == "dysharp",
+                                            env.left))
+    for gs in env.gpus:
+        so.sys_rel_gpu(gs.g, gs.lo, gs.hi - gs.lo, L.N)
+    row_bytes = 4 * so.flit_words * L.row_flits
+    for raw, t in env.rows.items():
+        assert len(raw) == row_bytes, f"token {t}'s row has {len(raw)} bytes, the library reads {row_bytes}"
+        so.sys_rel_row(t, (ctypes.c_uint32 * (len(raw) // 4)).from_buffer_copy(raw))
+    order = []
+    for t in range(L.N):
+        pairs = list(env.pending[t].items())
+        order += [(t, p) for p, _ in pairs]
+        flat = [v for (g, e), n in pairs for v in (g, e, n)]
+        so.sys_rel_pending(t, len(pairs), (ctypes.c_int64 * max(len(flat), 1))(*flat))
+    if env.scheme == "dysharp":
+        for t, c in env.combine_items.items():
+            if c.desc is not None:
+                so.sys_rel_combine(t, int(L.home[t]), int(c.planned), _words(c.desc.pack(L.G), so.payload_words))
+    for (g, t), (i, r) in env.push_items.items():
+        flat = [v for (gg, e), n in env.push_pending[(g, t)].items() for v in (gg, e, n)]
+        so.sys_rel_push(g, t, i, len(flat) // 3, (ctypes.c_int64 * max(len(flat), 1))(*flat),
+                        _words(r.desc.pack(L.G), so.payload_words))
+    env._releases = order
 
 
 def run_layer(lib_path: Path, names: list[str], params: dict, settings: dict) -> dict:
@@ -236,6 +326,7 @@ def run_layer(lib_path: Path, names: list[str], params: dict, settings: dict) ->
         so.sys_watch(gs.g, gs.win0, gs.win0 + L.N * stride, stride, L.meta_flit, out0, part0, out_size, part_size,
                      L.comb_flits)
         env.wake(gs)
+    install_releases(env)
     if env.silent:
         so.sys_silence(*env.silent)
     timeout = s.get("timeout", 400_000)

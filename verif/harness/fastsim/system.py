@@ -10,8 +10,12 @@ the deduplicated blocks kept apart, every input registered at the rising edge: :
 monitors, the link counters, the occupancy samples, the quiet-skip rule
 :meth:`~verif.tb.system.SystemEnv.skip` with its dropped rounds) in the cocotb cycler's order, and calls
 one Python callback on events only (``EV_*``): a GPU's next GEMM end (the wake cycle Python set), a
-window row's metadata flit, a result or partial row once all its flits have landed, a TileReady or
-TokenRelease output, and after a cycle that had one of those, the phase's predicate. The objects below
+result or partial row once all its flits have landed, a TileReady output, and after a cycle that had one
+of those or a token release, the phase's predicate. The window's bookkeeping (each window row's metadata
+flit: the rows of each local expert's slots, in arrival order) and the reaction to a TokenRelease (the
+slot's row, its bytes, their token, the token's pending pairs, the combine or push descriptor made ready)
+are the library's too, from the testbench's tables given at set-up (``sys_rel_*``; :mod:`verif.tb.system_fast`);
+a release the testbench would refuse stops the run with an error code. The objects below
 stand in for the testbench's agents where its models touch them (memory, stream sends, the feeders,
 ``dut.<port>.value``). The layer's driver on it is :mod:`verif.tb.system_fast`.
 
@@ -57,7 +61,7 @@ def system_flags(verilog: str) -> list[str]:
 
 _STREAMS = ("desc", "cmd", "mm_cfg", "ready", "release")
 _VRP = ("valid", "ready", "payload")
-EV_WAKE, EV_WRITE, EV_READY, EV_RELEASE, EV_POLL, EV_LANDED = 1, 2, 3, 4, 5, 6
+EV_WAKE, EV_READY, EV_POLL, EV_LANDED = 1, 3, 5, 6
 _CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_uint64,
                              ctypes.POINTER(ctypes.c_uint32))
 PW = 8            # 32-bit words of a stream payload in the harness (system_main.cpp), at least
@@ -209,6 +213,17 @@ class SystemLib:
                               ("sys_mem_read", [ctypes.c_int, i64, ctypes.c_int, u32p], None),
                               ("sys_mem_write", [ctypes.c_int, i64, ctypes.c_int, u32p], None),
                               ("sys_start", [i64], None),
+                              ("sys_rel_setup", [i64p], None),
+                              ("sys_rel_gpu", [ctypes.c_int, i64, i64, i64], None),
+                              ("sys_rel_row", [i64, u32p], None),
+                              ("sys_rel_pending", [i64, ctypes.c_int, i64p], None),
+                              ("sys_rel_combine", [i64, ctypes.c_int, i64, u32p], None),
+                              ("sys_rel_push", [ctypes.c_int, i64, i64, ctypes.c_int, i64p, u32p], None),
+                              ("sys_rel_left", [], i64),
+                              ("sys_rel_read", [i64p, i64p], None),
+                              ("sys_rel_error", [i64p], None),
+                              ("sys_tile_rows", [ctypes.c_int, ctypes.c_int, i64, ctypes.c_int, i64p, i64p],
+                               ctypes.c_int),
                               ("sys_run", [ctypes.c_int, i64, i64, i64p], ctypes.c_int),
                               ("sys_state", [i64p], None),
                               ("sys_link_counts", [i64p], None),

@@ -17,11 +17,19 @@
 //   * the switch_cfg driver, the link counters of `probe` (flits per link and direction, fills apart,
 //     per bin), the reduction-buffer occupancy samples, SystemEnv.skip's quiet rule and the dropped
 //     rounds.
+// The window's bookkeeping and the token releases are C++'s too (GpuSide._on_write's window part,
+// GpuSide._on_release, SystemEnv.released), from tables Python gives at set-up (sys_rel_*): each window
+// row's metadata flit appends the row to its local experts' slots; a TokenRelease takes its slot's window
+// row, the row's bytes as they are in the GPU's memory, the token whose dispatched row has exactly those
+// bytes, and counts the token's (GPU, expert) pair released; a token whose pairs are all released is
+// released (left, released_at) and its combine descriptor (dysharp) goes on its home GPU's ready heap at
+// cycle + notify_cycles, as an expert GPU's push of a token (fused-unicast) does once its own pairs are.
+// A release the testbench would refuse (a slot with no row, a row that is no token's, a pair not pending)
+// stops the run with an error code Python raises (sys_rel_error).
 // Python is called (one callback) only on events: a GPU's wake cycle (its next GEMM end) in the drive
-// phase, a watched memory write (a window row's metadata flit; a result or partial row once all its flits
-// have landed: the testbench compares the flits landed per row with the row's flits only), a
-// TileReady / TokenRelease output, and after any cycle that had one of those, to test the phase's
-// predicate. All stream gates are always open (the testbench's stall = 0).
+// phase, a result or partial row once all its flits have landed (the testbench compares the flits landed
+// per row with the row's flits only), a TileReady output, and after any cycle that had one of those or a
+// token release, to test the phase's predicate. All stream gates are always open (the testbench's stall = 0).
 #include <verilated.h>
 #include "V@@TOP@@.h"
 
@@ -32,6 +40,7 @@
 #include <deque>
 #include <memory>
 #include <queue>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -84,7 +93,7 @@ static inline uint64_t bits(const uint32_t* w, int off, int width) {    // width
 }
 
 // ------------------------------------------------------------------------------------------ callbacks
-enum { EV_WAKE = 1, EV_WRITE = 2, EV_READY = 3, EV_RELEASE = 4, EV_POLL = 5, EV_LANDED = 6 };
+enum { EV_WAKE = 1, EV_READY = 3, EV_POLL = 5, EV_LANDED = 6 };
 typedef int (*callback_t)(int kind, int g, int64_t cycle, uint64_t arg, const uint32_t* words);
 static callback_t cb = nullptr;
 static int failed = 0;           // a callback returned < 0 (a Python exception): stop
@@ -208,6 +217,9 @@ struct Gpu {
     bool tags = false, stale = false, offered_red = false;   // Feeder.tags / .stale / .offered_red
     int64_t win0 = 0, win_end = 0, stride = 1, meta = 0, out0 = 0, part0 = 0, out_land = 0, part_land = 0, full = 0;
     std::vector<uint32_t> landed[2];       // flits written per result (out) / partial (part) row
+    int64_t lo = 0;                                       // the first local expert (global id)
+    std::vector<std::vector<int64_t>> slot_rows;          // local expert -> window rows, arrival order
+    std::vector<int64_t> arrived;                         // window row -> cycle its metadata flit landed
 };
 
 static Gpu gpus[G];
@@ -232,6 +244,95 @@ static std::vector<int64_t> occ;             // pairs
 // cycler / skip
 static int64_t cycle = 0, skipped = 0, dropped = 0, skip_pending = 0, quiet = 0, skip_interrupted = 0;
 static int64_t drop_k = 0, drop_period = 0, quiet_min = 64;
+
+// ------------------------------------------------------------------------------------------ token releases
+// GpuSide._on_write's window part, GpuSide._on_release and SystemEnv.released (the tables: sys_rel_*).
+struct Pair { int64_t g, e, n; };                      // a Counter's entry: (GPU, expert) -> count
+struct Push { std::vector<Pair> pairs; int64_t planned; Pay d; };
+struct Combine { bool has = false; int64_t home = 0, planned = 0; Pay d; };
+static int meta_entries = 0, tile_size = 1, row_flits = 1, ntok = 0;
+static int rel_e_off = 0, rel_e_w = 0, rel_t_off = 0, rel_t_w = 0, rel_s_off = 0, rel_s_w = 0;
+static int64_t notify = 0, rel_left = 0;
+static bool combine_on = false;                        // dysharp: a released token's combine goes ready
+static std::unordered_map<std::string, int64_t> row_token;   // a dispatched row's bytes -> its token
+static std::vector<std::vector<Pair>> pend;            // per token: its pairs still to be released
+static std::vector<int64_t> released_at;               // per token (-1: not yet)
+static std::vector<Combine> combine;                   // per token
+static std::unordered_map<int64_t, Push> pushes;       // g * ntok + t: an expert GPU's push of a token
+static int64_t rel_err[8];                             // the first refused release: code, g, a, b, c, d, cycle
+
+enum { REL_NO_ROW = 1, REL_NO_TOKEN = 2, REL_NOT_PENDING = 3, REL_NO_COMBINE = 4 };
+static void rel_fail(int64_t code, int64_t g, int64_t a, int64_t b, int64_t c, int64_t d) {
+    failed = 1;
+    if (rel_err[0]) return;
+    int64_t v[8] = {code, g, a, b, c, d, cycle, 0};
+    std::memcpy(rel_err, v, sizeof v);
+}
+
+static void on_meta(Gpu& x, int64_t row, const uint32_t* d) {       // GpuSide._on_write, a metadata flit
+    x.arrived[row] = cycle;
+    for (int i = 0; i < meta_entries && i / 2 < FW; i++) {           // unpack_token_meta
+        uint32_t entry = (d[i / 2] >> (16 * (i % 2))) & 0xFFFF;
+        if (!(entry >> 15)) continue;
+        int64_t e = int64_t(entry & 0x7FFF) - x.lo;
+        if (e >= 0 && e < int64_t(x.slot_rows.size())) x.slot_rows[e].push_back(row);
+    }
+}
+
+static void push_ready(int g, int64_t at, int64_t planned, int64_t token, const Pay& d) {
+    gpus[g].fr.push(Ready{at, planned, token, seqno++, d});
+}
+
+static bool any_positive(const std::vector<Pair>& v) {               // a Counter's ``+c`` is not empty
+    for (const Pair& p : v) if (p.n > 0) return true;
+    return false;
+}
+
+static void released(int g, int64_t e, int64_t t) {                  // SystemEnv.released
+    Pair* q = nullptr;
+    for (Pair& p : pend[t]) if (p.g == g && p.e == e) q = &p;
+    if (!q || q->n != 1) { rel_fail(REL_NOT_PENDING, g, e, t, q ? q->n : 0, 0); return; }
+    q->n--;
+    if (!any_positive(pend[t])) {
+        rel_left--;
+        released_at[t] = cycle;
+        if (combine_on) {
+            const Combine& c = combine[t];
+            if (!c.has) { rel_fail(REL_NO_COMBINE, g, e, t, 0, 0); return; }
+            push_ready(int(c.home), cycle + notify, c.planned, t, c.d);
+        }
+    }
+    auto it = pushes.find(int64_t(g) * ntok + t);
+    if (it != pushes.end()) {
+        Push& u = it->second;
+        Pair* r = nullptr;
+        for (Pair& p : u.pairs) if (p.g == g && p.e == e) r = &p;
+        if (r) r->n--; else u.pairs.push_back(Pair{g, e, -1});
+        if (!any_positive(u.pairs)) push_ready(g, cycle + notify, u.planned, t, u.d);
+    }
+}
+
+static void on_release(int g, uint64_t p) {                           // GpuSide._on_release
+    Gpu& x = gpus[g];
+    events = true;
+    auto field = [p](int off, int w) { return int64_t((p >> off) & ((uint64_t(1) << w) - 1)); };
+    int64_t e = field(rel_e_off, rel_e_w), tile = field(rel_t_off, rel_t_w), s = field(rel_s_off, rel_s_w);
+    int64_t slot = tile * tile_size + s;
+    if (e >= int64_t(x.slot_rows.size()) || slot >= int64_t(x.slot_rows[e].size())) {
+        rel_fail(REL_NO_ROW, g, e, tile, s, e < int64_t(x.slot_rows.size()) ? int64_t(x.slot_rows[e].size()) : 0);
+        return;
+    }
+    int64_t row = x.slot_rows[e][slot];
+    std::string key(size_t(4 * FW * row_flits), '\0');
+    for (int i = 0; i < row_flits; i++) {
+        Word w = x.mem.read(uint64_t(x.win0 + row * x.stride + i));
+        std::memcpy(&key[size_t(4 * FW * i)], w.w, 4 * FW);
+    }
+    auto it = row_token.find(key);
+    if (it == row_token.end()) { rel_fail(REL_NO_TOKEN, g, e, tile, s, row); return; }
+    released(g, x.lo + e, it->second);
+}
+
 
 #define INPUTS_AT_RISE @@INPUTS_AT_RISE@@
 
@@ -389,7 +490,7 @@ static void sample() {
             x.mem.write(addr, d);
             int64_t a = int64_t(addr);
             if (a >= x.win0 && a < x.win_end) {
-                if ((a - x.win0) % x.stride == x.meta) call(EV_WRITE, g, cycle, addr, d);
+                if ((a - x.win0) % x.stride == x.meta) on_meta(x, (a - x.win0) / x.stride, d);
             } else {         // a result row's flit: Python hears of the row once it is whole (or over)
                 // each region by its own size: the result rows (one per home token) end below the partials'
                 int k = (a >= x.out0 && a < x.out0 + x.out_land) ? 0 : (a >= x.part0 && a < x.part0 + x.part_land) ? 1 : -1;
@@ -409,7 +510,7 @@ static void sample() {
         x.cmd.sample();
         x.mmcfg.sample();
         if (x.rdy.take()) call(EV_READY, g, cycle, pget64(P[x.rdy.payload]), nullptr);
-        if (x.rel.take()) call(EV_RELEASE, g, cycle, pget64(P[x.rel.payload]), nullptr);
+        if (x.rel.take()) on_release(g, pget64(P[x.rel.payload]));
     }
     swcfg.sample();
     niccfg.sample();
@@ -545,6 +646,74 @@ void sys_watch(int g, int64_t win0, int64_t win_end, int64_t stride, int64_t met
     x.out_land = out_land; x.part_land = part_land; x.full = full;
     x.landed[0].assign(out_land / stride + 1, 0);
     x.landed[1].assign(part_land / stride + 1, 0);
+}
+
+// The token releases' tables (the testbench's, given once before the run). cfg: META_ENTRIES, tile size,
+// a dispatched row's flits, TokenRelease's expert / tile / slot (offset, width each), notify_cycles, tokens,
+// dysharp (a released token's combine goes ready on its home GPU), tokens with pairs to release.
+void sys_rel_setup(const int64_t* cfg) {
+    meta_entries = int(cfg[0]); tile_size = int(cfg[1]); row_flits = int(cfg[2]);
+    rel_e_off = int(cfg[3]); rel_e_w = int(cfg[4]); rel_t_off = int(cfg[5]); rel_t_w = int(cfg[6]);
+    rel_s_off = int(cfg[7]); rel_s_w = int(cfg[8]);
+    notify = cfg[9]; ntok = int(cfg[10]); combine_on = cfg[11] != 0; rel_left = cfg[12];
+    row_token.clear(); pushes.clear();
+    pend.assign(ntok, {}); released_at.assign(ntok, -1); combine.assign(ntok, Combine());
+    std::memset(rel_err, 0, sizeof rel_err);
+}
+// GPU g's local experts (global ids lo .. lo + n - 1) and its window's rows.
+void sys_rel_gpu(int g, int64_t lo_expert, int64_t n, int64_t rows) {
+    Gpu& x = gpus[g];
+    x.lo = lo_expert;
+    x.slot_rows.assign(n, {});
+    x.arrived.assign(rows, -1);
+}
+// Token t's dispatched row (row_flits flits of FW words).
+void sys_rel_row(int64_t t, const uint32_t* w) {
+    row_token[std::string((const char*)w, size_t(4 * FW * row_flits))] = t;
+}
+// Token t's (GPU, expert, count) pairs (SystemEnv.pending[t]).
+void sys_rel_pending(int64_t t, int n, const int64_t* v) {
+    pend[t].clear();
+    for (int i = 0; i < n; i++) pend[t].push_back(Pair{v[3 * i], v[3 * i + 1], v[3 * i + 2]});
+}
+// Token t's combine descriptor, ready on GPU home once t is released (SystemEnv.combine_items, dysharp).
+void sys_rel_combine(int64_t t, int home, int64_t planned, const uint32_t* w) {
+    Combine& c = combine[t];
+    c.has = true; c.home = home; c.planned = planned;
+    std::memcpy(c.d.w, w, sizeof c.d.w);
+}
+// GPU g's push of token t (planned order), ready once its pairs are released (SystemEnv.push_pending).
+void sys_rel_push(int g, int64_t t, int64_t planned, int n, const int64_t* v, const uint32_t* w) {
+    Push& u = pushes[int64_t(g) * ntok + t];
+    u.pairs.clear();
+    for (int i = 0; i < n; i++) u.pairs.push_back(Pair{v[3 * i], v[3 * i + 1], v[3 * i + 2]});
+    u.planned = planned;
+    std::memcpy(u.d.w, w, sizeof u.d.w);
+}
+int64_t sys_rel_left() { return rel_left; }
+// released_at per token (-1: not released), and every token's pair counts in sys_rel_pending's order.
+void sys_rel_read(int64_t* at, int64_t* counts_out) {
+    for (int t = 0; t < ntok; t++) {
+        at[t] = released_at[t];
+        for (const Pair& p : pend[t]) *counts_out++ = p.n;
+    }
+}
+// The first refused release (code 0: none): code, GPU, then per code (REL_NO_ROW: expert, tile, slot,
+// rows seen; REL_NO_TOKEN: expert, tile, slot, window row; REL_NOT_PENDING / REL_NO_COMBINE: expert
+// (global), token, count), and the cycle.
+void sys_rel_error(int64_t* out) { std::memcpy(out, rel_err, sizeof rel_err); }
+// Window rows start .. start + n - 1 of local expert e's slots and the cycles their metadata flits landed
+// (GpuSide.tile_rows); returns how many there are.
+int sys_tile_rows(int g, int e, int64_t start, int n, int64_t* rows, int64_t* arrived) {
+    const Gpu& x = gpus[g];
+    if (e < 0 || e >= int(x.slot_rows.size())) return 0;
+    const auto& v = x.slot_rows[e];
+    int k = 0;
+    for (int64_t i = start; i < start + n && i < int64_t(v.size()); i++, k++) {
+        rows[k] = v[i];
+        arrived[k] = x.arrived[v[i]];
+    }
+    return k;
 }
 
 // Cycler.start: reset high for three rising edges with every agent's first drive, then low. The inputs are
