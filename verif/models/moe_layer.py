@@ -119,7 +119,7 @@ from verif.models.gpu_nic import Desc
 
 __all__ = ["SCHEMES", "TRAFFIC_SCHEME", "UNICAST_SCHEMES", "STATIC_SCHEMES", "FUSED_SCHEMES",
            "LayerParams", "MoeLayer", "GpuWork", "CombineItem", "ReturnItem",
-           "build_layer", "encode_row", "decode_row", "decode_row_bytes", "decode_rows_bytes", "encode_bf16_row",
+           "build_layer", "encode_row", "encode_rows", "decode_row", "decode_row_bytes", "decode_rows_bytes", "encode_bf16_row",
            "encode_bf16_bytes", "encode_bf16_rows_bytes", "decode_bf16_row", "expert_ffn",
            "G_DISP", "G_COMB", "G_PART", "X_BASE", "WIN_BASE", "COMB_BASE", "OUT_BASE", "PART_BASE",
            "LOCAL_BASE", "FLIT_BYTES", "plane_system", "replica_choices", "expert_split"]
@@ -324,6 +324,31 @@ def encode_row(x, gates, experts, dtype: str, fb: int = FLIT_BYTES) -> list[int]
             + [pack_token_meta(experts)])
 
 
+def encode_rows(x, gates, experts, dtype: str, fb: int = FLIT_BYTES) -> np.ndarray:
+    """:func:`encode_row` of every row of ``x`` (n, hidden), ``gates`` (n, k) and ``experts`` (n lists of
+    global expert ids) at once: (n, row flits x ``fb``) uint8, each row its flits as little-endian bytes."""
+    x = np.asarray(x)
+    n, h = x.shape
+    nx = x_flits(h, dtype, fb)
+    out = np.zeros((n, (nx + 2) * fb), dtype=np.uint8)
+    if dtype == "fp8":
+        body = np.frombuffer(fp8_bytes(x), dtype=np.uint8).reshape(n, h)
+        scales = np.frombuffer(struct.pack("<f", 1.0) * math.ceil(h / traffic.SCALE_GROUP), dtype=np.uint8)
+        body = np.concatenate([body, np.broadcast_to(scales, (n, scales.size))], axis=1)
+    else:
+        body = bf16_bits(x).astype("<u2").view(np.uint8).reshape(n, 2 * h)
+    body = body[:, :nx * fb]
+    out[:, :body.shape[1]] = body
+    g = np.zeros((n, META_ENTRIES), dtype=np.float32)
+    gates = np.asarray(gates, dtype=np.float32)
+    g[:, :gates.shape[1]] = gates
+    gb = bf16_bits(g).astype("<u2").view(np.uint8).reshape(n, 2 * META_ENTRIES)[:, :fb]
+    out[:, nx * fb:nx * fb + gb.shape[1]] = gb
+    meta = b"".join(pack_token_meta(e).to_bytes(fb, "little") for e in experts)
+    out[:, (nx + 1) * fb:] = np.frombuffer(meta, dtype=np.uint8).reshape(n, fb)
+    return out
+
+
 def decode_row(flits, hidden: int, dtype: str, fb: int = FLIT_BYTES):
     """(x as float64, gate weights, global expert ids) of a row's flits, inverse of :func:`encode_row`."""
     return decode_row_bytes(_from_flits(flits, fb), hidden, dtype, fb)
@@ -453,6 +478,8 @@ class MoeLayer:
         self._gemm = None
         self._routing_rows = self.routing.tolist()    # per-token expert lists as Python ints: the work lists'
         #                                               loops over 10^5 tokens read these, not numpy scalars
+        self._gpu_rows = self.expert_gpu.tolist()      # per token, its experts' GPUs (as _routing_rows)
+        self._home_list = self.home.tolist()
 
     # ----------------------------------------------------------------------------------- numerics
     def expert_out(self, e: int, x) -> np.ndarray:
@@ -484,10 +511,21 @@ class MoeLayer:
 
     def row(self, t: int) -> list[int]:
         """Token ``t``'s dispatched row as flits."""
-        return encode_row(self.x[t], self.gates[t], [int(e) for e in self.routing[t]], self.p.dtype, self.flit_bytes)
+        return _to_flits(self.row_raw(t), self.row_flits, self.flit_bytes)
+
+    def row_raw(self, t: int) -> bytes:
+        """Token ``t``'s dispatched row as little-endian bytes (its flits laid end to end)."""
+        return self.rows_bytes[t].tobytes()
+
+    @functools.cached_property
+    def rows_bytes(self) -> np.ndarray:
+        """Every token's dispatched row (:func:`encode_row`), encoded at once: (N, row_flits x flit bytes)
+        uint8, row ``t`` token ``t``'s flits as little-endian bytes."""
+        return encode_rows(self.x, self.gates, self._routing_rows, self.p.dtype, self.flit_bytes)
 
     def remote_mask(self, t: int) -> int:
-        return int(sum(1 << g for g in sorted(set(int(v) for v in self.expert_gpu[t])) if g != self.home[t]))
+        h = self._home_list[t]
+        return sum(1 << g for g in set(self._gpu_rows[t]) if g != h)
 
     def local_expert_range(self, g: int) -> tuple[int, int]:
         return g * self.experts_per_gpu, (g + 1) * self.experts_per_gpu
@@ -568,14 +606,14 @@ class MoeLayer:
         return [(e, c) for e in range(lo, hi) for c in self._chunks(toks[e])]
 
     def remote_pairs(self, t: int) -> list:
-        return [(int(self.expert_gpu[t, j]), int(self.routing[t, j])) for j in range(self.k)
-                if self.expert_gpu[t, j] != self.home[t]]
+        h = self._home_list[t]
+        return [(g, e) for g, e in zip(self._gpu_rows[t], self._routing_rows[t]) if g != h]
 
     def tracked_pairs(self, t: int, scheme: str) -> list:
         """Token ``t``'s (GPU, global expert) pairs that go through the GPUs' Tile Status Tables: the remote
         ones, or under ``nvls`` all of them (its own rows land in the home's window too)."""
         if scheme in STATIC_SCHEMES:
-            return [(int(self.expert_gpu[t, j]), int(self.routing[t, j])) for j in range(self.k)]
+            return list(zip(self._gpu_rows[t], self._routing_rows[t]))
         return self.remote_pairs(t)
 
     def tracked_counts(self, g: int, scheme: str) -> list[int]:

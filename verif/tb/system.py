@@ -241,8 +241,7 @@ class GpuSide(Agent):
         self.acc = {}                                         # flit address of a row -> float64 partial
         # own rows, the dispatch source
         for i, t in enumerate(range(g * L.T, (g + 1) * L.T)):
-            for f, word in enumerate(L.row(t)):
-                self.mem.words[ml.X_BASE // F + i * self.stride + f] = word
+            self.preload_bytes(ml.X_BASE // F + i * self.stride, L.row_raw(t))
         # tiles: local ones ready at cycle 0, the table's as they come
         self.tiles = []           # dicts: kind, expert (global), rows / tokens, ready, key
         self.done = 0
@@ -254,7 +253,7 @@ class GpuSide(Agent):
             if n:
                 expert_tiles[self.lo + e] += -(-n // ts)
         self.n_tiles = sum(expert_tiles.values())
-        self.gemm = GemmEngine(L.gemm_parts, expert_tiles, L.gemm_share(),
+        self.gemm = GemmEngine(L.gemm_parts, expert_tiles, env.gemm_share,
                                "pool" if env.scheme in ml.FUSED_SCHEMES else "phases")
         for e, toks in L.local_tiles(g, env.scheme):
             self._add_tile(dict(kind="local", expert=e, tokens=toks, ready=0, key=None))
@@ -286,6 +285,11 @@ class GpuSide(Agent):
         """Memory contents before the layer (not a write the testbench follows)."""
         for i, w in enumerate(words):
             self.mem.words[flit_addr + i] = w
+
+    def preload_bytes(self, flit_addr, raw: bytes):
+        """:meth:`preload` of the flits of ``raw`` (little-endian bytes)."""
+        fb = self.L.flit_bytes
+        self.preload(flit_addr, [int.from_bytes(raw[fb * i:fb * (i + 1)], "little") for i in range(len(raw) // fb)])
 
     # ---------------------------------------------------------------------------- memory observation
     def _on_write(self, addr, data):
@@ -442,6 +446,7 @@ class SystemEnv:
             f"the system top has {p.get('flit_width', 128)}-bit flits, the layer {L.flit_width}-bit ones"
         self.sp = L.scheduler_params()
         self.work = L.work(self.scheme)
+        self.gemm_share = L.gemm_share()
         feeder = s.get("feeder", "plain")
         if feeder not in FEEDERS:
             raise ValueError(f"feeder must be one of {', '.join(FEEDERS)}, got {feeder!r}")
@@ -451,7 +456,7 @@ class SystemEnv:
         self._connect(dut)
         self.rows = {}
         for t in range(L.N):
-            key = b"".join(f.to_bytes(L.flit_bytes, "little") for f in L.row(t))
+            key = L.row_raw(t)
             assert key not in self.rows, f"tokens {self.rows[key]} and {t} have the same row"
             self.rows[key] = t
         self.pending = {t: collections.Counter(L.tracked_pairs(t, self.scheme)) for t in range(L.N)}

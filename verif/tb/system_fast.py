@@ -114,6 +114,11 @@ class FastGpu(tb.GpuSide):
                                   _words(int.from_bytes(b"".join(int(w).to_bytes(4 * fw, "little") for w in words),
                                                         "little"), fw * len(words)))
 
+    def preload_bytes(self, flit_addr, raw):
+        """One call into the library."""
+        self.mem.so.sys_mem_write(self.g, int(flit_addr), len(raw) // (4 * self.mem.so.flit_words),
+                                  (ctypes.c_uint32 * (len(raw) // 4)).from_buffer_copy(raw))
+
     def silence(self):
         pass            # the library's (sys_silence): at the same cycle, at the same point of it
 
