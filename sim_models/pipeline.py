@@ -472,12 +472,12 @@ class SharedHbmGemm:
     def _advance_one(self, ready, t_limit: float, stop_at_gemm2: bool):
         """:meth:`_advance_arrays` of one GPU, operation for operation on Python floats (IEEE doubles, as
         numpy's float64): a division by zero gives numpy's infinity or NaN, minima and maxima keep NaN."""
-        rdy = ready[0].tolist()
+        rdy = ready[0]
         NT = len(rdy)
         t_limit = float(t_limit)
         nt = int(self.nt[0])
-        known = sum(1 for v in rdy if math.isfinite(v)) >= nt
-        c1s, m1s, c2s, m2s, c2js = (a[0].tolist() for a in (self.c1, self.m1, self.c2, self.m2, self.c2j))
+        known = int(np.isfinite(rdy).sum()) >= nt
+        c1s, m1s, c2s, m2s, c2js = self.c1[0], self.m1[0], self.c2[0], self.m2[0], self.c2j[0]
         now, i1, i2 = float(self.now[0]), int(self.i1[0]), int(self.i2[0])
         a1, a2, j2 = bool(self.a1[0]), bool(self.a2[0]), bool(self.j2[0])
         r1, r2 = float(self.r1[0]), float(self.r2[0])
@@ -488,15 +488,16 @@ class SharedHbmGemm:
         while True:
             live = now < t_limit
             k1 = min(i1, NT - 1)
-            if live and not a1 and i1 < nt and rdy[k1] <= now:
+            ready1 = float(rdy[k1])
+            if live and not a1 and i1 < nt and ready1 <= now:
                 a1, r1 = True, 1.0
             if live and not a2 and i2 < i1:
                 j2 = known and i1 >= nt and not a1
                 a2, r2 = True, 1.0
             k2 = min(i2, NT - 1)
-            c1, m1 = c1s[k1], m1s[k1]
-            c2 = c2js[k2] if j2 else c2s[k2]
-            m2 = m2s[k2]
+            c1, m1 = float(c1s[k1]), float(m1s[k1])
+            c2 = float(c2js[k2] if j2 else c2s[k2])
+            m2 = float(m2s[k2])
             d1 = m1 / c1 if c1 > 0 else (inf if m1 > 0 else 0.0)
             d2 = m2 / c2 if c2 > 0 else (inf if m2 > 0 else 0.0)
             if a1 and a2:
@@ -515,7 +516,7 @@ class SharedHbmGemm:
             rho2 = _div(1.0, _mx(c2, _div(m2, _mx(b2, 1e-300)) if m2 > 0 else 0.0))
             dt1 = _div(r1, rho1) if a1 else inf
             dt2 = _div(r2, rho2) if a2 else inf
-            wait1 = rdy[k1] - now if (not a1 and i1 < nt) else inf
+            wait1 = ready1 - now if (not a1 and i1 < nt) else inf
             step = _mn(_mn(dt1, dt2), _mn(wait1, t_limit - now))
             if not (live and math.isfinite(step)):
                 break
@@ -523,7 +524,7 @@ class SharedHbmGemm:
             self.events += 1
             new = now + step
             if wait1 <= step:
-                new = _mx(new, rdy[k1])
+                new = _mx(new, ready1)
             if t_limit - now <= step:
                 new = _mx(new, t_limit)
             now = new

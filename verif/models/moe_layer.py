@@ -104,7 +104,7 @@ import struct
 
 import numpy as np
 
-from hw.gpu_nic.receive_path import pack_token_meta, unpack_token_meta
+from hw.gpu_nic.receive_path import pack_token_meta
 from hw.gpu_nic.request_gen import DescOp
 from amaranth.hdl import Shape
 from amaranth.lib import data
@@ -373,8 +373,9 @@ def decode_rows_bytes(raw: bytes, n: int, hidden: int, dtype: str, fb: int = FLI
     else:
         x = bf16_values(np.ascontiguousarray(a[:, :2 * hidden]).view("<u2")).astype(np.float64)
     g = bf16_values(np.ascontiguousarray(a[:, nx * fb:(nx + 1) * fb]).view("<u2")).astype(np.float64)
-    meta = a[:, (nx + 1) * fb:(nx + 2) * fb].tobytes()
-    experts = [unpack_token_meta(int.from_bytes(meta[r * fb:(r + 1) * fb], "little")) for r in range(n)]
+    # the metadata flits' entries (unpack_token_meta: 16 bits each, the first META_ENTRIES, valid in bit 15)
+    ent = np.ascontiguousarray(a[:, (nx + 1) * fb:(nx + 2) * fb]).view("<u2")[:, :META_ENTRIES].tolist()
+    experts = [[v & 0x7FFF for v in row if v >> 15] for row in ent]
     return x, [g[r, :len(e)] for r, e in enumerate(experts)], experts
 
 
@@ -491,12 +492,14 @@ class MoeLayer:
         return self.gates[t, j] * self.expert_out(int(self.routing[t, j]), self.x[t])
 
     def reference(self) -> np.ndarray:
-        """``out[t] = sum_k g_k E_k(x_t)``, (N, hidden) float64 (exact)."""
+        """``out[t] = sum_k g_k E_k(x_t)``, (N, hidden) float64 (exact), each expert run once over all its
+        tokens (a token picks an expert once; every sum is exact, so the order of the adds does not matter)."""
         out = np.zeros((self.N, self.hidden))
-        for j in range(self.k):
-            for e in np.unique(self.routing[:, j]):
-                rows = np.nonzero(self.routing[:, j] == e)[0]
-                out[rows] += self.gates[rows, j, None] * self.expert_out(int(e), self.x[rows])
+        order = np.argsort(self.routing, axis=None, kind="stable")
+        experts, starts = np.unique(self.routing.ravel()[order], return_index=True)
+        for e, lo, hi in zip(experts.tolist(), starts.tolist(), [*starts[1:].tolist(), order.size]):
+            rows, js = np.divmod(order[lo:hi], self.k)
+            out[rows] += self.gates[rows, js, None] * self.expert_out(e, self.x[rows])
         return out
 
     def partials(self) -> dict:

@@ -99,6 +99,32 @@ class FastGpu(tb.GpuSide):
     def row_bytes(self, flit_addr, n):
         return self.mem.read_bytes(flit_addr, n)
 
+    def rows_bytes(self, flit_addrs, n):
+        """Each row read into one buffer (a call per row), the buffer's bytes once."""
+        fw, so, g = self.mem.so.flit_words, self.mem.so, self.g
+        buf = bytearray(4 * fw * n * len(flit_addrs))
+        row = ctypes.c_uint32 * (fw * n)
+        for k, a in enumerate(flit_addrs):
+            so.sys_mem_read(g, a, n, row.from_buffer(buf, 4 * fw * n * k))
+        return bytes(buf)
+
+    def write_rows_bytes(self, flit_addrs, raw):
+        """Each row written from one buffer (a call per row); :meth:`_on_write` hears of the flits of the rows
+        it follows only."""
+        if not flit_addrs:
+            return
+        fw, so, g = self.mem.so.flit_words, self.mem.so, self.g
+        n = len(raw) // len(flit_addrs) // (4 * fw)
+        buf = bytearray(raw)
+        row = ctypes.c_uint32 * (fw * n)
+        watched = self.watches(min(flit_addrs), max(flit_addrs) + n - min(flit_addrs))
+        for k, a in enumerate(flit_addrs):
+            so.sys_mem_write(g, a, n, row.from_buffer(buf, 4 * fw * n * k))
+            if watched and self.watches(a, n):
+                row = raw[4 * fw * n * k:4 * fw * n * (k + 1)]
+                for i in range(n):
+                    self._on_write(a + i, int.from_bytes(row[4 * fw * i:4 * fw * (i + 1)], "little"))
+
     def write_row_bytes(self, flit_addr, raw):
         """One call into the library; :meth:`_on_write` hears of the flits only where it follows them."""
         fb = 4 * self.mem.so.flit_words
