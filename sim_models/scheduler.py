@@ -27,7 +27,8 @@ API
     The cycle-exact twin of the RTL Tile Status Table (:mod:`hw.gpu_nic.token_tracker`). ``step()``
     advances one clock with the interface inputs of that cycle and returns that cycle's outputs and
     transfers. The cocotb testbench runs it in lockstep with the RTL; the scheduler runs it (skipping idle
-    cycles) for the tracker part of the pipeline, which is what makes the scheduler cycle-level there.
+    cycles, and applying a stretch of releases alone at once: the same records as stepping it) for the
+    tracker part of the pipeline, which is what makes the scheduler cycle-level there.
 
 ``TrackerEnvironment``
     Everything around one GPU's table: the arrival source, the command source (``EXPECT`` totals at the
@@ -631,7 +632,8 @@ class TrackerEnvironment:
     Each cycle: :meth:`inputs` gives the (arrival, cmd) to present (None = valid low); after the cycle,
     :meth:`observe` takes the :class:`StepResult` (from the model, or built from the RTL's signals).
     Ready and release are always accepted. The GEMM engine is :func:`tile_gemm_times` on the tiles ready so
-    far (recomputed after each ready event; it is causal, so a DONE that is due never moves), with
+    far (recomputed after ready events, from the first cycle whose command they could change: :meth:`_current`;
+    it is causal, so a DONE that is due never moves), with
     ``dispatch_workers``/``combine_workers`` workers and the pool join of :class:`SchedulerParams`. A tile's
     DONE is presented from its GEMM-2 end; commands due at once go earliest first, an ``EXPECT`` before a
     ``DONE``, DONEs in GEMM-2 order. Records: ``ready_at``, ``gemm1``/``gemm2`` (start, end), ``done_at``
