@@ -118,8 +118,8 @@ from sim_models.system_config import load_system
 from verif.models.gpu_nic import Desc
 
 __all__ = ["SCHEMES", "TRAFFIC_SCHEME", "UNICAST_SCHEMES", "STATIC_SCHEMES", "FUSED_SCHEMES",
-           "LayerParams", "MoeLayer", "GpuWork", "CombineItem", "ReturnItem",
-           "build_layer", "encode_row", "encode_rows", "decode_row", "decode_row_bytes", "decode_rows_bytes", "encode_bf16_row",
+           "LayerParams", "MoeLayer", "GpuWork", "CombineItem", "ReturnItem", "build_layer", "encode_row",
+           "encode_rows", "decode_row", "decode_row_bytes", "decode_rows_bytes", "encode_bf16_row",
            "encode_bf16_bytes", "encode_bf16_rows_bytes", "decode_bf16_row", "expert_ffn",
            "G_DISP", "G_COMB", "G_PART", "X_BASE", "WIN_BASE", "COMB_BASE", "OUT_BASE", "PART_BASE",
            "LOCAL_BASE", "FLIT_BYTES", "plane_system", "replica_choices", "expert_split"]
