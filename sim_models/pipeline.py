@@ -38,6 +38,7 @@ Model (a fluid simulation in fixed time slots of ``dt``):
 
 import copy
 import dataclasses
+import math
 
 import numpy as np
 
@@ -377,6 +378,24 @@ def run_pipeline(x: PipelineInputs) -> PipelineResult:
     return PipelineResult(total, dispatch_end or 0.0, ready, f1, f2, up_busy, dn_busy, slots_run)
 
 
+def _div(a: float, b: float) -> float:
+    """``a / b`` as numpy divides float64 (a division by zero gives an infinity or NaN)."""
+    try:
+        return a / b
+    except ZeroDivisionError:
+        return math.nan if a == 0 or a != a else math.copysign(math.inf, a) * math.copysign(1.0, b)
+
+
+def _mn(a: float, b: float) -> float:
+    """``np.minimum`` of two floats (NaN wins)."""
+    return a if a <= b or a != a else b
+
+
+def _mx(a: float, b: float) -> float:
+    """``np.maximum`` of two floats (NaN wins)."""
+    return a if a >= b or a != a else b
+
+
 class SharedHbmGemm:
     """GEMM-1 and GEMM-2 of every GPU with the two SM pools sharing the GPU's HBM bandwidth.
 
@@ -442,8 +461,98 @@ class SharedHbmGemm:
     def advance(self, ready, t_limit: float, stop_at_gemm2: bool = False):
         """Commit every start and completion up to ``t_limit`` (``inf``: to the end of the known tiles);
         ``stop_at_gemm2``: stop right after the first GEMM-2 completion of any GPU (a closed loop that
-        acts on each completion, :class:`sim_models.gemm_engine.GemmEngine`)."""
+        acts on each completion, :class:`sim_models.gemm_engine.GemmEngine`). One GPU's state is run on
+        Python floats (:meth:`_advance_one`: the same operations, so the same bits, without numpy's cost per
+        call on one-element arrays), several GPUs' on arrays (:meth:`_advance_arrays`)."""
         ready = np.asarray(ready, dtype=np.float64)
+        if ready.shape[0] == 1:
+            return self._advance_one(ready, t_limit, stop_at_gemm2)
+        return self._advance_arrays(ready, t_limit, stop_at_gemm2)
+
+    def _advance_one(self, ready, t_limit: float, stop_at_gemm2: bool):
+        """:meth:`_advance_arrays` of one GPU, operation for operation on Python floats (IEEE doubles, as
+        numpy's float64): a division by zero gives numpy's infinity or NaN, minima and maxima keep NaN."""
+        rdy = ready[0]
+        NT = len(rdy)
+        t_limit = float(t_limit)
+        nt = int(self.nt[0])
+        known = int(np.isfinite(rdy).sum()) >= nt
+        c1s, m1s, c2s, m2s, c2js = self.c1[0], self.m1[0], self.c2[0], self.m2[0], self.c2j[0]
+        now, i1, i2 = float(self.now[0]), int(self.i1[0]), int(self.i2[0])
+        a1, a2, j2 = bool(self.a1[0]), bool(self.a2[0]), bool(self.j2[0])
+        r1, r2 = float(self.r1[0]), float(self.r2[0])
+        w1, w2 = self.share1, 1.0 - self.share1
+        g1e, g2e = self.gemm1_end[0], self.gemm2_end[0]
+        inf = math.inf
+        stopped = False
+        while True:
+            live = now < t_limit
+            k1 = min(i1, NT - 1)
+            ready1 = float(rdy[k1])
+            if live and not a1 and i1 < nt and ready1 <= now:
+                a1, r1 = True, 1.0
+            if live and not a2 and i2 < i1:
+                j2 = known and i1 >= nt and not a1
+                a2, r2 = True, 1.0
+            k2 = min(i2, NT - 1)
+            c1, m1 = float(c1s[k1]), float(m1s[k1])
+            c2 = float(c2js[k2] if j2 else c2s[k2])
+            m2 = float(m2s[k2])
+            d1 = m1 / c1 if c1 > 0 else (inf if m1 > 0 else 0.0)
+            d2 = m2 / c2 if c2 > 0 else (inf if m2 > 0 else 0.0)
+            if a1 and a2:
+                if d1 + d2 <= 1.0:
+                    b1, b2 = d1, d2
+                else:
+                    b1 = d1 if d1 <= w1 else (1.0 - _mn(d2, 1.0) if d2 <= w2 else w1)
+                    b2 = d2 if d2 <= w2 else (1.0 - _mn(d1, 1.0) if d1 <= w1 else w2)
+            else:
+                b1 = b2 = 1.0
+            if not a1:
+                b1 = 0.0
+            if not a2:
+                b2 = 0.0
+            rho1 = _div(1.0, _mx(c1, _div(m1, _mx(b1, 1e-300)) if m1 > 0 else 0.0))
+            rho2 = _div(1.0, _mx(c2, _div(m2, _mx(b2, 1e-300)) if m2 > 0 else 0.0))
+            dt1 = _div(r1, rho1) if a1 else inf
+            dt2 = _div(r2, rho2) if a2 else inf
+            wait1 = ready1 - now if (not a1 and i1 < nt) else inf
+            step = _mn(_mn(dt1, dt2), _mn(wait1, t_limit - now))
+            if not (live and math.isfinite(step)):
+                break
+            step = _mx(step, 0.0)
+            self.events += 1
+            new = now + step
+            if wait1 <= step:
+                new = _mx(new, ready1)
+            if t_limit - now <= step:
+                new = _mx(new, t_limit)
+            now = new
+            fin1 = a1 and dt1 <= step
+            fin2 = a2 and dt2 <= step
+            if a1:
+                r1 = r1 - (rho1 if math.isfinite(rho1) else 0) * step
+            if a2:
+                r2 = r2 - (rho2 if math.isfinite(rho2) else 0) * step
+            if fin1:
+                g1e[i1] = now
+                i1 += 1
+                a1 = False
+            if fin2:
+                g2e[i2] = now
+                i2 += 1
+                a2 = False
+            if stop_at_gemm2 and fin2:
+                stopped = True
+                break
+        if not stopped and math.isfinite(t_limit):       # idle GPUs wait until the limit
+            now = _mx(now, t_limit)
+        self.now[0], self.i1[0], self.i2[0] = now, i1, i2
+        self.a1[0], self.a2[0], self.j2[0], self.r1[0], self.r2[0] = a1, a2, j2, r1, r2
+        return self.gemm1_end, self.gemm2_end
+
+    def _advance_arrays(self, ready, t_limit: float, stop_at_gemm2: bool = False):
+        """:meth:`advance` on arrays, every GPU at once."""
         G, NT = ready.shape
         g = np.arange(G)
         nt = self.nt

@@ -27,7 +27,8 @@ API
     The cycle-exact twin of the RTL Tile Status Table (:mod:`hw.gpu_nic.token_tracker`). ``step()``
     advances one clock with the interface inputs of that cycle and returns that cycle's outputs and
     transfers. The cocotb testbench runs it in lockstep with the RTL; the scheduler runs it (skipping idle
-    cycles) for the tracker part of the pipeline, which is what makes the scheduler cycle-level there.
+    cycles, and applying a stretch of releases alone at once: the same records as stepping it) for the
+    tracker part of the pipeline, which is what makes the scheduler cycle-level there.
 
 ``TrackerEnvironment``
     Everything around one GPU's table: the arrival source, the command source (``EXPECT`` totals at the
@@ -587,9 +588,11 @@ def dispatch_arrivals(routing, placement, gpus: int, *, tile_size: int = 128, ro
     wire = math.ceil((row_flits + math.ceil(row_flits / max_payload)) / links)
     up_free = [0] * gpus
     copies = []                                    # (time at the switch output, token, destination)
+    rows, where = routing.tolist(), placement.tolist()     # Python ints: the loops below read these
+    homes = homes.tolist()
     for x in range(n_tokens):
-        s = int(homes[x])
-        dests = sorted({int(placement[e]) for e in routing[x]})
+        s = homes[x]
+        dests = sorted({where[e] for e in rows[x]})
         if mode == "dynamic":
             up_free[s] += wire
             copies.extend((up_free[s] + switch_latency, x, g) for g in dests)
@@ -612,7 +615,7 @@ def dispatch_arrivals(routing, placement, gpus: int, *, tile_size: int = 128, ro
         slots = [0] * len(local[g])
         arrivals = []
         for t, x in sorted(landed[g]):
-            for e in sorted({int(e) for e in routing[x] if int(placement[e]) == g}):
+            for e in sorted({e for e in rows[x] if where[e] == g}):
                 le = rank[e]
                 arrivals.append(Arrival(t, x, le, slots[le], slots[le] >> lb))
                 slots[le] += 1
@@ -629,7 +632,8 @@ class TrackerEnvironment:
     Each cycle: :meth:`inputs` gives the (arrival, cmd) to present (None = valid low); after the cycle,
     :meth:`observe` takes the :class:`StepResult` (from the model, or built from the RTL's signals).
     Ready and release are always accepted. The GEMM engine is :func:`tile_gemm_times` on the tiles ready so
-    far (recomputed after each ready event; it is causal, so a DONE that is due never moves), with
+    far (recomputed after ready events, from the first cycle whose command they could change: :meth:`_current`;
+    it is causal, so a DONE that is due never moves), with
     ``dispatch_workers``/``combine_workers`` workers and the pool join of :class:`SchedulerParams`. A tile's
     DONE is presented from its GEMM-2 end; commands due at once go earliest first, an ``EXPECT`` before a
     ``DONE``, DONEs in GEMM-2 order. Records: ``ready_at``, ``gemm1``/``gemm2`` (start, end), ``done_at``
@@ -653,6 +657,8 @@ class TrackerEnvironment:
         self._w = []                # per tile (GEMM-1, GEMM-2, GEMM-2 joined) cycles
         self._times = None          # GemmTimes of the tiles ready so far
         self._dirty = False
+        self._exact_before = None   # while dirty: the DONEs due before this cycle are the same as without the
+        #                             tiles ready since the last update (:meth:`_current`)
         self._due = []              # DONEs not yet accepted: (GEMM-2 end, GEMM-1 end, ready position), sorted
         self._done = set()          # ready positions whose DONE was accepted
         self.ready_at = {}
@@ -674,6 +680,7 @@ class TrackerEnvironment:
         if not self._dirty:
             return
         self._dirty = False
+        self._exact_before = None
         p = self.p
         w = np.array(self._w, dtype=np.float64).reshape(-1, 3)
         self._times = tile_gemm_times(np.array(self._ready, dtype=np.float64)[None, :], w[None, :, 0],
@@ -700,8 +707,16 @@ class TrackerEnvironment:
         """Tile key -> (GEMM-2 start, end) cycles; the end is when its DONE is due."""
         return self._times_of(lambda t: t.gemm2_start, lambda t: t.gemm2_end)
 
+    def _current(self, cycle):
+        """The GEMM policy brought up to date where cycle ``cycle``'s command could differ. A tile that became
+        ready at ``r`` ends its GEMM-1 at ``r`` + its GEMM-1 time at the earliest; the policy being first come,
+        first served, only DONEs after that end can differ (tiles behind it in GEMM-2 order start after it,
+        the pool join comes after the last GEMM-1), so before it the DONEs due are the ones already known."""
+        if self._dirty and cycle >= self._exact_before:
+            self._update()
+
     def inputs(self, cycle):
-        self._update()
+        self._current(cycle)
         arrival = None
         if self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival].time <= cycle:
             a = self.arrivals[self.next_arrival]
@@ -735,8 +750,9 @@ class TrackerEnvironment:
             p = self.p
             self.order.append(key)
             self._ready.append(cycle)
-            self._w.append((self._tile_time(p.gemm1_tile_cycles, n), self._tile_time(p.gemm2_tile_cycles, n),
-                            self._tile_time(p.gemm2_joined_cycles, n)))
+            w1 = self._tile_time(p.gemm1_tile_cycles, n)
+            self._w.append((w1, self._tile_time(p.gemm2_tile_cycles, n), self._tile_time(p.gemm2_joined_cycles, n)))
+            self._exact_before = cycle + w1 if self._exact_before is None else min(self._exact_before, cycle + w1)
             self._dirty = True
         if r.release_taken:
             e, t, slot, _ = r.release
@@ -745,9 +761,9 @@ class TrackerEnvironment:
             self.errors[r.error] += 1
 
     def next_event(self):
-        """Earliest future cycle at which the inputs can change (None: nothing left)."""
-        self._update()
-        times = []
+        """Earliest future cycle at which the inputs can change (None: nothing left); with tiles ready since
+        the policy's last update, no later than the cycle from which it must be updated (:meth:`_current`)."""
+        times = [self._exact_before] if self._dirty else []
         if self.next_arrival < len(self.arrivals):
             times.append(self.arrivals[self.next_arrival].time)
         if self.cmds:
@@ -758,21 +774,58 @@ class TrackerEnvironment:
 
 
 def run_tracker(model: TileTableModel, env: TrackerEnvironment, *, max_cycles: int = 10 ** 10) -> int:
-    """Run the closed loop until nothing is left; idle stretches are skipped. Returns the last cycle."""
+    """Run the closed loop until nothing is left; idle stretches are skipped, and so are stretches of
+    releases alone (:func:`_release_run`, the same records as stepping them). Returns the last cycle."""
     cycle = 0
     last = 0
     while cycle < max_cycles:
         arrival, cmd = env.inputs(cycle)
-        if arrival is None and cmd is None and model.quiescent():
-            nxt = env.next_event()
-            if nxt is None:
-                return last
-            cycle = max(cycle + 1, nxt)
-            continue
+        if arrival is None and cmd is None:
+            if model.quiescent():
+                nxt = env.next_event()
+                if nxt is None:
+                    return last
+                cycle = max(cycle + 1, nxt)
+                continue
+            k = _release_run(model, env, cycle, max_cycles)
+            if k:
+                last = cycle + k - 1
+                cycle += k
+                continue
         env.observe(cycle, model.step(arrival, cmd))
         last = cycle
         cycle += 1
     raise RuntimeError(f"the tracker loop did not finish within {max_cycles} cycles")
+
+
+def _release_run(model: TileTableModel, env: TrackerEnvironment, cycle: int, max_cycles: int) -> int:
+    """Cycles from ``cycle`` (whose inputs are both invalid) in which the table does nothing but present its
+    head release job's next slots, applied at once; 0 where the table does more. With nothing in its
+    pipeline (no operation picked, no tile's last release just issued, no ready item queued) and no input
+    until the environment's next event, each such cycle releases one slot (always accepted), changes
+    nothing else in the table, and only adds that slot's cycle to the environment's ``released``; the run
+    ends at the job's last slot (which issues the tile) or before the next event."""
+    if model.s1 is not None or model.iss is not None or model.readyq or not model.relq:
+        return 0
+    e, t, n = model.relq[0]
+    k = n - model.rel_slot
+    nxt = env.next_event()
+    if nxt is not None:
+        k = min(k, nxt - cycle)
+    k = min(k, max_cycles - cycle)
+    if k <= 0:
+        return 0
+    s0 = model.rel_slot
+    released = env.released
+    for i in range(k):
+        released[(e, t, s0 + i)] = cycle + i
+    if s0 + k == n:
+        model.relq.popleft()
+        model.rel_slot = 0
+        model.iss = (e, t)
+    else:
+        model.rel_slot = s0 + k
+    return k
 
 
 # ---------------------------------------------------------------------------------------------------------

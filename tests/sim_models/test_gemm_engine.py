@@ -215,3 +215,32 @@ def test_bad_tiles():
     eng.add(t, 0, 4)
     with pytest.raises(ValueError, match="more tiles"):
         eng.add(t + 1, 0, 4)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_one_gpu_on_floats_equals_arrays(seed, monkeypatch):
+    """One GPU's engine state run on Python floats gives the bits of the array code, tile by tile in a
+    closed loop: every end, every event, compute-only and memory-only tiles and HBM shared both ways."""
+    rng = random.Random(200 + seed)
+
+    def parts(rows, reads):
+        kind = rng.random()
+        c = (0.0 if kind < 0.15 else rng.uniform(0.2, 3.0))
+        m = (0.0 if 0.15 <= kind < 0.3 else rng.uniform(0.1, 8.0) * reads)
+        return c, m, rng.choice((0.0, c / 2, c * 1.5)), rng.uniform(0.0, 8.0) * reads
+
+    experts = [rng.randrange(4) for _ in range(rng.randint(3, 14))]
+    ready = sorted(rng.choice((0.0, round(rng.uniform(0, 60)), rng.uniform(0, 60))) for _ in experts)
+    rows = [rng.randint(1, 8) for _ in experts]
+    work = [parts(r, 0.5) for r in rows]
+    share1 = rng.choice((0.3, 0.5, 0.65))
+
+    def run():
+        it = iter(work)
+        eng = GemmEngine(lambda rows, reads: next(it), collections.Counter(experts), share1)
+        popped = _loop(eng, zip(ready, experts, rows))
+        return popped, eng.gemm1_end.tolist(), eng.gemm2_end.tolist(), eng._hbm.events, eng._hbm.now.tolist()
+
+    floats = run()
+    monkeypatch.setattr(SharedHbmGemm, "advance", SharedHbmGemm._advance_arrays)
+    assert floats == run()

@@ -275,3 +275,29 @@ def test_gemm_policy_bad_workers():
         S.tile_gemm_times(np.zeros((1, 2)), 1.0, 1.0, workers2=0)
     with pytest.raises(ValueError, match="workers1"):
         S.TilePolicy(1.0, 1.0, workers1=True)
+
+
+def _records(sch):
+    return (sch.combine_issue.tolist(), sch.combine_ready.tolist(), sch.tiles, sch.arrivals, dict(sch.table_errors),
+            [(e.released, e.accepted, e.done_at, e.ready_at, e.gemm1, e.gemm2, dict(e.errors))
+             for e in sch.environments])
+
+
+@pytest.mark.parametrize("kw", [
+    FAST,
+    dict(FAST, gemm1_tile_cycles=7, gemm2_tile_cycles=3, release_depth=1, ready_depth=1),
+    dict(FAST, tile_size=4, dispatch_sms=3, combine_sms=2, scale_partial_tiles=True, gemm1_tile_cycles=5,
+         gemm2_tile_cycles=9),
+    dict(FAST, tile_size=16, mode="unicast", join_pools=False, release_depth=2, expect_cycle=400),
+    dict(FAST, tile_size=2, gemm1_tile_cycles=1, gemm2_tile_cycles=1, dispatch_sms=4, combine_sms=4, links=2),
+])
+def test_skipped_stretches_equal_stepping(kw, monkeypatch):
+    """The closed loop's shortcuts (a stretch of releases alone applied at once; the GEMM policy re-run only
+    when the next command could differ) give the records of stepping every cycle with the policy re-run after
+    every ready tile."""
+    cfg, rt, pl = _layer(tokens_per_gpu=48, seed=3)
+    p = S.SchedulerParams(**kw)
+    fast = _records(S.schedule(rt, pl, 8, p))
+    monkeypatch.setattr(S, "_release_run", lambda *a: 0)
+    monkeypatch.setattr(S.TrackerEnvironment, "_current", lambda self, cycle: self._update())
+    assert fast == _records(S.schedule(rt, pl, 8, p))

@@ -126,6 +126,23 @@ def test_rows_decoded_and_encoded_at_once_equal_one_by_one(dtype):
         ml.fp8_bytes([1, 3])
 
 
+@pytest.mark.parametrize("kw", [dict(dtype="fp8"), dict(dtype="bf16"), dict(dtype="bf16", system="nvl72", hidden=80),
+                                dict(dtype="fp8", system="nvl72", hidden=48)])
+def test_rows_encoded_at_once_equal_one_by_one(kw):
+    """:attr:`MoeLayer.rows_bytes` (every row encoded at once) is :func:`encode_row` of each token, 16- and
+    32-byte flits, FP8 and BF16; the per-token helpers read Python lists with numpy's values."""
+    L = ml.build_layer(model="qwen3-30b-a3b", gpus=4, tokens=8, **kw)
+    fb = L.flit_bytes
+    for t in range(L.N):
+        flits = ml.encode_row(L.x[t], L.gates[t], [int(e) for e in L.routing[t]], L.p.dtype, fb)
+        assert L.row(t) == flits and L.row_raw(t) == ml._from_flits(flits, fb)
+        home = int(L.home[t])
+        gpus = [int(g) for g in L.expert_gpu[t]]
+        assert L.remote_mask(t) == sum(1 << g for g in set(gpus) if g != home)
+        assert L.remote_pairs(t) == [(g, int(e)) for g, e in zip(gpus, L.routing[t]) if g != home]
+        assert L.tracked_pairs(t, "nvls") == [(g, int(e)) for g, e in zip(gpus, L.routing[t])]
+
+
 def pair_set(L):
     return collections.Counter((t, int(e)) for t in range(L.N) for e in L.routing[t])
 

@@ -104,7 +104,7 @@ import struct
 
 import numpy as np
 
-from hw.gpu_nic.receive_path import pack_token_meta, unpack_token_meta
+from hw.gpu_nic.receive_path import pack_token_meta
 from hw.gpu_nic.request_gen import DescOp
 from amaranth.hdl import Shape
 from amaranth.lib import data
@@ -118,8 +118,8 @@ from sim_models.system_config import load_system
 from verif.models.gpu_nic import Desc
 
 __all__ = ["SCHEMES", "TRAFFIC_SCHEME", "UNICAST_SCHEMES", "STATIC_SCHEMES", "FUSED_SCHEMES",
-           "LayerParams", "MoeLayer", "GpuWork", "CombineItem", "ReturnItem",
-           "build_layer", "encode_row", "decode_row", "decode_row_bytes", "decode_rows_bytes", "encode_bf16_row",
+           "LayerParams", "MoeLayer", "GpuWork", "CombineItem", "ReturnItem", "build_layer", "encode_row",
+           "encode_rows", "decode_row", "decode_row_bytes", "decode_rows_bytes", "encode_bf16_row",
            "encode_bf16_bytes", "encode_bf16_rows_bytes", "decode_bf16_row", "expert_ffn",
            "G_DISP", "G_COMB", "G_PART", "X_BASE", "WIN_BASE", "COMB_BASE", "OUT_BASE", "PART_BASE",
            "LOCAL_BASE", "FLIT_BYTES", "plane_system", "replica_choices", "expert_split"]
@@ -324,6 +324,31 @@ def encode_row(x, gates, experts, dtype: str, fb: int = FLIT_BYTES) -> list[int]
             + [pack_token_meta(experts)])
 
 
+def encode_rows(x, gates, experts, dtype: str, fb: int = FLIT_BYTES) -> np.ndarray:
+    """:func:`encode_row` of every row of ``x`` (n, hidden), ``gates`` (n, k) and ``experts`` (n lists of
+    global expert ids) at once: (n, row flits x ``fb``) uint8, each row its flits as little-endian bytes."""
+    x = np.asarray(x)
+    n, h = x.shape
+    nx = x_flits(h, dtype, fb)
+    out = np.zeros((n, (nx + 2) * fb), dtype=np.uint8)
+    if dtype == "fp8":
+        body = np.frombuffer(fp8_bytes(x), dtype=np.uint8).reshape(n, h)
+        scales = np.frombuffer(struct.pack("<f", 1.0) * math.ceil(h / traffic.SCALE_GROUP), dtype=np.uint8)
+        body = np.concatenate([body, np.broadcast_to(scales, (n, scales.size))], axis=1)
+    else:
+        body = bf16_bits(x).astype("<u2").view(np.uint8).reshape(n, 2 * h)
+    body = body[:, :nx * fb]
+    out[:, :body.shape[1]] = body
+    g = np.zeros((n, META_ENTRIES), dtype=np.float32)
+    gates = np.asarray(gates, dtype=np.float32)
+    g[:, :gates.shape[1]] = gates
+    gb = bf16_bits(g).astype("<u2").view(np.uint8).reshape(n, 2 * META_ENTRIES)[:, :fb]
+    out[:, nx * fb:nx * fb + gb.shape[1]] = gb
+    meta = b"".join(pack_token_meta(e).to_bytes(fb, "little") for e in experts)
+    out[:, (nx + 1) * fb:] = np.frombuffer(meta, dtype=np.uint8).reshape(n, fb)
+    return out
+
+
 def decode_row(flits, hidden: int, dtype: str, fb: int = FLIT_BYTES):
     """(x as float64, gate weights, global expert ids) of a row's flits, inverse of :func:`encode_row`."""
     return decode_row_bytes(_from_flits(flits, fb), hidden, dtype, fb)
@@ -348,8 +373,9 @@ def decode_rows_bytes(raw: bytes, n: int, hidden: int, dtype: str, fb: int = FLI
     else:
         x = bf16_values(np.ascontiguousarray(a[:, :2 * hidden]).view("<u2")).astype(np.float64)
     g = bf16_values(np.ascontiguousarray(a[:, nx * fb:(nx + 1) * fb]).view("<u2")).astype(np.float64)
-    meta = a[:, (nx + 1) * fb:(nx + 2) * fb].tobytes()
-    experts = [unpack_token_meta(int.from_bytes(meta[r * fb:(r + 1) * fb], "little")) for r in range(n)]
+    # the metadata flits' entries (unpack_token_meta: 16 bits each, the first META_ENTRIES, valid in bit 15)
+    ent = np.ascontiguousarray(a[:, (nx + 1) * fb:(nx + 2) * fb]).view("<u2")[:, :META_ENTRIES].tolist()
+    experts = [[v & 0x7FFF for v in row if v >> 15] for row in ent]
     return x, [g[r, :len(e)] for r, e in enumerate(experts)], experts
 
 
@@ -453,6 +479,8 @@ class MoeLayer:
         self._gemm = None
         self._routing_rows = self.routing.tolist()    # per-token expert lists as Python ints: the work lists'
         #                                               loops over 10^5 tokens read these, not numpy scalars
+        self._gpu_rows = self.expert_gpu.tolist()      # per token, its experts' GPUs (as _routing_rows)
+        self._home_list = self.home.tolist()
 
     # ----------------------------------------------------------------------------------- numerics
     def expert_out(self, e: int, x) -> np.ndarray:
@@ -464,12 +492,14 @@ class MoeLayer:
         return self.gates[t, j] * self.expert_out(int(self.routing[t, j]), self.x[t])
 
     def reference(self) -> np.ndarray:
-        """``out[t] = sum_k g_k E_k(x_t)``, (N, hidden) float64 (exact)."""
+        """``out[t] = sum_k g_k E_k(x_t)``, (N, hidden) float64 (exact), each expert run once over all its
+        tokens (a token picks an expert once; every sum is exact, so the order of the adds does not matter)."""
         out = np.zeros((self.N, self.hidden))
-        for j in range(self.k):
-            for e in np.unique(self.routing[:, j]):
-                rows = np.nonzero(self.routing[:, j] == e)[0]
-                out[rows] += self.gates[rows, j, None] * self.expert_out(int(e), self.x[rows])
+        order = np.argsort(self.routing, axis=None, kind="stable")
+        experts, starts = np.unique(self.routing.ravel()[order], return_index=True)
+        for e, lo, hi in zip(experts.tolist(), starts.tolist(), [*starts[1:].tolist(), order.size]):
+            rows, js = np.divmod(order[lo:hi], self.k)
+            out[rows] += self.gates[rows, js, None] * self.expert_out(e, self.x[rows])
         return out
 
     def partials(self) -> dict:
@@ -484,10 +514,21 @@ class MoeLayer:
 
     def row(self, t: int) -> list[int]:
         """Token ``t``'s dispatched row as flits."""
-        return encode_row(self.x[t], self.gates[t], [int(e) for e in self.routing[t]], self.p.dtype, self.flit_bytes)
+        return _to_flits(self.row_raw(t), self.row_flits, self.flit_bytes)
+
+    def row_raw(self, t: int) -> bytes:
+        """Token ``t``'s dispatched row as little-endian bytes (its flits laid end to end)."""
+        return self.rows_bytes[t].tobytes()
+
+    @functools.cached_property
+    def rows_bytes(self) -> np.ndarray:
+        """Every token's dispatched row (:func:`encode_row`), encoded at once: (N, row_flits x flit bytes)
+        uint8, row ``t`` token ``t``'s flits as little-endian bytes."""
+        return encode_rows(self.x, self.gates, self._routing_rows, self.p.dtype, self.flit_bytes)
 
     def remote_mask(self, t: int) -> int:
-        return int(sum(1 << g for g in sorted(set(int(v) for v in self.expert_gpu[t])) if g != self.home[t]))
+        h = self._home_list[t]
+        return sum(1 << g for g in set(self._gpu_rows[t]) if g != h)
 
     def local_expert_range(self, g: int) -> tuple[int, int]:
         return g * self.experts_per_gpu, (g + 1) * self.experts_per_gpu
@@ -568,14 +609,14 @@ class MoeLayer:
         return [(e, c) for e in range(lo, hi) for c in self._chunks(toks[e])]
 
     def remote_pairs(self, t: int) -> list:
-        return [(int(self.expert_gpu[t, j]), int(self.routing[t, j])) for j in range(self.k)
-                if self.expert_gpu[t, j] != self.home[t]]
+        h = self._home_list[t]
+        return [(g, e) for g, e in zip(self._gpu_rows[t], self._routing_rows[t]) if g != h]
 
     def tracked_pairs(self, t: int, scheme: str) -> list:
         """Token ``t``'s (GPU, global expert) pairs that go through the GPUs' Tile Status Tables: the remote
         ones, or under ``nvls`` all of them (its own rows land in the home's window too)."""
         if scheme in STATIC_SCHEMES:
-            return [(int(self.expert_gpu[t, j]), int(self.routing[t, j])) for j in range(self.k)]
+            return list(zip(self._gpu_rows[t], self._routing_rows[t]))
         return self.remote_pairs(t)
 
     def tracked_counts(self, g: int, scheme: str) -> list[int]:

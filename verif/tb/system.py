@@ -241,8 +241,7 @@ class GpuSide(Agent):
         self.acc = {}                                         # flit address of a row -> float64 partial
         # own rows, the dispatch source
         for i, t in enumerate(range(g * L.T, (g + 1) * L.T)):
-            for f, word in enumerate(L.row(t)):
-                self.mem.words[ml.X_BASE // F + i * self.stride + f] = word
+            self.preload_bytes(ml.X_BASE // F + i * self.stride, L.row_raw(t))
         # tiles: local ones ready at cycle 0, the table's as they come
         self.tiles = []           # dicts: kind, expert (global), rows / tokens, ready, key
         self.done = 0
@@ -254,7 +253,7 @@ class GpuSide(Agent):
             if n:
                 expert_tiles[self.lo + e] += -(-n // ts)
         self.n_tiles = sum(expert_tiles.values())
-        self.gemm = GemmEngine(L.gemm_parts, expert_tiles, L.gemm_share(),
+        self.gemm = GemmEngine(L.gemm_parts, expert_tiles, env.gemm_share,
                                "pool" if env.scheme in ml.FUSED_SCHEMES else "phases")
         for e, toks in L.local_tiles(g, env.scheme):
             self._add_tile(dict(kind="local", expert=e, tokens=toks, ready=0, key=None))
@@ -286,6 +285,11 @@ class GpuSide(Agent):
         """Memory contents before the layer (not a write the testbench follows)."""
         for i, w in enumerate(words):
             self.mem.words[flit_addr + i] = w
+
+    def preload_bytes(self, flit_addr, raw: bytes):
+        """:meth:`preload` of the flits of ``raw`` (little-endian bytes)."""
+        fb = self.L.flit_bytes
+        self.preload(flit_addr, [int.from_bytes(raw[fb * i:fb * (i + 1)], "little") for i in range(len(raw) // fb)])
 
     # ---------------------------------------------------------------------------- memory observation
     def _on_write(self, addr, data):
@@ -319,6 +323,16 @@ class GpuSide(Agent):
         fb = self.L.flit_bytes
         return b"".join(f.to_bytes(fb, "little") for f in self.row_flits(flit_addr, n))
 
+    def rows_bytes(self, flit_addrs, n) -> bytes:
+        """:meth:`row_bytes` of ``n`` flits from each of ``flit_addrs``, laid end to end."""
+        return b"".join(self.row_bytes(a, n) for a in flit_addrs)
+
+    def write_rows_bytes(self, flit_addrs, raw: bytes) -> None:
+        """:meth:`write_row_bytes` of each of ``raw``'s equal rows at the matching flit address."""
+        n = len(raw) // len(flit_addrs) if flit_addrs else 0
+        for k, a in enumerate(flit_addrs):
+            self.write_row_bytes(a, raw[k * n:(k + 1) * n])
+
     def write_row_bytes(self, flit_addr, raw: bytes) -> None:
         """The flits of ``raw`` (little-endian bytes) written from ``flit_addr`` on, one after the other."""
         fb = self.L.flit_bytes
@@ -334,10 +348,7 @@ class GpuSide(Agent):
             if acc is not None:
                 sums[k] += acc
             self.acc[a] = sums[k]
-        raw = ml.encode_bf16_rows_bytes(sums, self.L.flit_bytes)
-        n = len(raw) // len(sums)
-        for k, a in enumerate(flit_addrs):
-            self.write_row_bytes(a, raw[k * n:(k + 1) * n])
+        self.write_rows_bytes(flit_addrs, ml.encode_bf16_rows_bytes(sums, self.L.flit_bytes))
 
     # ---------------------------------------------------------------------------- tracker and GEMM
     def _add_tile(self, tile):
@@ -400,7 +411,7 @@ class GpuSide(Agent):
             rows = tile["rows"]
             src, dst = self.win0, ml.COMB_BASE // F
         if rows:
-            raw = b"".join(self.row_bytes(src + r * st, L.row_flits) for r in rows)
+            raw = self.rows_bytes([src + r * st for r in rows], L.row_flits)
             x, gates, ids = ml.decode_rows_bytes(raw, len(rows), L.hidden, L.p.dtype, F)
             v = np.array([g[i.index(e)] for g, i in zip(gates, ids)])[:, None] * L.expert_out(e, x)
             if tile["kind"] != "local" and self.env.sabotage:   # test the test: one wrong expert output, the
@@ -442,6 +453,7 @@ class SystemEnv:
             f"the system top has {p.get('flit_width', 128)}-bit flits, the layer {L.flit_width}-bit ones"
         self.sp = L.scheduler_params()
         self.work = L.work(self.scheme)
+        self.gemm_share = L.gemm_share()
         feeder = s.get("feeder", "plain")
         if feeder not in FEEDERS:
             raise ValueError(f"feeder must be one of {', '.join(FEEDERS)}, got {feeder!r}")
@@ -451,7 +463,7 @@ class SystemEnv:
         self._connect(dut)
         self.rows = {}
         for t in range(L.N):
-            key = b"".join(f.to_bytes(L.flit_bytes, "little") for f in L.row(t))
+            key = L.row_raw(t)
             assert key not in self.rows, f"tokens {self.rows[key]} and {t} have the same row"
             self.rows[key] = t
         self.pending = {t: collections.Counter(L.tracked_pairs(t, self.scheme)) for t in range(L.N)}
@@ -653,22 +665,38 @@ class SystemEnv:
         for w in self.work:
             for r in w.returns:
                 srcs[r.token].append(r.row)
+        # each token's local partial (if any) and its rows to add, read from its home GPU's memory (a GPU's
+        # rows at once) and decoded together; the local partial is the start of the sum (else zeros), the
+        # rows are added in order
+        local = [([], []) for _ in range(L.G)]          # per home GPU: tokens, flit addresses
+        add = [([], []) for _ in range(L.G)]
         for t in range(L.N):
             h = int(L.home[t])
             gs = self.gpus[h]
             i = t - h * L.T
-            local = gs.acc.get(ml.LOCAL_BASE // F + i * st)
-            acc = np.zeros(L.hidden, dtype=np.float32) if local is None else \
-                ml.decode_bf16_row(gs.row_flits(ml.LOCAL_BASE // F + i * st, L.comb_flits), L.hidden, F)
+            if gs.acc.get(ml.LOCAL_BASE // F + i * st) is not None:
+                local[h][0].append(t)
+                local[h][1].append(ml.LOCAL_BASE // F + i * st)
             if self.scheme in ml.UNICAST_SCHEMES:
-                rows = [gs.row_flits(ml.PART_BASE // F + idx * st, L.comb_flits) for idx in srcs[t]]
+                addrs = [ml.PART_BASE // F + idx * st for idx in srcs[t]]
             elif self.combine_items[t].desc is not None:
-                rows = [gs.row_flits(ml.OUT_BASE // F + i * st, L.comb_flits)]
+                addrs = [ml.OUT_BASE // F + i * st]
             else:
-                rows = []
-            for r in rows:
-                acc = acc + ml.decode_bf16_row(r, L.hidden, F)
-            out[t] = acc
+                addrs = []
+            add[h][0].extend([t] * len(addrs))
+            add[h][1].extend(addrs)
+
+        def decode(rows):
+            toks = [t for h in range(L.G) for t in rows[h][0]]
+            raw = b"".join(self.gpus[h].rows_bytes(rows[h][1], L.comb_flits) for h in range(L.G) if rows[h][0])
+            a = np.frombuffer(raw, dtype=np.uint8).reshape(len(toks), -1)[:, :2 * L.hidden] if toks else None
+            return toks, (ml.bf16_values(np.ascontiguousarray(a).view("<u2")).astype(np.float64) if toks else None)
+        toks, v = decode(local)
+        if toks:
+            out[toks] = v
+        toks, v = decode(add)
+        if toks:
+            np.add.at(out, toks, v)
         return out
 
 

@@ -26,6 +26,7 @@ import ctypes
 import time
 from pathlib import Path
 
+import numpy as np
 from amaranth.lib import data
 
 from hw.gpu_nic.memory_if import flit_addr_bits, mem_write_layout
@@ -99,6 +100,32 @@ class FastGpu(tb.GpuSide):
     def row_bytes(self, flit_addr, n):
         return self.mem.read_bytes(flit_addr, n)
 
+    def rows_bytes(self, flit_addrs, n):
+        """Each row read into one buffer (a call per row), the buffer's bytes once."""
+        fw, so, g = self.mem.so.flit_words, self.mem.so, self.g
+        buf = bytearray(4 * fw * n * len(flit_addrs))
+        row = ctypes.c_uint32 * (fw * n)
+        for k, a in enumerate(flit_addrs):
+            so.sys_mem_read(g, a, n, row.from_buffer(buf, 4 * fw * n * k))
+        return bytes(buf)
+
+    def write_rows_bytes(self, flit_addrs, raw):
+        """Each row written from one buffer (a call per row); :meth:`_on_write` hears of the flits of the rows
+        it follows only."""
+        if not flit_addrs:
+            return
+        fw, so, g = self.mem.so.flit_words, self.mem.so, self.g
+        n = len(raw) // len(flit_addrs) // (4 * fw)
+        buf = bytearray(raw)
+        row = ctypes.c_uint32 * (fw * n)
+        watched = self.watches(min(flit_addrs), max(flit_addrs) + n - min(flit_addrs))
+        for k, a in enumerate(flit_addrs):
+            so.sys_mem_write(g, a, n, row.from_buffer(buf, 4 * fw * n * k))
+            if watched and self.watches(a, n):
+                row = raw[4 * fw * n * k:4 * fw * n * (k + 1)]
+                for i in range(n):
+                    self._on_write(a + i, int.from_bytes(row[4 * fw * i:4 * fw * (i + 1)], "little"))
+
     def write_row_bytes(self, flit_addr, raw):
         """One call into the library; :meth:`_on_write` hears of the flits only where it follows them."""
         fb = 4 * self.mem.so.flit_words
@@ -113,6 +140,11 @@ class FastGpu(tb.GpuSide):
         self.mem.so.sys_mem_write(self.g, int(flit_addr), len(words),
                                   _words(int.from_bytes(b"".join(int(w).to_bytes(4 * fw, "little") for w in words),
                                                         "little"), fw * len(words)))
+
+    def preload_bytes(self, flit_addr, raw):
+        """One call into the library."""
+        self.mem.so.sys_mem_write(self.g, int(flit_addr), len(raw) // (4 * self.mem.so.flit_words),
+                                  (ctypes.c_uint32 * (len(raw) // 4)).from_buffer_copy(raw))
 
     def silence(self):
         pass            # the library's (sys_silence): at the same cycle, at the same point of it
@@ -233,9 +265,14 @@ class FastEnv(tb.SystemEnv):
         at = (ctypes.c_int64 * max(N, 1))()
         counts = (ctypes.c_int64 * max(len(self._releases), 1))()
         so.sys_rel_read(at, counts)
-        for (t, pair), n in zip(self._releases, counts):
-            self.pending[t][pair] = n
-        self.released_at = {t: at[t] for t in range(N) if at[t] >= 0}
+        c = np.ctypeslib.as_array(counts)[:len(self._releases)].copy()
+        for i in np.nonzero(c != self._rel_counts)[0].tolist():        # the counts that moved since last read
+            t, pair = self._releases[i]
+            self.pending[t][pair] = int(c[i])
+        self._rel_counts = c
+        a = np.ctypeslib.as_array(at)[:N]
+        rel = np.nonzero(a >= 0)[0]
+        self.released_at = dict(zip(rel.tolist(), a[rel].tolist()))
 
     def release_error(self) -> AssertionError:
         """The release the library refused, with the testbench's message."""
@@ -288,10 +325,11 @@ def install_releases(env) -> None:
     for raw, t in env.rows.items():
         assert len(raw) == row_bytes, f"token {t}'s row has {len(raw)} bytes, the library reads {row_bytes}"
         so.sys_rel_row(t, (ctypes.c_uint32 * (len(raw) // 4)).from_buffer_copy(raw))
-    order = []
+    order, counts = [], []
     for t in range(L.N):
         pairs = list(env.pending[t].items())
         order += [(t, p) for p, _ in pairs]
+        counts += [n for _, n in pairs]
         flat = [v for (g, e), n in pairs for v in (g, e, n)]
         so.sys_rel_pending(t, len(pairs), (ctypes.c_int64 * max(len(flat), 1))(*flat))
     if env.scheme == "dysharp":
@@ -303,6 +341,7 @@ def install_releases(env) -> None:
         so.sys_rel_push(g, t, i, len(flat) // 3, (ctypes.c_int64 * max(len(flat), 1))(*flat),
                         _words(r.desc.pack(L.G), so.payload_words))
     env._releases = order
+    env._rel_counts = np.array(counts, dtype=np.int64)        # the counts given (read_releases: as last read)
 
 
 def run_layer(lib_path: Path, names: list[str], params: dict, settings: dict) -> dict:
