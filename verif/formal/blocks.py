@@ -48,6 +48,8 @@ BLOCKS = {
                       lambda: SwitchHarness(errors=True), 9, 13),
     "switch_induct": ("NVSwitch datapath with its composed invariant (2 ports, both sending; 3 credits: 4 cells per input; max_payload 1, speedup 1, VOQ): the four properties of switch, each asserted with the invariant the part proofs state, over the switch's own signals",
                       lambda: SwitchInductHarness(), 8, 13),
+    "switch_induct_small": ("NVSwitch datapath by k-induction at 2 credits (3 cells per input) and 1 downstream credit (else as switch_induct): the base case bounded from reset, the induction step (k = 1) in parts, each proven from the whole invariant in the state before and the earlier parts",
+                            lambda: SwitchInductHarness(credits=2, out_credits=1, stepped=True), 6, 14),
     "switch_egress": ("NVSwitch output: output queue (4 flits, 2 lanes) -> credit sender (2 credits) -> receiver",
                       lambda: SwitchEgressHarness(lanes=2), 2, 10),
     "switch_queues": ("NVSwitch input's packet store by k-induction: cell pool (4 cells), packet queues (2 VOQs + mask queue, lap margin 28: near_lap at 2 arrivals), max_payload 1; any writes within credits and the lap contract, any dequeues and reads",
