@@ -31,17 +31,18 @@ the queued and crossbar flits framed from the receiver's state on, a partial tai
 whose reader holds the output; per pair, the flits and headers accepted less delivered, and each pending
 header's number.
 
-Proof: at 3 credits, a bounded check from reset (``dysharp formal switch_induct``, depth 8). At 2 credits
-(3 cells per input) and 1 downstream credit, k-induction (``dysharp formal switch_induct_small``,
-``stepped=True``): the base case a bounded check from reset, the induction step (k = 1) in parts
-(:func:`step_parts`), each its own k-induction run of one cycle (:meth:`SwitchInductHarness._step_part`):
-with the whole invariant and the four properties holding in a state, and the earlier parts' terms in its
-successor, the part's terms hold in the successor. The parts together are the step: the invariant and the
-properties, holding in a state, hold in its successor. The step as one query (``run_formal(...,
-induction=True, depth=2)``) gives no answer in 10 minutes on yices at that instance, nor in 30 at 3
-credits; in parts, the solver has the earlier parts' terms as lemmas. At 3 cells (not a power of two)
-the step needs the next-cell table's bound (its entries are cell numbers), which a power-of-two cell
-count gives for free.
+Proof: k-induction, k = 1 (``stepped=True``, :meth:`SwitchInductHarness.prove`): the base case a bounded
+check from reset, the induction step in parts (:func:`step_parts`), each its own k-induction run of one
+cycle (:meth:`SwitchInductHarness._step_part`): with the whole invariant and the four properties holding in
+a state, and the earlier parts' terms in its successor, the part's terms hold in the successor. The parts
+together are the step: the invariant and the properties, holding in a state, hold in its successor. At 3
+credits (``dysharp formal switch_induct``) the step is in 22 parts (``fine``: the terms by their tags, each
+output's stream in four); at 2 credits (3 cells per input) and 1 downstream credit (``dysharp formal
+switch_induct_small``) in 4. The step as one query (``run_formal(..., induction=True, depth=2)`` on the
+plain harness) gives no answer in 10 minutes on yices at the small instance, nor in 30 at 3 credits; in
+parts, the solver has the earlier parts' terms as lemmas (at 3 credits one output's stream as one part
+took 16 minutes, in four parts 4). At 3 cells (not a power of two) the step needs the next-cell table's
+bound (its entries are cell numbers), which a power-of-two cell count gives for free.
 """
 
 import re
@@ -62,7 +63,7 @@ from .switch_egress import egress_credit_ok, egress_pointers_ok
 from .switch_queues import (_Conj, _sel, pool_partition, store_age, store_chain, store_head_order, store_pos,
                             store_queued)
 
-__all__ = ["FINE_PARTS", "SwitchInductHarness", "n_step_parts", "small_switch", "step_parts"]
+__all__ = ["FINE_OUT_PARTS", "FINE_PARTS", "SwitchInductHarness", "n_step_parts", "small_switch", "step_parts"]
 
 
 def small_switch(*, ports: int = 2, credits: int = 3, out_credits: int = 2) -> NVSwitch:
@@ -84,9 +85,14 @@ FINE_PARTS = (
     ("the cells' flits, the matches and the queue order", r"_cells\d+_\d+$"))
 
 
+#: An output stream's terms, split (``fine``): (what, the tag's last letter), in order.
+FINE_OUT_PARTS = (("framing", "f"), ("flits per pair", "n"), ("headers per pair", "h"),
+                  ("pending headers' numbers", "s"))
+
+
 def n_step_parts(ports: int, fine: bool = False) -> int:
     """How many parts :func:`step_parts` makes."""
-    return (len(FINE_PARTS) + ports + 2) if fine else (ports + 2)
+    return (len(FINE_PARTS) + len(FINE_OUT_PARTS) * ports + 2) if fine else (ports + 2)
 
 
 def step_parts(terms, props, ports: int, fine: bool = False) -> list[tuple[str, list]]:
@@ -95,14 +101,16 @@ def step_parts(terms, props, ports: int, fine: bool = False) -> list[tuple[str, 
     (:meth:`SwitchInductHarness._step_part`): first every term but the output streams' (the inputs' credits,
     ingress, packet store, cells and matches, the allocation, the output queues' credits and pointers),
     then output ``j``'s stream (its ``_out<j>`` terms) for each output, then the four properties.
-    ``fine``: the first part split by the terms' tags (:data:`FINE_PARTS`, in that order), and the terms
-    of none of those tags (the stores' pairwise terms: no two cells hold one flit) last, after the
-    properties."""
-    outs = [[x for x in terms if re.search(rf"_out{j}_\d+$", x.name)] for j in range(ports)]
+    ``fine``: the first part split by the terms' tags (:data:`FINE_PARTS`, in that order), each output's
+    stream by its terms' tags (:data:`FINE_OUT_PARTS`), and the terms of none of those tags (the stores'
+    pairwise terms: no two cells hold one flit) last, after the properties."""
+    outs = [[x for x in terms if re.search(rf"_out{j}[fnhs]_\d+$", x.name)] for j in range(ports)]
     in_out = {id(x) for o in outs for x in o}
-    tail = [(f"output {j}'s stream", outs[j]) for j in range(ports)] + [("the four properties", [props])]
     if not fine:
+        tail = [(f"output {j}'s stream", outs[j]) for j in range(ports)] + [("the four properties", [props])]
         return [("the inputs, the allocation, the output queues", [x for x in terms if id(x) not in in_out])] + tail
+    tail = [(f"output {j}'s stream: {what}", [x for x in outs[j] if re.search(rf"_out{j}{t}_\d+$", x.name)])
+            for j in range(ports) for what, t in FINE_OUT_PARTS] + [("the four properties", [props])]
     groups = [(what, [x for x in terms if re.search(tag, x.name)]) for what, tag in FINE_PARTS]
     seen = in_out | {id(x) for _, g in groups for x in g}
     return groups + tail + [("the rest (the stores' pairwise terms)", [x for x in terms if id(x) not in seen])]
@@ -129,9 +137,8 @@ class SwitchInductHarness(SwitchHarness):
         super().__init__(credits=credits, out_credits=out_credits,
                          switch=switch if switch is not None else
                          small_switch(credits=credits, out_credits=out_credits))
-        # A bounded check (the whole step in one query gives no answer in 30 minutes, see the module
-        # docstring): yices, flattened, memories mapped to registers (as YICES_BMC; without opt_dff -sat,
-        # which gains nothing here).
+        # The base case (and, not ``stepped``, the whole check): bounded, yices, flattened, memories mapped
+        # to registers (as YICES_BMC; without opt_dff -sat, which gains nothing here).
         self.formal_options = {"engine": "smtbmc yices", "induction": False,
                                "script_extra": "flatten\nmemory_map\nopt -full"}
         if part is not None:
@@ -173,7 +180,9 @@ class SwitchInductHarness(SwitchHarness):
         check from reset to ``depth`` (and each property's cover, within ``cover_depth``), then each part
         of the induction step (:meth:`_step_part`, k = 1, on ``engine``, else yices); a property is
         "proven (k-induction, k = 1 ...)" when the base case holds and every part is proven. The parts
-        together show that the invariant and the properties, holding in a state, hold in its successor."""
+        together show that the invariant and the properties, holding in a state, hold in its successor.
+        The parts build their own :func:`small_switch` (a ``switch`` given here, a mutant, is checked by
+        the base case; the step is not tried once the base case fails)."""
         if not self.stepped or engine in UNBOUNDED:
             return run_formal(name, self, self.props, depth=depth, cover_depth=cover_depth, workdir=workdir,
                               engine=engine, timeout=timeout)
@@ -418,7 +427,6 @@ class SwitchInductHarness(SwitchHarness):
             _queue_order(inv, ins[i], mqh, hdr_i, q_i, N, C, MQ)
         inv.tag = ""
         for j in range(N):
-            inv.tag = f"_out{j}"
             _output_stream(m, t, inv, ins, egress[j].level, slots_of[j], j, N, D, C, pend, now, hdr)
         inv.tag = ""
 
@@ -603,7 +611,10 @@ def _queue_order(inv, b, mqh, hdr_i, q_i, N, C, MQ):
 def _output_stream(m, t, inv, ins, level, slots_of_j, j, N, D, C, pend, now, hdr):
     """Output ``j``: the flits in its queue and in the crossbar register, from the receiver's state on,
     framed packet after packet, their headers the pair's next numbers; a partial tail packet only the one
-    whose reader holds the output; per pair, the flits and headers accepted less delivered."""
+    whose reader holds the output; per pair, the flits and headers accepted less delivered. The terms' tags:
+    ``_out<j>f`` the framing, ``_out<j>n`` and ``_out<j>h`` the pairs' flits and headers, ``_out<j>s`` the
+    pending headers' numbers."""
+    inv.tag = f"_out{j}f"
     r = t.receivers[j]
     rptr, slots = slots_of_j
     # The receiver's packet in progress: a good one's, its payload flit still to come.
@@ -646,13 +657,17 @@ def _output_stream(m, t, inv, ins, level, slots_of_j, j, N, D, C, pend, now, hdr
         rd = b["rd"]
         holds = rd.active & rd.dests[j]
         mid = holds & (st.r_idx != 0)
+        inv.tag = f"_out{j}f"
         inv &= ~mid | (in_pkt & (src == i) & (num == st.r_tag) & (idx + 1 == st.r_idx))
         inv &= ~(holds & (st.r_idx == 0)) | ~in_pkt
         # the pair's flits and headers: in the stream, then in the cells, in order
         cells_n = sum(pend[i][c][j] for c in range(C))
         cells_h = sum(pend[i][c][j] & hdr[i][c] for c in range(C))
+        inv.tag = f"_out{j}n"
         inv &= (t.acc[i][j] - t.dlv[i][j])[:8] == seen_n[i] + cells_n
+        inv.tag = f"_out{j}h"
         inv &= (t.sq[i][j] - t.exp[i][j])[:4] == (seen_h[i] + cells_h)[:4]
+        inv.tag = f"_out{j}s"
         for c in range(C):
             d = b["cells"][c]
             f = _fields(d[:128], N)
@@ -661,3 +676,4 @@ def _output_stream(m, t, inv, ins, level, slots_of_j, j, N, D, C, pend, now, hdr
                          (~now[i][e][j] & ~now[i][c][j] & (store_age(st, e) > store_age(st, c))))
                         for e in range(C) if e != c)
             inv &= ~(pend[i][c][j] & hdr[i][c]) | (f.seq[j] == (t.exp[i][j] + seen_h[i] + ahead)[:4])
+        inv.tag = f"_out{j}f"
