@@ -29,9 +29,14 @@ def run(args) -> int:
     for name in names:
         what, make, depth, cover = BLOCKS[name]
         h = make()
-        # run_formal reads the harness's ``formal_options`` (another engine, a bounded check only).
-        results, wall = run_formal(name, h, h.props, depth=depth, cover_depth=cover, workdir=args.out,
-                                   engine=args.engine)
+        # run_formal reads the harness's ``formal_options`` (another engine, a bounded check only); a harness
+        # with its own ``prove`` (a proof in several runs) runs it instead.
+        prove = getattr(h, "prove", None)
+        if prove is not None:
+            results, wall = prove(name, depth=depth, cover_depth=cover, workdir=args.out, engine=args.engine)
+        else:
+            results, wall = run_formal(name, h, h.props, depth=depth, cover_depth=cover, workdir=args.out,
+                                       engine=args.engine)
         print(f"{name}: {what}")
         for r in results:
             rows.append([name, r.name, r.engine, r.proof, r.cover, f"{wall:.1f} s"])

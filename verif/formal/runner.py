@@ -51,17 +51,18 @@ YICES_BMC = {"engine": "smtbmc yices", "induction": False,
 
 class Properties:
     """Collects a harness's properties: ``props.check(m, name, assertion, cover)`` adds ``Assert`` and
-    ``Cover`` in the ``sync`` domain (checked at every clock edge) and remembers their source lines."""
+    ``Cover`` in the ``sync`` domain (checked at every clock edge; ``domain="comb"``: on each step's
+    state) and remembers their source lines."""
 
     def __init__(self):
         self.items = []        # (name, assert line, cover line)
         self.file = None
 
-    def check(self, m, name: str, assertion, cover):
+    def check(self, m, name: str, assertion, cover, *, domain: str = "sync"):
         frame = inspect.stack()[1]
         self.file = frame.filename
         line = frame.lineno
-        m.d.sync += [Assert(assertion, src_loc_at=1), Cover(cover, src_loc_at=1)]
+        m.d[domain] += [Assert(assertion, src_loc_at=1), Cover(cover, src_loc_at=1)]
         self.items.append((name, line))
 
 

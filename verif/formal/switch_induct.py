@@ -31,27 +31,39 @@ the queued and crossbar flits framed from the receiver's state on, a partial tai
 whose reader holds the output; per pair, the flits and headers accepted less delivered, and each pending
 header's number.
 
-Proof: a bounded check from reset (``dysharp formal switch_induct``, depth 8). The induction step at
-k = 2 (``run_formal(..., induction=True, depth=2)``) gave a counterexample for each term above until it
-was stated; with all of them it gives no answer in 30 minutes on yices.
+Proof: k-induction, k = 1 (``stepped=True``, :meth:`SwitchInductHarness.prove`): the base case a bounded
+check from reset, the induction step in parts (:func:`step_parts`), each its own k-induction run of one
+cycle (:meth:`SwitchInductHarness._step_part`): with the whole invariant and the four properties holding in
+a state, and the earlier parts' terms in its successor, the part's terms hold in the successor. The parts
+together are the step: the invariant and the properties, holding in a state, hold in its successor. At 3
+credits (``dysharp formal switch_induct``) the step is in 22 parts (``fine``: the terms by their tags, each
+output's stream in four); at 2 credits (3 cells per input) and 1 downstream credit (``dysharp formal
+switch_induct_small``) in 4. The step as one query (``run_formal(..., induction=True, depth=2)`` on the
+plain harness) gives no answer in 10 minutes on yices at the small instance, nor in 30 at 3 credits; in
+parts, the solver has the earlier parts' terms as lemmas (at 3 credits one output's stream as one part
+took 16 minutes, in four parts 4). At 3 cells (not a power of two) the step needs the next-cell table's
+bound (its entries are cell numbers), which a power-of-two cell count gives for free.
 """
 
+import re
+import time
 from types import SimpleNamespace
 
-from amaranth.hdl import Cat, Const, Mux, Signal, Value
+from amaranth.hdl import Assume, Cat, Const, Module, Mux, Signal, Value
 
 from hw.packet import HEADER_BITS, HeaderLayout, Opcode, rtl_payload_flits
 from hw.switch.alloc_request import REQ_ERR, REQ_MASK, REQ_MASK_ALL, REQ_UC
 from hw.switch.nvswitch import NVSwitch
 
 from .observe import driven, elaborate_now, observe_queue
+from .runner import UNBOUNDED, PropertyResult, run_formal
 from .switch import KIND_HDR, MARK, SEQ_BITS, SEQ_LO, SwitchHarness
 from .switch_alloc import ownership_terms
 from .switch_egress import egress_credit_ok, egress_pointers_ok
 from .switch_queues import (_Conj, _sel, pool_partition, store_age, store_chain, store_head_order, store_pos,
                             store_queued)
 
-__all__ = ["SwitchInductHarness", "small_switch"]
+__all__ = ["FINE_OUT_PARTS", "FINE_PARTS", "SwitchInductHarness", "n_step_parts", "small_switch", "step_parts"]
 
 
 def small_switch(*, ports: int = 2, credits: int = 3, out_credits: int = 2) -> NVSwitch:
@@ -63,19 +75,140 @@ def small_switch(*, ports: int = 2, credits: int = 3, out_credits: int = 2) -> N
     return sw
 
 
+#: The induction step's first part, split (``fine``): (what, the tag of its terms' names), in order.
+FINE_PARTS = (
+    ("the allocation's untagged terms", r"^inv_inv_L\d+_\d+$"), ("the credit link at the inputs", r"_cr\d+_\d+$"),
+    ("the ingress", r"_ing\d+_\d+$"), ("the cell pools", r"_pool\d+_\d+$"), ("the packet stores", r"_store\d+_\d+$"),
+    ("the stores' writers", r"_w\d+_\d+$"), ("the stores' cells", r"_c\d+_\d+$"),
+    ("the writers' header cells and lap contract", r"_wr\d+_\d+$"), ("the allocation, per input", r"_i\d+_\d+$"),
+    ("the allocation, per output", r"_o\d+_\d+$"), ("the output queues' credits and pointers", r"_eg\d+_\d+$"),
+    ("the cells' flits, the matches and the queue order", r"_cells\d+_\d+$"))
+
+
+#: An output stream's terms, split (``fine``): (what, the tag's last letter), in order.
+FINE_OUT_PARTS = (("framing", "f"), ("flits per pair", "n"), ("headers per pair", "h"),
+                  ("pending headers' numbers", "s"))
+
+
+def n_step_parts(ports: int, fine: bool = False) -> int:
+    """How many parts :func:`step_parts` makes."""
+    return (len(FINE_PARTS) + len(FINE_OUT_PARTS) * ports + 2) if fine else (ports + 2)
+
+
+def step_parts(terms, props, ports: int, fine: bool = False) -> list[tuple[str, list]]:
+    """The induction step's parts, in order: (what, terms). Each part is proven in a successor state from
+    the whole invariant and the properties in the state before it and the earlier parts in the successor
+    (:meth:`SwitchInductHarness._step_part`): first every term but the output streams' (the inputs' credits,
+    ingress, packet store, cells and matches, the allocation, the output queues' credits and pointers),
+    then output ``j``'s stream (its ``_out<j>`` terms) for each output, then the four properties.
+    ``fine``: the first part split by the terms' tags (:data:`FINE_PARTS`, in that order), each output's
+    stream by its terms' tags (:data:`FINE_OUT_PARTS`), and the terms of none of those tags (the stores'
+    pairwise terms: no two cells hold one flit) last, after the properties."""
+    outs = [[x for x in terms if re.search(rf"_out{j}[fnhs]_\d+$", x.name)] for j in range(ports)]
+    in_out = {id(x) for o in outs for x in o}
+    if not fine:
+        tail = [(f"output {j}'s stream", outs[j]) for j in range(ports)] + [("the four properties", [props])]
+        return [("the inputs, the allocation, the output queues", [x for x in terms if id(x) not in in_out])] + tail
+    tail = [(f"output {j}'s stream: {what}", [x for x in outs[j] if re.search(rf"_out{j}{t}_\d+$", x.name)])
+            for j in range(ports) for what, t in FINE_OUT_PARTS] + [("the four properties", [props])]
+    groups = [(what, [x for x in terms if re.search(tag, x.name)]) for what, tag in FINE_PARTS]
+    seen = in_out | {id(x) for _, g in groups for x in g}
+    return groups + tail + [("the rest (the stores' pairwise terms)", [x for x in terms if id(x) not in seen])]
+
+
 class SwitchInductHarness(SwitchHarness):
     """The switch harness on :func:`small_switch`, its properties asserted with the composed invariant
-    (``invariant=False``: the properties alone)."""
+    (``invariant=False``: the properties alone).
 
-    def __init__(self, *, credits: int = 3, out_credits: int = 2, invariant: bool = True, switch=None):
+    ``stepped=True``: :meth:`prove` proves the properties by k-induction (k = 1) with the induction step in
+    parts (:func:`step_parts`, :meth:`_step_part`) and the base case a bounded check from reset; else it is
+    :func:`~verif.formal.runner.run_formal` on this harness (a bounded check). ``part=p``: the harness of
+    the step's part ``p`` (one property, no cover)."""
+
+    #: The next-cell table's bound (a test turns it off: the induction step then fails at 3 cells).
+    next_cell_bound = True
+
+    def __init__(self, *, credits: int = 3, out_credits: int = 2, invariant: bool = True, switch=None,
+                 stepped: bool = False, part: int | None = None, fine: bool = False):
         self.invariant = invariant
+        self.stepped, self.part = stepped, part
+        self._make = dict(credits=credits, out_credits=out_credits, invariant=invariant, fine=fine)
+        self.fine = fine
         super().__init__(credits=credits, out_credits=out_credits,
                          switch=switch if switch is not None else
                          small_switch(credits=credits, out_credits=out_credits))
-        # A bounded check (the induction step gives no answer in 30 minutes, see the module docstring): yices,
-        # flattened, memories mapped to registers (as YICES_BMC; without opt_dff -sat, which gains nothing here).
+        # The base case (and, not ``stepped``, the whole check): bounded, yices, flattened, memories mapped
+        # to registers (as YICES_BMC; without opt_dff -sat, which gains nothing here).
         self.formal_options = {"engine": "smtbmc yices", "induction": False,
                                "script_extra": "flatten\nmemory_map\nopt -full"}
+        if part is not None:
+            # One part of the induction step: k-induction of one cycle (the part's assert, unclocked, on
+            # the next state; the whole invariant on this state through a register).
+            self.formal_options = {**self.formal_options, "induction": True}
+
+    def elaborate(self, platform):
+        if self.part is None:
+            return super().elaborate(platform)
+        return self._step_part(platform)
+
+    def _step_part(self, platform):
+        """Part ``self.part`` of the induction step: with the whole invariant and the four properties
+        holding in a state (``prev_ok``, a register of them, assumed) and the earlier parts' terms holding
+        in its successor (assumed), this part's terms hold in the successor (asserted). ``prev_ok``
+        starts at 1, so the base case (depth 1) also checks the part's terms in the reset state."""
+        m = Module()
+        t = self._traffic(m)
+        self._invariant(m, t, platform)
+        terms = list(self._inv.terms)
+        props = Cat(t.atomic_ok).all() & Cat(t.order_ok).all() & Cat(t.mc_ok).all() & Cat(t.cons_ok).all()
+        parts = step_parts(terms, props, self.switch.ports, self.fine)
+        prev_ok = Signal(init=1, name="prev_ok")
+        m.d.sync += prev_ok.eq(Cat(terms).all() & props)
+        m.d.comb += Assume(prev_ok)
+        earlier = [x for _, part in parts[:self.part] for x in part]
+        if earlier:
+            m.d.comb += Assume(Cat(earlier).all())
+        name, goal = parts[self.part]
+        self.props.check(m, f"induction step, part {self.part + 1} of {len(parts)}: {name}", Cat(goal).all(),
+                         Const(1), domain="comb")
+        return m
+
+    def prove(self, name: str, *, depth: int, cover_depth: int | None, workdir="build/formal",
+              engine: str | None = None, timeout: int = 900):
+        """The four properties' proof: (one result per property, wall seconds). Not ``stepped`` (or on PDR):
+        :func:`~verif.formal.runner.run_formal` on this harness. ``stepped``: the base case, a bounded
+        check from reset to ``depth`` (and each property's cover, within ``cover_depth``), then each part
+        of the induction step (:meth:`_step_part`, k = 1, on ``engine``, else yices); a property is
+        "proven (k-induction, k = 1 ...)" when the base case holds and every part is proven. The parts
+        together show that the invariant and the properties, holding in a state, hold in its successor.
+        The parts build their own :func:`small_switch` (a ``switch`` given here, a mutant, is checked by
+        the base case; the step is not tried once the base case fails)."""
+        if not self.stepped or engine in UNBOUNDED:
+            return run_formal(name, self, self.props, depth=depth, cover_depth=cover_depth, workdir=workdir,
+                              engine=engine, timeout=timeout)
+        t0 = time.perf_counter()
+        base, _ = run_formal(name, self, self.props, depth=depth, cover_depth=cover_depth, workdir=workdir,
+                             engine=engine, timeout=timeout)
+        n_parts = n_step_parts(self.switch.ports, self.fine)
+        step_ok, failed = True, []
+        if any(r.proof.startswith("FAILS") for r in base):      # a counterexample from reset: no step to try
+            return base, time.perf_counter() - t0
+        for p in range(n_parts):
+            h = SwitchInductHarness(**self._make, part=p)
+            res, _ = run_formal(f"{name}_step{p + 1}", h, h.props, depth=1, cover_depth=None, workdir=workdir,
+                                engine=engine, timeout=timeout)
+            if not res[0].proof.startswith("proven"):
+                step_ok = False
+                failed.append(f"part {p + 1}: {res[0].proof}")
+        out = []
+        for r in base:
+            if r.proof.startswith("FAILS") or not step_ok:
+                proof = r.proof if r.proof.startswith("FAILS") else f"{r.proof}; induction step: {'; '.join(failed)}"
+            else:
+                proof = f"proven (k-induction, k = 1; the step in {n_parts} parts; base case to depth {depth})"
+            ok = proof.startswith("proven") and r.cover.startswith("reached")
+            out.append(PropertyResult(r.name, proof, r.cover, ok, r.engine))
+        return out, time.perf_counter() - t0
 
     def _invariant(self, m, t, platform):
         if not self.invariant:
@@ -143,6 +276,12 @@ class SwitchInductHarness(SwitchHarness):
             pool_partition(inv, pool, b["free"], st.g_used, b["rd"].n_freed)
             inv.tag = f"_store{i}"
             store_chain(inv, st)
+            # The next-cell table holds cell numbers only (the pool's next cell is one): the reader that
+            # follows a packet's last link still stands on a cell (a bound that only binds when the cell
+            # count is not a power of two).
+            if self.next_cell_bound:
+                for c in range(C):
+                    inv &= st.cnext[c] < C
             # The writer's packet is the ingress's; the reader's the reader's; the lap contract from the credits.
             inv.tag = f"_wr{i}"
             inv &= (st.wr_pkt == ing.in_pkt) & (~ing.in_pkt | (st.wr_q == ing.cur_q))
@@ -288,7 +427,6 @@ class SwitchInductHarness(SwitchHarness):
             _queue_order(inv, ins[i], mqh, hdr_i, q_i, N, C, MQ)
         inv.tag = ""
         for j in range(N):
-            inv.tag = f"_out{j}"
             _output_stream(m, t, inv, ins, egress[j].level, slots_of[j], j, N, D, C, pend, now, hdr)
         inv.tag = ""
 
@@ -473,7 +611,10 @@ def _queue_order(inv, b, mqh, hdr_i, q_i, N, C, MQ):
 def _output_stream(m, t, inv, ins, level, slots_of_j, j, N, D, C, pend, now, hdr):
     """Output ``j``: the flits in its queue and in the crossbar register, from the receiver's state on,
     framed packet after packet, their headers the pair's next numbers; a partial tail packet only the one
-    whose reader holds the output; per pair, the flits and headers accepted less delivered."""
+    whose reader holds the output; per pair, the flits and headers accepted less delivered. The terms' tags:
+    ``_out<j>f`` the framing, ``_out<j>n`` and ``_out<j>h`` the pairs' flits and headers, ``_out<j>s`` the
+    pending headers' numbers."""
+    inv.tag = f"_out{j}f"
     r = t.receivers[j]
     rptr, slots = slots_of_j
     # The receiver's packet in progress: a good one's, its payload flit still to come.
@@ -516,13 +657,17 @@ def _output_stream(m, t, inv, ins, level, slots_of_j, j, N, D, C, pend, now, hdr
         rd = b["rd"]
         holds = rd.active & rd.dests[j]
         mid = holds & (st.r_idx != 0)
+        inv.tag = f"_out{j}f"
         inv &= ~mid | (in_pkt & (src == i) & (num == st.r_tag) & (idx + 1 == st.r_idx))
         inv &= ~(holds & (st.r_idx == 0)) | ~in_pkt
         # the pair's flits and headers: in the stream, then in the cells, in order
         cells_n = sum(pend[i][c][j] for c in range(C))
         cells_h = sum(pend[i][c][j] & hdr[i][c] for c in range(C))
+        inv.tag = f"_out{j}n"
         inv &= (t.acc[i][j] - t.dlv[i][j])[:8] == seen_n[i] + cells_n
+        inv.tag = f"_out{j}h"
         inv &= (t.sq[i][j] - t.exp[i][j])[:4] == (seen_h[i] + cells_h)[:4]
+        inv.tag = f"_out{j}s"
         for c in range(C):
             d = b["cells"][c]
             f = _fields(d[:128], N)
@@ -531,3 +676,4 @@ def _output_stream(m, t, inv, ins, level, slots_of_j, j, N, D, C, pend, now, hdr
                          (~now[i][e][j] & ~now[i][c][j] & (store_age(st, e) > store_age(st, c))))
                         for e in range(C) if e != c)
             inv &= ~(pend[i][c][j] & hdr[i][c]) | (f.seq[j] == (t.exp[i][j] + seen_h[i] + ahead)[:4])
+        inv.tag = f"_out{j}f"
