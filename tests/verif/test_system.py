@@ -83,9 +83,11 @@ def test_sabotage_fails(seed, sim, tmp_path):
     assert not isinstance(r, dict) and r.failed == 1
 
 
+@pytest.mark.slow
 def test_silent_gpu_times_out_naming_tokens(seed, sim, tmp_path):
     """A GPU that stops answering reads mid-run ends the run with a timeout naming the unfinished tokens
-    (no hang, no result)."""
+    (no hang, no result). Slow (9 s); the default suite checks the same on the compiled harness
+    (``test_system_fast.py::test_fast_harness_silent_gpu_times_out_naming_tokens``)."""
     r = run_cocotb("system", PARAMS, test_module="verif.tb.system", testcase="test_layer", seed=seed, sim=sim,
                    env={**LAYER, "scheme": "dysharp-basic", "silent": [1, 1000], "timeout": 1500}, check=False,
                    quiet=True)
