@@ -56,6 +56,16 @@ def test_switch_induct_small_cli_table(tmp_path, capsys):
     assert out.count("reached at step") == 4 and "NOT REACHED" not in out, out
 
 
+def test_switch_induct_small_properties_follow_from_the_invariant(tmp_path):
+    """The default suite's part of the whole-switch proof: the induction step's last part at 2 credits (the
+    four properties in a successor state, from the composed invariant in the state before and every other
+    part's terms in the successor; 13 s). The whole proof, with its base case, is the slow CLI test above."""
+    h = SwitchInductHarness(credits=2, out_credits=1, part=3)
+    res, _ = run_formal("si_small_props", h, h.props, depth=1, cover_depth=None, workdir=tmp_path,
+                        **h.formal_options)
+    assert len(res) == 1 and res[0].proof == "proven (k-induction, k = 1)", res
+
+
 @pytest.mark.slow
 def test_switch_induct_small_step_needs_the_next_cell_bound(tmp_path, monkeypatch):
     """At 3 cells (not a power of two) the induction step's first part fails without the next-cell table's
