@@ -288,8 +288,12 @@ class GpuSide(Agent):
 
     def preload_bytes(self, flit_addr, raw: bytes):
         """:meth:`preload` of the flits of ``raw`` (little-endian bytes)."""
+        self.preload(flit_addr, self.flits_of(raw))
+
+    def flits_of(self, raw: bytes) -> list[int]:
+        """The flits of ``raw`` (little-endian bytes), one after the other."""
         fb = self.L.flit_bytes
-        self.preload(flit_addr, [int.from_bytes(raw[fb * i:fb * (i + 1)], "little") for i in range(len(raw) // fb)])
+        return [int.from_bytes(raw[fb * i:fb * (i + 1)], "little") for i in range(len(raw) // fb)]
 
     # ---------------------------------------------------------------------------- memory observation
     def _on_write(self, addr, data):
@@ -335,9 +339,8 @@ class GpuSide(Agent):
 
     def write_row_bytes(self, flit_addr, raw: bytes) -> None:
         """The flits of ``raw`` (little-endian bytes) written from ``flit_addr`` on, one after the other."""
-        fb = self.L.flit_bytes
-        for i in range(len(raw) // fb):
-            self.mem.write(flit_addr + i, int.from_bytes(raw[fb * i:fb * (i + 1)], "little"))
+        for i, word in enumerate(self.flits_of(raw)):
+            self.mem.write(flit_addr + i, word)
 
     def add_partials(self, flit_addrs, vs):
         """Add each row of ``vs`` into the partial row at the matching flit address (float64, in ``acc``)

@@ -121,16 +121,20 @@ class FastGpu(tb.GpuSide):
         watched = self.watches(min(flit_addrs), max(flit_addrs) + n - min(flit_addrs))
         for k, a in enumerate(flit_addrs):
             so.sys_mem_write(g, a, n, row.from_buffer(buf, 4 * fw * n * k))
-            if watched and self.watches(a, n):
-                row = raw[4 * fw * n * k:4 * fw * n * (k + 1)]
-                for i in range(n):
-                    self._on_write(a + i, int.from_bytes(row[4 * fw * i:4 * fw * (i + 1)], "little"))
+            if watched:
+                self._heard(a, raw[4 * fw * n * k:4 * fw * n * (k + 1)])
 
     def write_row_bytes(self, flit_addr, raw):
         """One call into the library; :meth:`_on_write` hears of the flits only where it follows them."""
         fb = 4 * self.mem.so.flit_words
         n = len(raw) // fb
         self.mem.so.sys_mem_write(self.g, int(flit_addr), n, (ctypes.c_uint32 * (fb // 4 * n)).from_buffer_copy(raw))
+        self._heard(flit_addr, raw)
+
+    def _heard(self, flit_addr, raw):
+        """:meth:`_on_write` of the flits of ``raw`` written from ``flit_addr`` on, where it follows them."""
+        fb = 4 * self.mem.so.flit_words
+        n = len(raw) // fb
         if self.watches(flit_addr, n):
             for i in range(n):
                 self._on_write(flit_addr + i, int.from_bytes(raw[fb * i:fb * (i + 1)], "little"))
