@@ -81,11 +81,13 @@ from .packet_builder import PacketBuilder, emit_layout, fetch_layout
 from .request_gen import TagIssue
 from .token_tracker import COUNT_BITS, EXPERT_BITS, TILE_BITS
 
-__all__ = ["RxConfig", "TokenArrival", "RxError", "ReceivePath", "META_ENTRIES", "N_REMOTE_CODES",
+__all__ = ["RxConfig", "TokenArrival", "RxError", "ReceivePath", "META_ENTRIES", "META_EXPERT_BITS",
+           "META_ENTRY_BITS", "N_REMOTE_CODES",
            "pack_token_meta", "unpack_token_meta", "header_value", "rx_config_layout"]
 
 META_ENTRIES = 8           # experts listed in a token's metadata flit (top-k <= 8)
-_META_EXPERT_BITS = 15     # global expert id
+META_EXPERT_BITS = 15      # a metadata entry's global expert id (its bits 0-14)
+META_ENTRY_BITS = META_EXPERT_BITS + 1     # an entry: the expert id, then its valid bit
 
 
 class RxConfig(data.Struct):
@@ -94,7 +96,7 @@ class RxConfig(data.Struct):
     win_base: BYTE_ADDR_BITS
     win_rows: INDEX_BITS   # rows in the token window (0: no arrival reports)
     meta_flit: 10       # flit of a row that holds the routing metadata
-    expert_base: _META_EXPERT_BITS
+    expert_base: META_EXPERT_BITS
 
 
 def rx_config_layout(ports: int | None = None):
@@ -122,25 +124,26 @@ class RxError(py_enum.IntEnum):
 
 
 def pack_token_meta(experts) -> int:
-    """The metadata flit of a token routed to ``experts`` (global ids, at most 8): 16 bits per entry,
-    ``expert`` in bits 0-14 and ``valid`` in bit 15."""
+    """The metadata flit of a token routed to ``experts`` (global ids, at most :data:`META_ENTRIES`):
+    :data:`META_ENTRY_BITS` per entry, the expert id in its low :data:`META_EXPERT_BITS` bits and ``valid``
+    in its top bit."""
     experts = list(experts)
     if len(experts) > META_ENTRIES:
         raise ValueError(f"at most {META_ENTRIES} experts fit in a metadata flit, got {len(experts)}")
     bits = 0
     for i, e in enumerate(experts):
-        if not 0 <= e < (1 << _META_EXPERT_BITS):
-            raise ValueError(f"expert id {e} does not fit in {_META_EXPERT_BITS} bits")
-        bits |= (e | (1 << 15)) << (16 * i)
+        if not 0 <= e < (1 << META_EXPERT_BITS):
+            raise ValueError(f"expert id {e} does not fit in {META_EXPERT_BITS} bits")
+        bits |= (e | (1 << META_EXPERT_BITS)) << (META_ENTRY_BITS * i)
     return bits
 
 
 def unpack_token_meta(bits: int) -> list[int]:
     out = []
     for i in range(META_ENTRIES):
-        entry = (int(bits) >> (16 * i)) & 0xFFFF
-        if entry >> 15:
-            out.append(entry & 0x7FFF)
+        entry = (int(bits) >> (META_ENTRY_BITS * i)) & ((1 << META_ENTRY_BITS) - 1)
+        if entry >> META_EXPERT_BITS:
+            out.append(entry & ((1 << META_EXPERT_BITS) - 1))
     return out
 
 
@@ -217,7 +220,6 @@ def _chain(m, branches) -> None:
 
 
 _TAG_BITS = data.Layout.cast(HeaderLayout)["tag"].width
-_META_ENTRY_BITS = _META_EXPERT_BITS + 1       # expert id and a valid bit
 
 
 def _status_layout(credits):
@@ -235,7 +237,7 @@ def _meta_layout():
 def _written_layout(flit_width):
     """A flit written to memory this cycle: its flit address and its low bits (the metadata entries)."""
     return data.StructLayout({"valid": 1, "addr": flit_addr_bits(flit_width),
-                              "meta": _META_ENTRY_BITS * META_ENTRIES})
+                              "meta": META_ENTRY_BITS * META_ENTRIES})
 
 
 def _tag_lookup_signature(flit_width):
@@ -584,12 +586,12 @@ class _TokenWindow(wiring.Component):
         m.d.comb += self.room.eq(self.level + wrote.valid < self.depth)
         meta_in = self.meta.payload
         for i in range(META_ENTRIES):
-            entry = wrote.meta[_META_ENTRY_BITS * i:_META_ENTRY_BITS * (i + 1)]
-            le = Signal(_META_EXPERT_BITS, name=f"meta_local{i}")
+            entry = wrote.meta[META_ENTRY_BITS * i:META_ENTRY_BITS * (i + 1)]
+            le = Signal(META_EXPERT_BITS, name=f"meta_local{i}")
             m.d.comb += [
-                le.eq(entry[:_META_EXPERT_BITS] - cfg.expert_base),
+                le.eq(entry[:META_EXPERT_BITS] - cfg.expert_base),
                 meta_in.local[i].eq(le),
-                meta_in.mask[i].eq(entry[_META_EXPERT_BITS] & (entry[:_META_EXPERT_BITS] >= cfg.expert_base) &
+                meta_in.mask[i].eq(entry[META_EXPERT_BITS] & (entry[:META_EXPERT_BITS] >= cfg.expert_base) &
                                    (le < self.experts)),
             ]
         m.d.comb += [meta_in.row.eq(row),

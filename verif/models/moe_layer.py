@@ -104,7 +104,7 @@ import struct
 
 import numpy as np
 
-from hw.gpu_nic.receive_path import pack_token_meta
+from hw.gpu_nic.receive_path import META_ENTRY_BITS, META_EXPERT_BITS, pack_token_meta
 from hw.gpu_nic.request_gen import DescOp
 from amaranth.hdl import Shape
 from amaranth.lib import data
@@ -373,9 +373,10 @@ def decode_rows_bytes(raw: bytes, n: int, hidden: int, dtype: str, fb: int = FLI
     else:
         x = bf16_values(np.ascontiguousarray(a[:, :2 * hidden]).view("<u2")).astype(np.float64)
     g = bf16_values(np.ascontiguousarray(a[:, nx * fb:(nx + 1) * fb]).view("<u2")).astype(np.float64)
-    # the metadata flits' entries (unpack_token_meta: 16 bits each, the first META_ENTRIES, valid in bit 15)
-    ent = np.ascontiguousarray(a[:, (nx + 1) * fb:(nx + 2) * fb]).view("<u2")[:, :META_ENTRIES].tolist()
-    experts = [[v & 0x7FFF for v in row if v >> 15] for row in ent]
+    # the metadata flits' entries (unpack_token_meta: the first META_ENTRIES, whole bytes each)
+    ent = np.ascontiguousarray(a[:, (nx + 1) * fb:(nx + 2) * fb]).view(f"<u{META_ENTRY_BITS // 8}")
+    ent = ent[:, :META_ENTRIES].tolist()
+    experts = [[v & ((1 << META_EXPERT_BITS) - 1) for v in row if v >> META_EXPERT_BITS] for row in ent]
     return x, [g[r, :len(e)] for r, e in enumerate(experts)], experts
 
 

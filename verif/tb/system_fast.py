@@ -30,7 +30,7 @@ import numpy as np
 from amaranth.lib import data
 
 from hw.gpu_nic.memory_if import flit_addr_bits, mem_write_layout
-from hw.gpu_nic.receive_path import META_ENTRIES
+from hw.gpu_nic.receive_path import META_ENTRIES, META_EXPERT_BITS
 from hw.gpu_nic.token_tracker import TokenRelease
 from hw.switch.dysharp_switch import port_status_layout
 from hw.system import LinkProbe
@@ -320,9 +320,9 @@ def install_releases(env) -> None:
     keeps the windows' slots and reacts to every TokenRelease, and ``env.left`` is its count."""
     so, L = env.lib.so, env.L
     tr = fields(TokenRelease)
-    so.sys_rel_setup((ctypes.c_int64 * 13)(META_ENTRIES, L.p.tile_size, L.row_flits, *tr["expert"], *tr["tile"],
-                                            *tr["slot"], env.sp.notify_cycles, L.N, env.scheme == "dysharp",
-                                            env.left))
+    so.sys_rel_setup((ctypes.c_int64 * 14)(META_ENTRIES, META_EXPERT_BITS, L.p.tile_size, L.row_flits,
+                                            *tr["expert"], *tr["tile"], *tr["slot"], env.sp.notify_cycles, L.N,
+                                            env.scheme == "dysharp", env.left))
     for gs in env.gpus:
         so.sys_rel_gpu(gs.g, gs.lo, gs.hi - gs.lo, L.N)
     row_bytes = 4 * so.flit_words * L.row_flits

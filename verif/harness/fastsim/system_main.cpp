@@ -250,7 +250,7 @@ static int64_t drop_k = 0, drop_period = 0, quiet_min = 64;
 struct Pair { int64_t g, e, n; };                      // a Counter's entry: (GPU, expert) -> count
 struct Push { std::vector<Pair> pairs; int64_t planned; Pay d; };
 struct Combine { bool has = false; int64_t home = 0, planned = 0; Pay d; };
-static int meta_entries = 0, tile_size = 1, row_flits = 1, ntok = 0;
+static int meta_entries = 0, meta_expert_bits = 15, tile_size = 1, row_flits = 1, ntok = 0;
 static int rel_e_off = 0, rel_e_w = 0, rel_t_off = 0, rel_t_w = 0, rel_s_off = 0, rel_s_w = 0;
 static int64_t notify = 0, rel_left = 0;
 static bool combine_on = false;                        // dysharp: a released token's combine goes ready
@@ -271,10 +271,13 @@ static void rel_fail(int64_t code, int64_t g, int64_t a, int64_t b, int64_t c, i
 
 static void on_meta(Gpu& x, int64_t row, const uint32_t* d) {       // GpuSide._on_write, a metadata flit
     x.arrived[row] = cycle;
-    for (int i = 0; i < meta_entries && i / 2 < FW; i++) {           // unpack_token_meta
-        uint32_t entry = (d[i / 2] >> (16 * (i % 2))) & 0xFFFF;
-        if (!(entry >> 15)) continue;
-        int64_t e = int64_t(entry & 0x7FFF) - x.lo;
+    const int bits = meta_expert_bits + 1;                           // unpack_token_meta: id, valid bit
+    for (int i = 0; i < meta_entries && (i + 1) * bits <= 32 * FW; i++) {
+        int w = i * bits / 32, sh = i * bits % 32;
+        uint64_t two = d[w] | (w + 1 < FW ? uint64_t(d[w + 1]) << 32 : 0);
+        uint64_t entry = (two >> sh) & ((uint64_t(1) << bits) - 1);
+        if (!(entry >> meta_expert_bits)) continue;
+        int64_t e = int64_t(entry & ((uint64_t(1) << meta_expert_bits) - 1)) - x.lo;
         if (e >= 0 && e < int64_t(x.slot_rows.size())) x.slot_rows[e].push_back(row);
     }
 }
@@ -648,14 +651,14 @@ void sys_watch(int g, int64_t win0, int64_t win_end, int64_t stride, int64_t met
     x.landed[1].assign(part_land / stride + 1, 0);
 }
 
-// The token releases' tables (the testbench's, given once before the run). cfg: META_ENTRIES, tile size,
-// a dispatched row's flits, TokenRelease's expert / tile / slot (offset, width each), notify_cycles, tokens,
+// The token releases' tables (the testbench's, given once before the run). cfg: META_ENTRIES,
+// META_EXPERT_BITS (a metadata entry: the expert id, then its valid bit), tile size, a dispatched row's flits, TokenRelease's expert / tile / slot (offset, width each), notify_cycles, tokens,
 // dysharp (a released token's combine goes ready on its home GPU), tokens with pairs to release.
 void sys_rel_setup(const int64_t* cfg) {
-    meta_entries = int(cfg[0]); tile_size = int(cfg[1]); row_flits = int(cfg[2]);
-    rel_e_off = int(cfg[3]); rel_e_w = int(cfg[4]); rel_t_off = int(cfg[5]); rel_t_w = int(cfg[6]);
-    rel_s_off = int(cfg[7]); rel_s_w = int(cfg[8]);
-    notify = cfg[9]; ntok = int(cfg[10]); combine_on = cfg[11] != 0; rel_left = cfg[12];
+    meta_entries = int(cfg[0]); meta_expert_bits = int(cfg[1]); tile_size = int(cfg[2]); row_flits = int(cfg[3]);
+    rel_e_off = int(cfg[4]); rel_e_w = int(cfg[5]); rel_t_off = int(cfg[6]); rel_t_w = int(cfg[7]);
+    rel_s_off = int(cfg[8]); rel_s_w = int(cfg[9]);
+    notify = cfg[10]; ntok = int(cfg[11]); combine_on = cfg[12] != 0; rel_left = cfg[13];
     row_token.clear(); pushes.clear();
     pend.assign(ntok, {}); released_at.assign(ntok, -1); combine.assign(ntok, Combine());
     std::memset(rel_err, 0, sizeof rel_err);
