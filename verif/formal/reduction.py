@@ -1002,10 +1002,11 @@ class SmallReductionEngine(ReductionEngine):
     """The real :class:`ReductionEngine` building a :class:`SmallReductionBuffer` (int32-add datapath) in
     place of its buffer, so that it accepts 3 entries and a short timeout. ``response_filter``: a class
     built in place of its :class:`~hw.switch.reduction_responses.ResponseFilter` (a mutant), or None;
-    ``events``: the buffer's :class:`~hw.switch.reduction_buffer.EntryEvents` likewise."""
+    ``events``, ``allocator``: the buffer's :class:`~hw.switch.reduction_buffer.EntryEvents` and
+    :class:`~hw.switch.reduction_buffer.EntryAllocator` likewise."""
 
-    def __init__(self, *, response_filter=None, events=None, **params):
-        self.response_filter, self.events = response_filter, events
+    def __init__(self, *, response_filter=None, events=None, allocator=None, **params):
+        self.response_filter, self.events, self.allocator = response_filter, events, allocator
         # An entry's fan-out starting (FanOut's ``start`` event), for a harness to observe.
         self.start_valid, self.start_rtag = Signal(), Signal(RTAG_BITS)
         saved, _re.ReductionBuffer = _re.ReductionBuffer, _SmallIntBuffer   # checked and built by this name
@@ -1016,9 +1017,8 @@ class SmallReductionEngine(ReductionEngine):
 
     def elaborate(self, platform):
         saved = _re.ReductionBuffer, _re.ResponseFilter
-        events = self.events
-        _re.ReductionBuffer = _SmallIntBuffer if events is None else \
-            (lambda **params: _SmallIntBuffer(events=events, **params))
+        subs = {k: v for k, v in (("events", self.events), ("allocator", self.allocator)) if v is not None}
+        _re.ReductionBuffer = (lambda **params: _SmallIntBuffer(**subs, **params)) if subs else _SmallIntBuffer
         _re.ResponseFilter = self.response_filter or saved[1]
         try:
             m = super().elaborate(platform)
@@ -1073,8 +1073,14 @@ class ReductionEngineHarness(wiring.Component):
     invariant adds the buffer's per-flit counts (part 6) and the engine's read side and response filter
     for k alone (:meth:`_counts`); with two (block ``reduction_engine_two``: timeout 8, k = 10) it states
     the rows of both requests' entries, a ghost of k's answered destinations, and the buffer's count bound
-    for every entry (:meth:`_counts_two`). With resets free the three are checked bounded (block
-    ``reduction_engine``, 2 requests, depth 20).
+    for every entry (:meth:`_counts_two`). With resets free (``epochs=True``, block ``reduction_engine``:
+    2 requests per reset, timeout 8, k = 10) the same invariant is stated with generations relative to the
+    last reset (:meth:`_epoch`): a reset clears the registers and the harness's records, not the ``meta``,
+    ``asked`` and ``answered`` rows; the harness's records are kept by a tag's generation relative to its
+    entry's at the reset, answers with a tag outside this epoch's window (an earlier epoch's, in flight
+    across the reset, or a guess) are free, and the aliasing limit is an assumption on ghost counters a
+    reset does not clear (each row's allocations since it was written, below ``2**15 - 3``). ``allocator``:
+    a mutant of the buffer's :class:`~hw.switch.reduction_buffer.EntryAllocator` (tests).
     """
 
     # A bounded check with yices; ``invariant=True``: k-induction.
@@ -1083,10 +1089,13 @@ class ReductionEngineHarness(wiring.Component):
 
     def __init__(self, ports: int = 4, entries: int = 2, timeout: int = 8, requests: int = 2,
                  answers_after_reads: bool = True, response_filter=None, only=None, invariant: bool = False,
-                 events=None):
+                 events=None, epochs: bool = False, allocator=None):
         unknown = set(only or ()) - set(ENGINE_KEYS)
         if unknown:
             raise ValueError(f"unknown property {', '.join(sorted(unknown))}; valid: {', '.join(ENGINE_KEYS)}")
+        if epochs and (requests != 2 or entries != 2):
+            raise ValueError("epochs=True is written for 2 requests and 2 entries")
+        self.epochs = epochs
         inductive = ENGINE_INDUCTIVE_KEYS + (("exact", "early") if requests <= 2 else ())
         bad = set(only or ENGINE_KEYS) - set(inductive) if invariant else set()
         if bad:
@@ -1102,7 +1111,7 @@ class ReductionEngineHarness(wiring.Component):
         self.engine = SmallReductionEngine(ports=ports, entries=entries, max_length=1, flit_width=128,
                                            timeout=timeout, groups=1, translate_slots=2,
                                            defer_translation=True, response_filter=response_filter,
-                                           events=events)
+                                           events=events, allocator=allocator)
         self.props = Properties()
         super().__init__({
             "req_valid": In(1), "req_mask": In(ports), "rd_ready": In(1), "out_ready": In(1),
@@ -1138,6 +1147,12 @@ class ReductionEngineHarness(wiring.Component):
         with m.If(req_take & (n_req == k)):
             m.d.sync += mask_k.eq(self.req_mask)
 
+        # ---- Epochs (``epochs=True``): the tags are kept relative to each entry's generation at the last
+        # reset (``base``), so a record slot is a tag of this epoch (relative generation 1 to 3) and any
+        # other tag (an older epoch's, in flight across the reset) is free.
+        ep = self._epoch(m, platform) if self.epochs else None
+        self._ep = ep
+
         # ---- RED_READs: the tags that have been read (a destination answers only a read it received),
         # and request k's rtag (from its first read).
         rdh = Signal(HeaderLayout)
@@ -1148,14 +1163,20 @@ class ReductionEngineHarness(wiring.Component):
         t = Signal(RTAG_BITS)
         with m.If(rd_k):
             m.d.sync += t.eq(rd_rtag)
-        slot = lambda rtag: Cat(rtag[0:EB], rtag[EB:EB + 2])        # noqa: E731 (generation < 4)
+        if ep is None:
+            slot = lambda rtag: Cat(rtag[0:EB], rtag[EB:EB + 2])        # noqa: E731 (generation < 4)
+        else:
+            slot = lambda rtag: Cat(rtag[0:EB], ep.rel(rtag)[0:2])       # noqa: E731 (relative 1..3)
         read_tags = Signal(1 << (EB + 2))
         with m.If(rd_take):
             m.d.sync += read_tags.eq(read_tags | (Const(1, len(read_tags)) << slot(rd_rtag)))
 
         # ---- Responses: header, then payload flits until last.
         in_pkt = Signal()
-        m.d.comb += Assume(self.r_rtag[EB:] < 4)
+        # A tag of this epoch: relative generation 1 to 3 (else free); without epochs, generation < 4.
+        this_epoch = ep.in_ep(self.r_rtag) if ep is not None else Const(1)
+        if ep is None:
+            m.d.comb += Assume(self.r_rtag[EB:] < 4)
         rh = Signal(HeaderLayout)
         m.d.comb += [rh.opcode.eq(Opcode.RED_READ_RESP), rh.src.eq(self.r_src), rh.tag.eq(self.r_rtag[0:8]),
                      rh.route.uni.xtag.eq(self.r_rtag[8:16]), rh.length.eq(self.r_len),
@@ -1170,13 +1191,14 @@ class ReductionEngineHarness(wiring.Component):
         with m.If(e.start_valid):
             m.d.sync += started.eq(started | (Const(1, len(started)) << slot(e.start_rtag)))
         if self.answers_after_reads:
-            m.d.comb += Assume(~(self.r_valid & ~in_pkt) | (read_tags >> slot(self.r_rtag))[0])
+            m.d.comb += Assume(~(self.r_valid & ~in_pkt & this_epoch) | (read_tags >> slot(self.r_rtag))[0])
         else:
             # Early answers: a tag whose fan-out has not started yet (in an earlier cycle) is free too.
-            m.d.comb += Assume(~(self.r_valid & ~in_pkt) | (read_tags >> slot(self.r_rtag))[0] |
+            m.d.comb += Assume(~(self.r_valid & ~in_pkt & this_epoch) | (read_tags >> slot(self.r_rtag))[0] |
                                ~(started >> slot(self.r_rtag))[0])
             early = Signal(len(read_tags))     # tags that got a good-looking answer before their fan-out
-            with m.If(resp_take & ~in_pkt & (self.r_code == 0) & ~(started >> slot(self.r_rtag))[0]):
+            with m.If(resp_take & ~in_pkt & this_epoch & (self.r_code == 0) &
+                      ~(started >> slot(self.r_rtag))[0]):
                 m.d.sync += early.eq(early | (Const(1, len(early)) << slot(self.r_rtag)))
         answered = Signal(P)           # destinations of k that sent a good answer (code 0) so far
         dup_seen = Signal()
@@ -1218,8 +1240,19 @@ class ReductionEngineHarness(wiring.Component):
             p.check(m, "a RED_RESP only after every asked destination answered, one contribution each",
                     (~resp_k | ((mask_k & ~answered) == 0)) & (~pay_k | (o.payload.data[0:32] == expected)) & inv,
                     pay_k & (expected == 2) & dup_seen)
+        once_cover = hdr_k & (expected == 2)
+        if ep is not None:
+            # With resets free the cover also has, in this epoch, an answer with an earlier epoch's tag that
+            # the response filter tracked (its verdict found an old ``asked`` row of that generation, so a
+            # fan-out started before a reset) and passed on unmarked: the buffer finds it stale.
+            rs = elaborate_now(e, platform).submodules.responses
+            elaborate_now(rs, platform)
+            old_tracked = Signal()
+            with m.If(rs.vcyc & (rs.ask_d.gen == rs.r_rtag[EB:]) & (rs.ask_d.mask != 0) & ~ep.in_ep(rs.r_rtag)):
+                m.d.sync += old_tracked.eq(1)
+            once_cover = once_cover & old_tracked
         if want("once"):
-            p.check(m, "every request is answered at most once", (n_ans <= 1) & inv, hdr_k & (expected == 2))
+            p.check(m, "every request is answered at most once", (n_ans <= 1) & inv, once_cover)
         if want("early") and not self.answers_after_reads:
             early_k = (early >> slot(t))[0] & (read_tags >> slot(t))[0]
             p.check(m, "an answer before its entry's fan-out starts changes nothing (stale)",
@@ -1227,6 +1260,80 @@ class ReductionEngineHarness(wiring.Component):
                                 (~pay_k | (o.payload.data[0:32] == expected))) & inv,
                     pay_k & early_k & (expected == 2))
         return m
+
+    def _epoch(self, m, platform):
+        """The epoch view (``epochs=True``; resets free). A reset clears the registers and the harness's
+        records, not the ``meta``, ``asked`` and ``answered`` rows: an epoch is the time since the last
+        reset. ``wc[e]`` counts the allocator's writes to entry e in this epoch (at most the requests, 2),
+        so ``base[e]`` = its ``meta`` generation less ``wc[e]`` is its generation at the epoch's start,
+        constant through the epoch (each write bumps the row by one); a tag's *relative* generation is its
+        generation less its entry's ``base``, and the tags of this epoch are those of relative generation
+        1 to 3 (the epoch's allocations are 1 and 2; the window is the harness's generation < 4 of one
+        epoch). A row or a tag outside the window is an older epoch's.
+
+        The design's aliasing limit (``invariant=True``), stated with ghost counters that a reset does not
+        clear: ``lag_a[e]``, ``lag_w[e]``, the allocations of entry e since its ``asked`` (``answered``) row
+        was written, and ``lag_d``, those of the response filter's entry since its registered ``asked``
+        read's row was written. The invariant says each row's generation plus its lag is the ``meta``
+        row's (a row is written with a generation the entry was granted: ``asked`` at fan-out start, and
+        ``answered`` with the registered ``asked`` read's); the harness assumes every lag below ``2**GB -
+        3``: no entry is allocated ``2**15 - 3`` times without a fan-out (or a tracked answer) in between,
+        after which the row would alias a new allocation's tag (the generation's wrap, the design's
+        documented limit). So at a reset every row is outside the new epoch's window. An allocator that
+        took its generation from anything but the ``meta`` row (a register a reset clears) breaks the
+        invariant, not the assumption."""
+        e = self.engine
+        em = elaborate_now(e, platform)
+        bm = elaborate_now(em.submodules.buf, platform)
+        al = bm.submodules.allocator
+        EB = e.entry_bits
+        GB = RTAG_BITS - EB
+        N = self.entries
+        meta = [data.View(bm.submodules.meta.shape, v) for v in
+                _memory_rows(m, bm.submodules.meta, "ep_meta", plain=True)]
+        wc = [Signal(2, name=f"ep_wc{j}") for j in range(N)]
+        for j in range(N):
+            with m.If(al.w_en & (al.w_entry == j) & (wc[j] != 3)):
+                m.d.sync += wc[j].eq(wc[j] + 1)
+        base = [Signal(GB, name=f"ep_base{j}") for j in range(N)]
+        m.d.comb += [base[j].eq(meta[j].gen - wc[j]) for j in range(N)]
+
+        def rel_of(entry, gen):
+            return (gen - _select(base, entry))[0:GB]
+
+        def rel(rtag):
+            return rel_of(rtag[0:EB], rtag[EB:])
+
+        def window(r):
+            return (r >= 1) & (r <= 3)
+
+        lag_terms = []
+        if self.invariant:
+            rs = em.submodules.responses
+            rm = elaborate_now(rs, platform)
+            asked_mem, answered_mem = rm.submodules.asked, rm.submodules.answered
+            rows = {name: _memory_rows(m, mem, f"ep_{name}", plain=True)
+                    for mem, name in ((asked_mem, "asked"), (answered_mem, "answered"))}
+            mw = [al.w_en & (al.w_entry == j) for j in range(N)]
+            lag_a = [Signal(GB, name=f"ep_lag_a{j}", reset_less=True) for j in range(N)]
+            lag_w = [Signal(GB, name=f"ep_lag_w{j}", reset_less=True) for j in range(N)]
+            lag_d = Signal(GB, name="ep_lag_d", reset_less=True)
+            a_w, w_w = asked_mem.write_ports[0], answered_mem.write_ports[0]
+            a_r = asked_mem.read_ports[0]         # the filter's registered read at each response header
+            for j in range(N):
+                m.d.sync += [lag_a[j].eq(Mux(a_w.en & (a_w.addr == j), 0, lag_a[j]) + mw[j]),
+                             lag_w[j].eq(Mux(w_w.en & (w_w.addr == j), lag_d, lag_w[j]) + mw[j])]
+            r_e = rs.r_rtag[0:EB]
+            m.d.sync += lag_d.eq(Mux(a_r.en, _select(lag_a, a_r.addr) + _select(mw, a_r.addr),
+                                     lag_d + _select(mw, r_e)))
+            limit = (1 << GB) - 4
+            for j in range(N):
+                m.d.comb += [Assume(lag_a[j] <= limit), Assume(lag_w[j] <= limit)]
+                lag_terms += [(Value.cast(rows["asked"][j])[0:GB] + lag_a[j])[0:GB] == meta[j].gen,
+                              (Value.cast(rows["answered"][j])[0:GB] + lag_w[j])[0:GB] == meta[j].gen]
+            lag_terms.append(~rs.vcyc | ((rs.ask_d.gen + lag_d)[0:GB] == _select([v.gen for v in meta], r_e)))
+        return SimpleNamespace(meta=meta, wc=wc, base=base, rel=rel, rel_of=rel_of, window=window,
+                               in_ep=lambda rtag: window(rel(rtag)), lag_terms=lag_terms)
 
     def _invariant(self, m, platform, *, n_req, k, o_in, n_ans, o_k, ex):
         """The invariant "at most once" is stated with (``invariant=True``): the buffer's (its parts 1 to 5,
@@ -1293,8 +1400,9 @@ class ReductionEngineHarness(wiring.Component):
         terms += self._no_alias(m, platform, buf, g, k, n_req)
         if counts:
             terms += self._counts(m, platform, em, g, k, o_in, o_k, ex, q_slots, q_rptr, outq, merge, n_req)
-            # Reset once, at the start: a reset clears the registers, not the rows (see _counts).
-            m.d.comb += Assume(~ResetSignal("sync"))
+            if not self.epochs:
+                # Reset once, at the start: a reset clears the registers, not the rows (see _counts).
+                m.d.comb += Assume(~ResetSignal("sync"))
         # The buffer's contract: an abort carries a nonzero code.
         c = buf.contrib
         terms.append(~(c.valid & c.payload.abort) | (c.payload.code.as_value() != 0))
@@ -1488,7 +1596,17 @@ class ReductionEngineHarness(wiring.Component):
           send its first payload flit are at most the destinations that answered its generation (the
           engine's rows give the buffer its contract for the other request too).
 
-        On ``out``, as with one request (:meth:`_result_terms`)."""
+        On ``out``, as with one request (:meth:`_result_terms`).
+
+        With resets free (``epochs=True``) the generations are relative to the entry's at the last reset
+        (:meth:`_epoch`) and a row is ranked by them (1 to 3: written in this epoch; 0: an earlier epoch's):
+        the ``meta`` rows' relative generations are the epoch's writes; an entry in use was allocated in
+        this epoch; only rows written in this epoch are bound to carry tag 1 for k alone; an ``asked`` row
+        of rank 0 is one no fan-out of this epoch wrote (its mask free), and the ``answered`` row's rank is
+        at most the ``asked`` row's; the verdict's registered ``asked`` read is ranked likewise; a live answer
+        with a tag of this epoch was started, one with an earlier epoch's tag is free (the buffer finds it
+        stale: an active entry's generation is of this epoch); and each row's generation plus its ghost lag
+        is its ``meta`` row's."""
         P, N, R = self.ports, self.entries, self.requests
         (buf, rs, rm, fo, info, rdq, i_rptr, i_wptr, i_slots, r_rptr, r_wptr, r_slots, bm, asked, answered,
          meta) = self._observed_parts(m, platform, em)
@@ -1508,6 +1626,16 @@ class ReductionEngineHarness(wiring.Component):
         al1, al2 = al.al1, al.al2
         meta_v = [data.View(bm.submodules.meta.shape, v) for v in meta]
         kt = g.k_taken
+        ep = self._ep
+        # Generations relative to the epoch (``epochs=True``, :meth:`_epoch`), else absolute (one reset, at
+        # the start: the rows start at generation 0). ``rk``: a row's rank, its relative generation within
+        # this epoch's window (1 to 3), else 0 (an older epoch's row, or generation 0 of one reset).
+        if ep is None:
+            rel_e = lambda e, gg: gg                                  # noqa: E731
+            rk = lambda e, gg: gg                                     # noqa: E731
+        else:
+            rel_e = lambda e, gg: ep.rel_of(e, gg)                    # noqa: E731
+            rk = lambda e, gg: Mux(ep.window(ep.rel_of(e, gg)), ep.rel_of(e, gg)[0:2], 0)   # noqa: E731
         terms = _Lined([~g.picked | ((popcount(mask_k) == g.req_exp) & (mask_k != 0))])
         # Generations: every allocator write bumps its entry's; the rows start at 0 (reset once).
         n_acc, n_w = Signal(2, name="ex_n_acc"), Signal(2, name="ex_n_w")
@@ -1515,12 +1643,24 @@ class ReductionEngineHarness(wiring.Component):
             m.d.sync += n_acc.eq(n_acc + 1)
         with m.If(al.w_en & (n_w != 3)):
             m.d.sync += n_w.eq(n_w + 1)
-        terms += [n_acc <= n_req, (n_w + al1.valid) == n_acc,
-                  sum(meta_v[e].gen for e in range(N)) == n_w, g.picked | ~g.known_now,
-                  ~al2.valid | (self._gen_of(al2.entry) >= 1)]
-        terms += [~g.known | ((g_k >= 1) & (g_k <= R))]
-        # Only k's rows carry tag 1 (the harness tags k's request alone).
-        terms += [(meta_v[e].tag == 1) == (g.known_now & (g.rt[0:EB] == e) & (meta_v[e].gen == g.rt[EB:]))
+        if ep is None:
+            terms += [n_acc <= n_req, (n_w + al1.valid) == n_acc,
+                      sum(meta_v[e].gen for e in range(N)) == n_w, g.picked | ~g.known_now,
+                      ~al2.valid | (self._gen_of(al2.entry) >= 1)]
+            terms += [~g.known | ((g_k >= 1) & (g_k <= R))]
+        else:       # the epoch's writes per entry (its meta generation less the base, by definition)
+            terms += [n_acc <= n_req, (n_w + al1.valid) == n_acc,
+                      sum(ep.wc) == n_w, g.picked | ~g.known_now,
+                      ~al2.valid | (_select(ep.wc, al2.entry) >= 1)]
+            terms += [~g.known | ((rel_e(e_k, g_k) >= 1) & (rel_e(e_k, g_k) <= _select(ep.wc, e_k)))]
+            # An entry in use was allocated in this epoch (a reset clears busy): written, or in the
+            # allocator's first stage.
+            terms += [~buf.busy[e] | (ep.wc[e] >= 1) | (al1.valid & (al1.entry == e)) for e in range(N)]
+            terms += ep.lag_terms       # each row's generation and its ghost lag (the aliasing limit)
+        # Only k's rows carry tag 1 (the harness tags k's request alone); with epochs, of the rows written
+        # in this epoch (an older epoch's may carry its k's tag).
+        terms += [((meta_v[e].tag == 1) == (g.known_now & (g.rt[0:EB] == e) & (meta_v[e].gen == g.rt[EB:]))) |
+                  (Const(0) if ep is None else (ep.wc[e] == 0))
                   for e in range(N)]
         terms += [(meta_v[e].tag == 0) | (meta_v[e].tag == 1) for e in range(N)]
         # asked: an entry's row is its latest started fan-out (the generation before the meta row's while
@@ -1534,20 +1674,30 @@ class ReductionEngineHarness(wiring.Component):
             pend_e = al2.valid & (al2.entry == e)
             ag, am = gen(asked[e]), msk(asked[e])
             wg, wm = gen(answered[e]), msk(answered[e])
-            terms += [ag == (meta_v[e].gen - pend_e)[0:GB], (am == 0) == (ag == 0),
-                      wg <= ag, (wm == 0) == (wg == 0), (wg != ag) | ((wm & ~am) == 0),
-                      (ag != meta_v[e].gen) | (ag == 0) | (popcount(am) == meta_v[e].expected)]
+            if ep is None:
+                terms += [ag == (meta_v[e].gen - pend_e)[0:GB], (am == 0) == (ag == 0),
+                          wg <= ag, (wm == 0) == (wg == 0), (wg != ag) | ((wm & ~am) == 0),
+                          (ag != meta_v[e].gen) | (ag == 0) | (popcount(am) == meta_v[e].expected)]
+            else:
+                # The asked row is the epoch's latest started fan-out, or an older epoch's row while none
+                # started in this one; the answered row is of this epoch only once asked is, and no newer.
+                ra, rw = rk(e, ag), rk(e, wg)
+                s_e = (ep.wc[e] - pend_e)[0:2]
+                terms += [ra == s_e, (ra == 0) | (am != 0),
+                          rw <= ra, (rw == 0) | (wm != 0), (rw == 0) | (rw != ra) | ((wm & ~am) == 0),
+                          (ra == 0) | (ra != ep.wc[e]) | (popcount(am) == meta_v[e].expected)]
+                ag = ra     # the records below are kept by relative generation
             for gg in range(4):
                 terms.append(((started >> (e | (gg << EB)))[0]) == ((gg >= 1) & (ag >= gg)))
                 terms.append(~(read_tags >> (e | (gg << EB)))[0] | ((started >> (e | (gg << EB)))[0]))
         ag_k, am_k = gen(at(asked, e_k)), msk(at(asked, e_k))
         wg_k, wm_k = gen(at(answered, e_k)), msk(at(answered, e_k))
         terms += [~(kt & (ag_k == g_k)) | (am_k == mask_k),
-                  ~kt | (ag_k >= g_k),
+                  ~kt | (rk(e_k, ag_k) >= rel_e(e_k, g_k)),
                   ~(kt & (self._w_after == 0)) | (ag_k == g_k),
                   kt | (A == 0), (A & ~mask_k) == 0,
                   ~(kt & (wg_k == g_k)) | (wm_k == A),
-                  ~(kt & (wg_k < g_k)) | (A == 0),
+                  ~(kt & (rk(e_k, wg_k) < rel_e(e_k, g_k))) | (A == 0),
                   ~(kt & bit_at(read_tags, rt)) | (t == rt)]
         # The read side: the descriptors of the allocations not yet granted wait in the FIFO, in order.
         terms.append((info.level <= info.depth) & ((i_rptr + info.level)[0:len(i_wptr)] == i_wptr))
@@ -1563,7 +1713,8 @@ class ReductionEngineHarness(wiring.Component):
             terms.append(~live | (~row.static & (row.length == 1) & (row.src < n_req) & ((row.src == k) == is_k) &
                                   (row.mask != 0) & (popcount(row.mask) == exp_of[j]) &
                                   (~is_k | (row.mask == mask_k))))
-        terms.append(~fo.fo_valid | (bit_at(started, fo.fo_rtag) & (fo.fo_rtag[EB:] < 4) & (fo.fo.src < n_req) &
+        in_win = (lambda rtag: rtag[EB:] < 4) if ep is None else ep.in_ep      # noqa: E731
+        terms.append(~fo.fo_valid | (bit_at(started, fo.fo_rtag) & in_win(fo.fo_rtag) & (fo.fo.src < n_req) &
                                      ~fo.fo.static &
                                      (fo.fo.mask != 0) &
                                      (fo.fo.length == 1) & ((fo.fo.src == k) == (kt & (fo.fo_rtag == rt))) &
@@ -1572,18 +1723,25 @@ class ReductionEngineHarness(wiring.Component):
         for j in range(rdq.depth):
             fl, hd = _queued_flit(r_slots, r_rptr, j, self.engine.flit_width)
             q_rt = Cat(hd.tag, hd.route.uni.xtag)
-            terms.append(~(rdq.level > j) | (bit_at(started, q_rt) & (q_rt[EB:] < 4) & (hd.src < n_req) &
+            terms.append(~(rdq.level > j) | (bit_at(started, q_rt) & in_win(q_rt) & (hd.src < n_req) &
                                              ((hd.src == k) == (kt & (q_rt == rt)))))
         # The response filter: in step with the harness's framing; its registered rows.
         terms.append(ex.in_pkt == (rs.in_payload | rs.dropping))
         r_e = rs.r_rtag[0:EB]
         ask_d = rs.ask_d.as_value()
         dg, dm = gen(ask_d), msk(ask_d)
+        if ep is None:
+            terms += [~rs.vcyc | (dg <= gen(at(asked, r_e))),
+                      ~rs.vcyc | ((dm == 0) == (dg == 0)),
+                      ~rs.vcyc | (ask_d == at(asked, r_e)) | (dg < gen(at(asked, r_e))),
+                      ~(rs.vcyc & (ask_d != at(asked, r_e))) | (gen(at(answered, r_e)) <= dg)]
+        else:       # by rank: the registered asked read is the row or an older one (an older epoch's too)
+            rd, ra_row = rk(r_e, dg), rk(r_e, gen(at(asked, r_e)))
+            terms += [~rs.vcyc | (rd <= ra_row),
+                      ~rs.vcyc | (rd == 0) | (dm != 0),
+                      ~rs.vcyc | (ask_d == at(asked, r_e)) | (rd < ra_row),
+                      ~(rs.vcyc & (ask_d != at(asked, r_e))) | (rk(r_e, gen(at(answered, r_e))) <= rd)]
         terms += [~rs.vcyc | (rs.ans_d.as_value() == at(answered, r_e)),
-                  ~rs.vcyc | (dg <= gen(at(asked, r_e))),
-                  ~rs.vcyc | ((dm == 0) == (dg == 0)),
-                  ~rs.vcyc | (ask_d == at(asked, r_e)) | (dg < gen(at(asked, r_e))),
-                  ~(rs.vcyc & (ask_d != at(asked, r_e))) | (gen(at(answered, r_e)) <= dg),
                   ~(rs.vcyc & kt & (r_e == e_k) & (dg == g_k)) | (dm == mask_k),
                   ~rs.vcyc | ~rs.dropping]
         src_bit = Mux(rs.r_src < P, Const(1, P) << rs.r_src[0:2], 0)
@@ -1596,7 +1754,10 @@ class ReductionEngineHarness(wiring.Component):
             wg, wm = gen(answered[e]), msk(answered[e])
             m.d.comb += [w_pop[e].eq(Mux(wg == meta_v[e].gen, popcount(wm), 0)),
                          w_pend[e].eq(live_resp & (rs.r_k == 0) & (rs.r_rtag == Cat(Const(e, EB), meta_v[e].gen)))]
-        terms += [rs.r_rtag[EB:] < 4, ~live_resp | bit_at(started, rs.r_rtag)]
+        if ep is None:
+            terms += [rs.r_rtag[EB:] < 4, ~live_resp | bit_at(started, rs.r_rtag)]
+        else:       # a live answer with a tag of this epoch was started; an older epoch's is free
+            terms += [~live_resp | ~ep.in_ep(rs.r_rtag) | bit_at(started, rs.r_rtag)]
         terms.append(~live_k | (kt & ((A & h_ans & src_bit) != 0) & (rs.r_code == 0)))
         tracked_k = rs.vcyc & g.known & (rs.r_rtag == rt) & (dg == g_k) & (dm != 0)
         terms.append(~tracked_k | (kt & bit_at(read_tags, rt)))
