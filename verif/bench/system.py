@@ -44,14 +44,18 @@ from infra.scope import scope_of
 DEFAULTS = {"model": "deepseek-v3", "gpus": 8, "tokens": 256, "hidden": 128, "seed": 1, "redundant_experts": 0}
 #: The compiled harness's builds: name -> (build_system's inputs_at_rise, profile-guided, its other
 #: arguments). ``fast`` (the default) is profile-guided (:func:`fast_build`), keeps the RTL's conditions
-#: (:data:`~verif.harness.fastsim.build.KEEP_CONDITIONS`) and, up to 8 GPUs, inlines every block;
+#: (:data:`~verif.harness.fastsim.build.KEEP_CONDITIONS`) and, up to 32 GPUs, inlines every block;
 #: ``fast-noprofile`` is the same build without the profile, ``fast-dfg-all`` with every rewrite of
 #: Verilator's DFG pass, ``fast-apart`` with the repeated blocks kept apart (``fast-apart-dfg-all``: and
-#: every rewrite), and ``fast-fall`` latches the inputs on the falling edge, without the profile; kept
-#: for side-by-side measurements (same figures, slower).
+#: every rewrite), ``fast-inline`` with every block inlined whatever the top's size, ``fast-threads2``
+#: the default build evaluating each cycle on 2 threads (Verilator's ``--threads 2``), and ``fast-fall``
+#: latches the inputs on the falling edge, without the profile; kept for side-by-side measurements (same
+#: figures).
 FAST_HARNESSES = {"fast": (True, True, {}), "fast-noprofile": (True, False, {}),
                   "fast-dfg-all": (True, True, {"keep_conditions": False}),
                   "fast-apart": (True, True, {"inline": False}),
+                  "fast-inline": (True, True, {"inline": True}),
+                  "fast-threads2": (True, True, {"threads": 2}),
                   "fast-apart-dfg-all": (True, True, {"inline": False, "keep_conditions": False}),
                   "fast-fall": (False, False, {})}
 #: Every harness of ``dysharp system --harness``: the compiled builds, ``cocotb`` second.
@@ -118,8 +122,9 @@ def add_arguments(p) -> None:
                    help=f"fast (compiled, Verilator, profile-guided; default) or cocotb (fast-noprofile: the "
                         f"compiled harness without the profile; fast-dfg-all: with every rewrite of Verilator's "
                         f"DFG pass; fast-apart: its repeated blocks kept apart (fast-apart-dfg-all: and every "
-                        f"rewrite); fast-fall: its inputs latched on the falling edge, without the profile; all "
-                        f"slower); valid: {', '.join(HARNESSES)}")
+                        f"rewrite); fast-inline: every block inlined at any size; fast-threads2: on 2 threads; "
+                        f"fast-fall: its inputs latched on the falling edge, without the profile; for "
+                        f"side-by-side measurements); valid: {', '.join(HARNESSES)}")
     p.add_argument("--sim", default=None, help="simulator of the cocotb harness: verilator (default when installed) "
                                               "or icarus")
     p.add_argument("--gemm", default=None, metavar="G1,G2",

@@ -7,12 +7,15 @@ simulated at all: ``dropped``), and the speed counted on the **stepped** cycles 
 every agent drove and sampled the DUT (``cycles - skipped``: a skipped quiet stretch does not count as
 speed): ``stepped_per_s = (cycles - skipped) / wall_s``, where ``wall_s`` is the run's own time (the
 layer's set-up, the cycle loop and the end-of-run checks; the build and the simulator's start excluded).
-The compiled harness also reports the seconds inside the Verilated model's ``eval()`` (``eval_s``) and
-in its Python callbacks (``python_s``). ``fast`` is the default, profile-guided build
-(:func:`verif.bench.system.fast_build`: the RTL's conditions kept, every block inlined up to 8 GPUs);
-``fast-noprofile`` is the same build without the profile, ``fast-dfg-all`` with every rewrite of
-Verilator's DFG pass, ``fast-apart`` with the repeated blocks kept apart (``fast-apart-dfg-all``: and
-every rewrite), and ``fast-fall`` is built without the profile with its inputs latched on the falling edge
+The compiled harness also reports the seconds inside the Verilated model's ``eval()`` (``eval_s``), in
+its Python callbacks (``python_s``), and the process's CPU seconds over ``wall_s``'s span (``cpu_s``, every
+thread's), with the speed per CPU second ``stepped_per_cpu_s = (cycles - skipped) / cpu_s``. ``fast`` is
+the default, profile-guided build (:func:`verif.bench.system.fast_build`: the RTL's conditions kept,
+every block inlined up to 32 GPUs); ``fast-noprofile`` is the same build without the profile,
+``fast-dfg-all`` with every rewrite of Verilator's DFG pass, ``fast-apart`` with the repeated blocks
+kept apart (``fast-apart-dfg-all``: and every rewrite), ``fast-inline`` with every block inlined at any
+size, ``fast-threads2`` the default build on 2 threads (Verilator's ``--threads 2``), and ``fast-fall``
+is built without the profile with its inputs latched on the falling edge
 (:func:`verif.harness.fastsim.system.build_system` ``inputs_at_rise=False``), for measuring them beside
 the default build. The runs' figures must be equal (``equal``: every figure of the
 JSON but the wall-clock ones). Writes ``build/bench/system_speed.json``.
@@ -27,7 +30,7 @@ from verif.bench.common import table
 from verif.bench.system import FAST_HARNESSES
 
 HARNESSES = ("cocotb", *FAST_HARNESSES)
-WALL = ("wall_s", "cycles_per_s", "run_wall_s", "harness", "loop_s", "python_s", "eval_s")
+WALL = ("wall_s", "cycles_per_s", "run_wall_s", "harness", "loop_s", "python_s", "eval_s", "cpu_s")
 
 
 def add_arguments(p) -> None:
@@ -42,7 +45,8 @@ def add_arguments(p) -> None:
     p.add_argument("--harnesses", default="cocotb,fast",
                    help="comma-separated harnesses to time (default: cocotb,fast; fast-noprofile is the compiled "
                         "harness without its profile, fast-dfg-all with every DFG rewrite, fast-apart with its "
-                        "blocks kept apart, fast-apart-dfg-all both, fast-fall without the profile and with its "
+                        "blocks kept apart, fast-apart-dfg-all both, fast-inline every block inlined at any size, "
+                        "fast-threads2 the default build on 2 threads, fast-fall without the profile and with its "
                         "inputs latched on the falling edge); "
                         f"valid: {', '.join(HARNESSES)}")
     p.add_argument("--out", default="build/bench", help="output folder (default: build/bench)")
@@ -107,9 +111,11 @@ def run(args) -> int:
         r = {"layer_cycles": fig["cycles"]["total"], "cycles": s["cycles"], "skipped": s["skipped"],
              "dropped": s["dropped"], "stepped": stepped, "wall_s": s["wall_s"], "run_wall_s": s["run_wall_s"],
              "build_s": build_s, "stepped_per_s": stepped / s["wall_s"]}
-        for k in ("loop_s", "eval_s", "python_s"):
+        for k in ("loop_s", "eval_s", "python_s", "cpu_s"):
             if k in s:
                 r[k] = s[k]
+        if "cpu_s" in s:
+            r["stepped_per_cpu_s"] = stepped / s["cpu_s"]
         report["runs"][h] = r
     if len(figs) >= 2:
         first = next(iter(figs))
@@ -117,11 +123,13 @@ def run(args) -> int:
     if "cocotb" in figs and "fast" in figs:
         report["speedup"] = report["runs"]["fast"]["stepped_per_s"] / report["runs"]["cocotb"]["stepped_per_s"]
     rows = [[h, f"{r['layer_cycles']:,}", f"{r['stepped']:,}", f"{r['skipped']:,}", f"{r['wall_s']:.1f}",
-             f"{r['stepped_per_s']:,.0f}", f"{r['eval_s']:.1f}" if "eval_s" in r else "-",
+             f"{r['stepped_per_s']:,.0f}",
+             f"{r['stepped_per_cpu_s']:,.0f}" if "stepped_per_cpu_s" in r else "-",
+             f"{r['eval_s']:.1f}" if "eval_s" in r else "-",
              f"{r['python_s']:.1f}" if "python_s" in r else "-"]
             for h, r in report["runs"].items() if "failed" not in r]
     print(table(rows, ["harness", "layer cycles", "stepped cycles", "skipped", "wall s", "stepped cycles/s",
-                       "in eval() s", "in Python s"]))
+                       "per CPU s", "in eval() s", "in Python s"]))
     if "equal" in report:
         print(f"figures equal: {report['equal']}" +
               (f"; fast over cocotb: {report['speedup']:.1f}x" if "speedup" in report else ""))

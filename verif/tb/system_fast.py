@@ -354,7 +354,7 @@ def run_layer(lib_path: Path, names: list[str], params: dict, settings: dict) ->
     if settings.get("stall", 0.0) or not settings.get("skip", True):
         raise ValueError("the compiled system harness runs with the testbench's defaults: stall 0 and the "
                          "quiet-cycle skip on (use the cocotb harness for the others)")
-    wall0 = time.perf_counter()
+    wall0, cpu0 = time.perf_counter(), time.process_time()
     lib = SystemLib(lib_path, names)
     env = FastEnv(lib, params, settings)
     L, s = env.L, env.s
@@ -399,5 +399,6 @@ def run_layer(lib_path: Path, names: list[str], params: dict, settings: dict) ->
     sim = fig["sim"]
     sim["harness"] = "fast"
     sim["loop_s"], sim["python_s"], sim["eval_s"] = env.loop_s, env.python_s, so.sys_eval_seconds()
+    sim["cpu_s"] = time.process_time() - cpu0      # the process's CPU (every thread) over wall_s's span
     so.sys_finish()
     return fig

@@ -108,8 +108,9 @@ def render_system_main(top: str, ports: dict, gpus: int, inputs_at_rise: bool = 
 
 
 #: The most GPUs of a top whose profile-guided build inlines every block by default (:func:`build_system`
-#: ``inline``; measured at 8; a larger top's inlined C++ was not tried).
-INLINE_MAX_GPUS = 8
+#: ``inline``; measured at 8 and 32: 1.4-1.6x the kept-apart build's stepped cycles/s at 32 GPUs for 1.8x
+#: its build's CPU time and 5.2 against 4.0 GB peak; a larger top's inlined C++ was not tried).
+INLINE_MAX_GPUS = 32
 
 #: The most cycles of a profile-guided build's training layer (:func:`build_system` ``train``).
 TRAIN_CYCLES = 40_000
@@ -132,7 +133,8 @@ def _train(lib: Path, names: list[str], params: dict, settings: dict) -> None:
 
 def build_system(params: "dict | registry.DesignPoint", *, build_root: str | os.PathLike = "build",
                  inputs_at_rise: bool = True, train: dict | None = None,
-                 keep_conditions: bool | None = None, inline: bool | None = None) -> tuple[Path, list[str], float]:
+                 keep_conditions: bool | None = None, inline: bool | None = None,
+                 threads: int = 1) -> tuple[Path, list[str], float]:
     """Build (or reuse) the harness library of the system top at ``params`` (its overrides, or its
     :class:`~hw.registry.DesignPoint`): (library, port names, build seconds, 0 when reused). The
     library's copy of the Verilog has every input registered at the rising edge, the harness writing each
@@ -151,9 +153,12 @@ def build_system(params: "dict | registry.DesignPoint", *, build_root: str | os.
     RTL computes under a condition evaluated only in the cycles it holds); the default keeps them in a
     profile-guided build. ``inline`` compiles every block into one model
     (:data:`~verif.harness.fastsim.build.INLINE_ALL`, no ``keep_apart``): the model simulates faster, for
-    about 1.7 times the build's CPU time; the default inlines a profile-guided build of at most
+    about 1.7-1.8 times the build's CPU time; the default inlines a profile-guided build of at most
     :data:`INLINE_MAX_GPUS` GPUs and keeps the repeated blocks apart otherwise (docs/performance.md, "The
-    layer's compiled harness")."""
+    layer's compiled harness").
+
+    ``threads`` above 1 builds a model that evaluates each cycle on that many threads (Verilator's
+    ``--threads``; a profile-guided build's counters are then updated atomically)."""
     from verif.harness.runner import locked_verilog, require_simulator
 
     require_simulator("verilator")
@@ -179,6 +184,8 @@ def build_system(params: "dict | registry.DesignPoint", *, build_root: str | os.
     if inline is None:
         inline = train is not None and full["gpus"] <= INLINE_MAX_GPUS
     flags = system_flags(text) + (KEEP_CONDITIONS if keep_conditions else []) + (INLINE_ALL if inline else [])
+    if threads != 1:
+        flags += ["--threads", str(threads)]
     lib, build_s = _compile("system", params, latched, main, build_root, flags=flags, keep_apart=not inline,
                             train=trainer)
     return lib, names, build_s
