@@ -109,6 +109,9 @@ def test_system_build_keeps_conditions_and_inlines_when_profile_guided(monkeypat
         fs.build_system(PARAMS, **kw)
     monkeypatch.setattr(fs, "INLINE_MAX_GPUS", 2)           # a top of more GPUs keeps its blocks apart
     fs.build_system(PARAMS, train=LAYER)
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError, match="threads must be a positive integer"):
+            fs.build_system(PARAMS, threads=bad)
     assert seen == [(False, False, True, False, None), (True, False, True, False, None),
                     (True, True, False, True, None), (False, True, False, True, None),
                     (False, True, False, False, None), (True, False, True, True, None),

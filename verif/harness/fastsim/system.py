@@ -161,6 +161,8 @@ def build_system(params: "dict | registry.DesignPoint", *, build_root: str | os.
     ``--threads``; a profile-guided build's counters are then updated atomically)."""
     from verif.harness.runner import locked_verilog, require_simulator
 
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise ValueError(f"threads must be a positive integer (1: one thread), got {threads!r}")
     require_simulator("verilator")
     point = params if isinstance(params, registry.DesignPoint) else registry.point("system", params)
     full = point.params
